@@ -1,0 +1,82 @@
+"""The plan: where a request will run, on what, for how long, and its digest.
+
+The digest is sha256 over the canonical plan (bundle hash, script, args, env, secret names,
+data hashes, target, GPU, VRAM, hours): an approval binds to it, so any change to what would
+run needs a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .bundle import Bundle, FileHashCache, _walk_all
+from .config import JobRequest
+
+DIGEST_FIELDS = ("bundle_hash", "command", "env", "secrets", "data", "target", "gpu", "vram_gb",
+                 "hours")
+
+
+def canonical(doc: dict) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(plan: dict) -> str:
+    return hashlib.sha256(canonical({k: plan.get(k) for k in DIGEST_FIELDS}).encode()).hexdigest()
+
+
+def data_hash(source: str, kind: str, cache: FileHashCache) -> str:
+    """Content hash of a data set: a file's sha256, a folder's manifest hash, a URI's text."""
+    if kind == "hf":
+        return hashlib.sha256(source.encode()).hexdigest()
+    path = Path(source)
+    files = [path] if path.is_file() else [path / rel for rel in sorted(_walk_all(path))]
+    sigs = []
+    for f in files:
+        try:
+            st = f.lstat()
+        except OSError:
+            continue
+        if not os.path.isfile(f) or f.is_symlink():
+            continue
+        sigs.append((str(f), FileHashCache.signature(st)))
+    known = cache.lookup_many(sigs)
+    rows = []
+    from .filecache import hash_fd
+
+    for name, sig in sigs:
+        h = known.get(name)
+        if h is None:
+            fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            try:
+                h = hash_fd(fd)
+            finally:
+                os.close(fd)
+            cache.remember(name, sig, h)
+        rows.append([os.path.relpath(name, path) if path.is_dir() else path.name, h])
+    cache.flush()
+    if path.is_file():
+        return rows[0][1] if rows else hashlib.sha256(b"").hexdigest()
+    return hashlib.sha256(canonical(rows).encode()).hexdigest()
+
+
+def build_plan(req: JobRequest, bundle: Bundle, target: str, target_gpu: str,
+               data_hashes: dict[str, str], extra: dict | None = None) -> dict:
+    workdir = bundle.project_rel
+    plan = {
+        "bundle_hash": bundle.hash,
+        "workdir": workdir,
+        "command": req.command(),
+        "env": req.env,
+        "secrets": sorted(req.secrets),
+        "data": {d.name: data_hashes[d.name] for d in req.data},
+        "target": target,
+        "gpu": target_gpu,
+        "vram_gb": req.vram_gb,
+        "hours": req.hours,
+        **(extra or {}),
+    }
+    plan["digest"] = digest(plan)
+    return plan

@@ -1,0 +1,1 @@
+"""Targets gpu-router can run jobs on, behind one small async interface (`base.Provider`)."""

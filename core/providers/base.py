@@ -1,0 +1,70 @@
+"""The interface every target kind implements, and what its answers look like.
+
+A provider turns a job into a running process somewhere and answers questions about it;
+it never changes a job's state (the supervisor does, through the store).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..store import Job
+
+
+@dataclass
+class TargetInfo:
+    """What `probe` learns about a target."""
+
+    name: str
+    kind: str
+    available: bool
+    gpus: list[dict] = field(default_factory=list)  # [{"name": "T4", "memory_gb": 15.0}]
+    why_unavailable: str | None = None
+    max_jobs: int = 1
+
+    @property
+    def gpu_label(self) -> str:
+        if not self.gpus:
+            return "cpu"
+        names = sorted({g["name"] for g in self.gpus})
+        return f"{len(self.gpus)}x {', '.join(names)}"
+
+    @property
+    def vram_gb(self) -> float:
+        return max((g.get("memory_gb", 0) for g in self.gpus), default=0.0)
+
+
+@dataclass
+class Poll:
+    """Where a launched attempt stands: installing, running, exited, or lost."""
+
+    phase: str
+    exit_code: int | None = None
+    detail: str = ""
+
+
+class Provider(Protocol):
+    name: str
+    kind: str
+
+    async def probe(self) -> TargetInfo: ...
+
+    async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
+        """Prepare and start the job's next attempt; return the handle to store."""
+
+    async def poll(self, job: Job) -> Poll: ...
+
+    async def read_metrics(self, job: Job, offset: int) -> tuple[bytes, int]:
+        """New bytes of the job's metrics stream from `offset`, and the new offset."""
+
+    async def cancel(self, job: Job, force: bool = False) -> None: ...
+
+    async def request_checkpoint(self, job: Job) -> None: ...
+
+    async def fetch_outputs(self, job: Job, dest: Path) -> list[str]:
+        """Bring outputs home into `dest`; return notes about anything left behind."""
+
+    def log_path(self, job: Job) -> Path:
+        """The local file that holds (or mirrors) the job's log."""

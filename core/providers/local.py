@@ -1,0 +1,292 @@
+"""The `local` target: this machine, no account needed.
+
+Each job gets a folder under the data dir holding its unpacked bundle, outputs, checkpoints
+and log; each attempt gets a sub-folder with its spec, pid, phase and exit status, written by
+`core/runtime/launch.py`, which runs the job detached. Everything the supervisor needs to
+re-adopt a job after a crash is in those files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .. import paths
+from ..bundle import extract
+from ..gpuprobe import local_gpus
+from ..runtime import GPU_MODULE_DIR, LAUNCHER
+from ..store import Job
+from .base import Poll, TargetInfo
+
+START_GRACE_S = 30.0
+
+
+def base_python() -> str:
+    """The machine's own Python (not gpu-router's venv), so job envs see its site packages."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def dependency_spec(workdir: Path) -> dict | None:
+    """The project's dependencies and their hash, from requirements.txt or pyproject.toml."""
+    req = workdir / "requirements.txt"
+    lines: list[str] = []
+    source = None
+    if req.is_file():
+        text = req.read_text(errors="replace")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        source = str(req)
+    else:
+        pyproject = workdir / "pyproject.toml"
+        if pyproject.is_file():
+            import tomllib
+
+            try:
+                doc = tomllib.loads(pyproject.read_text(errors="replace"))
+            except tomllib.TOMLDecodeError:
+                doc = {}
+            lines = [str(d) for d in doc.get("project", {}).get("dependencies", []) or []]
+    if not lines:
+        return None
+    h = hashlib.sha256()
+    for part in [base_python(), sys.version, *lines]:
+        h.update(part.encode() + b"\0")
+    return {"hash": h.hexdigest()[:32], "requirements": lines, "file": source,
+            "venvs_dir": str(paths.venvs_dir())}
+
+
+class LocalProvider:
+    kind = "local"
+
+    def __init__(self, name: str = "local", max_jobs: int = 1, python: str | None = None) -> None:
+        self.name = name
+        self.max_jobs = max_jobs
+        self.python = python or base_python()
+
+    # -- paths ------------------------------------------------------------------------------
+
+    @staticmethod
+    def job_dir(job: Job) -> Path:
+        return paths.jobs_dir() / job.id
+
+    def log_path(self, job: Job) -> Path:
+        return self.job_dir(job) / "job.log"
+
+    def metrics_path(self, job: Job) -> Path:
+        return self.job_dir(job) / "metrics.jsonl"
+
+    def attempt_dir(self, job: Job, attempt: int | None = None) -> Path:
+        return self.job_dir(job) / "attempts" / str(attempt or job.attempt)
+
+    # -- the interface ----------------------------------------------------------------------
+
+    async def probe(self) -> TargetInfo:
+        gpus = await asyncio.to_thread(local_gpus)
+        return TargetInfo(name=self.name, kind=self.kind, available=True,
+                          gpus=[{"name": g.name, "memory_gb": g.memory_gb} for g in gpus],
+                          max_jobs=self.max_jobs)
+
+    async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
+        return await asyncio.to_thread(self._launch, job, env_secrets)
+
+    def _launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
+        jdir = self.job_dir(job)
+        code = jdir / "code"
+        if not (jdir / ".code-ready").exists():
+            shutil.rmtree(code, ignore_errors=True)
+            extract(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz", code)
+            (jdir / ".code-ready").touch()
+        runtime = jdir / "runtime"
+        if not (runtime / "gpu" / "__init__.py").exists():
+            shutil.copytree(GPU_MODULE_DIR, runtime / "gpu", dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copy2(LAUNCHER, runtime / "launch.py")
+        dirs = {name: jdir / name for name in ("out", "ckpt", "ctl", "data")}
+        for d in dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        (dirs["ctl"] / "checkpoint").unlink(missing_ok=True)
+        for item in job.request.get("data", []):
+            link = dirs["data"] / item["name"]
+            if item["kind"] == "path" and not link.is_symlink():
+                link.symlink_to(item["source"])  # local data is read in place, not copied
+        workdir = code / job.plan.get("workdir", "")
+        attempt = job.attempt
+        adir = self.attempt_dir(job, attempt)
+        adir.mkdir(parents=True, exist_ok=True)
+        command = list(job.plan["command"])
+        if command[0].endswith(".py"):
+            command = ["{python}", *command]
+        spec = {
+            "job_id": job.id, "attempt": attempt, "tag": str(adir / "spec.json"),
+            "attempt_dir": str(adir), "workdir": str(workdir), "log": str(self.log_path(job)),
+            "runtime_dir": str(runtime), "base_python": self.python, "command": command,
+            "deps": dependency_spec(workdir),
+            "hf_data": [{"name": d["name"], "uri": d["source"],
+                         "repo": d["source"].removeprefix("hf://datasets/").rstrip("/")}
+                        for d in job.request.get("data", []) if d["kind"] == "hf"],
+            "secret_env": sorted(env_secrets),
+            "env": {
+                **job.request.get("env", {}),
+                "GPU_ROUTER_JOB_ID": job.id,
+                "GPU_ROUTER_SHORT_ID": job.short_id,
+                "GPU_ROUTER_ATTEMPT": str(attempt),
+                "GPU_ROUTER_OUTPUT_DIR": str(dirs["out"]),
+                "GPU_ROUTER_DATA_DIR": str(dirs["data"]),
+                "GPU_ROUTER_CHECKPOINT_DIR": str(dirs["ckpt"]),
+                "GPU_ROUTER_CONTROL_DIR": str(dirs["ctl"]),
+                "GPU_ROUTER_METRICS_FILE": str(self.metrics_path(job)),
+            },
+        }
+        spec_path = adir / "spec.json"
+        spec_path.write_text(json.dumps(spec, indent=1))
+        env = {**os.environ, **env_secrets}  # secret values travel in memory, never on disk
+        proc = subprocess.Popen([self.python, str(runtime / "launch.py"), str(spec_path)],
+                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+        _, err = proc.communicate(timeout=60)  # the launcher forks and returns at once
+        if proc.returncode != 0:
+            raise RuntimeError(f"the launcher failed: {err.decode(errors='replace').strip()[-500:]}")
+        return {"attempt": attempt, "attempt_dir": str(adir), "launched_at": time.time()}
+
+    async def poll(self, job: Job) -> Poll:
+        return await asyncio.to_thread(self._poll, job)
+
+    def _poll(self, job: Job) -> Poll:
+        adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
+        exit_doc = _read_json(adir / "exit.json")
+        if exit_doc is not None:
+            return _exited(exit_doc)
+        pid = _read_json(adir / "pid")
+        if pid is None:
+            launched = job.handle.get("launched_at", 0)
+            if time.time() - launched > START_GRACE_S:
+                return Poll("lost", detail="the launcher never started")
+            return Poll("provisioning", detail="starting")
+        if _alive(pid["pid"]):
+            phase = (adir / "phase").read_text().strip() if (adir / "phase").exists() else "installing"
+            if phase == "running":
+                return Poll("running")
+            return Poll("provisioning", detail="installing dependencies")
+        exit_doc = _read_json(adir / "exit.json")  # it may have ended between the two reads
+        if exit_doc is not None:
+            return _exited(exit_doc)
+        return Poll("lost", detail="the job's process ended without recording an exit status")
+
+    def is_ours(self, job: Job) -> bool:
+        """Is the recorded pid still our launcher for this attempt (not a reused pid)?"""
+        adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
+        pid = _read_json(adir / "pid")
+        if pid is None or not _alive(pid["pid"]):
+            return False
+        try:
+            args = subprocess.run(["ps", "-o", "args=", "-p", str(pid["pid"])],
+                                  capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return True
+        return pid["tag"] in args
+
+    async def read_metrics(self, job: Job, offset: int) -> tuple[bytes, int]:
+        return await asyncio.to_thread(_read_from, self.metrics_path(job), offset)
+
+    async def cancel(self, job: Job, force: bool = False) -> None:
+        self._signal(job, signal.SIGKILL if force else signal.SIGTERM)
+
+    async def request_checkpoint(self, job: Job) -> None:
+        ctl = self.job_dir(job) / "ctl"
+        ctl.mkdir(parents=True, exist_ok=True)
+        (ctl / "checkpoint").touch()
+        self._signal(job, signal.SIGUSR1)
+
+    def _signal(self, job: Job, sig: int) -> None:
+        adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
+        pid = _read_json(adir / "pid")
+        if pid is None:
+            return
+        try:
+            os.killpg(pid["pgid"], sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    async def fetch_outputs(self, job: Job, dest: Path) -> list[str]:
+        return await asyncio.to_thread(self._fetch_outputs, job, dest)
+
+    def _fetch_outputs(self, job: Job, dest: Path) -> list[str]:
+        notes = copy_regular_tree(self.job_dir(job) / "out", dest)
+        for name in ("job.log", "metrics.jsonl"):
+            src = self.job_dir(job) / name
+            if src.is_file():
+                shutil.copyfile(src, dest / name)
+        return notes
+
+
+def copy_regular_tree(src: Path, dest: Path) -> list[str]:
+    """Copy regular files and folders only; links and special files stay behind, noted."""
+    notes: list[str] = []
+    dest.mkdir(parents=True, exist_ok=True)
+    if not src.is_dir():
+        return notes
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = Path(dirpath).relative_to(src)
+        for name in list(dirnames):
+            if (Path(dirpath) / name).is_symlink():
+                notes.append(f"{rel / name}: a link, not brought home")
+                dirnames.remove(name)
+            else:
+                (dest / rel / name).mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            if stat.S_ISREG(st.st_mode):
+                shutil.copyfile(path, dest / rel / name)
+            else:
+                notes.append(f"{rel / name}: not a regular file, not brought home")
+    return notes
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _exited(doc: dict) -> Poll:
+    code = doc.get("code")
+    detail = doc.get("error") or ""
+    if code is not None and code < 0:
+        detail = detail or f"killed by signal {-code}"
+    return Poll("exited", exit_code=code, detail=detail)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_from(path: Path, offset: int) -> tuple[bytes, int]:
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < offset:  # truncated: start again from the top
+                offset = 0
+            if size == offset:
+                return b"", offset
+            f.seek(offset)
+            data = f.read(min(size - offset, 8 << 20))
+    except FileNotFoundError:
+        return b"", offset
+    cut = data.rfind(b"\n") + 1  # only whole lines; the rest waits for its newline
+    return data[:cut], offset + cut

@@ -1,0 +1,238 @@
+"""The operations every front end shares: submit, cancel, and bringing a job home.
+
+`gpu submit`, the dashboard and (later) the MCP tool all call these, so idempotency, the
+plan and the guidance an agent relays are decided in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shlex
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import paths
+from .bundle import Bundle, FileHashCache, list_project, build
+from .config import JobRequest
+from .errors import UserError
+from .plan import build_plan, canonical, data_hash
+from .router import route
+from .states import LAUNCHED, TERMINAL, State
+from .store import Job, Store
+
+
+@dataclass
+class SubmitResult:
+    job: Job
+    submitted: bool
+    bundle: dict
+    guidance: dict
+
+    def to_json(self, verbose: bool = False) -> dict[str, Any]:
+        """Exactly {job, guidance, submitted, bundle}: the documented submit result."""
+        return {"job": self.job.to_json(verbose), "guidance": self.guidance,
+                "submitted": self.submitted, "bundle": self.bundle}
+
+
+def _ship_warnings(req: JobRequest, bundle: Bundle, shipped: set[str]) -> list[str]:
+    """Warn about the script or a path in args that exists here but will not ship."""
+    project = Path(req.project_dir)
+    prefix = f"{bundle.project_rel}/" if bundle.project_rel else ""
+    warnings = []
+    tokens: list[tuple[str, str]] = []
+    if req.script and req.script.endswith(".py"):
+        tokens.append(("script", req.script))
+    elif req.script:
+        tokens += [("script", t) for t in shlex.split(req.script)[1:]]
+    for i, arg in enumerate(req.args):
+        tokens.append((f"args[{i}]", arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg))
+    for label, token in tokens:
+        if not token or token.startswith("-") or os.path.isabs(token) or "://" in token:
+            continue
+        local = project / token
+        if not local.exists():
+            continue
+        rel = os.path.normpath(prefix + token).replace(os.sep, "/")
+        if local.is_dir():
+            ok = any(p.startswith(rel + "/") for p in shipped)
+        else:
+            ok = rel in shipped
+        if not ok:
+            warnings.append(f"{label} {token!r} does not ship (git-ignored or withheld): "
+                            f"add code with include, datasets with --data NAME={token}")
+    return warnings
+
+
+def fingerprint(req: JobRequest, bundle_hash: str) -> str:
+    doc = req.to_json()
+    for key in ("wait_s", "verbose", "request_id"):
+        doc.pop(key, None)
+    doc["bundle_hash"] = bundle_hash
+    return hashlib.sha256(canonical(doc).encode()).hexdigest()
+
+
+def prepare(req: JobRequest) -> tuple[Bundle, dict, Any]:
+    """Bundle the project and plan the job, without touching the store."""
+    from .userconfig import providers
+
+    listing = list_project(Path(req.project_dir), req.include)
+    cache = FileHashCache()
+    try:
+        bundle = build(listing, cache)
+        data_hashes = {d.name: data_hash(d.source, d.kind, cache) for d in req.data}
+    finally:
+        cache.close()
+    bundle.warnings = bundle.warnings + _ship_warnings(req, bundle, set(listing.entries))
+    provs = providers()
+    infos = {name: asyncio.run(p.probe()) for name, p in provs.items()}
+    chosen = route(req, infos)
+    plan = build_plan(req, bundle, chosen.target, chosen.gpu, data_hashes,
+                      extra={"reasons": chosen.reasons, "passed_over": chosen.passed_over})
+    return bundle, plan, chosen
+
+
+def submit(req: JobRequest, *, actor: str = "cli", store: Store | None = None,
+           start_supervisor: bool = True) -> SubmitResult:
+    store = store or Store()
+    bundle, plan, chosen = prepare(req)
+    fp = fingerprint(req, bundle.hash)
+    summary = bundle.summary()
+    request_doc = req.to_json()
+    for key in ("wait_s", "verbose"):
+        request_doc.pop(key, None)
+
+    job, submitted = _insert_once(store, req, plan, bundle, fp, summary, request_doc, actor)
+    if submitted and start_supervisor:
+        from .supervisor import ensure_running
+
+        ensure_running()
+    if req.wait_s and submitted:
+        job = wait_placed(store, job.id, req.wait_s)
+    return SubmitResult(job=job, submitted=submitted, bundle=summary,
+                        guidance=guidance(job, submitted))
+
+
+def _insert_once(store: Store, req: JobRequest, plan: dict, bundle: Bundle, fp: str,
+                 summary: dict, request_doc: dict, actor: str) -> tuple[Job, bool]:
+    """Insert the job unless the same request_id or an identical live request exists."""
+    with store.write() as db:
+        existing = store.find_active(request_id=req.request_id, db=db) if req.request_id \
+            else store.find_active(fingerprint=fp, db=db)
+        if existing is not None:
+            if req.request_id and existing.fingerprint != fp:
+                raise UserError(
+                    f"request_id {req.request_id!r} was already used for a different request "
+                    f"(job {existing.short_id})",
+                    fix="use a new request_id for a new job, or resubmit the original request unchanged")
+            return existing, False
+        for _ in range(5):
+            job_id = uuid.uuid4().hex
+            short = job_id[:8]
+            if db.execute("SELECT 1 FROM jobs WHERE short_id = ?", (short,)).fetchone() is None:
+                break
+        row = {
+            "id": job_id, "short_id": short, "name": req.display_name(),
+            "provider": plan["target"], "project_dir": req.project_dir,
+            "outputs_dir": str(Path(req.project_dir) / "runs" / short),
+            "request_id": req.request_id, "fingerprint": fp, "request": request_doc,
+            "plan": plan, "digest": plan["digest"], "bundle_hash": bundle.hash,
+            "bundle": {**summary, "hash": bundle.hash, "root": str(bundle.root),
+                       "project_rel": bundle.project_rel},
+        }
+        store.insert_job(row, reason=f"submitted by {actor}", actor=actor)
+        job = store.transition(job_id, State.ROUTING, "; ".join(plan["reasons"]), actor=actor,
+                               data={"target": plan["target"], "passed_over": plan["passed_over"]})
+        return job, True
+
+
+def wait_placed(store: Store, job_id: str, wait_s: float) -> Job:
+    """Wait until the job is placed, needs approval, ends, or waits for a slot."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.02
+    while True:
+        job = store.get(job_id)
+        placed = job.state not in (State.QUEUED, State.ROUTING) or job.reason.startswith("waiting")
+        if placed or time.monotonic() >= deadline:
+            return job
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+
+
+def guidance(job: Job, submitted: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "follow": f"gpu logs -f {job.short_id}",
+        "status": f"gpu status {job.short_id}",
+        "needs_approval": job.state == State.AWAITING_APPROVAL,
+    }
+    if not submitted:
+        doc["note"] = (f"job {job.short_id} with the same request is still {job.state.value}: "
+                       "returned it instead of starting a second copy")
+    if job.state == State.AWAITING_APPROVAL:
+        doc["tell_user"] = job.reason
+    return doc
+
+
+# -- cancel --------------------------------------------------------------------------------
+
+
+def cancel(store: Store, ref: str, *, actor: str = "cli", wait_s: float = 15.0) -> Job:
+    job = store.resolve(ref)
+    if job.state in TERMINAL:
+        raise UserError(f"job {job.short_id} already ended ({job.state.value})",
+                        fix="nothing to cancel")
+    with store.write():
+        job = store.get(job.id)
+        if job.state not in LAUNCHED:
+            return store.transition(job.id, State.CANCELLED, f"cancelled by {actor}", actor=actor)
+        store.update(job.id, cancel_requested=1)
+        store.add_event(job.id, f"cancel requested by {actor}", actor=actor)
+    from .supervisor import ensure_running
+
+    ensure_running()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        job = store.get(job.id)
+        if job.state in TERMINAL:
+            break
+        time.sleep(0.1)
+    return job
+
+
+# -- bringing a job home -------------------------------------------------------------------
+
+
+async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
+    dest = Path(job.outputs_dir)
+    try:
+        return await provider.fetch_outputs(job, dest)
+    except OSError as exc:
+        return [f"outputs could not be brought home to {dest}: {exc}"]
+
+
+def job_document(store: Store, job: Job) -> dict[str, Any]:
+    return {"job": job.to_json(verbose=True),
+            "events": [e.to_json() for e in store.events(job.id)],
+            "metrics": {k: {"last": v[-1][1], "min": min(x[1] for x in v),
+                            "max": max(x[1] for x in v), "points": len(v)}
+                        for k, v in store.metrics(job.id).items()}}
+
+
+def write_job_json(store: Store, job: Job) -> Path:
+    dest = Path(job.outputs_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / "job.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(job_document(store, job), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def log_path(job: Job) -> Path:
+    return paths.jobs_dir() / job.id / "job.log"

@@ -1,0 +1,51 @@
+"""The job states and the one table of legal transitions between them.
+
+Nothing else in gpu-router decides whether a job may move; `store.transition` consults this
+table and raises `IllegalTransition` for anything it does not list.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    QUEUED = "queued"
+    ROUTING = "routing"
+    AWAITING_APPROVAL = "awaiting_approval"
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    CHECKPOINTING = "checkpointing"
+    MIGRATING = "migrating"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DENIED = "denied"
+
+
+S = State
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    S.QUEUED: frozenset({S.ROUTING, S.CANCELLED, S.FAILED}),
+    # routing holds a placed job until its target has a free slot
+    S.ROUTING: frozenset({S.AWAITING_APPROVAL, S.PROVISIONING, S.QUEUED, S.FAILED, S.CANCELLED}),
+    S.AWAITING_APPROVAL: frozenset({S.PROVISIONING, S.ROUTING, S.DENIED, S.CANCELLED, S.FAILED}),
+    S.PROVISIONING: frozenset({S.RUNNING, S.MIGRATING, S.DONE, S.FAILED, S.CANCELLED}),
+    S.RUNNING: frozenset({S.CHECKPOINTING, S.MIGRATING, S.AWAITING_APPROVAL, S.DONE, S.FAILED, S.CANCELLED}),
+    S.CHECKPOINTING: frozenset({S.RUNNING, S.MIGRATING, S.AWAITING_APPROVAL, S.DONE, S.FAILED, S.CANCELLED}),
+    S.MIGRATING: frozenset({S.PROVISIONING, S.ROUTING, S.FAILED, S.CANCELLED}),
+    S.DONE: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.DENIED: frozenset(),
+}
+
+TERMINAL: frozenset[State] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# A job whose process may exist somewhere: the supervisor watches these.
+LAUNCHED: frozenset[State] = frozenset({S.PROVISIONING, S.RUNNING, S.CHECKPOINTING})
+# Not yet ended: an identical request returns such a job instead of starting another.
+ACTIVE: frozenset[State] = frozenset(State) - TERMINAL
+
+
+def can_move(src: State | str, dst: State | str) -> bool:
+    return State(dst) in TRANSITIONS[State(src)]

@@ -1,0 +1,403 @@
+"""The SQLite store: the single source of truth shared by every gpu-router process.
+
+WAL mode so readers (the dashboard, `gpu status`) never block the writer; every write
+transaction starts with BEGIN IMMEDIATE because a read-then-write under DEFERRED fails with
+"database is locked" whatever the busy timeout. Schema changes are numbered migrations
+recorded in `PRAGMA user_version`. State changes go through `transition`, which consults
+`core.states` and writes an event row, so a job's history is never lost.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from . import paths
+from .errors import IllegalTransition, NotFound, UserError
+from .states import ACTIVE, TERMINAL, State, can_move
+
+MIGRATIONS: list[str] = [
+    # 1: jobs, their events and metrics
+    """
+    CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        short_id TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        state TEXT NOT NULL,
+        provider TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        project_dir TEXT NOT NULL,
+        outputs_dir TEXT NOT NULL,
+        request_id TEXT,
+        fingerprint TEXT NOT NULL,
+        request_json TEXT NOT NULL,
+        plan_json TEXT NOT NULL DEFAULT '{}',
+        digest TEXT,
+        approved_digest TEXT,
+        bundle_hash TEXT,
+        bundle_json TEXT NOT NULL DEFAULT '{}',
+        attempt INTEGER NOT NULL DEFAULT 0,
+        handle_json TEXT NOT NULL DEFAULT '{}',
+        exit_code INTEGER,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        reason TEXT NOT NULL DEFAULT '',
+        metrics_offset INTEGER NOT NULL DEFAULT 0,
+        last_metric_json TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE UNIQUE INDEX jobs_request_id ON jobs(request_id) WHERE request_id IS NOT NULL;
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE INDEX jobs_fingerprint ON jobs(fingerprint);
+    CREATE INDEX jobs_updated ON jobs(updated_at);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        ts REAL NOT NULL,
+        src TEXT,
+        dst TEXT,
+        reason TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        data_json TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX events_job ON events(job_id, id);
+    CREATE TABLE metrics (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        step INTEGER,
+        key TEXT NOT NULL,
+        value REAL NOT NULL,
+        ts REAL NOT NULL
+    );
+    CREATE INDEX metrics_job_key ON metrics(job_id, key, step);
+    """,
+]
+
+# Columns that hold JSON documents, decoded on read and encoded on write.
+_JSON_COLUMNS = ("request_json", "plan_json", "bundle_json", "handle_json", "last_metric_json")
+
+
+@dataclass
+class Job:
+    id: str
+    short_id: str
+    name: str
+    state: State
+    provider: str | None
+    created_at: float
+    updated_at: float
+    started_at: float | None
+    ended_at: float | None
+    project_dir: str
+    outputs_dir: str
+    request_id: str | None
+    fingerprint: str
+    request: dict
+    plan: dict
+    digest: str | None
+    approved_digest: str | None
+    bundle_hash: str | None
+    bundle: dict
+    attempt: int
+    handle: dict
+    exit_code: int | None
+    cancel_requested: bool
+    reason: str
+    metrics_offset: int
+    last_metric: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "Job":
+        d = dict(row)
+        for col in _JSON_COLUMNS:
+            d[col.removesuffix("_json")] = json.loads(d.pop(col) or "{}")
+        d["state"] = State(d["state"])
+        d["cancel_requested"] = bool(d["cancel_requested"])
+        return cls(**d)
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    def to_json(self, verbose: bool = False) -> dict[str, Any]:
+        """The documented job object of `--json` output (stable field names)."""
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "short_id": self.short_id,
+            "name": self.name,
+            "state": self.state.value,
+            "provider": self.provider,
+            "reason": self.reason,
+            "created_at": _iso(self.created_at),
+            "started_at": _iso(self.started_at),
+            "ended_at": _iso(self.ended_at),
+            "outputs_dir": self.outputs_dir,
+            "exit_code": self.exit_code,
+            "attempt": self.attempt,
+            "hours": self.request.get("hours"),
+            "digest": self.digest,
+            "last_metric": self.last_metric,
+        }
+        if verbose:
+            doc.update(request=self.request, plan=self.plan, bundle=self.bundle,
+                       project_dir=self.project_dir, request_id=self.request_id,
+                       approved_digest=self.approved_digest, handle=self.handle)
+        else:
+            doc = {k: v for k, v in doc.items() if v not in (None, "", {})}
+        return doc
+
+
+@dataclass
+class Event:
+    id: int
+    job_id: str
+    ts: float
+    src: str | None
+    dst: str | None
+    reason: str
+    actor: str
+    data: dict
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ts": _iso(self.ts), "from": self.src, "to": self.dst, "reason": self.reason,
+                "actor": self.actor, **({"data": self.data} if self.data else {})}
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+
+
+class Store:
+    """One connection per process, guarded by a lock so worker threads may share it."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or paths.db_file()
+        self._lock = threading.RLock()
+        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=60,
+                                    check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA busy_timeout = 60000")
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":
+            with self.write():
+                self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        self._migrate()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- transactions -------------------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that takes the write lock up front (BEGIN IMMEDIATE)."""
+        with self._lock:
+            if self.conn.in_transaction:  # nested: join the outer transaction
+                yield self.conn
+                return
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version >= len(MIGRATIONS):
+            return
+        with self.write() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]  # re-read under the lock
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in filter(str.strip, script.split(";")):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number}")
+
+    def data_version(self) -> int:
+        """Changes whenever another connection commits: a cheap "did anything change?"."""
+        with self._lock:
+            return self.conn.execute("PRAGMA data_version").fetchone()[0]
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def insert_job(self, row: dict[str, Any], *, reason: str, actor: str) -> Job:
+        now = time.time()
+        row = {**row, "created_at": now, "updated_at": now, "state": State.QUEUED.value}
+        for col in _JSON_COLUMNS:
+            key = col.removesuffix("_json")
+            if key in row:
+                row[col] = json.dumps(row.pop(key), sort_keys=True)
+        cols = ", ".join(row)
+        marks = ", ".join(f":{c}" for c in row)
+        with self.write() as db:
+            db.execute(f"INSERT INTO jobs ({cols}) VALUES ({marks})", row)
+            self._event(db, row["id"], None, State.QUEUED, reason, actor, {}, now)
+        return self.get(row["id"])
+
+    def transition(self, job_id: str, dst: State, reason: str, *, actor: str = "supervisor",
+                   data: dict | None = None, expect: Iterable[State] | None = None,
+                   **fields: Any) -> Job:
+        """Move a job to `dst`, recording why; `expect` guards against a racing writer."""
+        now = time.time()
+        with self.write() as db:
+            job = self._get(db, job_id)
+            if expect is not None and job.state not in set(expect):
+                raise IllegalTransition(
+                    f"job {job.short_id} is {job.state}, expected one of {sorted(expect)}")
+            if not can_move(job.state, dst):
+                raise IllegalTransition(f"job {job.short_id}: {job.state} -> {dst} is not legal")
+            sets = {"state": State(dst).value, "updated_at": now, "reason": reason, **fields}
+            if dst == State.RUNNING and job.started_at is None:
+                sets.setdefault("started_at", now)
+            if State(dst) in TERMINAL:
+                sets.setdefault("ended_at", now)
+            self._update(db, job_id, sets)
+            self._event(db, job_id, job.state, State(dst), reason, actor, data or {}, now)
+            return self._get(db, job_id)
+
+    def update(self, job_id: str, **fields: Any) -> Job:
+        """Change a job's fields other than its state (the state goes through `transition`)."""
+        if "state" in fields:
+            raise IllegalTransition("use transition() to change a job's state")
+        with self.write() as db:
+            self._update(db, job_id, {"updated_at": time.time(), **fields})
+            return self._get(db, job_id)
+
+    def add_event(self, job_id: str, reason: str, *, actor: str = "supervisor",
+                  data: dict | None = None) -> None:
+        """A note in a job's history that does not change its state."""
+        with self.write() as db:
+            self._event(db, job_id, None, None, reason, actor, data or {}, time.time())
+            db.execute("UPDATE jobs SET updated_at = ? WHERE id = ?", (time.time(), job_id))
+
+    def _update(self, db: sqlite3.Connection, job_id: str, sets: dict[str, Any]) -> None:
+        for col in _JSON_COLUMNS:
+            key = col.removesuffix("_json")
+            if key in sets:
+                sets[col] = json.dumps(sets.pop(key), sort_keys=True)
+        assignments = ", ".join(f"{c} = :{c}" for c in sets)
+        db.execute(f"UPDATE jobs SET {assignments} WHERE id = :_id", {**sets, "_id": job_id})
+
+    @staticmethod
+    def _event(db: sqlite3.Connection, job_id: str, src: State | None, dst: State | None,
+               reason: str, actor: str, data: dict, ts: float) -> None:
+        db.execute(
+            "INSERT INTO events (job_id, ts, src, dst, reason, actor, data_json) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (job_id, ts, src and State(src).value, dst and State(dst).value, reason, actor,
+             json.dumps(data, sort_keys=True)))
+
+    def _get(self, db: sqlite3.Connection, job_id: str) -> Job:
+        row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        return Job.from_row(row)
+
+    def get(self, job_id: str) -> Job:
+        with self._lock:
+            return self._get(self.conn, job_id)
+
+    def resolve(self, ref: str) -> Job:
+        """A job by full id, short id, unique prefix, or `last` (the newest job)."""
+        ref = ref.strip()
+        with self._lock:
+            if ref in ("last", "latest", "-"):
+                row = self.conn.execute(
+                    "SELECT * FROM jobs ORDER BY created_at DESC, rowid DESC LIMIT 1").fetchone()
+                if row is None:
+                    raise NotFound("there are no jobs yet", fix="submit one with `gpu submit SCRIPT`")
+                return Job.from_row(row)
+            if not ref or not all(c.isalnum() or c in "-_" for c in ref):
+                raise NotFound(f"{ref!r} is not a job id", fix="list jobs with `gpu jobs`")
+            rows = self.conn.execute(
+                "SELECT * FROM jobs WHERE id = ? OR short_id = ? OR id LIKE ? LIMIT 3",
+                (ref, ref, ref + "%")).fetchall()
+        exact = [r for r in rows if ref in (r["id"], r["short_id"])]
+        if exact:
+            return Job.from_row(exact[0])
+        if not rows:
+            raise NotFound(f"no job matches {ref!r}", fix="list jobs with `gpu jobs`")
+        if len(rows) > 1:
+            raise UserError(f"{ref!r} matches several jobs", fix="give more characters of the id")
+        return Job.from_row(rows[0])
+
+    def jobs(self, states: Iterable[State] | None = None, limit: int | None = None,
+             since: float | None = None) -> list[Job]:
+        sql, args = "SELECT * FROM jobs", []
+        where = []
+        if states is not None:
+            states = [State(s).value for s in states]
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args += states
+        if since is not None:
+            where.append("updated_at > ?")
+            args.append(since)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, rowid DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            return [Job.from_row(r) for r in self.conn.execute(sql, args).fetchall()]
+
+    def find_active(self, *, request_id: str | None = None, fingerprint: str | None = None,
+                    db: sqlite3.Connection | None = None) -> Job | None:
+        db = db or self.conn
+        if request_id is not None:
+            row = db.execute("SELECT * FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
+            return Job.from_row(row) if row else None
+        active = [s.value for s in ACTIVE]
+        row = db.execute(
+            f"SELECT * FROM jobs WHERE fingerprint = ? AND request_id IS NULL AND state IN "
+            f"({', '.join('?' * len(active))}) ORDER BY created_at DESC LIMIT 1",
+            (fingerprint, *active)).fetchone()
+        return Job.from_row(row) if row else None
+
+    def events(self, job_id: str) -> list[Event]:
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT * FROM events WHERE job_id = ? ORDER BY id", (job_id,)).fetchall()
+        return [
+            Event(id=r["id"], job_id=r["job_id"], ts=r["ts"], src=r["src"], dst=r["dst"],
+                  reason=r["reason"], actor=r["actor"], data=json.loads(r["data_json"]))
+            for r in rows]
+
+    # -- metrics ------------------------------------------------------------------------
+
+    def add_metrics(self, job_id: str, rows: list[tuple[int | None, str, float, float]],
+                    offset: int, last: dict[str, Any]) -> None:
+        """Append parsed metric points and advance the read offset in one transaction."""
+        with self.write() as db:
+            db.executemany(
+                "INSERT INTO metrics (job_id, step, key, value, ts) VALUES (?, ?, ?, ?, ?)",
+                [(job_id, *r) for r in rows])
+            sets: dict[str, Any] = {"metrics_offset": offset}
+            if last:
+                sets["last_metric"] = last
+            self._update(db, job_id, sets)
+
+    def metrics(self, job_id: str, key: str | None = None) -> dict[str, list[tuple[int | None, float, float]]]:
+        sql = "SELECT key, step, value, ts FROM metrics WHERE job_id = ?"
+        args: list[Any] = [job_id]
+        if key:
+            sql += " AND key = ?"
+            args.append(key)
+        sql += " ORDER BY key, rowid"
+        out: dict[str, list[tuple[int | None, float, float]]] = {}
+        with self._lock:
+            for k, step, value, ts in self.conn.execute(sql, args):
+                out.setdefault(k, []).append((step, value, ts))
+        return out

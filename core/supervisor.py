@@ -1,0 +1,345 @@
+"""The supervisor: one asyncio loop per user and machine that drives every live job.
+
+It holds an flock on `supervisor.lock` (so there is never a second one), is started on demand
+by the commands that need it and detaches from them, and exits after a quiet spell. All it
+knows is in the store and in the providers' own records, so after a `kill -9` a new one
+re-adopts what is running (by the provider-side tag of job id and attempt), launches nothing
+twice, and records the exit of a job that ended while it was down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import paths
+from .errors import IllegalTransition, UserError
+from .providers.base import Poll
+from .states import ACTIVE, LAUNCHED, State
+from .store import Job, Store
+
+log = logging.getLogger("gpu-router.supervisor")
+
+CANCEL_GRACE_S = 10.0
+IDLE_EXIT_S = 60.0
+
+
+# -- starting and waking it ----------------------------------------------------------------
+
+
+def _try_lock() -> int | None:
+    fd = os.open(paths.daemon_lock_file(), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def running_pid() -> int | None:
+    """The pid of the live supervisor, or None when none holds the lock."""
+    fd = _try_lock()
+    if fd is not None:
+        os.close(fd)
+        return None
+    try:
+        return int(paths.daemon_lock_file().read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def ensure_running() -> int | None:
+    """Start a detached supervisor unless one runs; wake the one that runs."""
+    pid = running_pid()
+    if pid:
+        wake(pid)
+        return pid
+    logf = open(paths.daemon_log_file(), "ab")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "core.supervisor"], stdin=subprocess.DEVNULL,
+                                stdout=logf, stderr=logf, start_new_session=True,
+                                cwd=str(paths.home()), close_fds=True,
+                                env={**os.environ, "PYTHONPATH": _package_parent()})
+    finally:
+        logf.close()
+    return proc.pid
+
+
+def _package_parent() -> str:
+    parent = str(Path(__file__).resolve().parent.parent)
+    existing = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([parent, existing]) if existing else parent
+
+
+def wake(pid: int | None = None) -> None:
+    pid = pid or running_pid()
+    if pid:
+        try:
+            os.kill(pid, signal.SIGUSR2)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# -- the loop ------------------------------------------------------------------------------
+
+
+class Supervisor:
+    def __init__(self, store: Store | None = None, providers: dict[str, Any] | None = None,
+                 tick_s: float = 1.0, idle_exit_s: float = IDLE_EXIT_S) -> None:
+        self.store = store or Store()
+        self._providers = providers
+        self.tick_s = tick_s
+        self.idle_exit_s = idle_exit_s
+        self.wakeup = asyncio.Event()
+        self.busy: set[str] = set()
+        self.verified: set[str] = set()
+        self.stopping = False
+
+    @property
+    def providers(self) -> dict[str, Any]:
+        if self._providers is None:
+            from .userconfig import providers
+
+            self._providers = providers()
+        return self._providers
+
+    def reload_providers(self) -> None:
+        self._providers = None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop)
+        loop.add_signal_handler(signal.SIGUSR2, self.wakeup.set)
+        log.info("supervisor %d started", os.getpid())
+        quiet_since = time.monotonic()
+        tasks: set[asyncio.Task] = set()
+        while not self.stopping:
+            try:
+                live = await self.tick(tasks)
+            except Exception:  # noqa: BLE001 - one bad tick must not end supervision
+                log.exception("tick failed")
+                live = True
+            if live:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since > self.idle_exit_s:
+                log.info("no live jobs for %.0fs: exiting", self.idle_exit_s)
+                break
+            try:
+                await asyncio.wait_for(self.wakeup.wait(), self.tick_s)
+            except TimeoutError:
+                pass
+            self.wakeup.clear()
+        if tasks:
+            await asyncio.wait(tasks, timeout=30)
+
+    def _stop(self) -> None:
+        self.stopping = True
+        self.wakeup.set()
+
+    async def tick(self, tasks: set[asyncio.Task] | None = None) -> bool:
+        """Start one step for each live job that is not mid-step; True if any job is live."""
+        tasks = tasks if tasks is not None else set()
+        jobs = self.store.jobs(states=ACTIVE)
+        jobs.sort(key=lambda j: j.created_at)  # first come, first placed
+        load: dict[str, int] = {}
+        for job in jobs:
+            if job.state in LAUNCHED:
+                load[job.provider or ""] = load.get(job.provider or "", 0) + 1
+        for job in jobs:
+            if job.id in self.busy:
+                continue
+            if job.state == State.ROUTING:
+                provider = self.providers.get(job.provider or "")
+                if provider is None:
+                    self._fail(job, f"target {job.provider!r} is no longer configured")
+                    continue
+                if load.get(job.provider, 0) >= provider.max_jobs:
+                    self._note_waiting(job, provider, load.get(job.provider, 0))
+                    continue
+                load[job.provider] = load.get(job.provider, 0) + 1
+            elif job.state not in LAUNCHED:
+                continue
+            self.busy.add(job.id)
+            task = asyncio.create_task(self._step_guarded(job))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.wait(set(tasks), timeout=self.tick_s)
+        return bool(jobs)
+
+    def _note_waiting(self, job: Job, provider: Any, running: int) -> None:
+        reason = f"waiting for a free slot on {provider.name} ({running} of {provider.max_jobs} in use)"
+        if job.reason != reason:
+            self.store.update(job.id, reason=reason)
+
+    async def _step_guarded(self, job: Job) -> None:
+        try:
+            await self.step(job)
+        except IllegalTransition as exc:  # another process moved it first (cancel, say)
+            log.info("job %s: %s", job.short_id, exc)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("job %s: step failed", job.short_id)
+            try:
+                fresh = self.store.get(job.id)
+                if fresh.state not in LAUNCHED:
+                    self._fail(fresh, f"gpu-router could not start it: {exc}")
+            except Exception:  # noqa: BLE001
+                log.exception("job %s: could not record the failure", job.short_id)
+        finally:
+            self.busy.discard(job.id)
+
+    async def step(self, job: Job) -> None:
+        job = self.store.get(job.id)  # the freshest copy: others write too
+        if job.state == State.ROUTING:
+            await self._launch(job)
+            return
+        if job.state not in LAUNCHED:
+            return
+        provider = self.providers.get(job.provider or "")
+        if provider is None:
+            self._fail(job, f"target {job.provider!r} is no longer configured")
+            return
+        if job.state == State.PROVISIONING and not job.handle.get("launched_at"):
+            # the supervisor died between placing the job and starting it: start it now
+            # (the launcher's O_EXCL claim makes a second start of one attempt a no-op)
+            await self._start_attempt(job, provider)
+            return
+        if job.cancel_requested:
+            await self._cancel(job, provider)
+        if job.id not in self.verified:
+            if hasattr(provider, "is_ours"):
+                poll = await provider.poll(job)
+                if poll.phase in ("running", "provisioning") and not await asyncio.to_thread(provider.is_ours, job) \
+                        and job.handle.get("launched_at", 0) < time.time() - 30:
+                    await self._finish(job, provider, Poll("lost", detail="its process id now belongs to another program"))
+                    return
+            self.verified.add(job.id)
+        await self._ingest_metrics(job, provider)
+        poll = await provider.poll(job)
+        if poll.phase == "running" and job.state == State.PROVISIONING:
+            self.store.transition(job.id, State.RUNNING, "started", expect=[State.PROVISIONING])
+        elif poll.phase in ("exited", "lost"):
+            await self._ingest_metrics(self.store.get(job.id), provider)
+            await self._finish(self.store.get(job.id), provider, poll)
+
+    async def _launch(self, job: Job) -> None:
+        provider = self.providers[job.provider]
+        job = self.store.transition(job.id, State.PROVISIONING,
+                                    f"placed on {provider.name}", expect=[State.ROUTING],
+                                    attempt=job.attempt + 1, handle={}, exit_code=None)
+        await self._start_attempt(job, provider)
+
+    async def _start_attempt(self, job: Job, provider: Any) -> None:
+        from .secrets import secrets_for_launch
+
+        try:
+            env_secrets = secrets_for_launch(job)
+        except UserError as exc:
+            self._fail(job, exc.message())
+            return
+        try:
+            handle = await provider.launch(job, env_secrets)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("job %s: launch failed", job.short_id)
+            self._fail(job, f"could not start on {provider.name}: {exc}")
+            return
+        self.store.update(job.id, handle=handle)
+        self.store.add_event(job.id, f"attempt {job.attempt} started on {provider.name}",
+                             data={"attempt": job.attempt})
+
+    async def _cancel(self, job: Job, provider: Any) -> None:
+        sent = job.handle.get("cancel_sent_at")
+        now = time.time()
+        if sent is None:
+            await provider.cancel(job)
+            self.store.update(job.id, handle={**job.handle, "cancel_sent_at": now})
+        elif now - sent > CANCEL_GRACE_S and not job.handle.get("cancel_forced"):
+            await provider.cancel(job, force=True)
+            self.store.update(job.id, handle={**job.handle, "cancel_forced": True})
+
+    async def _ingest_metrics(self, job: Job, provider: Any) -> None:
+        data, offset = await provider.read_metrics(job, job.metrics_offset)
+        if offset == job.metrics_offset and not data:
+            return
+        rows, last = parse_metrics(data)
+        self.store.add_metrics(job.id, rows, offset, {**job.last_metric, **last} if last else {})
+
+    async def _finish(self, job: Job, provider: Any, poll: Poll) -> None:
+        if job.cancel_requested:
+            dst, reason = State.CANCELLED, "cancelled by request"
+        elif poll.phase == "lost":
+            dst, reason = State.FAILED, f"lost: {poll.detail}"
+        elif poll.exit_code == 0:
+            dst, reason = State.DONE, "exited with status 0"
+        else:
+            dst, reason = State.FAILED, (f"exited with status {poll.exit_code}"
+                                         + (f": {poll.detail}" if poll.detail else ""))
+        from .service import bring_home
+
+        notes = await bring_home(self.store, job, provider)
+        self.store.transition(job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
+                              data={"notes": notes} if notes else None)
+        from .service import write_job_json
+
+        await asyncio.to_thread(write_job_json, self.store, self.store.get(job.id))
+
+    def _fail(self, job: Job, reason: str) -> None:
+        try:
+            self.store.transition(job.id, State.FAILED, reason)
+        except IllegalTransition:
+            log.info("job %s: could not fail it from %s", job.short_id, job.state)
+
+
+def parse_metrics(data: bytes) -> tuple[list[tuple[int | None, str, float, float]], dict]:
+    """Rows (step, key, value, ts) from JSON lines written by `gpu.log`, and the last values."""
+    rows: list[tuple[int | None, str, float, float]] = []
+    last: dict[str, Any] = {}
+    for line in data.splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(doc, dict):
+            continue
+        step = doc.pop("step", None)
+        ts = doc.pop("ts", time.time())
+        step = int(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+        for key, value in doc.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if not math.isfinite(value):
+                continue
+            rows.append((step, str(key)[:100], float(value), float(ts)))
+            last[str(key)[:100]] = value
+    if last and rows:
+        last = {**last, "_step": rows[-1][0]}
+    return rows, last
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    fd = _try_lock()
+    if fd is None:
+        return 0  # another supervisor runs: it will do the work
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    idle = float(os.environ.get("GPU_ROUTER_IDLE_EXIT_S", IDLE_EXIT_S))
+    tick = float(os.environ.get("GPU_ROUTER_TICK_S", 1.0))
+    asyncio.run(Supervisor(tick_s=tick, idle_exit_s=idle).run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

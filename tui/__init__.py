@@ -1,0 +1,1 @@
+"""The `gpu` command line and the Textual dashboard: a thin front over `core`."""

@@ -1,0 +1,144 @@
+"""Human output of the CLI: rich tables and panels, imported only when a human reads."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from core.sanitize import markup_safe
+
+STATE_STYLE = {
+    "queued": "dim", "routing": "cyan", "awaiting_approval": "bold yellow",
+    "provisioning": "cyan", "running": "bold green", "checkpointing": "green",
+    "migrating": "magenta", "done": "green", "failed": "bold red", "cancelled": "dim red",
+    "denied": "red",
+}
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def state_text(state: str) -> str:
+    mark = "⏸ " if state == "awaiting_approval" else ""
+    return f"[{STATE_STYLE.get(state, '')}]{mark}{state}[/]"
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def elapsed(job) -> float | None:
+    if job.started_at is None:
+        return None
+    return (job.ended_at or time.time()) - job.started_at
+
+
+def jobs_table(jobs: list) -> Any:
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("ID", "NAME", "STATE", "TARGET", "ELAPSED", "HOURS", "LAST METRIC", "AGE"):
+        table.add_column(col, no_wrap=True)
+    now = time.time()
+    for job in jobs:
+        metric = {k: v for k, v in job.last_metric.items() if not k.startswith("_")}
+        last = ", ".join(f"{k}={v:.4g}" for k, v in list(metric.items())[:2]) if metric else ""
+        hours = job.request.get("hours")
+        table.add_row(job.short_id, markup_safe(job.name), state_text(job.state.value),
+                      job.provider or "-", duration(elapsed(job)),
+                      f"{hours:g}" if hours else "-", markup_safe(last),
+                      duration(now - job.created_at) + " ago")
+    return table
+
+
+def status_panel(job, events: list, metrics: dict) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    info = Table.grid(padding=(0, 2))
+    info.add_column(style="bold")
+    info.add_column()
+    rows = [
+        ("job", f"{job.short_id}  ({job.id})"),
+        ("name", markup_safe(job.name)),
+        ("state", state_text(job.state.value) + (f"  {markup_safe(job.reason)}" if job.reason else "")),
+        ("target", f"{job.provider or '-'}  ({job.plan.get('gpu', '-')})"),
+        ("command", markup_safe(" ".join(job.plan.get("command", [])))),
+        ("hours", f"{job.request.get('hours') or '-'} estimated, {duration(elapsed(job))} elapsed"),
+        ("attempt", str(job.attempt)),
+        ("bundle", f"{job.bundle.get('files', 0)} files, {human_bytes(job.bundle.get('bytes', 0))}"),
+        ("outputs", job.outputs_dir),
+        ("digest", job.digest or "-"),
+    ]
+    if job.exit_code is not None:
+        rows.append(("exit code", str(job.exit_code)))
+    for k, v in rows:
+        info.add_row(k, v)
+    parts: list[Any] = [info]
+    if metrics:
+        parts.append("")
+        parts.append(metrics_table(metrics))
+    ev = Table(box=None, header_style="bold", pad_edge=False, title=None)
+    ev.add_column("TIME", no_wrap=True)
+    ev.add_column("CHANGE", no_wrap=True)
+    ev.add_column("REASON")
+    for e in events[-12:]:
+        change = f"{e.src or ''} -> {e.dst}" if e.dst else "note"
+        ev.add_row(time.strftime("%H:%M:%S", time.localtime(e.ts)), change, markup_safe(e.reason))
+    parts += ["", ev]
+    return Group(*parts)
+
+
+def metrics_table(metrics: dict) -> Any:
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("METRIC", "LAST", "MIN", "MAX", "POINTS", "LAST STEP"):
+        table.add_column(col, no_wrap=True, justify="left" if col == "METRIC" else "right")
+    for key, series in sorted(metrics.items()):
+        values = [v for _, v, _ in series]
+        table.add_row(markup_safe(key), f"{values[-1]:.6g}", f"{min(values):.6g}",
+                      f"{max(values):.6g}", str(len(values)), str(series[-1][0] if series[-1][0] is not None else "-"))
+    return table
+
+
+def bundle_panel(summary: dict, files: list[str] | None = None) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    parts: list[Any] = [f"[bold]{summary['files']}[/] files, [bold]{human_bytes(summary['bytes'])}[/] will ship"]
+    if files:
+        parts += [markup_safe(f"  {f}") for f in files]
+    left = summary.get("left_out") or []
+    if left:
+        table = Table(box=None, header_style="bold", pad_edge=False, title_justify="left")
+        table.add_column("LEFT OUT", no_wrap=True)
+        table.add_column("FILES", justify="right")
+        table.add_column("SIZE", justify="right")
+        table.add_column("WHY")
+        for item in left:
+            table.add_row(markup_safe(item["path"]), str(item.get("files", "")),
+                          human_bytes(item["bytes"]) if "bytes" in item else "",
+                          markup_safe(item["reason"]) + (" (partly counted)" if item.get("partial") else ""))
+        parts += ["", table, f"[dim]hint: {summary.get('hint', '')}[/]"]
+    for w in summary.get("warnings") or []:
+        parts.append(f"[yellow]warning:[/] {markup_safe(w)}")
+    return Group(*parts)
