@@ -129,7 +129,8 @@ def list_project(project_dir: Path, include: list[str] = ()) -> Listing:
         matched = 0
         for rel in _expand_include(root, project_rel, pattern):
             matched += 1
-            if rel not in listing.entries:
+            if rel not in seen and rel not in listing.entries:  # a withheld path is listed once
+                seen.add(rel)
                 _consider(listing, rel, never_prefixes, expand_dirs=False)
         if not matched:
             listing.warnings.append(f"include {pattern!r} matches no file")
@@ -280,7 +281,10 @@ def _expand_include(root: Path, project_rel: str, pattern: str):
     import pathspec
 
     raw = pattern.strip()
-    if not raw or raw.startswith(("/", "~")) or os.path.isabs(raw):
+    if not raw:
+        raise UserError(f"include {pattern!r} is empty",
+                        fix="give a glob relative to the project directory, e.g. data/*.png")
+    if raw.startswith(("/", "~")) or os.path.isabs(raw):
         raise UserError(f"include {pattern!r} is an absolute path",
                         fix="give include globs relative to the project directory")
     joined = posixpath.normpath(posixpath.join(project_rel or ".", raw))

@@ -7,6 +7,7 @@ allowed; nothing downstream re-checks types.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import shlex
@@ -147,16 +148,16 @@ def _data(v: Any) -> list[str]:
 def _positive(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError("a number")
-    if v <= 0:
-        raise ValueError("a number above 0")
+    if v <= 0 or not math.isfinite(v):
+        raise ValueError("a finite number above 0")
     return float(v)
 
 
 def _non_negative(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError("a number")
-    if v < 0:
-        raise ValueError("a number of 0 or more")
+    if v < 0 or not math.isfinite(v):
+        raise ValueError("a finite number of 0 or more")
     return float(v)
 
 

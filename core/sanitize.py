@@ -25,10 +25,20 @@ _SEQUENCES = re.compile(
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
+_LONE = re.compile("[\udc80-\udcff]")
+
+
+def _c1_or_replacement(m: re.Match) -> str:
+    code = ord(m.group()) - 0xDC00
+    return chr(code) if code < 0xA0 else "\ufffd"
+
+
 def printable(text: str | bytes) -> str:
     """Only printable characters, tab and newline; carriage returns end a line."""
     if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
+        # raw C1 bytes (0x80-0x9f) are not UTF-8: keep them as C1 characters so the
+        # sequences they start are removed whole, and show other bad bytes as U+FFFD
+        text = _LONE.sub(_c1_or_replacement, text.decode("utf-8", "surrogateescape"))
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _SEQUENCES.sub("", text)

@@ -59,8 +59,11 @@ def running_pid() -> int | None:
         return None
 
 
-def ensure_running() -> int | None:
-    """Start a detached supervisor unless one runs; wake the one that runs."""
+def ensure_running(wait_s: float = 0.0) -> int | None:
+    """Start a detached supervisor unless one runs; wake the one that runs.
+
+    With `wait_s`, wait until the new one holds its lock and return its pid.
+    """
     pid = running_pid()
     if pid:
         wake(pid)
@@ -73,6 +76,14 @@ def ensure_running() -> int | None:
                                 env={**os.environ, "PYTHONPATH": _package_parent()})
     finally:
         logf.close()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        pid = running_pid()
+        if pid:
+            return pid
+        if proc.poll() is not None:  # it found another one holding the lock, or failed
+            return running_pid()
+        time.sleep(0.02)
     return proc.pid
 
 

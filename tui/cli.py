@@ -264,7 +264,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             print(f"supervisor {'pid %d %s' % (pid, 'stopping' if args.stop else 'running') if pid else 'not running'}")
         return 0
     if args.detach:
-        pid = supervisor.ensure_running()
+        pid = supervisor.ensure_running(wait_s=10)
         if args.json:
             _emit_json({"running": True, "pid": pid})
         else:
@@ -365,7 +365,15 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
+    extra: list[str] = []
+    if "--" in argv:  # everything after -- belongs to the script, even with no SCRIPT given
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1:]
     args = parser.parse_args(argv)
+    if extra:
+        if not hasattr(args, "args"):
+            parser.error("arguments after -- are only for submit and plan")
+        args.args = [*(args.args or []), *extra]
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -1,0 +1,113 @@
+"""Shared fixtures: a private gpu-router world per test, and the installed `gpu` command.
+
+Every test gets its own GPU_ROUTER_HOME and user config, so tests never see each other's
+jobs; supervisors started during a test are stopped (and their jobs' process groups
+killed) when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "quickstart"
+
+
+def gpu_exe() -> str:
+    exe = shutil.which("gpu")
+    if exe is None:
+        pytest.fail("the `gpu` command is not installed: run the README's test command "
+                    "(pip install -e '.[test]')")
+    return exe
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private data dir and user config for this test; cleaned up with its processes."""
+    h = tmp_path / "gpu-home"
+    h.mkdir()
+    cfg = tmp_path / "user-config.yaml"
+    monkeypatch.setenv("GPU_ROUTER_HOME", str(h))
+    monkeypatch.setenv("GPU_ROUTER_CONFIG", str(cfg))
+    monkeypatch.setenv("GPU_ROUTER_TICK_S", "0.2")
+    monkeypatch.setenv("GPU_ROUTER_IDLE_EXIT_S", "20")
+    yield h
+    _stop_world(h)
+
+
+def _stop_world(h: Path) -> None:
+    lock = h / "supervisor.lock"
+    if lock.exists():
+        try:
+            pid = int(lock.read_text().strip() or 0)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+    for pidfile in h.glob("jobs/*/attempts/*/pid"):
+        try:
+            doc = json.loads(pidfile.read_text())
+            os.killpg(doc["pgid"], signal.SIGKILL)
+        except (ValueError, KeyError, ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+def run_gpu(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 120,
+            input: str | None = None) -> subprocess.CompletedProcess:
+    """Run the installed `gpu` command as a user would (no terminal)."""
+    return subprocess.run([gpu_exe(), *args], cwd=cwd, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout, input=input)
+
+
+def gpu_json(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 120) -> dict:
+    args_list = list(args)
+    at = args_list.index("--") if "--" in args_list else len(args_list)
+    args_list.insert(at, "--json")
+    proc = run_gpu(*args_list, cwd=cwd, env=env, timeout=timeout)
+    assert proc.returncode == 0, f"gpu {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}\n{proc.stdout}"
+    return json.loads(proc.stdout)
+
+
+def wait_state(job: str, states: set[str], timeout: float = 120, cwd: Path | None = None) -> dict:
+    """Poll `gpu status JOB --json` until the job reaches one of `states`."""
+    deadline = time.monotonic() + timeout
+    doc: dict = {}
+    while time.monotonic() < deadline:
+        doc = gpu_json("status", job, cwd=cwd)
+        if doc["state"] in states:
+            return doc
+        time.sleep(0.2)
+    raise AssertionError(f"job {job} did not reach {states} in {timeout}s; last: {doc}")
+
+
+def make_git_project(path: Path, files: dict[str, str], gitignore: str = "") -> Path:
+    """A real git repository with these files committed (and a .gitignore if given)."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    for rel, text in files.items():
+        f = path / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    if gitignore:
+        (path / ".gitignore").write_text(gitignore)
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    return path
+
+
+def copy_example(dest: Path) -> Path:
+    """The quickstart example as its own git project (so its runs/ land in the test's tmp)."""
+    files = {p.relative_to(EXAMPLE).as_posix(): p.read_text()
+             for p in EXAMPLE.rglob("*") if p.is_file() and "runs" not in p.parts
+             and "__pycache__" not in p.parts}
+    return make_git_project(dest, files, gitignore="runs/\n__pycache__/\n")

@@ -1,0 +1,172 @@
+"""End to end through the installed `gpu` command on the local target: a user's first run."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import copy_example, gpu_json, make_git_project, run_gpu, wait_state
+
+pytestmark = pytest.mark.slow
+
+
+def test_example_runs_to_done_and_comes_home(home: Path, tmp_path: Path) -> None:
+    project = copy_example(tmp_path / "quickstart")
+    sub = gpu_json("submit", "--wait-s", "10", cwd=project)
+    assert set(sub) == {"job", "guidance", "submitted", "bundle"}
+    assert sub["submitted"] is True
+    job = sub["job"]
+    for key in ("id", "short_id", "name", "state", "provider", "created_at", "outputs_dir"):
+        assert key in job, key
+    assert job["provider"] == "local" and job["name"] == "quickstart"
+    assert sub["guidance"]["follow"] == f"gpu logs -f {job['short_id']}"
+    assert sub["guidance"]["needs_approval"] is False
+    assert set(sub["bundle"]) <= {"files", "bytes", "left_out", "hint", "warnings"}
+    assert sub["bundle"]["files"] >= 4
+
+    done = wait_state(job["short_id"], {"done", "failed"}, timeout=180)
+    assert done["state"] == "done", run_gpu("logs", job["short_id"]).stdout
+    assert done["exit_code"] == 0
+
+    out = Path(job["outputs_dir"])
+    assert out == project / "runs" / job["short_id"]
+    result = json.loads((out / "result.json").read_text())
+    assert result["steps"] == 60 and abs(result["w"] - 3) < 1.0
+
+    doc = json.loads((out / "job.json").read_text())
+    assert doc["job"]["state"] == "done"
+    assert doc["job"]["request"]["script"] == "train.py"
+    assert doc["job"]["plan"]["digest"] == doc["job"]["digest"]
+    states = [e["to"] for e in doc["events"] if e["to"]]
+    assert states == ["queued", "routing", "provisioning", "running", "done"]
+    assert doc["metrics"]["loss"]["points"] == 60
+
+    log = run_gpu("logs", job["short_id"]).stdout
+    assert "done: w=" in log and "step   50" in log
+    assert (out / "job.log").read_text().count("done: w=") == 1
+
+    metrics = gpu_json("metrics", job["short_id"])["metrics"]
+    assert metrics["loss"]["points"] == 60
+    assert metrics["loss"]["min"] < metrics["loss"]["series"][0]["value"]
+    assert [p["step"] for p in metrics["loss"]["series"]] == list(range(60))
+    human = run_gpu("metrics", job["short_id"]).stdout
+    assert "loss" in human and "60" in human
+
+    jobs = gpu_json("jobs")["jobs"]
+    assert [j["short_id"] for j in jobs] == [job["short_id"]]
+
+
+def test_logs_follow_streams_until_the_end(home: Path, tmp_path: Path) -> None:
+    project = copy_example(tmp_path / "p")
+    sub = gpu_json("submit", "--wait-s", "0", "--", "--steps", "30", "--sleep", "0.05", cwd=project)
+    proc = run_gpu("logs", "-f", sub["job"]["short_id"], timeout=180)
+    assert proc.returncode == 0
+    assert "done: w=" in proc.stdout
+    assert proc.stdout.rstrip().endswith(f"-- job {sub['job']['short_id']} done: exited with status 0")
+
+
+def test_second_job_with_same_dependencies_installs_nothing(home: Path, tmp_path: Path) -> None:
+    project = copy_example(tmp_path / "p")
+    first = gpu_json("submit", "--wait-s", "0", "--name", "one", "--", "--steps", "3", "--sleep", "0", cwd=project)
+    wait_state(first["job"]["short_id"], {"done"}, timeout=180)
+    second = gpu_json("submit", "--wait-s", "0", "--name", "two", "--", "--steps", "3", "--sleep", "0", cwd=project)
+    wait_state(second["job"]["short_id"], {"done"}, timeout=180)
+    log1 = run_gpu("logs", first["job"]["short_id"]).stdout
+    log2 = run_gpu("logs", second["job"]["short_id"]).stdout
+    assert "creating environment" in log1
+    assert "reusing environment" in log2 and "pip" not in log2.lower().replace("gpu-router", "")
+    assert len(list((home / "venvs").glob("*/.ready"))) == 1
+
+
+def test_cancel_stops_the_whole_process_group(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {
+        "spawn.py": (
+            "import subprocess, sys, time, os\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            "open('child.pid', 'w').write(str(child.pid))\n"
+            "print('child', child.pid, flush=True)\n"
+            "time.sleep(600)\n"),
+    })
+    sub = gpu_json("submit", "spawn.py", "--wait-s", "10", "--hours", "0.1", cwd=project)
+    short = sub["job"]["short_id"]
+    wait_state(short, {"running"}, timeout=60)
+    pidfile = next(home.glob(f"jobs/{sub['job']['id']}/code/child.pid"), None)
+    deadline = time.monotonic() + 30
+    while pidfile is None or not pidfile.exists():
+        assert time.monotonic() < deadline, "the job never wrote its child's pid"
+        time.sleep(0.1)
+        pidfile = next(home.glob(f"jobs/{sub['job']['id']}/code/child.pid"), None)
+    child = int(pidfile.read_text())
+    res = gpu_json("cancel", short, timeout=60)
+    assert res["job"]["state"] == "cancelled"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the job's child process survived cancel")
+    assert (project / "runs" / short / "job.json").exists()
+    again = run_gpu("cancel", short)
+    assert again.returncode == 2 and "already ended" in again.stderr
+
+
+def test_cancel_before_launch_and_unknown_ids(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"a.py": "import time; time.sleep(30)\n"})
+    # one slot: the second job waits in routing until the first ends
+    busy = gpu_json("submit", "a.py", "--wait-s", "5", "--name", "busy", cwd=project)
+    waiting = gpu_json("submit", "a.py", "--wait-s", "5", "--name", "waiting", cwd=project)
+    assert waiting["job"]["state"] == "routing"
+    assert "waiting for a free slot on local" in waiting["job"]["reason"]
+    res = gpu_json("cancel", waiting["job"]["short_id"])
+    assert res["job"]["state"] == "cancelled"
+    gpu_json("cancel", busy["job"]["short_id"])
+    missing = run_gpu("status", "ffffffff")
+    assert missing.returncode == 2 and "no job matches" in missing.stderr
+
+
+def test_a_failing_script_ends_failed_with_its_status(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"bad.py": "import sys\nprint('boom')\nsys.exit(3)\n"})
+    sub = gpu_json("submit", "bad.py", "--wait-s", "0", cwd=project)
+    doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
+    assert doc["state"] == "failed" and doc["exit_code"] == 3
+    assert "exited with status 3" in doc["reason"]
+    assert "boom" in run_gpu("logs", sub["job"]["short_id"]).stdout
+
+
+def test_command_line_scripts_and_data(home: Path, tmp_path: Path) -> None:
+    data = tmp_path / "dataset"
+    data.mkdir()
+    (data / "rows.csv").write_text("a,b\n1,2\n")
+    project = make_git_project(tmp_path / "p", {
+        "run.sh": "echo shell says $1\ncat \"$GPU_ROUTER_DATA_DIR/ds/rows.csv\"\n",
+    })
+    sub = gpu_json("submit", "bash run.sh", "--data", f"ds={data}", "--wait-s", "0",
+                   "--", "hello world", cwd=project)
+    doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
+    assert doc["state"] == "done"
+    log = run_gpu("logs", sub["job"]["short_id"]).stdout
+    assert "shell says hello world" in log and "1,2" in log
+    status = gpu_json("status", sub["job"]["short_id"], "--verbose")
+    assert len(status["plan"]["data"]["ds"]) == 64  # the content hash is recorded
+
+
+def test_gpu_and_vram_requests_the_machine_cannot_meet_are_refused(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"a.py": "print(1)\n"})
+    for flags, words in ((["--gpu", "H100-NOT-HERE"], "H100-NOT-HERE"), (["--vram-gb", "100000"], "100000")):
+        proc = run_gpu("submit", "a.py", *flags, "--wait-s", "0", cwd=project)
+        assert proc.returncode == 2
+        assert "no target can run this job" in proc.stderr and words in proc.stderr
+    assert gpu_json("jobs")["jobs"] == []
+
+
+def test_every_command_has_help() -> None:
+    for cmd in ("", "submit", "bundle", "jobs", "status", "logs", "metrics", "cancel", "daemon"):
+        proc = run_gpu(*([cmd] if cmd else []), "--help")
+        assert proc.returncode == 0 and "usage: gpu" in proc.stdout, cmd

@@ -1,0 +1,144 @@
+"""The supervisor can die at any moment (kill -9) without losing a job or running one twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state
+
+pytestmark = pytest.mark.slow
+
+COUNTING_JOB = (
+    "import os, time, gpu\n"
+    "with open(os.environ['STARTS_FILE'], 'a') as f:\n"
+    "    f.write(f'{gpu.job_id()} {gpu.attempt()} {os.getpid()}\\n')\n"
+    "for step in range(int(os.environ.get('STEPS', '40'))):\n"
+    "    gpu.log(step=step, loss=1.0 / (step + 1))\n"
+    "    time.sleep(0.1)\n"
+    "(gpu.output_dir() / 'finished.txt').write_text('yes')\n"
+    "print('finished', flush=True)\n"
+)
+
+
+def _supervisor_pid(home: Path) -> int:
+    return int((home / "supervisor.lock").read_text().strip())
+
+
+def _kill_supervisor(home: Path) -> int:
+    pid = _supervisor_pid(home)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if gpu_json("daemon", "--status")["running"] is False:
+            return pid
+        time.sleep(0.05)
+    raise AssertionError("the killed supervisor still holds its lock")
+
+
+def _project(tmp_path: Path) -> tuple[Path, Path]:
+    starts = tmp_path / "starts.txt"
+    project = make_git_project(tmp_path / "p", {"count.py": COUNTING_JOB})
+    return project, starts
+
+
+def test_kill_9_mid_run_neither_loses_nor_reruns_the_job(home: Path, tmp_path: Path) -> None:
+    project, starts = _project(tmp_path)
+    sub = gpu_json("submit", "count.py", "--env", f"STARTS_FILE={starts}", "--wait-s", "10", cwd=project)
+    short = sub["job"]["short_id"]
+    wait_state(short, {"running"}, timeout=60)
+    old = _kill_supervisor(home)
+    time.sleep(1.0)  # the job goes on without a supervisor
+    assert gpu_json("status", short)["state"] == "running"
+    started = gpu_json("daemon", "--detach")
+    assert started["pid"] != old
+    doc = wait_state(short, {"done", "failed"}, timeout=60)
+    assert doc["state"] == "done"
+    lines = starts.read_text().splitlines()
+    assert len(lines) == 1, f"the job started {len(lines)} times: {lines}"
+    assert (project / "runs" / short / "finished.txt").read_text() == "yes"
+    metrics = gpu_json("metrics", short)["metrics"]
+    assert metrics["loss"]["points"] == 40  # nothing lost, nothing ingested twice
+    events = gpu_json("status", short, "--verbose")["events"]
+    assert sum("attempt 1 started" in e["reason"] for e in events) == 1
+
+
+def test_a_job_that_ends_while_the_supervisor_is_down_is_recorded(home: Path, tmp_path: Path) -> None:
+    project, starts = _project(tmp_path)
+    sub = gpu_json("submit", "count.py", "--env", f"STARTS_FILE={starts}", "--env", "STEPS=10",
+                   "--wait-s", "10", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    wait_state(short, {"running"}, timeout=60)
+    _kill_supervisor(home)
+    exit_file = home / "jobs" / job_id / "attempts" / "1" / "exit.json"
+    deadline = time.monotonic() + 60
+    while not exit_file.exists():
+        assert time.monotonic() < deadline, "the job never ended"
+        time.sleep(0.1)
+    assert gpu_json("status", short)["state"] == "running"  # nobody has looked yet
+    gpu_json("daemon", "--detach")
+    doc = wait_state(short, {"done", "failed"}, timeout=30)
+    assert doc["state"] == "done" and doc["exit_code"] == 0
+    assert len(starts.read_text().splitlines()) == 1
+    assert (project / "runs" / short / "job.json").exists()
+
+
+def test_a_job_whose_process_vanished_is_failed_not_rerun(home: Path, tmp_path: Path) -> None:
+    project, starts = _project(tmp_path)
+    sub = gpu_json("submit", "count.py", "--env", f"STARTS_FILE={starts}", "--env", "STEPS=600",
+                   "--wait-s", "10", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    wait_state(short, {"running"}, timeout=60)
+    _kill_supervisor(home)
+    pid = json.loads((home / "jobs" / job_id / "attempts" / "1" / "pid").read_text())
+    os.killpg(pid["pgid"], signal.SIGKILL)  # launcher and job die together: no exit status
+    time.sleep(0.5)
+    gpu_json("daemon", "--detach")
+    doc = wait_state(short, {"done", "failed"}, timeout=30)
+    assert doc["state"] == "failed" and "lost" in doc["reason"]
+    assert len(starts.read_text().splitlines()) == 1
+
+
+def test_an_attempt_is_never_started_twice(home: Path, tmp_path: Path) -> None:
+    """Placed but not started when the supervisor died: a restart starts it once."""
+    from core.config import build_request
+    from core.service import submit
+    from core.states import State
+    from core.store import Store
+    from core.supervisor import Supervisor
+
+    project, starts = _project(tmp_path)
+    req = build_request(project, {"script": "count.py", "env": [f"STARTS_FILE={starts}", "STEPS=3"],
+                                  "wait_s": 0})
+    store = Store()
+    job = submit(req, store=store, start_supervisor=False).job
+    # what a supervisor killed right after placing the job leaves behind
+    job = store.transition(job.id, State.PROVISIONING, "placed on local", attempt=1, handle={})
+    sup = Supervisor(store=store, tick_s=0.1)
+    provider = sup.providers["local"]
+
+    async def drive() -> None:
+        await provider.launch(store.get(job.id), {})  # the first supervisor got this far...
+        for _ in range(100):  # ...and a new one re-adopts, launching the same attempt again
+            await sup.tick()
+            if store.get(job.id).state.value in ("done", "failed"):
+                return
+            await asyncio.sleep(0.1)
+
+    asyncio.run(drive())
+    assert store.get(job.id).state == State.DONE
+    assert len(starts.read_text().splitlines()) == 1
+
+
+def test_only_one_supervisor_runs(home: Path) -> None:
+    first = gpu_json("daemon", "--detach")
+    second = gpu_json("daemon", "--detach")
+    assert first["pid"] and second["pid"] == _supervisor_pid(home)
+    proc = run_gpu("daemon", timeout=20)  # a foreground one refuses politely
+    assert proc.returncode == 0 and "already runs" in proc.stderr

@@ -1,0 +1,78 @@
+"""The `gpu` module a job imports, the launcher's masking, and metric ingestion."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
+
+from core.runtime import GPU_MODULE_DIR
+from core.runtime.launch import MASK, Masker
+from core.supervisor import parse_metrics
+
+
+def _run_job_code(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PYTHONPATH": str(GPU_MODULE_DIR.parent), **env})
+
+
+def test_runtime_dirs_metrics_and_checkpoint_signal(tmp_path: Path) -> None:
+    env = {"GPU_ROUTER_OUTPUT_DIR": str(tmp_path / "out"), "GPU_ROUTER_DATA_DIR": str(tmp_path / "data"),
+           "GPU_ROUTER_CHECKPOINT_DIR": str(tmp_path / "ck"), "GPU_ROUTER_CONTROL_DIR": str(tmp_path / "ctl"),
+           "GPU_ROUTER_METRICS_FILE": str(tmp_path / "m.jsonl"), "GPU_ROUTER_JOB_ID": "j1",
+           "GPU_ROUTER_ATTEMPT": "2"}
+    code = (
+        "import gpu, os, signal\n"
+        "print(gpu.job_id(), gpu.attempt(), gpu.output_dir(), gpu.checkpoint_dir(), gpu.data_dir())\n"
+        "gpu.log(step=1, loss=0.5, acc=1, note='text', bad=float('nan'))\n"
+        "print(gpu.should_checkpoint())\n"
+        "os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "print(gpu.should_checkpoint())\n")
+    proc = _run_job_code(code, env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.split("\n")
+    assert lines[0].split() == ["j1", "2", str(tmp_path / "out"), str(tmp_path / "ck"), str(tmp_path / "data")]
+    assert lines[1:3] == ["False", "True"]
+    row = json.loads((tmp_path / "m.jsonl").read_text())
+    assert row["step"] == 1 and row["loss"] == 0.5 and row["acc"] == 1.0 and "note" not in row
+
+
+def test_checkpoint_request_file_works_without_signals(tmp_path: Path) -> None:
+    (tmp_path / "ctl").mkdir()
+    (tmp_path / "ctl" / "checkpoint").touch()
+    proc = _run_job_code("import gpu; print(gpu.should_checkpoint())",
+                         {"GPU_ROUTER_CONTROL_DIR": str(tmp_path / "ctl")})
+    assert proc.stdout.strip() == "True"
+
+
+def test_outside_gpu_router_the_module_still_works(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", "import gpu; gpu.log(step=0, loss=1); print(gpu.job_id())"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("GPU_ROUTER")}
+                          | {"PYTHONPATH": str(GPU_MODULE_DIR.parent)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "None"
+    assert (tmp_path / "outputs" / "metrics.jsonl").exists()
+
+
+def test_masker_hides_every_form_even_split_across_reads() -> None:
+    secret = "s3cr3t-VALUE/with+chars"
+    m = Masker([secret])
+    text = (f"raw {secret} b64 {base64.b64encode(secret.encode()).decode()} "
+            f"url {urllib.parse.quote(secret, safe='')} end\n").encode()
+    out = b"".join(m.feed(text[i:i + 3]) for i in range(0, len(text), 3)) + m.flush()
+    assert secret.encode() not in out
+    assert base64.b64encode(secret.encode()) not in out
+    assert urllib.parse.quote(secret, safe="").encode() not in out
+    assert out.count(MASK.encode()) == 3 and out.endswith(b" end\n")
+
+
+def test_parse_metrics_skips_garbage() -> None:
+    data = b'{"step":1,"ts":5,"loss":0.5}\nnot json\n[1,2]\n{"step":2,"loss":"nan","acc":true,"x":2}\n'
+    rows, last = parse_metrics(data)
+    assert rows == [(1, "loss", 0.5, 5.0), (2, "x", 2.0, rows[-1][3])]
+    assert last["loss"] == 0.5 and last["x"] == 2 and last["_step"] == 2
