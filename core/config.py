@@ -258,6 +258,11 @@ def _check(key: str, raw: Any, where: str) -> Any:
                         fix=f"{key}: {allowed}") from None
 
 
+def _argument(key: str) -> str:
+    """How the command line spells the option for `key` (`--secret` is the one singular)."""
+    return "argument --secret" if key == "secrets" else f"argument --{key.replace('_', '-')}"
+
+
 def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequest:
     """gpu.yaml merged with the caller's arguments (which win; lists add, env merges)."""
     project = Path(project_dir).expanduser()
@@ -268,12 +273,17 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequ
     values, lines, path = read_project_file(project)
 
     def where(key: str) -> str:
-        return f"{path}:{lines[key]}" if key in lines else f"argument --{key.replace('_', '-')}"
+        return f"{path}:{lines[key]}" if key in lines else _argument(key)
 
+    # where each data item and secret name came from, so an error blames the right one
+    origin = {(key, item): where(key) for key in ("data", "secrets") for item in values.get(key, [])}
     for key, raw in overrides.items():
         if raw is None or key not in SCHEMA:
             continue
-        checked = _check(key, raw, f"argument --{key.replace('_', '-')}")
+        checked = _check(key, raw, _argument(key))
+        if key in ("data", "secrets"):
+            for item in checked:
+                origin.setdefault((key, item), _argument(key))
         if key == "env":
             values["env"] = {**values.get("env", {}), **checked}
         elif key in ("include", "secrets"):
@@ -288,11 +298,12 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequ
 
     data_specs: dict[str, DataSpec] = {}
     for item in values.pop("data", []):
-        spec = DataSpec.parse(item, project, where("data"))
+        spec = DataSpec.parse(item, project, origin.get(("data", item), where("data")))
         data_specs[spec.name] = spec  # a later NAME (the argument) replaces the file's
     for name in values.get("secrets", []):
         if not ENV_NAME_RE.match(name):
-            raise UserError(f"secret name {name!r} is not allowed", where=where("secrets"),
+            raise UserError(f"secret name {name!r} is not allowed",
+                            where=origin.get(("secrets", name), where("secrets")),
                             fix="secret names are environment names like HF_TOKEN")
     req = JobRequest(project_dir=str(project), data=list(data_specs.values()), **values)
     if not req.script:
