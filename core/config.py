@@ -79,10 +79,14 @@ class JobRequest:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def is_python_file(self) -> bool:
+        """A `.py` path runs with the target's Python; anything else is a command line."""
+        return is_python_file(self.script or "", Path(self.project_dir))
+
     def command(self) -> list[str]:
         """The job's argv before the interpreter is chosen: ["train.py", *args] or a split line."""
         assert self.script
-        if self.script.endswith(".py"):
+        if self.is_python_file():
             return [self.script, *self.args]
         return [*shlex.split(self.script), *self.args]
 
@@ -90,10 +94,22 @@ class JobRequest:
         if self.name:
             return self.name
         first = shlex.split(self.script or "job")[0] if self.script else "job"
-        if not self.script.endswith(".py") and len(shlex.split(self.script)) > 1:
+        if not self.is_python_file() and len(shlex.split(self.script)) > 1:
             first = shlex.split(self.script)[-1]
         stem = Path(first).stem or "job"
         return re.sub(r"[^A-Za-z0-9._-]", "-", stem)[:64] or "job"
+
+
+def is_python_file(script: str, project_dir: Path | None = None) -> bool:
+    """`train.py` and `sub dir/train.py` (a file that exists) are scripts; `python x.py` is a line."""
+    if not script.endswith(".py"):
+        return False
+    if project_dir is not None and (project_dir / script).is_file():
+        return True
+    try:
+        return len(shlex.split(script)) == 1
+    except ValueError:
+        return True
 
 
 # -- the schema ----------------------------------------------------------------------------
@@ -219,8 +235,8 @@ def read_project_file(project_dir: Path) -> tuple[dict[str, Any], dict[str, int]
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
-        if node is None:
-            return {}, {}, path
+        if node is None or (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"):
+            return {}, {}, path  # empty, only comments, or a bare `---`
         if not isinstance(node, yaml.MappingNode):
             raise UserError("must be a mapping of keys to values (key: value)",
                             where=f"{path}:{node.start_mark.line + 1}",
@@ -315,7 +331,7 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequ
 
 def _check_script(req: JobRequest, project: Path, where: str) -> None:
     script = req.script or ""
-    if script.endswith(".py"):
+    if is_python_file(script, project):
         if os.path.isabs(script):
             raise UserError(f"script {script!r} is an absolute path", where=where,
                             fix="give the script relative to the project directory")

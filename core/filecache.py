@@ -10,11 +10,13 @@ import hashlib
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 from . import paths
 
 CHUNK = 1 << 20
+RACY_NS = 2_000_000_000
 
 
 class FileHashCache:
@@ -52,6 +54,9 @@ class FileHashCache:
         return found
 
     def remember(self, path: str, sig: str, digest: str) -> None:
+        mtime_ns = int(sig.split(":")[1])
+        if time.time_ns() - mtime_ns < RACY_NS:
+            return  # written moments ago: it may change again within one mtime tick ("racy git")
         self._pending.append((path, sig, digest))
 
     def flush(self) -> None:

@@ -47,7 +47,7 @@ def _ship_warnings(req: JobRequest, bundle: Bundle, shipped: set[str]) -> list[s
     prefix = f"{bundle.project_rel}/" if bundle.project_rel else ""
     warnings = []
     tokens: list[tuple[str, str]] = []
-    if req.script and req.script.endswith(".py"):
+    if req.script and req.is_python_file():
         tokens.append(("script", req.script))
     elif req.script:
         tokens += [("script", t) for t in shlex.split(req.script)[1:]]
@@ -78,10 +78,14 @@ def fingerprint(req: JobRequest, bundle_hash: str) -> str:
     return hashlib.sha256(canonical(doc).encode()).hexdigest()
 
 
-def prepare(req: JobRequest) -> tuple[Bundle, dict, Any]:
-    """Bundle the project and plan the job, without touching the store."""
-    from .userconfig import providers
+def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None = None) -> tuple[Bundle, dict]:
+    """Bundle the project, route it and apply the rules, without creating a job."""
+    from . import targets, userconfig
+    from .secretscan import check_env
 
+    check_env(req.env)
+    cfg = userconfig.load()
+    store = store or Store()
     listing = list_project(Path(req.project_dir), req.include)
     cache = FileHashCache()
     try:
@@ -90,18 +94,36 @@ def prepare(req: JobRequest) -> tuple[Bundle, dict, Any]:
     finally:
         cache.close()
     bundle.warnings = bundle.warnings + _ship_warnings(req, bundle, set(listing.entries))
-    provs = providers()
-    infos = {name: asyncio.run(p.probe()) for name, p in provs.items()}
+    infos = targets.infos(store, cfg)
     chosen = route(req, infos)
     plan = build_plan(req, bundle, chosen.target, chosen.gpu, data_hashes,
                       extra={"reasons": chosen.reasons, "passed_over": chosen.passed_over})
-    return bundle, plan, chosen
+    apply_rules(plan, store, cfg, chosen.info, interactive=interactive)
+    return bundle, plan
 
 
-def submit(req: JobRequest, *, actor: str = "cli", store: Store | None = None,
-           start_supervisor: bool = True) -> SubmitResult:
+def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> dict:
+    """Price the plan and record which rules hold it (in the plan, outside its digest)."""
+    from .policy import evaluate
+    from .router import estimated_price
+    from .usage import weekly_spend
+
+    price = estimated_price(info, plan.get("hours"))
+    plan["price_per_hour"] = info.price_per_hour
+    plan["estimated_price"] = price
+    plan["quota_hours_left"] = info.quota_hours_left
+    plan["submitted_by"] = "person" if interactive else "agent"
+    holds = evaluate(hours=plan.get("hours"), secrets=plan.get("secrets", []), price=price,
+                     info=info, rules=cfg.rules, weekly_spend=weekly_spend(store),
+                     interactive=interactive)
+    plan["holds"] = [h.to_json() for h in holds]
+    return plan
+
+
+def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
+           store: Store | None = None, start_supervisor: bool = True) -> SubmitResult:
     store = store or Store()
-    bundle, plan, chosen = prepare(req)
+    bundle, plan = prepare(req, interactive=interactive, store=store)
     fp = fingerprint(req, bundle.hash)
     summary = bundle.summary()
     request_doc = req.to_json()
@@ -109,11 +131,11 @@ def submit(req: JobRequest, *, actor: str = "cli", store: Store | None = None,
         request_doc.pop(key, None)
 
     job, submitted = _insert_once(store, req, plan, bundle, fp, summary, request_doc, actor)
-    if submitted and start_supervisor:
+    if submitted and start_supervisor and job.state != State.AWAITING_APPROVAL:
         from .supervisor import ensure_running
 
         ensure_running()
-    if req.wait_s and submitted:
+    if req.wait_s and submitted and job.state == State.ROUTING:
         job = wait_placed(store, job.id, req.wait_s)
     return SubmitResult(job=job, submitted=submitted, bundle=summary,
                         guidance=guidance(job, submitted))
@@ -149,7 +171,56 @@ def _insert_once(store: Store, req: JobRequest, plan: dict, bundle: Bundle, fp: 
         store.insert_job(row, reason=f"submitted by {actor}", actor=actor)
         job = store.transition(job_id, State.ROUTING, "; ".join(plan["reasons"]), actor=actor,
                                data={"target": plan["target"], "passed_over": plan["passed_over"]})
+        if plan["holds"]:
+            job = hold(store, job, plan["holds"], kind="rules", actor=actor)
         return job, True
+
+
+def hold(store: Store, job: Job, holds: list[dict], *, kind: str, actor: str = "supervisor",
+         src: State | None = None, **fields: Any) -> Job:
+    """Move a job to awaiting_approval, recording the rules that hold it."""
+    from .policy import tell_user
+
+    plan = {**(fields.pop("plan", None) or job.plan), "holds": holds, "hold_kind": kind}
+    text = tell_user(job.short_id, job.name, plan, holds)
+    plan["tell_user"] = text
+    return store.transition(job.id, State.AWAITING_APPROVAL,
+                            "held for approval: " + "; ".join(h["reason"] for h in holds),
+                            actor=actor, data={"holds": holds, "digest": plan.get("digest")},
+                            plan=plan, digest=plan.get("digest"), **fields)
+
+
+def request_from_json(doc: dict) -> JobRequest:
+    from .config import DataSpec
+
+    fields = {k: v for k, v in doc.items() if k in JobRequest.__dataclass_fields__}
+    fields["data"] = [DataSpec(**d) for d in doc.get("data", [])]
+    return JobRequest(**fields)
+
+
+def replan(store: Store, job: Job, why: str) -> Job:
+    """Route a placed-but-not-started job again; a plan that changed needs a new approval."""
+    from . import targets, userconfig
+    from .plan import digest
+
+    cfg = userconfig.load()
+    req = request_from_json(job.request)
+    chosen = route(req, targets.infos(store, cfg))
+    plan = {**job.plan, "target": chosen.target, "gpu": chosen.gpu, "reasons": chosen.reasons,
+            "passed_over": chosen.passed_over}
+    plan["digest"] = digest(plan)
+    apply_rules(plan, store, cfg, chosen.info, interactive=plan.get("submitted_by") == "person")
+    text = f"{why}: routed again to {chosen.target}"
+    with store.write():
+        job = store.update(job.id, provider=chosen.target, plan=plan, digest=plan["digest"])
+        store.add_event(job.id, text, data={"target": chosen.target, "digest": plan["digest"]})
+        holds = list(plan["holds"])
+        if job.approved_digest and job.approved_digest != plan["digest"]:
+            holds.insert(0, {"rule": "plan_changed",
+                             "reason": f"its plan changed after it was approved ({text})"})
+        if holds:
+            job = hold(store, job, holds, kind="rules")
+    return job
 
 
 def wait_placed(store: Store, job_id: str, wait_s: float) -> Job:
@@ -175,7 +246,8 @@ def guidance(job: Job, submitted: bool) -> dict[str, Any]:
         doc["note"] = (f"job {job.short_id} with the same request is still {job.state.value}: "
                        "returned it instead of starting a second copy")
     if job.state == State.AWAITING_APPROVAL:
-        doc["tell_user"] = job.reason
+        doc["tell_user"] = job.plan.get("tell_user") or job.reason
+        doc["approve"] = f"gpu approve {job.short_id}"
     return doc
 
 

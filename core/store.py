@@ -77,6 +77,19 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX metrics_job_key ON metrics(job_id, key, step);
     """,
+    # 2: runtime and cost of each attempt, per target: quota left and spend are real figures
+    """
+    CREATE TABLE usage (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        attempt INTEGER NOT NULL,
+        target TEXT NOT NULL,
+        price_per_hour REAL NOT NULL DEFAULT 0,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        PRIMARY KEY (job_id, attempt)
+    );
+    CREATE INDEX usage_target ON usage(target, started_at);
+    """,
 ]
 
 # Columns that hold JSON documents, decoded on read and encoded on write.
@@ -374,6 +387,36 @@ class Store:
             Event(id=r["id"], job_id=r["job_id"], ts=r["ts"], src=r["src"], dst=r["dst"],
                   reason=r["reason"], actor=r["actor"], data=json.loads(r["data_json"]))
             for r in rows]
+
+    # -- usage --------------------------------------------------------------------------
+
+    def usage_start(self, job_id: str, attempt: int, target: str, price_per_hour: float,
+                    at: float | None = None) -> None:
+        with self.write() as db:
+            db.execute("INSERT OR IGNORE INTO usage (job_id, attempt, target, price_per_hour, "
+                       "started_at) VALUES (?, ?, ?, ?, ?)",
+                       (job_id, attempt, target, price_per_hour, at or time.time()))
+
+    def usage_end(self, job_id: str, attempt: int, at: float | None = None) -> None:
+        with self.write() as db:
+            db.execute("UPDATE usage SET ended_at = ? WHERE job_id = ? AND attempt = ? "
+                       "AND ended_at IS NULL", (at or time.time(), job_id, attempt))
+
+    def usage_rows(self, *, target: str | None = None, job_id: str | None = None,
+                   since: float | None = None) -> list[sqlite3.Row]:
+        """Attempts that ran (or run) after `since`; a running one has ended_at NULL."""
+        sql, args = "SELECT * FROM usage WHERE 1", []
+        if target is not None:
+            sql += " AND target = ?"
+            args.append(target)
+        if job_id is not None:
+            sql += " AND job_id = ?"
+            args.append(job_id)
+        if since is not None:
+            sql += " AND (ended_at IS NULL OR ended_at > ?)"
+            args.append(since)
+        with self._lock:
+            return self.conn.execute(sql, args).fetchall()
 
     # -- metrics ------------------------------------------------------------------------
 

@@ -174,7 +174,7 @@ class Supervisor:
             if job.state == State.ROUTING:
                 provider = self.providers.get(job.provider or "")
                 if provider is None:
-                    self._fail(job, f"target {job.provider!r} is no longer configured")
+                    self._replan(job, f"target {job.provider!r} is no longer configured")
                     continue
                 if load.get(job.provider, 0) >= provider.max_jobs:
                     self._note_waiting(job, provider, load.get(job.provider, 0))
@@ -240,13 +240,22 @@ class Supervisor:
         await self._ingest_metrics(job, provider)
         poll = await provider.poll(job)
         if poll.phase == "running" and job.state == State.PROVISIONING:
+            self.store.usage_start(job.id, job.attempt, provider.name,
+                                   float(job.plan.get("price_per_hour") or 0))
             self.store.transition(job.id, State.RUNNING, "started", expect=[State.PROVISIONING])
         elif poll.phase in ("exited", "lost"):
             await self._ingest_metrics(self.store.get(job.id), provider)
             await self._finish(self.store.get(job.id), provider, poll)
+        elif poll.phase == "running":
+            await self._check_overrun(job, provider)
 
     async def _launch(self, job: Job) -> None:
         provider = self.providers[job.provider]
+        if job.plan.get("holds") and job.approved_digest != job.digest:
+            from .service import hold
+
+            hold(self.store, job, job.plan["holds"], kind=job.plan.get("hold_kind", "rules"))
+            return
         job = self.store.transition(job.id, State.PROVISIONING,
                                     f"placed on {provider.name}", expect=[State.ROUTING],
                                     attempt=job.attempt + 1, handle={}, exit_code=None)
@@ -287,7 +296,46 @@ class Supervisor:
         rows, last = parse_metrics(data)
         self.store.add_metrics(job.id, rows, offset, {**job.last_metric, **last} if last else {})
 
+    async def _check_overrun(self, job: Job, provider: Any) -> None:
+        """Past hours x overrun_factor: ask for a checkpoint, then stop it, then hold it."""
+        from .usage import job_hours
+
+        hours = job.plan.get("hours")
+        rules = self.rules()
+        if job.state == State.RUNNING and hours:
+            used = job_hours(self.store, job.id)
+            if used > hours * rules.overrun_factor:
+                await provider.request_checkpoint(job)
+                self.store.transition(
+                    job.id, State.CHECKPOINTING,
+                    f"ran {used:.3g} h, past its {hours:g} h estimate (x{rules.overrun_factor:g}): "
+                    f"asked to checkpoint and stop", expect=[State.RUNNING],
+                    handle={**job.handle, "overrun_at": time.time()})
+        elif job.state == State.CHECKPOINTING and job.handle.get("overrun_at"):
+            waited = time.time() - job.handle["overrun_at"]
+            if waited > rules.checkpoint_grace_s and not job.handle.get("overrun_stop_sent"):
+                await provider.cancel(job)
+                self.store.update(job.id, handle={**job.handle, "overrun_stop_sent": time.time()})
+            elif waited > rules.checkpoint_grace_s + CANCEL_GRACE_S and not job.handle.get("cancel_forced"):
+                await provider.cancel(job, force=True)
+                self.store.update(job.id, handle={**job.handle, "cancel_forced": True})
+
+    def rules(self):
+        from .userconfig import load
+
+        try:
+            return load().rules
+        except UserError:
+            from .userconfig import Rules
+
+            return Rules()
+
     async def _finish(self, job: Job, provider: Any, poll: Poll) -> None:
+        self.store.usage_end(job.id, job.attempt)
+        if job.handle.get("overrun_at") and not job.cancel_requested and (
+                poll.exit_code == 0 or job.handle.get("overrun_stop_sent")):
+            self._hold_overrun(job)
+            return
         if job.cancel_requested:
             dst, reason = State.CANCELLED, "cancelled by request"
         elif poll.phase == "lost":
@@ -305,6 +353,33 @@ class Supervisor:
         from .service import write_job_json
 
         await asyncio.to_thread(write_job_json, self.store, self.store.get(job.id))
+
+    def _hold_overrun(self, job: Job) -> None:
+        """The job stopped past its hours: wait for a person, offering another estimate's worth."""
+        from .plan import digest
+        from .service import hold
+        from .usage import job_hours
+
+        used = job_hours(self.store, job.id)
+        original = job.plan.get("original_hours") or job.plan["hours"]
+        plan = {**job.plan, "original_hours": original,
+                "hours": round(job.plan["hours"] + original, 6)}
+        plan["digest"] = digest(plan)
+        plan["estimated_price"] = round(original * float(plan.get("price_per_hour") or 0), 4)
+        holds = [{"rule": "overrun",
+                  "reason": f"it ran {used:.3g} h, well past its {job.plan['hours']:g} h estimate, "
+                            f"and was stopped after saving a checkpoint; approving resumes it from "
+                            f"that checkpoint for up to {original:g} more hours"}]
+        hold(self.store, job, holds, kind="overrun", plan=plan, exit_code=None)
+
+    def _replan(self, job: Job, why: str) -> None:
+        """The job's target went away before it started: route it again, and re-ask if held."""
+        from .service import replan
+
+        try:
+            replan(self.store, job, why)
+        except UserError as exc:
+            self._fail(job, f"{why}, and no other target fits: {exc.what}")
 
     def _fail(self, job: Job, reason: str) -> None:
         try:

@@ -1,7 +1,24 @@
-"""The user's own config: targets, and later the approval rules and budgets.
+"""The user's own config: targets, the approval rules and budgets.
 
 It lives outside every project (`paths.user_config_file()`), so an agent that edits a
-project cannot change where jobs run or loosen the rules.
+project cannot change where jobs run or loosen the rules. The rules here can only be made
+stricter than the defaults; a looser value is an error that says so.
+
+    targets:
+      local: {kind: local, max_jobs: 1}
+      box:   {kind: local, price_per_hour: 0.4, hours_per_week: 30, session_limit_hours: 12,
+              gpus: [{name: RTX 4090, memory_gb: 24}]}
+    rules:
+      agent_max_hours: 1.0        # an agent's job with no hours or more than this waits
+      quota_fraction: 0.5         # a job using more than this share of a quota waits
+      overrun_factor: 1.25        # a job running this far past its hours is stopped for approval
+      checkpoint_grace_s: 60      # how long a stopped job gets to save before it is killed
+      approve_everything: false   # true: every job waits for a person
+    budget:
+      per_job: 5.0                # dollars; a dearer job waits
+      weekly: 20.0                # dollars over the last 7 days, all targets
+    dashboard:
+      bell: true
 """
 
 from __future__ import annotations
@@ -17,9 +34,35 @@ TARGET_KINDS = ("local",)
 
 
 @dataclass
+class Rules:
+    agent_max_hours: float = 1.0
+    quota_fraction: float = 0.5
+    overrun_factor: float = 1.25
+    checkpoint_grace_s: float = 60.0
+    approve_everything: bool = False
+    budget_per_job: float | None = None
+    budget_weekly: float | None = None
+
+
+# (key, default, "stricter" means: "lower" or "true")
+_RULE_LIMITS = {
+    "agent_max_hours": (1.0, "lower"),
+    "quota_fraction": (0.5, "lower"),
+    "overrun_factor": (1.25, "lower"),
+    "checkpoint_grace_s": (600.0, "lower"),
+}
+
+
+@dataclass
 class TargetConfig:
     name: str
     kind: str
+    max_jobs: int = 1
+    price_per_hour: float = 0.0
+    hours_per_week: float | None = None
+    credits: float | None = None
+    session_limit_hours: float | None = None
+    gpus: list[dict] | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -27,13 +70,55 @@ class TargetConfig:
 class UserConfig:
     path: Path
     targets: dict[str, TargetConfig]
+    rules: Rules
     raw: dict[str, Any]
+    bell: bool = True
+
+
+def _number(value: Any, where: str, what: str, *, minimum: float = 0.0, allow_zero: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or (
+            not allow_zero and value == 0):
+        raise UserError(f"{what} must be a number {'of 0 or more' if allow_zero else 'above 0'} (got {value!r})",
+                        where=where)
+    return float(value)
+
+
+def _target(name: str, body: Any, where: str) -> TargetConfig:
+    if not isinstance(body, dict):
+        raise UserError(f"target {name!r} must be a mapping with a kind", where=where,
+                        fix=f"targets:\n    {name}: {{kind: local}}")
+    kind = body.get("kind", "local" if name == "local" else None)
+    if kind not in TARGET_KINDS:
+        raise UserError(f"target {name!r} has kind {kind!r}", where=where,
+                        fix=f"kinds: {', '.join(TARGET_KINDS)}")
+    t = TargetConfig(name=name, kind=kind)
+    known = {"kind", "max_jobs", "price_per_hour", "hours_per_week", "credits",
+             "session_limit_hours", "gpus"}
+    for key, value in body.items():
+        w = f"targets.{name}.{key}"
+        if key == "max_jobs":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"{w} must be a whole number of 1 or more", where=where)
+            t.max_jobs = value
+        elif key == "price_per_hour":
+            t.price_per_hour = _number(value, where, w)
+        elif key in ("hours_per_week", "credits", "session_limit_hours"):
+            setattr(t, key, None if value is None else _number(value, where, w))
+        elif key == "gpus":
+            if not isinstance(value, list) or not all(
+                    isinstance(g, dict) and isinstance(g.get("name"), str) for g in value):
+                raise UserError(f"{w} must be a list of {{name: T4, memory_gb: 16}}", where=where)
+            t.gpus = [{"name": g["name"], "memory_gb": float(g.get("memory_gb", 0))} for g in value]
+        elif key not in known:
+            t.options[key] = value
+    return t
 
 
 def load() -> UserConfig:
     import yaml
 
     path = paths.user_config_file()
+    where = str(path)
     raw: dict[str, Any] = {}
     if path.exists():
         try:
@@ -41,19 +126,44 @@ def load() -> UserConfig:
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise UserError(f"not valid YAML: {getattr(exc, 'problem', exc)}",
-                            where=f"{path}:{mark.line + 1}" if mark else str(path)) from exc
+                            where=f"{path}:{mark.line + 1}" if mark else where) from exc
         if not isinstance(raw, dict):
-            raise UserError("must be a mapping (targets: ...)", where=str(path))
-    targets: dict[str, TargetConfig] = {"local": TargetConfig("local", "local", {})}
+            raise UserError("must be a mapping (targets:, rules:, budget:)", where=where)
+    unknown = set(raw) - {"targets", "rules", "budget", "dashboard"}
+    if unknown:
+        raise UserError(f"unknown section(s) {sorted(unknown)}", where=where,
+                        fix="sections: targets, rules, budget, dashboard")
+    targets: dict[str, TargetConfig] = {"local": TargetConfig("local", "local")}
     for name, body in (raw.get("targets") or {}).items():
-        if not isinstance(body, dict):
-            raise UserError(f"target {name!r} must be a mapping with a kind", where=str(path))
-        kind = body.get("kind", "local" if name == "local" else None)
-        if kind not in TARGET_KINDS:
-            raise UserError(f"target {name!r} has kind {kind!r}", where=str(path),
-                            fix=f"kinds: {', '.join(TARGET_KINDS)}")
-        targets[name] = TargetConfig(name, kind, {k: v for k, v in body.items() if k != "kind"})
-    return UserConfig(path=path, targets=targets, raw=raw)
+        targets[str(name)] = _target(str(name), body, where)
+
+    rules = Rules()
+    for key, value in (raw.get("rules") or {}).items():
+        if key == "approve_everything":
+            if not isinstance(value, bool):
+                raise UserError("rules.approve_everything must be true or false", where=where)
+            rules.approve_everything = value
+            continue
+        if key not in _RULE_LIMITS:
+            raise UserError(f"unknown rule {key!r}", where=where,
+                            fix=f"rules: {', '.join([*_RULE_LIMITS, 'approve_everything'])}")
+        limit, _ = _RULE_LIMITS[key]
+        number = _number(value, where, f"rules.{key}", allow_zero=key == "checkpoint_grace_s")
+        if number > limit:
+            raise UserError(f"rules.{key} = {value} would loosen a rule (the most allowed is {limit:g})",
+                            where=where, fix="rules can only be made stricter than the defaults")
+        if key == "overrun_factor" and number < 1:
+            raise UserError("rules.overrun_factor must be 1 or more", where=where)
+        setattr(rules, key, number)
+    budget = raw.get("budget") or {}
+    if not isinstance(budget, dict) or set(budget) - {"per_job", "weekly"}:
+        raise UserError("budget takes per_job and weekly (dollars)", where=where)
+    if budget.get("per_job") is not None:
+        rules.budget_per_job = _number(budget["per_job"], where, "budget.per_job")
+    if budget.get("weekly") is not None:
+        rules.budget_weekly = _number(budget["weekly"], where, "budget.weekly")
+    bell = (raw.get("dashboard") or {}).get("bell", True)
+    return UserConfig(path=path, targets=targets, rules=rules, raw=raw, bell=bool(bell))
 
 
 def providers(cfg: UserConfig | None = None) -> dict[str, Any]:
@@ -64,9 +174,6 @@ def providers(cfg: UserConfig | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, t in cfg.targets.items():
         if t.kind == "local":
-            max_jobs = t.options.get("max_jobs", 1)
-            if not isinstance(max_jobs, int) or max_jobs < 1:
-                raise UserError(f"targets.{name}.max_jobs must be a whole number of 1 or more",
-                                where=str(cfg.path))
-            out[name] = LocalProvider(name, max_jobs=max_jobs, python=t.options.get("python"))
+            out[name] = LocalProvider(name, max_jobs=t.max_jobs, python=t.options.get("python"),
+                                      gpus=t.gpus)
     return out

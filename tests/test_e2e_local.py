@@ -120,8 +120,8 @@ def test_cancel_stops_the_whole_process_group(home: Path, tmp_path: Path) -> Non
 def test_cancel_before_launch_and_unknown_ids(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {"a.py": "import time; time.sleep(30)\n"})
     # one slot: the second job waits in routing until the first ends
-    busy = gpu_json("submit", "a.py", "--wait-s", "5", "--name", "busy", cwd=project)
-    waiting = gpu_json("submit", "a.py", "--wait-s", "5", "--name", "waiting", cwd=project)
+    busy = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "5", "--name", "busy", cwd=project)
+    waiting = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "5", "--name", "waiting", cwd=project)
     assert waiting["job"]["state"] == "routing"
     assert "waiting for a free slot on local" in waiting["job"]["reason"]
     res = gpu_json("cancel", waiting["job"]["short_id"])
@@ -133,7 +133,7 @@ def test_cancel_before_launch_and_unknown_ids(home: Path, tmp_path: Path) -> Non
 
 def test_a_failing_script_ends_failed_with_its_status(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {"bad.py": "import sys\nprint('boom')\nsys.exit(3)\n"})
-    sub = gpu_json("submit", "bad.py", "--wait-s", "0", cwd=project)
+    sub = gpu_json("submit", "bad.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
     doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
     assert doc["state"] == "failed" and doc["exit_code"] == 3
     assert "exited with status 3" in doc["reason"]
@@ -147,7 +147,7 @@ def test_command_line_scripts_and_data(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {
         "run.sh": "echo shell says $1\ncat \"$GPU_ROUTER_DATA_DIR/ds/rows.csv\"\n",
     })
-    sub = gpu_json("submit", "bash run.sh", "--data", f"ds={data}", "--wait-s", "0",
+    sub = gpu_json("submit", "bash run.sh", "--data", f"ds={data}", "--hours", "0.1", "--wait-s", "0",
                    "--", "hello world", cwd=project)
     doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
     assert doc["state"] == "done"
@@ -160,13 +160,14 @@ def test_command_line_scripts_and_data(home: Path, tmp_path: Path) -> None:
 def test_gpu_and_vram_requests_the_machine_cannot_meet_are_refused(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {"a.py": "print(1)\n"})
     for flags, words in ((["--gpu", "H100-NOT-HERE"], "H100-NOT-HERE"), (["--vram-gb", "100000"], "100000")):
-        proc = run_gpu("submit", "a.py", *flags, "--wait-s", "0", cwd=project)
+        proc = run_gpu("submit", "a.py", *flags, "--hours", "0.1", "--wait-s", "0", cwd=project)
         assert proc.returncode == 2
         assert "no target can run this job" in proc.stderr and words in proc.stderr
     assert gpu_json("jobs")["jobs"] == []
 
 
 def test_every_command_has_help() -> None:
-    for cmd in ("", "submit", "bundle", "jobs", "status", "logs", "metrics", "cancel", "daemon"):
+    for cmd in ("", "submit", "plan", "approve", "deny", "targets", "secrets", "bundle", "jobs",
+                "status", "logs", "metrics", "cancel", "daemon"):
         proc = run_gpu(*([cmd] if cmd else []), "--help")
         assert proc.returncode == 0 and "usage: gpu" in proc.stdout, cmd

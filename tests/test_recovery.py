@@ -50,7 +50,7 @@ def _project(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_kill_9_mid_run_neither_loses_nor_reruns_the_job(home: Path, tmp_path: Path) -> None:
     project, starts = _project(tmp_path)
-    sub = gpu_json("submit", "count.py", "--env", f"STARTS_FILE={starts}", "--wait-s", "10", cwd=project)
+    sub = gpu_json("submit", "count.py", "--hours", "0.1", "--env", f"STARTS_FILE={starts}", "--wait-s", "10", cwd=project)
     short = sub["job"]["short_id"]
     wait_state(short, {"running"}, timeout=60)
     old = _kill_supervisor(home)
@@ -71,7 +71,7 @@ def test_kill_9_mid_run_neither_loses_nor_reruns_the_job(home: Path, tmp_path: P
 
 def test_a_job_that_ends_while_the_supervisor_is_down_is_recorded(home: Path, tmp_path: Path) -> None:
     project, starts = _project(tmp_path)
-    sub = gpu_json("submit", "count.py", "--env", f"STARTS_FILE={starts}", "--env", "STEPS=10",
+    sub = gpu_json("submit", "count.py", "--hours", "0.1", "--env", f"STARTS_FILE={starts}", "--env", "STEPS=10",
                    "--wait-s", "10", cwd=project)
     short, job_id = sub["job"]["short_id"], sub["job"]["id"]
     wait_state(short, {"running"}, timeout=60)
@@ -91,7 +91,7 @@ def test_a_job_that_ends_while_the_supervisor_is_down_is_recorded(home: Path, tm
 
 def test_a_job_whose_process_vanished_is_failed_not_rerun(home: Path, tmp_path: Path) -> None:
     project, starts = _project(tmp_path)
-    sub = gpu_json("submit", "count.py", "--env", f"STARTS_FILE={starts}", "--env", "STEPS=600",
+    sub = gpu_json("submit", "count.py", "--hours", "0.1", "--env", f"STARTS_FILE={starts}", "--env", "STEPS=600",
                    "--wait-s", "10", cwd=project)
     short, job_id = sub["job"]["short_id"], sub["job"]["id"]
     wait_state(short, {"running"}, timeout=60)
@@ -114,7 +114,7 @@ def test_an_attempt_is_never_started_twice(home: Path, tmp_path: Path) -> None:
     from core.supervisor import Supervisor
 
     project, starts = _project(tmp_path)
-    req = build_request(project, {"script": "count.py", "env": [f"STARTS_FILE={starts}", "STEPS=3"],
+    req = build_request(project, {"script": "count.py", "hours": 0.1, "env": [f"STARTS_FILE={starts}", "STEPS=3"],
                                   "wait_s": 0})
     store = Store()
     job = submit(req, store=store, start_supervisor=False).job

@@ -60,10 +60,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from core.service import submit
 
     req = build_request(args.project_dir or os.getcwd(), _request_overrides(args))
-    result = submit(req, actor="agent" if not _interactive(args) else "cli")
+    interactive = _interactive(args)
+    result = submit(req, actor=_actor(interactive), interactive=interactive)
     if args.json:
         _emit_json(result.to_json(verbose=req.verbose))
         return 0
+    if interactive and result.submitted and result.guidance.get("needs_approval"):
+        return _ask_at_submit(result)
     from tui.render import bundle_panel, state_text
 
     job = result.job
@@ -76,6 +79,142 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if key in result.guidance:
             _print(result.guidance[key])
     _print(f"follow: [bold]{result.guidance['follow']}[/]   outputs: {job.outputs_dir}")
+    return 0
+
+
+def _actor(interactive: bool) -> str:
+    from core.approvals import who
+
+    return who("terminal") if interactive else "agent (no terminal)"
+
+
+def _ask_at_submit(result) -> int:
+    """A person at a terminal is shown the plan once; their yes approves that digest."""
+    from core.approvals import approve, deny, who
+    from tui.render import bundle_panel, plan_panel
+
+    job = result.job
+    _print(f"[bold]job {job.short_id}[/] ({job.name}) needs your approval before it runs:")
+    _print(plan_panel(job.plan, result.bundle))
+    _print(bundle_panel(result.bundle))
+    answer = input(f"Approve job {job.short_id}? [y = approve, n = deny, enter = decide later] ").strip().lower()
+    store = _store()
+    if answer in ("y", "yes"):
+        job = approve(store, job.id, digest=job.digest, actor=who("terminal, at submit"))
+        _print(f"approved: job [bold]{job.short_id}[/] will run.  follow: [bold]gpu logs -f {job.short_id}[/]")
+    elif answer in ("n", "no"):
+        deny(store, job.id, actor=who("terminal, at submit"))
+        _print(f"denied: job {job.short_id} will not run")
+    else:
+        _print(f"job {job.short_id} waits: [bold]gpu approve {job.short_id}[/] or [bold]gpu deny {job.short_id}[/]")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from core.config import build_request
+    from core.service import prepare
+
+    req = build_request(args.project_dir or os.getcwd(), _request_overrides(args))
+    bundle, plan = prepare(req, interactive=_interactive(args))
+    if args.json:
+        _emit_json({"plan": plan, "bundle": bundle.summary(), "needs_approval": bool(plan["holds"])})
+        return 0
+    from tui.render import bundle_panel, plan_panel
+
+    _print(plan_panel(plan))
+    _print(bundle_panel(bundle.summary()))
+    return 0
+
+
+def _confirm_on_terminal(job, verb: str) -> None:
+    """A typed confirmation from a person; an agent without a terminal is refused."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UserError(f"{verb} needs a person at a terminal",
+                        fix=f"a person runs `gpu {verb} {job.short_id}` in a terminal, or presses "
+                            f"`a` on the job in `gpu dash`")
+    typed = input(f"Type the job id ({job.short_id}) to {verb} it: ").strip()
+    if typed != job.short_id:
+        raise UserError(f"you typed {typed!r}, not {job.short_id}: nothing was changed")
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from core.approvals import approve, who
+    from core.states import State
+
+    store = _store()
+    job = store.resolve(args.id)
+    if job.state != State.AWAITING_APPROVAL:
+        raise UserError(f"job {job.short_id} is {job.state.value}, not awaiting approval",
+                        fix="see `gpu jobs --state awaiting_approval`")
+    if not args.json:
+        from tui.render import plan_panel
+
+        _print(f"[bold]job {job.short_id}[/] ({job.name}) waits for approval:")
+        _print(plan_panel(job.plan, job.bundle))
+    _confirm_on_terminal(job, "approve")
+    job = approve(store, job.id, digest=job.digest, actor=who("terminal"))
+    if args.json:
+        _emit_json({"job": job.to_json()})
+    else:
+        _print(f"approved plan {job.approved_digest[:12]}: job [bold]{job.short_id}[/] will run")
+    return 0
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    from core.approvals import deny, who
+
+    store = _store()
+    job = store.resolve(args.id)
+    _confirm_on_terminal(job, "deny")
+    job = deny(store, job.id, actor=who("terminal"), reason=args.reason)
+    if args.json:
+        _emit_json({"job": job.to_json()})
+    else:
+        _print(f"job [bold]{job.short_id}[/]: {job.state.value}")
+    return 0
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    from core import targets
+
+    infos = targets.infos(_store())
+    if args.json:
+        _emit_json({"targets": [i.to_json() for i in infos.values()]})
+        return 0
+    from tui.render import targets_table
+
+    _print(targets_table(list(infos.values())))
+    return 0
+
+
+def cmd_secrets(args: argparse.Namespace) -> int:
+    from core import secretstore
+
+    if args.action == "list":
+        names = secretstore.names()
+        if args.json:
+            _emit_json({"secrets": names})
+        else:
+            _print("\n".join(names) if names else "no secrets yet: gpu secrets set NAME")
+        return 0
+    if not args.name:
+        raise UserError(f"gpu secrets {args.action} needs a NAME", fix=f"gpu secrets {args.action} HF_TOKEN")
+    if args.action == "set":
+        if sys.stdin.isatty():
+            import getpass
+
+            value = getpass.getpass(f"value of {args.name} (hidden): ")
+        else:
+            value = sys.stdin.read().rstrip("\r\n")
+        secretstore.put(args.name, value)
+        msg = f"stored {args.name} in the keychain"
+    else:
+        secretstore.remove(args.name)
+        msg = f"removed {args.name} from the keychain"
+    if args.json:
+        _emit_json({"name": args.name, "action": args.action, "ok": True})
+    else:
+        _print(msg)
     return 0
 
 
@@ -315,6 +454,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("submit", cmd_submit, "package the project and run a script on a target; returns at once",
             usage="gpu submit [SCRIPT] [options] [-- ARGS...]")
     _add_request_options(p)
+
+    p = add("plan", cmd_plan, "show where and how a submit would run, what it costs and what holds it",
+            usage="gpu plan [SCRIPT] [options] [-- ARGS...]")
+    _add_request_options(p)
+
+    p = add("approve", cmd_approve, "approve a held job's plan (a person, at a terminal)")
+    p.add_argument("id", help="job id, short id, prefix, or 'last'")
+    p.add_argument("--json", action="store_true", help="print {job}")
+
+    p = add("deny", cmd_deny, "refuse a held job (a person, at a terminal)")
+    p.add_argument("id", help="job id, short id, prefix, or 'last'")
+    p.add_argument("--reason", help="why, for the record")
+    p.add_argument("--json", action="store_true", help="print {job}")
+
+    p = add("targets", cmd_targets, "the targets: GPUs, availability, quota left, price")
+    p.add_argument("--json", action="store_true", help="print {targets: [...]}")
+
+    p = add("secrets", cmd_secrets, "keychain secrets for jobs: set NAME (hidden or stdin), list, rm NAME")
+    p.add_argument("action", choices=["set", "list", "rm"], help="what to do")
+    p.add_argument("name", nargs="?", help="the secret's name, e.g. HF_TOKEN")
+    p.add_argument("--json", action="store_true", help="print a JSON result")
 
     p = add("bundle", cmd_bundle, "show what would ship, without submitting")
     p.add_argument("--list", action="store_true", help="list every file that ships")

@@ -142,3 +142,68 @@ def bundle_panel(summary: dict, files: list[str] | None = None) -> Any:
     for w in summary.get("warnings") or []:
         parts.append(f"[yellow]warning:[/] {markup_safe(w)}")
     return Group(*parts)
+
+
+def money(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "free" if value == 0 else f"${value:.2f}"
+
+
+def plan_panel(plan: dict, bundle: dict | None = None) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    hours = plan.get("hours")
+    rows = [
+        ("target", f"{plan.get('target')}  ({plan.get('gpu')})"),
+        ("why", markup_safe("; ".join(plan.get("reasons", [])))),
+        ("command", markup_safe(" ".join(plan.get("command", [])))),
+        ("hours", f"{hours:g}" if hours else "no estimate given"),
+        ("price", f"{money(plan.get('estimated_price'))}"
+                  + (f" (${plan.get('price_per_hour'):.2f}/hour)" if plan.get("price_per_hour") else "")),
+    ]
+    if plan.get("secrets"):
+        rows.append(("secrets", ", ".join(plan["secrets"])))
+    if plan.get("env"):
+        rows.append(("env", markup_safe(", ".join(f"{k}={v}" for k, v in plan["env"].items()))))
+    if plan.get("data"):
+        rows.append(("data", ", ".join(f"{k} ({v[:12]})" for k, v in plan["data"].items())))
+    if bundle:
+        rows.append(("bundle", f"{bundle.get('files', 0)} files, {human_bytes(bundle.get('bytes', 0))}"
+                               + (f", {len(bundle['left_out'])} left out" if bundle.get("left_out") else "")))
+    rows.append(("digest", plan.get("digest", "-")))
+    for k, v in rows:
+        grid.add_row(k, v)
+    parts: list[Any] = [grid]
+    for name, why in (plan.get("passed_over") or {}).items():
+        parts.append(f"[dim]passed over {markup_safe(name)}: {markup_safe(why)}[/]")
+    holds = plan.get("holds") or []
+    if holds:
+        parts.append("[bold yellow]needs a person's approval:[/]")
+        parts += [f"  [yellow]•[/] {markup_safe(h['reason'])}" for h in holds]
+    else:
+        parts.append("[green]no rule holds it: it runs without approval[/]")
+    return Group(*parts)
+
+
+def targets_table(infos: list) -> Any:
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("TARGET", "KIND", "GPU", "VRAM", "STATUS", "QUOTA LEFT", "PRICE/H", "RUNNING"):
+        table.add_column(col, no_wrap=True)
+    for i in infos:
+        quota = []
+        if i.quota_hours_left is not None:
+            quota.append(f"{i.quota_hours_left:.1f} h/week")
+        if i.credits_left is not None:
+            quota.append(f"${i.credits_left:.2f}")
+        status = "[green]available[/]" if i.available else f"[red]{markup_safe(i.why_unavailable or 'unavailable')}[/]"
+        table.add_row(i.name, i.kind, markup_safe(i.gpu_label), f"{i.vram_gb:g} GB" if i.gpus else "-",
+                      status, ", ".join(quota) or "unlimited", money(i.price_per_hour),
+                      f"{i.running}/{i.max_jobs}")
+    return table

@@ -23,6 +23,20 @@ class TargetInfo:
     gpus: list[dict] = field(default_factory=list)  # [{"name": "T4", "memory_gb": 15.0}]
     why_unavailable: str | None = None
     max_jobs: int = 1
+    # from the user config and the store's usage rows (filled in by core.targets)
+    price_per_hour: float = 0.0
+    quota_hours_left: float | None = None
+    credits_left: float | None = None
+    session_limit_hours: float | None = None
+    running: int = 0
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "available": self.available,
+                "why_unavailable": self.why_unavailable, "gpus": self.gpus, "gpu": self.gpu_label,
+                "vram_gb": self.vram_gb, "price_per_hour": self.price_per_hour,
+                "quota_hours_left": self.quota_hours_left, "credits_left": self.credits_left,
+                "session_limit_hours": self.session_limit_hours, "max_jobs": self.max_jobs,
+                "running": self.running}
 
     @property
     def gpu_label(self) -> str:

@@ -66,10 +66,12 @@ def dependency_spec(workdir: Path) -> dict | None:
 class LocalProvider:
     kind = "local"
 
-    def __init__(self, name: str = "local", max_jobs: int = 1, python: str | None = None) -> None:
+    def __init__(self, name: str = "local", max_jobs: int = 1, python: str | None = None,
+                 gpus: list[dict] | None = None) -> None:
         self.name = name
         self.max_jobs = max_jobs
         self.python = python or base_python()
+        self.declared_gpus = gpus  # from the user config; else probed
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -89,9 +91,13 @@ class LocalProvider:
     # -- the interface ----------------------------------------------------------------------
 
     async def probe(self) -> TargetInfo:
-        gpus = await asyncio.to_thread(local_gpus)
-        return TargetInfo(name=self.name, kind=self.kind, available=True,
-                          gpus=[{"name": g.name, "memory_gb": g.memory_gb} for g in gpus],
+        return self.probe_now()
+
+    def probe_now(self) -> TargetInfo:
+        gpus = self.declared_gpus
+        if gpus is None:
+            gpus = [{"name": g.name, "memory_gb": g.memory_gb} for g in local_gpus()]
+        return TargetInfo(name=self.name, kind=self.kind, available=True, gpus=gpus,
                           max_jobs=self.max_jobs)
 
     async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
@@ -122,7 +128,7 @@ class LocalProvider:
         adir = self.attempt_dir(job, attempt)
         adir.mkdir(parents=True, exist_ok=True)
         command = list(job.plan["command"])
-        if command[0].endswith(".py"):
+        if job.plan.get("python_file", command[0].endswith(".py")):
             command = ["{python}", *command]
         spec = {
             "job_id": job.id, "attempt": attempt, "tag": str(adir / "spec.json"),

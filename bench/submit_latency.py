@@ -1,0 +1,196 @@
+"""How long `gpu submit --json --wait-s 0` takes on a 1,000-file git project.
+
+    python bench/submit_latency.py [N]
+
+Target (from the issue): median under 300 ms, wall clock, for the installed `gpu` command.
+Prints the floor (`python -c pass`, `gpu --help`), `gpu bundle --json`, the submit figures
+with --wait-s 0, an in-process breakdown of one submit, and a few submits with the default
+wait (10 s) for reference. Runs in a private GPU_ROUTER_HOME / GPU_ROUTER_CONFIG.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (REPO, git, gpu_cmd, gpu_entry_point, gpu_shim, log, median, private_world,  # noqa: E402
+                     stats_ms, timed)
+
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+FILES = 1000
+TARGET_MS = 300
+
+
+def build_project(root: Path) -> None:
+    root.mkdir(parents=True)
+    (root / "a.py").write_text("# exits at once\n")
+    (root / ".gitignore").write_text("__pycache__/\n*.pyc\n")
+    n = 2
+    i = 0
+    while n < FILES:
+        top, mid = divmod(i, 10)
+        d = root / "pkg" / f"mod{top:02d}" / f"sub{mid}"
+        if i % 3 == 0:
+            d = d / "deep" / "deeper"
+        d.mkdir(parents=True, exist_ok=True)
+        for k in range(10):
+            if n >= FILES:
+                break
+            body = "".join(f"def f_{k}_{j}(x):\n    return x * {j} + {i}\n\n"
+                           for j in range(5 + (i * 7 + k) % 40))
+            (d / f"file_{k}.py").write_text(f'"""module {i}/{k}"""\n\n{body}')
+            n += 1
+        i += 1
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "bench project")
+
+
+def count_files(root: Path) -> int:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True)
+    return len([p for p in out.stdout.split(b"\0") if p])
+
+
+def wait_idle(world, timeout: float = 120.0) -> None:
+    """Wait until no job is active, so a default-wait submit is not queued behind others."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(gpu_entry_point() + ["jobs", "--active", "--json", "--limit", "1000"],
+                             env=world.env(), capture_output=True, check=True)
+        if not json.loads(out.stdout)["jobs"]:
+            return
+        time.sleep(0.5)
+    log("warning: jobs still active after waiting")
+
+
+BREAKDOWN = r"""
+import asyncio, json, sys, time
+t0 = time.perf_counter()
+from pathlib import Path
+from core.config import build_request
+from core import service
+from core.bundle import list_project, build, FileHashCache
+from core.userconfig import providers
+from core.router import route
+from core.store import Store
+t_import = time.perf_counter() - t0
+proj = sys.argv[1]
+t = time.perf_counter(); req = build_request(proj, {"script": "a.py", "hours": 0.1, "wait_s": 0,
+    "env": {"RUN": "breakdown"}}); t_req = time.perf_counter() - t
+t = time.perf_counter(); listing = list_project(Path(req.project_dir), req.include); t_list = time.perf_counter() - t
+t = time.perf_counter(); cache = FileHashCache(); bundle = build(listing, cache); cache.close(); t_build = time.perf_counter() - t
+t = time.perf_counter(); provs = providers(); infos = {n: asyncio.run(p.probe()) for n, p in provs.items()}; t_probe = time.perf_counter() - t
+t = time.perf_counter(); store = Store(); t_store = time.perf_counter() - t
+t = time.perf_counter(); res = service.submit(req, store=store, start_supervisor=True); t_submit = time.perf_counter() - t
+print(json.dumps({"import": t_import, "build_request": t_req, "list_project": t_list,
+                  "hash (stat cache) + pack check": t_build, "providers + probe": t_probe,
+                  "open store": t_store, "service.submit (all of it again)": t_submit,
+                  "packed": bundle.packed, "files": bundle.files}))
+"""
+
+
+def main() -> int:
+    world = private_world("submit")
+    proj = world.tmp / "project"
+    log(f"building a {FILES}-file git project in {proj} ...")
+    t = time.perf_counter()
+    build_project(proj)
+    log(f"  built and committed {count_files(proj)} files in {time.perf_counter() - t:.1f}s")
+
+    py = sys.executable
+    log("floor: python -c pass, gpu --help ...")
+    floor_py = [timed([py, "-c", "pass"])[0] for _ in range(N)]
+    floor_imp = [timed([py, "-c", "import core.service, core.config, tui.cli"], cwd=proj,
+                       env=world.env())[0] for _ in range(N)]
+    help_path = [timed(gpu_cmd() + ["--help"], env=world.env())[0] for _ in range(N)]
+    shim = gpu_shim()
+    help_shim = [timed(shim + ["--help"], env=world.env())[0] for _ in range(N)] if shim else []
+
+    log("gpu bundle --json (first one packs with a cold stat cache) ...")
+    bundle_cold, out = timed(gpu_entry_point() + ["bundle", "--json"], cwd=proj, env=world.env())
+    bdoc = json.loads(out.stdout)
+    log(f"  bundle: {bdoc['files']} files, {bdoc['bytes']} bytes, cold {bundle_cold * 1000:.0f} ms")
+    bundle_warm = [timed(gpu_entry_point() + ["bundle", "--json"], cwd=proj, env=world.env())[0]
+                   for _ in range(5)]
+
+    def submit(tag: str, cmd: list[str], wait: list[str]) -> tuple[float, dict]:
+        dt, out = timed(cmd + ["submit", "a.py", "--json", *wait, "--hours", "0.1",
+                               "--env", f"RUN={tag}"], cwd=proj, env=world.env())
+        doc = json.loads(out.stdout)
+        if not doc.get("submitted"):
+            raise RuntimeError(f"submit {tag} was not a new job: {doc.get('guidance')}")
+        return dt, doc
+
+    log("first submit (starts the supervisor) ...")
+    first, _ = submit("first", gpu_cmd(), ["--wait-s", "0"])
+
+    log(f"{N} submits with --wait-s 0 via `gpu` on PATH ({gpu_cmd()[0]}) ...")
+    s_path = []
+    for i in range(N):
+        dt, _ = submit(f"path{i}", gpu_cmd(), ["--wait-s", "0"])
+        s_path.append(dt)
+        print(f"    run {i + 1:2d}/{N}: {dt * 1000:6.1f} ms", flush=True)
+    s_shim = []
+    if shim:
+        log(f"{N} submits with --wait-s 0 via the pyenv shim ({shim[0]}: what a shell runs) ...")
+        for i in range(N):
+            dt, _ = submit(f"shim{i}", shim, ["--wait-s", "0"])
+            s_shim.append(dt)
+        print("    " + " ".join(f"{x * 1000:.0f}" for x in s_shim), flush=True)
+
+    log("in-process breakdown of one submit (fresh interpreter) ...")
+    out = subprocess.run([py, "-c", BREAKDOWN, str(proj)], cwd=str(REPO), env=world.env(),
+                         capture_output=True, check=True)
+    breakdown = json.loads(out.stdout.decode().strip().splitlines()[-1])
+
+    log("waiting for the queue to drain before the default-wait submits ...")
+    wait_idle(world)
+    default_wait = []
+    states = []
+    for i in range(3):
+        wait_idle(world)
+        dt, doc = submit(f"wait{i}", gpu_cmd(), [])  # no --wait-s: the default (10 s)
+        default_wait.append(dt)
+        states.append(doc["job"]["state"])
+        print(f"    default wait run {i + 1}/3: {dt * 1000:6.1f} ms -> {doc['job']['state']}", flush=True)
+
+    med = median(s_path) * 1000
+    print()
+    print(f"== submit latency: {FILES}-file git project, {N} runs each, wall clock ==")
+    print(f"python -c pass                         {stats_ms(floor_py)}")
+    print(f"python -c 'import core.service, tui.cli' {stats_ms(floor_imp)}")
+    print(f"gpu --help  (console script)           {stats_ms(help_path)}")
+    if shim:
+        print(f"gpu --help  (pyenv shim)               {stats_ms(help_shim)}")
+    print(f"gpu bundle --json, cold stat cache     {bundle_cold * 1000:7.1f} ms (packs {bdoc['files']} files)")
+    print(f"gpu bundle --json, warm                {stats_ms(bundle_warm)}")
+    print(f"first gpu submit (starts supervisor)   {first * 1000:7.1f} ms")
+    print(f"gpu submit --wait-s 0 (console script) {stats_ms(s_path)}")
+    if shim:
+        print(f"gpu submit --wait-s 0 (pyenv shim)     {stats_ms(s_shim)}")
+    print(f"gpu submit, default wait (10 s)        {stats_ms(default_wait)}  states: {', '.join(states)}")
+    print()
+    print("in-process breakdown of one submit (seconds -> ms):")
+    for k, v in breakdown.items():
+        if isinstance(v, float):
+            print(f"    {k:34s} {v * 1000:7.1f} ms")
+    print()
+    floor = median(help_path) * 1000
+    print(f"median submit / median `gpu --help`  = {med / floor:.2f}x")
+    print(f"median submit / median `python -c pass` = {med / (median(floor_py) * 1000):.2f}x")
+    print(f"median submit - median `gpu --help`  = {med - floor:.1f} ms of submit work on top of startup")
+    print(f"console script: {gpu_cmd()[0]}")
+    verdict = "PASS" if med < TARGET_MS else "FAIL"
+    print(f"target: median under {TARGET_MS} ms -> {med:.1f} ms: {verdict}")
+    if shim:
+        ms = median(s_shim) * 1000
+        print(f"   via the pyenv shim: {ms:.1f} ms: {'PASS' if ms < TARGET_MS else 'FAIL'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

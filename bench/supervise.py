@@ -1,0 +1,264 @@
+"""The supervisor's own CPU while it watches 100 running local jobs that log a metric each second.
+
+    python bench/supervise.py [--jobs 100] [--window 20] [--job-s 240]
+
+Writes a private user config with `targets: {local: {kind: local, max_jobs: N}}`, submits N
+distinct jobs (`--env I=i`, `--wait-s 0`) that call `gpu.log` once a second, waits until all
+are running, then reads the supervisor's utime+stime from /proc/PID/stat over --window seconds
+at the default tick (1.0 s). Target: under 10% of one core. Afterwards it stops the supervisor,
+profiles a few ticks in-process against the same live jobs (to show where the time goes),
+and kills every job's process group. The jobs run for --job-s seconds at most (long enough to
+outlast submitting, starting and the window; they are killed when the script ends).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import os
+import pstats
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import git, gpu_entry_point, log, private_world, timed  # noqa: E402
+
+TARGET_PCT = 10.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+JOB = """import os, time
+import gpu
+
+end = time.time() + float(os.environ.get("JOB_S", "240"))
+step = 0
+while time.time() < end:
+    gpu.log(step=step, beat=step, job=float(os.environ.get("I", "0")))
+    step += 1
+    time.sleep(1)
+"""
+
+
+def proc_cpu(pid: int) -> tuple[float, float]:
+    """(own utime+stime, reaped children's cutime+cstime) in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[0] is field 3 (state): utime=14, stime=15, cutime=16, cstime=17
+    own = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    kids = (int(fields[13]) + int(fields[14])) / CLK_TCK
+    return own, kids
+
+
+def system_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs, from /proc/stat."""
+    with open("/proc/stat") as f:
+        vals = [int(x) for x in f.readline().split()[1:]]
+    idle = vals[3] + vals[4]
+    return sum(vals) - idle, sum(vals)
+
+
+def jobs_by_state(world) -> dict[str, int]:
+    out = subprocess.run(gpu_entry_point() + ["jobs", "--json", "--limit", "100000"],
+                         env=world.env(), capture_output=True, check=True)
+    counts: dict[str, int] = {}
+    for j in json.loads(out.stdout)["jobs"]:
+        counts[j["state"]] = counts.get(j["state"], 0) + 1
+    return counts
+
+
+def threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=100)
+    ap.add_argument("--window", type=float, default=20.0)
+    ap.add_argument("--job-s", type=float, default=240.0)
+    ap.add_argument("--profile-ticks", type=int, default=5)
+    a = ap.parse_args()
+
+    world = private_world("supervise")
+    world.write_config(f"targets:\n  local:\n    kind: local\n    max_jobs: {a.jobs}\n")
+    proj = world.tmp / "project"
+    proj.mkdir()
+    (proj / "beat.py").write_text(JOB)
+    git(proj, "init", "-q")
+    git(proj, "add", "-A")
+    git(proj, "commit", "-q", "-m", "bench job")
+    log(f"config: max_jobs {a.jobs}; tick: default (GPU_ROUTER_TICK_S unset -> 1.0 s)")
+
+    log(f"submitting {a.jobs} jobs (--wait-s 0, --env I=i) ...")
+    t0 = time.perf_counter()
+    submit_times = []
+    for i in range(a.jobs):
+        dt, out = timed(gpu_entry_point() + ["submit", "beat.py", "--json", "--wait-s", "0",
+                                             "--hours", "0.1", "--env", f"I={i}",
+                                             "--env", f"JOB_S={a.job_s:g}"],
+                        cwd=proj, env=world.env())
+        if not json.loads(out.stdout)["submitted"]:
+            raise RuntimeError(f"submit {i} returned an existing job")
+        submit_times.append(dt)
+        if (i + 1) % 20 == 0:
+            log(f"  {i + 1}/{a.jobs} submitted ({time.perf_counter() - t0:.0f}s)")
+    submit_s = time.perf_counter() - t0
+
+    pid = world.supervisor_pid()
+    if not pid:
+        raise RuntimeError("no supervisor is running after the submits")
+    log(f"supervisor pid {pid}; waiting until all {a.jobs} jobs are running ...")
+    deadline = time.monotonic() + 180
+    while True:
+        counts = jobs_by_state(world)
+        log(f"  states: {counts}")
+        if counts.get("running", 0) >= a.jobs:
+            break
+        if any(counts.get(s, 0) for s in ("failed", "done", "cancelled")):
+            raise RuntimeError(f"jobs ended before the measurement: {counts}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not all jobs running after 180 s: {counts}")
+        time.sleep(2)
+    all_running_s = time.perf_counter() - t0
+    log(f"all {a.jobs} running {all_running_s:.0f}s after the first submit; settling 3 s ...")
+    time.sleep(3)
+
+    log(f"measuring the supervisor's CPU over {a.window:.0f} s ...")
+    own0, kids0 = proc_cpu(pid)
+    busy0, total0 = system_cpu()
+    w0 = time.perf_counter()
+    samples = []
+    last_own, last_t = own0, w0
+    while time.perf_counter() - w0 < a.window:
+        time.sleep(min(5.0, a.window - (time.perf_counter() - w0)) or 0.01)
+        own, _ = proc_cpu(pid)
+        now = time.perf_counter()
+        samples.append(100 * (own - last_own) / (now - last_t))
+        log(f"  {now - w0:4.0f}s: supervisor {samples[-1]:5.1f}% of a core over the last "
+            f"{now - last_t:.1f}s, {threads(pid)} threads")
+        last_own, last_t = own, now
+    own1, kids1 = proc_cpu(pid)
+    busy1, total1 = system_cpu()
+    wall = time.perf_counter() - w0
+    counts_after = jobs_by_state(world)
+    metric_rows = _metric_rows(world)
+
+    sup_pct = 100 * (own1 - own0) / wall
+    kids_pct = 100 * (kids1 - kids0) / wall
+    ncpu = os.cpu_count() or 1
+    sys_pct = 100 * (busy1 - busy0) / max(1, total1 - total0) * ncpu
+
+    log("stopping the supervisor (jobs keep running) to profile ticks in-process ...")
+    subprocess.run(gpu_entry_point() + ["daemon", "--stop", "--json"], env=world.env(),
+                   capture_output=True, check=True)
+    stop_deadline = time.monotonic() + 30
+    while world.supervisor_pid() and time.monotonic() < stop_deadline:
+        time.sleep(0.1)
+    profile_text, tick_ms = _profile_ticks(a.profile_ticks)
+
+    log("killing the jobs' process groups ...")
+    pgids = {d["pgid"] for d in world.job_pids() if d.get("pgid", 0) > 1}
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    time.sleep(1)
+    # World.cleanup (atexit) SIGKILLs any group still alive and removes the temp dir
+
+    print()
+    print(f"== supervisor CPU: {a.jobs} running local jobs, gpu.log once a second, "
+          f"default tick 1.0 s, {wall:.1f} s window ==")
+    print(f"submitting {a.jobs} jobs: {submit_s:.1f} s (median "
+          f"{sorted(submit_times)[len(submit_times) // 2] * 1000:.0f} ms each); "
+          f"all running after {all_running_s:.1f} s")
+    print(f"states before the window: {counts}   after: {counts_after}")
+    print(f"supervisor pid {pid}: {own1 - own0:.2f} s CPU in {wall:.1f} s = {sup_pct:.1f}% of one core"
+          f"   (5 s slices: {', '.join(f'{x:.1f}' for x in samples)})")
+    print(f"its reaped children (ps, launchers) in the window: {kids_pct:.1f}% of one core")
+    print(f"whole machine in the window: {sys_pct:.0f}% of one core ({ncpu} cores; jobs and launchers included)")
+    if metric_rows is not None:
+        print(f"metric rows in the store after the window: {metric_rows}")
+    print(f"in-process ticks (supervisor stopped, same {a.jobs} live jobs), wall/CPU ms per tick: "
+          + ", ".join(f"{w:.0f}/{c:.0f}" for w, c in tick_ms))
+    print()
+    print(f"profile of {a.profile_ticks} more ticks, to_thread inlined (top 18 by own time):")
+    print(profile_text)
+    verdict = "PASS" if sup_pct < TARGET_PCT else "FAIL"
+    print(f"target: under {TARGET_PCT:.0f}% of one core -> {sup_pct:.1f}%: {verdict}")
+    return 0
+
+
+def _metric_rows(world) -> int | None:
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"file:{world.home / 'store.sqlite3'}?mode=ro", uri=True, timeout=10)
+        n = db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]
+        db.close()
+        return n
+    except sqlite3.Error:
+        return None
+
+
+def _profile_ticks(n: int) -> tuple[str, list[tuple[float, float]]]:
+    """Run supervisor ticks in this process (the daemon is stopped) against the live jobs.
+
+    First `n` plain ticks, timing wall and CPU (all threads) of each; then `n` more under
+    cProfile with asyncio.to_thread made synchronous, so the file reads that normally run in
+    worker threads show up in the profile (cProfile sees one thread only).
+    """
+    from core.states import ACTIVE
+    from core.supervisor import Supervisor
+
+    sup = Supervisor(tick_s=1.0)
+    sup.verified = {j.id for j in sup.store.jobs(states=ACTIVE)}  # skip the one-off `ps` check
+    per_tick: list[tuple[float, float]] = []
+    prof = cProfile.Profile()
+
+    async def one(tasks: set) -> None:
+        await sup.tick(tasks)
+        if tasks:
+            await asyncio.wait(set(tasks))
+
+    async def ticks() -> None:
+        tasks: set = set()
+        await one(tasks)  # warm-up: imports, providers, first reads
+        for _ in range(n):
+            t, c = time.perf_counter(), time.process_time()
+            await one(tasks)
+            per_tick.append(((time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000))
+            await asyncio.sleep(max(0.0, 1.0 - (time.perf_counter() - t)))
+        real_to_thread = asyncio.to_thread
+
+        async def inline(fn, /, *args, **kwargs):
+            return fn(*args, **kwargs)
+
+        asyncio.to_thread = inline
+        try:
+            for _ in range(n):
+                t = time.perf_counter()
+                prof.enable()
+                await one(tasks)
+                prof.disable()
+                await asyncio.sleep(max(0.0, 1.0 - (time.perf_counter() - t)))
+        finally:
+            asyncio.to_thread = real_to_thread
+
+    asyncio.run(ticks())
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).strip_dirs().sort_stats("tottime").print_stats(18)
+    lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
+    start = next((i for i, ln in enumerate(lines) if "ncalls" in ln), 0)
+    return "\n".join(lines[max(0, start - 2):]), per_tick
+
+
+if __name__ == "__main__":
+    sys.exit(main())

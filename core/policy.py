@@ -1,0 +1,77 @@
+"""The approval rules: which plans wait for a person, and what the agent tells them.
+
+One place for every rule. The rules come from the user's config (`userconfig.Rules`), which
+can only make them stricter; nothing in a project can loosen them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .providers.base import TargetInfo
+from .userconfig import Rules
+
+
+@dataclass
+class Hold:
+    rule: str  # agent_hours | secrets | quota | budget_job | budget_week | overrun | everything
+    reason: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def evaluate(*, hours: float | None, secrets: list[str], price: float, info: TargetInfo,
+             rules: Rules, weekly_spend: float, interactive: bool) -> list[Hold]:
+    holds: list[Hold] = []
+    if rules.approve_everything:
+        holds.append(Hold("everything", "your config asks for approval of every job"))
+    if not interactive:
+        if hours is None:
+            holds.append(Hold("agent_hours", "it was submitted without a terminal (by an agent) "
+                                             "and gives no hours estimate"))
+        elif hours > rules.agent_max_hours:
+            holds.append(Hold("agent_hours", f"it was submitted without a terminal (by an agent) "
+                                             f"for {hours:g} hours, over the {rules.agent_max_hours:g}-hour "
+                                             f"limit for unattended jobs"))
+    if secrets:
+        holds.append(Hold("secrets", f"it reads {', '.join(sorted(secrets))} from your keychain"))
+    if info.quota_hours_left is not None:
+        need = hours if hours is not None else None
+        if need is None or need > rules.quota_fraction * info.quota_hours_left:
+            used = f"{need:g} h" if need is not None else "an unknown number of hours"
+            holds.append(Hold("quota", f"it would use {used} of the {info.quota_hours_left:g} h "
+                                       f"left this week on {info.name} (the limit without approval "
+                                       f"is {rules.quota_fraction:.0%} of what is left)"))
+    if info.credits_left is not None and price > rules.quota_fraction * info.credits_left:
+        holds.append(Hold("quota", f"it would spend ${price:.2f} of the ${info.credits_left:.2f} "
+                                   f"of credits left on {info.name}"))
+    if rules.budget_per_job is not None and price > rules.budget_per_job:
+        holds.append(Hold("budget_job", f"its estimated price ${price:.2f} is over your per-job "
+                                        f"budget of ${rules.budget_per_job:.2f}"))
+    if rules.budget_weekly is not None and weekly_spend + price > rules.budget_weekly:
+        holds.append(Hold("budget_week", f"with ${weekly_spend:.2f} spent in the last 7 days, its "
+                                         f"${price:.2f} would pass your weekly budget of "
+                                         f"${rules.budget_weekly:.2f}"))
+    return holds
+
+
+def describe_cost(plan: dict) -> str:
+    hours = plan.get("hours")
+    price = plan.get("price_per_hour") or 0
+    time_part = f"for {hours:g} hours" if hours else "with no time estimate"
+    if price == 0:
+        money = "free (no charge on this target)"
+    else:
+        money = f"estimated ${plan.get('estimated_price', 0):.2f} at ${price:.2f}/hour"
+    return f"{time_part}, {money}"
+
+
+def tell_user(job_short_id: str, job_name: str, plan: dict, holds: list[dict]) -> str:
+    """One plain paragraph an agent relays word for word."""
+    command = " ".join(plan.get("command", []))
+    why = "; ".join(h["reason"] for h in holds) or "a rule in your config"
+    return (f"gpu-router job {job_short_id} ({job_name}) is waiting for your approval: it would run "
+            f"`{command}` on {plan.get('target')} ({plan.get('gpu')}) {describe_cost(plan)}. "
+            f"It is held because {why}. To approve it, run `gpu approve {job_short_id}` in a "
+            f"terminal or press `a` on it in `gpu dash`; to refuse it, run `gpu deny {job_short_id}`.")

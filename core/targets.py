@@ -1,0 +1,56 @@
+"""The targets as the router and `gpu targets` see them: probed facts plus quota and price."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .providers.base import TargetInfo
+from .states import LAUNCHED
+from .store import Store
+from .usage import quota_left
+from .userconfig import UserConfig, load, providers
+
+
+async def _probe(provider: Any) -> TargetInfo:
+    try:
+        return await asyncio.wait_for(provider.probe(), 30)
+    except Exception as exc:  # noqa: BLE001 - an unreachable target is a fact, not a crash
+        return TargetInfo(name=provider.name, kind=provider.kind, available=False,
+                          why_unavailable=f"probe failed: {exc}")
+
+
+def infos(store: Store, cfg: UserConfig | None = None,
+          provs: dict[str, Any] | None = None) -> dict[str, TargetInfo]:
+    cfg = cfg or load()
+    provs = provs or providers(cfg)
+
+    async def gather() -> list[TargetInfo]:
+        return list(await asyncio.gather(*(_probe(p) for p in provs.values())))
+
+    probed = {}
+    for name, p in provs.items():
+        if hasattr(p, "probe_now"):  # cheap and synchronous: no event loop needed
+            probed[name] = p.probe_now()
+    rest = {n: p for n, p in provs.items() if n not in probed}
+    if rest:
+        for info in asyncio.run(gather()) if rest else []:
+            probed[info.name] = info
+    running: dict[str, int] = {}
+    for job in store.jobs(states=LAUNCHED):
+        running[job.provider or ""] = running.get(job.provider or "", 0) + 1
+    for name, info in probed.items():
+        t = cfg.targets[name]
+        left = quota_left(store, t)
+        info.price_per_hour = t.price_per_hour
+        info.quota_hours_left = left["hours"]
+        info.credits_left = left["credits"]
+        info.session_limit_hours = t.session_limit_hours
+        info.running = running.get(name, 0)
+        if info.available and left["hours"] is not None and left["hours"] <= 0:
+            info.available = False
+            info.why_unavailable = "no quota left this week"
+        if info.available and left["credits"] is not None and left["credits"] <= 0:
+            info.available = False
+            info.why_unavailable = "no credits left"
+    return probed

@@ -1,0 +1,51 @@
+"""Runtime and spend figures from the store's usage rows: quota left, weekly spend, cost so far."""
+
+from __future__ import annotations
+
+import time
+
+from .store import Store
+
+WEEK_S = 7 * 24 * 3600
+
+
+def _hours(row, now: float, since: float | None = None) -> float:
+    start = max(row["started_at"], since) if since else row["started_at"]
+    end = row["ended_at"] or now
+    return max(0.0, end - start) / 3600
+
+
+def target_hours(store: Store, target: str, since: float | None = None) -> float:
+    now = time.time()
+    return sum(_hours(r, now, since) for r in store.usage_rows(target=target, since=since))
+
+
+def job_hours(store: Store, job_id: str) -> float:
+    now = time.time()
+    return sum(_hours(r, now) for r in store.usage_rows(job_id=job_id))
+
+
+def job_cost(store: Store, job_id: str) -> float:
+    now = time.time()
+    return sum(_hours(r, now) * r["price_per_hour"] for r in store.usage_rows(job_id=job_id))
+
+
+def spend(store: Store, since: float | None = None, target: str | None = None) -> float:
+    now = time.time()
+    return sum(_hours(r, now, since) * r["price_per_hour"]
+               for r in store.usage_rows(target=target, since=since))
+
+
+def weekly_spend(store: Store) -> float:
+    return spend(store, since=time.time() - WEEK_S)
+
+
+def quota_left(store: Store, target) -> dict:
+    """{"hours": left this week or None, "credits": dollars left or None} for a TargetConfig."""
+    out: dict = {"hours": None, "credits": None}
+    if target.hours_per_week is not None:
+        used = target_hours(store, target.name, since=time.time() - WEEK_S)
+        out["hours"] = round(max(0.0, target.hours_per_week - used), 4)
+    if target.credits is not None:
+        out["credits"] = round(max(0.0, target.credits - spend(store, target=target.name)), 4)
+    return out
