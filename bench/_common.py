@@ -159,14 +159,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def live_groups(pgids: set[int]) -> set[int]:
+    """The process groups among `pgids` that still hold a process that is not a zombie.
+
+    (`killpg(pgid, 0)` also succeeds for a group of zombies, and PID 1 here may take a second
+    or more to reap an orphaned launcher.)"""
+    alive: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, pgid = fields[0], int(fields[2])
+        if pgid in pgids and state not in ("Z", "X"):
+            alive.add(pgid)
+    return alive
+
+
 def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
-    return True
+    return bool(live_groups({pgid}))
 
 
 def _is_supervisor(pid: int) -> bool:

@@ -110,6 +110,8 @@ class Supervisor:
                  tick_s: float = 1.0, idle_exit_s: float = IDLE_EXIT_S) -> None:
         self.store = store or Store()
         self._providers = providers
+        self._own_providers = providers is None
+        self._config_stamp: int | None = None
         self.tick_s = tick_s
         self.idle_exit_s = idle_exit_s
         self.wakeup = asyncio.Event()
@@ -159,9 +161,20 @@ class Supervisor:
         self.stopping = True
         self.wakeup.set()
 
+    def _config_changed(self) -> bool:
+        try:
+            stamp = paths.user_config_file().stat().st_mtime_ns
+        except OSError:
+            stamp = 0
+        changed = stamp != self._config_stamp
+        self._config_stamp = stamp
+        return changed
+
     async def tick(self, tasks: set[asyncio.Task] | None = None) -> bool:
         """Start one step for each live job that is not mid-step; True if any job is live."""
         tasks = tasks if tasks is not None else set()
+        if self._config_changed():
+            self._providers = None if self._own_providers else self._providers
         jobs = self.store.jobs(states=ACTIVE)
         jobs.sort(key=lambda j: j.created_at)  # first come, first placed
         load: dict[str, int] = {}
@@ -173,8 +186,9 @@ class Supervisor:
                 continue
             if job.state == State.ROUTING:
                 provider = self.providers.get(job.provider or "")
-                if provider is None:
-                    self._replan(job, f"target {job.provider!r} is no longer configured")
+                if provider is None or not getattr(provider, "enabled", True):
+                    self._replan(job, f"target {job.provider!r} is no longer "
+                                      + ("configured" if provider is None else "enabled"))
                     continue
                 if load.get(job.provider, 0) >= provider.max_jobs:
                     self._note_waiting(job, provider, load.get(job.provider, 0))

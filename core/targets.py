@@ -47,6 +47,9 @@ def infos(store: Store, cfg: UserConfig | None = None,
         info.credits_left = left["credits"]
         info.session_limit_hours = t.session_limit_hours
         info.running = running.get(name, 0)
+        if not t.enabled:
+            info.available = False
+            info.why_unavailable = "disabled in your config"
         if info.available and left["hours"] is not None and left["hours"] <= 0:
             info.available = False
             info.why_unavailable = "no quota left this week"

@@ -5,7 +5,7 @@ project cannot change where jobs run or loosen the rules. The rules here can onl
 stricter than the defaults; a looser value is an error that says so.
 
     targets:
-      local: {kind: local, max_jobs: 1}
+      local: {kind: local, max_jobs: 1}      # enabled: false keeps new jobs off a target
       box:   {kind: local, price_per_hour: 0.4, hours_per_week: 30, session_limit_hours: 12,
               gpus: [{name: RTX 4090, memory_gb: 24}]}
     rules:
@@ -63,6 +63,7 @@ class TargetConfig:
     credits: float | None = None
     session_limit_hours: float | None = None
     gpus: list[dict] | None = None
+    enabled: bool = True
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -93,13 +94,17 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
                         fix=f"kinds: {', '.join(TARGET_KINDS)}")
     t = TargetConfig(name=name, kind=kind)
     known = {"kind", "max_jobs", "price_per_hour", "hours_per_week", "credits",
-             "session_limit_hours", "gpus"}
+             "session_limit_hours", "gpus", "enabled"}
     for key, value in body.items():
         w = f"targets.{name}.{key}"
         if key == "max_jobs":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UserError(f"{w} must be a whole number of 1 or more", where=where)
             t.max_jobs = value
+        elif key == "enabled":
+            if not isinstance(value, bool):
+                raise UserError(f"{w} must be true or false", where=where)
+            t.enabled = value
         elif key == "price_per_hour":
             t.price_per_hour = _number(value, where, w)
         elif key in ("hours_per_week", "credits", "session_limit_hours"):
@@ -176,4 +181,5 @@ def providers(cfg: UserConfig | None = None) -> dict[str, Any]:
         if t.kind == "local":
             out[name] = LocalProvider(name, max_jobs=t.max_jobs, python=t.options.get("python"),
                                       gpus=t.gpus)
+        out[name].enabled = t.enabled
     return out

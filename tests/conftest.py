@@ -111,3 +111,50 @@ def copy_example(dest: Path) -> Path:
              for p in EXAMPLE.rglob("*") if p.is_file() and "runs" not in p.parts
              and "__pycache__" not in p.parts}
     return make_git_project(dest, files, gitignore="runs/\n__pycache__/\n")
+
+
+@pytest.fixture
+def keychain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, home: Path):
+    """A real SecretService keychain (dbus + gnome-keyring) for this test's processes."""
+    from tests.services import Keychain
+
+    kc = Keychain(tmp_path / "keychain")
+    for k, v in kc.env.items():
+        monkeypatch.setenv(k, v)
+    yield kc
+    _stop_world(home)  # the supervisor talks to this keychain: stop it first
+    kc.close()
+
+
+def run_in_terminal(argv: list[str], answer: str, cwd: Path | None = None,
+                    timeout: float = 60) -> tuple[int, str]:
+    """Run a command on a real pseudo-terminal, type `answer` at its prompt; (status, output)."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd,
+                            env={**os.environ, "COLUMNS": "120", "TERM": "xterm"}, close_fds=True,
+                            start_new_session=True)
+    os.close(slave)
+    out = b""
+    sent = False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        if not sent and (b"? [" in out or b"to approve it: " in out or b"to deny it: " in out):
+            os.write(master, answer.encode() + b"\r")
+            sent = True
+        if proc.poll() is not None and not ready:
+            break
+    proc.wait(timeout=10)
+    os.close(master)
+    return proc.returncode, out.decode(errors="replace")
