@@ -1,0 +1,148 @@
+"""Secrets live in a real keychain, reach only the job's environment, and never a log or the store."""
+
+from __future__ import annotations
+
+import base64
+import os
+import sqlite3
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state
+
+SECRET = "tok-3xAmPle/VALUE+with=chars"
+
+PRINTER = (
+    "import base64, os, urllib.parse\n"
+    "v = os.environ['MY_TOKEN']\n"
+    "print('raw', v)\n"
+    "print('b64', base64.b64encode(v.encode()).decode())\n"
+    "print('url', urllib.parse.quote(v, safe=''))\n"
+    "import sys; print('err', v, file=sys.stderr)\n"
+    "import gpu; (gpu.output_dir() / 'note.txt').write_text('wrote without the secret')\n"
+)
+
+
+def _forms(value: str) -> list[bytes]:
+    return [value.encode(), base64.b64encode(value.encode()),
+            urllib.parse.quote(value, safe="").encode()]
+
+
+def _all_bytes(*roots: Path) -> list[tuple[Path, bytes]]:
+    out = []
+    for root in roots:
+        for p in root.rglob("*"):
+            if p.is_file() and not p.is_symlink():
+                out.append((p, p.read_bytes()))
+    return out
+
+
+@pytest.mark.slow
+def test_a_job_reads_its_secret_and_nothing_keeps_it(keychain, home: Path, tmp_path: Path) -> None:
+    proc = run_gpu("secrets", "set", "MY_TOKEN", input=SECRET + "\n")
+    assert proc.returncode == 0, proc.stderr
+    assert gpu_json("secrets", "list")["secrets"] == ["MY_TOKEN"]
+    assert SECRET not in run_gpu("secrets", "list").stdout
+
+    project = make_git_project(tmp_path / "p", {"show.py": PRINTER})
+    sub = gpu_json("submit", "show.py", "--secret", "MY_TOKEN", "--hours", "0.1", "--wait-s", "0",
+                   cwd=project)
+    assert sub["job"]["state"] == "awaiting_approval"
+    assert "reads MY_TOKEN from your keychain" in sub["guidance"]["tell_user"]
+    from core.approvals import approve
+    from core.store import Store
+
+    approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
+    doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
+    assert doc["state"] == "done", run_gpu("logs", sub["job"]["short_id"]).stdout
+
+    shown = run_gpu("logs", sub["job"]["short_id"]).stdout
+    assert "raw [secret]" in shown and "b64 [secret]" in shown and "url [secret]" in shown
+    assert "err [secret]" in shown
+    status = run_gpu("status", sub["job"]["short_id"], "--json", "--verbose").stdout
+    for form in _forms(SECRET):
+        assert form.decode() not in shown and form.decode() not in status
+    # nothing on disk: the store (and its WAL), the job folder, runs/, job.json
+    Store().conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for path, data in _all_bytes(home, project / "runs"):
+        for form in _forms(SECRET):
+            assert form not in data, f"{path} holds the secret"
+    assert (project / "runs" / sub["job"]["short_id"] / "job.json").exists()
+
+
+def test_a_missing_secret_fails_the_job_with_the_fix(keychain, home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"show.py": PRINTER})
+    sub = gpu_json("submit", "show.py", "--secret", "NOT_SET", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    from core.approvals import approve
+    from core.store import Store
+
+    approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
+    doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
+    assert doc["state"] == "failed" and "gpu secrets set NOT_SET" in doc["reason"]
+
+
+def test_without_a_keychain_the_message_says_how_to_get_one(home: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DBUS_SESSION_BUS_ADDRESS"}
+    env["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=/nonexistent/bus"
+    for backend in (None, "keyring.backends.null.Keyring", "keyring.backends.fail.Keyring"):
+        e = dict(env)
+        if backend:
+            e["PYTHON_KEYRING_BACKEND"] = backend
+        import subprocess
+        from tests.conftest import gpu_exe
+
+        proc = subprocess.run([gpu_exe(), "secrets", "set", "X_TOKEN"], input="v\n", text=True,
+                              capture_output=True, env=e, timeout=60)
+        assert proc.returncode == 2, (backend, proc.stderr)
+        assert "no native keychain is available" in proc.stderr, (backend, proc.stderr)
+        assert "dbus-run-session" in proc.stderr and "gnome-keyring-daemon" in proc.stderr
+
+
+@pytest.mark.parametrize("entry", [
+    "WANDB_API_KEY=abc", "HF_TOKEN=abc", "DB_PASSWORD=x", "MY_SECRET=x", "AUTH=x", "AWS_CREDENTIALS=x",
+    "api_key=x", "SERVICE_PASSWD=x",
+    "X=AKIAIOSFODNN7EXAMPLE", "X=ghp_abcdefghijklmnopqrstuvwxyz0123", "X=github_pat_11ABCDEFG0123456789abcdef",
+    "X=hf_abcdefghijklmnopqrstuvwxyz", "X=sk-abcdefghijklmnop1234", "X=sk-ant-api03-abcdefghijklmnop",
+    "X=-----BEGIN OPENSSH PRIVATE KEY-----", "X=postgres://user:pw@db.internal/prod",
+    "X=Zx8Kq2LmN4pR7sT1vW3yA5bC6dE9fG0h", "X=0123456789abcdef0123456789abcdef01234567",
+])
+def test_secret_looking_env_is_refused(entry: str, home: Path, tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "a.py").write_text("print(1)\n")
+    proc = run_gpu("submit", "a.py", "--env", entry, "--hours", "0.1", "--wait-s", "0", cwd=project)
+    assert proc.returncode == 2, entry
+    assert "looks like" in proc.stderr and "gpu secrets set" in proc.stderr
+    assert "secrets:" in proc.stderr
+    value = entry.split("=", 1)[1]
+    if len(value) > 6:
+        assert value not in proc.stderr  # the refusal does not print the secret either
+
+
+def test_ordinary_env_passes(home: Path, tmp_path: Path) -> None:
+    from core.secretscan import env_problem
+
+    ordinary = {"WANDB_MODE": "offline", "OMP_NUM_THREADS": "4", "CUDA_VISIBLE_DEVICES": "0,1",
+                "TOKENIZERS_PARALLELISM": "false", "PUBLIC_KEY_URL": "https://example.com/k.pub",
+                "HF_HOME": "/data/hf", "RUN_NAME": "exp_2024_11_29_lr3e-4_bs32_warmup1000",
+                "MODEL": "meta-llama/Llama-3.1-8B-Instruct", "URL": "https://example.com/a/b",
+                "KEYBOARD": "us", "AUTHOR": "ada", "LR": "3e-4", "SEED": "1234567890"}
+    for name, value in ordinary.items():
+        assert env_problem(name, value) is None, (name, value)
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "a.py").write_text("print(1)\n")
+    proc = run_gpu("plan", "a.py", "--hours", "0.1", *[f"--env={k}={v}" for k, v in ordinary.items()],
+                   cwd=project)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_store_schema_has_no_place_for_values(home: Path) -> None:
+    from core.store import Store
+
+    Store()
+    con = sqlite3.connect(home / "store.sqlite3")
+    cols = {r[1] for t in ("jobs", "events", "metrics", "usage") for r in con.execute(f"PRAGMA table_info({t})")}
+    assert not any("secret" in c or "password" in c for c in cols)
