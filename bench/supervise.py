@@ -43,6 +43,30 @@ while time.time() < end:
     time.sleep(1)
 """
 
+SMALL_CONFIG = """targets:
+  local:
+    kind: local
+    max_jobs: {n}
+"""
+
+# the example in core/userconfig.py's docstring, with local's max_jobs raised
+FULL_CONFIG = """targets:
+  local: {{kind: local, max_jobs: {n}}}
+  box:   {{kind: local, price_per_hour: 0.4, hours_per_week: 30, session_limit_hours: 12,
+          gpus: [{{name: RTX 4090, memory_gb: 24}}]}}
+rules:
+  agent_max_hours: 1.0
+  quota_fraction: 0.5
+  overrun_factor: 1.25
+  checkpoint_grace_s: 60
+  approve_everything: false
+budget:
+  per_job: 5.0
+  weekly: 20.0
+dashboard:
+  bell: true
+"""
+
 
 def proc_cpu(pid: int) -> tuple[float, float]:
     """(own utime+stime, reaped children's cutime+cstime) in seconds."""
@@ -84,24 +108,29 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=20.0)
     ap.add_argument("--job-s", type=float, default=240.0)
     ap.add_argument("--profile-ticks", type=int, default=5)
+    ap.add_argument("--full-config", action="store_true",
+                    help="write the fuller user config documented in core/userconfig.py "
+                         "(targets, rules, budget, dashboard) instead of the 4-line one")
     a = ap.parse_args()
 
     world = private_world("supervise")
-    world.write_config(f"targets:\n  local:\n    kind: local\n    max_jobs: {a.jobs}\n")
+    world.write_config((FULL_CONFIG if a.full_config else SMALL_CONFIG).format(n=a.jobs))
     proj = world.tmp / "project"
     proj.mkdir()
     (proj / "beat.py").write_text(JOB)
     git(proj, "init", "-q")
     git(proj, "add", "-A")
     git(proj, "commit", "-q", "-m", "bench job")
-    log(f"config: max_jobs {a.jobs}; tick: default (GPU_ROUTER_TICK_S unset -> 1.0 s)")
+    log(f"config ({'full, ' if a.full_config else ''}{len(world.config.read_text().splitlines())} lines): "
+        f"max_jobs {a.jobs}; tick: default (GPU_ROUTER_TICK_S unset -> 1.0 s)")
 
     log(f"submitting {a.jobs} jobs (--wait-s 0, --env I=i) ...")
     t0 = time.perf_counter()
     submit_times = []
     for i in range(a.jobs):
         dt, out = timed(gpu_entry_point() + ["submit", "beat.py", "--json", "--wait-s", "0",
-                                             "--hours", "0.1", "--env", f"I={i}",
+                                             "--hours", "0.1", "--provider", "local",
+                                             "--env", f"I={i}",
                                              "--env", f"JOB_S={a.job_s:g}"],
                         cwd=proj, env=world.env())
         if not json.loads(out.stdout)["submitted"]:
@@ -183,7 +212,8 @@ def main() -> int:
 
     print()
     print(f"== supervisor CPU: {a.jobs} running local jobs, gpu.log once a second, "
-          f"default tick 1.0 s, {wall:.1f} s window ==")
+          f"default tick 1.0 s, {wall:.1f} s window, "
+          f"{'full' if a.full_config else '4-line'} user config ==")
     print(f"submitting {a.jobs} jobs: {submit_s:.1f} s (median "
           f"{sorted(submit_times)[len(submit_times) // 2] * 1000:.0f} ms each); "
           f"all running after {all_running_s:.1f} s")

@@ -31,6 +31,8 @@ from .store import Job, Store
 log = logging.getLogger("gpu-router.supervisor")
 
 CANCEL_GRACE_S = 10.0
+UNREACHABLE_GRACE_S = 600.0  # a host away longer than this has lost the job's session
+MAX_RESUMES = 3  # session ends (time limits, preemption) resumed on the same target
 IDLE_EXIT_S = 60.0
 
 
@@ -194,7 +196,7 @@ class Supervisor:
                     self._note_waiting(job, provider, load.get(job.provider, 0))
                     continue
                 load[job.provider] = load.get(job.provider, 0) + 1
-            elif job.state not in LAUNCHED:
+            elif job.state not in LAUNCHED and job.state != State.MIGRATING:
                 continue
             self.busy.add(job.id)
             task = asyncio.create_task(self._step_guarded(job))
@@ -230,6 +232,9 @@ class Supervisor:
         if job.state == State.ROUTING:
             await self._launch(job)
             return
+        if job.state == State.MIGRATING:
+            await self._resume(job)
+            return
         if job.state not in LAUNCHED:
             return
         provider = self.providers.get(job.provider or "")
@@ -252,7 +257,19 @@ class Supervisor:
                     return
             self.verified.add(job.id)
         await self._ingest_metrics(job, provider)
+        if hasattr(provider, "sync_log"):  # remote targets mirror the log into the job folder
+            await provider.sync_log(job)
         poll = await provider.poll(job)
+        if poll.phase == "unreachable":
+            await self._unreachable(job, poll)
+            return
+        if job.handle.get("unreachable_since"):
+            self.store.update(job.id, handle={k: v for k, v in job.handle.items() if k != "unreachable_since"},
+                              reason=f"{provider.name} is reachable again")
+            job = self.store.get(job.id)
+        if poll.phase == "session_ended":
+            await self._session_ended(job, provider, poll)
+            return
         if poll.phase == "running" and job.state == State.PROVISIONING:
             self.store.usage_start(job.id, job.attempt, provider.name,
                                    float(job.plan.get("price_per_hour") or 0))
@@ -262,6 +279,53 @@ class Supervisor:
             await self._finish(self.store.get(job.id), provider, poll)
         elif poll.phase == "running":
             await self._check_overrun(job, provider)
+
+    async def _unreachable(self, job: Job, poll: Poll) -> None:
+        """A dropped connection is not a failed job: wait, and only after the grace call the
+        session lost (the job then waits in `migrating`, saying why)."""
+        since = job.handle.get("unreachable_since") or time.time()
+        grace = float(job.plan.get("unreachable_grace_s") or UNREACHABLE_GRACE_S)
+        waited = time.time() - since
+        if waited > grace and job.state != State.MIGRATING:
+            self.store.usage_end(job.id, job.attempt)
+            self.store.transition(job.id, State.MIGRATING,
+                                  f"session lost: {job.provider} unreachable for {waited / 60:.0f} min "
+                                  f"({poll.detail}); the job waits to be moved",
+                                  handle={**job.handle, "unreachable_since": since, "session_lost": True})
+            return
+        reason = f"{job.provider} unreachable for {waited:.0f}s ({poll.detail}); retrying"
+        self.store.update(job.id, handle={**job.handle, "unreachable_since": since}, reason=reason)
+
+    async def _session_ended(self, job: Job, provider: Any, poll: Poll) -> None:
+        """The target ended the session (a time limit, preemption): resume from the checkpoint."""
+        self.store.usage_end(job.id, job.attempt)
+        resumes = int(job.handle.get("resumes", 0))
+        if job.cancel_requested:
+            await self._finish(job, provider, Poll("exited", exit_code=None, detail=poll.detail))
+            return
+        self.store.transition(job.id, State.MIGRATING,
+                              f"session ended on {provider.name}: {poll.detail}",
+                              handle={**job.handle, "resume_same_target": resumes < MAX_RESUMES,
+                                      "resumes": resumes})
+
+    async def _resume(self, job: Job) -> None:
+        """A migrating job whose target can take it back starts its next attempt there."""
+        if job.cancel_requested:
+            self.store.transition(job.id, State.CANCELLED, "cancelled while between sessions")
+            return
+        if not job.handle.get("resume_same_target"):
+            if job.handle.get("resumes", 0) >= MAX_RESUMES and not job.handle.get("session_lost"):
+                self._fail(job, f"its session ended {MAX_RESUMES + 1} times; not resuming again")
+            return  # a lost session waits to be moved to another target
+        provider = self.providers.get(job.provider or "")
+        if provider is None:
+            return
+        job = self.store.transition(job.id, State.PROVISIONING,
+                                    f"resuming on {provider.name} from its last checkpoint",
+                                    expect=[State.MIGRATING], attempt=job.attempt + 1,
+                                    handle={"resumes": int(job.handle.get("resumes", 0)) + 1},
+                                    exit_code=None)
+        await self._start_attempt(job, provider)
 
     async def _launch(self, job: Job) -> None:
         provider = self.providers[job.provider]

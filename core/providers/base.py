@@ -52,7 +52,12 @@ class TargetInfo:
 
 @dataclass
 class Poll:
-    """Where a launched attempt stands: installing, running, exited, or lost."""
+    """Where a launched attempt stands.
+
+    phase: "provisioning" (starting, installing), "running", "exited" (with exit_code),
+    "lost" (gone without an exit status), "session_ended" (the target ended it: a time
+    limit, preemption; it resumes from its checkpoint), "unreachable" (cannot ask now).
+    """
 
     phase: str
     exit_code: int | None = None
@@ -82,3 +87,7 @@ class Provider(Protocol):
 
     def log_path(self, job: Job) -> Path:
         """The local file that holds (or mirrors) the job's log."""
+
+    # Optional: `async sync_log(job)` mirrors a remote log into jobs/<id>/job.log;
+    # `probe_now()` answers `probe` synchronously when that is cheap; `is_ours(job)` checks
+    # that a re-adopted process is really this job's; `enabled` and `max_jobs` attributes.
