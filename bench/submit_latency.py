@@ -11,6 +11,7 @@ wait (10 s) for reference. Runs in a private GPU_ROUTER_HOME / GPU_ROUTER_CONFIG
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -117,9 +118,9 @@ def main() -> int:
     bundle_warm = [timed(gpu_entry_point() + ["bundle", "--json"], cwd=proj, env=world.env())[0]
                    for _ in range(5)]
 
-    def submit(tag: str, cmd: list[str], wait: list[str]) -> tuple[float, dict]:
+    def submit(tag: str, cmd: list[str], wait: list[str], env: dict | None = None) -> tuple[float, dict]:
         dt, out = timed(cmd + ["submit", "a.py", "--json", *wait, "--hours", "0.1",
-                               "--env", f"RUN={tag}"], cwd=proj, env=world.env())
+                               "--env", f"RUN={tag}"], cwd=proj, env=env or world.env())
         doc = json.loads(out.stdout)
         if not doc.get("submitted"):
             raise RuntimeError(f"submit {tag} was not a new job: {doc.get('guidance')}")
@@ -141,6 +142,25 @@ def main() -> int:
             dt, _ = submit(f"shim{i}", shim, ["--wait-s", "0"])
             s_shim.append(dt)
         print("    " + " ".join(f"{x * 1000:.0f}" for x in s_shim), flush=True)
+
+    # PYTHONDONTWRITEBYTECODE=1 (set on some machines, e.g. CI sandboxes) with no __pycache__
+    # next to an editable install means every `gpu` run compiles gpu-router from source. A
+    # normal install has its .pyc files; measure that too, with the cache in our temp dir so
+    # nothing is written into the source tree.
+    no_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    s_bc: list[float] = []
+    help_bc: list[float] = []
+    if no_bytecode:
+        env_bc = world.env(PYTHONPYCACHEPREFIX=str(world.tmp / "pycache"))
+        env_bc.pop("PYTHONDONTWRITEBYTECODE", None)
+        timed(gpu_cmd() + ["--help"], env=env_bc)
+        help_bc = [timed(gpu_cmd() + ["--help"], env=env_bc)[0] for _ in range(N)]
+        log(f"PYTHONDONTWRITEBYTECODE is set: {N} more submits with a bytecode cache "
+            f"(PYTHONPYCACHEPREFIX in the temp dir) ...")
+        submit("bc-warm", gpu_cmd(), ["--wait-s", "0"], env_bc)
+        for i in range(N):
+            s_bc.append(submit(f"bc{i}", gpu_cmd(), ["--wait-s", "0"], env_bc)[0])
+        print("    " + " ".join(f"{x * 1000:.0f}" for x in s_bc), flush=True)
 
     log("in-process breakdown of one submit (fresh interpreter) ...")
     out = subprocess.run([py, "-c", BREAKDOWN, str(proj)], cwd=str(REPO), env=world.env(),
@@ -166,12 +186,16 @@ def main() -> int:
     print(f"gpu --help  (console script)           {stats_ms(help_path)}")
     if shim:
         print(f"gpu --help  (pyenv shim)               {stats_ms(help_shim)}")
+    if no_bytecode:
+        print(f"gpu --help  (with a bytecode cache)    {stats_ms(help_bc)}")
     print(f"gpu bundle --json, cold stat cache     {bundle_cold * 1000:7.1f} ms (packs {bdoc['files']} files)")
     print(f"gpu bundle --json, warm                {stats_ms(bundle_warm)}")
     print(f"first gpu submit (starts supervisor)   {first * 1000:7.1f} ms")
     print(f"gpu submit --wait-s 0 (console script) {stats_ms(s_path)}")
     if shim:
         print(f"gpu submit --wait-s 0 (pyenv shim)     {stats_ms(s_shim)}")
+    if no_bytecode:
+        print(f"gpu submit --wait-s 0 (bytecode cache) {stats_ms(s_bc)}")
     print(f"gpu submit, default wait (10 s)        {stats_ms(default_wait)}  states: {', '.join(states)}")
     print()
     print("in-process breakdown of one submit (seconds -> ms):")
@@ -183,12 +207,16 @@ def main() -> int:
     print(f"median submit / median `gpu --help`  = {med / floor:.2f}x")
     print(f"median submit / median `python -c pass` = {med / (median(floor_py) * 1000):.2f}x")
     print(f"median submit - median `gpu --help`  = {med - floor:.1f} ms of submit work on top of startup")
-    print(f"console script: {gpu_cmd()[0]}")
+    print(f"console script: {gpu_cmd()[0]}; PYTHONDONTWRITEBYTECODE="
+          f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '(unset)')} for the rows without a note")
     verdict = "PASS" if med < TARGET_MS else "FAIL"
     print(f"target: median under {TARGET_MS} ms -> {med:.1f} ms: {verdict}")
     if shim:
         ms = median(s_shim) * 1000
         print(f"   via the pyenv shim: {ms:.1f} ms: {'PASS' if ms < TARGET_MS else 'FAIL'}")
+    if no_bytecode:
+        ms = median(s_bc) * 1000
+        print(f"   with a bytecode cache: {ms:.1f} ms: {'PASS' if ms < TARGET_MS else 'FAIL'}")
     return 0
 
 

@@ -432,6 +432,14 @@ class Store:
                 sets["last_metric"] = last
             self._update(db, job_id, sets)
 
+    def metrics_after(self, job_id: str, after_rowid: int = 0, limit: int = 200_000
+                      ) -> list[tuple[int, str, int | None, float]]:
+        """(rowid, key, step, value) of points newer than `after_rowid`: for incremental charts."""
+        with self._lock:
+            return self.conn.execute(
+                "SELECT rowid, key, step, value FROM metrics WHERE job_id = ? AND rowid > ? "
+                "ORDER BY rowid LIMIT ?", (job_id, after_rowid, limit)).fetchall()
+
     def metrics(self, job_id: str, key: str | None = None) -> dict[str, list[tuple[int | None, float, float]]]:
         sql = "SELECT key, step, value, ts FROM metrics WHERE job_id = ?"
         args: list[Any] = [job_id]

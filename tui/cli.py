@@ -218,6 +218,14 @@ def cmd_secrets(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dash(args: argparse.Namespace) -> int:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UserError("gpu dash needs a terminal", fix="run it in a terminal (also over ssh -t)")
+    from tui.dash.app import run
+
+    return run(read_only=args.read_only)
+
+
 def cmd_bundle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -476,6 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", help="the secret's name, e.g. HF_TOKEN")
     p.add_argument("--json", action="store_true", help="print a JSON result")
 
+    p = add("dash", cmd_dash, "the full-screen dashboard: jobs, targets, logs, charts, approvals")
+    p.add_argument("--read-only", action="store_true", help="hide every action that changes something")
+
     p = add("bundle", cmd_bundle, "show what would ship, without submitting")
     p.add_argument("--list", action="store_true", help="list every file that ships")
     p.add_argument("--include", action="append", metavar="GLOB", help="also ship these git-ignored paths")
@@ -535,6 +546,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("arguments after -- are only for submit and plan")
         args.args = [*(args.args or []), *extra]
     if not getattr(args, "func", None):
+        if not argv and sys.stdin.isatty() and sys.stdout.isatty():
+            from tui.dash.app import run  # plain `gpu` on a terminal opens the dashboard
+
+            return run()
         parser.print_help()
         return 0
     try:

@@ -155,7 +155,7 @@ def plan_panel(plan: dict, bundle: dict | None = None) -> Any:
     from rich.table import Table
 
     grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
+    grid.add_column(style="bold", min_width=8, no_wrap=True)
     grid.add_column()
     hours = plan.get("hours")
     rows = [

@@ -1,0 +1,1 @@
+"""The full-screen dashboard (`gpu dash`): targets, jobs, the log and the curves of one job."""

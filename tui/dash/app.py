@@ -1,0 +1,523 @@
+"""`gpu dash`: a calm, live, full-screen view of every job and target.
+
+All reading happens in thread workers (StoreWatcher, MetricsFeed, LogFeed) that report back
+by messages; the UI thread only applies what changed. Approving here is the same core call
+as `gpu approve` (core.approvals), bound to the digest shown in the modal.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.command import Hit, Hits, Provider
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from core.errors import UserError
+from core.states import ACTIVE, State
+from core.store import Job, Store
+from tui.dash.filtering import JobFilter
+from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
+from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10_series
+from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
+
+CHANGING_ACTIONS = {"approve", "deny", "cancel"}
+
+
+class JobsChanged(Message):
+    def __init__(self, jobs: list[Job], initial: bool = False) -> None:
+        super().__init__()
+        self.jobs = jobs
+        self.initial = initial
+
+
+class LogLines(Message):
+    def __init__(self, job_id: str, lines: list[str], reset: bool) -> None:
+        super().__init__()
+        self.job_id, self.lines, self.reset = job_id, lines, reset
+
+
+class MetricsRead(Message):
+    def __init__(self, job_id: str, feed: MetricsFeed) -> None:
+        super().__init__()
+        self.job_id, self.feed = job_id, feed
+
+
+class TargetsRead(Message):
+    def __init__(self, infos: list) -> None:
+        super().__init__()
+        self.infos = infos
+
+
+class JobCommands(Provider):
+    """The command palette: approve, deny, cancel, open, filter, for each job."""
+
+    async def search(self, query: str) -> Hits:
+        app: DashApp = self.app  # type: ignore[assignment]
+        matcher = self.matcher(query)
+        for job in sorted(app.jobs.values(), key=lambda j: -j.created_at)[:300]:
+            options: list[tuple[str, Callable, str]] = [
+                (f"open logs of {job.short_id} ({job.name})", lambda j=job: app.select_job(j.id), "select it"),
+                (f"show details of {job.short_id} ({job.name})", lambda j=job: app.open_detail(j.id), "the detail screen"),
+            ]
+            if not app.read_only:
+                if job.state == State.AWAITING_APPROVAL:
+                    options.append((f"approve job {job.short_id} ({job.name})", lambda j=job: app.open_approval(j.id), "review its plan"))
+                    options.append((f"deny job {job.short_id} ({job.name})", lambda j=job: app.open_deny(j.id), "refuse it"))
+                if job.state in ACTIVE:
+                    options.append((f"cancel job {job.short_id} ({job.name})", lambda j=job: app.open_cancel(j.id), "stop it"))
+            for text, fn, help_ in options:
+                score = matcher.match(text)
+                if score > 0:
+                    yield Hit(score, matcher.highlight(text), fn, help=help_)
+        for state in State:
+            text = f"filter: {state.value}"
+            score = matcher.match(text)
+            if score > 0:
+                yield Hit(score, matcher.highlight(text), lambda s=state.value: app.apply_filter(s),
+                          help="show only these jobs")
+
+
+class DashApp(App):
+    TITLE = "gpu-router"
+    COMMANDS = App.COMMANDS | {JobCommands}
+    CSS = """
+    #targets { height: auto; max-height: 7; }
+    #jobs { height: 1fr; min-height: 5; }
+    #filter { display: none; height: 3; }
+    #filter.shown { display: block; }
+    #bottom { height: 1fr; min-height: 8; }
+    #log { width: 1fr; border: round $primary-darken-2; border-title-align: left; }
+    #charts { width: 1fr; border: round $primary-darken-2; }
+    #charts .empty { color: $text-muted; padding: 1; }
+    #paused { display: none; background: $warning; color: $text; text-align: center; }
+    #paused.shown { display: block; }
+    PlotextPlot { height: 1fr; min-height: 6; }
+    """
+    BINDINGS = [
+        Binding("a", "approve", "Approve", id="dash.approve"),
+        Binding("d", "deny", "Deny", id="dash.deny"),
+        Binding("c", "cancel", "Cancel job", id="dash.cancel"),
+        Binding("enter", "detail", "Details", id="dash.detail"),
+        Binding("slash", "filter", "Filter", id="dash.filter"),
+        Binding("f", "follow", "Follow log", id="dash.follow"),
+        Binding("l", "log_scale", "log10", id="dash.log_scale"),
+        Binding("p", "pause", "Pause", id="dash.pause"),
+        Binding("j", "down", "Down", show=False, id="dash.down"),
+        Binding("k", "up", "Up", show=False, id="dash.up"),
+        Binding("g", "top", "First", show=False, id="dash.top"),
+        Binding("G", "bottom", "Last", show=False, id="dash.bottom"),
+        Binding("question_mark", "help", "Keys", id="dash.help"),
+        Binding("q", "quit", "Quit", id="dash.quit"),
+    ]
+
+    def __init__(self, *, store: Store | None = None, read_only: bool = False,
+                 clock: Callable[[], float] = time.time, bell: bool | None = None,
+                 poll_s: float = 0.5, live: bool = True) -> None:
+        super().__init__()
+        self.store = store or Store()
+        self.read_only = read_only
+        self.clock = clock
+        self.poll_s = poll_s
+        self.live = live
+        self.jobs: dict[str, Job] = {}
+        self.created: dict[str, float] = {}
+        self.job_filter = JobFilter()
+        self.paused = False
+        self.selected: str | None = None
+        self.watcher = StoreWatcher(Store(self.store.path))
+        self.log_feed: LogFeed | None = None
+        self.metrics_feed: MetricsFeed | None = None
+        if bell is None:
+            try:
+                from core.userconfig import load
+
+                bell = load().bell
+            except UserError:
+                bell = True
+        self.ring_bell = bell
+        if read_only:
+            self.sub_title = "read-only"
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        yield Static("updates paused: p resumes", id="paused")
+        yield TargetsTable(id="targets")
+        yield Input(placeholder="filter: words match id, name, state, target; !word excludes; esc closes",
+                    id="filter")
+        yield JobsTable(id="jobs")
+        with Horizontal(id="bottom"):
+            yield LogTail(id="log")
+            yield Charts(id="charts")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#log", LogTail).border_title = "log"
+        self.query_one("#charts", Charts).border_title = "metrics"
+        self.query_one(JobsTable).focus()
+        self.load_initial()
+        self.load_targets()
+        if self.live:
+            self.set_interval(self.poll_s, self.poll_store)
+            self.set_interval(0.2, self.poll_log)
+            self.set_interval(1.0, self.poll_metrics)
+            self.set_interval(1.0, self.tick_elapsed)
+            self.set_interval(15.0, self.load_targets)
+
+    # -- reading, in workers -----------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="store")
+    def load_initial(self) -> None:
+        self.post_message(JobsChanged(self.watcher.initial(), initial=True))
+
+    @work(thread=True, exclusive=True, group="store")
+    def poll_store(self) -> None:
+        if self.paused:
+            return
+        jobs = self.watcher.changes()
+        if jobs:
+            self.post_message(JobsChanged(jobs))
+
+    @work(thread=True, exclusive=True, group="targets")
+    def load_targets(self) -> None:
+        from core import targets
+
+        try:
+            infos = list(targets.infos(Store(self.store.path)).values())
+        except UserError as exc:
+            self.call_from_thread(self.notify, exc.message(), severity="error", title="config")
+            return
+        self.post_message(TargetsRead(infos))
+
+    @work(thread=True, exclusive=True, group="log")
+    def poll_log(self) -> None:
+        feed, job_id = self.log_feed, self.selected
+        if feed is None or job_id is None or self.paused:
+            return
+        lines, reset = feed.read()
+        if lines or reset:
+            self.post_message(LogLines(job_id, lines, reset))
+
+    @work(thread=True, exclusive=True, group="metrics")
+    def poll_metrics(self) -> None:
+        feed, job_id = self.metrics_feed, self.selected
+        if feed is None or job_id is None or self.paused:
+            return
+        if feed.read():
+            self.post_message(MetricsRead(job_id, feed))
+
+    # -- applying, on the UI thread ------------------------------------------------------------
+
+    def on_jobs_changed(self, message: JobsChanged) -> None:
+        table = self.query_one(JobsTable)
+        newly_pending = []
+        for job in message.jobs:
+            before = self.jobs.get(job.id)
+            if (job.state == State.AWAITING_APPROVAL and not message.initial
+                    and (before is None or before.state != State.AWAITING_APPROVAL)):
+                newly_pending.append(job)
+            self.jobs[job.id] = job
+        visible = [j for j in message.jobs if self.job_filter.matches(j)] if self.job_filter else message.jobs
+        hidden = [j.id for j in message.jobs if self.job_filter and not self.job_filter.matches(j) and j.id in table.rows]
+        with self.batch_update():
+            for key in hidden:
+                table.remove_row(key)
+            added = table.upsert(visible, self.clock(), self.created)
+            if added:
+                table.sort_newest_first(self.created)
+        if message.initial or (self.selected is None and table.row_count):
+            key = table.selected_key()
+            if key:
+                self.select_job(key)
+        elif self.selected in {j.id for j in message.jobs}:
+            self._title_log()
+        for job in newly_pending:
+            self.notify(f"job {job.short_id} ({job.name}) needs your approval: select it and press a",
+                        title="approval needed", severity="warning", timeout=15)
+            if self.ring_bell:
+                self.bell()
+        self._header_counts()
+
+    def on_targets_read(self, message: TargetsRead) -> None:
+        self.query_one(TargetsTable).show(message.infos)
+
+    def on_log_lines(self, message: LogLines) -> None:
+        if message.job_id != self.selected:
+            return
+        log = self.query_one(LogTail)
+        if message.reset:
+            log.reset(message.lines)
+        else:
+            log.add(message.lines)
+
+    def on_metrics_read(self, message: MetricsRead) -> None:
+        if message.job_id != self.selected:
+            return
+        self.query_one(Charts).show(message.feed.series, downsample, log10_series)
+
+    def tick_elapsed(self) -> None:
+        """Running jobs' elapsed time moves on even when nothing is written."""
+        if self.paused:
+            return
+        running = [j for j in self.jobs.values() if j.state in (State.RUNNING, State.CHECKPOINTING)]
+        table = self.query_one(JobsTable)
+        from tui.dash.widgets import job_cells
+
+        with self.batch_update():
+            for job in running:
+                if job.id in table.rows:
+                    cells = job_cells(job, self.clock())
+                    table.update_cell(job.id, "time", cells["time"])
+                    table.update_cell(job.id, "cost", cells["cost"])
+
+    def _header_counts(self) -> None:
+        counts: dict[str, int] = {}
+        for j in self.jobs.values():
+            counts[j.state.value] = counts.get(j.state.value, 0) + 1
+        pending = counts.get("awaiting_approval", 0)
+        parts = [f"{counts.get('running', 0)} running"]
+        if pending:
+            parts.append(f"{pending} awaiting approval")
+        parts.append(f"{len(self.jobs)} jobs")
+        if self.job_filter:
+            parts.append(f"filter: {self.job_filter.describe()}")
+        if self.read_only:
+            parts.append("read-only")
+        self.sub_title = " · ".join(parts)
+
+    def _title_log(self) -> None:
+        job = self.jobs.get(self.selected or "")
+        if job:
+            self.query_one(LogTail).border_title = f"log {job.short_id} {job.name} ({job.state.value})"
+            self.query_one(Charts).border_title = f"metrics {job.short_id}" + (
+                " (log10)" if self.query_one(Charts).log_scale else "")
+
+    # -- selection ---------------------------------------------------------------------------
+
+    @on(DataTable.RowHighlighted, "#jobs")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key and event.row_key.value != self.selected:
+            self.select_job(event.row_key.value)
+
+    @on(DataTable.RowSelected, "#jobs")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a row (the table's own binding) opens the job's detail screen."""
+        if event.row_key and event.row_key.value:
+            self.open_detail(event.row_key.value)
+
+    def select_job(self, job_id: str) -> None:
+        from core.service import log_path
+
+        table = self.query_one(JobsTable)
+        if table.selected_key() != job_id and job_id in table.rows:
+            table.select_key(job_id)
+        self.selected = job_id
+        job = self.jobs.get(job_id)
+        if job is None:
+            return
+        self.query_one(LogTail).reset([])
+        self.log_feed = LogFeed(log_path(job))
+        self.metrics_feed = MetricsFeed(Store(self.store.path), job.id)
+        charts = self.query_one(Charts)
+        charts.show({}, downsample, log10_series)
+        self._title_log()
+        self.poll_log()
+        self.poll_metrics()
+
+    def current(self) -> Job | None:
+        key = self.query_one(JobsTable).selected_key()
+        return self.jobs.get(key) if key else None
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action in CHANGING_ACTIONS and self.read_only:
+            return False  # hidden from the footer, help and palette
+        return True
+
+    def action_down(self) -> None:
+        self.query_one(JobsTable).action_cursor_down()
+
+    def action_up(self) -> None:
+        self.query_one(JobsTable).action_cursor_up()
+
+    def action_top(self) -> None:
+        table = self.query_one(JobsTable)
+        table.move_cursor(row=0)
+
+    def action_bottom(self) -> None:
+        table = self.query_one(JobsTable)
+        table.move_cursor(row=max(0, table.row_count - 1))
+
+    def action_follow(self) -> None:
+        self.query_one(LogTail).follow()
+
+    def action_log_scale(self) -> None:
+        charts = self.query_one(Charts)
+        charts.log_scale = not charts.log_scale
+        if self.metrics_feed:
+            charts.show(self.metrics_feed.series, downsample, log10_series)
+        self._title_log()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.query_one("#paused").set_class(self.paused, "shown")
+        if not self.paused:
+            self.poll_store()
+
+    def action_help(self) -> None:
+        rows = []
+        for binding in self.BINDINGS:
+            if binding.action in CHANGING_ACTIONS and self.read_only:
+                continue
+            rows.append((binding.key.replace("question_mark", "?").replace("slash", "/"),
+                         binding.description, binding.id or ""))
+        if not self.read_only:
+            rows += [("y", "in the approval window: approve the plan shown", "approval.approve"),
+                     ("d", "in the approval window: deny (with an optional reason)", "approval.deny"),
+                     ("n / esc", "in a window: back without changing anything", "approval.back")]
+        rows += [("ctrl+p", "command palette: approve, cancel, open logs, filter", "app.command_palette"),
+                 ("tab", "move focus between the job table and the log", "app.focus_next"),
+                 ("up/down", "move in the focused table or log", "")]
+        self.push_screen(HelpScreen(rows))
+
+    def action_detail(self) -> None:
+        job = self.current()
+        if job:
+            self.open_detail(job.id)
+
+    def open_detail(self, job_id: str) -> None:
+        store = Store(self.store.path)
+        job = store.get(job_id)
+        self.push_screen(DetailScreen(job, store.events(job_id), store.metrics(job_id), self.clock))
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("shown")
+        box.value = self.job_filter.describe()
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_typed(self, event: Input.Changed) -> None:
+        self.apply_filter(event.value)
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        self.query_one(JobsTable).focus()
+        if not event.value.strip():
+            self.query_one("#filter").remove_class("shown")
+
+    def on_key(self, event) -> None:
+        box = self.query_one("#filter", Input)
+        if event.key == "escape" and box.has_focus:
+            box.value = ""
+            box.remove_class("shown")
+            self.query_one(JobsTable).focus()
+            event.stop()
+
+    def apply_filter(self, text: str) -> None:
+        self.job_filter = JobFilter.parse(text)
+        table = self.query_one(JobsTable)
+        selected = table.selected_key()
+        with self.batch_update():
+            table.clear()
+            jobs = [j for j in self.jobs.values() if self.job_filter.matches(j)]
+            table.upsert(jobs, self.clock(), self.created)
+            table.sort_newest_first(self.created)
+            if selected and selected in table.rows:
+                table.select_key(selected)
+        self._header_counts()
+
+    def action_approve(self) -> None:
+        job = self.current()
+        if job is None:
+            return
+        if job.state != State.AWAITING_APPROVAL:
+            self.notify(f"job {job.short_id} is {job.state.value}: nothing to approve", severity="information")
+            return
+        self.open_approval(job.id)
+
+    def open_approval(self, job_id: str) -> None:
+        job = Store(self.store.path).get(job_id)  # the freshest plan: the digest shown is the one approved
+        if job.state != State.AWAITING_APPROVAL:
+            self.notify(f"job {job.short_id} no longer awaits approval", severity="information")
+            return
+
+        def decided(decision: str | None) -> None:
+            if decision == "approve":
+                self._decide(job, "approve", None)
+            elif decision == "deny":
+                self.open_deny(job.id)
+
+        self.push_screen(ApprovalScreen(job), decided)
+
+    def action_deny(self) -> None:
+        job = self.current()
+        if job is None:
+            return
+        if job.state != State.AWAITING_APPROVAL:
+            self.notify(f"job {job.short_id} is {job.state.value}: only a held job can be denied", severity="information")
+            return
+        self.open_deny(job.id)
+
+    def open_deny(self, job_id: str) -> None:
+        job = Store(self.store.path).get(job_id)
+
+        def reasoned(reason: str | None) -> None:
+            if reason is not None:
+                self._decide(job, "deny", reason or None)
+
+        self.push_screen(ReasonScreen(job), reasoned)
+
+    def action_cancel(self) -> None:
+        job = self.current()
+        if job is None:
+            return
+        if job.state not in ACTIVE:
+            self.notify(f"job {job.short_id} already ended ({job.state.value})", severity="information")
+            return
+        self.open_cancel(job.id)
+
+    def open_cancel(self, job_id: str) -> None:
+        job = self.jobs[job_id]
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._decide(job, "cancel", None)
+
+        self.push_screen(ConfirmScreen(f"Cancel job [b]{job.short_id}[/b] ({job.name})? "
+                                       f"It is {job.state.value}; its whole process group stops."), answered)
+
+    @work(thread=True, group="decisions")
+    def _decide(self, job: Job, what: str, reason: str | None) -> None:
+        from core.approvals import approve, deny, who
+        from core.service import cancel
+
+        store = Store(self.store.path)
+        try:
+            if what == "approve":
+                done = approve(store, job.id, digest=job.digest or "", actor=who("dashboard"))
+                text = f"approved job {done.short_id}: it will run"
+            elif what == "deny":
+                done = deny(store, job.id, actor=who("dashboard"), reason=reason)
+                text = f"job {done.short_id}: {done.state.value}"
+            else:
+                done = cancel(store, job.id, actor=who("dashboard"), wait_s=0)
+                text = f"cancel sent to job {done.short_id}"
+        except UserError as exc:
+            self.call_from_thread(self.notify, exc.message(), severity="error", title=what)
+            return
+        self.call_from_thread(self.notify, text, title=what)
+        self.poll_store()
+
+
+def run(read_only: bool = False) -> int:
+    DashApp(read_only=read_only).run()
+    return 0

@@ -1,0 +1,103 @@
+"""A seeded demo store with a fixed clock: for screenshots, snapshot tests and benchmarks.
+
+Everything is deterministic (ids, times, metrics, logs) so an SVG of the dashboard is the
+same on every machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from core import paths
+from core.states import State
+from core.store import Store
+
+NOW = 1_796_000_000.0  # the demo's fixed "now" (2026-11-30)
+
+_PLAN = {"target": "local", "gpu": "1x RTX 4090", "price_per_hour": 0.0, "estimated_price": 0.0,
+         "reasons": ["local fits (1x RTX 4090) and is free"], "passed_over": {}, "holds": [],
+         "workdir": "", "env": {}, "secrets": [], "data": {}, "python_file": True}
+
+JOBS = [
+    # (n, name, state path, hours, target, gpu, price, minutes ago created, run minutes, holds)
+    (1, "llama-lora", ["routing", "provisioning", "running"], 2.0, "lab-a100", "4x A100", 1.2, 95, None, []),
+    (2, "yolo-train", ["routing", "provisioning", "running"], 0.5, "local", "1x RTX 4090", 0.0, 20, None, []),
+    (3, "sweep-lr3e-4", ["routing", "awaiting_approval"], 3.0, "kaggle", "2x T4", 0.0, 3, None,
+     [{"rule": "agent_hours", "reason": "it was submitted without a terminal (by an agent) for 3 hours, over the 1-hour limit for unattended jobs"}]),
+    (4, "eval-mmlu", ["routing", "provisioning", "running", "done"], 0.25, "local", "1x RTX 4090", 0.0, 240, 14, []),
+    (5, "bert-finetune", ["routing", "provisioning", "running", "failed"], 1.0, "lab-a100", "4x A100", 1.2, 300, 3, []),
+    (6, "smoke-test", ["routing", "cancelled"], 0.1, "local", "1x RTX 4090", 0.0, 400, None, []),
+]
+
+
+def _id(n: int) -> str:
+    return f"{n:02d}c0ffee" + "0" * 24
+
+
+def seed(store: Store | None = None, with_logs: bool = True) -> Store:
+    store = store or Store()
+    for n, name, states, hours, target, gpu, price, ago, ran, holds in JOBS:
+        jid = _id(n)
+        plan = {**_PLAN, "target": target, "gpu": gpu, "price_per_hour": price, "hours": hours,
+                "reasons": [f"{target} fits ({gpu}) and is " + ("free" if not price else f"${hours * price:.2f} for the estimate")],
+                "estimated_price": round(hours * price, 2), "holds": holds,
+                "command": ["train.py", "--config", f"configs/{name}.yaml"]}
+        plan["digest"] = f"{n:02d}" + "ab" * 31
+        if holds:
+            from core.policy import tell_user
+
+            plan["tell_user"] = tell_user(jid[:8], name, plan, holds)
+            plan["hold_kind"] = "rules"
+        store.insert_job({
+            "id": jid, "short_id": jid[:8], "name": name, "provider": target,
+            "project_dir": "/home/ada/code/" + name, "outputs_dir": f"/home/ada/code/{name}/runs/{jid[:8]}",
+            "fingerprint": f"demo{n}", "request": {"script": "train.py", "hours": hours, "data": [],
+                                                   "args": ["--config", f"configs/{name}.yaml"]},
+            "plan": plan, "digest": plan["digest"], "bundle_hash": "b" * 64,
+            "bundle": {"files": 40 + n, "bytes": 180_000 * n, "hint": "add code with include, datasets with data",
+                       "left_out": [{"path": "data/", "files": 1200, "bytes": 2_400_000_000, "reason": "ignored by git"}]},
+        }, reason="submitted by agent (no terminal)", actor="agent (no terminal)")
+        for st in states:
+            reason = {"routing": f"{target} fits ({gpu})", "awaiting_approval": "held for approval: " + "; ".join(h["reason"] for h in holds),
+                      "provisioning": f"placed on {target}", "running": "started",
+                      "done": "exited with status 0", "failed": "exited with status 1: CUDA out of memory",
+                      "cancelled": "cancelled by ada (terminal)"}[st]
+            store.transition(jid, State(st), reason)
+        created = NOW - ago * 60
+        started = created + 60 if "running" in states else None
+        ended = (started + ran * 60) if ran and started else (created + 120 if states[-1] == "cancelled" else None)
+        store.conn.execute("UPDATE jobs SET created_at=?, updated_at=?, started_at=?, ended_at=?, exit_code=? WHERE id=?",
+                           (created, created + 1, started, ended,
+                            {"done": 0, "failed": 1}.get(states[-1]), jid))
+        store.conn.execute("UPDATE events SET ts = ? + (id % 97) WHERE job_id = ?", (created, jid))
+        if "running" in states:
+            points = {1: 900, 2: 400, 4: 250, 5: 60}[n]
+            rows = []
+            for step in range(points):
+                loss = 2.5 * math.exp(-step / (points / 4)) + 0.15 + 0.05 * math.sin(step / 7.0)
+                rows.append((step, "loss", round(loss, 5), created + 60 + step))
+                if step % 10 == 0:
+                    rows.append((step, "lr", 3e-4 * (1 - step / points), created + 60 + step))
+            last = {"loss": rows[-1][2] if rows[-1][1] == "loss" else rows[-2][2], "_step": points - 1}
+            store.add_metrics(jid, rows, 0, last)
+        if with_logs:
+            log = paths.jobs_dir() / jid / "job.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            lines = ["[gpu-router] dependencies: reusing environment 74e4ce24a07d",
+                     "[gpu-router] attempt 1: running train.py"]
+            lines += [f"step {s:5d}  loss {2.5 * math.exp(-s / 100) + 0.15:.4f}" for s in range(0, 400, 20)]
+            if states[-1] == "failed":
+                lines += ["Traceback (most recent call last):", "RuntimeError: CUDA out of memory"]
+            log.write_text("\n".join(lines) + "\n")
+    return store
+
+
+def main() -> None:
+    seed()
+    print(json.dumps({"home": str(paths.home())}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""The dashboard's modal screens: approve, deny, confirm, job detail and help.
+
+Each confirmation is a ModalScreen whose key hints are printed inside it (posting's model),
+so a person never has to guess which key does what.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Input, Static
+
+from core.sanitize import markup_safe
+from tui.render import bundle_panel, human_bytes, metrics_table, plan_panel, state_text
+
+
+class ApprovalScreen(ModalScreen[str | None]):
+    """The plan of a held job; `y` approves exactly this digest, `d` denies, `n`/esc returns."""
+
+    DEFAULT_CSS = """
+    ApprovalScreen { align: center middle; }
+    ApprovalScreen > Vertical { width: 90%; max-width: 110; height: auto; max-height: 90%;
+        border: thick $warning; background: $surface; padding: 0 1; }
+    ApprovalScreen .hints { color: $text; background: $warning 20%; padding: 0 1; }
+    ApprovalScreen VerticalScroll { height: auto; max-height: 24; }
+    """
+    BINDINGS = [
+        Binding("y", "decide('approve')", "Approve", id="approval.approve"),
+        Binding("d", "decide('deny')", "Deny", id="approval.deny"),
+        Binding("n,escape", "decide(None)", "Back", id="approval.back"),
+    ]
+
+    def __init__(self, job) -> None:
+        super().__init__()
+        self.job = job
+
+    def compose(self) -> ComposeResult:
+        job = self.job
+        holds = job.plan.get("holds") or []
+        with Vertical():
+            yield Static(f"[b]Approve job {job.short_id}[/b] ({markup_safe(job.name)})?", id="approval-title")
+            with VerticalScroll():
+                yield Static(plan_panel(job.plan, job.bundle))
+            yield Static(f"held by: {', '.join(h['rule'] for h in holds) or 'rules'}   "
+                         f"digest {job.digest[:16] if job.digest else '-'}")
+            yield Static("[b]y[/b] approve this plan   [b]d[/b] deny   [b]n[/b]/[b]esc[/b] back",
+                         classes="hints")
+
+    def action_decide(self, decision: str | None) -> None:
+        self.dismiss(decision)
+
+
+class ReasonScreen(ModalScreen[str | None]):
+    """Deny with an optional reason: enter confirms, esc returns without denying."""
+
+    DEFAULT_CSS = """
+    ReasonScreen { align: center middle; }
+    ReasonScreen > Vertical { width: 70; height: auto; border: thick $error; background: $surface; padding: 0 1; }
+    ReasonScreen .hints { background: $error 20%; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape", "back", "Back", id="reason.back")]
+
+    def __init__(self, job) -> None:
+        super().__init__()
+        self.job = job
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(f"[b]Deny job {self.job.short_id}[/b] ({markup_safe(self.job.name)})")
+            yield Input(placeholder="reason (optional)", id="reason")
+            yield Static("[b]enter[/b] deny   [b]esc[/b] back", classes="hints")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip())
+
+    def action_back(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question with its keys printed inside."""
+
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Vertical { width: 64; height: auto; border: thick $error; background: $surface; padding: 0 1; }
+    ConfirmScreen .hints { background: $error 20%; padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes", id="confirm.yes"),
+        Binding("n,escape", "answer(False)", "No", id="confirm.no"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.question)
+            yield Static("[b]y[/b] yes   [b]n[/b]/[b]esc[/b] no", classes="hints")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class DetailScreen(Screen):
+    """Everything about one job: request, plan and digest, bundle, events, outputs, metrics."""
+
+    BINDINGS = [Binding("escape,q,enter", "app.pop_screen", "Back", id="detail.back")]
+    DEFAULT_CSS = "DetailScreen VerticalScroll { padding: 0 1; }"
+
+    def __init__(self, job, events: list, metrics: dict, clock) -> None:
+        super().__init__()
+        self.job, self.events, self.metrics, self.clock = job, events, metrics, clock
+
+    def compose(self) -> ComposeResult:
+        job = self.job
+        with VerticalScroll():
+            yield Static(f"[b]job {job.short_id}[/b]  {markup_safe(job.name)}  {state_text(job.state.value)}"
+                         + (f"  [dim]{markup_safe(job.reason)}[/dim]" if job.reason else ""))
+            req = Table.grid(padding=(0, 2))
+            req.add_column(style="bold")
+            req.add_column()
+            r = job.request
+            for key in ("script", "args", "env", "secrets", "include", "hours", "gpu", "vram_gb",
+                        "provider", "request_id"):
+                value = r.get(key)
+                if value not in (None, [], {}, ""):
+                    req.add_row(key, markup_safe(str(value)))
+            req.add_row("data", markup_safe(", ".join(f"{d['name']}={d['source']}" for d in r.get("data", []))) or "-")
+            req.add_row("project", markup_safe(job.project_dir))
+            req.add_row("outputs", markup_safe(job.outputs_dir))
+            yield Static(Group(Text("request", style="bold underline"), req))
+            yield Static(Group(Text("plan", style="bold underline"), plan_panel(job.plan)))
+            yield Static(Group(Text("bundle", style="bold underline"), bundle_panel(job.bundle)))
+            ev = Table(box=None, header_style="bold", pad_edge=False)
+            for col in ("time", "change", "who", "reason"):
+                ev.add_column(col)
+            import time as _t
+
+            for e in self.events:
+                change = f"{e.src or ''} -> {e.dst}" if e.dst else "note"
+                ev.add_row(_t.strftime("%m-%d %H:%M:%S", _t.localtime(e.ts)), change,
+                           markup_safe(e.actor), markup_safe(e.reason))
+            yield Static(Group(Text("events", style="bold underline"), ev))
+            if self.metrics:
+                yield Static(Group(Text("metrics", style="bold underline"), metrics_table(self.metrics)))
+        yield Footer()
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key of the dashboard, from the same Bindings the footer and palette use."""
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 76; height: 80%; border: thick $primary; background: $surface; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", id="help.close")]
+
+    def __init__(self, rows: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        table.add_column("key", style="bold cyan", no_wrap=True)
+        table.add_column("action")
+        table.add_column("id", style="dim")
+        for key, desc, bid in self.rows:
+            table.add_row(key, desc, bid)
+        with VerticalScroll():
+            yield Static("[b]gpu dash: keys[/b]   (ctrl+p opens the command palette; esc closes this)")
+            yield Static(table)
+
+
+def job_summary_line(job: Any) -> str:
+    return (f"{job.short_id} {job.name} {job.state.value} on {job.provider or '-'}, "
+            f"{job.bundle.get('files', 0)} files {human_bytes(job.bundle.get('bytes', 0))}")

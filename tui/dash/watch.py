@@ -1,0 +1,109 @@
+"""What the dashboard reads, off the UI thread: cheap change checks, then only what changed.
+
+`PRAGMA data_version` tells whether any other process committed since the last look; only
+then are the jobs updated since the newest timestamp seen read again. Metric points and log
+lines are read incrementally too, so a tick costs the same with 10 or 10,000 jobs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.logtail import Follower
+from core.store import Job, Store
+
+
+class StoreWatcher:
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store or Store()
+        self.version: int | None = None
+        self.since = 0.0
+
+    def initial(self, limit: int | None = None) -> list[Job]:
+        jobs = self.store.jobs(limit=limit)
+        self.version = self.store.data_version()
+        self.since = max((j.updated_at for j in jobs), default=0.0)
+        return jobs
+
+    def changes(self) -> list[Job]:
+        """Jobs written since the last call; [] without touching the jobs table if none were."""
+        version = self.store.data_version()
+        if version == self.version:
+            return []
+        self.version = version
+        jobs = self.store.jobs(since=self.since - 0.5)  # overlap: writers' clocks and ties
+        if jobs:
+            self.since = max(self.since, max(j.updated_at for j in jobs))
+        return jobs
+
+
+@dataclass
+class Series:
+    steps: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+
+
+class MetricsFeed:
+    """One job's metric series, grown by the points added since the last read."""
+
+    def __init__(self, store: Store, job_id: str) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.last_rowid = 0
+        self.series: dict[str, Series] = {}
+
+    def read(self) -> bool:
+        rows = self.store.metrics_after(self.job_id, self.last_rowid)
+        if not rows:
+            return False
+        for rowid, key, step, value in rows:
+            s = self.series.setdefault(key, Series())
+            s.steps.append(step if step is not None else len(s.steps))
+            s.values.append(value)
+        self.last_rowid = rows[-1][0]
+        return True
+
+
+def downsample(xs: list[float], ys: list[float], width: int) -> tuple[list[float], list[float]]:
+    """About 2 x width points: the min and max of each bucket, so spikes stay visible."""
+    n = len(ys)
+    buckets = max(1, width)
+    if n <= 2 * buckets:
+        return list(xs), list(ys)
+    size = n / buckets
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for b in range(buckets):
+        lo, hi = int(b * size), int((b + 1) * size)
+        chunk = ys[lo:hi]
+        if not chunk:
+            continue
+        mid = xs[(lo + hi - 1) // 2]
+        out_x += [mid, mid]
+        out_y += [min(chunk), max(chunk)]
+    out_x.append(xs[-1])
+    out_y.append(ys[-1])
+    return out_x, out_y
+
+
+def log10_series(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    """log10 of the positive points, for a linear axis (plotext's own log axis crashes)."""
+    pairs = [(x, math.log10(y)) for x, y in zip(xs, ys) if y > 0]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+class LogFeed:
+    """The selected job's log: the last lines at once, then what is appended."""
+
+    def __init__(self, path: Path, first: int = 2000) -> None:
+        self.follower = Follower(path)
+        self.first = first
+        self.started = False
+
+    def read(self) -> tuple[list[str], bool]:
+        if not self.started:
+            self.started = True
+            return self.follower.start(self.first), True
+        return self.follower.read()

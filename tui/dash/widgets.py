@@ -1,0 +1,214 @@
+"""The dashboard's panes: the job table, the targets table, the log tail and the charts."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from rich.text import Text
+from textual.containers import Vertical
+from textual.widgets import DataTable, Log, Static
+from textual_plotext import PlotextPlot
+
+from core.sanitize import printable
+from core.states import State
+from tui.render import STATE_STYLE, duration, money
+
+JOB_COLUMNS = (("id", "ID", 8), ("name", "NAME", 14), ("state", "STATE", 18), ("target", "TARGET", 9),
+               ("gpu", "GPU", 11), ("time", "ELAPSED/EST", 11), ("cost", "COST", 7), ("metric", "LAST", 14))
+
+
+def state_cell(state: State) -> Text:
+    if state == State.AWAITING_APPROVAL:
+        return Text("⏸ needs approval", style="bold black on yellow")
+    return Text(state.value, style=STATE_STYLE.get(state.value, ""))
+
+
+def last_metric_text(last: dict) -> str:
+    items = [(k, v) for k, v in last.items() if not k.startswith("_")]
+    items.sort(key=lambda kv: (0 if "loss" in kv[0] else 1, kv[0]))
+    if not items:
+        return ""
+    k, v = items[0]
+    return printable(f"{k}={v:.4g}")
+
+
+def job_cells(job, now: float) -> dict[str, object]:
+    hours = job.plan.get("hours")
+    elapsed = None
+    if job.started_at:
+        elapsed = (job.ended_at or now) - job.started_at
+    spent = (elapsed or 0) / 3600 * float(job.plan.get("price_per_hour") or 0)
+    return {
+        "id": job.short_id,
+        "name": Text(printable(job.name)),
+        "state": state_cell(job.state),
+        "target": Text(printable(job.provider or "-")),
+        "gpu": Text(printable(str(job.plan.get("gpu") or "-"))),
+        "time": f"{duration(elapsed)}/{f'{hours:g}h' if hours else '-'}",
+        "cost": money(spent) if job.plan.get("price_per_hour") else "free",
+        "metric": Text(last_metric_text(job.last_metric)),
+    }
+
+
+class JobsTable(DataTable):
+    """Rows keyed by job id, updated in place so the cursor and selection survive updates."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        for key, label, width in JOB_COLUMNS:
+            self.add_column(label, key=key, width=width)
+
+    def upsert(self, jobs: list, now: float, created: dict[str, float]) -> bool:
+        """Update changed rows by key; add new ones. True if rows were added (order changed)."""
+        added = False
+        existing = self.rows
+        for job in jobs:
+            cells = job_cells(job, now)
+            if job.id in existing:
+                for col, value in cells.items():
+                    self.update_cell(job.id, col, value)
+            else:
+                self.add_row(*cells.values(), key=job.id)
+                added = True
+            created[job.short_id] = job.created_at
+        return added
+
+    def sort_newest_first(self, created: dict[str, float]) -> None:
+        """Newest first (DataTable appends new rows), keeping the selected job selected."""
+        selected = self.selected_key()
+        self.sort("id", key=lambda short_id: -created.get(short_id, 0.0))
+        if selected:
+            self.select_key(selected)
+
+    def selected_key(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:  # noqa: BLE001 - an empty or changing table has no selection
+            return None
+
+    def select_key(self, key: str) -> None:
+        try:
+            self.move_cursor(row=self.get_row_index(key), animate=False)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class TargetsTable(DataTable):
+    def on_mount(self) -> None:
+        self.cursor_type = "none"
+        self.can_focus = False
+        for key, label in (("name", "TARGET"), ("kind", "KIND"), ("gpu", "GPU"), ("status", "STATUS"),
+                           ("quota", "QUOTA"), ("price", "$/H"), ("jobs", "JOBS")):
+            self.add_column(label, key=key)
+
+    def show(self, infos: list) -> None:
+        self.clear()
+        for i in infos:
+            quota = []
+            if i.quota_hours_left is not None:
+                quota.append(f"{i.quota_hours_left:.1f}h")
+            if i.credits_left is not None:
+                quota.append(f"${i.credits_left:.0f}")
+            gpu = i.gpu_label + (f" {i.vram_gb:g}G" if i.gpus else "")
+            status = Text("ok", style="green") if i.available else Text(printable(i.why_unavailable or "off"), style="red")
+            self.add_row(Text(printable(i.name)), i.kind, Text(printable(gpu)), status,
+                         " ".join(quota) or "-", money(i.price_per_hour), f"{i.running}/{i.max_jobs}",
+                         key=i.name)
+
+
+class LogTail(Log):
+    """Follows the log; scrolling up stops following and counts the lines that wait."""
+
+    MAX_LINES = 10_000
+
+    def __init__(self, **kw) -> None:
+        super().__init__(max_lines=self.MAX_LINES, auto_scroll=True, **kw)
+        self.following = True
+        self.waiting: list[str] = []
+        self.can_focus = True
+
+    def reset(self, lines: list[str]) -> None:
+        self.clear()
+        self.waiting = []
+        self.following = True
+        self.auto_scroll = True
+        self.write_lines(lines[-self.MAX_LINES:])
+        self._subtitle()
+
+    def add(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        if self.following:
+            self.write_lines(lines)
+        else:
+            self.waiting.extend(lines)
+            if len(self.waiting) > self.MAX_LINES:
+                del self.waiting[: len(self.waiting) - self.MAX_LINES]
+            self._subtitle()
+
+    def follow(self) -> None:
+        self.following = True
+        self.auto_scroll = True
+        if self.waiting:
+            self.write_lines(self.waiting)
+            self.waiting = []
+        self.scroll_end(animate=False)
+        self._subtitle()
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if self.following and new_value < old_value and new_value < self.max_scroll_y:
+            self.following = False
+            self.auto_scroll = False
+            self._subtitle()
+
+    def _subtitle(self) -> None:
+        if self.following:
+            self.border_subtitle = "following"
+        else:
+            n = len(self.waiting)
+            self.border_subtitle = f"paused: {n} new line{'s' * (n != 1)} (f follows)"
+
+
+class Charts(Vertical):
+    """One plotext chart per metric key (the first few), step on x, downsampled to the width."""
+
+    MAX_CHARTS = 4
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.log_scale = False
+        self.empty = Static("no metrics yet: the job calls gpu.log(step=..., loss=...)", classes="empty")
+
+    def compose(self):
+        yield self.empty
+
+    def show(self, series: dict, downsample: Callable, log10: Callable) -> None:
+        keys = sorted(series, key=lambda k: (0 if "loss" in k else 1, k))[: self.MAX_CHARTS]
+        plots = list(self.query(PlotextPlot))
+        self.empty.display = not keys
+        while len(plots) < len(keys):
+            plot = PlotextPlot()
+            self.mount(plot)
+            plots.append(plot)
+        for plot in plots[len(keys):]:
+            plot.remove()
+        for plot, key in zip(plots, keys):
+            s = series[key]
+            width = max(20, plot.size.width or 60)
+            xs, ys = downsample(s.steps, s.values, width)
+            if self.log_scale:
+                xs, ys = log10(xs, ys)
+            plt = plot.plt
+            plt.clear_data()
+            plt.clear_figure()
+            if xs:
+                plt.plot(xs, ys, marker="braille")
+            label = f"log10({key})" if self.log_scale else key
+            last = s.values[-1] if s.values else float("nan")
+            plt.title(printable(f"{label}  last {last:.4g}  ({len(s.values)} pts)"))
+            plot.refresh()
