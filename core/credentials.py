@@ -7,6 +7,7 @@ why a path is withheld, or None. Keep additions here and nowhere else.
 from __future__ import annotations
 
 import fnmatch
+import re
 from pathlib import PurePosixPath
 
 # (glob on a file's own name, what it is)
@@ -64,8 +65,20 @@ SUFFIX_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
 NEVER_DIRS: frozenset[str] = frozenset({".git"})
 
 
+def _prefilter() -> "re.Pattern[str]":
+    """One regex that any withheld path matches (a cheap first look, then the full rules)."""
+    alternatives = [fnmatch.translate(p) for p, _ in NAME_RULES]
+    names = "|".join(f"(?:{a})" for a in alternatives)
+    dirs = "|".join(re.escape(d) for d, _ in (*DIR_RULES,))
+    suffix = "|".join(re.escape(s[0]) for s, _ in SUFFIX_RULES)
+    return re.compile(rf"(?:^|/)(?:{dirs}|{suffix})(?:/|$)|(?:^|/)(?:{names.replace('(?s:', '(?:')})$"
+                      .replace("\\Z", ""), re.IGNORECASE)
+
+
 def withheld_reason(relpath: str) -> str | None:
     """Why `relpath` (relative, `/`-separated) must not ship, or None if it may."""
+    if not _QUICK.search(relpath):
+        return None
     parts = PurePosixPath(relpath).parts
     if not parts:
         return None
@@ -96,3 +109,6 @@ def is_dir_withheld(relpath: str) -> str | None:
         if name == dirname:
             return f"credential folder {dirname}/ ({what}): never ships"
     return withheld_reason(relpath + "/x") if "/" in relpath else None
+
+
+_QUICK = _prefilter()

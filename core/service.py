@@ -6,7 +6,6 @@ plan and the guidance an agent relays are decided in one place.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os

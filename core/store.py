@@ -90,7 +90,15 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX usage_target ON usage(target, started_at);
     """,
+    # 3: a revision number per write, so readers find what changed without trusting clocks
+    """
+    ALTER TABLE jobs ADD COLUMN rev INTEGER NOT NULL DEFAULT 0;
+    UPDATE jobs SET rev = rowid;
+    CREATE INDEX jobs_rev ON jobs(rev);
+    """,
 ]
+
+_NEXT_REV = "(SELECT COALESCE(MAX(rev), 0) + 1 FROM jobs)"
 
 # Columns that hold JSON documents, decoded on read and encoded on write.
 _JSON_COLUMNS = ("request_json", "plan_json", "bundle_json", "handle_json", "last_metric_json")
@@ -124,6 +132,7 @@ class Job:
     reason: str
     metrics_offset: int
     last_metric: dict = field(default_factory=dict)
+    rev: int = 0
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Job":
@@ -256,7 +265,7 @@ class Store:
         cols = ", ".join(row)
         marks = ", ".join(f":{c}" for c in row)
         with self.write() as db:
-            db.execute(f"INSERT INTO jobs ({cols}) VALUES ({marks})", row)
+            db.execute(f"INSERT INTO jobs ({cols}, rev) VALUES ({marks}, {_NEXT_REV})", row)
             self._event(db, row["id"], None, State.QUEUED, reason, actor, {}, now)
         return self.get(row["id"])
 
@@ -294,7 +303,8 @@ class Store:
         """A note in a job's history that does not change its state."""
         with self.write() as db:
             self._event(db, job_id, None, None, reason, actor, data or {}, time.time())
-            db.execute("UPDATE jobs SET updated_at = ? WHERE id = ?", (time.time(), job_id))
+            db.execute(f"UPDATE jobs SET updated_at = ?, rev = {_NEXT_REV} WHERE id = ?",
+                       (time.time(), job_id))
 
     def _update(self, db: sqlite3.Connection, job_id: str, sets: dict[str, Any]) -> None:
         for col in _JSON_COLUMNS:
@@ -302,7 +312,8 @@ class Store:
             if key in sets:
                 sets[col] = json.dumps(sets.pop(key), sort_keys=True)
         assignments = ", ".join(f"{c} = :{c}" for c in sets)
-        db.execute(f"UPDATE jobs SET {assignments} WHERE id = :_id", {**sets, "_id": job_id})
+        db.execute(f"UPDATE jobs SET {assignments}, rev = {_NEXT_REV} WHERE id = :_id",
+                   {**sets, "_id": job_id})
 
     @staticmethod
     def _event(db: sqlite3.Connection, job_id: str, src: State | None, dst: State | None,
@@ -346,6 +357,12 @@ class Store:
         if len(rows) > 1:
             raise UserError(f"{ref!r} matches several jobs", fix="give more characters of the id")
         return Job.from_row(rows[0])
+
+    def jobs_after(self, rev: int) -> list[Job]:
+        """Jobs written after revision `rev` (each write takes the next revision number)."""
+        with self._lock:
+            return [Job.from_row(r) for r in self.conn.execute(
+                "SELECT * FROM jobs WHERE rev > ? ORDER BY rev", (rev,)).fetchall()]
 
     def jobs(self, states: Iterable[State] | None = None, limit: int | None = None,
              since: float | None = None) -> list[Job]:

@@ -114,6 +114,7 @@ class Supervisor:
         self._providers = providers
         self._own_providers = providers is None
         self._config_stamp: int | None = None
+        self._rules = None
         self.tick_s = tick_s
         self.idle_exit_s = idle_exit_s
         self.wakeup = asyncio.Event()
@@ -177,6 +178,7 @@ class Supervisor:
         tasks = tasks if tasks is not None else set()
         if self._config_changed():
             self._providers = None if self._own_providers else self._providers
+            self._rules = None
         jobs = self.store.jobs(states=ACTIVE)
         jobs.sort(key=lambda j: j.created_at)  # first come, first placed
         load: dict[str, int] = {}
@@ -399,14 +401,16 @@ class Supervisor:
                 self.store.update(job.id, handle={**job.handle, "cancel_forced": True})
 
     def rules(self):
-        from .userconfig import load
+        """The user's rules, read once per change of the config file (not once per job)."""
+        if self._rules is None:
+            from .userconfig import Rules, load
 
-        try:
-            return load().rules
-        except UserError:
-            from .userconfig import Rules
-
-            return Rules()
+            try:
+                self._rules = load().rules
+            except UserError:
+                log.exception("the user config is invalid: using the default rules")
+                self._rules = Rules()
+        return self._rules
 
     async def _finish(self, job: Job, provider: Any, poll: Poll) -> None:
         self.store.usage_end(job.id, job.attempt)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from .providers.base import TargetInfo
@@ -13,6 +12,8 @@ from .userconfig import UserConfig, load, providers
 
 
 async def _probe(provider: Any) -> TargetInfo:
+    import asyncio
+
     try:
         return await asyncio.wait_for(provider.probe(), 30)
     except Exception as exc:  # noqa: BLE001 - an unreachable target is a fact, not a crash
@@ -24,6 +25,8 @@ def infos(store: Store, cfg: UserConfig | None = None,
           provs: dict[str, Any] | None = None) -> dict[str, TargetInfo]:
     cfg = cfg or load()
     provs = provs or providers(cfg)
+
+    import asyncio
 
     async def gather() -> list[TargetInfo]:
         return list(await asyncio.gather(*(_probe(p) for p in provs.values())))

@@ -303,6 +303,8 @@ class DashApp(App):
 
     @on(DataTable.RowHighlighted, "#jobs")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.cursor_row != event.data_table.cursor_row:
+            return  # a stale event from a rebuild (filter, sort): the cursor has moved on
         if event.row_key and event.row_key.value != self.selected:
             self.select_job(event.row_key.value)
 
@@ -394,6 +396,8 @@ class DashApp(App):
             self.open_detail(job.id)
 
     def open_detail(self, job_id: str) -> None:
+        if isinstance(self.screen, DetailScreen):
+            return  # enter reaches both the table (RowSelected) and the app binding
         store = Store(self.store.path)
         job = store.get(job_id)
         self.push_screen(DetailScreen(job, store.events(job_id), store.metrics(job_id), self.clock))
@@ -425,7 +429,7 @@ class DashApp(App):
     def apply_filter(self, text: str) -> None:
         self.job_filter = JobFilter.parse(text)
         table = self.query_one(JobsTable)
-        selected = table.selected_key()
+        selected = self.selected
         with self.batch_update():
             table.clear()
             jobs = [j for j in self.jobs.values() if self.job_filter.matches(j)]

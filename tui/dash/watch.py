@@ -19,12 +19,12 @@ class StoreWatcher:
     def __init__(self, store: Store | None = None) -> None:
         self.store = store or Store()
         self.version: int | None = None
-        self.since = 0.0
+        self.rev = 0
 
     def initial(self, limit: int | None = None) -> list[Job]:
-        jobs = self.store.jobs(limit=limit)
         self.version = self.store.data_version()
-        self.since = max((j.updated_at for j in jobs), default=0.0)
+        jobs = self.store.jobs(limit=limit)
+        self.rev = max((j.rev for j in jobs), default=0)
         return jobs
 
     def changes(self) -> list[Job]:
@@ -33,9 +33,9 @@ class StoreWatcher:
         if version == self.version:
             return []
         self.version = version
-        jobs = self.store.jobs(since=self.since - 0.5)  # overlap: writers' clocks and ties
+        jobs = self.store.jobs_after(self.rev)
         if jobs:
-            self.since = max(self.since, max(j.updated_at for j in jobs))
+            self.rev = jobs[-1].rev
         return jobs
 
 

@@ -1,0 +1,241 @@
+"""The dashboard driven by Textual's pilot: every binding, the approval flow, live updates."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from core.states import State
+from core.store import Store
+from tui.dash.app import DashApp
+from tui.dash.demo import NOW, _id, seed
+from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
+from tui.dash.widgets import Charts, JobsTable, LogTail
+
+PENDING = _id(3)
+RUNNING = _id(2)
+
+
+@pytest.fixture
+def demo(home: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+    monkeypatch.setenv("GPU_ROUTER_IDLE_EXIT_S", "5")
+    return seed()
+
+
+def _app(**kw) -> DashApp:
+    return DashApp(clock=lambda: NOW, live=kw.pop("live", False), bell=kw.pop("bell", False), **kw)
+
+
+async def _settle(pilot, t: float = 0.3) -> None:
+    """Let workers finish (exclusive ones may have been cancelled by newer ones) and redraw."""
+    from textual.worker import WorkerCancelled
+
+    try:
+        await pilot.app.workers.wait_for_complete()
+    except WorkerCancelled:
+        pass
+    await pilot.pause(t)
+
+
+def _rows(app: DashApp) -> list[str]:
+    table = app.query_one(JobsTable)
+    return [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+
+
+async def test_rows_newest_first_and_moving_keys(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        rows = _rows(app)
+        assert rows == [_id(n) for n in (3, 2, 1, 4, 5, 6)]
+        table = app.query_one(JobsTable)
+        await pilot.press("j")
+        assert table.selected_key() == _id(2) and app.selected == _id(2)
+        await pilot.press("G")
+        assert table.selected_key() == _id(6)
+        await pilot.press("k")
+        assert table.selected_key() == _id(5)
+        await pilot.press("g")
+        assert table.selected_key() == _id(3)
+
+
+async def test_approval_flow_end_to_end(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        assert app.query_one(JobsTable).selected_key() == PENDING
+        await pilot.press("a")
+        await _settle(pilot)
+        assert isinstance(app.screen, ApprovalScreen)
+        text = " ".join(str(w.render()) for w in app.screen.query("Static"))
+        assert "kaggle" in text and "y approve" in text.replace("[b]", "").replace("[/b]", "") or "approve" in text
+        await pilot.press("y")
+        await _settle(pilot)
+        await _settle(pilot)
+    store = Store()
+    job = store.get(PENDING)
+    assert job.state != State.AWAITING_APPROVAL
+    decision = [e for e in store.events(PENDING) if e.data.get("decision") == "approve"]
+    assert len(decision) == 1 and decision[0].data["digest"] == job.plan["digest"]
+    assert "dashboard" in decision[0].actor and job.approved_digest == job.plan["digest"]
+
+
+async def test_escape_and_n_leave_a_held_job_alone(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        for key in ("n", "escape"):
+            await pilot.press("a")
+            assert isinstance(app.screen, ApprovalScreen)
+            await pilot.press(key)
+            assert not isinstance(app.screen, ApprovalScreen)
+    assert Store().get(PENDING).state == State.AWAITING_APPROVAL
+
+
+async def test_deny_with_a_reason(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        await pilot.press("d")
+        assert isinstance(app.screen, ReasonScreen)
+        await pilot.press(*"too long", "enter")
+        await _settle(pilot)
+    job = Store().get(PENDING)
+    assert job.state == State.DENIED and "too long" in job.reason
+
+
+async def test_deny_from_the_approval_window(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        await pilot.press("a", "d")
+        assert isinstance(app.screen, ReasonScreen)
+        await pilot.press("enter")
+        await _settle(pilot)
+    assert Store().get(PENDING).state == State.DENIED
+
+
+async def test_cancel_asks_first(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert Store().get(PENDING).state == State.AWAITING_APPROVAL
+        await pilot.press("c", "y")
+        await _settle(pilot)
+    assert Store().get(PENDING).state == State.CANCELLED
+
+
+async def test_a_key_on_a_job_that_is_not_held_only_says_so(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        await pilot.press("j", "a")
+        assert not isinstance(app.screen, ApprovalScreen)
+        assert any("nothing to approve" in n.message for n in app._notifications)
+
+
+async def test_detail_help_filter_pause_scale_follow_quit(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        await pilot.press("enter")
+        assert isinstance(app.screen, DetailScreen)
+        await pilot.press("escape")
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        ids = {row[2] for row in app.screen.rows}
+        assert {b.id for b in app.BINDINGS} <= ids
+        await pilot.press("escape")
+
+        await pilot.press("slash", *"running")
+        await _settle(pilot, 0.1)
+        assert set(_rows(app)) == {_id(1), _id(2)}
+        await pilot.press("ctrl+a", "ctrl+k", *"!running")
+        await _settle(pilot, 0.1)
+        assert set(_rows(app)) == {_id(n) for n in (3, 4, 5, 6)}
+        await pilot.press("escape")
+        await _settle(pilot, 0.1)
+        assert len(_rows(app)) == 6
+
+        await pilot.press("p")
+        assert app.paused and app.query_one("#paused").has_class("shown")
+        await pilot.press("p")
+        assert not app.paused
+
+        await pilot.press("g", "j")  # the running job with a loss curve
+        await _settle(pilot, 0.5)
+        assert app.selected == _id(2)
+        charts = app.query_one(Charts)
+        await pilot.press("l")
+        assert charts.log_scale and "log10" in app.query_one(Charts).border_title
+        await pilot.press("l")
+        assert not charts.log_scale
+
+        log = app.query_one(LogTail)
+        log.following = False
+        log.add(["new line"])
+        assert "1 new line" in log.border_subtitle
+        await pilot.press("f")
+        assert log.following and "new line" in log.lines[-1]
+        await pilot.press("q")
+    assert app.return_code == 0 or app.return_code is None
+
+
+async def test_read_only_hides_and_refuses_changes(demo) -> None:
+    app = _app(read_only=True)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        await pilot.press("a", "d", "c")
+        assert not isinstance(app.screen, (ApprovalScreen, ReasonScreen, ConfirmScreen))
+        footer_keys = {b.binding.key for b in app.active_bindings.values() if b.enabled}
+        assert not {"a", "d", "c"} & footer_keys
+    assert Store().get(PENDING).state == State.AWAITING_APPROVAL
+
+
+async def test_command_palette_offers_job_actions(demo) -> None:
+    from tui.dash.app import JobCommands
+
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        provider = JobCommands(app.screen)
+        hits = [str(h.match_display) async for h in provider.search("approve")]
+        assert any("approve job 03c0ffee" in h for h in hits)
+        hits = [str(h.match_display) async for h in provider.search("cancel 02c0")]
+        assert any("cancel job 02c0ffee" in h for h in hits)
+
+
+async def test_live_updates_keep_the_cursor_and_announce_new_pending_jobs(demo, monkeypatch) -> None:
+    rings = []
+    app = _app(live=True, bell=True)
+    monkeypatch.setattr(app, "bell", lambda: rings.append(1))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        await pilot.press("j", "j")  # select llama-lora
+        selected = app.query_one(JobsTable).selected_key()
+        store = Store()
+        # another process: a metric for the selected job, and a brand new held job
+        store.add_metrics(_id(1), [(901, "loss", 0.1, NOW)], 0, {"loss": 0.1})
+        with store.write():  # one commit, as a real submit makes
+            store.insert_job({"id": "ff" * 16, "short_id": "ffffffff", "name": "fresh", "provider": "local",
+                              "project_dir": "/p", "outputs_dir": "/p/runs/ffffffff", "fingerprint": "fresh",
+                              "request": {"script": "a.py"}, "plan": {"holds": [{"rule": "agent_hours", "reason": "x"}]},
+                              "digest": "d" * 64}, reason="t", actor="t")
+            store.conn.execute("UPDATE jobs SET created_at = ? WHERE id = ?", (NOW, "ff" * 16))
+        store.transition("ff" * 16, State.ROUTING, "r")
+        store.transition("ff" * 16, State.AWAITING_APPROVAL, "held")
+        deadline = time.monotonic() + 5
+        while "ffffffff" not in [k[:8] for k in _rows(app)] and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert _rows(app)[0] == "ff" * 16  # newest first
+        assert app.query_one(JobsTable).selected_key() == selected  # the cursor stayed on its job
+        await pilot.pause(0.3)
+        assert rings, "a new pending job rings the bell"
+        assert any("ffffffff" in n.message and "approval" in n.message for n in app._notifications)
+        table = app.query_one(JobsTable)
+        assert "0.1" in str(table.get_cell(_id(1), "metric"))
