@@ -16,18 +16,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-DEMO_CONFIG = """\
-targets:
-  local: {kind: local, gpus: [{name: RTX 4090, memory_gb: 24}]}
-  lab-a100: {kind: local, price_per_hour: 1.2, max_jobs: 4, gpus: [{name: A100, memory_gb: 80}, {name: A100, memory_gb: 80}, {name: A100, memory_gb: 80}, {name: A100, memory_gb: 80}]}
-  kaggle: {kind: local, hours_per_week: 30, max_jobs: 2, gpus: [{name: T4, memory_gb: 15}, {name: T4, memory_gb: 15}]}
-"""
-
-
 def demo_env(root: Path) -> None:
     os.environ["GPU_ROUTER_HOME"] = str(root / "home")
     os.environ["GPU_ROUTER_CONFIG"] = str(root / "config.yaml")
-    (root / "config.yaml").write_text(DEMO_CONFIG)
+    from tui.dash.demo import CONFIG
+
+    (root / "config.yaml").write_text(CONFIG)
 
 
 async def shoot(out: Path, size=(120, 36)) -> list[Path]:

@@ -102,10 +102,10 @@ class DashApp(App):
     BINDINGS = [
         Binding("a", "approve", "Approve", id="dash.approve"),
         Binding("d", "deny", "Deny", id="dash.deny"),
-        Binding("c", "cancel", "Cancel job", id="dash.cancel"),
+        Binding("c", "cancel", "Cancel", id="dash.cancel"),
         Binding("enter", "detail", "Details", id="dash.detail"),
         Binding("slash", "filter", "Filter", id="dash.filter"),
-        Binding("f", "follow", "Follow log", id="dash.follow"),
+        Binding("f", "follow", "Follow", id="dash.follow"),
         Binding("l", "log_scale", "log10", id="dash.log_scale"),
         Binding("p", "pause", "Pause", id="dash.pause"),
         Binding("j", "down", "Down", show=False, id="dash.down"),
@@ -275,7 +275,8 @@ class DashApp(App):
                 if job.id in table.rows:
                     cells = job_cells(job, self.clock())
                     table.update_cell(job.id, "time", cells["time"])
-                    table.update_cell(job.id, "cost", cells["cost"])
+                    if not table.compact:
+                        table.update_cell(job.id, "cost", cells["cost"])
 
     def _header_counts(self) -> None:
         counts: dict[str, int] = {}
@@ -332,6 +333,13 @@ class DashApp(App):
         self._title_log()
         self.poll_log()
         self.poll_metrics()
+
+    def on_resize(self, event) -> None:
+        from tui.dash.widgets import COMPACT_BELOW
+
+        table = self.query_one(JobsTable)
+        if table.compact is not None and table.set_columns(event.size.width < COMPACT_BELOW):
+            self.apply_filter(self.job_filter.describe())
 
     def current(self) -> Job | None:
         key = self.query_one(JobsTable).selected_key()

@@ -16,6 +16,14 @@ from core.store import Store
 
 NOW = 1_796_000_000.0  # the demo's fixed "now" (2026-11-30)
 
+# Targets with declared GPUs, so no machine's own GPUs leak into screenshots.
+CONFIG = """\
+targets:
+  local: {kind: local, gpus: [{name: RTX 4090, memory_gb: 24}]}
+  lab-a100: {kind: local, price_per_hour: 1.2, max_jobs: 4, gpus: [{name: A100, memory_gb: 80}, {name: A100, memory_gb: 80}, {name: A100, memory_gb: 80}, {name: A100, memory_gb: 80}]}
+  kaggle: {kind: local, hours_per_week: 30, max_jobs: 2, gpus: [{name: T4, memory_gb: 15}, {name: T4, memory_gb: 15}]}
+"""
+
 _PLAN = {"target": "local", "gpu": "1x RTX 4090", "price_per_hour": 0.0, "estimated_price": 0.0,
          "reasons": ["local fits (1x RTX 4090) and is free"], "passed_over": {}, "holds": [],
          "workdir": "", "env": {}, "secrets": [], "data": {}, "python_file": True}

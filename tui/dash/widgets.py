@@ -14,8 +14,12 @@ from core.sanitize import printable
 from core.states import State
 from tui.render import STATE_STYLE, duration, money
 
-JOB_COLUMNS = (("id", "ID", 8), ("name", "NAME", 14), ("state", "STATE", 18), ("target", "TARGET", 9),
+JOB_COLUMNS = (("id", "ID", 8), ("name", "NAME", 14), ("state", "STATE", 16), ("target", "TARGET", 9),
                ("gpu", "GPU", 11), ("time", "ELAPSED/EST", 11), ("cost", "COST", 7), ("metric", "LAST", 14))
+# Below this width the table drops GPU and COST and narrows NAME, so 80 columns fit.
+COMPACT_BELOW = 110
+COMPACT_COLUMNS = (("id", "ID", 8), ("name", "NAME", 11), ("state", "STATE", 16), ("target", "TARGET", 8),
+                   ("time", "ELAPSED/EST", 11), ("metric", "LAST", 12))
 
 
 def state_cell(state: State) -> Text:
@@ -54,18 +58,31 @@ def job_cells(job, now: float) -> dict[str, object]:
 class JobsTable(DataTable):
     """Rows keyed by job id, updated in place so the cursor and selection survive updates."""
 
+    compact: bool | None = None
+
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        for key, label, width in JOB_COLUMNS:
+        self.set_columns(self.app.size.width < COMPACT_BELOW)
+
+    def set_columns(self, compact: bool) -> bool:
+        """Lay out the columns for this width; True if they changed (rows must be added again)."""
+        if compact == self.compact:
+            return False
+        self.compact = compact
+        self.clear(columns=True)
+        for key, label, width in (COMPACT_COLUMNS if compact else JOB_COLUMNS):
             self.add_column(label, key=key, width=width)
+        return True
 
     def upsert(self, jobs: list, now: float, created: dict[str, float]) -> bool:
         """Update changed rows by key; add new ones. True if rows were added (order changed)."""
         added = False
         existing = self.rows
+        keys = [c[0] for c in (COMPACT_COLUMNS if self.compact else JOB_COLUMNS)]
         for job in jobs:
-            cells = job_cells(job, now)
+            all_cells = job_cells(job, now)
+            cells = {k: all_cells[k] for k in keys}
             if job.id in existing:
                 for col, value in cells.items():
                     self.update_cell(job.id, col, value)

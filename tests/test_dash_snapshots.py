@@ -1,0 +1,87 @@
+"""SVG snapshots of the dashboard's main views, from the seeded demo store and a fixed clock.
+
+Update them deliberately with `pytest tests/test_dash_snapshots.py --snapshot-update` and
+look at the SVGs before committing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tui.dash.app import DashApp
+from tui.dash.demo import CONFIG, NOW, seed
+
+
+@pytest.fixture
+def demo_world(home: Path, monkeypatch: pytest.MonkeyPatch):
+    Path(os.environ["GPU_ROUTER_CONFIG"]).write_text(CONFIG)
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    seed()
+    yield
+    monkeypatch.delenv("TZ")
+    time.tzset()
+
+
+def _app() -> DashApp:
+    return DashApp(clock=lambda: NOW, live=False, bell=False)
+
+
+async def _settle(pilot) -> None:
+    from textual.worker import WorkerCancelled
+
+    for _ in range(3):
+        try:
+            await pilot.app.workers.wait_for_complete()
+        except WorkerCancelled:
+            pass
+        await pilot.pause(0.2)
+
+
+def test_dashboard_with_running_pending_finished_jobs_and_a_curve(demo_world, snap_compare) -> None:
+    async def select_running(pilot):
+        await _settle(pilot)
+        await pilot.press("j")
+        await _settle(pilot)
+
+    assert snap_compare(_app(), terminal_size=(120, 36), run_before=select_running)
+
+
+def test_dashboard_at_80x24(demo_world, snap_compare) -> None:
+    async def select_running(pilot):
+        await _settle(pilot)
+        await pilot.press("j")
+        await _settle(pilot)
+
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=select_running)
+
+
+def test_approval_modal(demo_world, snap_compare) -> None:
+    async def open_approval(pilot):
+        await _settle(pilot)
+        await pilot.press("a")
+        await _settle(pilot)
+
+    assert snap_compare(_app(), terminal_size=(120, 36), run_before=open_approval)
+
+
+def test_job_detail(demo_world, snap_compare) -> None:
+    async def open_detail(pilot):
+        await _settle(pilot)
+        await pilot.press("j", "j", "enter")
+        await _settle(pilot)
+
+    assert snap_compare(_app(), terminal_size=(120, 36), run_before=open_detail)
+
+
+def test_help(demo_world, snap_compare) -> None:
+    async def open_help(pilot):
+        await _settle(pilot)
+        await pilot.press("question_mark")
+        await _settle(pilot)
+
+    assert snap_compare(_app(), terminal_size=(120, 36), run_before=open_help)

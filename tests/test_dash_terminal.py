@@ -1,0 +1,147 @@
+"""The installed `gpu dash` in a real terminal: tmux for the approval flow, a pty for escapes."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import shutil
+import struct
+import subprocess
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gpu_exe, gpu_json, make_git_project, wait_state
+from tests.services import require
+
+pytestmark = pytest.mark.slow
+
+HOSTILE = (
+    "import sys, time\n"
+    "print('before-marker', flush=True)\n"
+    "sys.stdout.write('clip\\x1b]52;c;UFdORUQ=\\x07 title\\x1b]0;PWNED-TITLE\\x07 t2\\x1b]2;PWNED2\\x1b\\\\ '"
+    " 'clear\\x1b[2J home\\x1b[H c1\\x9b2J osc8\\x1b]8;;file:///etc/passwd\\x1b\\\\click\\x1b]8;;\\x1b\\\\\\n')\n"
+    "print('[link=file:///etc]inert[/link]', flush=True)\n"
+    "sys.stdout.buffer.write(b'raw8bit \\x9b31m red\\n')\n"
+    "print('after-marker', flush=True)\n"
+    "time.sleep(30)\n"
+)
+
+
+class Tmux:
+    def __init__(self, env: dict) -> None:
+        self.exe = require("tmux")["tmux"]
+        self.sock = f"gpu-test-{os.getpid()}-{time.monotonic_ns()}"
+        self.env = env
+
+    def run(self, *args: str) -> str:
+        return subprocess.run([self.exe, "-L", self.sock, "-f", "/dev/null", *args], capture_output=True,
+                              text=True, timeout=30, env=self.env).stdout
+
+    def start(self, command: str) -> None:
+        self.run("new-session", "-d", "-x", "120", "-y", "36", "-s", "dash", command)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "dash")
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "dash", *keys)
+
+    def wait_for(self, predicate, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            text = self.screen()
+            if predicate(text):
+                return text
+            time.sleep(0.2)
+        raise AssertionError(f"the screen never showed what was expected; last screen:\n{text}")
+
+    def close(self) -> None:
+        self.run("kill-server")
+
+
+def _row(screen: str, short: str) -> str:
+    return next((line for line in screen.splitlines() if short in line and "log" not in line), "")
+
+
+def test_tmux_sees_a_submitted_job_approves_it_and_watches_it_finish(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"work.py": (
+        "import time, gpu\n"
+        "for i in range(6):\n"
+        "    gpu.log(step=i, loss=1.0 / (i + 1))\n"
+        "    print('working', i, flush=True)\n"
+        "    time.sleep(0.5)\n")})
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "36"}
+    tmux = Tmux(env)
+    try:
+        tmux.start(f"{gpu_exe()} dash")
+        tmux.wait_for(lambda s: "gpu-router" in s and "TARGET" in s)
+        sub = gpu_json("submit", "work.py", "--wait-s", "0", cwd=project)["job"]  # an agent: held
+        short = sub["short_id"]
+        screen = tmux.wait_for(lambda s: short in s and "needs approval" in _row(s, short))
+        assert "1 awaiting approval" in screen
+        tmux.keys("g")
+        tmux.keys("a")
+        tmux.wait_for(lambda s: f"Approve job {short}" in s and "y approve" in s)
+        tmux.keys("y")
+        tmux.wait_for(lambda s: "running" in _row(s, short) or "done" in _row(s, short), timeout=60)
+        screen = tmux.wait_for(lambda s: "done" in _row(s, short), timeout=90)
+        assert "working 5" in screen  # the log pane followed the job to its end
+        assert wait_state(short, {"done"})["state"] == "done"
+    finally:
+        tmux.close()
+
+
+def _record_dash(env: dict, seconds: float) -> bytes:
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 36, 140, 0, 0))
+    proc = subprocess.Popen([gpu_exe(), "dash"], stdin=slave, stdout=slave, stderr=slave, env=env,
+                            start_new_session=True)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + seconds
+    quit_sent = False
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        if time.monotonic() > deadline and not quit_sent:
+            os.write(master, b"q")
+            quit_sent = True
+        if quit_sent and proc.poll() is not None:
+            break
+        if time.monotonic() > deadline + 15:
+            proc.kill()
+            break
+    proc.wait(timeout=10)
+    os.close(master)
+    return out
+
+
+def test_job_output_cannot_drive_the_terminal(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"hostile.py": HOSTILE})
+    sub = gpu_json("submit", "hostile.py", "--hours", "0.1", "--wait-s", "10", cwd=project)["job"]
+    log = home / "jobs" / sub["id"] / "job.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and b"after-marker" in log.read_bytes()):
+        assert time.monotonic() < deadline, "the hostile job never printed"
+        time.sleep(0.2)
+    assert b"\x1b]52;" in log.read_bytes()  # the raw bytes are really in the log
+    out = _record_dash({**os.environ, "TERM": "xterm-256color"}, seconds=5)
+    text = out.decode("utf-8", "replace")
+    assert "after-marker" in text, "the dashboard did not show the job's log"
+    for bad in ("\x1b]52", "PWNED-TITLE", "PWNED2", "\x1b]0;", "\x1b]2;", "\x1b]8;", "\x1b[2J", "\u009b",
+                "file:///etc/passwd"):
+        assert bad not in text, f"{bad!r} reached the terminal"
+    assert "[link=file:///etc]inert[/link]" in text  # markup look-alikes are shown, not obeyed
+    gpu_json("cancel", sub["short_id"])
