@@ -8,6 +8,7 @@ as `gpu approve` (core.approvals), bound to the digest shown in the modal.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Callable
 
 from textual import on, work
@@ -27,6 +28,7 @@ from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10
 from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
 
 CHANGING_ACTIONS = {"approve", "deny", "cancel"}
+MAX_ROWS = 1_000  # rows in the job table; the rest of the store is a filter away
 
 
 class JobsChanged(Message):
@@ -92,7 +94,8 @@ class DashApp(App):
     #filter { display: none; height: 3; }
     #filter.shown { display: block; }
     #bottom { height: 1fr; min-height: 8; }
-    #log { width: 1fr; border: round $primary-darken-2; border-title-align: left; }
+    #log { width: 1fr; border: round $primary-darken-2; border-title-align: left;
+           scrollbar-size-horizontal: 0; }
     #charts { width: 1fr; border: round $primary-darken-2; }
     #charts .empty { color: $text-muted; padding: 1; }
     #paused { display: none; background: $warning; color: $text; text-align: center; }
@@ -126,6 +129,7 @@ class DashApp(App):
         self.poll_s = poll_s
         self.live = live
         self.jobs: dict[str, Job] = {}
+        self.counts: Counter[State] = Counter()
         self.created: dict[str, float] = {}
         self.job_filter = JobFilter()
         self.paused = False
@@ -162,6 +166,14 @@ class DashApp(App):
         self.query_one("#log", LogTail).border_title = "log"
         self.query_one("#charts", Charts).border_title = "metrics"
         self.query_one(JobsTable).focus()
+        if not self.live:
+            # a still picture (screenshots, snapshot tests): read everything now, in order,
+            # so what is drawn never depends on which worker finished first
+            from core import targets
+
+            self.on_targets_read(TargetsRead(list(targets.infos(Store(self.store.path)).values())))
+            self.on_jobs_changed(JobsChanged(self.watcher.initial(), initial=True))
+            return
         self.load_initial()
         self.load_targets()
         if self.live:
@@ -220,18 +232,26 @@ class DashApp(App):
         newly_pending = []
         for job in message.jobs:
             before = self.jobs.get(job.id)
+            if before is not None:
+                self.counts[before.state] -= 1
+            self.counts[job.state] += 1
             if (job.state == State.AWAITING_APPROVAL and not message.initial
                     and (before is None or before.state != State.AWAITING_APPROVAL)):
                 newly_pending.append(job)
             self.jobs[job.id] = job
-        visible = [j for j in message.jobs if self.job_filter.matches(j)] if self.job_filter else message.jobs
-        hidden = [j.id for j in message.jobs if self.job_filter and not self.job_filter.matches(j) and j.id in table.rows]
-        with self.batch_update():
-            for key in hidden:
-                table.remove_row(key)
-            added = table.upsert(visible, self.clock(), self.created)
-            if added:
-                table.sort_newest_first(self.created)
+        if message.initial:
+            self.apply_filter(self.job_filter.describe())
+        else:
+            matching = [j for j in message.jobs if self.job_filter.matches(j)]
+            hidden = [j.id for j in message.jobs if not self.job_filter.matches(j) and j.id in table.rows]
+            with self.batch_update():
+                for key in hidden:
+                    table.remove_row(key)
+                # rows already shown are updated; new ones join at the top
+                added = table.upsert(matching, self.clock(), self.created)
+                if added:
+                    self._trim(table)
+                    table.sort_newest_first(self.created)
         if message.initial or (self.selected is None and table.row_count):
             key = table.selected_key()
             if key:
@@ -244,6 +264,25 @@ class DashApp(App):
             if self.ring_bell:
                 self.bell()
         self._header_counts()
+
+    def _shown(self, jobs: list[Job]) -> list[Job]:
+        """What the table holds: every live job, then the newest others, MAX_ROWS in all.
+
+        DataTable recomputes its row offsets on every change (O(rows)), so a table of
+        10,000 finished jobs would make each tick slow; older jobs stay a filter away.
+        """
+        live = [j for j in jobs if j.state in ACTIVE]
+        ended = sorted((j for j in jobs if j.state not in ACTIVE), key=lambda j: -j.created_at)
+        return live + ended[: max(0, MAX_ROWS - len(live))]
+
+    def _trim(self, table: JobsTable) -> None:
+        if table.row_count <= MAX_ROWS:
+            return
+        shown = [self.jobs[k.value] for k in table.rows if k.value in self.jobs]
+        keep = {j.id for j in self._shown(shown)}
+        for job in shown:
+            if job.id not in keep and job.id != self.selected:
+                table.remove_row(job.id)
 
     def on_targets_read(self, message: TargetsRead) -> None:
         self.query_one(TargetsTable).show(message.infos)
@@ -279,14 +318,13 @@ class DashApp(App):
                         table.update_cell(job.id, "cost", cells["cost"])
 
     def _header_counts(self) -> None:
-        counts: dict[str, int] = {}
-        for j in self.jobs.values():
-            counts[j.state.value] = counts.get(j.state.value, 0) + 1
-        pending = counts.get("awaiting_approval", 0)
-        parts = [f"{counts.get('running', 0)} running"]
+        pending = self.counts[State.AWAITING_APPROVAL]
+        parts = [f"{self.counts[State.RUNNING]} running"]
         if pending:
             parts.append(f"{pending} awaiting approval")
-        parts.append(f"{len(self.jobs)} jobs")
+        rows = self.query_one(JobsTable).row_count
+        shown = f"{rows:,} of {len(self.jobs):,} jobs shown" if rows < len(self.jobs) else f"{len(self.jobs):,} jobs"
+        parts.append(shown)
         if self.job_filter:
             parts.append(f"filter: {self.job_filter.describe()}")
         if self.read_only:
@@ -331,8 +369,14 @@ class DashApp(App):
         charts = self.query_one(Charts)
         charts.show({}, downsample, log10_series)
         self._title_log()
-        self.poll_log()
-        self.poll_metrics()
+        if self.live:
+            self.poll_log()
+            self.poll_metrics()
+        else:
+            lines, _ = self.log_feed.read()
+            self.query_one(LogTail).reset(lines)
+            self.metrics_feed.read()
+            self.query_one(Charts).show(self.metrics_feed.series, downsample, log10_series)
 
     def on_resize(self, event) -> None:
         from tui.dash.widgets import COMPACT_BELOW
@@ -440,7 +484,7 @@ class DashApp(App):
         selected = self.selected
         with self.batch_update():
             table.clear()
-            jobs = [j for j in self.jobs.values() if self.job_filter.matches(j)]
+            jobs = self._shown([j for j in self.jobs.values() if self.job_filter.matches(j)])
             table.upsert(jobs, self.clock(), self.created)
             table.sort_newest_first(self.created)
             if selected and selected in table.rows:
