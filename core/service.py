@@ -290,9 +290,7 @@ async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
 def job_document(store: Store, job: Job) -> dict[str, Any]:
     return {"job": job.to_json(verbose=True),
             "events": [e.to_json() for e in store.events(job.id)],
-            "metrics": {k: {"last": v[-1][1], "min": min(x[1] for x in v),
-                            "max": max(x[1] for x in v), "points": len(v)}
-                        for k, v in store.metrics(job.id).items()}}
+            "metrics": store.metrics_summary(job.id)}
 
 
 def write_job_json(store: Store, job: Job) -> Path:

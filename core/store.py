@@ -457,6 +457,18 @@ class Store:
                 "SELECT rowid, key, step, value FROM metrics WHERE job_id = ? AND rowid > ? "
                 "ORDER BY rowid LIMIT ?", (job_id, after_rowid, limit)).fetchall()
 
+    def metrics_summary(self, job_id: str) -> dict[str, dict[str, Any]]:
+        """Per key: points, min, max, last value and last step, computed by SQLite (no series)."""
+        out: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            for key, n, lo, hi, last_id in self.conn.execute(
+                    "SELECT key, COUNT(*), MIN(value), MAX(value), MAX(rowid) FROM metrics "
+                    "WHERE job_id = ? GROUP BY key ORDER BY key", (job_id,)):
+                step, value = self.conn.execute("SELECT step, value FROM metrics WHERE rowid = ?",
+                                                (last_id,)).fetchone()
+                out[key] = {"points": n, "min": lo, "max": hi, "last": value, "last_step": step}
+        return out
+
     def metrics(self, job_id: str, key: str | None = None) -> dict[str, list[tuple[int | None, float, float]]]:
         sql = "SELECT key, step, value, ts FROM metrics WHERE job_id = ?"
         args: list[Any] = [job_id]

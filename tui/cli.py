@@ -294,7 +294,6 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     job = store.resolve(args.id)
     events = store.events(job.id)
-    metrics = store.metrics(job.id)
     if args.json:
         from core.service import guidance
 
@@ -305,7 +304,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     from tui.render import status_panel
 
-    _print(status_panel(job, events, metrics))
+    _print(status_panel(job, events, store.metrics_summary(job.id)))
     return 0
 
 
@@ -378,7 +377,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         return 0
     from tui.render import metrics_table
 
-    _print(metrics_table(metrics))
+    _print(metrics_table(store.metrics_summary(job.id)))
     return 0
 
 

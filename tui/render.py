@@ -107,16 +107,16 @@ def status_panel(job, events: list, metrics: dict) -> Any:
     return Group(*parts)
 
 
-def metrics_table(metrics: dict) -> Any:
+def metrics_table(summary: dict) -> Any:
+    """A table of `Store.metrics_summary()`: last, min, max, points and last step per key."""
     from rich.table import Table
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("METRIC", "LAST", "MIN", "MAX", "POINTS", "LAST STEP"):
         table.add_column(col, no_wrap=True, justify="left" if col == "METRIC" else "right")
-    for key, series in sorted(metrics.items()):
-        values = [v for _, v, _ in series]
-        table.add_row(markup_safe(key), f"{values[-1]:.6g}", f"{min(values):.6g}",
-                      f"{max(values):.6g}", str(len(values)), str(series[-1][0] if series[-1][0] is not None else "-"))
+    for key, m in sorted(summary.items()):
+        table.add_row(markup_safe(key), f"{m['last']:.6g}", f"{m['min']:.6g}", f"{m['max']:.6g}",
+                      str(m["points"]), str(m["last_step"] if m["last_step"] is not None else "-"))
     return table
 
 

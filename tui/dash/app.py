@@ -133,6 +133,7 @@ class DashApp(App):
         self.created: dict[str, float] = {}
         self.job_filter = JobFilter()
         self.paused = False
+        self._detail_loading = False
         self.selected: str | None = None
         self.watcher = StoreWatcher(Store(self.store.path))
         self.log_feed: LogFeed | None = None
@@ -448,11 +449,32 @@ class DashApp(App):
             self.open_detail(job.id)
 
     def open_detail(self, job_id: str) -> None:
-        if isinstance(self.screen, DetailScreen):
+        if isinstance(self.screen, DetailScreen) or self._detail_loading:
             return  # enter reaches both the table (RowSelected) and the app binding
+        self._detail_loading = True
+        if self.live:
+            self._load_detail(job_id)
+        else:
+            self._show_detail(*self._read_detail(job_id))
+
+    def _read_detail(self, job_id: str) -> tuple:
         store = Store(self.store.path)
-        job = store.get(job_id)
-        self.push_screen(DetailScreen(job, store.events(job_id), store.metrics(job_id), self.clock))
+        return store.get(job_id), store.events(job_id), store.metrics_summary(job_id)
+
+    @work(thread=True, group="detail")
+    def _load_detail(self, job_id: str) -> None:
+        """Events and a metric summary can be large: read them off the UI thread."""
+        try:
+            found = self._read_detail(job_id)
+        except Exception:
+            self._detail_loading = False
+            raise
+        self.call_from_thread(self._show_detail, *found)
+
+    def _show_detail(self, job: Job, events: list, summary: dict) -> None:
+        self._detail_loading = False
+        if not isinstance(self.screen, DetailScreen):
+            self.push_screen(DetailScreen(job, events, summary, self.clock))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

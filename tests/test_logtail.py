@@ -1,0 +1,55 @@
+"""Following a log that is huge, grows, gets truncated or is replaced by rotation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from core.logtail import Follower, tail_lines
+
+
+def test_the_end_of_a_big_log_comes_without_reading_it_all(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    with open(log, "wb") as f:
+        for i in range(200_000):
+            f.write(f"line {i}\n".encode())
+        f.write(b"partial without newline")
+    lines, offset = tail_lines(log, 5)
+    assert lines == [f"line {i}" for i in range(199_995, 200_000)]
+    assert offset == log.stat().st_size - len(b"partial without newline")
+
+
+def test_short_files_empty_files_and_missing_files(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    assert tail_lines(log, 10) == ([], 0)
+    log.write_bytes(b"")
+    assert tail_lines(log, 10) == ([], 0)
+    log.write_bytes(b"one\ntwo\n")
+    assert tail_lines(log, 10)[0] == ["one", "two"]
+
+
+def test_follow_appends_truncation_and_rotation(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_bytes(b"a\nb\n")
+    f = Follower(log)
+    assert f.start(10) == ["a", "b"]
+    with open(log, "ab") as w:
+        w.write(b"c\nhalf")
+    assert f.read() == (["c"], False)
+    with open(log, "ab") as w:
+        w.write(b" done\n")
+    assert f.read() == (["half done"], False)
+    log.write_bytes(b"x\n")  # truncated and rewritten, shorter than before
+    assert f.read() == (["x"], True)
+    rotated = tmp_path / "job.log.1"
+    os.rename(log, rotated)
+    log.write_bytes(b"fresh\n")  # a new file under the same name
+    lines, reset = f.read()
+    assert reset and lines == ["fresh"]
+
+
+def test_escape_sequences_never_leave_the_follower(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_bytes(b"ok\x1b]52;c;ZXZpbA==\x07 \x1b[2J\x9b31m done\n")
+    lines = Follower(log).start(5)
+    assert lines == ["ok  done"]
