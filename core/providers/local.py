@@ -72,6 +72,8 @@ class LocalProvider:
         self.max_jobs = max_jobs
         self.python = python or base_python()
         self.declared_gpus = gpus  # from the user config; else probed
+        self._pids: dict[Path, dict] = {}
+        self._running: set[Path] = set()
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -163,22 +165,37 @@ class LocalProvider:
         return {"attempt": attempt, "attempt_dir": str(adir), "launched_at": time.time()}
 
     async def poll(self, job: Job) -> Poll:
-        return await asyncio.to_thread(self._poll, job)
+        # a few stats and small reads of local files: cheaper inline than via a thread
+        return self._poll(job)
+
+    def _pid(self, adir: Path) -> dict | None:
+        """The launcher's pid record, read once per attempt (it never changes)."""
+        doc = self._pids.get(adir)
+        if doc is None:
+            doc = _read_json(adir / "pid")
+            if doc is not None:
+                self._pids[adir] = doc
+        return doc
 
     def _poll(self, job: Job) -> Poll:
         adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
         exit_doc = _read_json(adir / "exit.json")
         if exit_doc is not None:
+            self._pids.pop(adir, None)
+            self._running.discard(adir)
             return _exited(exit_doc)
-        pid = _read_json(adir / "pid")
+        pid = self._pid(adir)
         if pid is None:
             launched = job.handle.get("launched_at", 0)
             if time.time() - launched > START_GRACE_S:
                 return Poll("lost", detail="the launcher never started")
             return Poll("provisioning", detail="starting")
         if _alive(pid["pid"]):
+            if adir in self._running:
+                return Poll("running")
             phase = (adir / "phase").read_text().strip() if (adir / "phase").exists() else "installing"
             if phase == "running":
+                self._running.add(adir)
                 return Poll("running")
             return Poll("provisioning", detail="installing dependencies")
         exit_doc = _read_json(adir / "exit.json")  # it may have ended between the two reads
@@ -200,7 +217,13 @@ class LocalProvider:
         return pid["tag"] in args
 
     async def read_metrics(self, job: Job, offset: int) -> tuple[bytes, int]:
-        return await asyncio.to_thread(_read_from, self.metrics_path(job), offset)
+        path = self.metrics_path(job)
+        try:
+            if path.stat().st_size == offset:
+                return b"", offset  # the common case: nothing new, one stat
+        except FileNotFoundError:
+            return b"", offset
+        return await asyncio.to_thread(_read_from, path, offset)
 
     async def cancel(self, job: Job, force: bool = False) -> None:
         self._signal(job, signal.SIGKILL if force else signal.SIGTERM)
@@ -213,7 +236,7 @@ class LocalProvider:
 
     def _signal(self, job: Job, sig: int) -> None:
         adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
-        pid = _read_json(adir / "pid")
+        pid = self._pid(adir)
         if pid is None:
             return
         try:
