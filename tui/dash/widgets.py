@@ -208,12 +208,12 @@ class Charts(Vertical):
         keys = sorted(series, key=lambda k: (0 if "loss" in k else 1, k))[: self.MAX_CHARTS]
         plots = list(self.query(PlotextPlot))
         self.empty.display = not keys
-        while len(plots) < len(keys):
+        while len(plots) < len(keys):  # charts are mounted once and kept: mounting is slow
             plot = PlotextPlot()
             self.mount(plot)
             plots.append(plot)
-        for plot in plots[len(keys):]:
-            plot.remove()
+        for i, plot in enumerate(plots):
+            plot.display = i < len(keys)
         for plot, key in zip(plots, keys):
             s = series[key]
             width = max(20, plot.size.width or 60)
