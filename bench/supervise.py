@@ -229,8 +229,8 @@ def main() -> int:
     if cached_ms:
         plain = sorted(c for _, c in tick_ms)[len(tick_ms) // 2]
         cached = sorted(c for _, c in cached_ms)[len(cached_ms) // 2]
-        print(f"  same, with Supervisor.rules() answered from a cache instead of re-reading the "
-              f"user config: " + ", ".join(f"{w:.0f}/{c:.0f}" for w, c in cached_ms)
+        print("  same, with Supervisor.rules() answered from a cache instead of re-reading the "
+              "user config: " + ", ".join(f"{w:.0f}/{c:.0f}" for w, c in cached_ms)
               + f"  (median CPU {plain:.0f} -> {cached:.0f} ms per tick)")
     print()
     print(f"profile of {a.profile_ticks} more ticks, asyncio.to_thread inlined:")

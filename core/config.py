@@ -75,6 +75,18 @@ class JobRequest:
     smoke: bool = False
     wait_s: float = 10.0
     verbose: bool = False
+    # what a scheduler (slurm, pbs) is asked for; other targets ignore them
+    cpus: int | None = None
+    gpus: int | None = None
+    memory_gb: float | None = None
+    time_minutes: int | None = None
+    partition: str | None = None
+    modules: list[str] = field(default_factory=list)
+    container: str | None = None
+
+    def resources(self) -> dict[str, Any]:
+        """The scheduler resources that were asked for (none: an empty dict)."""
+        return {k: getattr(self, k) for k in RESOURCE_KEYS if getattr(self, k) not in (None, [])}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -190,6 +202,35 @@ def _name(v: Any) -> str:
     return v
 
 
+def _whole(minimum: int) -> Callable[[Any], int]:
+    def check(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError("a whole number")
+        if v < minimum:
+            raise ValueError(f"a whole number of {minimum} or more")
+        return v
+    return check
+
+
+# scheduler values land in batch-script directives: no spaces, quotes or newlines
+SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:/@,+=%-]{1,200}$")
+
+
+def _safe_value(v: Any) -> str:
+    v = _str(v)
+    if not SAFE_VALUE_RE.match(v):
+        raise ValueError("letters, digits and . _ - : / @ , + = % only (no spaces or quotes)")
+    return v
+
+
+def _modules(v: Any) -> list[str]:
+    items = _str_list(v)
+    for item in items:
+        if not SAFE_VALUE_RE.match(item):
+            raise ValueError(f"module names like cuda/12.1 (got {item!r})")
+    return items
+
+
 def _request_id(v: Any) -> str:
     v = _str(v) if not isinstance(v, int) or isinstance(v, bool) else str(v)
     if len(v) > 200 or any(ord(c) < 32 for c in v):
@@ -213,7 +254,16 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "smoke": (_bool, "true for a quick smoke test"),
     "wait_s": (_non_negative, "seconds to wait for the job to be placed"),
     "verbose": (_bool, "true for full documents"),
+    "cpus": (_whole(1), "CPU cores per job on a scheduler target (Slurm --cpus-per-task)"),
+    "gpus": (_whole(0), "GPUs per job on a scheduler target (Slurm --gpus, or --gres with gpu)"),
+    "memory_gb": (_positive, "GB of memory per job on a scheduler target (Slurm --mem)"),
+    "time_minutes": (_whole(1), "the scheduler's time limit in minutes (default: from hours)"),
+    "partition": (_safe_value, "the Slurm partition or PBS queue, e.g. gpu"),
+    "modules": (_modules, "environment modules to load first, e.g. [cuda/12.1]"),
+    "container": (_safe_value, "an Apptainer/Singularity image to run the job in"),
 }
+
+RESOURCE_KEYS = ("cpus", "gpus", "memory_gb", "time_minutes", "partition", "modules", "container")
 
 
 def _did_you_mean(key: str) -> str:

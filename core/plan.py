@@ -24,7 +24,10 @@ def canonical(doc: dict) -> str:
 
 
 def digest(plan: dict) -> str:
-    return hashlib.sha256(canonical({k: plan.get(k) for k in DIGEST_FIELDS}).encode()).hexdigest()
+    doc = {k: plan.get(k) for k in DIGEST_FIELDS}
+    if plan.get("resources"):  # scheduler resources bind too (absent: the digest is unchanged)
+        doc["resources"] = plan["resources"]
+    return hashlib.sha256(canonical(doc).encode()).hexdigest()
 
 
 def data_hash(source: str, kind: str, cache: FileHashCache) -> str:
@@ -77,6 +80,7 @@ def build_plan(req: JobRequest, bundle: Bundle, target: str, target_gpu: str,
         "gpu": target_gpu,
         "vram_gb": req.vram_gb,
         "hours": req.hours,
+        **({"resources": req.resources()} if req.resources() else {}),
         **(extra or {}),
     }
     plan["digest"] = digest(plan)

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import shlex
-import sqlite3
 import time
 import uuid
 from dataclasses import dataclass

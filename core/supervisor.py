@@ -276,6 +276,8 @@ class Supervisor:
             self.store.usage_start(job.id, job.attempt, provider.name,
                                    float(job.plan.get("price_per_hour") or 0))
             self.store.transition(job.id, State.RUNNING, "started", expect=[State.PROVISIONING])
+        elif poll.phase == "provisioning" and poll.detail and poll.detail != job.reason:
+            self.store.update(job.id, reason=poll.detail)  # why it waits: "queued: Resources"
         elif poll.phase in ("exited", "lost"):
             await self._ingest_metrics(self.store.get(job.id), provider)
             await self._finish(self.store.get(job.id), provider, poll)

@@ -8,6 +8,7 @@ stricter than the defaults; a looser value is an error that says so.
       local: {kind: local, max_jobs: 1}      # enabled: false keeps new jobs off a target
       box:   {kind: local, price_per_hour: 0.4, hours_per_week: 30, session_limit_hours: 12,
               gpus: [{name: RTX 4090, memory_gb: 24}]}
+      lab:   {kind: ssh, host: gpu-box.lan, user: me}   # ssh, slurm, pbs: see core/targetopts.py
     rules:
       agent_max_hours: 1.0        # an agent's job with no hours or more than this waits
       quota_fraction: 0.5         # a job using more than this share of a quota waits
@@ -30,7 +31,7 @@ from typing import Any
 from . import paths
 from .errors import UserError
 
-TARGET_KINDS = ("local",)
+TARGET_KINDS = ("local", "ssh", "slurm", "pbs")
 
 
 @dataclass
@@ -109,6 +110,8 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
             t.price_per_hour = _number(value, where, w)
         elif key in ("hours_per_week", "credits", "session_limit_hours"):
             setattr(t, key, None if value is None else _number(value, where, w))
+        elif key == "gpus" and isinstance(value, int) and not isinstance(value, bool) and kind != "local":
+            t.options["gpus_per_job"] = value  # a scheduler target: GPUs per job, not a list
         elif key == "gpus":
             if not isinstance(value, list) or not all(
                     isinstance(g, dict) and isinstance(g.get("name"), str) for g in value):
@@ -116,6 +119,10 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
             t.gpus = [{"name": g["name"], "memory_gb": float(g.get("memory_gb", 0))} for g in value]
         elif key not in known:
             t.options[key] = value
+    if kind != "local":
+        from .targetopts import validate
+
+        validate(name, kind, t.options, where)
     return t
 
 
@@ -181,5 +188,17 @@ def providers(cfg: UserConfig | None = None) -> dict[str, Any]:
         if t.kind == "local":
             out[name] = LocalProvider(name, max_jobs=t.max_jobs, python=t.options.get("python"),
                                       gpus=t.gpus)
+        elif t.kind == "ssh":
+            from .providers.ssh import SSHProvider
+
+            out[name] = SSHProvider.from_config(t)
+        elif t.kind == "slurm":
+            from .providers.slurm import SlurmProvider
+
+            out[name] = SlurmProvider.from_config(t)
+        elif t.kind == "pbs":
+            from .providers.pbs import PBSProvider
+
+            out[name] = PBSProvider.from_config(t)
         out[name].enabled = t.enabled
     return out

@@ -150,7 +150,8 @@ def run_in_terminal(argv: list[str], answer: str, cwd: Path | None = None,
             if not chunk:
                 break
             out += chunk
-        if not sent and (b"? [" in out or b"to approve it: " in out or b"to deny it: " in out):
+        if not sent and (b"? [" in out or b"to approve it: " in out or b"to deny it: " in out
+                         or b"to trust it: " in out):
             os.write(master, answer.encode() + b"\r")
             sent = True
         if proc.poll() is not None and not ready:
@@ -158,3 +159,48 @@ def run_in_terminal(argv: list[str], answer: str, cwd: Path | None = None,
     proc.wait(timeout=10)
     os.close(master)
     return proc.returncode, out.decode(errors="replace")
+
+
+def kill_remote_jobs(root: Path) -> None:
+    """SIGKILL the process group of every job a remote-style target started under `root`."""
+    for pidfile in root.glob("jobs/*/attempts/*/pid"):
+        try:
+            doc = json.loads(pidfile.read_text())
+            os.killpg(doc["pgid"], signal.SIGKILL)
+        except (ValueError, KeyError, ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+@pytest.fixture
+def sshd(tmp_path: Path, home: Path):
+    """A real OpenSSH server on 127.0.0.1 (its own host key, our user key) for this test."""
+    from tests.services import Sshd
+
+    server = Sshd(tmp_path / "sshd")
+    yield server
+    _stop_world(home)  # the supervisor first: it holds a connection
+    server.close()
+    kill_remote_jobs(tmp_path / "remote")
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory):
+    """A real one-node Slurm cluster (munge, slurmctld, slurmd, two fake GPUs) for the session."""
+    import tempfile
+
+    from tests.services import SlurmCluster
+
+    # munged wants every folder above its socket world-searchable; pytest's tmp dirs are 0700
+    root = Path(tempfile.mkdtemp(prefix="gpu-router-slurm-"))
+    root.chmod(0o755)
+    cluster = SlurmCluster(root)
+    yield cluster
+    cluster.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def write_user_config(text: str) -> Path:
+    """Write the test's user config (GPU_ROUTER_CONFIG, set by the `home` fixture)."""
+    path = Path(os.environ["GPU_ROUTER_CONFIG"])
+    path.write_text(text)
+    return path

@@ -78,3 +78,272 @@ class Keychain:
                     proc.wait(5)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None) -> bool:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+SSHD_CONFIG = """# a private sshd for one test, on loopback; the system's sshd is untouched
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {root}/ssh_host_ed25519_key
+PidFile {root}/sshd.pid
+AuthorizedKeysFile {root}/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+AllowAgentForwarding no
+Subsystem sftp internal-sftp
+LogLevel VERBOSE
+"""
+
+
+class Sshd:
+    """A real OpenSSH server on 127.0.0.1 with its own host key and one user key (ours).
+
+    `known_hosts` trusts the host key; `kill_connections()` kills the per-connection sshd
+    processes (what a dropped link looks like to a client); `stop()`/`start()` take the
+    listener away and bring it back on the same port."""
+
+    def __init__(self, root: Path) -> None:
+        exes = require("sshd", "ssh-keygen")
+        self.sshd, keygen = exes["sshd"], exes["ssh-keygen"]
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        for name in ("ssh_host_ed25519_key", "id_ed25519", "other_host_key"):
+            subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(root / name)],
+                           check=True, capture_output=True)
+        (root / "authorized_keys").write_text((root / "id_ed25519.pub").read_text())
+        self.key = root / "id_ed25519"
+        self.known_hosts = root / "known_hosts"
+        self.port = free_port()
+        self.config = root / "sshd_config"
+        self.config.write_text(SSHD_CONFIG.format(port=self.port, root=root))
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege separation needs it
+        self.proc: subprocess.Popen | None = None
+        self.trust()
+        self.start()
+
+    def host_key_line(self, key: str = "ssh_host_ed25519_key") -> str:
+        alg, body = (self.root / f"{key}.pub").read_text().split()[:2]
+        return f"[127.0.0.1]:{self.port} {alg} {body}"
+
+    def trust(self) -> None:
+        self.known_hosts.write_text(self.host_key_line() + "\n")
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([self.sshd, "-D", "-f", str(self.config), "-E", str(self.root / "sshd.log")],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if not _wait_port(self.port, 15, self.proc):
+            err = self.proc.stderr.read().decode() if self.proc.poll() is not None else ""
+            self.close()
+            pytest.fail(f"sshd did not start on 127.0.0.1:{self.port}: {err}"
+                        f"{(self.root / 'sshd.log').read_text() if (self.root / 'sshd.log').exists() else ''}")
+
+    def connections(self) -> list[int]:
+        """The sshd processes serving connections (children of the listener)."""
+        if self.proc is None:
+            return []
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.proc.pid)], capture_output=True, text=True)
+        return [int(p) for p in out.stdout.split()]
+
+    def kill_connections(self) -> list[int]:
+        pids = self.connections()
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        return pids
+
+    def stop(self) -> None:
+        """The host goes away: its connections drop and nothing listens on the port."""
+        self.kill_connections()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def close(self) -> None:
+        self.stop()
+
+    def target_options(self, remote_root: Path, python: str) -> dict:
+        return {"host": "127.0.0.1", "port": self.port, "user": "root", "key": str(self.key),
+                "known_hosts": str(self.known_hosts), "root": str(remote_root), "python": python}
+
+
+SLURM_CONF = """ClusterName=lab
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={root}/run/munge.socket
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/run/slurmctld.pid
+SlurmdPidFile={root}/run/slurmd.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=5
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={root}/log/jobcomp.txt
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2
+MpiDefault=none
+ReturnToService=2
+MinJobAge=600
+KillWait=5
+InactiveLimit=0
+SlurmdParameters=config_overrides
+GresTypes=gpu
+NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb}{gres} State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+class SlurmCluster:
+    """A real one-node Slurm (munged, slurmctld, slurmd) with fake GPUs, all under `root`.
+
+    Follows the recipe in ../shared/recipes/slurm: the GPUs are character devices (mknod c 1 3)
+    so Slurm sets CUDA_VISIBLE_DEVICES; every client command needs `env` (SLURM_CONF). The
+    daemons are stopped by their pid files, never by name."""
+
+    def __init__(self, root: Path, cpus: int = 2, gpus: int = 2, memory_mb: int = 2000) -> None:
+        exes = require("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "scancel")
+        self.root = root
+        for d in ("munge", "state", "spool", "log", "run", "dev"):
+            (root / d).mkdir(parents=True, exist_ok=True)
+        (root / "munge").chmod(0o700)
+        root.chmod(0o755)
+        (root / "run").chmod(0o755)
+        for i in range(gpus):
+            dev = root / "dev" / f"fakegpu{i}"
+            if not dev.exists():
+                os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
+        key = root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        conf = root / "slurm.conf"
+        conf.write_text(SLURM_CONF.format(root=root, ctld_port=free_port(), slurmd_port=free_port(),
+                                          cpus=cpus, memory_mb=memory_mb,
+                                          gres=f" Gres=gpu:fake:{gpus}" if gpus else ""))
+        gres = ("AutoDetect=off\n" + (f"NodeName=localhost Name=gpu Type=fake File={root}/dev/fakegpu[0-{gpus - 1}]\n"
+                                      if gpus else ""))
+        (root / "gres.conf").write_text(gres)
+        self.conf = conf
+        self.env = {"SLURM_CONF": str(conf)}
+        env = {**os.environ, **self.env}
+        subprocess.run([exes["munged"], f"--key-file={key}", f"--socket={root}/run/munge.socket",
+                        f"--pid-file={root}/run/munged.pid", f"--log-file={root}/log/munged.log",
+                        f"--seed-file={root}/munge/munged.seed"], check=True, env=env, capture_output=True)
+        subprocess.run([exes["slurmctld"], "-f", str(conf)], check=True, env=env, capture_output=True)
+        subprocess.run([exes["slurmd"], "-f", str(conf), "-N", "localhost"], check=True, env=env,
+                       capture_output=True)
+        deadline = time.monotonic() + 60
+        state = ""
+        while time.monotonic() < deadline:
+            for d in ("slurmctld", "slurmd"):
+                if not self._alive(d):
+                    log = (root / "log" / f"{d}.log")
+                    tail = log.read_text()[-1500:] if log.exists() else ""
+                    self.close()
+                    pytest.fail(f"{d} died while starting; its log ends:\n{tail}")
+            out = subprocess.run(["timeout", "5", exes["sinfo"], "-h", "-N", "-o", "%t"], capture_output=True,
+                                 text=True, env=env)
+            state = out.stdout.strip()
+            if state.startswith(("idle", "mix")):
+                return
+            time.sleep(0.3)
+        self.close()
+        pytest.fail(f"the Slurm node did not become idle (state {state!r})")
+
+    def _pid(self, daemon: str) -> int | None:
+        try:
+            return int((self.root / "run" / f"{daemon}.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _alive(self, daemon: str) -> bool:
+        pid = self._pid(daemon)
+        if pid is None:
+            return True  # not written yet
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def run(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess:
+        return subprocess.run(["timeout", str(int(timeout)), *argv], capture_output=True, text=True,
+                              env={**os.environ, **self.env}, timeout=timeout + 5)
+
+    def job_state(self, job_id: str) -> str:
+        out = self.run("scontrol", "-o", "show", "job", job_id).stdout
+        for word in out.split():
+            if word.startswith("JobState="):
+                return word.split("=", 1)[1]
+        return ""
+
+    def close(self) -> None:
+        import pwd
+
+        if self._alive("slurmctld") and self._pid("slurmctld"):  # end every job first
+            self.run("scancel", "-u", pwd.getpwuid(os.getuid()).pw_name, timeout=15)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self.run("squeue", "-h", timeout=10).stdout.strip():
+                time.sleep(0.3)
+        for daemon in ("slurmd", "slurmctld", "munged"):
+            pid = self._pid(daemon)
+            if pid is None:
+                continue
+            try:
+                os.kill(pid, 15)
+            except ProcessLookupError:
+                continue
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)
+            else:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass

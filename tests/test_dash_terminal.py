@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import os
 import select
-import shutil
 import struct
 import subprocess
 import termios

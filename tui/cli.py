@@ -477,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("targets", cmd_targets, "the targets: GPUs, availability, quota left, price")
     p.add_argument("--json", action="store_true", help="print {targets: [...]}")
+    from tui.cli_targets import add_target_commands  # list, add ssh|slurm|pbs, rm, trust
+
+    add_target_commands(p, cmd_targets)
 
     p = add("secrets", cmd_secrets, "keychain secrets for jobs: set NAME (hidden or stdin), list, rm NAME")
     p.add_argument("action", choices=["set", "list", "rm"], help="what to do")

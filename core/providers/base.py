@@ -29,14 +29,19 @@ class TargetInfo:
     credits_left: float | None = None
     session_limit_hours: float | None = None
     running: int = 0
+    # what a remote probe learned beyond GPUs (host, load, cpus, Slurm partitions, queue depth)
+    details: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "available": self.available,
-                "why_unavailable": self.why_unavailable, "gpus": self.gpus, "gpu": self.gpu_label,
-                "vram_gb": self.vram_gb, "price_per_hour": self.price_per_hour,
-                "quota_hours_left": self.quota_hours_left, "credits_left": self.credits_left,
-                "session_limit_hours": self.session_limit_hours, "max_jobs": self.max_jobs,
-                "running": self.running}
+        doc = {"name": self.name, "kind": self.kind, "available": self.available,
+               "why_unavailable": self.why_unavailable, "gpus": self.gpus, "gpu": self.gpu_label,
+               "vram_gb": self.vram_gb, "price_per_hour": self.price_per_hour,
+               "quota_hours_left": self.quota_hours_left, "credits_left": self.credits_left,
+               "session_limit_hours": self.session_limit_hours, "max_jobs": self.max_jobs,
+               "running": self.running}
+        if self.details:
+            doc["details"] = self.details
+        return doc
 
     @property
     def gpu_label(self) -> str:

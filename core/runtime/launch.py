@@ -1,6 +1,6 @@
 """Start one attempt of a job, detached, and record how it ended.
 
-    python launch.py ATTEMPT_DIR/spec.json
+    python launch.py [--secrets-stdin] [--foreground] ATTEMPT_DIR/spec.json
 
 Runs with the target's Python and the standard library only, locally or on a remote host.
 It detaches (double fork, new session) so the job survives the supervisor and the terminal;
@@ -9,6 +9,13 @@ project's dependencies into a venv cached by their hash (a marker written last m
 broken install is never reused); runs the job in its own process group with SIGUSR1 ignored
 unless the job's `gpu` module asks for it; copies the job's output into the log with secret
 values masked; and writes exit.json atomically when the job ends.
+
+`--secrets-stdin` reads the job's secret values as one JSON object on stdin before detaching,
+so over SSH they travel inside the encrypted channel and never touch the remote disk or a
+command line. `--foreground` (inside a Slurm or PBS batch script) does not fork: the scheduler
+already detached the job and tracks this process; it leads its own process group so the batch
+script can forward a checkpoint signal to the whole job, and exits with the job's status so
+the scheduler's own record (COMPLETED, FAILED) agrees with exit.json.
 """
 
 from __future__ import annotations
@@ -192,11 +199,31 @@ def run(spec: dict) -> int:
     return 0
 
 
+def _read_secrets() -> None:
+    """Secret values, one JSON object on stdin, into this process's environment (memory only)."""
+    raw = sys.stdin.buffer.read()
+    values = json.loads(raw.decode() or "{}") if raw.strip() else {}
+    if not isinstance(values, dict):
+        raise SystemExit("--secrets-stdin expects a JSON object")
+    for name, value in values.items():
+        os.environ[str(name)] = str(value)
+
+
 def main(argv: list[str]) -> int:
-    spec_path = argv[1]
+    flags = {a for a in argv[1:] if a.startswith("--")}
+    rest = [a for a in argv[1:] if not a.startswith("--")]
+    unknown = flags - {"--secrets-stdin", "--foreground"}
+    if unknown or len(rest) != 1:
+        print("usage: launch.py [--secrets-stdin] [--foreground] SPEC", file=sys.stderr)
+        return 2
+    spec_path = rest[0]
     with open(spec_path) as f:
         spec = json.load(f)
     attempt_dir = spec["attempt_dir"]
+    if "--secrets-stdin" in flags:
+        _read_secrets()
+    if "--foreground" in flags:
+        return _foreground(spec)
     if os.fork() > 0:  # the caller's child returns at once; the grandchild runs the job
         return 0
     os.setsid()  # own session and process group: cancel kills the group, terminals don't
@@ -215,6 +242,33 @@ def main(argv: list[str]) -> int:
         run(spec)
     finally:
         os._exit(0)
+
+
+def _foreground(spec: dict) -> int:
+    """Run the attempt in this process (a batch script started it); exit with its status."""
+    attempt_dir = spec["attempt_dir"]
+    try:
+        os.setpgid(0, 0)  # lead a group: the batch script signals the whole job at once
+    except OSError:
+        pass
+    try:
+        fd = os.open(os.path.join(attempt_dir, "started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        print("this attempt already ran; not starting it twice", file=sys.stderr)
+        return 3
+    os.write(fd, str(time.time()).encode())
+    os.close(fd)
+    _write_atomic(os.path.join(attempt_dir, "pid"),
+                  json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "tag": spec["tag"]}))
+    run(spec)
+    try:
+        with open(os.path.join(attempt_dir, "exit.json")) as f:
+            code = json.load(f).get("code")
+    except (OSError, ValueError):
+        code = 1
+    if code is None:
+        return 1
+    return code if 0 <= code < 256 else 128 + (-code if code < 0 else 1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,244 @@
+"""The `pbs` target: PBS Pro / OpenPBS (or Torque) through qsub, qstat and qdel.
+
+It shares everything with the Slurm target (the upload cache, the job folder, the batch script
+with its checkpoint trap, launch.py in the foreground) and differs only in the scheduler's
+commands. PBS has no "signal me N seconds before the walltime", so the batch script starts a
+timer that sends the same USR1 itself.
+
+PBS cannot run on the machines this project is tested on (it is packaged neither in Debian nor
+on PyPI): this target is tested against recorded qsub/qstat/qdel output in PBS Pro's documented
+formats (`qstat -x -f -F json`, and the `key = value` text of `qstat -f` for Torque), replayed by
+stand-in commands; it has not run against a live PBS server. See the README.
+
+States: Q, H, W, T, S, M -> provisioning (with the job's comment); R, E, B -> running; F/X
+(finished, kept with -x) -> exited with Exit_status, where a walltime kill or a node failure is
+a session that ended (resumed from the checkpoint) rather than a failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+from ..store import Job
+from ..transport import Transport, TransportError, quote
+from .base import Poll, TargetInfo
+from .batch import QueueCache, job_name, resources, script, signal_lead_s
+from .remote import RemoteProvider, make_transport
+from .ssh import exited_poll
+
+WALLTIME_CODES = {-29, -11}  # JOB_EXEC_KILL_WALLTIME (PBS Pro), Torque's walltime kill
+NODE_FAIL_CODES = {-3, -8}   # JOB_EXEC_RETRY, JOB_EXEC_NODE_FAIL style codes: run it again
+
+
+def parse_qstat_json(text: str) -> dict[str, dict]:
+    """`qstat -x -f -F json ID...`: {job id: attributes}."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return {}
+    jobs = doc.get("Jobs") if isinstance(doc, dict) else None
+    return {str(k): v for k, v in (jobs or {}).items() if isinstance(v, dict)}
+
+
+def parse_qstat_text(text: str) -> dict[str, dict]:
+    """`qstat -f ID...` (Torque, older PBS): blocks of `Job Id: X` then `key = value` lines,
+    long values continued on tab-indented lines."""
+    jobs: dict[str, dict] = {}
+    current: dict | None = None
+    last = None
+    for raw in text.splitlines():
+        if raw.startswith("Job Id:"):
+            current = jobs.setdefault(raw.split(":", 1)[1].strip(), {})
+            last = None
+        elif current is not None and " = " in raw and not raw.startswith("\t"):
+            key, _, value = raw.strip().partition(" = ")
+            current[key] = value
+            last = key
+        elif current is not None and last and raw.startswith("\t"):
+            current[last] += raw.strip()
+    return jobs
+
+
+def map_job(attrs: dict, exit_doc: dict | None, time_signal: bool) -> Poll:
+    state = str(attrs.get("job_state", "")).upper()
+    comment = str(attrs.get("comment", ""))
+    if state in ("Q", "H", "W", "T", "S", "M", "U"):
+        why = {"Q": "queued", "H": "held", "W": "waiting for its start time", "T": "moving",
+               "S": "suspended", "M": "moved", "U": "suspended"}[state]
+        return Poll("provisioning", detail=f"queued: {comment or why}")
+    if state in ("R", "E", "B"):
+        return Poll("running")
+    if state in ("F", "X", "C"):  # finished (PBS Pro keeps it with -x; Torque says C)
+        code = attrs.get("Exit_status", attrs.get("exit_status"))
+        try:
+            code = int(code) if code is not None else None
+        except (TypeError, ValueError):
+            code = None
+        low = comment.lower()
+        if code in WALLTIME_CODES or "walltime" in low:
+            return Poll("session_ended", detail=f"pbs: the walltime was reached ({comment or code})")
+        if code in NODE_FAIL_CODES or ("node" in low and ("fail" in low or "down" in low)):
+            return Poll("session_ended", detail=f"pbs: its node failed ({comment or code})")
+        if time_signal and (exit_doc or {}).get("code", code) == 0:
+            return Poll("session_ended", detail="saved its checkpoint and stopped before the walltime")
+        if exit_doc is not None:
+            return exited_poll(exit_doc)
+        if code is not None and code >= 256:  # PBS Pro: killed by signal (code - 256)
+            return Poll("exited", exit_code=-(code - 256),
+                        detail=f"killed by signal {code - 256}" + (f" ({comment})" if comment else ""))
+        return Poll("exited", exit_code=code, detail=comment)
+    return Poll("running", detail=f"pbs state {state or '?'}")
+
+
+def walltime(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+
+
+class PBSProvider(RemoteProvider):
+    kind = "pbs"
+
+    @classmethod
+    def from_config(cls, t) -> "PBSProvider":
+        o = t.options
+        return cls(t.name, make_transport(t.name, o), root=o.get("root") or "~/.gpu-router",
+                   python=o.get("python") or "python3", max_jobs=t.max_jobs, gpus=t.gpus, options=o)
+
+    def __init__(self, name: str, transport: Transport, **kw) -> None:
+        super().__init__(name, transport, **kw)
+        self.queue = QueueCache(self._fetch_queue)
+        self.stats = {"qstat": 0, "qsub": 0, "qdel": 0}
+        self._wanted: set[str] = set()
+        self._asked: set[str] = set()
+
+    def _env(self) -> str:
+        if self.options.get("local"):
+            return ""
+        return "".join(f"export {k}={quote(v)}; " for k, v in (self.options.get("env") or {}).items())
+
+    async def _fetch_queue(self) -> dict:
+        ids = sorted(self._wanted)
+        self._asked = set(ids)
+        if not ids:
+            return {}
+        self.stats["qstat"] += 1
+        torque = self.options.get("pbs_flavor") == "torque"
+        cmd = "qstat -f " if torque else "qstat -x -f -F json "
+        r = await self.transport.run(self._env() + cmd + " ".join(quote(i) for i in ids) + " 2>&1",
+                                     timeout=60)
+        jobs = parse_qstat_text(r.out) if torque else parse_qstat_json(r.out)
+        if r.code != 0 and not jobs and "Unknown Job Id" not in r.out:
+            raise TransportError(f"qstat failed: {r.out.strip()[:300]}")
+        return jobs
+
+    async def probe_fresh(self) -> TargetInfo:
+        r = await self.transport.run(self._env() + "qstat -Q 2>&1", timeout=60)
+        if r.code != 0:
+            return self._info(False, f"qstat -Q failed: {r.out.strip()[:300]}")
+        facts = {"queues": r.out.strip().splitlines()[2:] if r.out.count("\n") > 2 else []}
+        return self._info(True, details=facts)
+
+    def directives(self, job: Job, res: dict) -> list[str]:
+        name = "g" + job_name(job)[4:19]  # PBS names: short, starting with a letter
+        d = [f"#PBS -N {name}", "#PBS -r n", "#PBS -j oe"]
+        if res.get("time_minutes"):
+            d.append(f"#PBS -l walltime={walltime(int(res['time_minutes']))}")
+        if res.get("partition"):
+            d.append(f"#PBS -q {res['partition']}")
+        if self.options.get("account"):
+            d.append(f"#PBS -A {self.options['account']}")
+        cpus, gpus = int(res.get("cpus") or 1), int(res.get("gpus") or 0)
+        if self.options.get("pbs_flavor") == "torque":
+            spec = f"nodes=1:ppn={cpus}" + (f":gpus={gpus}" if gpus else "")
+            d.append(f"#PBS -l {spec}")
+            if res.get("memory_gb"):
+                d.append(f"#PBS -l mem={max(1, int(float(res['memory_gb']) * 1024))}mb")
+        else:
+            spec = f"select=1:ncpus={cpus}" + (f":ngpus={gpus}" if gpus else "")
+            if res.get("memory_gb"):
+                spec += f":mem={max(1, int(float(res['memory_gb']) * 1024))}mb"
+            d.append(f"#PBS -l {spec}")
+        return d
+
+    def batch_script(self, job: Job, prep: dict, res: dict) -> str:
+        minutes = res.get("time_minutes")
+        timer = (int(minutes) * 60 - signal_lead_s(minutes, self.options)) if minutes else None
+        cmd = [prep["python"], f"{prep['runtime']}/launch.py", "--foreground", prep["spec"]]
+        return script(job, directives=self.directives(job, res), adir=prep["adir"], jdir=prep["jdir"],
+                      launcher_cmd=cmd, modules=res["modules"], container=res.get("container"),
+                      options=self.options, timer_s=timer)
+
+    async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
+        if env_secrets and not self.options.get("pass_secrets"):
+            raise RuntimeError(f"{self.name} is a PBS target, and PBS stores a submitted job's "
+                               f"environment on its server: secrets are not sent there unless the "
+                               f"target has pass_secrets: true")
+        started = time.monotonic()
+        res = resources(job, self.options)
+        base_python = (self.options.get("container_python") or "python3") if res.get("container") else None
+        prep = await self.prepare_attempt(job, env_secrets, base_python=base_python)
+        text = self.batch_script(job, prep, res)
+        path = f"{prep['adir']}/job.pbs"
+        await self.transport.put_bytes(text.encode(), path)
+        secrets_in = ""
+        if env_secrets:
+            # "NAME base64" lines on stdin become the scheduler command's environment
+            secrets_in = ('while read -r k v; do [ -n "$k" ] || continue; '
+                          'v=$(printf %s "$v" | base64 -d); export "$k=$v"; done; ')
+        self.stats["qsub"] += 1
+        r = await self.transport.run(
+            self._env() + secrets_in + f"cd {quote(prep['adir'])} && qsub "
+            + ("-V " if env_secrets else "") + f"-o {quote(prep['jdir'] + '/job.log')} job.pbs",
+            input="".join(f"{k} {base64.b64encode(v.encode()).decode()}\n"
+                          for k, v in env_secrets.items()).encode() if env_secrets else None,
+            check=f"qsub on {self.name}", retry=False)
+        pbs_id = r.out.strip().splitlines()[-1].strip() if r.out.strip() else ""
+        if not pbs_id or " " in pbs_id:
+            raise RuntimeError(f"qsub on {self.name} answered {r.out.strip()[:200]!r}, not a job id")
+        self._wanted.add(pbs_id)
+        return {"attempt": job.attempt, "attempt_dir": prep["adir"], "launched_at": time.time(),
+                "pbs_job_id": pbs_id, "uploaded_bytes": prep["sent"] + len(text),
+                "launch_s": round(time.monotonic() - started, 3)}
+
+    async def poll(self, job: Job) -> Poll:
+        pid = job.handle.get("pbs_job_id")
+        if not pid:
+            return Poll("lost", detail="no PBS job id was recorded for this attempt")
+        try:
+            await self.remote()
+            self._wanted.add(pid)
+            jobs = await self.queue.get()
+            if pid not in jobs and pid not in self._asked:  # new since that query: ask again, once
+                jobs = await self.queue.get(fresh=True)
+            attrs = jobs.get(pid)
+            if attrs is None:  # purged from the server's history: what the attempt recorded
+                doc = await self.read_exit(job)
+                if doc is not None:
+                    return exited_poll(doc)
+                if time.time() - job.handle.get("launched_at", 0) < 30:
+                    return Poll("provisioning", detail="submitted")
+                return Poll("lost", detail=f"PBS no longer knows job {pid} and it recorded no exit status")
+            state = str(attrs.get("job_state", "")).upper()
+            if state in ("F", "X", "C"):
+                self._wanted.discard(pid)
+                doc = await self.read_exit(job)
+                marker = await self._read_small(f"{self._adir(job)}/time-signal")
+                return map_job(attrs, doc, marker is not None)
+            return map_job(attrs, None, False)
+        except TransportError as exc:
+            return Poll("unreachable", detail=str(exc).splitlines()[0])
+
+    async def cancel(self, job: Job, force: bool = False) -> None:
+        pid = job.handle.get("pbs_job_id")
+        if pid:
+            self.stats["qdel"] += 1
+            await self.transport.run(self._env() + ("qdel -W force " if force else "qdel ") + quote(pid),
+                                     timeout=60)
+            self.queue.value = None
+
+    async def request_checkpoint(self, job: Job) -> None:
+        # qsig would signal every process of the job (a USR2 would kill a Python job), so only
+        # the control file: gpu.should_checkpoint() reads it on each call
+        await self.remote()
+        await self.transport.run(f": > {quote(self.job_dir(job) + '/ctl/checkpoint')}", timeout=60)

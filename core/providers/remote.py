@@ -1,0 +1,604 @@
+"""What every target on another machine shares, whatever starts the job there (ssh, slurm, pbs).
+
+The layout on the host, under the target's `root` (default `~/.gpu-router`, so it never
+collides with the local target's folders):
+
+    root/bundles/<hash>.tar.gz  (+ <hash>.ready)   each bundle, uploaded once per content hash
+    root/data/<hash>            (+ <hash>.ready)   each data set, once per content hash
+    root/runtime/<hash>/        (+ <hash>.ready)   launch.py and the `gpu` module
+    root/venvs/<dep hash>/                         dependency envs, made by launch.py
+    root/jobs/<job id>/{code,out,ckpt,ctl,data}/   one job; job.log, metrics.jsonl
+    root/jobs/<job id>/attempts/<n>/               spec.json, pid, phase, exit.json
+
+A cache entry counts only once its `.ready` marker exists, and the marker is written last (after
+the upload's size was checked and it was moved into place), so an upload cut off halfway is
+never taken as complete: the next launch uploads it again.
+
+Logs are mirrored into the local `jobs/<id>/job.log` (`sync_log`), metrics are read from the
+remote file by offset, and outputs come home as one archive unpacked by `core.safe_extract`.
+A transport that cannot reach the host makes `poll` answer "unreachable": the supervisor waits
+and retries; it never fails a job because a link dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import os
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .. import paths
+from ..runtime import GPU_MODULE_DIR, LAUNCHER
+from ..safe_extract import safe_extract
+from ..store import Job
+from ..transport import (HostKeyError, LocalTransport, Transport, TransportError, Unreachable,
+                         quote, remote_path_expr)
+from .base import TargetInfo
+
+LOG_CHUNK = 4 << 20
+METRICS_CHUNK = 8 << 20
+MAX_OUTPUT_DOWNLOAD = 20 * 1024**3
+PROBE_TTL_S = 30.0
+START_GRACE_S = 60.0
+
+
+def runtime_archive() -> tuple[str, bytes]:
+    """launch.py and the `gpu` module as one small tar.gz, and a hash of their contents."""
+    files = [(LAUNCHER, "launch.py")]
+    files += [(p, "gpu/" + p.relative_to(GPU_MODULE_DIR).as_posix())
+              for p in sorted(GPU_MODULE_DIR.rglob("*.py")) if "__pycache__" not in p.parts]
+    h = hashlib.sha256()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for path, rel in files:
+            data = path.read_bytes()
+            h.update(rel.encode() + b"\0" + data + b"\0")
+            info = tarfile.TarInfo(rel)
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+    return h.hexdigest()[:24], buf.getvalue()
+
+
+_DEPS_CACHE: dict[tuple[str, str], list[str] | None] = {}
+_DEPS_LOCK = threading.Lock()
+
+
+def requirement_lines(bundle: Path, workdir: str) -> list[str] | None:
+    """The project's dependencies, read from its bundle: requirements.txt, else pyproject.toml
+    ([project].dependencies); the same rule as the local target, for a host we cannot read."""
+    key = (str(bundle), workdir)
+    with _DEPS_LOCK:
+        if key in _DEPS_CACHE:
+            return _DEPS_CACHE[key]
+    prefix = f"{workdir}/" if workdir else ""
+    wanted = {prefix + "requirements.txt", prefix + "pyproject.toml"}
+    texts: dict[str, str] = {}
+    with tarfile.open(bundle, "r:gz") as tar:
+        for member in tar:
+            if member.name in wanted and member.isreg():
+                f = tar.extractfile(member)
+                texts[member.name.removeprefix(prefix)] = f.read().decode(errors="replace") if f else ""
+    lines: list[str] = []
+    if "requirements.txt" in texts:
+        lines = [ln.strip() for ln in texts["requirements.txt"].splitlines()
+                 if ln.strip() and not ln.strip().startswith("#")]
+    elif "pyproject.toml" in texts:
+        import tomllib
+
+        try:
+            doc = tomllib.loads(texts["pyproject.toml"])
+        except tomllib.TOMLDecodeError:
+            doc = {}
+        lines = [str(d) for d in doc.get("project", {}).get("dependencies", []) or []]
+    result = lines or None
+    with _DEPS_LOCK:
+        _DEPS_CACHE[key] = result
+    return result
+
+
+def parse_gpus(text: str) -> list[dict]:
+    """Rows of nvidia-smi `--query-gpu=index,name,memory.total,memory.free` (MiB, no units)."""
+    gpus = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3:
+            continue
+        try:
+            gpu = {"name": parts[1], "memory_gb": round(float(parts[2]) / 1024, 1)}
+            if len(parts) > 3 and parts[3] not in ("", "[N/A]"):
+                gpu["free_gb"] = round(float(parts[3]) / 1024, 1)
+        except ValueError:
+            continue
+        gpus.append(gpu)
+    return gpus
+
+
+HOST_FACTS = r"""
+printf 'load '; (cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || sysctl -n vm.loadavg 2>/dev/null | tr -d '{}' || echo '?') | head -n1
+printf 'cpus '; (nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?') | head -n1
+printf 'mem '; (awk '/MemAvailable/ {printf "%.1f\n", $2/1048576}' /proc/meminfo 2>/dev/null || echo '?') | head -n1
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv,noheader,nounits 2>/dev/null | sed 's/^/gpu /'
+fi
+"""
+
+
+def parse_host_facts(text: str) -> dict:
+    facts: dict[str, Any] = {"gpus": []}
+    gpu_rows = []
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "gpu":
+            gpu_rows.append(value)
+        elif key in ("load", "cpus", "mem"):
+            facts[key] = value.strip()
+    facts["gpus"] = parse_gpus("\n".join(gpu_rows))
+    return facts
+
+
+def run_sync(coro_fn) -> Any:
+    """Run an async function to completion from synchronous code, even inside a running loop
+    (a fresh loop in a short-lived thread), closing the connections it opened."""
+    from ..transport import close_all
+
+    box: dict[str, Any] = {}
+
+    async def wrapped() -> Any:
+        try:
+            return await coro_fn()
+        finally:
+            await close_all()
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(wrapped())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+class RemoteProvider:
+    """A target reached through a Transport; subclasses start and watch the job."""
+
+    kind = "remote"
+
+    def __init__(self, name: str, transport: Transport, *, root: str = "~/.gpu-router",
+                 python: str = "python3", max_jobs: int = 1, gpus: list[dict] | None = None,
+                 options: dict | None = None) -> None:
+        self.name = name
+        self.transport = transport
+        self.root_option = root
+        self.python = python
+        self.max_jobs = max_jobs
+        self.declared_gpus = gpus
+        self.options = dict(options or {})
+        self.enabled = True
+        self._remote: dict | None = None
+        self._remote_task: asyncio.Task | None = None
+        self._present: set[str] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- where things live ------------------------------------------------------------------
+
+    async def remote(self) -> dict:
+        """The host's absolute root, Python and its version (asked once, then remembered).
+
+        Every job's first step asks at the same moment: they share one question (a task they
+        all await, so they all resume together) rather than each asking the host."""
+        if self._remote is not None:
+            return self._remote
+        loop = asyncio.get_running_loop()
+        task = self._remote_task
+        if task is None or task.get_loop() is not loop or (task.done() and task.exception()):
+            task = self._remote_task = loop.create_task(self._ask_remote())
+        return await asyncio.shield(task)
+
+    async def _ask_remote(self) -> dict:
+        if self._remote is None:
+            script = f"""set -e
+root={remote_path_expr(self.root_option)}
+mkdir -p "$root/bundles" "$root/data" "$root/runtime" "$root/venvs" "$root/jobs"
+cd "$root"; pwd -P
+py=$(command -v {quote(self.python)}) || {{ echo "no {self.python} on the host's PATH (target option python)" >&2; exit 3; }}
+printf '%s\\n' "$py"
+"$py" -c 'import sys; print(sys.version.split()[0])'
+"""
+            r = await self.transport.run(script, check=f"preparing {self.root_option} on {self.name}")
+            lines = r.out.splitlines()
+            if len(lines) < 3:
+                raise TransportError(f"unexpected answer from {self.name}: {r.out[:200]!r}")
+            self._remote = {"root": lines[0], "python": lines[1], "version": lines[2]}
+        return self._remote
+
+    def _root(self) -> str:
+        assert self._remote is not None
+        return self._remote["root"]
+
+    def job_dir(self, job: Job) -> str:
+        return f"{self._root()}/jobs/{job.id}"
+
+    def attempt_dir(self, job: Job, attempt: int | None = None) -> str:
+        return f"{self.job_dir(job)}/attempts/{attempt or job.attempt}"
+
+    def _adir(self, job: Job) -> str:
+        return job.handle.get("attempt_dir") or self.attempt_dir(job)
+
+    def local_dir(self, job: Job) -> Path:
+        return paths.jobs_dir() / job.id
+
+    def log_path(self, job: Job) -> Path:
+        return self.local_dir(job) / "job.log"
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    # -- the upload cache -------------------------------------------------------------------
+
+    async def _missing(self, markers: list[str]) -> set[str]:
+        todo = [m for m in markers if m not in self._present]
+        if not todo:
+            return set()
+        script = ("for f in " + " ".join(quote(m) for m in todo)
+                  + '; do [ -e "$f" ] || printf \'%s\\n\' "$f"; done')
+        r = await self.transport.run(script, check="checking the upload cache")
+        missing = set(r.out.splitlines())
+        self._present.update(set(todo) - missing)
+        return missing
+
+    async def _upload_file(self, local: Path, final: str, marker: str) -> int:
+        """One file into the cache: a temporary name, a size check, a rename, then the marker."""
+        part = f"{final}.part-{uuid.uuid4().hex[:8]}"
+        size = local.stat().st_size
+        sent = await self.transport.put_file(local, part)
+        await self.transport.run(
+            f"set -e; p={quote(part)}; [ $(wc -c < \"$p\") -eq {size} ] || "
+            f"{{ rm -f \"$p\"; echo 'the upload arrived incomplete' >&2; exit 1; }}; "
+            f"mv -f \"$p\" {quote(final)}; : > {quote(marker)}",
+            check=f"storing {local.name} on {self.name}")
+        self._present.add(marker)
+        return sent
+
+    async def _upload_tree(self, archive: bytes | Path, final: str, marker: str) -> int:
+        """A tar.gz unpacked into a folder of the cache, marker last."""
+        part = f"{final}.part-{uuid.uuid4().hex[:8]}.tar.gz"
+        if isinstance(archive, bytes):
+            sent = await self.transport.put_bytes(archive, part)
+            size = len(archive)
+        else:
+            sent = await self.transport.put_file(archive, part)
+            size = archive.stat().st_size
+        tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
+        await self.transport.run(
+            f"set -e; p={quote(part)}; t={quote(tmp)}; "
+            f"[ $(wc -c < \"$p\") -eq {size} ] || {{ rm -f \"$p\"; echo 'the upload arrived incomplete' >&2; exit 1; }}; "
+            f"rm -rf \"$t\"; mkdir -p \"$t\"; tar -xzf \"$p\" -C \"$t\"; rm -f \"$p\"; "
+            f"rm -rf {quote(final)}; mv \"$t\" {quote(final)}; : > {quote(marker)}",
+            check=f"unpacking into {final} on {self.name}")
+        self._present.add(marker)
+        return sent
+
+    async def _ensure_runtime(self) -> tuple[str, int]:
+        rhash, data = runtime_archive()
+        final = f"{self._root()}/runtime/{rhash}"
+        marker = f"{final}.ready"
+        async with self._lock(marker):
+            if await self._missing([marker]):
+                return final, await self._upload_tree(data, final, marker)
+        return final, 0
+
+    async def _ensure_bundle(self, job: Job) -> tuple[str, int]:
+        local = paths.bundles_dir() / f"{job.bundle_hash}.tar.gz"
+        final = f"{self._root()}/bundles/{job.bundle_hash}.tar.gz"
+        marker = f"{self._root()}/bundles/{job.bundle_hash}.ready"
+        async with self._lock(marker):
+            if await self._missing([marker]):
+                if not local.exists():
+                    raise RuntimeError(f"bundle {job.bundle_hash[:12]} is gone from {local.parent}; "
+                                       "submit the job again")
+                return final, await self._upload_file(local, final, marker)
+        return final, 0
+
+    async def _ensure_data(self, job: Job) -> tuple[dict[str, str], int]:
+        """Each local data set once per content hash; hf:// sets are fetched by the launcher."""
+        links: dict[str, str] = {}
+        sent = 0
+        for item in job.request.get("data", []):
+            if item["kind"] != "path":
+                continue
+            h = job.plan.get("data", {}).get(item["name"])
+            if not h:
+                raise RuntimeError(f"data {item['name']} has no content hash in the plan")
+            final = f"{self._root()}/data/{h}"
+            marker = f"{final}.ready"
+            links[item["name"]] = final
+            async with self._lock(marker):
+                if not await self._missing([marker]):
+                    continue
+                src = Path(item["source"])
+                if src.is_file():
+                    sent += await self._upload_file(src, final, marker)
+                elif src.is_dir():
+                    archive = await asyncio.to_thread(_pack_dir, src)
+                    try:
+                        sent += await self._upload_tree(archive, final, marker)
+                    finally:
+                        archive.unlink(missing_ok=True)
+                else:
+                    raise RuntimeError(f"data {item['name']}: {src} no longer exists here")
+        return links, sent
+
+    # -- preparing one attempt --------------------------------------------------------------
+
+    async def prepare_attempt(self, job: Job, env_secrets: dict[str, str], *,
+                              base_python: str | None = None) -> dict:
+        """Upload what is missing, lay out the job folder, write the attempt's spec.
+        Returns {"spec", "runtime", "adir", "sent"}; the subclass starts the launcher."""
+        remote = await self.remote()
+        runtime, sent_rt = await self._ensure_runtime()
+        bundle, sent_b = await self._ensure_bundle(job)
+        links, sent_d = await self._ensure_data(job)
+        attempt = job.attempt
+        jd, ad = self.job_dir(job), self.attempt_dir(job, attempt)
+        workdir = f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/")
+        lines = await asyncio.to_thread(
+            requirement_lines, paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+            job.plan.get("workdir") or "")
+        python = base_python or remote["python"]
+        deps = None
+        if lines:
+            h = hashlib.sha256()
+            for part in [python, remote["version"], *lines]:
+                h.update(part.encode() + b"\0")
+            deps = {"hash": h.hexdigest()[:32], "requirements": lines, "file": None,
+                    "venvs_dir": f"{remote['root']}/venvs"}
+        command = list(job.plan["command"])
+        if job.plan.get("python_file", command[0].endswith(".py")):
+            command = ["{python}", *command]
+        spec = {
+            "job_id": job.id, "attempt": attempt, "tag": f"{ad}/spec.json", "attempt_dir": ad,
+            "workdir": workdir, "log": f"{jd}/job.log", "runtime_dir": runtime,
+            "base_python": python, "command": command, "deps": deps,
+            "hf_data": [{"name": d["name"], "uri": d["source"],
+                         "repo": d["source"].removeprefix("hf://datasets/").rstrip("/")}
+                        for d in job.request.get("data", []) if d["kind"] == "hf"],
+            "secret_env": sorted(env_secrets),
+            "env": {
+                **job.request.get("env", {}),
+                "GPU_ROUTER_JOB_ID": job.id,
+                "GPU_ROUTER_SHORT_ID": job.short_id,
+                "GPU_ROUTER_ATTEMPT": str(attempt),
+                "GPU_ROUTER_OUTPUT_DIR": f"{jd}/out",
+                "GPU_ROUTER_DATA_DIR": f"{jd}/data",
+                "GPU_ROUTER_CHECKPOINT_DIR": f"{jd}/ckpt",
+                "GPU_ROUTER_CONTROL_DIR": f"{jd}/ctl",
+                "GPU_ROUTER_METRICS_FILE": f"{jd}/metrics.jsonl",
+            },
+        }
+        setup = [
+            "set -e", f"J={quote(jd)}", f"A={quote(ad)}",
+            'mkdir -p "$J/out" "$J/ckpt" "$J/ctl" "$J/data" "$A"',
+            # each job gets its own copy of the code (jobs may write into their folder)
+            f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code"; mkdir -p "$J/code"; '
+            f'tar -xzf {quote(bundle)} -C "$J/code"; : > "$J/.code-ready"; fi',
+            'rm -f "$J/ctl/checkpoint"',
+            *[f'ln -sfn {quote(target)} "$J/data/"{quote(name)}' for name, target in links.items()],
+            'cat > "$A/spec.json.tmp"', 'mv -f "$A/spec.json.tmp" "$A/spec.json"',
+        ]
+        spec_bytes = json.dumps(spec, indent=1).encode()
+        await self.transport.run("\n".join(setup), input=spec_bytes,
+                                 check=f"preparing job {job.short_id} on {self.name}")
+        return {"spec": f"{ad}/spec.json", "runtime": runtime, "adir": ad, "jdir": jd,
+                "sent": sent_rt + sent_b + sent_d + len(spec_bytes), "python": python}
+
+    # -- following the job ------------------------------------------------------------------
+
+    async def sync_log(self, job: Job) -> None:
+        """Append what is new in the remote job.log to the local mirror (jobs/<id>/job.log)."""
+        local = self.log_path(job)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            offset = local.stat().st_size
+        except FileNotFoundError:
+            offset = 0
+        try:
+            await self.remote()
+            data, _ = await self.transport.read_from(f"{self.job_dir(job)}/job.log", offset, LOG_CHUNK)
+        except TransportError:
+            return  # poll says why; the mirror catches up once the host answers
+        if data:
+            with open(local, "ab") as f:
+                f.write(data)
+
+    async def read_metrics(self, job: Job, offset: int) -> tuple[bytes, int]:
+        try:
+            await self.remote()
+            data, size = await self.transport.read_from(f"{self.job_dir(job)}/metrics.jsonl",
+                                                         offset, METRICS_CHUNK)
+        except TransportError:
+            return b"", offset
+        if 0 <= size < offset:  # the file was replaced: start again from the top
+            return b"", 0
+        cut = data.rfind(b"\n") + 1  # whole lines only; the rest waits for its newline
+        return data[:cut], offset + cut
+
+    async def _read_small(self, path: str, limit: int = 1 << 20) -> bytes | None:
+        data, size = await self.transport.read_from(path, 0, limit)
+        return None if size < 0 else data
+
+    async def read_exit(self, job: Job) -> dict | None:
+        raw = await self._read_small(f"{self._adir(job)}/exit.json")
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+
+    async def fetch_outputs(self, job: Job, dest: Path) -> list[str]:
+        """The out/ folder as one archive, unpacked by safe_extract; plus job.log and metrics."""
+        notes: list[str] = []
+        await self.remote()
+        await self.sync_log(job)
+        jd = self.job_dir(job)
+        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            r = await self.transport.run(
+                f"set -e; cd {quote(jd)}; mkdir -p out; "
+                "tar -czf outputs.tar.gz.part -C out . && mv -f outputs.tar.gz.part outputs.tar.gz; "
+                "wc -c < outputs.tar.gz", check="packing the outputs")
+            size = int(r.out.split()[-1])
+            cap = int(self.options.get("max_output_bytes") or MAX_OUTPUT_DOWNLOAD)
+            if size > cap:
+                notes.append(f"outputs are {size} bytes packed, over the {cap} byte cap: "
+                             f"left on {self.name} in {jd}/out")
+            else:
+                fd, tmp_name = tempfile.mkstemp(prefix=".outputs-", suffix=".tar.gz", dir=dest.parent)
+                os.close(fd)
+                tmp = Path(tmp_name)
+                try:
+                    await self.transport.get_file(f"{jd}/outputs.tar.gz", tmp, max_bytes=cap)
+                    notes += await asyncio.to_thread(safe_extract, tmp, dest,
+                                                     max_bytes=int(self.options.get("max_output_bytes")
+                                                                   or MAX_OUTPUT_DOWNLOAD))
+                finally:
+                    tmp.unlink(missing_ok=True)
+            metrics = dest / "metrics.jsonl"
+            try:
+                await self.transport.get_file(f"{jd}/metrics.jsonl", metrics, max_bytes=1 << 30)
+            except TransportError:
+                pass  # no metrics logged
+        except Unreachable:
+            raise  # not now: the supervisor tries again on its next tick
+        except (TransportError, ValueError) as exc:
+            notes.append(f"outputs could not be brought home from {self.name}: {exc}")
+        log = self.log_path(job)
+        if log.is_file():
+            (dest / "job.log").write_bytes(log.read_bytes())
+        return notes
+
+    # -- probing ----------------------------------------------------------------------------
+
+    def _probe_cache_file(self) -> Path:
+        key = hashlib.sha256(json.dumps([self.kind, self.transport.describe(), self.root_option,
+                                         self.options, self.declared_gpus], sort_keys=True,
+                                        default=str).encode()).hexdigest()[:12]
+        return paths.cache_dir() / f"probe-{self.name}-{key}.json"
+
+    def forget_probe(self) -> None:
+        for f in paths.cache_dir().glob(f"probe-{self.name}-*.json"):
+            f.unlink(missing_ok=True)
+
+    def _cached_probe(self) -> TargetInfo | None:
+        ttl = float(self.options.get("probe_ttl_s", PROBE_TTL_S))
+        try:
+            doc = json.loads(self._probe_cache_file().read_text())
+            if time.time() - doc["at"] < ttl:
+                return _info_from(doc["info"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return None
+
+    def _store_probe(self, info: TargetInfo) -> None:
+        doc = {"at": time.time(), "info": {**info.to_json(), "details": info.details}}
+        try:
+            path = self._probe_cache_file()
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+    async def probe(self, refresh: bool = False) -> TargetInfo:
+        if not refresh:
+            cached = self._cached_probe()
+            if cached is not None:
+                return cached
+        try:
+            info = await self.probe_fresh()
+        except HostKeyError as exc:
+            info = self._info(False, f"{exc.what}. Fix: {exc.fix}", details={"host_key": {
+                "fingerprint": exc.fingerprint, "changed": exc.changed}})
+        except TransportError as exc:
+            info = self._info(False, f"unreachable: {exc}")
+        self._store_probe(info)
+        return info
+
+    def probe_now(self) -> TargetInfo:
+        """Synchronous probe for `core.targets` (which may run inside the supervisor's loop):
+        the cached answer, or a fresh one from a short-lived thread."""
+        cached = self._cached_probe()
+        if cached is not None:
+            return cached
+        return run_sync(self.probe)
+
+    def _info(self, available: bool, why: str | None = None, gpus: list[dict] | None = None,
+              details: dict | None = None) -> TargetInfo:
+        gpus = self.declared_gpus if self.declared_gpus is not None else (gpus or [])
+        info = TargetInfo(name=self.name, kind=self.kind, available=available, gpus=gpus,
+                          why_unavailable=why, max_jobs=self.max_jobs)
+        info.details = {"host": self.transport.describe(), **(details or {})}
+        return info
+
+    async def probe_fresh(self) -> TargetInfo:
+        raise NotImplementedError
+
+    async def host_facts(self) -> dict:
+        r = await self.transport.run(HOST_FACTS, check=f"probing {self.name}")
+        return parse_host_facts(r.out)
+
+
+def _info_from(doc: dict) -> TargetInfo:
+    info = TargetInfo(name=doc["name"], kind=doc["kind"], available=doc["available"],
+                      gpus=doc.get("gpus") or [], why_unavailable=doc.get("why_unavailable"),
+                      max_jobs=doc.get("max_jobs", 1))
+    info.details = doc.get("details") or {}
+    return info
+
+
+def _pack_dir(src: Path) -> Path:
+    """A data folder as a temporary tar.gz: regular files and folders only, links not followed."""
+    fd, name = tempfile.mkstemp(prefix=".data-", suffix=".tar.gz", dir=paths.cache_dir())
+    os.close(fd)
+    out = Path(name)
+    with tarfile.open(out, "w:gz", compresslevel=1) as tar:
+        for dirpath, dirnames, filenames in os.walk(src):
+            dirnames[:] = sorted(d for d in dirnames if not os.path.islink(os.path.join(dirpath, d)))
+            for fname in sorted(filenames):
+                full = os.path.join(dirpath, fname)
+                if os.path.islink(full) or not os.path.isfile(full):
+                    continue
+                tar.add(full, arcname=os.path.relpath(full, src), recursive=False)
+    return out
+
+
+def make_transport(name: str, options: dict) -> Transport:
+    """The transport a target's options describe: SSH to `host`, or this machine (`local`)."""
+    if options.get("local"):
+        return LocalTransport(name, env={str(k): str(v) for k, v in (options.get("env") or {}).items()})
+    from ..transport import Endpoint, SSHTransport
+
+    ep = Endpoint(host=str(options["host"]), port=int(options.get("port") or 22),
+                  user=options.get("user"), key=options.get("key"),
+                  known_hosts=options.get("known_hosts"),
+                  connect_timeout=float(options.get("connect_timeout_s") or 10))
+    return SSHTransport(ep, name=name)

@@ -1,0 +1,622 @@
+"""How gpu-router runs commands and moves files on a target: the local shell, or SSH.
+
+Providers that drive a machine (`ssh`, `slurm`, `pbs`) speak only this small interface, so the
+same code runs a Slurm login node reached over SSH or the login node we are sitting on:
+
+    await t.run(script, input=b"...")        # a POSIX sh script; Result(code, stdout, stderr)
+    await t.put_file(local, remote)          # bytes sent
+    await t.put_bytes(data, remote)
+    await t.get_file(remote, local, max_bytes)
+    await t.read_from(remote, offset, limit) # (bytes, file size or -1): tails logs and metrics
+
+Rules that hold for every command built anywhere in gpu-router:
+
+- A script is built with `quote()` around every value that did not come from this module
+  (paths, names, arguments): nothing a user or a project wrote reaches a shell unquoted.
+  Over SSH the whole script travels as `exec /bin/sh -c <quoted script>`, so the remote user's
+  login shell (bash, zsh, fish) only ever sees one single-quoted word.
+- SSH checks the host key against known_hosts, always (asyncssh's `known_hosts=None` turns
+  checking off; it is never used). An unknown or changed key is refused with the key's
+  fingerprint and the deliberate way to accept it: `gpu targets trust NAME`.
+- Agent forwarding stays off; keepalives are on (a dead link is noticed in about a minute);
+  one connection per host and event loop is shared by every provider object; a failed connect
+  is retried with exponential backoff, and meanwhile callers get `Unreachable` at once, so a
+  supervisor tick never blocks on a host that is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shlex
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+JOB_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+# asyncssh logs every channel at INFO: the supervisor's log would be mostly that
+if logging.getLogger("asyncssh").level == logging.NOTSET:
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
+
+CONNECT_TIMEOUT_S = 10.0
+KEEPALIVE_S = 15.0
+KEEPALIVE_COUNT = 4
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
+
+
+def quote(value: Any) -> str:
+    """One shell word, whatever `value` holds (POSIX single quoting)."""
+    return shlex.quote(str(value))
+
+
+def join(argv: list[Any]) -> str:
+    return " ".join(quote(a) for a in argv)
+
+
+def safe_name(text: str, limit: int = 64) -> str:
+    """A scheduler job name: only [A-Za-z0-9._-], never empty."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text)[:limit] or "job"
+
+
+def check_name(text: str) -> str:
+    if not JOB_NAME_RE.match(text):
+        raise ValueError(f"job names allow only letters, digits, '.', '_' and '-' (got {text!r})")
+    return text
+
+
+def remote_path_expr(path: str) -> str:
+    """A shell expression for a remote path that may start with `~` (expanded by the remote)."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + quote(path[2:])
+    return quote(path)
+
+
+@dataclass
+class Result:
+    code: int | None
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode(errors="replace")
+
+
+class TransportError(Exception):
+    """A command or transfer could not be carried out (not: it ran and said no)."""
+
+
+class Unreachable(TransportError):
+    """The host cannot be reached now. Not the job's fault: callers wait and try again."""
+
+
+class HostKeyError(Unreachable):
+    """The host's key is unknown or changed: nothing was sent. `fix` says how to accept it."""
+
+    def __init__(self, what: str, fix: str, fingerprint: str | None = None,
+                 changed: bool = False) -> None:
+        self.what = what
+        self.fix = fix
+        self.fingerprint = fingerprint
+        self.changed = changed
+        super().__init__(f"{what}\n  fix: {fix}")
+
+
+class CommandFailed(TransportError):
+    def __init__(self, what: str, result: Result) -> None:
+        self.result = result
+        tail = (result.err.strip() or result.out.strip())[-800:]
+        super().__init__(f"{what} failed (status {result.code})" + (f": {tail}" if tail else ""))
+
+
+class Transport:
+    """The interface; `stats` counts what crossed the link (benchmarks and handles read it)."""
+
+    name: str = "transport"
+    kind: str = "?"
+
+    def __init__(self) -> None:
+        self.stats = {"commands": 0, "bytes_sent": 0, "bytes_received": 0, "files_sent": 0}
+
+    def describe(self) -> str:
+        return self.name
+
+    async def run(self, script: str, *, input: bytes | None = None, timeout: float = 120.0,
+                  check: str | None = None, retry: bool = True) -> Result:
+        """Run a POSIX sh script. `check`: raise CommandFailed naming it on a non-zero status.
+        `retry`: after a dropped connection, reconnect and run it once more (only for scripts
+        that are safe to run twice)."""
+        raise NotImplementedError
+
+    async def put_bytes(self, data: bytes, remote: str) -> int:
+        raise NotImplementedError
+
+    async def put_file(self, local: Path, remote: str) -> int:
+        raise NotImplementedError
+
+    async def get_file(self, remote: str, local: Path, max_bytes: int | None = None) -> int:
+        raise NotImplementedError
+
+    async def read_from(self, remote: str, offset: int, limit: int) -> tuple[bytes, int]:
+        """Up to `limit` bytes of `remote` from `offset`, and the file's size (-1: no file)."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None
+
+    def _checked(self, result: Result, check: str | None) -> Result:
+        self.stats["commands"] += 1
+        if check and result.code != 0:
+            raise CommandFailed(check, result)
+        return result
+
+
+# -- the local shell -----------------------------------------------------------------------
+
+
+class LocalTransport(Transport):
+    """This machine: a Slurm or PBS login node we are on (`--local`), and the tests' twin."""
+
+    kind = "local"
+
+    def __init__(self, name: str = "local", env: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.name = name
+        self.env = env or {}
+
+    async def run(self, script: str, *, input: bytes | None = None, timeout: float = 120.0,
+                  check: str | None = None, retry: bool = True) -> Result:
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", script, stdin=asyncio.subprocess.PIPE if input is not None
+            else asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env={**os.environ, **self.env}, start_new_session=True)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            try:  # the whole group: a child left holding the pipes would keep us waiting
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+            raise TransportError(f"a command on {self.name} took longer than {timeout:g}s") from None
+        if input:
+            self.stats["bytes_sent"] += len(input)
+        return self._checked(Result(proc.returncode, out, err), check)
+
+    async def put_bytes(self, data: bytes, remote: str) -> int:
+        def write() -> None:
+            path = Path(os.path.expanduser(remote))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+
+        await _local_io(write)
+        self.stats["bytes_sent"] += len(data)
+        self.stats["files_sent"] += 1
+        return len(data)
+
+    async def put_file(self, local: Path, remote: str) -> int:
+        def copy() -> int:
+            dest = Path(os.path.expanduser(remote))
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local, dest)
+            return dest.stat().st_size
+
+        size = await _local_io(copy)
+        self.stats["bytes_sent"] += size
+        self.stats["files_sent"] += 1
+        return size
+
+    async def get_file(self, remote: str, local: Path, max_bytes: int | None = None) -> int:
+        def copy() -> int:
+            src = Path(os.path.expanduser(remote))
+            size = src.stat().st_size
+            if max_bytes is not None and size > max_bytes:
+                raise TransportError(f"{remote} is {size} bytes, over the {max_bytes} byte cap")
+            shutil.copyfile(src, local)
+            return size
+
+        size = await _local_io(copy)
+        self.stats["bytes_received"] += size
+        return size
+
+    async def read_from(self, remote: str, offset: int, limit: int) -> tuple[bytes, int]:
+        def read() -> tuple[bytes, int]:
+            try:
+                with open(os.path.expanduser(remote), "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    if offset >= size:
+                        return b"", size
+                    f.seek(offset)
+                    return f.read(min(limit, size - offset)), size
+            except FileNotFoundError:
+                return b"", -1
+
+        data, size = await _local_io(read)
+        self.stats["bytes_received"] += len(data)
+        return data, size
+
+
+async def _local_io(fn):
+    """Run a file operation off the loop; a refused one is a TransportError like over SSH."""
+    try:
+        return await asyncio.to_thread(fn)
+    except TransportError:
+        raise
+    except OSError as exc:
+        raise TransportError(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}") from None
+
+
+# -- SSH -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and as whom to connect. `known_hosts` None means ~/.ssh/known_hosts."""
+
+    host: str
+    port: int = 22
+    user: str | None = None
+    key: str | None = None
+    known_hosts: str | None = None
+    connect_timeout: float = CONNECT_TIMEOUT_S
+
+    def known_hosts_file(self) -> Path:
+        return Path(os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"))
+
+    def pattern(self) -> str:
+        """How known_hosts names this host: `host`, or `[host]:port` off port 22."""
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+    def label(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.host}:{self.port}"
+
+
+@dataclass
+class _Conn:
+    """One pooled connection: shared by every provider object on the same loop."""
+
+    loop: Any
+    lock: asyncio.Lock
+    conn: Any = None
+    sftp: Any = None
+    failures: int = 0
+    retry_at: float = 0.0
+    last_error: str = ""
+    connects: int = 0
+
+
+_POOL: dict[Endpoint, _Conn] = {}
+
+
+def _load_known_hosts(ep: Endpoint):
+    """The known_hosts entries as an asyncssh object; an empty one (refusing every key) when
+    the file does not exist. Never None: None would turn host-key checking off."""
+    import asyncssh
+
+    path = ep.known_hosts_file()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        text = ""
+    return asyncssh.import_known_hosts(text)
+
+
+def _addr(host: str) -> str:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        return ""
+
+
+def recorded_keys(ep: Endpoint) -> list:
+    known = _load_known_hosts(ep)
+    found = known.match(ep.host, _addr(ep.host), ep.port if ep.port != 22 else None)
+    return list(found[0]) + list(found[1])
+
+
+async def fetch_host_key(ep: Endpoint):
+    """The key the host presents (no login, nothing sent but the key exchange)."""
+    import asyncssh
+
+    try:
+        return await asyncio.wait_for(asyncssh.get_server_host_key(ep.host, ep.port), ep.connect_timeout)
+    except (OSError, asyncssh.Error, asyncio.TimeoutError, TimeoutError) as exc:
+        raise Unreachable(f"{ep.label()} did not answer: {_describe(exc)}") from None
+
+
+def fingerprint(key) -> str:
+    return key.get_fingerprint("sha256")
+
+
+async def host_key_error(ep: Endpoint, target: str) -> HostKeyError:
+    """Explain a refused host key: unknown, or changed (which can mean an attack)."""
+    try:
+        key = await fetch_host_key(ep)
+        fp, alg = fingerprint(key), key.get_algorithm()
+    except Unreachable:
+        fp, alg = None, "host"
+    shown = f"{alg} key {fp}" if fp else "key (it could not be read)"
+    known = ep.known_hosts_file()
+    if recorded_keys(ep):
+        return HostKeyError(
+            f"the host key of {ep.label()} CHANGED: it now presents the {shown}, not the key "
+            f"recorded for {ep.pattern()} in {known}. Someone may be intercepting the connection; "
+            f"nothing was sent to it",
+            f"if the host was reinstalled and its admin confirms {fp}, run "
+            f"`gpu targets trust {target} --replace`", fp, changed=True)
+    return HostKeyError(
+        f"the host key of {ep.label()} is not known (not in {known}); it presents the {shown}. "
+        f"Nothing was sent to it",
+        f"check that fingerprint with the host's admin (`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` "
+        f"on the host), then run `gpu targets trust {target}`", fp)
+
+
+def known_hosts_line(ep: Endpoint, key) -> str:
+    alg = key.get_algorithm()
+    body = key.export_public_key("openssh").decode().split()
+    return f"{ep.pattern()} {alg} {body[1]}"
+
+
+def trust_host_key(ep: Endpoint, key, *, replace: bool = False) -> Path:
+    """Record `key` for the host in known_hosts. A different recorded key stays (and this
+    refuses) unless `replace`, which drops the host's old lines first."""
+    import asyncssh
+
+    path = ep.known_hosts_file()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lines = path.read_text().splitlines() if path.exists() else []
+    recorded = recorded_keys(ep)
+    if recorded and any(k.public_data == key.public_data for k in recorded) and not replace:
+        return path
+    if recorded and not replace:
+        raise ValueError("changed")
+    keep = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            try:
+                m = asyncssh.import_known_hosts(stripped).match(
+                    ep.host, _addr(ep.host), ep.port if ep.port != 22 else None)
+                if m[0] or m[1]:
+                    continue
+            except (ValueError, asyncssh.Error):
+                pass
+        keep.append(line)
+    keep.append(known_hosts_line(ep, key))
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text("\n".join(keep) + "\n")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "timed out"
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    return text
+
+
+class SSHTransport(Transport):
+    kind = "ssh"
+
+    def __init__(self, endpoint: Endpoint, name: str | None = None) -> None:
+        super().__init__()
+        self.ep = endpoint
+        self.name = name or endpoint.host
+
+    def describe(self) -> str:
+        return self.ep.label()
+
+    # -- the pooled connection --------------------------------------------------------------
+
+    def _entry(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        entry = _POOL.get(self.ep)
+        if entry is None or entry.loop is not loop:
+            if entry is not None and entry.conn is not None:
+                try:  # a connection from a loop that is gone: drop it without awaiting
+                    entry.conn.abort()
+                except Exception:  # noqa: BLE001
+                    pass
+            entry = _Conn(loop=loop, lock=asyncio.Lock())
+            _POOL[self.ep] = entry
+        return entry
+
+    async def connection(self):
+        import asyncssh
+
+        entry = self._entry()
+        if entry.conn is not None and not entry.conn.is_closed():
+            return entry
+        async with entry.lock:
+            if entry.conn is not None and not entry.conn.is_closed():
+                return entry
+            entry.conn = entry.sftp = None
+            wait = entry.retry_at - time.monotonic()
+            if wait > 0:
+                raise Unreachable(f"{entry.last_error} (next try in {wait:.0f}s)")
+            try:
+                conn = await asyncio.wait_for(asyncssh.connect(
+                    self.ep.host, self.ep.port, username=self.ep.user,
+                    client_keys=[os.path.expanduser(self.ep.key)] if self.ep.key else (),
+                    known_hosts=_load_known_hosts(self.ep),
+                    agent_forwarding=False, x11_forwarding=False,
+                    keepalive_interval=KEEPALIVE_S, keepalive_count_max=KEEPALIVE_COUNT,
+                    connect_timeout=self.ep.connect_timeout, login_timeout=self.ep.connect_timeout),
+                    self.ep.connect_timeout + 5)
+            except asyncssh.HostKeyNotVerifiable:
+                self._backoff(entry, "host key refused")
+                raise await host_key_error(self.ep, self.name) from None
+            except asyncssh.PermissionDenied as exc:
+                self._backoff(entry, f"login refused: {_describe(exc)}")
+                raise Unreachable(f"{self.ep.label()} refused the login ({_describe(exc)}): "
+                                  f"check --user and --key") from None
+            except (OSError, asyncssh.Error, asyncio.TimeoutError, TimeoutError) as exc:
+                self._backoff(entry, f"{self.ep.label()}: {_describe(exc)}")
+                raise Unreachable(entry.last_error) from None
+            entry.conn = conn
+            entry.failures = 0
+            entry.retry_at = 0.0
+            entry.connects += 1
+            return entry
+
+    @staticmethod
+    def _backoff(entry: _Conn, why: str) -> None:
+        entry.failures += 1
+        entry.last_error = why
+        entry.retry_at = time.monotonic() + min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (entry.failures - 1))
+
+    def _drop(self, entry: _Conn) -> None:
+        conn, entry.conn, entry.sftp = entry.conn, None, None
+        if conn is not None:
+            try:
+                conn.abort()
+            except Exception:  # noqa: BLE001
+                pass
+
+    async def _sftp(self, entry: _Conn):
+        if entry.sftp is None:
+            entry.sftp = await entry.conn.start_sftp_client()
+        return entry.sftp
+
+    async def _with_retry(self, op, what: str, retry: bool = True):
+        import asyncssh
+
+        for attempt in (0, 1):
+            entry = await self.connection()
+            try:
+                return await op(entry)
+            except (asyncssh.ConnectionLost, asyncssh.DisconnectError, asyncssh.ChannelOpenError,
+                    BrokenPipeError, ConnectionError) as exc:
+                self._drop(entry)
+                if attempt == 0 and retry:
+                    continue
+                raise Unreachable(f"{self.ep.label()}: connection lost during {what} "
+                                  f"({_describe(exc)})") from None
+            except asyncssh.SFTPError as exc:  # the host said no (permissions, a full disk)
+                raise TransportError(f"{self.ep.label()}: {what} failed: {exc.reason}") from None
+        raise AssertionError("unreachable")
+
+    # -- the interface ----------------------------------------------------------------------
+
+    async def run(self, script: str, *, input: bytes | None = None, timeout: float = 120.0,
+                  check: str | None = None, retry: bool = True) -> Result:
+        command = "exec /bin/sh -c " + quote(script)
+
+        async def op(entry: _Conn) -> Result:
+            import asyncssh
+
+            # no input: stdin is /dev/null (an EOF at once), so nothing can wait on it
+            stdin = {"input": input} if input else {"stdin": asyncssh.DEVNULL}
+            try:
+                r = await asyncio.wait_for(entry.conn.run(command, encoding=None, check=False, **stdin),
+                                           timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                self._drop(entry)  # a hung link: start afresh next time
+                raise Unreachable(f"{self.ep.label()}: a command took longer than {timeout:g}s") from None
+            code = r.exit_status if r.exit_status is not None and r.exit_status >= 0 else None
+            return Result(code, r.stdout or b"", r.stderr or b"")
+
+        result = await self._with_retry(op, "a command", retry)
+        self.stats["bytes_sent"] += len(command) + len(input or b"")
+        self.stats["bytes_received"] += len(result.stdout) + len(result.stderr)
+        return self._checked(result, check)
+
+    async def put_bytes(self, data: bytes, remote: str) -> int:
+        async def op(entry: _Conn) -> None:
+            sftp = await self._sftp(entry)
+            async with sftp.open(remote, "wb") as f:
+                await f.write(data)
+
+        await self._with_retry(op, f"writing {remote}")
+        self.stats["bytes_sent"] += len(data)
+        self.stats["files_sent"] += 1
+        return len(data)
+
+    async def put_file(self, local: Path, remote: str) -> int:
+        async def op(entry: _Conn) -> None:
+            sftp = await self._sftp(entry)
+            await sftp.put(str(local), remote)
+
+        await self._with_retry(op, f"uploading {local.name}")
+        size = local.stat().st_size
+        self.stats["bytes_sent"] += size
+        self.stats["files_sent"] += 1
+        return size
+
+    async def get_file(self, remote: str, local: Path, max_bytes: int | None = None) -> int:
+        async def op(entry: _Conn) -> int:
+            sftp = await self._sftp(entry)
+            size = (await sftp.stat(remote)).size or 0
+            if max_bytes is not None and size > max_bytes:
+                raise TransportError(f"{remote} is {size} bytes, over the {max_bytes} byte cap")
+            await sftp.get(remote, str(local))
+            return size
+
+        size = await self._with_retry(op, f"downloading {remote}")
+        self.stats["bytes_received"] += size
+        return size
+
+    async def read_from(self, remote: str, offset: int, limit: int) -> tuple[bytes, int]:
+        import asyncssh
+
+        async def op(entry: _Conn) -> tuple[bytes, int]:
+            sftp = await self._sftp(entry)
+            try:
+                async with sftp.open(remote, "rb") as f:
+                    size = (await f.stat()).size or 0
+                    if offset >= size:
+                        return b"", size
+                    await f.seek(offset)
+                    return await f.read(min(limit, size - offset)), size
+            except asyncssh.SFTPNoSuchFile:
+                return b"", -1
+
+        data, size = await self._with_retry(op, f"reading {remote}")
+        self.stats["bytes_received"] += len(data)
+        return data, size
+
+    async def close(self) -> None:
+        entry = _POOL.get(self.ep)
+        if entry is None or entry.loop is not asyncio.get_running_loop():
+            return
+        _POOL.pop(self.ep, None)
+        if entry.conn is not None:
+            entry.conn.close()
+            try:
+                await asyncio.wait_for(entry.conn.wait_closed(), 5)
+            except (asyncio.TimeoutError, TimeoutError):
+                pass
+
+
+async def close_all() -> None:
+    """Close every pooled connection of the running loop (a CLI command ends)."""
+    loop = asyncio.get_running_loop()
+    for ep, entry in list(_POOL.items()):
+        if entry.loop is loop:
+            await SSHTransport(ep).close()
+

@@ -1,0 +1,267 @@
+"""`gpu targets` subcommands: list, add ssh|slurm|pbs, rm, trust.
+
+    gpu targets [list] [--json]
+    gpu targets add ssh NAME --host H [--user U] [--port P] [--key PATH]
+    gpu targets add slurm NAME (--host H ... | --local) [--partition P] [--account A]
+    gpu targets rm NAME
+    gpu targets trust NAME [--fingerprint SHA256:...] [--replace]
+
+`add` writes the target into the user's config (keeping the rest of the file) and probes it
+at once, so a wrong host, user or key, or a host key not yet trusted, is said right away.
+`trust` is the one deliberate way to accept a host key: it shows the fingerprint and needs a
+person's "yes" at a terminal, or the same fingerprint given with --fingerprint (what a script
+or an agent must pass, after a person checked it). Kept out of tui/cli.py, which only hooks
+these in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from core.errors import UserError
+
+KINDS = ("ssh", "slurm", "pbs")
+
+
+def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argparse.Namespace], int]) -> None:
+    """Hang list/add/rm/trust under `gpu targets` (which alone still lists)."""
+    p.usage = "gpu targets [list | add | rm | trust] [--json] [...]"
+    sub = p.add_subparsers(dest="targets_action", metavar="ACTION")
+
+    lp = sub.add_parser("list", prog="gpu targets list", help="the targets (the same as plain `gpu targets`)",
+                        description="the targets: GPUs, availability, quota left, price")
+    lp.add_argument("--json", action="store_true", help="print {targets: [...]}")
+    lp.set_defaults(func=list_func)
+
+    ap = sub.add_parser("add", prog="gpu targets add", help="save an ssh, slurm or pbs target and probe it",
+                        description="save an ssh, slurm or pbs target in your config and probe it",
+                        usage="gpu targets add {ssh,slurm,pbs} NAME (--host H [--user U] [--port P] "
+                              "[--key PATH] | --local) [options]")
+    ap.add_argument("kind", choices=KINDS, help="ssh: a machine you log into; slurm/pbs: a cluster's login node")
+    ap.add_argument("name", help="the target's name (letters, digits, . _ -)")
+    ap.add_argument("--host", help="host name or address")
+    ap.add_argument("--user", help="login user (default: your SSH config, else your name)")
+    ap.add_argument("--port", type=int, help="SSH port (default 22)")
+    ap.add_argument("--key", metavar="PATH", help="private key file (default: your SSH agent and keys)")
+    ap.add_argument("--local", action="store_true", help="slurm/pbs: this machine is the login node (no SSH)")
+    ap.add_argument("--partition", help="slurm partition / pbs queue")
+    ap.add_argument("--account", help="account to charge")
+    ap.add_argument("--env", action="append", metavar="K=V",
+                    help="slurm/pbs: environment for the scheduler's commands, e.g. SLURM_CONF=/etc/slurm/other.conf")
+    ap.add_argument("--root", help="folder on the host for gpu-router's cache and jobs (default ~/.gpu-router)")
+    ap.add_argument("--python", help="Python on the host (default python3)")
+    ap.add_argument("--known-hosts", metavar="PATH", help="known_hosts file (default ~/.ssh/known_hosts)")
+    ap.add_argument("--max-jobs", type=int, help="jobs at once on this target (default 1)")
+    ap.add_argument("--price-per-hour", type=float, help="dollars per hour (default 0: free)")
+    ap.add_argument("--hours-per-week", type=float, help="a weekly quota in hours")
+    ap.add_argument("--no-probe", action="store_true", help="save without connecting")
+    ap.add_argument("--json", action="store_true", help="print {target, saved_to, config, probe}")
+    ap.set_defaults(func=cmd_add)
+
+    rp = sub.add_parser("rm", prog="gpu targets rm", help="remove a target from your config",
+                        description="remove a target from your config")
+    rp.add_argument("name")
+    rp.add_argument("--force", action="store_true", help="even while jobs run on it")
+    rp.add_argument("--json", action="store_true", help="print {removed, saved_to}")
+    rp.set_defaults(func=cmd_rm)
+
+    tp = sub.add_parser("trust", prog="gpu targets trust", help="accept a target's SSH host key, deliberately",
+                        description="show a target's SSH host key fingerprint and record it in known_hosts")
+    tp.add_argument("name")
+    tp.add_argument("--fingerprint", help="the SHA256:... fingerprint you checked (required without a terminal)")
+    tp.add_argument("--replace", action="store_true", help="replace a different key recorded for the host")
+    tp.add_argument("--json", action="store_true", help="print {target, host, fingerprint, known_hosts, trusted}")
+    tp.set_defaults(func=cmd_trust)
+
+
+def _emit(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def _print(text: Any) -> None:
+    from tui.render import console
+
+    console().print(text)
+
+
+def _safe(text: str) -> str:
+    from core.sanitize import printable
+    from tui.render import markup_safe
+
+    return markup_safe(printable(text))
+
+
+def _body(args: argparse.Namespace) -> dict:
+    from core.config import NAME_RE
+
+    if not NAME_RE.match(args.name) or args.name == "local":
+        raise UserError(f"{args.name!r} cannot name a target",
+                        fix="letters, digits, '.', '_' or '-'; `local` is this machine")
+    if args.kind == "ssh" and args.local:
+        raise UserError("an ssh target cannot be --local", fix="leave out --local, or use `gpu submit` on this machine")
+    if not args.host and not args.local:
+        raise UserError(f"gpu targets add {args.kind} needs --host" + ("" if args.kind == "ssh" else " or --local"),
+                        fix=f"gpu targets add {args.kind} {args.name} --host login.example.org --user me")
+    if args.local and (args.host or args.user or args.port or args.key):
+        raise UserError("--local runs the scheduler's commands here: leave out --host/--user/--port/--key")
+    if args.kind == "ssh" and (args.partition or args.account):
+        raise UserError("--partition and --account are for slurm and pbs targets")
+    body: dict[str, Any] = {"kind": args.kind}
+    if args.local:
+        body["local"] = True
+    for key in ("host", "user", "port", "key", "partition", "account", "root", "python"):
+        value = getattr(args, key)
+        if value is not None:
+            body[key] = value
+    if args.known_hosts:
+        body["known_hosts"] = args.known_hosts
+    if args.env:
+        if args.kind == "ssh":
+            raise UserError("--env is for the scheduler's commands of slurm and pbs targets",
+                            fix="a job's own environment goes in gpu.yaml's env")
+        pairs = [e.partition("=") for e in args.env]
+        if any(not sep or not k for k, sep, _ in pairs):
+            raise UserError(f"--env takes NAME=VALUE (got {args.env})")
+        body["env"] = {k: v for k, _, v in pairs}
+    for key in ("max_jobs", "price_per_hour", "hours_per_week"):
+        value = getattr(args, key)
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def _provider(name: str):
+    from core.userconfig import load, providers
+
+    cfg = load()
+    if name not in cfg.targets:
+        raise UserError(f"there is no target named {name!r}", fix="see `gpu targets`")
+    return cfg.targets[name], providers(cfg)[name]
+
+
+def _probe(provider) -> Any:
+    from core.providers.remote import run_sync
+
+    provider.forget_probe()
+    return run_sync(lambda: provider.probe(refresh=True))
+
+
+def describe_probe(info) -> list[str]:
+    """Lines a person reads: reachable or why not, GPUs and free memory, load, partitions."""
+    d = info.details or {}
+    if not info.available:
+        return [f"not available: {info.why_unavailable}"]
+    lines = [f"reachable ({d.get('host', info.name)})"]
+    if info.gpus:
+        free = d.get("gpus_free_gb") or []
+        gpus = ", ".join(f"{g['name']} {g.get('memory_gb', 0):g} GB"
+                         + (f" ({free[i]:g} GB free)" if i < len(free) and free[i] is not None else "")
+                         for i, g in enumerate(info.gpus))
+        lines.append(f"GPUs: {gpus}")
+    else:
+        lines.append("GPUs: none found (jobs run on the CPU)" if info.kind == "ssh" else "GPUs: none in the partition")
+    if d.get("load"):
+        lines.append(f"load: {d['load']} on {d.get('cpus', '?')} CPUs, {d.get('mem', '?')} GB memory free")
+    for p in d.get("partitions", []):
+        gres = ", ".join(f"{g['count']}x {g['type']}" for g in p.get("gpus", [])) or "no GPUs"
+        mark = " (used)" if p["name"] == d.get("partition") else ""
+        lines.append(f"partition {p['name']}{mark}: {'up' if p['up'] else 'DOWN'}, {p['nodes']} nodes, "
+                     f"{gres} per node, {p['queued']} queued, time limit {p['time_limit']}")
+    return lines
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from core import targetopts
+
+    body = _body(args)
+    path = targetopts.save_target(args.name, body)
+    info = None
+    if not args.no_probe:
+        _, provider = _provider(args.name)
+        info = _probe(provider)
+    if args.json:
+        _emit({"target": args.name, "saved_to": str(path), "config": body,
+               "probe": info.to_json() if info else None})
+        return 0
+    _print(f"saved target [bold]{args.name}[/] ({args.kind}) to {_safe(str(path))}")
+    if info is not None:
+        for line in describe_probe(info):
+            _print("  " + _safe(line))
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from core import targetopts
+    from core.states import ACTIVE
+    from core.store import Store
+
+    live = [j for j in Store().jobs(states=ACTIVE) if j.provider == args.name]
+    if live and not args.force:
+        raise UserError(f"{len(live)} job(s) have not ended on {args.name}: "
+                        + ", ".join(j.short_id for j in live[:10]),
+                        fix="cancel them (gpu cancel ID) or pass --force")
+    path = targetopts.remove_target(args.name)
+    if args.json:
+        _emit({"removed": args.name, "saved_to": str(path)})
+    else:
+        _print(f"removed target [bold]{args.name}[/] from {_safe(str(path))}")
+    return 0
+
+
+def cmd_trust(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from core import transport as tp
+
+    t, provider = _provider(args.name)
+    ep = getattr(provider.transport, "ep", None)
+    if ep is None:
+        raise UserError(f"{args.name} runs on this machine: there is no host key to trust")
+
+    async def fetch():
+        return await tp.fetch_host_key(ep)
+
+    try:
+        key = asyncio.run(fetch())
+    except tp.Unreachable as exc:
+        raise UserError(str(exc), fix="check --host and --port (gpu targets add ... again)") from None
+    fp = tp.fingerprint(key)
+    recorded = tp.recorded_keys(ep)
+    already = any(k.public_data == key.public_data for k in recorded)
+    doc = {"target": args.name, "host": ep.label(), "fingerprint": fp, "algorithm": key.get_algorithm(),
+           "known_hosts": str(ep.known_hosts_file()), "trusted": already}
+    if already:
+        if args.json:
+            _emit(doc)
+        else:
+            _print(f"{args.name}: {ep.label()} ({key.get_algorithm()} {fp}) is already trusted")
+        return 0
+    if recorded and not args.replace:
+        raise UserError(f"the host key of {ep.label()} CHANGED: it now presents {fp}, and "
+                        f"{ep.known_hosts_file()} records another key for {ep.pattern()}",
+                        fix=f"only if its admin confirms {fp}: gpu targets trust {args.name} --replace")
+    if args.fingerprint:
+        if args.fingerprint.strip() != fp:
+            raise UserError(f"{ep.label()} presents {fp}, not {args.fingerprint.strip()}: nothing was trusted",
+                            fix="check which key the host really has before trusting it")
+    elif sys.stdin.isatty() and sys.stdout.isatty() and not args.json:
+        _print(f"{ep.label()} presents this {key.get_algorithm()} host key:\n  [bold]{fp}[/]")
+        _print("Compare it with the host's own (`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` on the host).")
+        answer = input("Type yes to trust it: ").strip().lower()
+        if answer != "yes":
+            raise UserError("not trusted: you did not type yes", fix=f"gpu targets trust {args.name}")
+    else:
+        raise UserError(f"{ep.label()} presents {fp}; trusting it needs a person at a terminal or "
+                        f"that fingerprint, checked, given back",
+                        fix=f"gpu targets trust {args.name} --fingerprint {fp}")
+    path = tp.trust_host_key(ep, key, replace=bool(recorded))
+    provider.forget_probe()
+    doc.update(trusted=True, known_hosts=str(path))
+    if args.json:
+        _emit(doc)
+    else:
+        _print(f"trusted {ep.label()} ({key.get_algorithm()} {fp}); recorded in {_safe(str(path))}")
+    return 0
