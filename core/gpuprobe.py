@@ -24,20 +24,30 @@ class Gpu:
     name: str
     memory_gb: float
     index: int = 0
+    free_gb: float | None = None
+
+    def to_json(self) -> dict:
+        doc = {"name": self.name, "memory_gb": self.memory_gb}
+        if self.free_gb is not None:
+            doc["free_gb"] = self.free_gb
+        return doc
 
 
 def parse_nvidia_smi(text: str) -> list[Gpu]:
-    """Rows of `--query-gpu=index,name,memory.total --format=csv,noheader,nounits`."""
+    """Rows of `--query-gpu=index,name,memory.total[,memory.free] --format=csv,noheader,nounits`
+    (MiB); the same parser serves this machine and remote hosts."""
     gpus = []
     for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 3:
             continue
         try:
-            gpus.append(Gpu(index=int(parts[0]), name=parts[1],
-                            memory_gb=round(float(parts[2]) / 1024, 1)))
+            gpu = Gpu(index=int(parts[0]), name=parts[1], memory_gb=round(float(parts[2]) / 1024, 1))
+            if len(parts) > 3 and parts[3] not in ("", "[N/A]"):
+                gpu.free_gb = round(float(parts[3]) / 1024, 1)
         except ValueError:
             continue
+        gpus.append(gpu)
     return gpus
 
 

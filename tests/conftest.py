@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -53,12 +52,7 @@ def _stop_world(h: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
         except (ValueError, ProcessLookupError, PermissionError):
             pass
-    for pidfile in h.glob("jobs/*/attempts/*/pid"):
-        try:
-            doc = json.loads(pidfile.read_text())
-            os.killpg(doc["pgid"], signal.SIGKILL)
-        except (ValueError, KeyError, ProcessLookupError, PermissionError, OSError):
-            pass
+    kill_remote_jobs(h)
 
 
 def run_gpu(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 120,
@@ -126,19 +120,23 @@ def keychain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, home: Path):
     kc.close()
 
 
-def run_in_terminal(argv: list[str], answer: str, cwd: Path | None = None,
-                    timeout: float = 60) -> tuple[int, str]:
-    """Run a command on a real pseudo-terminal, type `answer` at its prompt; (status, output)."""
+def pty_session(argv: list[str], react, *, cwd: Path | None = None, env: dict | None = None,
+                size: tuple[int, int] = (36, 120), timeout: float = 60) -> tuple[int, bytes]:
+    """Run a command on a real pseudo-terminal of `size` (rows, cols); `react(output_so_far)`
+    may return bytes to type. Returns (status, every byte the command wrote)."""
+    import fcntl
     import pty
     import select
+    import struct
+    import termios
 
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd,
-                            env={**os.environ, "COLUMNS": "120", "TERM": "xterm"}, close_fds=True,
+                            env=env or {**os.environ, "TERM": "xterm"}, close_fds=True,
                             start_new_session=True)
     os.close(slave)
     out = b""
-    sent = False
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         ready, _, _ = select.select([master], [], [], 0.1)
@@ -150,15 +148,33 @@ def run_in_terminal(argv: list[str], answer: str, cwd: Path | None = None,
             if not chunk:
                 break
             out += chunk
-        if not sent and (b"? [" in out or b"to approve it: " in out or b"to deny it: " in out
-                         or b"to trust it: " in out):
-            os.write(master, answer.encode() + b"\r")
-            sent = True
+        typed = react(out)
+        if typed:
+            os.write(master, typed)
         if proc.poll() is not None and not ready:
             break
+    else:
+        proc.kill()
     proc.wait(timeout=10)
     os.close(master)
-    return proc.returncode, out.decode(errors="replace")
+    return proc.returncode, out
+
+
+def run_in_terminal(argv: list[str], answer: str, cwd: Path | None = None,
+                    timeout: float = 60) -> tuple[int, str]:
+    """Run a command on a terminal and type `answer` at its prompt; (status, output)."""
+    prompts = (b"? [", b"to approve it: ", b"to deny it: ", b"to trust it: ")
+    state = {"sent": False}
+
+    def react(out: bytes) -> bytes | None:
+        if not state["sent"] and any(p in out for p in prompts):
+            state["sent"] = True
+            return answer.encode() + b"\r"
+        return None
+
+    status, out = pty_session(argv, react, cwd=cwd, timeout=timeout,
+                              env={**os.environ, "COLUMNS": "120", "TERM": "xterm"})
+    return status, out.decode(errors="replace")
 
 
 def kill_remote_jobs(root: Path) -> None:

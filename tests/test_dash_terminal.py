@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
-import select
-import struct
 import subprocess
-import termios
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import gpu_exe, gpu_json, make_git_project, wait_state
+from tests.conftest import gpu_exe, gpu_json, make_git_project, pty_session, wait_state
 from tests.services import require
 
 pytestmark = pytest.mark.slow
@@ -96,34 +92,17 @@ def test_tmux_sees_a_submitted_job_approves_it_and_watches_it_finish(home: Path,
 
 
 def _record_dash(env: dict, seconds: float) -> bytes:
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 36, 140, 0, 0))
-    proc = subprocess.Popen([gpu_exe(), "dash"], stdin=slave, stdout=slave, stderr=slave, env=env,
-                            start_new_session=True)
-    os.close(slave)
-    out = b""
-    deadline = time.monotonic() + seconds
-    quit_sent = False
-    while True:
-        ready, _, _ = select.select([master], [], [], 0.1)
-        if ready:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        if time.monotonic() > deadline and not quit_sent:
-            os.write(master, b"q")
-            quit_sent = True
-        if quit_sent and proc.poll() is not None:
-            break
-        if time.monotonic() > deadline + 15:
-            proc.kill()
-            break
-    proc.wait(timeout=10)
-    os.close(master)
+    """Every byte `gpu dash` writes to a 36x140 terminal in `seconds`, then `q`."""
+    quit_at = time.monotonic() + seconds
+    state = {"quit": False}
+
+    def react(out: bytes) -> bytes | None:
+        if not state["quit"] and time.monotonic() > quit_at:
+            state["quit"] = True
+            return b"q"
+        return None
+
+    _, out = pty_session([gpu_exe(), "dash"], react, env=env, size=(36, 140), timeout=seconds + 15)
     return out
 
 

@@ -26,6 +26,7 @@ from ..gpuprobe import local_gpus
 from ..runtime import GPU_MODULE_DIR, LAUNCHER
 from ..store import Job
 from .base import Poll, TargetInfo
+from .spec import launch_spec
 
 START_GRACE_S = 30.0
 
@@ -129,30 +130,9 @@ class LocalProvider:
         attempt = job.attempt
         adir = self.attempt_dir(job, attempt)
         adir.mkdir(parents=True, exist_ok=True)
-        command = list(job.plan["command"])
-        if job.plan.get("python_file", command[0].endswith(".py")):
-            command = ["{python}", *command]
-        spec = {
-            "job_id": job.id, "attempt": attempt, "tag": str(adir / "spec.json"),
-            "attempt_dir": str(adir), "workdir": str(workdir), "log": str(self.log_path(job)),
-            "runtime_dir": str(runtime), "base_python": self.python, "command": command,
-            "deps": dependency_spec(workdir),
-            "hf_data": [{"name": d["name"], "uri": d["source"],
-                         "repo": d["source"].removeprefix("hf://datasets/").rstrip("/")}
-                        for d in job.request.get("data", []) if d["kind"] == "hf"],
-            "secret_env": sorted(env_secrets),
-            "env": {
-                **job.request.get("env", {}),
-                "GPU_ROUTER_JOB_ID": job.id,
-                "GPU_ROUTER_SHORT_ID": job.short_id,
-                "GPU_ROUTER_ATTEMPT": str(attempt),
-                "GPU_ROUTER_OUTPUT_DIR": str(dirs["out"]),
-                "GPU_ROUTER_DATA_DIR": str(dirs["data"]),
-                "GPU_ROUTER_CHECKPOINT_DIR": str(dirs["ckpt"]),
-                "GPU_ROUTER_CONTROL_DIR": str(dirs["ctl"]),
-                "GPU_ROUTER_METRICS_FILE": str(self.metrics_path(job)),
-            },
-        }
+        spec = launch_spec(job, job_dir=str(jdir), attempt_dir=str(adir), workdir=str(workdir),
+                           runtime_dir=str(runtime), python=self.python,
+                           deps=dependency_spec(workdir), env_secrets=env_secrets)
         spec_path = adir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=1))
         env = {**os.environ, **env_secrets}  # secret values travel in memory, never on disk

@@ -25,7 +25,7 @@ from ..store import Job
 from ..transport import Transport, TransportError, quote
 from .base import Poll, TargetInfo
 from .batch import QueueCache, job_name, resources, script, signal_lead_s
-from .remote import RemoteProvider, make_transport
+from .remote import RemoteProvider
 from .ssh import exited_poll
 
 WALLTIME_CODES = {-29, -11}  # JOB_EXEC_KILL_WALLTIME (PBS Pro), Torque's walltime kill
@@ -98,12 +98,6 @@ def walltime(minutes: int) -> str:
 
 class PBSProvider(RemoteProvider):
     kind = "pbs"
-
-    @classmethod
-    def from_config(cls, t) -> "PBSProvider":
-        o = t.options
-        return cls(t.name, make_transport(t.name, o), root=o.get("root") or "~/.gpu-router",
-                   python=o.get("python") or "python3", max_jobs=t.max_jobs, gpus=t.gpus, options=o)
 
     def __init__(self, name: str, transport: Transport, **kw) -> None:
         super().__init__(name, transport, **kw)

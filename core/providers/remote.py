@@ -39,6 +39,7 @@ from .. import paths
 from ..runtime import GPU_MODULE_DIR, LAUNCHER
 from ..safe_extract import safe_extract
 from ..store import Job
+from .spec import launch_spec
 from ..transport import (HostKeyError, LocalTransport, Transport, TransportError, Unreachable,
                          quote, remote_path_expr)
 from .base import TargetInfo
@@ -107,20 +108,10 @@ def requirement_lines(bundle: Path, workdir: str) -> list[str] | None:
 
 
 def parse_gpus(text: str) -> list[dict]:
-    """Rows of nvidia-smi `--query-gpu=index,name,memory.total,memory.free` (MiB, no units)."""
-    gpus = []
-    for line in text.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3:
-            continue
-        try:
-            gpu = {"name": parts[1], "memory_gb": round(float(parts[2]) / 1024, 1)}
-            if len(parts) > 3 and parts[3] not in ("", "[N/A]"):
-                gpu["free_gb"] = round(float(parts[3]) / 1024, 1)
-        except ValueError:
-            continue
-        gpus.append(gpu)
-    return gpus
+    """nvidia-smi rows (index, name, total, free) as the dicts TargetInfo holds."""
+    from ..gpuprobe import parse_nvidia_smi
+
+    return [g.to_json() for g in parse_nvidia_smi(text)]
 
 
 HOST_FACTS = r"""
@@ -177,6 +168,13 @@ class RemoteProvider:
     """A target reached through a Transport; subclasses start and watch the job."""
 
     kind = "remote"
+
+    @classmethod
+    def from_config(cls, t):
+        """A provider of this kind from a user-config target (core.userconfig.TargetConfig)."""
+        o = t.options
+        return cls(t.name, make_transport(t.name, o), root=o.get("root") or "~/.gpu-router",
+                   python=o.get("python") or "python3", max_jobs=t.max_jobs, gpus=t.gpus, options=o)
 
     def __init__(self, name: str, transport: Transport, *, root: str = "~/.gpu-router",
                  python: str = "python3", max_jobs: int = 1, gpus: list[dict] | None = None,
@@ -371,29 +369,8 @@ printf '%s\\n' "$py"
                 h.update(part.encode() + b"\0")
             deps = {"hash": h.hexdigest()[:32], "requirements": lines, "file": None,
                     "venvs_dir": f"{remote['root']}/venvs"}
-        command = list(job.plan["command"])
-        if job.plan.get("python_file", command[0].endswith(".py")):
-            command = ["{python}", *command]
-        spec = {
-            "job_id": job.id, "attempt": attempt, "tag": f"{ad}/spec.json", "attempt_dir": ad,
-            "workdir": workdir, "log": f"{jd}/job.log", "runtime_dir": runtime,
-            "base_python": python, "command": command, "deps": deps,
-            "hf_data": [{"name": d["name"], "uri": d["source"],
-                         "repo": d["source"].removeprefix("hf://datasets/").rstrip("/")}
-                        for d in job.request.get("data", []) if d["kind"] == "hf"],
-            "secret_env": sorted(env_secrets),
-            "env": {
-                **job.request.get("env", {}),
-                "GPU_ROUTER_JOB_ID": job.id,
-                "GPU_ROUTER_SHORT_ID": job.short_id,
-                "GPU_ROUTER_ATTEMPT": str(attempt),
-                "GPU_ROUTER_OUTPUT_DIR": f"{jd}/out",
-                "GPU_ROUTER_DATA_DIR": f"{jd}/data",
-                "GPU_ROUTER_CHECKPOINT_DIR": f"{jd}/ckpt",
-                "GPU_ROUTER_CONTROL_DIR": f"{jd}/ctl",
-                "GPU_ROUTER_METRICS_FILE": f"{jd}/metrics.jsonl",
-            },
-        }
+        spec = launch_spec(job, job_dir=jd, attempt_dir=ad, workdir=workdir, runtime_dir=runtime,
+                           python=python, deps=deps, env_secrets=env_secrets)
         setup = [
             "set -e", f"J={quote(jd)}", f"A={quote(ad)}",
             'mkdir -p "$J/out" "$J/ckpt" "$J/ctl" "$J/data" "$A"',

@@ -37,7 +37,7 @@ from ..store import Job
 from ..transport import Transport, TransportError, quote
 from .base import Poll, TargetInfo
 from .batch import QueueCache, job_name, resources, script, signal_lead_s
-from .remote import RemoteProvider, make_transport
+from .remote import RemoteProvider
 from .ssh import exited_poll
 
 PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
@@ -156,12 +156,6 @@ def _int(text: str, default: int) -> int:
 
 class SlurmProvider(RemoteProvider):
     kind = "slurm"
-
-    @classmethod
-    def from_config(cls, t) -> "SlurmProvider":
-        o = t.options
-        return cls(t.name, make_transport(t.name, o), root=o.get("root") or "~/.gpu-router",
-                   python=o.get("python") or "python3", max_jobs=t.max_jobs, gpus=t.gpus, options=o)
 
     def __init__(self, name: str, transport: Transport, **kw) -> None:
         super().__init__(name, transport, **kw)

@@ -23,7 +23,7 @@ import time
 from ..store import Job
 from ..transport import Transport, TransportError, quote
 from .base import Poll, TargetInfo
-from .remote import START_GRACE_S, RemoteProvider, make_transport
+from .remote import START_GRACE_S, RemoteProvider
 
 _PGID = "sed -n 's/.*\"pgid\": *\\([0-9][0-9]*\\).*/\\1/p'"
 _PID = "sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p'"
@@ -31,12 +31,6 @@ _PID = "sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p'"
 
 class SSHProvider(RemoteProvider):
     kind = "ssh"
-
-    @classmethod
-    def from_config(cls, t) -> "SSHProvider":
-        o = t.options
-        return cls(t.name, make_transport(t.name, o), root=o.get("root") or "~/.gpu-router",
-                   python=o.get("python") or "python3", max_jobs=t.max_jobs, gpus=t.gpus, options=o)
 
     def __init__(self, name: str, transport: Transport, **kw) -> None:
         super().__init__(name, transport, **kw)

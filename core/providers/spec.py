@@ -1,0 +1,36 @@
+"""The attempt spec that `core/runtime/launch.py` reads: one shape for every target.
+
+Local and remote targets lay out the same folders (out, data, ckpt, ctl, metrics.jsonl,
+job.log under the job's folder); only where that folder is differs.
+"""
+
+from __future__ import annotations
+
+from ..store import Job
+
+
+def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runtime_dir: str,
+                python: str, deps: dict | None, env_secrets: dict[str, str]) -> dict:
+    command = list(job.plan["command"])
+    if job.plan.get("python_file", command[0].endswith(".py")):
+        command = ["{python}", *command]
+    return {
+        "job_id": job.id, "attempt": job.attempt, "tag": f"{attempt_dir}/spec.json",
+        "attempt_dir": attempt_dir, "workdir": workdir, "log": f"{job_dir}/job.log",
+        "runtime_dir": runtime_dir, "base_python": python, "command": command, "deps": deps,
+        "hf_data": [{"name": d["name"], "uri": d["source"],
+                     "repo": d["source"].removeprefix("hf://datasets/").rstrip("/")}
+                    for d in job.request.get("data", []) if d["kind"] == "hf"],
+        "secret_env": sorted(env_secrets),  # names only: values travel in memory
+        "env": {
+            **job.request.get("env", {}),
+            "GPU_ROUTER_JOB_ID": job.id,
+            "GPU_ROUTER_SHORT_ID": job.short_id,
+            "GPU_ROUTER_ATTEMPT": str(job.attempt),
+            "GPU_ROUTER_OUTPUT_DIR": f"{job_dir}/out",
+            "GPU_ROUTER_DATA_DIR": f"{job_dir}/data",
+            "GPU_ROUTER_CHECKPOINT_DIR": f"{job_dir}/ckpt",
+            "GPU_ROUTER_CONTROL_DIR": f"{job_dir}/ctl",
+            "GPU_ROUTER_METRICS_FILE": f"{job_dir}/metrics.jsonl",
+        },
+    }
