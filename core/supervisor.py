@@ -263,7 +263,7 @@ class Supervisor:
             await provider.sync_log(job)
         poll = await provider.poll(job)
         if poll.phase == "unreachable":
-            await self._unreachable(job, poll)
+            await self._unreachable(job, poll, provider)
             return
         if job.handle.get("unreachable_since"):
             self.store.update(job.id, handle={k: v for k, v in job.handle.items() if k != "unreachable_since"},
@@ -284,11 +284,11 @@ class Supervisor:
         elif poll.phase == "running":
             await self._check_overrun(job, provider)
 
-    async def _unreachable(self, job: Job, poll: Poll) -> None:
+    async def _unreachable(self, job: Job, poll: Poll, provider: Any) -> None:
         """A dropped connection is not a failed job: wait, and only after the grace call the
         session lost (the job then waits in `migrating`, saying why)."""
         since = job.handle.get("unreachable_since") or time.time()
-        grace = float(job.plan.get("unreachable_grace_s") or UNREACHABLE_GRACE_S)
+        grace = float(getattr(provider, "unreachable_grace_s", None) or UNREACHABLE_GRACE_S)
         waited = time.time() - since
         if waited > grace and job.state != State.MIGRATING:
             self.store.usage_end(job.id, job.attempt)

@@ -187,6 +187,14 @@ class RemoteProvider:
         self.declared_gpus = gpus
         self.options = dict(options or {})
         self.enabled = True
+        # how long the host may be unreachable before the job's session counts as lost
+        grace = self.options.get("unreachable_grace_s", 600)
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace <= 0:
+            from ..errors import UserError
+
+            raise UserError(f"targets.{name}.unreachable_grace_s must be a number of seconds above 0",
+                            fix="for example unreachable_grace_s: 900")
+        self.unreachable_grace_s = float(grace)
         self._remote: dict | None = None
         self._remote_task: asyncio.Task | None = None
         self._present: set[str] = set()
