@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 import os
 import re
 import shlex
@@ -125,7 +126,7 @@ class CommandFailed(TransportError):
         super().__init__(f"{what} failed (status {result.code})" + (f": {tail}" if tail else ""))
 
 
-class Transport:
+class Transport(ABC):
     """The interface; `stats` counts what crossed the link (benchmarks and handles read it)."""
 
     name: str = "transport"
@@ -137,25 +138,28 @@ class Transport:
     def describe(self) -> str:
         return self.name
 
+    @abstractmethod
     async def run(self, script: str, *, input: bytes | None = None, timeout: float = 120.0,
                   check: str | None = None, retry: bool = True) -> Result:
         """Run a POSIX sh script. `check`: raise CommandFailed naming it on a non-zero status.
         `retry`: after a dropped connection, reconnect and run it once more (only for scripts
         that are safe to run twice)."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def put_bytes(self, data: bytes, remote: str) -> int:
-        raise NotImplementedError
+        """Write `data` to the file `remote`; the number of bytes sent."""
 
+    @abstractmethod
     async def put_file(self, local: Path, remote: str) -> int:
-        raise NotImplementedError
+        """Copy the local file to `remote`; the number of bytes sent."""
 
+    @abstractmethod
     async def get_file(self, remote: str, local: Path, max_bytes: int | None = None) -> int:
-        raise NotImplementedError
+        """Copy `remote` to the local file, refusing more than `max_bytes`; bytes received."""
 
+    @abstractmethod
     async def read_from(self, remote: str, offset: int, limit: int) -> tuple[bytes, int]:
         """Up to `limit` bytes of `remote` from `offset`, and the file's size (-1: no file)."""
-        raise NotImplementedError
 
     async def close(self) -> None:
         return None

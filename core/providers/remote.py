@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from abc import ABC, abstractmethod
 import io
 import json
 import os
@@ -164,7 +165,7 @@ def run_sync(coro_fn) -> Any:
     return box.get("value")
 
 
-class RemoteProvider:
+class RemoteProvider(ABC):
     """A target reached through a Transport; subclasses start and watch the job."""
 
     kind = "remote"
@@ -544,8 +545,9 @@ printf '%s\\n' "$py"
         info.details = {"host": self.transport.describe(), **(details or {})}
         return info
 
+    @abstractmethod
     async def probe_fresh(self) -> TargetInfo:
-        raise NotImplementedError
+        """Each kind asks its host its own way (ssh: nvidia-smi; slurm/pbs: partitions, queues)."""
 
     async def host_facts(self) -> dict:
         r = await self.transport.run(HOST_FACTS, check=f"probing {self.name}")
