@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from core.providers.local import _alive  # the same liveness check the local target uses
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -147,16 +149,6 @@ def private_world(prefix: str) -> World:
         signal.signal(sig, lambda *_: sys.exit(1))
     log(f"private world: GPU_ROUTER_HOME={world.home} GPU_ROUTER_CONFIG={world.config}")
     return world
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def live_groups(pgids: set[int]) -> set[int]:

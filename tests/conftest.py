@@ -83,6 +83,18 @@ def wait_state(job: str, states: set[str], timeout: float = 120, cwd: Path | Non
     raise AssertionError(f"job {job} did not reach {states} in {timeout}s; last: {doc}")
 
 
+def wait_process_gone(pid: int, timeout: float, message: str) -> None:
+    """Fail with `message` unless process `pid` is gone within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(message)
+
+
 def make_git_project(path: Path, files: dict[str, str], gitignore: str = "") -> Path:
     """A real git repository with these files committed (and a .gitignore if given)."""
     path.mkdir(parents=True, exist_ok=True)

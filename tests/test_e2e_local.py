@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_example, gpu_json, make_git_project, run_gpu, wait_state
+from tests.conftest import (copy_example, gpu_json, make_git_project, run_gpu, wait_process_gone,
+                            wait_state)
 
 pytestmark = pytest.mark.slow
 
@@ -103,15 +103,7 @@ def test_cancel_stops_the_whole_process_group(home: Path, tmp_path: Path) -> Non
     child = int(pidfile.read_text())
     res = gpu_json("cancel", short, timeout=60)
     assert res["job"]["state"] == "cancelled"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the job's child process survived cancel")
+    wait_process_gone(child, 10, "the job's child process survived cancel")
     assert (project / "runs" / short / "job.json").exists()
     again = run_gpu("cancel", short)
     assert again.returncode == 2 and "already ended" in again.stderr

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_example, gpu_json, make_git_project, run_gpu, wait_state
+from tests.conftest import (copy_example, gpu_json, make_git_project, run_gpu, wait_process_gone,
+                            wait_state)
 
 pytestmark = pytest.mark.slow
 
@@ -216,15 +217,7 @@ def test_cancel_stops_the_remote_process_group(sshd, home: Path, tmp_path: Path)
     child = int(pidfile.read_text())
     res = gpu_json("cancel", short, timeout=60)
     assert res["job"]["state"] == "cancelled"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the job's child process on the host survived cancel")
+    wait_process_gone(child, 10, "the job's child process on the host survived cancel")
 
 
 def test_secrets_reach_the_job_but_never_the_hosts_disk_or_command_lines(
