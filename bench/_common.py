@@ -177,7 +177,7 @@ def _group_alive(pgid: int) -> bool:
 
 def _is_supervisor(pid: int) -> bool:
     try:
-        return b"core.supervisor" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"core.engine.supervisor" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 

@@ -30,7 +30,7 @@ def ms(seconds: float) -> str:
 
 
 def seed_jobs(n: int) -> list[str]:
-    from core.store import Store
+    from core.engine.store import Store
 
     store = Store()
     now = time.time()
@@ -51,7 +51,7 @@ def seed_jobs(n: int) -> list[str]:
 
 
 async def bench_table(n: int) -> dict:
-    from core.store import Store
+    from core.engine.store import Store
     from tui.dash.app import DashApp, JobsChanged
     from tui.dash.widgets import JobsTable
 
@@ -113,7 +113,7 @@ async def bench_table(n: int) -> dict:
 
 
 def bench_log(gb: float, root: Path) -> dict:
-    from core.logtail import Follower, tail_lines
+    from core.display.logtail import Follower, tail_lines
 
     path = root / "big.log"
     line = b"step 123456  loss 0.123456  lr 0.000300  grad_norm 1.2345  tokens/s 123456.7\n"

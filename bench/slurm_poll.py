@@ -6,7 +6,7 @@ Starts a private one-node Slurm (tests/services.SlurmCluster: munge, slurmctld, 
 declares 128 CPUs with SlurmdParameters=config_overrides so 100 one-CPU jobs run at once), adds
 it as target `lab` (`local: true`, the login node is this machine) with a PATH shim that logs
 every real `squeue` process before running the real one, submits --jobs jobs in-process
-(`core.service.submit`, each `sleep` for 10 minutes), and drives a `Supervisor` tick by tick
+(`core.engine.service.submit`, each `sleep` for 10 minutes), and drives a `Supervisor` tick by tick
 until Slurm runs them all. Then it runs --cycles more ticks, one second apart, and prints per
 cycle: the `squeue` processes started (from the shim's log), the provider's own count, and the
 time the tick took. Target: one squeue per cycle, not one per job. At the end every job is
@@ -73,11 +73,11 @@ def run(world, cluster, a) -> None:
     git(project, "add", "-A")
     git(project, "commit", "-qm", "bench")
 
-    from core.config import build_request
-    from core.service import submit
-    from core.states import State
-    from core.store import Store
-    from core.supervisor import Supervisor
+    from core.config.request import build_request
+    from core.engine.service import submit
+    from core.engine.states import State
+    from core.engine.store import Store
+    from core.engine.supervisor import Supervisor
 
     store = Store()
     t0 = time.perf_counter()

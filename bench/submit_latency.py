@@ -72,12 +72,12 @@ BREAKDOWN = r"""
 import asyncio, json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from core.config import build_request
-from core import service
-from core.bundle import list_project, build, FileHashCache
-from core.userconfig import providers
-from core.router import route
-from core.store import Store
+from core.config.request import build_request
+from core.engine import service
+from core.packaging.bundle import list_project, build, FileHashCache
+from core.providers.registry import build as providers
+from core.planning.router import route
+from core.engine.store import Store
 t_import = time.perf_counter() - t0
 proj = sys.argv[1]
 t = time.perf_counter(); req = build_request(proj, {"script": "a.py", "hours": 0.1, "wait_s": 0,
@@ -105,7 +105,7 @@ def main() -> int:
     py = sys.executable
     log("floor: python -c pass, gpu --help ...")
     floor_py = [timed([py, "-c", "pass"])[0] for _ in range(N)]
-    floor_imp = [timed([py, "-c", "import core.service, core.config, tui.cli"], cwd=proj,
+    floor_imp = [timed([py, "-c", "import core.engine.service, core.config.request, tui.cli"], cwd=proj,
                        env=world.env())[0] for _ in range(N)]
     help_path = [timed(gpu_cmd() + ["--help"], env=world.env())[0] for _ in range(N)]
     shim = gpu_shim()
@@ -182,7 +182,7 @@ def main() -> int:
     print()
     print(f"== submit latency: {FILES}-file git project, {N} runs each, wall clock ==")
     print(f"python -c pass                         {stats_ms(floor_py)}")
-    print(f"python -c 'import core.service, tui.cli' {stats_ms(floor_imp)}")
+    print(f"python -c 'import core.engine.service, tui.cli' {stats_ms(floor_imp)}")
     print(f"gpu --help  (console script)           {stats_ms(help_path)}")
     if shim:
         print(f"gpu --help  (pyenv shim)               {stats_ms(help_shim)}")

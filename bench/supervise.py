@@ -49,7 +49,7 @@ SMALL_CONFIG = """targets:
     max_jobs: {n}
 """
 
-# the example in core/userconfig.py's docstring, with local's max_jobs raised
+# the example in core/config/user.py's docstring, with local's max_jobs raised
 FULL_CONFIG = """targets:
   local: {{kind: local, max_jobs: {n}}}
   box:   {{kind: local, price_per_hour: 0.4, hours_per_week: 30, session_limit_hours: 12,
@@ -109,7 +109,7 @@ def main() -> int:
     ap.add_argument("--job-s", type=float, default=240.0)
     ap.add_argument("--profile-ticks", type=int, default=5)
     ap.add_argument("--full-config", action="store_true",
-                    help="write the fuller user config documented in core/userconfig.py "
+                    help="write the fuller user config documented in core/config/user.py "
                          "(targets, rules, budget, dashboard) instead of the 4-line one")
     a = ap.parse_args()
 
@@ -260,8 +260,8 @@ def _profile_ticks(n: int):
     show up (cProfile sees one thread only); and, where the supervisor has a `rules()` method
     that re-reads the user config, `n` ticks with it answered from a cache (an A/B for the fix).
     """
-    from core.states import ACTIVE
-    from core.supervisor import Supervisor
+    from core.engine.states import ACTIVE
+    from core.engine.supervisor import Supervisor
 
     sup = Supervisor(tick_s=1.0)
     sup.verified = {j.id for j in sup.store.jobs(states=ACTIVE)}  # skip the one-off `ps` check

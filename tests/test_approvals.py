@@ -108,9 +108,9 @@ def test_approve_and_deny_need_a_terminal_and_a_typed_id(home: Path, tmp_path: P
 
 
 def test_an_approval_binds_to_the_plan_it_saw(home: Path, tmp_path: Path) -> None:
-    from core.approvals import approve
+    from core.engine.approvals import approve
     from core.errors import UserError
-    from core.store import Store
+    from core.engine.store import Store
 
     project = make_git_project(tmp_path / "p", {"a.py": QUICK})
     _config(home, "targets:\n  local: {kind: local}\n  spare: {kind: local}\n")
@@ -133,8 +133,8 @@ def test_an_approval_binds_to_the_plan_it_saw(home: Path, tmp_path: Path) -> Non
 
 
 def test_overrun_checkpoints_holds_and_resumes_from_the_checkpoint(home: Path, tmp_path: Path) -> None:
-    from core.approvals import approve
-    from core.store import Store
+    from core.engine.approvals import approve
+    from core.engine.store import Store
 
     project = copy_example(tmp_path / "quickstart")
     # 0.001 h = 3.6 s; stopped at x1.25 = 4.5 s of running, with ~100 steps of 0.06 s to do
@@ -163,8 +163,8 @@ def test_overrun_checkpoints_holds_and_resumes_from_the_checkpoint(home: Path, t
 
 
 def test_denying_an_overrun_job_cancels_it(home: Path, tmp_path: Path) -> None:
-    from core.approvals import deny
-    from core.store import Store
+    from core.engine.approvals import deny
+    from core.engine.store import Store
 
     project = copy_example(tmp_path / "quickstart")
     sub = gpu_json("submit", "--hours", "0.0005", "--wait-s", "0", "--", "--steps", "200",
@@ -183,8 +183,8 @@ def test_usage_is_recorded_and_quota_goes_down(home: Path, tmp_path: Path) -> No
     assert wait_state(sub["short_id"], {"done", "failed"}, timeout=60)["state"] == "done"
     after = {t["name"]: t for t in gpu_json("targets")["targets"]}["local"]["quota_hours_left"]
     assert before == 10 and 10 - 0.0004 > after > 10 - 0.003  # about 2 s were used
-    from core.store import Store
-    from core.usage import job_cost, weekly_spend
+    from core.engine.store import Store
+    from core.planning.usage import job_cost, weekly_spend
 
     cost = job_cost(Store(), sub["id"])
     assert 0.0015 < cost < 0.01  # about 2 s at $3.60/hour

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from core.bundle import HINT, Bundle, list_project, make_bundle
+from core.packaging.bundle import HINT, Bundle, list_project, make_bundle
 from core.errors import UserError
 from tests.conftest import gpu_json, make_git_project, run_gpu
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.states import State
-from core.store import Store
+from core.engine.states import State
+from core.engine.store import Store
 from tui.dash.app import DashApp
 from tui.dash.demo import NOW, _id, seed
 from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen

@@ -1,4 +1,14 @@
-"""core/ is the engine: it never imports textual or anything under tui/."""
+"""The house rules of the layout, read from the code with ast (nothing is imported to check).
+
+- core/ is the engine: it never imports textual or anything under tui/ (and a run of every
+  core module loads no UI module);
+- no import cycle anywhere in core/ or tui/, counting imports inside functions too;
+- providers never import tui/; the transport never imports a provider;
+- tui/ reaches the engine through its public functions: no core.providers or core.transport;
+- the job-side runtime (core/runtime, shipped to every target) imports only the standard
+  library and itself;
+- `ls core/` reads as a table of contents: a dozen entries at most.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +17,155 @@ import subprocess
 import sys
 from pathlib import Path
 
-CORE = Path(__file__).resolve().parent.parent / "core"
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "core"
 FORBIDDEN = ("textual", "tui", "textual_plotext", "plotext")
 
 
+def _modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for pkg in ("core", "tui"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            if "__pycache__" in path.parts:
+                continue
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            mods[name] = path
+    return mods
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module name) for every import in the file, nested ones included."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".")
+                keep = len(parts) - node.level + (1 if path.name == "__init__.py" else 0)
+                base = ".".join(parts[:keep] + ([base] if base else []))
+            out.append((node.lineno, base))
+            out += [(node.lineno, f"{base}.{a.name}") for a in node.names if f"{base}.{a.name}" in MODULES]
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (a name resolves to its longest known prefix)."""
+    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    for mod, path in MODULES.items():
+        for _, target in _imports(mod, path):
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target and target != mod and not mod.startswith(target + "."):
+                edges[mod].add(target)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    for start in edges:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def _offenders(prefix: str, banned: tuple[str, ...]) -> list[str]:
+    out = []
+    for mod, path in MODULES.items():
+        if mod == prefix or mod.startswith(prefix + "."):
+            for line, target in _imports(mod, path):
+                if any(target == b or target.startswith(b + ".") for b in banned):
+                    out.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    return sorted(set(out))
+
+
+def test_no_import_cycle_in_core_or_tui() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    """The check above can fail: a made-up graph with a cycle is caught."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
 def test_no_core_module_imports_the_ui() -> None:
-    offenders = []
-    for path in CORE.rglob("*.py"):
+    assert _offenders("core", FORBIDDEN) == []
+
+
+def test_providers_do_not_import_the_ui() -> None:
+    assert _offenders("core.providers", ("tui", "textual")) == []
+
+
+def test_the_transport_imports_no_provider() -> None:
+    assert _offenders("core.transport", ("core.providers",)) == []
+
+
+def test_tui_reaches_the_engine_only_through_its_public_functions() -> None:
+    assert _offenders("tui", ("core.providers", "core.transport")) == []
+
+
+def test_the_job_side_runtime_imports_only_the_standard_library_and_itself() -> None:
+    runtime = CORE / "runtime"
+    own = {p.stem for p in runtime.rglob("*.py")} | {p.name for p in runtime.iterdir() if p.is_dir()}
+    bad = []
+    for path in runtime.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module != "__future__":
+                names = [node.module or ""]
             for name in names:
-                if name.split(".")[0] in FORBIDDEN:
-                    offenders.append(f"{path.relative_to(CORE.parent)}:{node.lineno} imports {name}")
-    assert offenders == []
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in own:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
+    assert bad == []
+
+
+def test_core_reads_as_a_table_of_contents() -> None:
+    entries = sorted(p.name for p in CORE.iterdir() if p.name not in ("__init__.py", "__pycache__"))
+    assert len(entries) <= 12, entries
+    loose = [e for e in entries if e.endswith(".py")]
+    assert len(loose) <= 3, f"modules outside a subpackage: {loose}"
 
 
 def test_importing_all_of_core_loads_no_ui_module() -> None:
@@ -32,6 +174,6 @@ def test_importing_all_of_core_loads_no_ui_module() -> None:
     code = ("import sys\n" + "".join(f"import {m}\n" for m in mods) +
             "bad = [m for m in sys.modules if m.split('.')[0] in %r]\nprint(bad)" % (FORBIDDEN,))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         cwd=CORE.parent)
+                         cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from core.logtail import Follower, tail_lines
+from core.display.logtail import Follower, tail_lines
 
 
 def test_the_end_of_a_big_log_comes_without_reading_it_all(tmp_path: Path) -> None:

@@ -136,7 +136,7 @@ def test_one_qstat_per_cycle_for_many_jobs(tmp_path: Path, home: Path) -> None:
     import os
 
     from core.providers.pbs import PBSProvider
-    from core.transport import LocalTransport
+    from core.transport.local import LocalTransport
 
     d = tmp_path / "pbs"
     d.mkdir()

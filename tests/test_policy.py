@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from core.errors import UserError
-from core.policy import evaluate, tell_user
+from core.planning.policy import evaluate, tell_user
 from core.providers.base import TargetInfo
-from core.userconfig import Rules
+from core.config.user import Rules
 
 FREE = TargetInfo("local", "local", True)
 
@@ -58,7 +58,7 @@ def test_tell_user_names_job_hours_price_rule_and_how_to_approve() -> None:
 
 
 def test_the_user_config_cannot_loosen_rules(home, tmp_path) -> None:
-    from core import userconfig
+    from core.config import user as userconfig
     from core.paths import user_config_file
 
     user_config_file().write_text("rules:\n  agent_max_hours: 5\n")

@@ -107,11 +107,11 @@ def test_a_job_whose_process_vanished_is_failed_not_rerun(home: Path, tmp_path: 
 
 def test_an_attempt_is_never_started_twice(home: Path, tmp_path: Path) -> None:
     """Placed but not started when the supervisor died: a restart starts it once."""
-    from core.config import build_request
-    from core.service import submit
-    from core.states import State
-    from core.store import Store
-    from core.supervisor import Supervisor
+    from core.config.request import build_request
+    from core.engine.service import submit
+    from core.engine.states import State
+    from core.engine.store import Store
+    from core.engine.supervisor import Supervisor
 
     project, starts = _project(tmp_path)
     req = build_request(project, {"script": "count.py", "hours": 0.1, "env": [f"STARTS_FILE={starts}", "STEPS=3"],

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.config import JobRequest
+from core.config.request import JobRequest
 from core.errors import UserError
-from core.gpuprobe import parse_nvidia_smi
+from core.providers.gpuprobe import parse_nvidia_smi
 from core.providers.base import TargetInfo
-from core.router import route
+from core.planning.router import route
 
 # recorded from `nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits`
 SMI_H200 = "0, NVIDIA H200, 143771\n"

@@ -14,7 +14,7 @@ import stat
 import tarfile
 from pathlib import Path
 
-from core.safe_extract import safe_extract
+from core.packaging.safe_extract import safe_extract
 
 
 def _archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], gz: bool = True) -> Path:

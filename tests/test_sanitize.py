@@ -1,6 +1,6 @@
 """Job output reaches a terminal only as printable text, tab and newline."""
 
-from core.sanitize import markup_safe, printable
+from core.display.sanitize import markup_safe, printable
 
 HOSTILE = ("ok\x1b]52;c;ZXZpbA==\x07 title\x1b]0;pwned\x1b\\ clear\x1b[2J csi8\x9b2J "
            "bell\x07 nul\x00 del\x7f c1\x85 osc8\x1b]8;;file:///etc\x1b\\link\x1b]8;;\x1b\\ "

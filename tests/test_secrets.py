@@ -51,8 +51,8 @@ def test_a_job_reads_its_secret_and_nothing_keeps_it(keychain, home: Path, tmp_p
                    cwd=project)
     assert sub["job"]["state"] == "awaiting_approval"
     assert "reads MY_TOKEN from your keychain" in sub["guidance"]["tell_user"]
-    from core.approvals import approve
-    from core.store import Store
+    from core.engine.approvals import approve
+    from core.engine.store import Store
 
     approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
     doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
@@ -75,8 +75,8 @@ def test_a_job_reads_its_secret_and_nothing_keeps_it(keychain, home: Path, tmp_p
 def test_a_missing_secret_fails_the_job_with_the_fix(keychain, home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {"show.py": PRINTER})
     sub = gpu_json("submit", "show.py", "--secret", "NOT_SET", "--hours", "0.1", "--wait-s", "0", cwd=project)
-    from core.approvals import approve
-    from core.store import Store
+    from core.engine.approvals import approve
+    from core.engine.store import Store
 
     approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
     doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
@@ -122,7 +122,7 @@ def test_secret_looking_env_is_refused(entry: str, home: Path, tmp_path: Path) -
 
 
 def test_ordinary_env_passes(home: Path, tmp_path: Path) -> None:
-    from core.secretscan import env_problem
+    from core.secrets.scan import env_problem
 
     ordinary = {"WANDB_MODE": "offline", "OMP_NUM_THREADS": "4", "CUDA_VISIBLE_DEVICES": "0,1",
                 "TOKENIZERS_PARALLELISM": "false", "PUBLIC_KEY_URL": "https://example.com/k.pub",
@@ -140,7 +140,7 @@ def test_ordinary_env_passes(home: Path, tmp_path: Path) -> None:
 
 
 def test_the_store_schema_has_no_place_for_values(home: Path) -> None:
-    from core.store import Store
+    from core.engine.store import Store
 
     Store()
     con = sqlite3.connect(home / "store.sqlite3")

@@ -187,8 +187,8 @@ def test_a_one_minute_limit_checkpoints_ends_the_session_and_resumes(slurm, lab:
 
 @pytest.mark.slow
 def test_secrets_need_pass_secrets_then_reach_the_job(slurm, lab: Path, keychain, tmp_path: Path) -> None:
-    from core.approvals import approve
-    from core.store import Store
+    from core.engine.approvals import approve
+    from core.engine.store import Store
 
     value = "tok-" + uuid.uuid4().hex
     assert run_gpu("secrets", "set", "API_TOKEN", input=value).returncode == 0

@@ -233,8 +233,8 @@ def test_secrets_reach_the_job_but_never_the_hosts_disk_or_command_lines(
                    "--wait-s", "10", cwd=project)
     short = sub["job"]["short_id"]
     assert sub["job"]["state"] == "awaiting_approval"  # secrets need a person's yes
-    from core.approvals import approve
-    from core.store import Store
+    from core.engine.approvals import approve
+    from core.engine.store import Store
 
     approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
     wait_state(short, {"running", "done", "failed"}, timeout=120)

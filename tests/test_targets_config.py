@@ -79,7 +79,7 @@ def test_add_on_a_fresh_config_and_bad_input(home: Path) -> None:
     ("{kind: condor, host: h}", "kind 'condor'"),
 ])
 def test_user_config_checks_remote_targets(body: str, words: str, home: Path) -> None:
-    from core.userconfig import load
+    from core.config.user import load
 
     path = write_user_config(f"targets:\n  t: {body}\n")
     with pytest.raises(UserError) as err:
@@ -88,7 +88,8 @@ def test_user_config_checks_remote_targets(body: str, words: str, home: Path) ->
 
 
 def test_remote_targets_load_as_providers(home: Path) -> None:
-    from core.userconfig import load, providers
+    from core.config.user import load
+    from core.providers.registry import build as providers
 
     write_user_config("targets:\n"
                       "  box: {kind: ssh, host: gpu-box.lan, user: me, port: 2222, price_per_hour: 0.1}\n"
@@ -103,8 +104,8 @@ def test_remote_targets_load_as_providers(home: Path) -> None:
 
 
 def test_scheduler_resources_in_gpu_yaml(home: Path, tmp_path: Path) -> None:
-    from core.config import build_request
-    from core.plan import digest
+    from core.config.request import build_request
+    from core.planning.plan import digest
 
     good = make_git_project(tmp_path / "good", {
         "a.py": "print(1)\n",

@@ -13,7 +13,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from core import transport as tp
+from core.transport import base, local, ssh
 
 # asyncssh's in-process SFTP server leaves an un-awaited Queue.join when a connection closes
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine 'Queue.join' was never awaited:RuntimeWarning")
@@ -54,30 +54,30 @@ async def server(tmp_path: Path):
         process_factory=_handle, sftp_factory=True, encoding=None)
     port = srv.sockets[0].getsockname()[1]
     known = tmp_path / "known_hosts"
-    ep = tp.Endpoint("127.0.0.1", port, user="tester", key=str(key_file), known_hosts=str(known))
-    known.write_text(tp.known_hosts_line(ep, host_key) + "\n")
+    ep = ssh.Endpoint("127.0.0.1", port, user="tester", key=str(key_file), known_hosts=str(known))
+    known.write_text(ssh.known_hosts_line(ep, host_key) + "\n")
     yield ep, host_key, srv
-    await tp.close_all()
+    await ssh.close_all()
     srv.close()
     await srv.wait_closed()
 
 
 async def test_ssh_runs_scripts_with_every_value_quoted(server, tmp_path: Path) -> None:
     ep, _, _ = server
-    t = tp.SSHTransport(ep, name="box")
-    script = "printf '%s\\0' " + " ".join(tp.quote(v) for v in NASTY)
+    t = ssh.SSHTransport(ep, name="box")
+    script = "printf '%s\\0' " + " ".join(base.quote(v) for v in NASTY)
     r = await t.run(script, check="printing")
     assert r.stdout.decode().split("\0")[:-1] == NASTY
     r = await t.run("cat; exit 7", input=b"from stdin")
     assert (r.code, r.stdout) == (7, b"from stdin")
-    with pytest.raises(tp.CommandFailed, match="the step.*status 3.*oops"):
+    with pytest.raises(base.CommandFailed, match="the step.*status 3.*oops"):
         await t.run("echo oops >&2; exit 3", check="the step")
-    assert tp._POOL[ep].connects == 1  # one connection for all of it
+    assert ssh._POOL[ep].connects == 1  # one connection for all of it
 
 
 async def test_ssh_files_and_offsets(server, tmp_path: Path) -> None:
     ep, _, _ = server
-    t = tp.SSHTransport(ep, name="box")
+    t = ssh.SSHTransport(ep, name="box")
     remote = tmp_path / "remote.txt"
     assert await t.put_bytes(b"line1\nline2\n", str(remote)) == 12
     assert remote.read_bytes() == b"line1\nline2\n"
@@ -89,30 +89,30 @@ async def test_ssh_files_and_offsets(server, tmp_path: Path) -> None:
     assert await t.put_file(local, str(tmp_path / "copy.bin")) == 5000
     back = tmp_path / "back.bin"
     assert await t.get_file(str(tmp_path / "copy.bin"), back) == 5000
-    with pytest.raises(tp.TransportError, match="cap"):
+    with pytest.raises(base.TransportError, match="cap"):
         await t.get_file(str(tmp_path / "copy.bin"), back, max_bytes=100)
     assert t.stats["bytes_sent"] >= 5012 and t.stats["files_sent"] == 2
 
 
 async def test_a_dropped_connection_is_replaced(server) -> None:
     ep, _, _ = server
-    t = tp.SSHTransport(ep, name="box")
+    t = ssh.SSHTransport(ep, name="box")
     assert (await t.run("echo one")).out == "one\n"
-    tp._POOL[ep].conn.abort()
+    ssh._POOL[ep].conn.abort()
     await asyncio.sleep(0.05)
     assert (await t.run("echo two")).out == "two\n"
-    assert tp._POOL[ep].connects == 2
+    assert ssh._POOL[ep].connects == 2
 
 
 async def test_a_host_away_backs_off_and_says_so(server) -> None:
     ep, _, srv = server
-    t = tp.SSHTransport(ep, name="box")
+    t = ssh.SSHTransport(ep, name="box")
     srv.close()
     await srv.wait_closed()
-    await tp.close_all()
-    with pytest.raises(tp.Unreachable, match="refused"):
+    await ssh.close_all()
+    with pytest.raises(base.Unreachable, match="refused"):
         await t.run("true")
-    with pytest.raises(tp.Unreachable, match="next try in"):  # no new connect until the backoff ends
+    with pytest.raises(base.Unreachable, match="next try in"):  # no new connect until the backoff ends
         await t.run("true")
 
 
@@ -120,50 +120,50 @@ async def test_unknown_changed_and_missing_known_hosts_are_refused(server, tmp_p
     ep, host_key, _ = server
     fp = host_key.get_fingerprint("sha256")
     Path(ep.known_hosts).write_text("")
-    with pytest.raises(tp.HostKeyError) as unknown:
-        await tp.SSHTransport(ep, name="box").run("true")
+    with pytest.raises(base.HostKeyError) as unknown:
+        await ssh.SSHTransport(ep, name="box").run("true")
     assert not unknown.value.changed and unknown.value.fingerprint == fp
     assert "gpu targets trust box" in unknown.value.fix and fp in unknown.value.what
-    await tp.close_all()
+    await ssh.close_all()
 
     other = asyncssh.generate_private_key("ssh-ed25519")
-    Path(ep.known_hosts).write_text(tp.known_hosts_line(ep, other) + "\n")
-    tp._POOL.clear()
-    with pytest.raises(tp.HostKeyError) as changed:
-        await tp.SSHTransport(ep, name="box").run("true")
+    Path(ep.known_hosts).write_text(ssh.known_hosts_line(ep, other) + "\n")
+    ssh._POOL.clear()
+    with pytest.raises(base.HostKeyError) as changed:
+        await ssh.SSHTransport(ep, name="box").run("true")
     assert changed.value.changed and "CHANGED" in changed.value.what and "--replace" in changed.value.fix
 
     Path(ep.known_hosts).unlink()  # no file at all: still checked, still refused
-    tp._POOL.clear()
-    with pytest.raises(tp.HostKeyError):
-        await tp.SSHTransport(ep, name="box").run("true")
+    ssh._POOL.clear()
+    with pytest.raises(base.HostKeyError):
+        await ssh.SSHTransport(ep, name="box").run("true")
 
     with pytest.raises(ValueError):
-        Path(ep.known_hosts).write_text(tp.known_hosts_line(ep, other) + "\n")
-        tp.trust_host_key(ep, host_key)  # a different key recorded: needs replace
-    tp.trust_host_key(ep, host_key, replace=True)
-    assert Path(ep.known_hosts).read_text().splitlines() == [tp.known_hosts_line(ep, host_key)]
-    tp._POOL.clear()
-    assert (await tp.SSHTransport(ep, name="box").run("echo ok")).out == "ok\n"
+        Path(ep.known_hosts).write_text(ssh.known_hosts_line(ep, other) + "\n")
+        ssh.trust_host_key(ep, host_key)  # a different key recorded: needs replace
+    ssh.trust_host_key(ep, host_key, replace=True)
+    assert Path(ep.known_hosts).read_text().splitlines() == [ssh.known_hosts_line(ep, host_key)]
+    ssh._POOL.clear()
+    assert (await ssh.SSHTransport(ep, name="box").run("echo ok")).out == "ok\n"
 
 
 async def test_local_transport_matches(tmp_path: Path) -> None:
-    t = tp.LocalTransport("here", env={"GREETING": "hi there"})
-    r = await t.run("printf '%s\\0' " + " ".join(tp.quote(v) for v in NASTY) + "; printf %s \"$GREETING\"")
+    t = local.LocalTransport("here", env={"GREETING": "hi there"})
+    r = await t.run("printf '%s\\0' " + " ".join(base.quote(v) for v in NASTY) + "; printf %s \"$GREETING\"")
     assert r.stdout.decode().split("\0") == [*NASTY, "hi there"]
     f = tmp_path / "f.txt"
     await t.put_bytes(b"abcdef", str(f))
     assert await t.read_from(str(f), 2, 3) == (b"cde", 6)
     assert await t.read_from(str(tmp_path / "none"), 0, 3) == (b"", -1)
-    with pytest.raises(tp.TransportError, match="longer than"):
+    with pytest.raises(base.TransportError, match="longer than"):
         await t.run("sleep 5", timeout=0.2)
 
 
 def test_names_and_paths() -> None:
-    assert tp.safe_name("my job; rm -rf /") == "my-job--rm--rf--"
-    assert tp.check_name("gpu-1a2b3c4d-1-train") == "gpu-1a2b3c4d-1-train"
+    assert base.safe_name("my job; rm -rf /") == "my-job--rm--rf--"
+    assert base.check_name("gpu-1a2b3c4d-1-train") == "gpu-1a2b3c4d-1-train"
     with pytest.raises(ValueError):
-        tp.check_name("x'; touch /tmp/p")
-    assert tp.remote_path_expr("~/.gpu-router") == "\"$HOME\"/.gpu-router"
-    assert tp.remote_path_expr("~/it's") == "\"$HOME\"/'it'\"'\"'s'"
-    assert tp.remote_path_expr("/abs/p") == "/abs/p"
+        base.check_name("x'; touch /tmp/p")
+    assert base.remote_path_expr("~/.gpu-router") == "\"$HOME\"/.gpu-router"
+    assert base.remote_path_expr("~/it's") == "\"$HOME\"/'it'\"'\"'s'"
+    assert base.remote_path_expr("/abs/p") == "/abs/p"

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from core.providers.base import Poll
-from core.states import State
-from core.store import Store
-from core.supervisor import Supervisor
+from core.engine.states import State
+from core.engine.store import Store
+from core.engine.supervisor import Supervisor
 
 
 class SilentHost:

@@ -32,7 +32,7 @@ def _print(renderable: Any) -> None:
 
 
 def _store():
-    from core.store import Store
+    from core.engine.store import Store
 
     return Store()
 
@@ -56,8 +56,8 @@ def _request_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from core.config import build_request
-    from core.service import submit
+    from core.config.request import build_request
+    from core.engine.service import submit
 
     req = build_request(args.project_dir or os.getcwd(), _request_overrides(args))
     interactive = _interactive(args)
@@ -83,14 +83,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _actor(interactive: bool) -> str:
-    from core.approvals import who
+    from core.engine.approvals import who
 
     return who("terminal") if interactive else "agent (no terminal)"
 
 
 def _ask_at_submit(result) -> int:
     """A person at a terminal is shown the plan once; their yes approves that digest."""
-    from core.approvals import approve, deny, who
+    from core.engine.approvals import approve, deny, who
     from tui.render import bundle_panel, plan_panel
 
     job = result.job
@@ -111,8 +111,8 @@ def _ask_at_submit(result) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from core.config import build_request
-    from core.service import prepare
+    from core.config.request import build_request
+    from core.engine.service import prepare
 
     req = build_request(args.project_dir or os.getcwd(), _request_overrides(args))
     bundle, plan = prepare(req, interactive=_interactive(args))
@@ -138,8 +138,8 @@ def _confirm_on_terminal(job, verb: str) -> None:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    from core.approvals import approve, who
-    from core.states import State
+    from core.engine.approvals import approve, who
+    from core.engine.states import State
 
     store = _store()
     job = store.resolve(args.id)
@@ -161,7 +161,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 def cmd_deny(args: argparse.Namespace) -> int:
-    from core.approvals import deny, who
+    from core.engine.approvals import deny, who
 
     store = _store()
     job = store.resolve(args.id)
@@ -175,7 +175,7 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
-    from core import targets
+    from core.engine import targets
 
     infos = targets.infos(_store())
     if args.json:
@@ -188,7 +188,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_secrets(args: argparse.Namespace) -> int:
-    from core import secretstore
+    from core.secrets import store as secretstore
 
     if args.action == "list":
         names = secretstore.names()
@@ -229,7 +229,7 @@ def cmd_dash(args: argparse.Namespace) -> int:
 def cmd_bundle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from core.bundle import build, list_project
+    from core.packaging.bundle import build, list_project
 
     listing = list_project(Path(args.project_dir or os.getcwd()), args.include or [])
     bundle = build(listing)
@@ -249,7 +249,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from core.states import ACTIVE, State
+    from core.engine.states import ACTIVE, State
 
     store = _store()
     states = None
@@ -275,11 +275,11 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from core.supervisor import running_pid
+    from core.engine.daemon import running_pid
 
     store = _store()
     if not args.id:
-        from core.states import ACTIVE
+        from core.engine.states import ACTIVE
 
         jobs = store.jobs(states=ACTIVE)
         pid = running_pid()
@@ -295,7 +295,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     job = store.resolve(args.id)
     events = store.events(job.id)
     if args.json:
-        from core.service import guidance
+        from core.engine.service import guidance
 
         doc = job.to_json(verbose=args.verbose)
         doc["events"] = [e.to_json() for e in events] if args.verbose else [e.to_json() for e in events[-5:]]
@@ -309,9 +309,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from core.sanitize import printable
-    from core.service import log_path
-    from core.states import TERMINAL
+    from core.display.sanitize import printable
+    from core.engine.service import log_path
+    from core.engine.states import TERMINAL
 
     store = _store()
     job = store.resolve(args.id)
@@ -382,7 +382,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from core.service import cancel
+    from core.engine.service import cancel
 
     job = cancel(_store(), args.id, actor="cli")
     if args.json:
@@ -395,10 +395,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
-    from core import supervisor
+    from core.engine import daemon, supervisor
 
     if args.status or args.stop:
-        pid = supervisor.running_pid()
+        pid = daemon.running_pid()
         if args.stop and pid:
             import signal
 
@@ -410,13 +410,13 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             print(f"supervisor {'pid %d %s' % (pid, 'stopping' if args.stop else 'running') if pid else 'not running'}")
         return 0
     if args.detach:
-        pid = supervisor.ensure_running(wait_s=10)
+        pid = daemon.ensure_running(wait_s=10)
         if args.json:
             _emit_json({"running": True, "pid": pid})
         else:
             print(f"supervisor running (pid {pid})")
         return 0
-    if supervisor.running_pid():
+    if daemon.running_pid():
         print("a supervisor already runs for this user (gpu daemon --status)", file=sys.stderr)
         return 0
     return supervisor.main()
@@ -477,7 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("targets", cmd_targets, "the targets: GPUs, availability, quota left, price")
     p.add_argument("--json", action="store_true", help="print {targets: [...]}")
-    from tui.cli_targets import add_target_commands  # list, add ssh|slurm|pbs, rm, trust
+    from tui.cli_targets import (
+        add_target_commands,  # list, add ssh|slurm|pbs, rm, trust
+    )
 
     add_target_commands(p, cmd_targets)
 
@@ -549,7 +551,9 @@ def main(argv: list[str] | None = None) -> int:
         args.args = [*(args.args or []), *extra]
     if not getattr(args, "func", None):
         if not argv and sys.stdin.isatty() and sys.stdout.isatty():
-            from tui.dash.app import run  # plain `gpu` on a terminal opens the dashboard
+            from tui.dash.app import (
+                run,  # plain `gpu` on a terminal opens the dashboard
+            )
 
             return run()
         parser.print_help()

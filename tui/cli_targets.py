@@ -88,14 +88,14 @@ def _print(text: Any) -> None:
 
 
 def _safe(text: str) -> str:
-    from core.sanitize import printable
+    from core.display.sanitize import printable
     from tui.render import markup_safe
 
     return markup_safe(printable(text))
 
 
 def _body(args: argparse.Namespace) -> dict:
-    from core.config import NAME_RE
+    from core.config.request import NAME_RE
 
     if not NAME_RE.match(args.name) or args.name == "local":
         raise UserError(f"{args.name!r} cannot name a target",
@@ -133,22 +133,6 @@ def _body(args: argparse.Namespace) -> dict:
     return body
 
 
-def _provider(name: str):
-    from core.userconfig import load, providers
-
-    cfg = load()
-    if name not in cfg.targets:
-        raise UserError(f"there is no target named {name!r}", fix="see `gpu targets`")
-    return cfg.targets[name], providers(cfg)[name]
-
-
-def _probe(provider) -> Any:
-    from core.providers.remote import run_sync
-
-    provider.forget_probe()
-    return run_sync(lambda: provider.probe(refresh=True))
-
-
 def describe_probe(info) -> list[str]:
     """Lines a person reads: reachable or why not, GPUs and free memory, load, partitions."""
     d = info.details or {}
@@ -174,14 +158,10 @@ def describe_probe(info) -> list[str]:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from core import targetopts
+    from core.engine import targets
 
     body = _body(args)
-    path = targetopts.save_target(args.name, body)
-    info = None
-    if not args.no_probe:
-        _, provider = _provider(args.name)
-        info = _probe(provider)
+    path, info = targets.add(args.name, body, probe_now=not args.no_probe)
     if args.json:
         _emit({"target": args.name, "saved_to": str(path), "config": body,
                "probe": info.to_json() if info else None})
@@ -194,16 +174,10 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from core import targetopts
-    from core.states import ACTIVE
-    from core.store import Store
+    from core.engine import targets
+    from core.engine.store import Store
 
-    live = [j for j in Store().jobs(states=ACTIVE) if j.provider == args.name]
-    if live and not args.force:
-        raise UserError(f"{len(live)} job(s) have not ended on {args.name}: "
-                        + ", ".join(j.short_id for j in live[:10]),
-                        fix="cancel them (gpu cancel ID) or pass --force")
-    path = targetopts.remove_target(args.name)
+    path = targets.remove(args.name, Store(), force=args.force)
     if args.json:
         _emit({"removed": args.name, "saved_to": str(path)})
     else:
@@ -212,56 +186,37 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_trust(args: argparse.Namespace) -> int:
-    import asyncio
+    from core.engine import targets
 
-    from core import transport as tp
-
-    t, provider = _provider(args.name)
-    ep = getattr(provider.transport, "ep", None)
-    if ep is None:
-        raise UserError(f"{args.name} runs on this machine: there is no host key to trust")
-
-    async def fetch():
-        return await tp.fetch_host_key(ep)
-
-    try:
-        key = asyncio.run(fetch())
-    except tp.Unreachable as exc:
-        raise UserError(str(exc), fix="check --host and --port (gpu targets add ... again)") from None
-    fp = tp.fingerprint(key)
-    recorded = tp.recorded_keys(ep)
-    already = any(k.public_data == key.public_data for k in recorded)
-    doc = {"target": args.name, "host": ep.label(), "fingerprint": fp, "algorithm": key.get_algorithm(),
-           "known_hosts": str(ep.known_hosts_file()), "trusted": already}
-    if already:
+    hk = targets.host_key(args.name)
+    doc = hk.to_json()
+    fp = hk.fingerprint
+    if hk.trusted:
         if args.json:
             _emit(doc)
         else:
-            _print(f"{args.name}: {ep.label()} ({key.get_algorithm()} {fp}) is already trusted")
+            _print(f"{args.name}: {hk.host} ({hk.algorithm} {fp}) is already trusted")
         return 0
-    if recorded and not args.replace:
-        raise UserError(f"the host key of {ep.label()} CHANGED: it now presents {fp}, and "
-                        f"{ep.known_hosts_file()} records another key for {ep.pattern()}",
-                        fix=f"only if its admin confirms {fp}: gpu targets trust {args.name} --replace")
+    if hk.changed and not args.replace:
+        targets.trust(hk)  # refuses a changed key without --replace, saying why
     if args.fingerprint:
         if args.fingerprint.strip() != fp:
-            raise UserError(f"{ep.label()} presents {fp}, not {args.fingerprint.strip()}: nothing was trusted",
+            raise UserError(f"{hk.host} presents {fp}, not {args.fingerprint.strip()}: nothing was trusted",
                             fix="check which key the host really has before trusting it")
     elif sys.stdin.isatty() and sys.stdout.isatty() and not args.json:
-        _print(f"{ep.label()} presents this {key.get_algorithm()} host key:\n  [bold]{fp}[/]")
+        _print(f"{hk.host} presents this {hk.algorithm} host key:\n  [bold]{fp}[/]")
         _print("Compare it with the host's own (`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` on the host).")
         answer = input("Type yes to trust it: ").strip().lower()
         if answer != "yes":
             raise UserError("not trusted: you did not type yes", fix=f"gpu targets trust {args.name}")
     else:
-        raise UserError(f"{ep.label()} presents {fp}; trusting it needs a person at a terminal or "
+        raise UserError(f"{hk.host} presents {fp}; trusting it needs a person at a terminal or "
                         f"that fingerprint, checked, given back",
                         fix=f"gpu targets trust {args.name} --fingerprint {fp}")
-    path = tp.trust_host_key(ep, key, replace=bool(recorded))
-    provider.forget_probe()
+    path = targets.trust(hk, replace=args.replace)
     doc.update(trusted=True, known_hosts=str(path))
     if args.json:
         _emit(doc)
     else:
-        _print(f"trusted {ep.label()} ({key.get_algorithm()} {fp}); recorded in {_safe(str(path))}")
+        _print(f"trusted {hk.host} ({hk.algorithm} {fp}); recorded in {_safe(str(path))}")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.sanitize import markup_safe
+from core.display.sanitize import markup_safe
 
 STATE_STYLE = {
     "queued": "dim", "routing": "cyan", "awaiting_approval": "bold yellow",

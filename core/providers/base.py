@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..store import Job
+from core.engine.store import Job
 
 
 @dataclass
@@ -23,7 +23,7 @@ class TargetInfo:
     gpus: list[dict] = field(default_factory=list)  # [{"name": "T4", "memory_gb": 15.0}]
     why_unavailable: str | None = None
     max_jobs: int = 1
-    # from the user config and the store's usage rows (filled in by core.targets)
+    # from the user config and the store's usage rows (filled in by core.engine.targets)
     price_per_hour: float = 0.0
     quota_hours_left: float | None = None
     credits_left: float | None = None

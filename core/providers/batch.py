@@ -20,9 +20,9 @@ import math
 import time
 from typing import Any, Awaitable, Callable
 
-from ..config import SAFE_VALUE_RE
-from ..store import Job
-from ..transport import check_name, quote, safe_name
+from core.config.request import SAFE_VALUE_RE
+from core.engine.store import Job
+from core.transport.base import check_name, quote, safe_name
 
 TIME_MARGIN = 1.25
 TIME_EXTRA_MIN = 5

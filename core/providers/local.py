@@ -20,13 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-from .. import paths
-from ..bundle import extract
-from ..gpuprobe import local_gpus
-from ..runtime import GPU_MODULE_DIR, LAUNCHER
-from ..store import Job
-from .base import Poll, TargetInfo
-from .spec import launch_spec
+from core import paths
+from core.packaging.bundle import extract
+from core.providers.gpuprobe import local_gpus
+from core.runtime import GPU_MODULE_DIR, LAUNCHER
+from core.engine.store import Job
+from core.providers.base import Poll, TargetInfo
+from core.providers.spec import launch_spec
 
 START_GRACE_S = 30.0
 

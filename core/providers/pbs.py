@@ -21,12 +21,12 @@ import base64
 import json
 import time
 
-from ..store import Job
-from ..transport import Transport, TransportError, quote
-from .base import Poll, TargetInfo
-from .batch import QueueCache, job_name, resources, script, signal_lead_s
-from .remote import RemoteProvider
-from .ssh import exited_poll
+from core.engine.store import Job
+from core.transport.base import Transport, TransportError, quote
+from core.providers.base import Poll, TargetInfo
+from core.providers.batch import QueueCache, job_name, resources, script, signal_lead_s
+from core.providers.remote import RemoteProvider
+from core.providers.ssh import exited_poll
 
 WALLTIME_CODES = {-29, -11}  # JOB_EXEC_KILL_WALLTIME (PBS Pro), Torque's walltime kill
 NODE_FAIL_CODES = {-3, -8}   # JOB_EXEC_RETRY, JOB_EXEC_NODE_FAIL style codes: run it again

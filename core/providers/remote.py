@@ -15,7 +15,7 @@ the upload's size was checked and it was moved into place), so an upload cut off
 never taken as complete: the next launch uploads it again.
 
 Logs are mirrored into the local `jobs/<id>/job.log` (`sync_log`), metrics are read from the
-remote file by offset, and outputs come home as one archive unpacked by `core.safe_extract`.
+remote file by offset, and outputs come home as one archive unpacked by `core.packaging.safe_extract`.
 A transport that cannot reach the host makes `poll` answer "unreachable": the supervisor waits
 and retries; it never fails a job because a link dropped.
 """
@@ -36,14 +36,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .. import paths
-from ..runtime import GPU_MODULE_DIR, LAUNCHER
-from ..safe_extract import safe_extract
-from ..store import Job
-from .spec import launch_spec
-from ..transport import (HostKeyError, LocalTransport, Transport, TransportError, Unreachable,
-                         quote, remote_path_expr)
-from .base import TargetInfo
+from core import paths
+from core.runtime import GPU_MODULE_DIR, LAUNCHER
+from core.packaging.safe_extract import safe_extract
+from core.engine.store import Job
+from core.providers.spec import launch_spec
+from core.transport.base import HostKeyError, Transport, TransportError, Unreachable, quote, remote_path_expr
+from core.transport.local import LocalTransport
+from core.providers.base import TargetInfo
 
 LOG_CHUNK = 4 << 20
 METRICS_CHUNK = 8 << 20
@@ -110,7 +110,7 @@ def requirement_lines(bundle: Path, workdir: str) -> list[str] | None:
 
 def parse_gpus(text: str) -> list[dict]:
     """nvidia-smi rows (index, name, total, free) as the dicts TargetInfo holds."""
-    from ..gpuprobe import parse_nvidia_smi
+    from core.providers.gpuprobe import parse_nvidia_smi
 
     return [g.to_json() for g in parse_nvidia_smi(text)]
 
@@ -141,7 +141,7 @@ def parse_host_facts(text: str) -> dict:
 def run_sync(coro_fn) -> Any:
     """Run an async function to completion from synchronous code, even inside a running loop
     (a fresh loop in a short-lived thread), closing the connections it opened."""
-    from ..transport import close_all
+    from core.transport.ssh import close_all
 
     box: dict[str, Any] = {}
 
@@ -172,7 +172,7 @@ class RemoteProvider(ABC):
 
     @classmethod
     def from_config(cls, t):
-        """A provider of this kind from a user-config target (core.userconfig.TargetConfig)."""
+        """A provider of this kind from a user-config target (core.config.user.TargetConfig)."""
         o = t.options
         return cls(t.name, make_transport(t.name, o), root=o.get("root") or "~/.gpu-router",
                    python=o.get("python") or "python3", max_jobs=t.max_jobs, gpus=t.gpus, options=o)
@@ -191,7 +191,7 @@ class RemoteProvider(ABC):
         # how long the host may be unreachable before the job's session counts as lost
         grace = self.options.get("unreachable_grace_s", 600)
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace <= 0:
-            from ..errors import UserError
+            from core.errors import UserError
 
             raise UserError(f"targets.{name}.unreachable_grace_s must be a number of seconds above 0",
                             fix="for example unreachable_grace_s: 900")
@@ -530,7 +530,7 @@ printf '%s\\n' "$py"
         return info
 
     def probe_now(self) -> TargetInfo:
-        """Synchronous probe for `core.targets` (which may run inside the supervisor's loop):
+        """Synchronous probe for `core.engine.targets` (which may run inside the supervisor's loop):
         the cached answer, or a fresh one from a short-lived thread."""
         cached = self._cached_probe()
         if cached is not None:
@@ -582,7 +582,7 @@ def make_transport(name: str, options: dict) -> Transport:
     """The transport a target's options describe: SSH to `host`, or this machine (`local`)."""
     if options.get("local"):
         return LocalTransport(name, env={str(k): str(v) for k, v in (options.get("env") or {}).items()})
-    from ..transport import Endpoint, SSHTransport
+    from core.transport.ssh import Endpoint, SSHTransport
 
     ep = Endpoint(host=str(options["host"]), port=int(options.get("port") or 22),
                   user=options.get("user"), key=options.get("key"),

@@ -33,12 +33,12 @@ from __future__ import annotations
 import base64
 import time
 
-from ..store import Job
-from ..transport import Transport, TransportError, quote
-from .base import Poll, TargetInfo
-from .batch import QueueCache, job_name, resources, script, signal_lead_s
-from .remote import RemoteProvider
-from .ssh import exited_poll
+from core.engine.store import Job
+from core.transport.base import Transport, TransportError, quote
+from core.providers.base import Poll, TargetInfo
+from core.providers.batch import QueueCache, job_name, resources, script, signal_lead_s
+from core.providers.remote import RemoteProvider
+from core.providers.ssh import exited_poll
 
 PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
            "SPECIAL_EXIT", "STAGE_OUT", "SIGNALING"}

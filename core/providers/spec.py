@@ -6,7 +6,7 @@ job.log under the job's folder); only where that folder is differs.
 
 from __future__ import annotations
 
-from ..store import Job
+from core.engine.store import Job
 
 
 def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runtime_dir: str,

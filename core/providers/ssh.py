@@ -20,10 +20,10 @@ import asyncio
 import json
 import time
 
-from ..store import Job
-from ..transport import Transport, TransportError, quote
-from .base import Poll, TargetInfo
-from .remote import START_GRACE_S, RemoteProvider
+from core.engine.store import Job
+from core.transport.base import Transport, TransportError, quote
+from core.providers.base import Poll, TargetInfo
+from core.providers.remote import START_GRACE_S, RemoteProvider
 
 _PGID = "sed -n 's/.*\"pgid\": *\\([0-9][0-9]*\\).*/\\1/p'"
 _PID = "sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p'"

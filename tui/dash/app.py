@@ -2,7 +2,7 @@
 
 All reading happens in thread workers (StoreWatcher, MetricsFeed, LogFeed) that report back
 by messages; the UI thread only applies what changed. Approving here is the same core call
-as `gpu approve` (core.approvals), bound to the digest shown in the modal.
+as `gpu approve` (core.engine.approvals), bound to the digest shown in the modal.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from core.errors import UserError
-from core.states import ACTIVE, State
-from core.store import Job, Store
+from core.engine.states import ACTIVE, State
+from core.engine.store import Job, Store
 from tui.dash.filtering import JobFilter
 from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
 from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10_series
@@ -140,7 +140,7 @@ class DashApp(App):
         self.metrics_feed: MetricsFeed | None = None
         if bell is None:
             try:
-                from core.userconfig import load
+                from core.config.user import load
 
                 bell = load().bell
             except UserError:
@@ -170,7 +170,7 @@ class DashApp(App):
         if not self.live:
             # a still picture (screenshots, snapshot tests): read everything now, in order,
             # so what is drawn never depends on which worker finished first
-            from core import targets
+            from core.engine import targets
 
             self.on_targets_read(TargetsRead(list(targets.infos(Store(self.store.path)).values())))
             self.on_jobs_changed(JobsChanged(self.watcher.initial(), initial=True))
@@ -200,7 +200,7 @@ class DashApp(App):
 
     @work(thread=True, exclusive=True, group="targets")
     def load_targets(self) -> None:
-        from core import targets
+        from core.engine import targets
 
         try:
             infos = list(targets.infos(Store(self.store.path)).values())
@@ -355,7 +355,7 @@ class DashApp(App):
             self.open_detail(event.row_key.value)
 
     def select_job(self, job_id: str) -> None:
-        from core.service import log_path
+        from core.engine.service import log_path
 
         table = self.query_one(JobsTable)
         if table.selected_key() != job_id and job_id in table.rows:
@@ -575,8 +575,8 @@ class DashApp(App):
 
     @work(thread=True, group="decisions")
     def _decide(self, job: Job, what: str, reason: str | None) -> None:
-        from core.approvals import approve, deny, who
-        from core.service import cancel
+        from core.engine.approvals import approve, deny, who
+        from core.engine.service import cancel
 
         store = Store(self.store.path)
         try:

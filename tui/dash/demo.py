@@ -10,8 +10,8 @@ import json
 import math
 
 from core import paths
-from core.states import State
-from core.store import Store
+from core.engine.states import State
+from core.engine.store import Store
 
 NOW = 1_796_000_000.0  # the demo's fixed "now" (2026-11-30)
 
@@ -53,7 +53,7 @@ def seed(store: Store | None = None, with_logs: bool = True) -> Store:
                 "command": ["train.py", "--config", f"configs/{name}.yaml"]}
         plan["digest"] = f"{n:02d}" + "ab" * 31
         if holds:
-            from core.policy import tell_user
+            from core.planning.policy import tell_user
 
             plan["tell_user"] = tell_user(jid[:8], name, plan, holds)
             plan["hold_kind"] = "rules"

@@ -17,7 +17,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from core.sanitize import markup_safe
+from core.display.sanitize import markup_safe
 from tui.render import bundle_panel, human_bytes, metrics_table, plan_panel, state_text
 
 

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.logtail import Follower
-from core.store import Job, Store
+from core.display.logtail import Follower
+from core.engine.store import Job, Store
 
 
 class StoreWatcher:

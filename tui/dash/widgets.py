@@ -9,8 +9,8 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Log, Static
 from textual_plotext import PlotextPlot
 
-from core.sanitize import printable
-from core.states import State
+from core.display.sanitize import printable
+from core.engine.states import State
 from tui.render import STATE_STYLE, duration, money
 
 JOB_COLUMNS = (("id", "ID", 8), ("name", "NAME", 14), ("state", "STATE", 16), ("target", "TARGET", 9),

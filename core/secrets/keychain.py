@@ -7,7 +7,7 @@ keychain is reachable (a headless box over SSH without a D-Bus session).
 
 from __future__ import annotations
 
-from .errors import UserError
+from core.errors import UserError
 
 SERVICE = "gpu-router"
 NATIVE_MODULES = ("keyring.backends.macOS", "keyring.backends.Windows",

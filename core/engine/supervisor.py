@@ -10,23 +10,27 @@ twice, and records the exit of a job that ended while it was down.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import logging
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from . import paths
-from .errors import IllegalTransition, UserError
-from .providers.base import Poll
-from .states import ACTIVE, LAUNCHED, State
-from .store import Job, Store
+from core import paths
+from core.config.user import Rules, load
+from core.engine.daemon import try_lock
+from core.engine.service import bring_home, hold, replan, write_job_json
+from core.engine.states import ACTIVE, LAUNCHED, State
+from core.engine.store import Job, Store
+from core.errors import IllegalTransition, UserError
+from core.planning.plan import digest
+from core.planning.usage import job_hours
+from core.providers import registry
+from core.providers.base import Poll
+from core.secrets.launch import secrets_for_launch
 
 log = logging.getLogger("gpu-router.supervisor")
 
@@ -34,74 +38,6 @@ CANCEL_GRACE_S = 10.0
 UNREACHABLE_GRACE_S = 600.0  # a host away longer than this has lost the job's session
 MAX_RESUMES = 3  # session ends (time limits, preemption) resumed on the same target
 IDLE_EXIT_S = 60.0
-
-
-# -- starting and waking it ----------------------------------------------------------------
-
-
-def _try_lock() -> int | None:
-    fd = os.open(paths.daemon_lock_file(), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def running_pid() -> int | None:
-    """The pid of the live supervisor, or None when none holds the lock."""
-    fd = _try_lock()
-    if fd is not None:
-        os.close(fd)
-        return None
-    try:
-        return int(paths.daemon_lock_file().read_text().strip() or 0) or None
-    except (OSError, ValueError):
-        return None
-
-
-def ensure_running(wait_s: float = 0.0) -> int | None:
-    """Start a detached supervisor unless one runs; wake the one that runs.
-
-    With `wait_s`, wait until the new one holds its lock and return its pid.
-    """
-    pid = running_pid()
-    if pid:
-        wake(pid)
-        return pid
-    logf = open(paths.daemon_log_file(), "ab")
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "core.supervisor"], stdin=subprocess.DEVNULL,
-                                stdout=logf, stderr=logf, start_new_session=True,
-                                cwd=str(paths.home()), close_fds=True,
-                                env={**os.environ, "PYTHONPATH": _package_parent()})
-    finally:
-        logf.close()
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        pid = running_pid()
-        if pid:
-            return pid
-        if proc.poll() is not None:  # it found another one holding the lock, or failed
-            return running_pid()
-        time.sleep(0.02)
-    return proc.pid
-
-
-def _package_parent() -> str:
-    parent = str(Path(__file__).resolve().parent.parent)
-    existing = os.environ.get("PYTHONPATH")
-    return os.pathsep.join([parent, existing]) if existing else parent
-
-
-def wake(pid: int | None = None) -> None:
-    pid = pid or running_pid()
-    if pid:
-        try:
-            os.kill(pid, signal.SIGUSR2)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # -- the loop ------------------------------------------------------------------------------
@@ -125,9 +61,7 @@ class Supervisor:
     @property
     def providers(self) -> dict[str, Any]:
         if self._providers is None:
-            from .userconfig import providers
-
-            self._providers = providers()
+            self._providers = registry.build()
         return self._providers
 
     def reload_providers(self) -> None:
@@ -334,8 +268,6 @@ class Supervisor:
     async def _launch(self, job: Job) -> None:
         provider = self.providers[job.provider]
         if job.plan.get("holds") and job.approved_digest != job.digest:
-            from .service import hold
-
             hold(self.store, job, job.plan["holds"], kind=job.plan.get("hold_kind", "rules"))
             return
         job = self.store.transition(job.id, State.PROVISIONING,
@@ -344,8 +276,6 @@ class Supervisor:
         await self._start_attempt(job, provider)
 
     async def _start_attempt(self, job: Job, provider: Any) -> None:
-        from .secrets import secrets_for_launch
-
         try:
             env_secrets = secrets_for_launch(job)
         except UserError as exc:
@@ -380,8 +310,6 @@ class Supervisor:
 
     async def _check_overrun(self, job: Job, provider: Any) -> None:
         """Past hours x overrun_factor: ask for a checkpoint, then stop it, then hold it."""
-        from .usage import job_hours
-
         hours = job.plan.get("hours")
         rules = self.rules()
         if job.state == State.RUNNING and hours:
@@ -405,8 +333,6 @@ class Supervisor:
     def rules(self):
         """The user's rules, read once per change of the config file (not once per job)."""
         if self._rules is None:
-            from .userconfig import Rules, load
-
             try:
                 self._rules = load().rules
             except UserError:
@@ -429,21 +355,13 @@ class Supervisor:
         else:
             dst, reason = State.FAILED, (f"exited with status {poll.exit_code}"
                                          + (f": {poll.detail}" if poll.detail else ""))
-        from .service import bring_home
-
         notes = await bring_home(self.store, job, provider)
         self.store.transition(job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
                               data={"notes": notes} if notes else None)
-        from .service import write_job_json
-
         await asyncio.to_thread(write_job_json, self.store, self.store.get(job.id))
 
     def _hold_overrun(self, job: Job) -> None:
         """The job stopped past its hours: wait for a person, offering another estimate's worth."""
-        from .plan import digest
-        from .service import hold
-        from .usage import job_hours
-
         used = job_hours(self.store, job.id)
         original = job.plan.get("original_hours") or job.plan["hours"]
         plan = {**job.plan, "original_hours": original,
@@ -458,8 +376,6 @@ class Supervisor:
 
     def _replan(self, job: Job, why: str) -> None:
         """The job's target went away before it started: route it again, and re-ask if held."""
-        from .service import replan
-
         try:
             replan(self.store, job, why)
         except UserError as exc:
@@ -500,7 +416,7 @@ def parse_metrics(data: bytes) -> tuple[list[tuple[int | None, str, float, float
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    fd = _try_lock()
+    fd = try_lock()
     if fd is None:
         return 0  # another supervisor runs: it will do the work
     os.ftruncate(fd, 0)

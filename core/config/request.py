@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import UserError
+from core.errors import UserError
 
 PROJECT_FILE = "gpu.yaml"
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -404,7 +404,7 @@ def _check_script(req: JobRequest, project: Path, where: str) -> None:
 
 
 def _inside_git_root(project: Path, target: str) -> bool:
-    from .bundle import find_root
+    from core.packaging.bundle import find_root
 
     root, _ = find_root(project)
     return os.path.commonpath([str(root), target]) == str(root)

@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from . import paths
+from core import paths
 
 CACHE_TTL_S = 300
 

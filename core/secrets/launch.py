@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .errors import UserError
-from .store import Job
+from core.errors import UserError
+from core.engine.store import Job
 
 
 def secrets_for_launch(job: Job) -> dict[str, str]:
@@ -11,7 +11,7 @@ def secrets_for_launch(job: Job) -> dict[str, str]:
     names = job.request.get("secrets") or []
     if not names:
         return {}
-    from . import keychain
+    from core.secrets import keychain
 
     values = {}
     for name in names:

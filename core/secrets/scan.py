@@ -58,7 +58,7 @@ def env_problem(name: str, value: str) -> str | None:
 
 def check_env(env: dict[str, str], where: str = "env") -> None:
     """Refuse the first secret-looking entry, saying where secrets go instead."""
-    from .errors import UserError
+    from core.errors import UserError
 
     for name, value in env.items():
         why = env_problem(name, value)

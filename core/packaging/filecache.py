@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import paths
+from core import paths
 
 CHUNK = 1 << 20
 RACY_NS = 2_000_000_000

@@ -1,44 +1,23 @@
-"""How gpu-router runs commands and moves files on a target: the local shell, or SSH.
-
-Providers that drive a machine (`ssh`, `slurm`, `pbs`) speak only this small interface, so the
-same code runs a Slurm login node reached over SSH or the login node we are sitting on:
-
-    await t.run(script, input=b"...")        # a POSIX sh script; Result(code, stdout, stderr)
-    await t.put_file(local, remote)          # bytes sent
-    await t.put_bytes(data, remote)
-    await t.get_file(remote, local, max_bytes)
-    await t.read_from(remote, offset, limit) # (bytes, file size or -1): tails logs and metrics
-
-Rules that hold for every command built anywhere in gpu-router:
-
-- A script is built with `quote()` around every value that did not come from this module
-  (paths, names, arguments): nothing a user or a project wrote reaches a shell unquoted.
-  Over SSH the whole script travels as `exec /bin/sh -c <quoted script>`, so the remote user's
-  login shell (bash, zsh, fish) only ever sees one single-quoted word.
-- SSH checks the host key against known_hosts, always (asyncssh's `known_hosts=None` turns
-  checking off; it is never used). An unknown or changed key is refused with the key's
-  fingerprint and the deliberate way to accept it: `gpu targets trust NAME`.
-- Agent forwarding stays off; keepalives are on (a dead link is noticed in about a minute);
-  one connection per host and event loop is shared by every provider object; a failed connect
-  is retried with exponential backoff, and meanwhile callers get `Unreachable` at once, so a
-  supervisor tick never blocks on a host that is down.
-"""
+"""SSH behind the Transport interface: host keys always checked, one pooled connection per host."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from abc import ABC, abstractmethod
 import os
-import re
-import shlex
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-JOB_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+from core.transport.base import (
+    HostKeyError,
+    Result,
+    Transport,
+    TransportError,
+    Unreachable,
+    quote,
+)
 
 # asyncssh logs every channel at INFO: the supervisor's log would be mostly that
 if logging.getLogger("asyncssh").level == logging.NOTSET:
@@ -49,223 +28,6 @@ KEEPALIVE_S = 15.0
 KEEPALIVE_COUNT = 4
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
-
-
-def quote(value: Any) -> str:
-    """One shell word, whatever `value` holds (POSIX single quoting)."""
-    return shlex.quote(str(value))
-
-
-def join(argv: list[Any]) -> str:
-    return " ".join(quote(a) for a in argv)
-
-
-def safe_name(text: str, limit: int = 64) -> str:
-    """A scheduler job name: only [A-Za-z0-9._-], never empty."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", text)[:limit] or "job"
-
-
-def check_name(text: str) -> str:
-    if not JOB_NAME_RE.match(text):
-        raise ValueError(f"job names allow only letters, digits, '.', '_' and '-' (got {text!r})")
-    return text
-
-
-def remote_path_expr(path: str) -> str:
-    """A shell expression for a remote path that may start with `~` (expanded by the remote)."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + quote(path[2:])
-    return quote(path)
-
-
-@dataclass
-class Result:
-    code: int | None
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def ok(self) -> bool:
-        return self.code == 0
-
-    @property
-    def out(self) -> str:
-        return self.stdout.decode(errors="replace")
-
-    @property
-    def err(self) -> str:
-        return self.stderr.decode(errors="replace")
-
-
-class TransportError(Exception):
-    """A command or transfer could not be carried out (not: it ran and said no)."""
-
-
-class Unreachable(TransportError):
-    """The host cannot be reached now. Not the job's fault: callers wait and try again."""
-
-
-class HostKeyError(Unreachable):
-    """The host's key is unknown or changed: nothing was sent. `fix` says how to accept it."""
-
-    def __init__(self, what: str, fix: str, fingerprint: str | None = None,
-                 changed: bool = False) -> None:
-        self.what = what
-        self.fix = fix
-        self.fingerprint = fingerprint
-        self.changed = changed
-        super().__init__(f"{what}\n  fix: {fix}")
-
-
-class CommandFailed(TransportError):
-    def __init__(self, what: str, result: Result) -> None:
-        self.result = result
-        tail = (result.err.strip() or result.out.strip())[-800:]
-        super().__init__(f"{what} failed (status {result.code})" + (f": {tail}" if tail else ""))
-
-
-class Transport(ABC):
-    """The interface; `stats` counts what crossed the link (benchmarks and handles read it)."""
-
-    name: str = "transport"
-    kind: str = "?"
-
-    def __init__(self) -> None:
-        self.stats = {"commands": 0, "bytes_sent": 0, "bytes_received": 0, "files_sent": 0}
-
-    def describe(self) -> str:
-        return self.name
-
-    @abstractmethod
-    async def run(self, script: str, *, input: bytes | None = None, timeout: float = 120.0,
-                  check: str | None = None, retry: bool = True) -> Result:
-        """Run a POSIX sh script. `check`: raise CommandFailed naming it on a non-zero status.
-        `retry`: after a dropped connection, reconnect and run it once more (only for scripts
-        that are safe to run twice)."""
-
-    @abstractmethod
-    async def put_bytes(self, data: bytes, remote: str) -> int:
-        """Write `data` to the file `remote`; the number of bytes sent."""
-
-    @abstractmethod
-    async def put_file(self, local: Path, remote: str) -> int:
-        """Copy the local file to `remote`; the number of bytes sent."""
-
-    @abstractmethod
-    async def get_file(self, remote: str, local: Path, max_bytes: int | None = None) -> int:
-        """Copy `remote` to the local file, refusing more than `max_bytes`; bytes received."""
-
-    @abstractmethod
-    async def read_from(self, remote: str, offset: int, limit: int) -> tuple[bytes, int]:
-        """Up to `limit` bytes of `remote` from `offset`, and the file's size (-1: no file)."""
-
-    async def close(self) -> None:
-        return None
-
-    def _checked(self, result: Result, check: str | None) -> Result:
-        self.stats["commands"] += 1
-        if check and result.code != 0:
-            raise CommandFailed(check, result)
-        return result
-
-
-# -- the local shell -----------------------------------------------------------------------
-
-
-class LocalTransport(Transport):
-    """This machine: a Slurm or PBS login node we are on (`--local`), and the tests' twin."""
-
-    kind = "local"
-
-    def __init__(self, name: str = "local", env: dict[str, str] | None = None) -> None:
-        super().__init__()
-        self.name = name
-        self.env = env or {}
-
-    async def run(self, script: str, *, input: bytes | None = None, timeout: float = 120.0,
-                  check: str | None = None, retry: bool = True) -> Result:
-        proc = await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", script, stdin=asyncio.subprocess.PIPE if input is not None
-            else asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env={**os.environ, **self.env}, start_new_session=True)
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
-        except (asyncio.TimeoutError, TimeoutError):
-            try:  # the whole group: a child left holding the pipes would keep us waiting
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            await proc.wait()
-            raise TransportError(f"a command on {self.name} took longer than {timeout:g}s") from None
-        if input:
-            self.stats["bytes_sent"] += len(input)
-        return self._checked(Result(proc.returncode, out, err), check)
-
-    async def put_bytes(self, data: bytes, remote: str) -> int:
-        def write() -> None:
-            path = Path(os.path.expanduser(remote))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-
-        await _local_io(write)
-        self.stats["bytes_sent"] += len(data)
-        self.stats["files_sent"] += 1
-        return len(data)
-
-    async def put_file(self, local: Path, remote: str) -> int:
-        def copy() -> int:
-            dest = Path(os.path.expanduser(remote))
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(local, dest)
-            return dest.stat().st_size
-
-        size = await _local_io(copy)
-        self.stats["bytes_sent"] += size
-        self.stats["files_sent"] += 1
-        return size
-
-    async def get_file(self, remote: str, local: Path, max_bytes: int | None = None) -> int:
-        def copy() -> int:
-            src = Path(os.path.expanduser(remote))
-            size = src.stat().st_size
-            if max_bytes is not None and size > max_bytes:
-                raise TransportError(f"{remote} is {size} bytes, over the {max_bytes} byte cap")
-            shutil.copyfile(src, local)
-            return size
-
-        size = await _local_io(copy)
-        self.stats["bytes_received"] += size
-        return size
-
-    async def read_from(self, remote: str, offset: int, limit: int) -> tuple[bytes, int]:
-        def read() -> tuple[bytes, int]:
-            try:
-                with open(os.path.expanduser(remote), "rb") as f:
-                    size = os.fstat(f.fileno()).st_size
-                    if offset >= size:
-                        return b"", size
-                    f.seek(offset)
-                    return f.read(min(limit, size - offset)), size
-            except FileNotFoundError:
-                return b"", -1
-
-        data, size = await _local_io(read)
-        self.stats["bytes_received"] += len(data)
-        return data, size
-
-
-async def _local_io(fn):
-    """Run a file operation off the loop; a refused one is a TransportError like over SSH."""
-    try:
-        return await asyncio.to_thread(fn)
-    except TransportError:
-        raise
-    except OSError as exc:
-        raise TransportError(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}") from None
 
 
 # -- SSH -----------------------------------------------------------------------------------

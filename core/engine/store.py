@@ -4,7 +4,7 @@ WAL mode so readers (the dashboard, `gpu status`) never block the writer; every 
 transaction starts with BEGIN IMMEDIATE because a read-then-write under DEFERRED fails with
 "database is locked" whatever the busy timeout. Schema changes are numbered migrations
 recorded in `PRAGMA user_version`. State changes go through `transition`, which consults
-`core.states` and writes an event row, so a job's history is never lost.
+`core.engine.states` and writes an event row, so a job's history is never lost.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from . import paths
-from .errors import IllegalTransition, NotFound, UserError
-from .states import ACTIVE, TERMINAL, State, can_move
+from core import paths
+from core.errors import IllegalTransition, NotFound, UserError
+from core.engine.states import ACTIVE, TERMINAL, State, can_move
 
 MIGRATIONS: list[str] = [
     # 1: jobs, their events and metrics

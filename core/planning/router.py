@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import JobRequest
-from .errors import UserError
-from .providers.base import TargetInfo
+from core.config.request import JobRequest
+from core.errors import UserError
+from core.providers.base import TargetInfo
 
 # an estimate of price for a job that gives no hours
 DEFAULT_ESTIMATE_HOURS = 1.0

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sanitize import printable
+from core.display.sanitize import printable
 
 BLOCK = 64 * 1024
 MAX_READ = 8 * 1024 * 1024  # per call: a flood is taken in bites, never all at once

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 
-from . import keychain, paths
-from .config import ENV_NAME_RE
-from .errors import UserError
+from core.secrets import keychain
+from core import paths
+from core.config.request import ENV_NAME_RE
+from core.errors import UserError
 
 
 def _index():

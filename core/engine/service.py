@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .bundle import Bundle, FileHashCache, list_project, build
-from .config import JobRequest
-from .errors import UserError
-from .plan import build_plan, canonical, data_hash
-from .router import route
-from .states import LAUNCHED, TERMINAL, State
-from .store import Job, Store
+from core import paths
+from core.config.request import JobRequest
+from core.engine.states import LAUNCHED, TERMINAL, State
+from core.engine.store import Job, Store
+from core.errors import UserError
+from core.packaging.bundle import Bundle, FileHashCache, build, list_project
+from core.planning.plan import build_plan, canonical, data_hash
+from core.planning.router import route
 
 
 @dataclass
@@ -78,8 +78,9 @@ def fingerprint(req: JobRequest, bundle_hash: str) -> str:
 
 def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None = None) -> tuple[Bundle, dict]:
     """Bundle the project, route it and apply the rules, without creating a job."""
-    from . import targets, userconfig
-    from .secretscan import check_env
+    from core.config import user as userconfig
+    from core.engine import targets
+    from core.secrets.scan import check_env
 
     check_env(req.env)
     cfg = userconfig.load()
@@ -102,9 +103,9 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
 
 def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> dict:
     """Price the plan and record which rules hold it (in the plan, outside its digest)."""
-    from .policy import evaluate
-    from .router import estimated_price
-    from .usage import weekly_spend
+    from core.planning.policy import evaluate
+    from core.planning.router import estimated_price
+    from core.planning.usage import weekly_spend
 
     price = estimated_price(info, plan.get("hours"))
     plan["price_per_hour"] = info.price_per_hour
@@ -130,7 +131,7 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
 
     job, submitted = _insert_once(store, req, plan, bundle, fp, summary, request_doc, actor)
     if submitted and start_supervisor and job.state != State.AWAITING_APPROVAL:
-        from .supervisor import ensure_running
+        from core.engine.daemon import ensure_running
 
         ensure_running()
     if req.wait_s and submitted and job.state == State.ROUTING:
@@ -177,7 +178,7 @@ def _insert_once(store: Store, req: JobRequest, plan: dict, bundle: Bundle, fp: 
 def hold(store: Store, job: Job, holds: list[dict], *, kind: str, actor: str = "supervisor",
          src: State | None = None, **fields: Any) -> Job:
     """Move a job to awaiting_approval, recording the rules that hold it."""
-    from .policy import tell_user
+    from core.planning.policy import tell_user
 
     plan = {**(fields.pop("plan", None) or job.plan), "holds": holds, "hold_kind": kind}
     text = tell_user(job.short_id, job.name, plan, holds)
@@ -189,7 +190,7 @@ def hold(store: Store, job: Job, holds: list[dict], *, kind: str, actor: str = "
 
 
 def request_from_json(doc: dict) -> JobRequest:
-    from .config import DataSpec
+    from core.config.request import DataSpec
 
     fields = {k: v for k, v in doc.items() if k in JobRequest.__dataclass_fields__}
     fields["data"] = [DataSpec(**d) for d in doc.get("data", [])]
@@ -198,8 +199,9 @@ def request_from_json(doc: dict) -> JobRequest:
 
 def replan(store: Store, job: Job, why: str) -> Job:
     """Route a placed-but-not-started job again; a plan that changed needs a new approval."""
-    from . import targets, userconfig
-    from .plan import digest
+    from core.config import user as userconfig
+    from core.engine import targets
+    from core.planning.plan import digest
 
     cfg = userconfig.load()
     req = request_from_json(job.request)
@@ -263,7 +265,7 @@ def cancel(store: Store, ref: str, *, actor: str = "cli", wait_s: float = 15.0) 
             return store.transition(job.id, State.CANCELLED, f"cancelled by {actor}", actor=actor)
         store.update(job.id, cancel_requested=1)
         store.add_event(job.id, f"cancel requested by {actor}", actor=actor)
-    from .supervisor import ensure_running
+    from core.engine.daemon import ensure_running
 
     ensure_running()
     deadline = time.monotonic() + wait_s

@@ -12,8 +12,8 @@ import json
 import os
 from pathlib import Path
 
-from .bundle import Bundle, FileHashCache, _walk_all
-from .config import JobRequest
+from core.packaging.bundle import Bundle, FileHashCache, _walk_all
+from core.config.request import JobRequest
 
 DIGEST_FIELDS = ("bundle_hash", "command", "env", "secrets", "data", "target", "gpu", "vram_gb",
                  "hours")
@@ -47,7 +47,7 @@ def data_hash(source: str, kind: str, cache: FileHashCache) -> str:
         sigs.append((str(f), FileHashCache.signature(st)))
     known = cache.lookup_many(sigs)
     rows = []
-    from .filecache import hash_fd
+    from core.packaging.filecache import hash_fd
 
     for name, sig in sigs:
         h = known.get(name)

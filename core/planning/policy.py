@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .providers.base import TargetInfo
-from .userconfig import Rules
+from core.providers.base import TargetInfo
+from core.config.user import Rules
 
 
 @dataclass

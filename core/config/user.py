@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .errors import UserError
+from core import paths
+from core.config.targetopts import validate
+from core.errors import UserError
 
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs")
 
@@ -120,8 +121,6 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
         elif key not in known:
             t.options[key] = value
     if kind != "local":
-        from .targetopts import validate
-
         validate(name, kind, t.options, where)
     return t
 
@@ -176,29 +175,3 @@ def load() -> UserConfig:
         rules.budget_weekly = _number(budget["weekly"], where, "budget.weekly")
     bell = (raw.get("dashboard") or {}).get("bell", True)
     return UserConfig(path=path, targets=targets, rules=rules, raw=raw, bell=bool(bell))
-
-
-def providers(cfg: UserConfig | None = None) -> dict[str, Any]:
-    """A provider object for each configured target, by name."""
-    from .providers.local import LocalProvider
-
-    cfg = cfg or load()
-    out: dict[str, Any] = {}
-    for name, t in cfg.targets.items():
-        if t.kind == "local":
-            out[name] = LocalProvider(name, max_jobs=t.max_jobs, python=t.options.get("python"),
-                                      gpus=t.gpus)
-        elif t.kind == "ssh":
-            from .providers.ssh import SSHProvider
-
-            out[name] = SSHProvider.from_config(t)
-        elif t.kind == "slurm":
-            from .providers.slurm import SlurmProvider
-
-            out[name] = SlurmProvider.from_config(t)
-        elif t.kind == "pbs":
-            from .providers.pbs import PBSProvider
-
-            out[name] = PBSProvider.from_config(t)
-        out[name].enabled = t.enabled
-    return out

@@ -2,7 +2,7 @@
 
 The file list is git's own answer (tracked plus untracked-not-ignored) or, outside git, the
 `.gitignore` rules applied through `pathspec`; `include` globs add to it. Credential files
-(`core.credentials`), `.git/` and `runs/` never ship; symlinks that leave the project are not
+(`core.packaging.credentials`), `.git/` and `runs/` never ship; symlinks that leave the project are not
 followed; only regular files are opened, with O_NOFOLLOW|O_NONBLOCK, so a FIFO cannot hang a
 submit. The bundle's hash is taken over the manifest (path, mode, content hash), so an
 unchanged tree is neither packed nor stored twice, and with the stat cache it is not even read.
@@ -21,10 +21,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import paths
-from .credentials import NEVER_DIRS, withheld_reason
-from .errors import UserError
-from .filecache import CHUNK, FileHashCache
+from core import paths
+from core.packaging.credentials import NEVER_DIRS, withheld_reason
+from core.errors import UserError
+from core.packaging.filecache import CHUNK, FileHashCache
 
 HINT = "add code with include, datasets with data"
 BIG_FILE = 100 * 1024 * 1024

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import getpass
 
-from .errors import UserError
-from .states import State
-from .store import Job, Store
+from core.engine.states import State
+from core.engine.store import Job, Store
+from core.errors import UserError
 
 
 def who(channel: str) -> str:
@@ -56,13 +56,13 @@ def deny(store: Store, ref: str, *, actor: str, reason: str | None = None) -> Jo
         job = store.transition(job.id, dst, text, actor=actor,
                                data={"decision": "deny", "digest": job.digest, "reason": reason})
     if overrun:
-        from .service import write_job_json
+        from core.engine.service import write_job_json
 
         write_job_json(store, job)
     return job
 
 
 def _wake() -> None:
-    from .supervisor import ensure_running
+    from core.engine.daemon import ensure_running
 
     ensure_running()

@@ -1,0 +1,1 @@
+"""Text shown to people: terminal-safe rendering and log following."""

@@ -1,0 +1,1 @@
+"""The store, the state table, the submit/cancel service, the supervisor, approvals."""

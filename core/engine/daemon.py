@@ -1,0 +1,85 @@
+"""Starting, finding and waking the supervisor process: what every front needs of it.
+
+The supervisor itself (core/engine/supervisor.py) drives jobs and so imports the service; the
+service, approvals and the command line only need to make sure one runs, which lives here so
+that neither side imports the other.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from core import paths
+
+# -- starting and waking it ----------------------------------------------------------------
+
+
+def try_lock() -> int | None:
+    fd = os.open(paths.daemon_lock_file(), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def running_pid() -> int | None:
+    """The pid of the live supervisor, or None when none holds the lock."""
+    fd = try_lock()
+    if fd is not None:
+        os.close(fd)
+        return None
+    try:
+        return int(paths.daemon_lock_file().read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def ensure_running(wait_s: float = 0.0) -> int | None:
+    """Start a detached supervisor unless one runs; wake the one that runs.
+
+    With `wait_s`, wait until the new one holds its lock and return its pid.
+    """
+    pid = running_pid()
+    if pid:
+        wake(pid)
+        return pid
+    logf = open(paths.daemon_log_file(), "ab")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "core.engine.supervisor"], stdin=subprocess.DEVNULL,
+                                stdout=logf, stderr=logf, start_new_session=True,
+                                cwd=str(paths.home()), close_fds=True,
+                                env={**os.environ, "PYTHONPATH": _package_parent()})
+    finally:
+        logf.close()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        pid = running_pid()
+        if pid:
+            return pid
+        if proc.poll() is not None:  # it found another one holding the lock, or failed
+            return running_pid()
+        time.sleep(0.02)
+    return proc.pid
+
+
+def _package_parent() -> str:
+    parent = str(Path(__file__).resolve().parents[2])
+    existing = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([parent, existing]) if existing else parent
+
+
+def wake(pid: int | None = None) -> None:
+    pid = pid or running_pid()
+    if pid:
+        try:
+            os.kill(pid, signal.SIGUSR2)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,0 +1,1 @@
+"""What ships: the bundle, the credential list, the hash cache, safe unpacking."""

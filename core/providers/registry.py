@@ -1,0 +1,32 @@
+"""One provider object per configured target: the only place that maps a target's kind to code.
+
+Kept beside the providers (not in the user config) so the config layer never imports them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.config.user import UserConfig, load
+from core.providers.local import LocalProvider
+from core.providers.pbs import PBSProvider
+from core.providers.slurm import SlurmProvider
+from core.providers.ssh import SSHProvider
+
+
+def build(cfg: UserConfig | None = None) -> dict[str, Any]:
+    """A provider object for each configured target, by name."""
+    cfg = cfg or load()
+    out: dict[str, Any] = {}
+    for name, t in cfg.targets.items():
+        if t.kind == "local":
+            out[name] = LocalProvider(name, max_jobs=t.max_jobs, python=t.options.get("python"),
+                                      gpus=t.gpus)
+        elif t.kind == "ssh":
+            out[name] = SSHProvider.from_config(t)
+        elif t.kind == "slurm":
+            out[name] = SlurmProvider.from_config(t)
+        elif t.kind == "pbs":
+            out[name] = PBSProvider.from_config(t)
+        out[name].enabled = t.enabled
+    return out

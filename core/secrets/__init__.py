@@ -1,0 +1,1 @@
+"""Secret values: the keychain, the names index, the env scan, launch-time reads."""

@@ -1,0 +1,1 @@
+"""Running commands and moving files: the local shell and SSH behind one interface."""
