@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from core import paths
+from core.config import user as userconfig
 from core.errors import UserError
 
 def _flow(body: dict) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from core import paths
 from core.packaging.bundle import extract
 from core.providers.gpuprobe import local_gpus
-from core.runtime import GPU_MODULE_DIR, LAUNCHER
+from core.runtime import files as runtime_files
 from core.engine.store import Job
 from core.providers.base import Poll, TargetInfo
 from core.providers.spec import launch_spec
@@ -115,9 +115,9 @@ class LocalProvider:
             (jdir / ".code-ready").touch()
         runtime = jdir / "runtime"
         if not (runtime / "gpu" / "__init__.py").exists():
-            shutil.copytree(GPU_MODULE_DIR, runtime / "gpu", dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))
-            shutil.copy2(LAUNCHER, runtime / "launch.py")
+            for src, rel in runtime_files():
+                (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, runtime / rel)
         dirs = {name: jdir / name for name in ("out", "ckpt", "ctl", "data")}
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)

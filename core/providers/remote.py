@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from core import paths
-from core.runtime import GPU_MODULE_DIR, LAUNCHER
+from core.runtime import files as runtime_files
 from core.packaging.safe_extract import safe_extract
 from core.engine.store import Job
 from core.providers.spec import launch_spec
@@ -53,10 +53,8 @@ START_GRACE_S = 60.0
 
 
 def runtime_archive() -> tuple[str, bytes]:
-    """launch.py and the `gpu` module as one small tar.gz, and a hash of their contents."""
-    files = [(LAUNCHER, "launch.py")]
-    files += [(p, "gpu/" + p.relative_to(GPU_MODULE_DIR).as_posix())
-              for p in sorted(GPU_MODULE_DIR.rglob("*.py")) if "__pycache__" not in p.parts]
+    """The runtime (launcher, text filter, `gpu` module) as one small tar.gz, and a hash of it."""
+    files = runtime_files()
     h = hashlib.sha256()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
