@@ -158,7 +158,7 @@ def describe_probe(info) -> list[str]:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from core.engine import targets
+    from core.engine import target_setup as targets
 
     body = _body(args)
     path, info = targets.add(args.name, body, probe_now=not args.no_probe)
@@ -174,7 +174,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from core.engine import targets
+    from core.engine import target_setup as targets
     from core.engine.store import Store
 
     path = targets.remove(args.name, Store(), force=args.force)
@@ -186,7 +186,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_trust(args: argparse.Namespace) -> int:
-    from core.engine import targets
+    from core.engine import target_setup as targets
 
     hk = targets.host_key(args.name)
     doc = hk.to_json()

@@ -1,24 +1,16 @@
-"""The targets as the router and `gpu targets` see them (probed facts plus quota and price),
-and the operations on them that the command line calls: add, remove, probe, trust."""
+"""The targets as the router and `gpu targets` see them: probed facts plus quota and price."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from core.config.edit import remove_target, save_target
 from core.config.user import UserConfig, load
-from core.engine.states import ACTIVE, LAUNCHED
+from core.engine.states import LAUNCHED
 from core.engine.store import Store
 from core.planning.usage import quota_left
 from core.providers import registry
-from core.errors import UserError
 from core.providers.base import TargetInfo
-from core.providers.remote import run_sync
-from core.transport import ssh
-from core.transport.base import Unreachable
 
 
 async def _probe(provider: Any) -> TargetInfo:
@@ -66,91 +58,3 @@ def infos(store: Store, cfg: UserConfig | None = None,
             info.available = False
             info.why_unavailable = "no credits left"
     return probed
-
-
-# -- adding, removing, probing and trusting targets (what `gpu targets ...` calls) ----------
-
-
-def configured(name: str) -> tuple[Any, Any]:
-    """The target's config entry and its provider object; an unknown name is a UserError."""
-    cfg = load()
-    if name not in cfg.targets:
-        raise UserError(f"there is no target named {name!r}", fix="see `gpu targets`")
-    return cfg.targets[name], registry.build(cfg)[name]
-
-
-def probe(name: str) -> TargetInfo:
-    """Probe one target now, past any cached answer (a wrong host or key is said at once)."""
-    _, provider = configured(name)
-    provider.forget_probe()
-    return run_sync(lambda: provider.probe(refresh=True))
-
-
-def add(name: str, body: dict, *, probe_now: bool = True) -> tuple[Path, TargetInfo | None]:
-    """Save a target into the user's config (checked by loading it back), then probe it."""
-    path = save_target(name, body)
-    return path, (probe(name) if probe_now else None)
-
-
-def remove(name: str, store: Store, *, force: bool = False) -> Path:
-    """Drop a target from the user's config; refused while its jobs have not ended."""
-    live = [j for j in store.jobs(states=ACTIVE) if j.provider == name]
-    if live and not force:
-        raise UserError(f"{len(live)} job(s) have not ended on {name}: "
-                        + ", ".join(j.short_id for j in live[:10]),
-                        fix="cancel them (gpu cancel ID) or pass --force")
-    return remove_target(name)
-
-
-@dataclass
-class HostKey:
-    """The key a target's SSH host presents now, and what known_hosts says of it."""
-
-    target: str
-    host: str
-    fingerprint: str
-    algorithm: str
-    known_hosts: str
-    trusted: bool  # this very key is recorded already
-    changed: bool  # another key is recorded for the host
-    key: Any = field(repr=False, default=None)
-    endpoint: Any = field(repr=False, default=None)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "host": self.host, "fingerprint": self.fingerprint,
-                "algorithm": self.algorithm, "known_hosts": self.known_hosts, "trusted": self.trusted}
-
-
-def host_key(name: str) -> HostKey:
-    """Fetch the host key a target presents (nothing is trusted by looking)."""
-    _, provider = configured(name)
-    ep = getattr(provider.transport, "ep", None)
-    if ep is None:
-        raise UserError(f"{name} runs on this machine: there is no host key to trust")
-    try:
-        key = asyncio.run(ssh.fetch_host_key(ep))
-    except Unreachable as exc:
-        raise UserError(str(exc), fix="check --host and --port (gpu targets add ... again)") from None
-    recorded = ssh.recorded_keys(ep)
-    return HostKey(target=name, host=ep.label(), fingerprint=ssh.fingerprint(key),
-                   algorithm=key.get_algorithm(), known_hosts=str(ep.known_hosts_file()),
-                   trusted=any(k.public_data == key.public_data for k in recorded),
-                   changed=bool(recorded), key=key, endpoint=ep)
-
-
-def trust(hk: HostKey, *, replace: bool = False) -> Path:
-    """Record a fetched host key in known_hosts: the one deliberate way to accept a key.
-
-    The caller has had a person confirm `hk.fingerprint` (typed yes, or the same fingerprint
-    given back); a key that differs from the recorded one needs `replace` as well.
-    """
-    ep = hk.endpoint
-    if hk.changed and not hk.trusted and not replace:
-        raise UserError(f"the host key of {hk.host} CHANGED: it now presents {hk.fingerprint}, and "
-                        f"{hk.known_hosts} records another key for {ep.pattern()}",
-                        fix=f"only if its admin confirms {hk.fingerprint}: "
-                            f"gpu targets trust {hk.target} --replace")
-    path = ssh.trust_host_key(ep, hk.key, replace=hk.changed)
-    _, provider = configured(hk.target)
-    provider.forget_probe()
-    return path

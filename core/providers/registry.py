@@ -1,6 +1,8 @@
 """One provider object per configured target: the only place that maps a target's kind to code.
 
 Kept beside the providers (not in the user config) so the config layer never imports them.
+The remote kinds are imported when a target of that kind is configured: a submit to the local
+machine does not pay for loading the SSH and scheduler code.
 """
 
 from __future__ import annotations
@@ -9,9 +11,6 @@ from typing import Any
 
 from core.config.user import UserConfig, load
 from core.providers.local import LocalProvider
-from core.providers.pbs import PBSProvider
-from core.providers.slurm import SlurmProvider
-from core.providers.ssh import SSHProvider
 
 
 def build(cfg: UserConfig | None = None) -> dict[str, Any]:
@@ -23,10 +22,16 @@ def build(cfg: UserConfig | None = None) -> dict[str, Any]:
             out[name] = LocalProvider(name, max_jobs=t.max_jobs, python=t.options.get("python"),
                                       gpus=t.gpus)
         elif t.kind == "ssh":
+            from core.providers.ssh import SSHProvider
+
             out[name] = SSHProvider.from_config(t)
         elif t.kind == "slurm":
+            from core.providers.slurm import SlurmProvider
+
             out[name] = SlurmProvider.from_config(t)
         elif t.kind == "pbs":
+            from core.providers.pbs import PBSProvider
+
             out[name] = PBSProvider.from_config(t)
         out[name].enabled = t.enabled
     return out
