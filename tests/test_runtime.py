@@ -75,3 +75,27 @@ def test_parse_metrics_skips_garbage() -> None:
     rows, last = parse_metrics(data)
     assert rows == [(1, "loss", 0.5, 5.0), (2, "x", 2.0, rows[-1][3])]
     assert last["loss"] == 0.5 and last["x"] == 2 and last["_step"] == 2
+
+
+def test_import_gpu_works_in_a_plain_python_outside_gpu_router(tmp_path: Path) -> None:
+    """An adapted script runs as `python train.py` on the laptop: the installed `gpu` module
+    answers with folders under the current directory (README, "In the job")."""
+    (tmp_path / "train.py").write_text(
+        "import gpu, json\n"
+        "(gpu.output_dir() / 'model.txt').write_text('weights')\n"
+        "gpu.log(step=1, loss=0.5)\n"
+        "print(json.dumps({'out': str(gpu.output_dir()), 'data': str(gpu.data_dir()),\n"
+        "                  'ckpt': str(gpu.checkpoint_dir()), 'job': gpu.job_id(),\n"
+        "                  'attempt': gpu.attempt(), 'should': gpu.should_checkpoint(),\n"
+        "                  'file': gpu.__file__}))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_ROUTER_") and k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["out"], doc["data"], doc["ckpt"]) == ("outputs", "data", "checkpoints")
+    assert (doc["job"], doc["attempt"], doc["should"]) == (None, 1, False)
+    assert not doc["file"].startswith(str(tmp_path))  # the installed module, not a local copy
+    assert (tmp_path / "outputs" / "model.txt").read_text() == "weights"
+    row = json.loads((tmp_path / "outputs" / "metrics.jsonl").read_text())
+    assert row["step"] == 1 and row["loss"] == 0.5
