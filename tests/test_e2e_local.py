@@ -163,3 +163,23 @@ def test_every_command_has_help() -> None:
                 "status", "logs", "metrics", "cancel", "daemon"):
         proc = run_gpu(*([cmd] if cmd else []), "--help")
         assert proc.returncode == 0 and "usage: gpu" in proc.stdout, cmd
+
+
+def test_runs_folder_is_git_ignored_from_its_first_use(home: Path, tmp_path: Path) -> None:
+    """`git add -A` after a job never commits its outputs: runs/.gitignore holds `*`."""
+    import subprocess
+
+    project = make_git_project(tmp_path / "p", {
+        "train.py": "import gpu\n(gpu.output_dir() / 'model.pkl').write_bytes(b'x' * 100)\n"})
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    assert (project / "runs" / ".gitignore").read_text().splitlines()[-1] == "*"
+    status = subprocess.run(["git", "-C", str(project), "status", "--porcelain", "--untracked-files=all"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "runs/" not in status
+    done = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=120)
+    assert done["state"] == "done"
+    assert (project / "runs" / sub["job"]["short_id"] / "model.pkl").exists()
+    subprocess.run(["git", "-C", str(project), "add", "-A"], check=True)
+    staged = subprocess.run(["git", "-C", str(project), "diff", "--cached", "--name-only"],
+                            capture_output=True, text=True, check=True).stdout
+    assert staged == ""

@@ -130,6 +130,10 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
         request_doc.pop(key, None)
 
     job, submitted = _insert_once(store, req, plan, bundle, fp, summary, request_doc, actor)
+    try:
+        ignore_runs(Path(job.outputs_dir).parent)
+    except OSError:
+        pass  # a read-only project still runs; its outputs folder is made when they come home
     if submitted and start_supervisor and job.state != State.AWAITING_APPROVAL:
         from core.engine.daemon import ensure_running
 
@@ -280,8 +284,27 @@ def cancel(store: Store, ref: str, *, actor: str = "cli", wait_s: float = 15.0) 
 # -- bringing a job home -------------------------------------------------------------------
 
 
-async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
+def runs_folder(job: Job) -> Path:
+    """The job's `runs/<short_id>/`, made on first use with `runs/.gitignore` holding `*`.
+
+    Outputs can be large and private; the ignore file means `git add -A` in the project never
+    commits them (and, matching itself, it stays out of `git status` too).
+    """
     dest = Path(job.outputs_dir)
+    ignore_runs(dest.parent)
+    dest.mkdir(parents=True, exist_ok=True)
+    return dest
+
+
+def ignore_runs(runs: Path) -> None:
+    ignore = runs / ".gitignore"
+    if not ignore.exists():
+        runs.mkdir(parents=True, exist_ok=True)
+        ignore.write_text("# gpu-router: job outputs stay out of git\n*\n")
+
+
+async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
+    dest = runs_folder(job)
     try:
         return await provider.fetch_outputs(job, dest)
     except OSError as exc:
@@ -295,9 +318,7 @@ def job_document(store: Store, job: Job) -> dict[str, Any]:
 
 
 def write_job_json(store: Store, job: Job) -> Path:
-    dest = Path(job.outputs_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / "job.json"
+    path = runs_folder(job) / "job.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(job_document(store, job), indent=2, sort_keys=True))
     os.replace(tmp, path)
