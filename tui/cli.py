@@ -523,6 +523,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", help="job id, short id, prefix, or 'last'")
     p.add_argument("--json", action="store_true", help="print {job}")
 
+    from tui.cli_storage import add_gc_command
+
+    add_gc_command(add, EPILOG)
+
     p = add("daemon", cmd_daemon, "run the supervisor (started on demand by submit; one per user)")
     p.add_argument("--detach", action="store_true", help="start it in the background and return")
     p.add_argument("--status", action="store_true", help="say whether it runs")

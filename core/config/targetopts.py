@@ -26,7 +26,7 @@ USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*\$?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 COMMON = {"host", "port", "user", "key", "known_hosts", "root", "python", "connect_timeout_s",
-          "probe_ttl_s", "max_output_bytes"}
+          "probe_ttl_s", "max_output_bytes", "cache_cap_gb"}
 SCHEDULER = {"local", "partition", "account", "modules", "container", "container_runtime",
              "container_python", "cpus", "gpus_per_job", "memory_gb", "time_minutes", "env",
              "pass_secrets", "signal_lead_s", "pbs_flavor"}
@@ -81,6 +81,7 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
             _fail(f"targets.{name}.modules must be a list of module names like cuda/12.1", where)
     for key, whole in (("cpus", True), ("gpus_per_job", True), ("time_minutes", True),
                        ("memory_gb", False), ("connect_timeout_s", False), ("probe_ttl_s", False),
+                       ("cache_cap_gb", False),
                        ("signal_lead_s", True), ("max_output_bytes", True)):
         value = options.get(key)
         if value is None:

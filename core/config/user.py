@@ -20,6 +20,9 @@ stricter than the defaults; a looser value is an error that says so.
       weekly: 20.0                # dollars over the last 7 days, all targets
     dashboard:
       bell: true
+    storage:
+      home_cap_gb: 20             # bundles and venvs here, freed least-recently-used above it
+      target_cap_gb: 50           # the same on each remote target (or its own cache_cap_gb)
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from core.config.targetopts import validate
 from core.errors import UserError
 
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs")
+# caches (bundles, venvs, data) are freed least-recently-used above these caps, in GB;
+# a remote target's own `cache_cap_gb` overrides target_cap_gb
+STORAGE_DEFAULTS = {"home_cap_gb": 20.0, "target_cap_gb": 50.0}
 
 
 @dataclass
@@ -76,6 +82,7 @@ class UserConfig:
     rules: Rules
     raw: dict[str, Any]
     bell: bool = True
+    storage: dict[str, float] = field(default_factory=lambda: dict(STORAGE_DEFAULTS))
 
 
 def _number(value: Any, where: str, what: str, *, minimum: float = 0.0, allow_zero: bool = True) -> float:
@@ -140,10 +147,10 @@ def load() -> UserConfig:
                             where=f"{path}:{mark.line + 1}" if mark else where) from exc
         if not isinstance(raw, dict):
             raise UserError("must be a mapping (targets:, rules:, budget:)", where=where)
-    unknown = set(raw) - {"targets", "rules", "budget", "dashboard"}
+    unknown = set(raw) - {"targets", "rules", "budget", "dashboard", "storage"}
     if unknown:
         raise UserError(f"unknown section(s) {sorted(unknown)}", where=where,
-                        fix="sections: targets, rules, budget, dashboard")
+                        fix="sections: targets, rules, budget, dashboard, storage")
     targets: dict[str, TargetConfig] = {"local": TargetConfig("local", "local")}
     for name, body in (raw.get("targets") or {}).items():
         targets[str(name)] = _target(str(name), body, where)
@@ -174,4 +181,11 @@ def load() -> UserConfig:
     if budget.get("weekly") is not None:
         rules.budget_weekly = _number(budget["weekly"], where, "budget.weekly")
     bell = (raw.get("dashboard") or {}).get("bell", True)
-    return UserConfig(path=path, targets=targets, rules=rules, raw=raw, bell=bool(bell))
+    storage = dict(STORAGE_DEFAULTS)
+    section = raw.get("storage") or {}
+    if not isinstance(section, dict) or set(section) - set(STORAGE_DEFAULTS):
+        raise UserError(f"storage takes {', '.join(STORAGE_DEFAULTS)} (gigabytes)", where=where)
+    for key, value in section.items():
+        storage[key] = _number(value, where, f"storage.{key}", allow_zero=False)
+    return UserConfig(path=path, targets=targets, rules=rules, raw=raw, bell=bool(bell),
+                      storage=storage)

@@ -383,6 +383,12 @@ class Store:
         with self._lock:
             return [Job.from_row(r) for r in self.conn.execute(sql, args).fetchall()]
 
+    def bundle_last_use(self) -> dict[str, float]:
+        """When each bundle was last asked for: the newest job (any state) that uses it."""
+        with self._lock:
+            rows = self.conn.execute("SELECT bundle_hash, MAX(updated_at) FROM jobs GROUP BY bundle_hash")
+            return {h: float(t) for h, t in rows.fetchall() if h}
+
     def find_active(self, *, request_id: str | None = None, fingerprint: str | None = None,
                     db: sqlite3.Connection | None = None) -> Job | None:
         db = db or self.conn

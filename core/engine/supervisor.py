@@ -22,6 +22,7 @@ from typing import Any
 from core import paths
 from core.config.user import Rules, load
 from core.engine.daemon import try_lock
+from core.engine import storage
 from core.engine.service import bring_home, hold, replan, write_job_json
 from core.engine.states import ACTIVE, LAUNCHED, State
 from core.engine.store import Job, Store
@@ -57,6 +58,7 @@ class Supervisor:
         self.busy: set[str] = set()
         self.verified: set[str] = set()
         self.stopping = False
+        self._gc_task: asyncio.Task | None = None
 
     @property
     def providers(self) -> dict[str, Any]:
@@ -359,6 +361,27 @@ class Supervisor:
         self.store.transition(job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
                               data={"notes": notes} if notes else None)
         await asyncio.to_thread(write_job_json, self.store, self.store.get(job.id))
+        self._enforce_caps(provider)
+
+    def _enforce_caps(self, provider: Any) -> None:
+        """After a job ends, free caches over their caps, here and on the job's target, in the
+        background: a slow host never holds up the loop, a failure is logged, never raised."""
+        if self._gc_task is not None and not self._gc_task.done():
+            return  # one at a time; the next ending job runs it again
+
+        async def run() -> None:
+            try:
+                cfg = load()
+                limits = storage.caps(cfg)
+                await asyncio.to_thread(storage.home, self.store, limits["home"])
+                if provider.name in limits and hasattr(provider, "cache_scan"):
+                    loc = await storage.target(self.store, provider.name, provider, limits[provider.name])
+                    if loc.error:
+                        log.warning("caches on %s: %s", provider.name, loc.error)
+            except Exception:  # noqa: BLE001 - storage upkeep must never stop the supervisor
+                log.exception("freeing caches failed")
+
+        self._gc_task = asyncio.get_running_loop().create_task(run())
 
     def _hold_overrun(self, job: Job) -> None:
         """The job stopped past its hours: wait for a person, offering another estimate's worth."""

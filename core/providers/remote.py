@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from core import paths
+from core.runtime import RUNTIME_DIR as runtime_dir_path
 from core.runtime import files as runtime_files
 from core.packaging.safe_extract import safe_extract
 from core.engine.store import Job
@@ -50,6 +51,7 @@ METRICS_CHUNK = 8 << 20
 MAX_OUTPUT_DOWNLOAD = 20 * 1024**3
 PROBE_TTL_S = 30.0
 START_GRACE_S = 60.0
+PRESENT_TTL_S = 300.0  # under core.engine.storage.MIN_AGE_S: gc never frees what we remember
 
 
 def runtime_archive() -> tuple[str, bytes]:
@@ -196,7 +198,7 @@ class RemoteProvider(ABC):
         self.unreachable_grace_s = float(grace)
         self._remote: dict | None = None
         self._remote_task: asyncio.Task | None = None
-        self._present: set[str] = set()
+        self._present: dict[str, float] = {}  # marker -> when it was last seen
         self._locks: dict[str, asyncio.Lock] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -260,15 +262,38 @@ printf '%s\\n' "$py"
     # -- the upload cache -------------------------------------------------------------------
 
     async def _missing(self, markers: list[str]) -> set[str]:
-        todo = [m for m in markers if m not in self._present]
+        """Which cache markers are absent on the host; present ones are touched (their mtime is
+        the entry's last use for `gpu gc`) and remembered for less than gc's minimum age."""
+        now = time.monotonic()
+        todo = [m for m in markers if now - self._present.get(m, -PRESENT_TTL_S) >= PRESENT_TTL_S]
         if not todo:
             return set()
         script = ("for f in " + " ".join(quote(m) for m in todo)
-                  + '; do [ -e "$f" ] || printf \'%s\\n\' "$f"; done')
+                  + '; do if [ -e "$f" ]; then touch "$f"; else printf \'%s\\n\' "$f"; fi; done')
         r = await self.transport.run(script, check="checking the upload cache")
         missing = set(r.out.splitlines())
-        self._present.update(set(todo) - missing)
+        self._present.update({m: now for m in set(todo) - missing})
         return missing
+
+    # -- storage (`gpu gc`) -------------------------------------------------------------------
+
+    async def _cachescan(self, *args: str, input: bytes | None = None) -> dict:
+        remote = await self.remote()
+        source = (runtime_dir_path / "cachescan.py").read_text()
+        r = await self.transport.run(f"{quote(remote['python'])} -c {quote(source)} "
+                                     + " ".join(quote(a) for a in (*args, remote["root"])),
+                                     input=input, check=f"reading the caches on {self.name}")
+        return json.loads(r.out)
+
+    async def cache_scan(self) -> dict:
+        """The host's cache entries under the target's root, judged on the host."""
+        return await self._cachescan("scan")
+
+    async def cache_evict(self, entries: list[str]) -> dict:
+        """Remove cache entries on the host (a venv a job holds is kept); forget them here."""
+        done = await self._cachescan("evict", input="\n".join(entries).encode() + b"\n")
+        self._present.clear()
+        return done
 
     async def _upload_file(self, local: Path, final: str, marker: str) -> int:
         """One file into the cache: a temporary name, a size check, a rename, then the marker."""
@@ -280,7 +305,7 @@ printf '%s\\n' "$py"
             f"{{ rm -f \"$p\"; echo 'the upload arrived incomplete' >&2; exit 1; }}; "
             f"mv -f \"$p\" {quote(final)}; : > {quote(marker)}",
             check=f"storing {local.name} on {self.name}")
-        self._present.add(marker)
+        self._present[marker] = time.monotonic()
         return sent
 
     async def _upload_tree(self, archive: bytes | Path, final: str, marker: str) -> int:
@@ -299,7 +324,7 @@ printf '%s\\n' "$py"
             f"rm -rf \"$t\"; mkdir -p \"$t\"; tar -xzf \"$p\" -C \"$t\"; rm -f \"$p\"; "
             f"rm -rf {quote(final)}; mv \"$t\" {quote(final)}; : > {quote(marker)}",
             check=f"unpacking into {final} on {self.name}")
-        self._present.add(marker)
+        self._present[marker] = time.monotonic()
         return sent
 
     async def _ensure_runtime(self) -> tuple[str, int]:

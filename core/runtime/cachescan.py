@@ -1,0 +1,152 @@
+"""List and free gpu-router's caches under one root folder: the same code at home and on hosts.
+
+    python cachescan.py scan ROOT            -> JSON {now: host clock, entries: [...]}
+    python cachescan.py evict ROOT < paths   -> JSON {removed: [...], kept: [...], freed: N}
+
+Standard library only: for an ssh, slurm or pbs target it is sent on stdin to the host's
+Python, so every machine judges its own files (sizes, last use, whether a job holds a venv).
+
+Entries (relative to ROOT):
+    bundles/<hash>.tar.gz   (+ bundles/<hash>.ready on hosts)   a project bundle
+    data/<hash>/            (+ data/<hash>.ready)                an uploaded data set
+    runtime/<hash>/         (+ runtime/<hash>.ready)             the launcher and `gpu` module
+    venvs/<hash>/           (+ venvs/<hash>.lock)                a dependency environment
+
+A venv whose lock file another process holds (the launcher keeps a shared lock on it while its
+job runs) is in use and is never removed. Last use is the newest mtime of the entry's marker
+(`.ready`, touched whenever a launch finds it) or of the entry itself.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import sys
+import time
+
+KINDS = {"bundles": "bundle", "data": "data", "runtime": "runtime", "venvs": "venv"}
+
+
+def _size(path: str) -> int:
+    """Bytes on disk (allocated blocks, so a sparse file counts what it really takes)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    if not os.path.isdir(path) or os.path.islink(path):
+        return st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
+    total = 0
+    for top, dirs, files in os.walk(path):
+        for name in files + dirs:
+            try:
+                s = os.lstat(os.path.join(top, name))
+            except OSError:
+                continue
+            total += s.st_blocks * 512 if hasattr(s, "st_blocks") else s.st_size
+    return total
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def _venv_busy(lock_path: str) -> bool:
+    """True when another process holds the venv's lock (a job runs in it, or it is installed)."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def scan(root: str) -> list[dict]:
+    out = []
+    for folder, kind in KINDS.items():
+        base = os.path.join(root, folder)
+        try:
+            names = sorted(os.listdir(base))
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith((".ready", ".lock")) or ".part-" in name or ".tmp" in name:
+                continue
+            key = name[: -len(".tar.gz")] if name.endswith(".tar.gz") else name
+            path = os.path.join(base, name)
+            marker = os.path.join(base, key + ".ready")
+            busy = kind == "venv" and _venv_busy(os.path.join(base, key + ".lock"))
+            out.append({"kind": kind, "key": key, "path": path, "bytes": _size(path),
+                        "used_at": max(_mtime(path), _mtime(marker),
+                                       _mtime(os.path.join(path, ".ready"))),
+                        "busy": busy})
+    return out
+
+
+def evict(root: str, paths: list[str]) -> dict:
+    """Remove the given entries (marker first, so a half-removed entry is never taken as ready)."""
+    real_root = os.path.realpath(root)
+    removed, kept, freed = [], [], 0
+    for path in paths:
+        real = os.path.realpath(path)
+        parent = os.path.dirname(real)
+        if os.path.dirname(parent) != real_root or os.path.basename(parent) not in KINDS:
+            kept.append({"path": path, "why": "not a cache entry under the root"})
+            continue
+        name = os.path.basename(real)
+        key = name[: -len(".tar.gz")] if name.endswith(".tar.gz") else name
+        lock_fd = None
+        if os.path.basename(parent) == "venvs":
+            lock_fd = os.open(os.path.join(parent, key + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(lock_fd)
+                kept.append({"path": path, "why": "a job is using it"})
+                continue
+        try:
+            size = _size(real)
+            for marker in (os.path.join(parent, key + ".ready"), os.path.join(real, ".ready")):
+                try:
+                    os.unlink(marker)
+                except OSError:
+                    pass
+            if os.path.isdir(real) and not os.path.islink(real):
+                shutil.rmtree(real, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(real)
+                except FileNotFoundError:
+                    pass
+            removed.append(path)
+            freed += size
+        finally:
+            if lock_fd is not None:
+                os.close(lock_fd)
+    return {"removed": removed, "kept": kept, "freed": freed}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[1] not in ("scan", "evict"):
+        sys.stderr.write(__doc__.split("\n\n")[1] + "\n")
+        return 2
+    root = os.path.expanduser(argv[2])
+    if argv[1] == "scan":
+        doc: object = {"now": time.time(), "entries": scan(root)}
+    else:
+        doc = evict(root, [line for line in sys.stdin.read().splitlines() if line])
+    sys.stdout.write(json.dumps(doc) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

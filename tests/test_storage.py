@@ -1,0 +1,137 @@
+"""Caches stay bounded: `gpu gc` frees least-recently-used entries, never what a job needs."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from core.engine import storage
+from core.engine.states import State
+from core.engine.store import Store
+from tests.conftest import gpu_json, run_gpu
+
+DAY = 86400.0
+
+
+def _bundle(home: Path, key: str, size: int, age_s: float) -> Path:
+    path = home / "bundles" / f"{key}.tar.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+    return path
+
+
+def _venv(root: Path, key: str, size: int, age_s: float) -> Path:
+    venv = root / "venvs" / key
+    (venv / "lib").mkdir(parents=True)
+    (venv / "lib" / "blob").write_bytes(os.urandom(size))
+    (venv / ".ready").write_text("{}")
+    then = time.time() - age_s
+    for p in (venv / ".ready", venv / "lib" / "blob", venv):
+        os.utime(p, (then, then))
+    return venv
+
+
+def _job(store: Store, n: int, bundle: str, state: State | None = None, provider: str = "local") -> None:
+    store.insert_job({"id": f"{n:032x}", "short_id": f"{n:08x}", "name": "t", "provider": provider,
+                      "project_dir": "/p", "outputs_dir": "/p/runs/x", "fingerprint": f"fp{n}",
+                      "bundle_hash": bundle, "request": {"script": "a.py"}}, reason="test", actor="test")
+    if state is not None:
+        for s in (State.ROUTING, State.PROVISIONING, State.RUNNING, state):
+            store.transition(f"{n:032x}", s, "test", actor="test")
+
+
+def _config(home: Path, text: str) -> None:
+    Path(os.environ["GPU_ROUTER_CONFIG"]).write_text(text)
+
+
+def test_gc_frees_least_recently_used_until_under_the_cap(home: Path) -> None:
+    store = Store()
+    for i in range(6):  # 100 KB each, the oldest first: b0 is 6 days old, b5 one day old
+        _bundle(home, f"b{i}", 100_000, (6 - i) * DAY)
+    _job(store, 1, "b0", State.DONE)  # b0 was used (job updated) just now: most recent
+    _config(home, "storage: {home_cap_gb: 0.00035}\n")  # 350 KB: three of six must go
+
+    dry = gpu_json("gc", "--dry-run")["locations"][0]
+    assert [e["key"] for e in dry["evict"]] == ["b1", "b2", "b3"]
+    assert dry["freed"] == 0 and all((home / "bundles" / f"b{i}.tar.gz").exists() for i in range(6))
+
+    done = gpu_json("gc")["locations"][0]
+    assert [e["key"] for e in done["evict"]] == ["b1", "b2", "b3"]
+    assert done["freed"] >= 300_000
+    left = sorted(p.name for p in (home / "bundles").iterdir())
+    assert left == ["b0.tar.gz", "b4.tar.gz", "b5.tar.gz"]
+    assert gpu_json("gc")["locations"][0]["evict"] == []  # under the cap now
+
+
+def test_gc_never_frees_what_a_live_job_needs_or_what_was_just_used(home: Path) -> None:
+    store = Store()
+    _bundle(home, "live", 50_000, 30 * DAY)
+    _bundle(home, "fresh", 50_000, 60)  # written a minute ago: a launch may rely on it
+    _bundle(home, "old", 50_000, 30 * DAY)
+    _job(store, 1, "live")  # queued: it will need its bundle at launch
+    doc = gpu_json("gc", "--all")["locations"][0]
+    assert [e["key"] for e in doc["evict"]] == ["old"]
+    assert (home / "bundles" / "live.tar.gz").exists() and (home / "bundles" / "fresh.tar.gz").exists()
+    loc = storage.home(Store(), None, everything=True, dry_run=True)
+    why = {e.key: e.keep for e in loc.entries}
+    assert why["live"] == "a live job needs it" and why["fresh"].startswith("used in the last")
+
+
+def test_a_venv_a_job_holds_is_kept_until_it_lets_go(home: Path) -> None:
+    venv = _venv(home, "deps1", 20_000, 30 * DAY)
+    lock = home / "venvs" / "deps1.lock"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time\n"
+        f"f = open({str(lock)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_SH)\n"
+        "print('held', flush=True); sys.stdin.read()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        doc = gpu_json("gc", "--all")["locations"][0]
+        assert doc["evict"] == [] and venv.exists()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=10)
+    doc = gpu_json("gc", "--all")["locations"][0]
+    assert [e["key"] for e in doc["evict"]] == ["deps1"] and not venv.exists()
+    # and the lock is taken while removing, so a launcher arriving then waits for it
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_target_host_frees_its_own_caches(home: Path, tmp_path: Path) -> None:
+    """A slurm target on this machine (`local: true`) has the remote layout and runs the same
+    scan on its host's Python: old entries go, what a live job on it needs stays."""
+    root = tmp_path / "host-root"
+    for key in ("old1", "old2", "mine"):
+        entry = root / "data" / key
+        entry.mkdir(parents=True)
+        (entry / "part").write_bytes(os.urandom(30_000))
+        (root / "data" / f"{key}.ready").touch()
+        then = time.time() - 9 * DAY
+        for p in (entry / "part", entry, root / "data" / f"{key}.ready"):
+            os.utime(p, (then, then))
+    _bundle(root, "bun", 10_000, 9 * DAY)
+    (root / "bundles" / "bun.ready").touch()
+    _config(home, f"targets:\n  lab: {{kind: slurm, local: true, root: {root}, cache_cap_gb: 0.00001}}\n")
+    store = Store()
+    _job(store, 7, "bun", provider="lab")
+    store.update(f"{7:032x}", plan={"data": {"d": "mine"}})
+
+    doc = {loc["where"]: loc for loc in gpu_json("gc", "--where", "lab")["locations"]}
+    assert set(doc) == {"lab"} and doc["lab"]["error"] is None
+    assert sorted(e["key"] for e in doc["lab"]["evict"]) == ["old1", "old2"]
+    assert sorted(p.name for p in (root / "data").iterdir()) == ["mine", "mine.ready"]
+    assert (root / "bundles" / "bun.tar.gz").exists()
+
+
+def test_gc_help_and_bad_location(home: Path) -> None:
+    assert "--dry-run" in run_gpu("gc", "--help").stdout
+    bad = run_gpu("gc", "--where", "nowhere")
+    assert bad.returncode == 2 and "no cache location named nowhere" in bad.stderr
