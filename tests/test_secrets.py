@@ -6,6 +6,7 @@ import base64
 import os
 import sqlite3
 import urllib.parse
+import uuid
 from pathlib import Path
 
 import pytest
@@ -72,15 +73,36 @@ def test_a_job_reads_its_secret_and_nothing_keeps_it(keychain, home: Path, tmp_p
     assert (project / "runs" / sub["job"]["short_id"] / "job.json").exists()
 
 
-def test_a_missing_secret_fails_the_job_with_the_fix(keychain, home: Path, tmp_path: Path) -> None:
+def test_a_missing_secret_is_refused_at_submit_before_any_approval(keychain, home: Path,
+                                                                     tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {"show.py": PRINTER})
-    sub = gpu_json("submit", "show.py", "--secret", "NOT_SET", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    proc = run_gpu("submit", "show.py", "--secret", "NOT_SET", "--hours", "0.1", "--wait-s", "0",
+                   "--json", cwd=project)
+    assert proc.returncode == 2
+    assert "secret NOT_SET is not in the keychain" in proc.stderr and "gpu secrets set NOT_SET" in proc.stderr
+    assert gpu_json("jobs")["jobs"] == []  # nothing is held for a person to approve
+
+
+def test_a_secret_removed_after_submit_fails_the_job_with_the_fix(keychain, home: Path,
+                                                                 tmp_path: Path) -> None:
     from core.engine.approvals import approve
     from core.engine.store import Store
 
+    assert run_gpu("secrets", "set", "GONE_TOKEN", input="v-" + uuid.uuid4().hex).returncode == 0
+    project = make_git_project(tmp_path / "p", {"show.py": PRINTER})
+    sub = gpu_json("submit", "show.py", "--secret", "GONE_TOKEN", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    assert run_gpu("secrets", "rm", "GONE_TOKEN").returncode == 0
     approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
     doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
-    assert doc["state"] == "failed" and "gpu secrets set NOT_SET" in doc["reason"]
+    assert doc["state"] == "failed" and "gpu secrets set GONE_TOKEN" in doc["reason"]
+
+
+def test_a_secret_with_no_keychain_at_all_is_refused_at_submit(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"show.py": PRINTER})
+    env = {**os.environ, "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
+    proc = run_gpu("submit", "show.py", "--secret", "ANY_TOKEN", "--hours", "0.1", "--wait-s", "0",
+                   cwd=project, env=env)
+    assert proc.returncode == 2 and "no native keychain is available" in proc.stderr
 
 
 def test_without_a_keychain_the_message_says_how_to_get_one(home: Path) -> None:

@@ -80,9 +80,11 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
     """Bundle the project, route it and apply the rules, without creating a job."""
     from core.config import user as userconfig
     from core.engine import targets
+    from core.secrets.launch import check_available
     from core.secrets.scan import check_env
 
     check_env(req.env)
+    check_available(req.secrets)
     cfg = userconfig.load()
     store = store or Store()
     listing = list_project(Path(req.project_dir), req.include)
