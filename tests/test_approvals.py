@@ -166,13 +166,23 @@ def test_denying_an_overrun_job_cancels_it(home: Path, tmp_path: Path) -> None:
     from core.engine.approvals import deny
     from core.engine.store import Store
 
-    project = copy_example(tmp_path / "quickstart")
-    sub = gpu_json("submit", "--hours", "0.0005", "--wait-s", "0", "--", "--steps", "200",
-                   "--sleep", "0.05", cwd=project)["job"]
+    project = make_git_project(tmp_path / "p", {"slow.py": (
+        "import sys, time, gpu\n"
+        "for step in range(400):\n"
+        "    (gpu.output_dir() / 'progress.txt').write_text(f'step {step}')\n"
+        "    if gpu.should_checkpoint():\n"
+        "        (gpu.output_dir() / 'partial-model.txt').write_text('weights so far')\n"
+        "        sys.exit(0)\n"
+        "    time.sleep(0.05)\n")})
+    sub = gpu_json("submit", "slow.py", "--hours", "0.0005", "--wait-s", "0", cwd=project)["job"]
     assert wait_state(sub["short_id"], {"awaiting_approval", "done", "failed"}, timeout=180)["state"] == "awaiting_approval"
     job = deny(Store(), sub["id"], actor="test")
     assert job.state.value == "cancelled"
-    assert (project / "runs" / sub["short_id"] / "job.json").exists()
+    runs = project / "runs" / sub["short_id"]
+    assert (runs / "job.json").exists()
+    # what the job wrote before it was stopped came home, although it never resumes
+    assert (runs / "partial-model.txt").read_text() == "weights so far"
+    assert (runs / "progress.txt").read_text().startswith("step ")
 
 
 def test_usage_is_recorded_and_quota_goes_down(home: Path, tmp_path: Path) -> None:

@@ -346,7 +346,9 @@ class Supervisor:
         self.store.usage_end(job.id, job.attempt)
         if job.handle.get("overrun_at") and not job.cancel_requested and (
                 poll.exit_code == 0 or job.handle.get("overrun_stop_sent")):
-            self._hold_overrun(job)
+            # what it wrote so far comes home now: a person may deny it and never resume it
+            notes = await bring_home(self.store, job, provider)
+            self._hold_overrun(job, notes)
             return
         if job.cancel_requested:
             dst, reason = State.CANCELLED, "cancelled by request"
@@ -383,7 +385,7 @@ class Supervisor:
 
         self._gc_task = asyncio.get_running_loop().create_task(run())
 
-    def _hold_overrun(self, job: Job) -> None:
+    def _hold_overrun(self, job: Job, notes: list[str] | None = None) -> None:
         """The job stopped past its hours: wait for a person, offering another estimate's worth."""
         used = job_hours(self.store, job.id)
         original = job.plan.get("original_hours") or job.plan["hours"]
@@ -396,6 +398,8 @@ class Supervisor:
                             f"and was stopped after saving a checkpoint; approving resumes it from "
                             f"that checkpoint for up to {original:g} more hours"}]
         hold(self.store, job, holds, kind="overrun", plan=plan, exit_code=None)
+        for note in notes or []:
+            self.store.add_event(job.id, note, actor="supervisor")
 
     def _replan(self, job: Job, why: str) -> None:
         """The job's target went away before it started: route it again, and re-ask if held."""
