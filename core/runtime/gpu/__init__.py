@@ -44,8 +44,11 @@ def _runtime_module(name: str) -> ModuleType:
     a project module of the same name never stands in for it."""
     full = f"_gpu_router_{name}"
     if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, Path(__file__).resolve().parent.parent
-                                                      / f"{name}.py")
+        path = Path(__file__).resolve().parent.parent / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(full, path)
+        if spec is None or not path.is_file():
+            raise ImportError(f"{path} is missing: the gpu module ships with gpu-router's runtime "
+                              f"folder (launch.py, redact.py, textsafe.py) and needs it beside it")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules[full] = module
@@ -116,7 +119,7 @@ def log(step: int | None = None, **metrics: float) -> None:
             os.close(fd)
 
 
-def _secret_pattern():
+def _secret_pattern() -> _redact.SecretPattern:
     """The job's secret values (named in GPU_ROUTER_SECRET_ENV by the launcher) as one pattern,
     rebuilt only when they change."""
     names = [n for n in os.environ.get("GPU_ROUTER_SECRET_ENV", "").split(",") if n]
