@@ -307,3 +307,15 @@ def test_the_stored_text_is_what_the_terminal_filter_leaves(data: bytes) -> None
     assert printable(out).encode() == out
     if all(b in (9, 10) or 0x20 <= b < 0x7F for b in data):
         assert out == data == printable(data).encode()
+
+
+def test_a_paused_partial_line_shows_and_the_next_own_line_starts_fresh(tmp_path: Path) -> None:
+    from core.runtime.launch import JobLog
+
+    log = JobLog(str(tmp_path / "job.log"), Masker([]))
+    log.write(b"loading...")
+    log.idle()  # the job paused: the partial line shows now
+    assert (tmp_path / "job.log").read_bytes() == b"loading..."
+    log.line("attempt 1: exited with status 0")
+    log.close()
+    assert (tmp_path / "job.log").read_bytes() == b"loading...\n[gpu-router] attempt 1: exited with status 0\n"

@@ -83,7 +83,9 @@ def terminal_safe(data: bytes) -> bytes:
 
 def _char_start(data: bytes, at: int) -> int:
     """`at`, moved back to the start of a UTF-8 character so a cut never splits one."""
-    at = max(0, min(at, len(data)))
+    if at >= len(data):
+        return len(data)
+    at = max(0, at)
     for back in range(4):
         if at - back <= 0 or not 0x80 <= data[at - back] < 0xC0:
             return max(0, at - back)
@@ -167,13 +169,15 @@ class JobLog:
     def __init__(self, path: str, masker: Masker) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.masker = masker
+        self.mid_line = False  # the last byte written was not a newline
 
     def write(self, data: bytes) -> None:
         self._put(self.masker.feed(data))
 
     def line(self, text: str) -> None:
         """One of gpu-router's own lines, on a line of its own."""
-        start = "\n" if self.masker.line else ""
+        pending = self.mid_line or self.masker.line or self.masker.shown
+        start = "\n" if pending else ""
         self.write(f"{start}[gpu-router] {text}\n".encode("utf-8", "surrogateescape"))
 
     def idle(self) -> None:
@@ -184,6 +188,8 @@ class JobLog:
         os.close(self.fd)
 
     def _put(self, data: bytes) -> None:
+        if data:
+            self.mid_line = not data.endswith(b"\n")
         view = memoryview(data)
         while view:
             view = view[os.write(self.fd, view):]
