@@ -319,3 +319,20 @@ def test_a_paused_partial_line_shows_and_the_next_own_line_starts_fresh(tmp_path
     log.line("attempt 1: exited with status 0")
     log.close()
     assert (tmp_path / "job.log").read_bytes() == b"loading...\n[gpu-router] attempt 1: exited with status 0\n"
+
+
+def test_a_secret_popped_from_the_environment_is_still_kept_out_of_metrics(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    code = ("import os, gpu\nv = os.environ.pop('MY_TOKEN')\n"
+            "gpu.log(step=1, loss=0.5, **{'k_' + v.encode().hex(): 1.0})\n")
+    import subprocess
+    import sys
+
+    from core.runtime import GPU_MODULE_DIR
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PYTHONPATH": str(GPU_MODULE_DIR.parent),
+                               "GPU_ROUTER_SECRET_ENV": "MY_TOKEN", "MY_TOKEN": "popped-secret-1",
+                               "GPU_ROUTER_METRICS_FILE": str(metrics)})
+    assert proc.returncode == 0, proc.stderr
+    assert b"popped-secret-1".hex() not in metrics.read_text() and "loss" in metrics.read_text()

@@ -38,7 +38,7 @@ def metric_key_ok(key: object) -> bool:
 
 def _utf8(value: str) -> bytes:
     try:
-        return value.encode("utf-8", "surrogateescape")  # os.environ keeps undecodable bytes so
+        return value.encode("utf-8", "surrogateescape")  # os.environ's undecodable bytes, back
     except UnicodeEncodeError:
         return value.encode("utf-8", "surrogatepass")
 

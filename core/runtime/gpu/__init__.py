@@ -119,11 +119,18 @@ def log(step: int | None = None, **metrics: float) -> None:
             os.close(fd)
 
 
-def _secret_pattern() -> _redact.SecretPattern:
-    """The job's secret values (named in GPU_ROUTER_SECRET_ENV by the launcher) as one pattern,
-    rebuilt only when they change."""
+def _secret_env() -> set[str]:
+    """The values of the job's secrets: the launcher names them in GPU_ROUTER_SECRET_ENV."""
     names = [n for n in os.environ.get("GPU_ROUTER_SECRET_ENV", "").split(",") if n]
-    values = tuple(os.environ.get(n, "") for n in names)
+    return {os.environ[n] for n in names if os.environ.get(n)}
+
+
+_SECRETS_AT_IMPORT = _secret_env()  # a job may pop a secret from its environment once read
+
+
+def _secret_pattern() -> _redact.SecretPattern:
+    """The job's secret values as one pattern, rebuilt only when they change."""
+    values = tuple(sorted(_secret_env() | _SECRETS_AT_IMPORT))
     if values != _secrets["values"]:
         _secrets.update(values=values, pattern=_redact.SecretPattern(list(values)))
     return _secrets["pattern"]
