@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import os
 import random
 import statistics
 import sys
@@ -100,7 +99,8 @@ def make_lines(n: int) -> list[bytes]:
         if r < 0.01:
             text = f"step {i} using {_spelling(rng, rng.choice(SECRETS))} for the hub\n"
         elif r < 0.05:
-            text = f"\x1b[32mepoch {i // 1000}\x1b[0m {rng.randrange(100)}%|#####     | {i}/{n} [00:0{i % 10}<00:10]\r"
+            text = (f"\x1b[32mepoch {i // 1000}\x1b[0m {rng.randrange(100)}%|#####     | {i}/{n} "
+                    f"[00:0{i % 10}<00:10]\r")
         else:
             text = (f"step {i:>7} loss {rng.random():.6f} lr {rng.random() * 1e-3:.3e} "
                     f"grad_norm {rng.random() * 10:.4f} tokens/s {rng.randrange(10**5):>6}\n")
@@ -195,8 +195,9 @@ def main() -> int:
     for name, took in rows.items():
         print(f"{name:<48} {took:>8.2f} {args.lines / took:>11,.0f} {len(data) / took / 1e6:>7.1f}")
     new, old = rows["(a) launcher pipeline, 64 KiB reads"], rows["(b) old masker, 64 KiB reads"]
+    slowest = max(new, rows["(d) launcher, `cat` -> pipe -> JobLog file"])
     print(f"new/old time: {new / old:.2f}x; target 50,000 lines/s: "
-          f"{'met' if args.lines / max(new, rows['(d) launcher, `cat` -> pipe -> JobLog file']) >= 50_000 else 'MISSED'}")
+          f"{'met' if args.lines / slowest >= 50_000 else 'MISSED'}")
     return 0
 
 

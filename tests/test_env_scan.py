@@ -53,15 +53,17 @@ def test_a_name_with_a_secret_word_part_is_refused_whatever_else_it_says(data, s
 
 
 @FAST
-@given(prefix=st.sampled_from(PREFIXES), body=st.text(st.characters(categories=["Lu", "Ll", "Nd"]).filter(str.isascii),
-                                                      min_size=36, max_size=48),
+@given(prefix=st.sampled_from(PREFIXES),
+       body=st.text(st.characters(categories=["Lu", "Ll", "Nd"]).filter(str.isascii),
+                    min_size=36, max_size=48),
        before=st.sampled_from(["", "Bearer ", "x=", "token: "]))
 def test_well_known_token_values_are_refused_under_any_name(prefix: str, body: str, before: str) -> None:
     assert env_problem("RUN_NAME", before + prefix + body) is not None
 
 
 @FAST
-@given(kind=st.sampled_from(KEY_KINDS), body=st.text(st.characters(min_codepoint=0x41, max_codepoint=0x5A), max_size=40))
+@given(kind=st.sampled_from(KEY_KINDS),
+       body=st.text(st.characters(min_codepoint=0x41, max_codepoint=0x5A), max_size=40))
 def test_private_key_blocks_of_any_kind_are_refused(kind: str, body: str) -> None:
     block = f"-----BEGIN {kind}PRIVATE KEY{' BLOCK' if kind == 'PGP ' else ''}-----\n{body}\n"
     assert "private key" in (env_problem("CONFIG", block) or "")
@@ -70,8 +72,8 @@ def test_private_key_blocks_of_any_kind_are_refused(kind: str, body: str) -> Non
 @FAST
 @given(scheme=st.sampled_from(["postgres", "https", "redis", "mongodb+srv", "amqp"]),
        user=st.text(st.characters(min_codepoint=0x61, max_codepoint=0x7A), max_size=8),
-       password=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E).filter(lambda c: c not in "/@?#"),
-                        min_size=1, max_size=12))
+       password=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E)
+                        .filter(lambda c: c not in "/@?#"), min_size=1, max_size=12))
 def test_urls_with_a_password_are_refused(scheme: str, user: str, password: str) -> None:
     assert "password" in (env_problem("DATABASE_URL", f"{scheme}://{user}:{password}@db.internal/x") or "")
 

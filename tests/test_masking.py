@@ -318,7 +318,8 @@ def test_a_paused_partial_line_shows_and_the_next_own_line_starts_fresh(tmp_path
     assert (tmp_path / "job.log").read_bytes() == b"loading..."
     log.line("attempt 1: exited with status 0")
     log.close()
-    assert (tmp_path / "job.log").read_bytes() == b"loading...\n[gpu-router] attempt 1: exited with status 0\n"
+    assert (tmp_path / "job.log").read_bytes() == (
+        b"loading...\n[gpu-router] attempt 1: exited with status 0\n")
 
 
 def test_a_secret_popped_from_the_environment_is_still_kept_out_of_metrics(tmp_path: Path) -> None:
