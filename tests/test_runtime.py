@@ -99,3 +99,82 @@ def test_import_gpu_works_in_a_plain_python_outside_gpu_router(tmp_path: Path) -
     assert (tmp_path / "outputs" / "model.txt").read_text() == "weights"
     row = json.loads((tmp_path / "outputs" / "metrics.jsonl").read_text())
     assert row["step"] == 1 and row["loss"] == 0.5
+
+
+# -- the launcher's one log filter, run as on a target ------------------------------------------
+
+TOKEN = "tok-3xAmPle/VALUE+with=chars"
+LEAKY_JOB = r'''
+import base64, os, sys, time, urllib.parse
+import gpu
+v = os.environ["MY_TOKEN"]
+b = v.encode()
+print("raw", v)
+print("basic Authorization: Basic", base64.b64encode(b"ada:" + b).decode())
+print("url", urllib.parse.quote(v, safe="").replace("%2F", "/").replace("%2B", "%2b"))
+print("hex", b.hex(), b.hex().upper())
+print("bidi", v[:5] + "\u202e" + v[5:], "esc", v[:3] + "\x1b[0m" + v[3:], "nul", v[:9] + "\x00" + v[9:])
+sys.stdout.write("split " + v[:7]); sys.stdout.flush(); time.sleep(1.2)
+sys.stdout.write(v[7:] + " joined\n"); sys.stdout.flush()
+print("err", v, file=sys.stderr)
+gpu.log(step=1, loss=0.5, **{"k_" + b.hex(): 1.0})
+raise SystemExit("failing with " + v)
+'''
+
+
+def _launcher(tmp_path: Path, job: str, requirements: list[str] | None) -> tuple[str, dict, str]:
+    """Run the launcher as a batch script would (--foreground), with one secret on stdin."""
+    from core.runtime import files as runtime_files
+
+    runtime, jdir, adir = tmp_path / "runtime", tmp_path / "job", tmp_path / "job" / "attempt"
+    for src, rel in runtime_files():
+        (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
+        (runtime / rel).write_bytes(src.read_bytes())
+    adir.mkdir(parents=True)
+    (jdir / "job.py").write_text(job)
+    deps = {"hash": "h" * 32, "requirements": requirements, "file": None,
+            "venvs_dir": str(tmp_path / "venvs")} if requirements else None
+    spec = {"job_id": "j", "attempt": 1, "tag": str(adir / "spec.json"), "attempt_dir": str(adir),
+            "workdir": str(jdir), "log": str(jdir / "job.log"), "runtime_dir": str(runtime),
+            "base_python": sys.executable, "command": ["{python}", "job.py"], "deps": deps,
+            "hf_data": [], "secret_env": ["MY_TOKEN"],
+            "env": {"GPU_ROUTER_METRICS_FILE": str(jdir / "metrics.jsonl"),
+                    "GPU_ROUTER_OUTPUT_DIR": str(jdir / "out")}}
+    (adir / "spec.json").write_text(json.dumps(spec))
+    subprocess.run([sys.executable, str(runtime / "launch.py"), "--secrets-stdin", "--foreground",
+                    str(adir / "spec.json")], input=json.dumps({"MY_TOKEN": TOKEN}).encode(),
+                   capture_output=True, timeout=120, cwd=tmp_path)
+    metrics = jdir / "metrics.jsonl"
+    return ((jdir / "job.log").read_text(), json.loads((adir / "exit.json").read_text()),
+            metrics.read_text() if metrics.exists() else "")
+
+
+def _spellings(value: str) -> list[str]:
+    b = value.encode()
+    return [value, b.hex(), b.hex().upper(), base64.b64encode(b).decode(),
+            urllib.parse.quote(value, safe=""), urllib.parse.quote(value, safe="/").replace("%2B", "%2b"),
+            base64.b64encode(b"ada:" + b).decode()[8:-4]]
+
+
+def test_the_launcher_masks_every_line_it_writes(tmp_path: Path) -> None:
+    log, exit_doc, metrics = _launcher(tmp_path, LEAKY_JOB, None)
+    for form in _spellings(TOKEN):
+        assert form not in log and form not in metrics and form not in json.dumps(exit_doc), form
+    from core.runtime.textsafe import printable
+
+    assert printable(log) == log  # stored as a terminal shows it: nothing left to re-join
+    assert TOKEN not in printable(log).replace("\n", "")
+    for shown in ("raw [secret]", "url [secret]", "hex [secret] [secret]", "split [secret] joined",
+                  "err [secret]", "failing with [secret]", "Authorization: Basic YWRhOn"):
+        assert shown in log, shown
+    assert "[gpu] a metric was dropped" in log
+    assert json.loads(metrics)["loss"] == 0.5
+
+
+def test_pip_output_goes_through_the_same_filter(tmp_path: Path) -> None:
+    """A requirements line with ${MY_TOKEN}: pip expands it and prints the value."""
+    log, exit_doc, _ = _launcher(tmp_path, "print('never runs')\n", ["${MY_TOKEN}"])
+    assert exit_doc["code"] != 0 and "pip install failed" in exit_doc["error"]
+    assert "Invalid requirement: '[secret]'" in log
+    for form in _spellings(TOKEN):
+        assert form not in log, form

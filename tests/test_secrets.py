@@ -129,6 +129,8 @@ def test_without_a_keychain_the_message_says_how_to_get_one(home: Path) -> None:
     "X=hf_abcdefghijklmnopqrstuvwxyz", "X=sk-abcdefghijklmnop1234", "X=sk-ant-api03-abcdefghijklmnop",
     "X=-----BEGIN OPENSSH PRIVATE KEY-----", "X=postgres://user:pw@db.internal/prod",
     "X=Zx8Kq2LmN4pR7sT1vW3yA5bC6dE9fG0h", "X=0123456789abcdef0123456789abcdef01234567",
+    "PUBLIC_KEY_URL=https://example.com/k.pub", "apiKey=x", "MY_AUTH_HEADER=x",
+    "X=glpat-abcdefghijklmnopqrstu", "X=xoxb-1234567890-abcdef", "X=sk_live_abcdefghijkl",
 ])
 def test_secret_looking_env_is_refused(entry: str, home: Path, tmp_path: Path) -> None:
     project = tmp_path / "p"
@@ -147,7 +149,7 @@ def test_ordinary_env_passes(home: Path, tmp_path: Path) -> None:
     from core.secrets.scan import env_problem
 
     ordinary = {"WANDB_MODE": "offline", "OMP_NUM_THREADS": "4", "CUDA_VISIBLE_DEVICES": "0,1",
-                "TOKENIZERS_PARALLELISM": "false", "PUBLIC_KEY_URL": "https://example.com/k.pub",
+                "TOKENIZERS_PARALLELISM": "false", "PUBLIC_URL": "https://example.com/k.pub",
                 "HF_HOME": "/data/hf", "RUN_NAME": "exp_2024_11_29_lr3e-4_bs32_warmup1000",
                 "MODEL": "meta-llama/Llama-3.1-8B-Instruct", "URL": "https://example.com/a/b",
                 "KEYBOARD": "us", "AUTHOR": "ada", "LR": "3e-4", "SEED": "1234567890"}
@@ -168,3 +170,88 @@ def test_the_store_schema_has_no_place_for_values(home: Path) -> None:
     con = sqlite3.connect(home / "store.sqlite3")
     cols = {r[1] for t in ("jobs", "events", "metrics", "usage") for r in con.execute(f"PRAGMA table_info({t})")}
     assert not any("secret" in c or "password" in c for c in cols)
+
+
+LEAKS = r'''
+import base64, os, sys, time, urllib.parse
+import gpu
+v = os.environ["MY_TOKEN"]
+b = v.encode()
+print("raw", v)
+print("basic Authorization: Basic", base64.b64encode(b"ada:" + b).decode())
+print("b64url", base64.urlsafe_b64encode(b).decode().rstrip("="))
+print("url", urllib.parse.quote(v, safe="/").replace("%2B", "%2b"))
+print("hex", b.hex(), b.hex().upper())
+print("bidi", v[:5] + "\u202e" + v[5:], "esc", v[:3] + "\x1b[0m" + v[3:], "nul", v[:9] + "\x00" + v[9:])
+sys.stdout.write("split " + v[:7]); sys.stdout.flush(); time.sleep(1)
+sys.stdout.write(v[7:] + " joined\n"); sys.stdout.flush()
+print("err", v, file=sys.stderr)
+gpu.log(step=1, loss=0.5, **{"k_" + b.hex(): 1.0, "k_" + base64.urlsafe_b64encode(b).decode().rstrip("="): 2.0})
+(gpu.output_dir() / "note.txt").write_text("wrote without the secret")
+'''
+
+
+def _spellings(value: str) -> list[bytes]:
+    b = value.encode()
+    forms = [value, b.hex(), b.hex().upper(), base64.b64encode(b).decode(),
+             base64.urlsafe_b64encode(b).decode().rstrip("="), urllib.parse.quote(value, safe=""),
+             urllib.parse.quote(value, safe="/").replace("%2B", "%2b"),
+             base64.b64encode(b"ada:" + b).decode()[8:-4]]
+    return [f.encode() for f in forms]
+
+
+async def _dashboard_text() -> str:
+    """Everything the dashboard draws for the job: its row, log tail, charts and detail screen."""
+    from tui.dash.app import DashApp
+    from tui.dash.widgets import LogTail
+
+    app = DashApp(live=False, bell=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.5)
+        text = app.export_screenshot() + "\n".join(app.query_one(LogTail).lines)
+        await pilot.press("enter")
+        await pilot.pause(0.5)
+        text += app.export_screenshot()
+    return text
+
+
+@pytest.mark.slow
+def test_no_form_of_a_keychain_secret_is_stored_or_shown(keychain, home: Path, tmp_path: Path) -> None:
+    """A real job on the local target, a real keychain secret, pip printing it (a requirements
+    line with ${MY_TOKEN}), the job printing it in every spelling, with control codes inside and
+    split over two writes, and naming a metric after it: nothing kept or shown holds it."""
+    import asyncio
+    import html
+
+    assert run_gpu("secrets", "set", "MY_TOKEN", input=SECRET + "\n").returncode == 0
+    project = make_git_project(tmp_path / "p", {
+        "leak.py": LEAKS,
+        "requirements.txt": "--index-url http://127.0.0.1:9/${MY_TOKEN}/simple\npytest\n"})
+    sub = gpu_json("submit", "leak.py", "--secret", "MY_TOKEN", "--hours", "0.1", "--wait-s", "0",
+                   cwd=project)
+    from core.engine.approvals import approve
+    from core.engine.store import Store
+
+    approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
+    short = sub["job"]["short_id"]
+    doc = wait_state(short, {"done", "failed"}, timeout=120)
+    logs = run_gpu("logs", short).stdout
+    assert doc["state"] == "done", logs
+    assert "Looking in indexes: http://127.0.0.1:9/[secret]/simple" in logs  # pip's line, masked
+    assert "split [secret] joined" in logs and "[gpu] a metric was dropped" in logs
+    shown = [logs, run_gpu("status", short, "--json", "--verbose").stdout, run_gpu("status", short).stdout,
+             run_gpu("metrics", short).stdout, run_gpu("metrics", short, "--json").stdout,
+             run_gpu("jobs", "--json").stdout, html.unescape(asyncio.run(_dashboard_text()))]
+    assert "loss" in shown[4] and "split [secret] joined" in shown[-1]  # the dashboard's log tail
+    from core.runtime.textsafe import printable
+
+    for text in shown:
+        flat = printable(text).replace("\n", "").encode()
+        for form in _spellings(SECRET):
+            assert form not in text.encode() and form not in flat, (form, text[:2000])
+    Store().conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    files = _all_bytes(home, project / "runs")
+    assert any(p.name == "metrics.jsonl" for p, _ in files) and any(p.name == "job.json" for p, _ in files)
+    for path, data in files:
+        for form in _spellings(SECRET):
+            assert form not in data, f"{path} holds the secret"

@@ -305,6 +305,8 @@ def read_project_file(project_dir: Path) -> tuple[dict[str, Any], dict[str, int]
             raw = loader.construct_object(value_node, deep=True)
             values[key] = _check(key, raw, where)
             lines[key] = line
+            if key == "env":
+                lines.update(_env_entry_lines(value_node))
         return values, lines, path
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -313,6 +315,21 @@ def read_project_file(project_dir: Path) -> tuple[dict[str, Any], dict[str, int]
                         fix="check indentation and quoting") from exc
     finally:
         loader.dispose()
+
+
+def _env_entry_lines(node: Any) -> dict[str, int]:
+    """The line of each `env:` entry ("env:NAME" -> line), so a refusal points at it."""
+    import yaml
+
+    out: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, _ in node.value:
+            out[f"env:{key_node.value}"] = key_node.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            if isinstance(item, yaml.ScalarNode):
+                out[f"env:{str(item.value).partition('=')[0]}"] = item.start_mark.line + 1
+    return out
 
 
 def _check(key: str, raw: Any, where: str) -> Any:
@@ -343,6 +360,7 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequ
 
     # where each data item and secret name came from, so an error blames the right one
     origin = {(key, item): where(key) for key in ("data", "secrets") for item in values.get(key, [])}
+    env_origin: dict[str, str] = {}
     for key, raw in overrides.items():
         if raw is None or key not in SCHEMA:
             continue
@@ -352,6 +370,7 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequ
                 origin.setdefault((key, item), _argument(key))
         if key == "env":
             values["env"] = {**values.get("env", {}), **checked}
+            env_origin.update(dict.fromkeys(checked, _argument(key)))
         elif key in ("include", "secrets"):
             values[key] = list(dict.fromkeys([*values.get(key, []), *checked]))
         elif key == "data":
@@ -371,12 +390,24 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequ
             raise UserError(f"secret name {name!r} is not allowed",
                             where=origin.get(("secrets", name), where("secrets")),
                             fix="secret names are environment names like HF_TOKEN")
+    _refuse_secret_env(values.get("env", {}), env_origin, lines, path)
     req = JobRequest(project_dir=str(project), data=list(data_specs.values()), **values)
     if not req.script:
         raise UserError("no script to run", where=str(path) if path.exists() else "gpu submit",
                         fix="pass the script (gpu submit train.py) or set `script:` in gpu.yaml")
     _check_script(req, project, where("script"))
     return req
+
+
+def _refuse_secret_env(env: dict[str, str], origin: dict[str, str], lines: dict[str, int],
+                       path: Path) -> None:
+    """A secret-looking `env` entry is refused where it was written: gpu.yaml's file and the
+    entry's line, or the --env argument."""
+    from core.secrets.scan import check_env
+
+    where = {name: origin.get(name) or f"{path}:{lines.get(f'env:{name}', lines.get('env', 0))}"
+             for name in env}
+    check_env(env, where)
 
 
 def _check_script(req: JobRequest, project: Path, where: str) -> None:

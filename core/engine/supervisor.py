@@ -31,6 +31,7 @@ from core.planning.plan import digest
 from core.planning.usage import job_hours
 from core.providers import registry
 from core.providers.base import Poll
+from core.runtime.redact import metric_key_ok
 from core.secrets.launch import secrets_for_launch
 
 log = logging.getLogger("gpu-router.supervisor")
@@ -415,8 +416,23 @@ class Supervisor:
             log.info("job %s: could not fail it from %s", job.short_id, job.state)
 
 
+def _number(value: Any) -> float | None:
+    """A finite number from JSON, or None (text, booleans, nan, and overflowing integers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def parse_metrics(data: bytes) -> tuple[list[tuple[int | None, str, float, float]], dict]:
-    """Rows (step, key, value, ts) from JSON lines written by `gpu.log`, and the last values."""
+    """Rows (step, key, value, ts) from JSON lines written by `gpu.log`, and the last values.
+
+    The job can write this file without `gpu.log`, so its rules hold here again: names are
+    `metric_key_ok` (no pasted value, no terminal codes), values are finite numbers (text is
+    never stored)."""
     rows: list[tuple[int | None, str, float, float]] = []
     last: dict[str, Any] = {}
     for line in data.splitlines():
@@ -426,16 +442,16 @@ def parse_metrics(data: bytes) -> tuple[list[tuple[int | None, str, float, float
             continue
         if not isinstance(doc, dict):
             continue
-        step = doc.pop("step", None)
-        ts = doc.pop("ts", time.time())
-        step = int(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+        step = _number(doc.pop("step", None))
+        step = int(step) if step is not None and abs(step) < 2 ** 63 else None
+        ts = _number(doc.pop("ts", None))
+        ts = time.time() if ts is None else ts
         for key, value in doc.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            number = _number(value)
+            if number is None or not metric_key_ok(key):
                 continue
-            if not math.isfinite(value):
-                continue
-            rows.append((step, str(key)[:100], float(value), float(ts)))
-            last[str(key)[:100]] = value
+            rows.append((step, key, number, ts))
+            last[key] = value
     if last and rows:
         last = {**last, "_step": rows[-1][0]}
     return rows, last

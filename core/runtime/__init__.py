@@ -1,6 +1,7 @@
-"""Files that travel with every job: the `gpu` module, the launcher and its text filter.
+"""Files that travel with every job: the `gpu` module, the launcher, its text filter
+(textsafe.py) and what may leave the job (redact.py: secret masking, metric names).
 
-Both are stdlib-only and must stay so: they run with the target's Python, before (and
+All are stdlib-only and must stay so: they run with the target's Python, before (and
 without) the project's dependencies.
 """
 

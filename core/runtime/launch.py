@@ -7,8 +7,10 @@ It detaches (double fork, new session) so the job survives the supervisor and th
 claims the attempt with an O_EXCL marker so no attempt ever starts twice; installs the
 project's dependencies into a venv cached by their hash (a marker written last means a
 broken install is never reused); runs the job in its own process group with SIGUSR1 ignored
-unless the job's `gpu` module asks for it; copies the job's output into the log with secret
-values masked; and writes exit.json atomically when the job ends.
+unless the job's `gpu` module asks for it; writes everything into the job log through one
+filter (`JobLog` and its `Masker`: secret values masked in any form, terminal codes removed,
+masked again as displayed), its own lines, pip's output and the job's alike; and writes
+exit.json atomically when the job ends.
 
 `--secrets-stdin` reads the job's secret values as one JSON object on stdin before detaching,
 so over SSH they travel inside the encrypted channel and never touch the remote disk or a
@@ -20,18 +22,26 @@ the scheduler's own record (COMPLETED, FAILED) agrees with exit.json.
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import json
 import os
 import shutil
+import select
 import signal
 import subprocess
 import sys
 import time
-import urllib.parse
 
-MASK = "[secret]"
+try:  # a package inside gpu-router; a folder of loose files beside this one on a target
+    from . import redact, textsafe
+except ImportError:
+    import redact
+    import textsafe
+
+MASK = redact.MASK.decode()
+IDLE_FLUSH_S = 0.5  # a partial line (a prompt, a progress dot) shows after this long a pause
+LINE_CAP = 1 << 16  # a line longer than this is written in pieces
+_PLAIN = bytes([0x09, 0x0A, *range(0x20, 0x7F)])  # printable ASCII, tab, newline
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -44,48 +54,172 @@ def _write_atomic(path: str, text: str) -> None:
 
 
 def secret_variants(value: str) -> list[str]:
-    """The forms a secret value can take in output: raw, base64 and URL-encoded."""
-    if len(value) < 4:
-        return []
-    raw = value.encode()
-    forms = {value, base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode(),
-             urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)}
-    forms |= {f.rstrip("=") for f in list(forms) if f.endswith("=") and len(f.rstrip("=")) >= 4}
-    return sorted(forms, key=len, reverse=True)
+    """The fixed spellings of a secret that are masked (raw, base64, hex, escapes), longest
+    first; URL-encoded spellings are matched by a pattern on top of these."""
+    return sorted((f.decode("utf-8", "replace") for f in redact.fixed_forms(value)),
+                  key=len, reverse=True) if len(value) >= redact.MIN_SECRET_LEN else []
+
+
+def terminal_safe(data: bytes) -> bytes:
+    """`textsafe.printable` applied to every line that holds anything but printable ASCII, tab
+    and newline; the other lines, which it would return unchanged, are copied as they are
+    (most of a log: this is what keeps the filter fast)."""
+    if not data.translate(None, _PLAIN):
+        return data
+    out: list[bytes] = []
+    run: list[bytes] = []  # consecutive lines that need the filter: one call for all of them
+    for line in data.splitlines(keepends=True):
+        if line.translate(None, _PLAIN):
+            run.append(line)
+            continue
+        if run:
+            out.append(textsafe.printable(b"".join(run)).encode("utf-8", "replace"))
+            run = []
+        out.append(line)
+    if run:
+        out.append(textsafe.printable(b"".join(run)).encode("utf-8", "replace"))
+    return b"".join(out)
+
+
+def _char_start(data: bytes, at: int) -> int:
+    """`at`, moved back to the start of a UTF-8 character so a cut never splits one."""
+    if at >= len(data):
+        return len(data)
+    at = max(0, at)
+    for back in range(4):
+        if at - back <= 0 or not 0x80 <= data[at - back] < 0xC0:
+            return max(0, at - back)
+    return at
 
 
 class Masker:
-    """Replaces secret values in a byte stream, also when one is split across two reads."""
+    """The job log's one filter: mask(printable(mask(raw))).
+
+    Secret values are masked in the bytes as written; the text is then reduced to what a
+    terminal may show (`textsafe.printable`); and masked again as displayed, because control
+    bytes or a bidi override inside a value vanish in that step and would join it again.
+    Output is filtered by whole lines, so an escape sequence or a value split over two reads
+    is seen whole; a line longer than LINE_CAP, or one left unfinished while the job pauses,
+    goes out in pieces that each hold back enough of their end (raw and displayed) for a
+    value cut in two to be found when the rest arrives."""
 
     def __init__(self, values: list[str]) -> None:
-        self.needles = [v.encode() for s in values for v in secret_variants(s)]
-        self.keep = max((len(n) for n in self.needles), default=1) - 1
-        self.tail = b""
+        self.secrets = redact.SecretPattern(values)
+        self.keep = max(self.secrets.longest - 1, 0)
+        self.cap = max(LINE_CAP, 4 * self.keep)
+        self.line = b""  # raw bytes of the unfinished line
+        self.shown = b""  # filtered text held back from the end of a piece of a line
 
     def feed(self, data: bytes) -> bytes:
-        if not self.needles:
-            return data
-        buf = self.tail + data
-        for needle in self.needles:
-            buf = buf.replace(needle, MASK.encode())
-        if self.keep and len(buf) > self.keep:
-            out, self.tail = buf[:-self.keep], buf[-self.keep:]
-        else:
-            out, self.tail = b"", buf
-        return out
+        buf = self.line + data
+        cut = self._line_end(buf, len(self.line))
+        if cut:
+            self.line = buf[cut:]
+            return self._emit(buf[:cut], whole=True)
+        self.line = buf
+        return self._piece() if len(buf) > self.cap else b""
+
+    def idle(self) -> bytes:
+        """The job paused mid-line: show what can be shown of that line."""
+        return self._piece() if self.line else b""
 
     def flush(self) -> bytes:
-        out, self.tail = self.tail, b""
-        for needle in self.needles:
-            out = out.replace(needle, MASK.encode())
-        return out
+        head, self.line = self.line, b""
+        return self._emit(head, whole=True)
+
+    def text(self, text: str) -> str:
+        """One finished message (an error for exit.json), through the same filter."""
+        return self._clean(text.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+
+    @staticmethod
+    def _line_end(buf: bytes, seen: int) -> int:
+        """Just past the last line break in `buf`, or 0. A CR at the very end waits: it may be
+        the first half of CR LF."""
+        start = max(0, seen - 1)
+        return max(buf.rfind(b"\n", start), buf.rfind(b"\r", start, len(buf) - 1)) + 1
+
+    def _piece(self) -> bytes:
+        """The unfinished line up to where a value could still be cut off; keep the rest."""
+        buf = self.secrets.mask(self.line)
+        cut = _char_start(buf, len(buf) - self.keep)
+        self.line = buf[cut:]
+        return self._emit(buf[:cut], whole=False)
+
+    def _clean(self, data: bytes) -> bytes:
+        masked = self.secrets.mask(data)
+        shown = terminal_safe(masked)
+        return shown if shown == masked else self.secrets.mask(shown)
+
+    def _emit(self, head: bytes, whole: bool) -> bytes:
+        text = self._clean(head)
+        if self.shown:
+            text = self.secrets.mask(self.shown + text)
+            self.shown = b""
+        if whole or not self.keep:
+            return text
+        cut = _char_start(text, len(text) - self.keep)
+        self.shown = text[cut:]
+        return text[:cut]
 
 
-def _log(fd: int, text: str) -> None:
-    os.write(fd, f"[gpu-router] {text}\n".encode())
+class JobLog:
+    """The job log, opened for appending: every byte the launcher writes there (setup lines,
+    pip's output, the job's output, gpu-router's own lines) goes through `write`."""
+
+    def __init__(self, path: str, masker: Masker) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.masker = masker
+        self.mid_line = False  # the last byte written was not a newline
+
+    def write(self, data: bytes) -> None:
+        self._put(self.masker.feed(data))
+
+    def line(self, text: str) -> None:
+        """One of gpu-router's own lines, on a line of its own."""
+        pending = self.mid_line or self.masker.line or self.masker.shown
+        start = "\n" if pending else ""
+        self.write(f"{start}[gpu-router] {text}\n".encode("utf-8", "surrogateescape"))
+
+    def idle(self) -> None:
+        self._put(self.masker.idle())
+
+    def close(self) -> None:
+        self._put(self.masker.flush())
+        os.close(self.fd)
+
+    def _put(self, data: bytes) -> None:
+        if data:
+            self.mid_line = not data.endswith(b"\n")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
 
 
-def _ensure_venv(spec: dict, log_fd: int) -> str:
+def _pump(pipe: int, log: JobLog) -> None:
+    """Copy a child's output into the log until every writer has closed it."""
+    while True:
+        ready, _, _ = select.select([pipe], [], [], IDLE_FLUSH_S)
+        if not ready:
+            log.idle()
+            continue
+        block = os.read(pipe, 65536)
+        if not block:
+            return
+        log.write(block)
+
+
+def _run_logged(command: list[str], log: JobLog, **popen: object) -> int:
+    """Run a command with its output (stdout and stderr) going through the job log's filter."""
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, **popen)
+    try:
+        _pump(child.stdout.fileno(), log)
+    finally:
+        child.stdout.close()
+    return child.wait()
+
+
+def _ensure_venv(spec: dict, log: JobLog) -> str:
     """The job's Python: a cached venv with the project's dependencies, or the base Python."""
     deps = spec.get("deps")
     base = spec["base_python"]
@@ -98,51 +232,63 @@ def _ensure_venv(spec: dict, log_fd: int) -> str:
     with open(venv + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one install per dependency set at a time
         if os.path.exists(ready):
-            _log(log_fd, f"dependencies: reusing environment {deps['hash'][:12]}")
+            log.line(f"dependencies: reusing environment {deps['hash'][:12]}")
             return python
         shutil.rmtree(venv, ignore_errors=True)  # a half-built env from a crash
-        _log(log_fd, f"dependencies: creating environment {deps['hash'][:12]} "
-                     f"({len(deps['requirements'])} requirements)")
+        log.line(f"dependencies: creating environment {deps['hash'][:12]} "
+                 f"({len(deps['requirements'])} requirements)")
         started = time.time()
-        subprocess.run([base, "-m", "venv", "--system-site-packages", venv], check=True,
-                       stdout=log_fd, stderr=log_fd)
+        status = _run_logged([base, "-m", "venv", "--system-site-packages", venv], log)
+        if status != 0:
+            raise RuntimeError(f"creating the environment failed with status {status}")
         req_file = os.path.join(venv, "requirements.txt")
         with open(req_file, "w") as f:
             f.write("\n".join(deps["requirements"]) + "\n")
         cmd = [python, "-m", "pip", "install", "--disable-pip-version-check",
                "--no-input", "--progress-bar", "off", "-r", req_file]
-        result = subprocess.run(cmd, cwd=spec["workdir"], stdout=log_fd, stderr=log_fd)
-        if result.returncode != 0:
+        status = _run_logged(cmd, log, cwd=spec["workdir"])
+        if status != 0:
             shutil.rmtree(venv, ignore_errors=True)
-            raise RuntimeError(f"pip install failed with status {result.returncode} "
-                               "(see the lines above)")
+            raise RuntimeError(f"pip install failed with status {status} (see the lines above)")
         _write_atomic(ready, json.dumps({"created": time.time()}))
-        _log(log_fd, f"dependencies: installed in {time.time() - started:.1f}s")
+        log.line(f"dependencies: installed in {time.time() - started:.1f}s")
         return python
 
 
-def _fetch_hf_data(spec: dict, python: str, log_fd: int) -> None:
+def _fetch_hf_data(spec: dict, python: str, log: JobLog) -> None:
     for item in spec.get("hf_data", []):
         dest = os.path.join(spec["env"]["GPU_ROUTER_DATA_DIR"], item["name"])
         if os.path.exists(os.path.join(dest, ".complete")):
             continue
-        _log(log_fd, f"data: downloading {item['uri']}")
+        log.line(f"data: downloading {item['uri']}")
         code = ("import sys; from huggingface_hub import snapshot_download; "
                 "snapshot_download(repo_id=sys.argv[1], repo_type='dataset', local_dir=sys.argv[2])")
-        result = subprocess.run([python, "-c", code, item["repo"], dest], stdout=log_fd,
-                                stderr=log_fd)
-        if result.returncode != 0:
+        if _run_logged([python, "-c", code, item["repo"], dest], log) != 0:
             raise RuntimeError(f"could not download {item['uri']}: hf:// data needs "
                                "huggingface_hub in requirements.txt and network access")
         _write_atomic(os.path.join(dest, ".complete"), "")
+
+
+def _job_env(spec: dict, python: str) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in list(env):
+        if name.startswith("GPU_ROUTER_") and name not in spec["env"]:
+            del env[name]  # the supervisor's own settings are not the job's
+    env.update(spec["env"])
+    env["GPU_ROUTER_SECRET_ENV"] = ",".join(spec.get("secret_env", []))  # names: gpu.log checks
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in [spec["runtime_dir"], env.get("PYTHONPATH", "")] if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH", "")])
+    return env
 
 
 def run(spec: dict) -> int:
     attempt_dir = spec["attempt_dir"]
     phase_file = os.path.join(attempt_dir, "phase")
     exit_file = os.path.join(attempt_dir, "exit.json")
-    log_fd = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     masker = Masker([os.environ.get(n, "") for n in spec.get("secret_env", [])])
+    log = JobLog(spec["log"], masker)
     ended = {"signal": None}
 
     def on_term(signum, frame):  # the group got it too; note it, let the job end, report
@@ -157,45 +303,25 @@ def run(spec: dict) -> int:
     error = None
     try:
         _write_atomic(phase_file, "installing")
-        python = _ensure_venv(spec, log_fd)
-        _fetch_hf_data(spec, python, log_fd)
+        python = _ensure_venv(spec, log)
+        _fetch_hf_data(spec, python, log)
         if ended["signal"]:
             raise RuntimeError("cancelled before the job started")
-        env = dict(os.environ)
-        for name in list(env):
-            if name.startswith("GPU_ROUTER_") and name not in spec["env"]:
-                del env[name]  # the supervisor's own settings are not the job's
-        env.update(spec["env"])
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in [spec["runtime_dir"], env.get("PYTHONPATH", "")] if p)
-        env["PYTHONUNBUFFERED"] = "1"
-        bindir = os.path.dirname(python)
-        env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")])
+        env = _job_env(spec, python)
         command = [python if part == "{python}" else part for part in spec["command"]]
         _write_atomic(phase_file, "running")
-        _log(log_fd, f"attempt {spec['attempt']}: running {' '.join(command[1:] if command[0] == python else command)}")
-        child = subprocess.Popen(command, cwd=spec["workdir"], env=env, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        pipe = child.stdout.fileno()
-        while True:
-            try:
-                block = os.read(pipe, 65536)
-            except InterruptedError:
-                continue
-            if not block:
-                break
-            os.write(log_fd, masker.feed(block))
-        os.write(log_fd, masker.flush())
-        code = child.wait()
+        log.line(f"attempt {spec['attempt']}: running "
+                 f"{' '.join(command[1:] if command[0] == python else command)}")
+        code = _run_logged(command, log, cwd=spec["workdir"], env=env)
     except Exception as exc:  # noqa: BLE001 - any failure here must reach exit.json
-        error = str(exc)
-        _log(log_fd, f"error: {error}")
+        error = masker.text(str(exc))
+        log.line(f"error: {error}")
         code = code if code is not None else 127
     result = {"code": code, "signal": -code if code is not None and code < 0 else None,
               "terminated_by": ended["signal"], "error": error, "ended_at": time.time()}
     _write_atomic(exit_file, json.dumps(result))
-    _log(log_fd, f"attempt {spec['attempt']}: exited with status {code}")
-    os.close(log_fd)
+    log.line(f"attempt {spec['attempt']}: exited with status {code}")
+    log.close()
     return 0
 
 

@@ -9,23 +9,53 @@ still work (folders under the current directory), so a script runs the same on a
         gpu.log(step=step, loss=loss)
         if gpu.should_checkpoint():
             save(gpu.checkpoint_dir() / "last.pt")
+
+Metric names are 1 to 64 characters from A-Z a-z 0-9 _ . / - (`loss`, `val/acc`,
+`lr.group-0`); values are numbers. `log` drops anything else with a warning on stderr (which
+the job log shows), and so does a name or value that holds one of the job's secret values in
+any form: metrics are stored and shown, so they are no side door for a secret. The supervisor
+applies the same name rule where it reads the metrics.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
+from types import ModuleType
 
 __all__ = ["job_id", "attempt", "output_dir", "data_dir", "checkpoint_dir", "log",
            "should_checkpoint"]
 
 _checkpoint_requested = threading.Event()
 _metrics_lock = threading.Lock()
+_warned: set[str] = set()
+_secrets: dict = {"values": None, "pattern": None}
+
+
+def _runtime_module(name: str) -> ModuleType:
+    """A module of gpu-router's runtime folder (beside this package), loaded from that file:
+    a project module of the same name never stands in for it."""
+    full = f"_gpu_router_{name}"
+    if full not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(full, path)
+        if spec is None or not path.is_file():
+            raise ImportError(f"{path} is missing: the gpu module ships with gpu-router's runtime "
+                              f"folder (launch.py, redact.py, textsafe.py) and needs it beside it")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[full] = module
+    return sys.modules[full]
+
+
+_redact = _runtime_module("redact")
 
 
 def _dir(var: str, fallback: str) -> Path:
@@ -65,14 +95,20 @@ def log(step: int | None = None, **metrics: float) -> None:
     if step is not None:
         row["step"] = int(step)
     for key, value in metrics.items():
+        if not _redact.metric_key_ok(key):
+            shown = "a name that holds a secret value" if _secret_pattern().holds(str(key)) \
+                else ascii(key)[:80]
+            _warn(f"metric {shown} dropped: names are {_redact.METRIC_KEY_RULE}")
+            continue
         try:
             number = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             continue  # only numbers are metrics; ignore the rest rather than crash a run
         if math.isfinite(number):
-            row[key] = number
-        else:
-            row[key] = str(number)  # nan/inf survive as text, JSON has no literal for them
+            row[key] = number  # nan and inf are not stored: JSON has no number for them
+    row = _without_secrets(row)
+    if row is None:
+        return
     line = (json.dumps(row, separators=(",", ":")) + "\n").encode()
     target = os.environ.get("GPU_ROUTER_METRICS_FILE") or str(output_dir() / "metrics.jsonl")
     with _metrics_lock:
@@ -81,6 +117,44 @@ def log(step: int | None = None, **metrics: float) -> None:
             os.write(fd, line)  # one write of a small line: appends never interleave
         finally:
             os.close(fd)
+
+
+def _secret_env() -> set[str]:
+    """The values of the job's secrets: the launcher names them in GPU_ROUTER_SECRET_ENV."""
+    names = [n for n in os.environ.get("GPU_ROUTER_SECRET_ENV", "").split(",") if n]
+    return {os.environ[n] for n in names if os.environ.get(n)}
+
+
+_SECRETS_AT_IMPORT = _secret_env()  # a job may pop a secret from its environment once read
+
+
+def _secret_pattern() -> _redact.SecretPattern:
+    """The job's secret values as one pattern, rebuilt only when they change."""
+    values = tuple(sorted(_secret_env() | _SECRETS_AT_IMPORT))
+    if values != _secrets["values"]:
+        _secrets.update(values=values, pattern=_redact.SecretPattern(list(values)))
+    return _secrets["pattern"]
+
+
+def _without_secrets(row: dict) -> dict | None:
+    """The row less any field whose name or value holds a secret; None if nothing is left."""
+    pattern = _secret_pattern()
+    if not pattern or not pattern.holds(json.dumps(row)):
+        return row
+    for key in [k for k in row if pattern.holds(json.dumps({k: row[k]}))]:
+        del row[key]
+        _warn("a metric was dropped: its name or value holds one of the job's secret values")
+    if pattern.holds(json.dumps(row)) or set(row) <= {"ts", "step"}:
+        return None
+    return row
+
+
+def _warn(text: str) -> None:
+    """Once per message: a training loop logs the same bad metric at every step."""
+    if text in _warned or len(_warned) > 1000:
+        return
+    _warned.add(text)
+    print(f"[gpu] {text}", file=sys.stderr, flush=True)
 
 
 def should_checkpoint() -> bool:
