@@ -12,7 +12,7 @@ from core.config.request import build_request
 from core.errors import UserError
 from core.secrets.scan import env_problem
 
-FAST = settings(max_examples=150, deadline=None)
+FAST = settings(max_examples=100, deadline=None)
 STEMS = ["PASS", "PWD", "SECRET", "TOKEN", "KEY", "CRED", "AUTH"]
 ORDINARY = ["RUN", "MODE", "CUDA", "VISIBLE", "DEVICES", "OMP", "NUM", "THREADS", "HF", "HOME",
             "WANDB", "PROJECT", "SEED", "LR", "PUBLIC", "SHARED", "OPEN", "TOKENIZERS", "KEYBOARD",
