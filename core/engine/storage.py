@@ -24,7 +24,7 @@ from core.providers import registry
 from core.providers.remote import run_sync
 from core.runtime import cachescan
 
-MIN_AGE_S = 600.0
+MIN_AGE_S = cachescan.MIN_AGE_S
 GB = 1000**3  # as `gpu gc` and the rest of the CLI print sizes
 
 
@@ -118,7 +118,7 @@ def home(store: Store, cap: int | None, *, everything: bool = False, dry_run: bo
     loc.entries = judge(cachescan.scan(root), needed(store), store.bundle_last_use(), time.time())
     choose(loc, everything=everything)
     if loc.evict and not dry_run:
-        done = cachescan.evict(root, [e.path for e in loc.evict])
+        done = cachescan.evict(root, [e.path for e in loc.evict], MIN_AGE_S)
         _settle(loc, done)
     return loc
 

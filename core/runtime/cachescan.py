@@ -27,6 +27,7 @@ import sys
 import time
 
 KINDS = {"bundles": "bundle", "data": "data", "runtime": "runtime", "venvs": "venv"}
+MIN_AGE_S = 600.0  # core.engine.storage's: nothing used this recently is freed
 
 
 def _size(path: str) -> int:
@@ -92,8 +93,11 @@ def scan(root: str) -> list[dict]:
     return out
 
 
-def evict(root: str, paths: list[str]) -> dict:
-    """Remove the given entries (marker first, so a half-removed entry is never taken as ready)."""
+def evict(root: str, paths: list[str], min_age_s: float = 0.0) -> dict:
+    """Remove the given entries (marker first, so a half-removed entry is never taken as ready).
+
+    A venv is judged again under its exclusive lock: a launcher touches its marker while it
+    holds that lock, so one used since the scan is kept."""
     real_root = os.path.realpath(root)
     removed, kept, freed = [], [], 0
     for path in paths:
@@ -112,6 +116,10 @@ def evict(root: str, paths: list[str]) -> dict:
             except OSError:
                 os.close(lock_fd)
                 kept.append({"path": path, "why": "a job is using it"})
+                continue
+            if time.time() - _mtime(os.path.join(real, ".ready")) < min_age_s:
+                os.close(lock_fd)
+                kept.append({"path": path, "why": "used since it was judged"})
                 continue
         try:
             size = _size(real)
@@ -143,7 +151,7 @@ def main(argv: list[str]) -> int:
     if argv[1] == "scan":
         doc: object = {"now": time.time(), "entries": scan(root)}
     else:
-        doc = evict(root, [line for line in sys.stdin.read().splitlines() if line])
+        doc = evict(root, [line for line in sys.stdin.read().splitlines() if line], MIN_AGE_S)
     sys.stdout.write(json.dumps(doc) + "\n")
     return 0
 

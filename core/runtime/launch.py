@@ -219,6 +219,9 @@ def _run_logged(command: list[str], log: JobLog, **popen: object) -> int:
     return child.wait()
 
 
+_HELD: list = []  # venv locks held for the life of this process
+
+
 def _ensure_venv(spec: dict, log: JobLog) -> str:
     """The job's Python: a cached venv with the project's dependencies, or the base Python."""
     deps = spec.get("deps")
@@ -229,30 +232,43 @@ def _ensure_venv(spec: dict, log: JobLog) -> str:
     ready = os.path.join(venv, ".ready")
     python = os.path.join(venv, "bin", "python")
     os.makedirs(deps["venvs_dir"], exist_ok=True)
-    with open(venv + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one install per dependency set at a time
-        if os.path.exists(ready):
-            log.line(f"dependencies: reusing environment {deps['hash'][:12]}")
-            return python
-        shutil.rmtree(venv, ignore_errors=True)  # a half-built env from a crash
-        log.line(f"dependencies: creating environment {deps['hash'][:12]} "
-                 f"({len(deps['requirements'])} requirements)")
-        started = time.time()
-        status = _run_logged([base, "-m", "venv", "--system-site-packages", venv], log)
-        if status != 0:
-            raise RuntimeError(f"creating the environment failed with status {status}")
-        req_file = os.path.join(venv, "requirements.txt")
-        with open(req_file, "w") as f:
-            f.write("\n".join(deps["requirements"]) + "\n")
-        cmd = [python, "-m", "pip", "install", "--disable-pip-version-check",
-               "--no-input", "--progress-bar", "off", "-r", req_file]
-        status = _run_logged(cmd, log, cwd=spec["workdir"])
-        if status != 0:
-            shutil.rmtree(venv, ignore_errors=True)
-            raise RuntimeError(f"pip install failed with status {status} (see the lines above)")
-        _write_atomic(ready, json.dumps({"created": time.time()}))
-        log.line(f"dependencies: installed in {time.time() - started:.1f}s")
+    lock = open(venv + ".lock", "w")  # noqa: SIM115 - held (shared) while the job runs
+    _HELD.append(lock)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one install per dependency set at a time
+    try:
+        return _install_venv(spec, log, deps, venv, ready, python)
+    finally:
+        # shared while the job runs, so `gpu gc` (which needs it exclusively) leaves the venv
+        # alone; .ready was touched under the exclusive lock, and gc re-checks its age
+        fcntl.flock(lock, fcntl.LOCK_SH)
+
+
+def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, python: str) -> str:
+    """Reuse the venv if its marker exists, else build it; the caller holds its lock."""
+    base = spec["base_python"]
+    if os.path.exists(ready):
+        os.utime(ready)  # its mtime is the venv's last use, for `gpu gc`
+        log.line(f"dependencies: reusing environment {deps['hash'][:12]}")
         return python
+    shutil.rmtree(venv, ignore_errors=True)  # a half-built env from a crash
+    log.line(f"dependencies: creating environment {deps['hash'][:12]} "
+             f"({len(deps['requirements'])} requirements)")
+    started = time.time()
+    status = _run_logged([base, "-m", "venv", "--system-site-packages", venv], log)
+    if status != 0:
+        raise RuntimeError(f"creating the environment failed with status {status}")
+    req_file = os.path.join(venv, "requirements.txt")
+    with open(req_file, "w") as f:
+        f.write("\n".join(deps["requirements"]) + "\n")
+    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check",
+           "--no-input", "--progress-bar", "off", "-r", req_file]
+    status = _run_logged(cmd, log, cwd=spec["workdir"])
+    if status != 0:
+        shutil.rmtree(venv, ignore_errors=True)
+        raise RuntimeError(f"pip install failed with status {status} (see the lines above)")
+    _write_atomic(ready, json.dumps({"created": time.time()}))
+    log.line(f"dependencies: installed in {time.time() - started:.1f}s")
+    return python
 
 
 def _fetch_hf_data(spec: dict, python: str, log: JobLog) -> None:
