@@ -128,9 +128,11 @@ def _fetch_hf_data(spec: dict, python: str, log_fd: int) -> None:
             continue
         _log(log_fd, f"data: downloading {item['uri']}")
         code = ("import sys; from huggingface_hub import snapshot_download; "
-                "snapshot_download(repo_id=sys.argv[1], repo_type='dataset', local_dir=sys.argv[2])")
-        result = subprocess.run([python, "-c", code, item["repo"], dest], stdout=log_fd,
-                                stderr=log_fd)
+                "snapshot_download(repo_id=sys.argv[1], repo_type='dataset', local_dir=sys.argv[2], "
+                "revision=sys.argv[3] or None, "
+                "allow_patterns=[sys.argv[4], sys.argv[4] + '/*'] if sys.argv[4] else None)")
+        result = subprocess.run([python, "-c", code, item["repo"], dest, item.get("revision") or "",
+                                 item.get("path") or ""], stdout=log_fd, stderr=log_fd)
         if result.returncode != 0:
             raise RuntimeError(f"could not download {item['uri']}: hf:// data needs "
                                "huggingface_hub in requirements.txt and network access")
