@@ -89,6 +89,12 @@ def test_cli_bundle_of_a_project_dir_over_255_bytes(home: Path, project: Path) -
                        "argument --project-dir", "longer than 255 bytes")
 
 
+def test_cli_a_target_key_path_over_255_bytes(home: Path, project: Path) -> None:
+    """The user config's paths (an SSH key, known_hosts) meet the same rule, when saved."""
+    proc = run_gpu("targets", "add", "ssh", "box", "--host", "h", "--key", f"/k/{LONG_NAME}", "--no-probe")
+    assert_clear_error(proc, "targets.box.key", "longer than 255 bytes")
+
+
 def test_cli_a_script_path_over_255_bytes_in_gpu_yaml(home: Path, project: Path) -> None:
     (project / "gpu.yaml").write_text(f"hours: 1\nscript: sub/{LONG_NAME}.py\n")
     assert_clear_error(run_gpu("submit", "--wait-s", "0", cwd=project), "gpu.yaml:2:", "255 bytes")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core import paths
 from core.config import user as userconfig
-from core.errors import UserError
+from core.errors import UserError, shorten
 
 def _flow(body: dict) -> str:
     import yaml
@@ -136,7 +136,7 @@ def remove_target(name: str) -> Path:
     path = paths.user_config_file()
     text, raw = _load(path)
     if name not in (raw.get("targets") or {}):
-        raise UserError(f"there is no target named {name!r} in {path}",
+        raise UserError(f"there is no target named {shorten(name)} in {path}",
                         fix="see `gpu targets` for the names")
     _save(path, raw, text, name, None)
     return path

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from core.config.request import path_problem
 from core.errors import UserError, shorten
 
 REMOTE_KINDS = ("ssh", "slurm", "pbs")
@@ -66,6 +67,10 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
         if value is not None and (not isinstance(value, str) or not value.strip()
                                   or any(ord(c) < 32 for c in value)):
             _fail(f"targets.{name}.{key} must be a path or name on one line (got {shorten(value)})", where)
+        problem = path_problem(value) if isinstance(value, str) else None
+        if problem:
+            _fail(f"targets.{name}.{key} {shorten(value)} {problem}", where,
+                  f"give the path of an existing file or folder as targets.{name}.{key}")
     for key in ("partition", "account", "pbs_flavor"):
         value = options.get(key)
         if value is not None and (not isinstance(value, str) or not SAFE_VALUE_RE.match(value)):
