@@ -1,10 +1,61 @@
 """Errors a user can cause, each saying what was wrong, where, and what to do.
 
-The CLI turns a `UserError` into its message and exit status 2; anything else is a bug and
-keeps its traceback.
+The CLI turns a `UserError` into its message and exit status 2; anything else is a bug, which
+the CLI reports in one line and records with its traceback in a log file.
+
+Messages quote what the user gave them, and what they gave can be a 34 MB YAML expansion or a
+300-byte path: `shorten` is the one place a value becomes text for a message, and `UserError`
+clips each of its parts again, so no message grows with its input.
 """
 
 from __future__ import annotations
+
+import reprlib
+
+VALUE_CHARS = 80  # a quoted value shows at most this many characters, then "… (N chars)"
+FIELD_CHARS = 1000  # what, where and fix each stay below this, whatever a caller passes
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxfrozenset = _REPR.maxdeque = 6
+_REPR.maxdict = 4
+_REPR.maxstring = _REPR.maxother = VALUE_CHARS
+_REPR.maxlong = 40
+
+
+def shorten(value: object, limit: int = VALUE_CHARS) -> str:
+    """`repr(value)` for an error message, cut to about `limit` characters with its full size.
+
+    A string longer than `limit` shows its start and its length ('aaa…' (300 chars)); a list or
+    mapping shows its first items and how many there are. Building the text never walks more than
+    a few levels or items, so a value that expands to gigabytes costs nothing to quote.
+    """
+    if isinstance(value, str):
+        text = repr(value[:limit + 1])
+        if len(value) <= limit and len(text) <= limit + 2:
+            return text
+        return f"{text[:limit]}… ({len(value)} chars)"
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # an int too long for str(), a repr that raises: name the type instead
+        text = f"<{type(value).__name__}>"
+    try:
+        count = len(value) if isinstance(value, (list, tuple, dict, set, frozenset)) else None
+        size = "" if count is None else f" ({count} item{'' if count == 1 else 's'})"
+    except TypeError:
+        size = ""
+    if len(text) > limit or (size and "..." in text):
+        return f"{text[:limit]}…{size}"
+    return text
+
+
+def clip(text: str, limit: int = FIELD_CHARS) -> str:
+    """`text` at most about `limit` characters, keeping its start and its end (a path's line)."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    return f"{text[:head]}…[{len(text) - head - tail} chars cut]…{text[-tail:]}"
 
 
 class UserError(Exception):
@@ -13,9 +64,9 @@ class UserError(Exception):
     exit_code = 2
 
     def __init__(self, what: str, *, where: str | None = None, fix: str | None = None) -> None:
-        self.what = what
-        self.where = where
-        self.fix = fix
+        self.what = clip(str(what))
+        self.where = None if where is None else clip(str(where))
+        self.fix = None if fix is None else clip(str(fix))
         super().__init__(self.message())
 
     def message(self) -> str:

@@ -62,6 +62,11 @@ def daemon_log_file() -> Path:
     return home() / "supervisor.log"
 
 
+def error_log_file() -> Path:
+    """Tracebacks of the CLI's internal errors: the terminal gets one line, this file the rest."""
+    return home() / "errors.log"
+
+
 def _sub(name: str) -> Path:
     path = home() / name
     path.mkdir(parents=True, exist_ok=True)

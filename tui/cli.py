@@ -25,9 +25,18 @@ def _emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def _print(renderable: Any) -> None:
+def _print(renderable: Any, /, **values: Any) -> None:
+    """Print a rich renderable, or a markup template whose `{name}` fields are `values`.
+
+    The values (job names, paths, reasons, guidance) are filled in as plain text: a project in a
+    folder named `proj [/x]` would otherwise be read as markup and stop the command. Markup
+    belongs in the template, never in an f-string of values.
+    """
+    from core.display.sanitize import markup_safe
     from tui.render import console
 
+    if isinstance(renderable, str):
+        renderable = renderable.format(**{k: markup_safe(str(v)) for k, v in values.items()})
     console().print(renderable)
 
 
@@ -71,14 +80,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     job = result.job
     verb = "submitted" if result.submitted else "already active, not submitted again:"
-    _print(f"[bold]{verb}[/] job [bold]{job.short_id}[/] ({job.name}) on "
-           f"[bold]{job.provider}[/]: {state_text(job.state.value)}"
-           + (f"  [dim]{job.reason}[/]" if job.reason else ""))
+    _print("[bold]{verb}[/] job [bold]{id}[/] ({name}) on [bold]{target}[/]: "
+           + state_text(job.state.value) + ("  [dim]{reason}[/]" if job.reason else ""),
+           verb=verb, id=job.short_id, name=job.name, target=job.provider, reason=job.reason)
     _print(bundle_panel(result.bundle))
     for key in ("note", "tell_user"):
         if key in result.guidance:
-            _print(result.guidance[key])
-    _print(f"follow: [bold]{result.guidance['follow']}[/]   outputs: {job.outputs_dir}")
+            _print("{text}", text=result.guidance[key])
+    _print("follow: [bold]{follow}[/]   outputs: {outputs}", follow=result.guidance["follow"],
+           outputs=job.outputs_dir)
     return 0
 
 
@@ -94,19 +104,19 @@ def _ask_at_submit(result) -> int:
     from tui.render import bundle_panel, plan_panel
 
     job = result.job
-    _print(f"[bold]job {job.short_id}[/] ({job.name}) needs your approval before it runs:")
+    _print("[bold]job {id}[/] ({name}) needs your approval before it runs:", id=job.short_id, name=job.name)
     _print(plan_panel(job.plan, result.bundle))
     _print(bundle_panel(result.bundle))
     answer = input(f"Approve job {job.short_id}? [y = approve, n = deny, enter = decide later] ").strip().lower()
     store = _store()
     if answer in ("y", "yes"):
         job = approve(store, job.id, digest=job.digest, actor=who("terminal, at submit"))
-        _print(f"approved: job [bold]{job.short_id}[/] will run.  follow: [bold]gpu logs -f {job.short_id}[/]")
+        _print("approved: job [bold]{id}[/] will run.  follow: [bold]gpu logs -f {id}[/]", id=job.short_id)
     elif answer in ("n", "no"):
         deny(store, job.id, actor=who("terminal, at submit"))
-        _print(f"denied: job {job.short_id} will not run")
+        _print("denied: job {id} will not run", id=job.short_id)
     else:
-        _print(f"job {job.short_id} waits: [bold]gpu approve {job.short_id}[/] or [bold]gpu deny {job.short_id}[/]")
+        _print("job {id} waits: [bold]gpu approve {id}[/] or [bold]gpu deny {id}[/]", id=job.short_id)
     return 0
 
 
@@ -149,14 +159,15 @@ def cmd_approve(args: argparse.Namespace) -> int:
     if not args.json:
         from tui.render import plan_panel
 
-        _print(f"[bold]job {job.short_id}[/] ({job.name}) waits for approval:")
+        _print("[bold]job {id}[/] ({name}) waits for approval:", id=job.short_id, name=job.name)
         _print(plan_panel(job.plan, job.bundle))
     _confirm_on_terminal(job, "approve")
     job = approve(store, job.id, digest=job.digest, actor=who("terminal"))
     if args.json:
         _emit_json({"job": job.to_json()})
     else:
-        _print(f"approved plan {job.approved_digest[:12]}: job [bold]{job.short_id}[/] will run")
+        _print("approved plan {digest}: job [bold]{id}[/] will run", digest=job.approved_digest[:12],
+               id=job.short_id)
     return 0
 
 
@@ -170,7 +181,7 @@ def cmd_deny(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({"job": job.to_json()})
     else:
-        _print(f"job [bold]{job.short_id}[/]: {job.state.value}")
+        _print("job [bold]{id}[/]: {state}", id=job.short_id, state=job.state.value)
     return 0
 
 
@@ -195,7 +206,7 @@ def cmd_secrets(args: argparse.Namespace) -> int:
         if args.json:
             _emit_json({"secrets": names})
         else:
-            _print("\n".join(names) if names else "no secrets yet: gpu secrets set NAME")
+            _print("{names}", names="\n".join(names) or "no secrets yet: gpu secrets set NAME")
         return 0
     if not args.name:
         raise UserError(f"gpu secrets {args.action} needs a NAME", fix=f"gpu secrets {args.action} HF_TOKEN")
@@ -214,7 +225,7 @@ def cmd_secrets(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({"name": args.name, "action": args.action, "ok": True})
     else:
-        _print(msg)
+        _print("{msg}", msg=msg)
     return 0
 
 
@@ -227,11 +238,10 @@ def cmd_dash(args: argparse.Namespace) -> int:
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from core.config.request import resolve_project
     from core.packaging.bundle import build, list_project
 
-    listing = list_project(Path(args.project_dir or os.getcwd()), args.include or [])
+    listing = list_project(resolve_project(args.project_dir or os.getcwd()), args.include or [])
     bundle = build(listing)
     summary = bundle.summary()
     files = sorted(listing.entries) if args.list else None
@@ -244,7 +254,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from tui.render import bundle_panel
 
     _print(bundle_panel(summary, files))
-    _print(f"[dim]root {bundle.root}  hash {bundle.hash[:16]}[/]")
+    _print("[dim]root {root}  hash {hash}[/]", root=bundle.root, hash=bundle.hash[:16])
     return 0
 
 
@@ -289,7 +299,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 0
         from tui.render import jobs_table
 
-        _print(f"supervisor: {'running (pid %d)' % pid if pid else 'not running (starts on demand)'}")
+        _print("supervisor: {text}", text=f"running (pid {pid})" if pid else "not running (starts on demand)")
         _print(jobs_table(jobs) if jobs else "no live jobs (see all with [bold]gpu jobs[/])")
         return 0
     job = store.resolve(args.id)
@@ -373,7 +383,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
                         for k, s in metrics.items()}})
         return 0
     if not metrics:
-        _print(f"job {job.short_id} has logged no metrics yet (the job calls gpu.log(step=..., loss=...))")
+        _print("job {id} has logged no metrics yet (the job calls gpu.log(step=..., loss=...))", id=job.short_id)
         return 0
     from tui.render import metrics_table
 
@@ -390,7 +400,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return 0
     from tui.render import state_text
 
-    _print(f"job [bold]{job.short_id}[/]: {state_text(job.state.value)}  {job.reason}")
+    _print("job [bold]{id}[/]: " + state_text(job.state.value) + "  {reason}", id=job.short_id, reason=job.reason)
     return 0
 
 
@@ -423,6 +433,17 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 
 
 # -- the parser ----------------------------------------------------------------------------
+
+
+def _count(text: str) -> int:
+    """An argparse type: a whole number of 0 or more (argparse turns the error into exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is below 0")
+    return value
 
 
 def _add_request_options(p: argparse.ArgumentParser) -> None:
@@ -500,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("jobs", cmd_jobs, "list jobs, newest first")
     p.add_argument("--state", help="only these states, comma-separated")
     p.add_argument("--active", action="store_true", help="only jobs that have not ended")
-    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--limit", type=_count, default=50, help="at most this many (default 50)")
     p.add_argument("--json", action="store_true", help="print {jobs: [...]}")
 
     p = add("status", cmd_status, "one job in detail, or the live jobs and the supervisor")
@@ -511,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("logs", cmd_logs, "print a job's log (output is shown as plain printable text)")
     p.add_argument("id", help="job id, short id, prefix, or 'last'")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
-    p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+    p.add_argument("--tail", type=_count, metavar="N", help="only the last N lines")
     p.add_argument("--json", action="store_true", help="print {job, state, log}")
 
     p = add("metrics", cmd_metrics, "a job's metrics: last, min and max per key")
@@ -542,6 +563,12 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; the one place its errors become messages and exit statuses.
+
+    A `UserError` says what, where and what to do, and exits 2. Anything else is a bug in
+    gpu-router: one line names it and the log file that holds its traceback, and the status is
+    1; GPU_ROUTER_DEBUG=1 lets the traceback through instead.
+    """
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     extra: list[str] = []
@@ -553,8 +580,27 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "args"):
             parser.error("arguments after -- are only for submit and plan")
         args.args = [*(args.args or []), *extra]
+    try:
+        return _run(parser, args, bare=not argv)
+    except UserError as exc:
+        if getattr(args, "json", False):
+            _emit_json(exc.to_json())
+        _say_error(exc.message())
+        return exc.exit_code
+    except BrokenPipeError:  # the reader went away (`gpu jobs | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush too
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if os.environ.get("GPU_ROUTER_DEBUG") == "1":
+            raise
+        return _internal_error(exc, args)
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, *, bare: bool) -> int:
     if not getattr(args, "func", None):
-        if not argv and sys.stdin.isatty() and sys.stdout.isatty():
+        if bare and sys.stdin.isatty() and sys.stdout.isatty():
             from tui.dash.app import (
                 run,  # plain `gpu` on a terminal opens the dashboard
             )
@@ -562,15 +608,46 @@ def main(argv: list[str] | None = None) -> int:
             return run()
         parser.print_help()
         return 0
+    return args.func(args)
+
+
+def _say_error(text: str) -> None:
+    from core.display.sanitize import printable
+
+    print(f"error: {printable(text)}", file=sys.stderr)
+
+
+def _internal_error(exc: BaseException, args: argparse.Namespace) -> int:
+    """One line for a bug, its traceback in the log; status 1."""
+    from core.errors import clip
+
+    where = _log_traceback(exc, getattr(args, "command", None))
+    detail = " ".join(str(exc).split())  # one line, whatever the exception says
+    what = f"internal error: {type(exc).__name__}" + (f": {clip(detail, 200)}" if detail else "")
+    fix = f"see {where}; GPU_ROUTER_DEBUG=1 shows the traceback here"
+    if getattr(args, "json", False):
+        _emit_json({"error": what, "where": None, "fix": fix})
+    _say_error(f"{what}, {fix}")
+    return 1
+
+
+def _log_traceback(exc: BaseException, command: str | None) -> str:
+    """Append the traceback to the error log; returns where it went (or why it could not)."""
+    import traceback
+
+    from core import paths
+
     try:
-        return args.func(args)
-    except UserError as exc:
-        if getattr(args, "json", False):
-            _emit_json(exc.to_json())
-        print(f"error: {exc.message()}", file=sys.stderr)
-        return exc.exit_code
-    except BrokenPipeError:
-        return 0
+        log = paths.error_log_file()
+        if log.exists() and log.stat().st_size > 1 << 20:
+            log.replace(log.with_name(log.name + ".1"))
+        with open(log, "a", encoding="utf-8", errors="replace") as f:
+            f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} gpu {command or ''} "
+                    f"(gpu-router {_version()})\n")
+            f.write("".join(traceback.format_exception(exc)))
+        return str(log)
+    except Exception as log_exc:  # the log's folder may be the very thing that is broken
+        return f"no log (it could not be written: {log_exc})"
 
 
 if __name__ == "__main__":

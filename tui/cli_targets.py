@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any, Callable
 
-from core.errors import UserError
+from core.errors import UserError, shorten
 
 KINDS = ("ssh", "slurm", "pbs")
 
@@ -98,7 +98,7 @@ def _body(args: argparse.Namespace) -> dict:
     from core.config.request import NAME_RE
 
     if not NAME_RE.match(args.name) or args.name == "local":
-        raise UserError(f"{args.name!r} cannot name a target",
+        raise UserError(f"{shorten(args.name)} cannot name a target",
                         fix="letters, digits, '.', '_' or '-'; `local` is this machine")
     if args.kind == "ssh" and args.local:
         raise UserError("an ssh target cannot be --local", fix="leave out --local, or use `gpu submit` on this machine")

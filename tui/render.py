@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.display.sanitize import markup_safe
+from core.display.sanitize import markup_safe, printable
 
 STATE_STYLE = {
     "queued": "dim", "routing": "cyan", "awaiting_approval": "bold yellow",
@@ -24,6 +24,23 @@ def console():
 def state_text(state: str) -> str:
     mark = "⏸ " if state == "awaiting_approval" else ""
     return f"[{STATE_STYLE.get(state, '')}]{mark}{state}[/]"
+
+
+def _label_grid(rows: list[tuple[str, Any]], **columns: Any) -> Any:
+    """A two-column grid of label and value; a value is plain text unless it is a rich Text.
+
+    Values here are paths, GPU names and commands that come from users and targets: one
+    folder named `proj [/x]` would otherwise be read as markup and stop the whole command.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", **columns)
+    grid.add_column()
+    for label, value in rows:
+        grid.add_row(label, value if isinstance(value, Text) else Text(printable(str(value))))
+    return grid
 
 
 def human_bytes(n: float) -> str:
@@ -63,7 +80,7 @@ def jobs_table(jobs: list) -> Any:
         last = ", ".join(f"{k}={v:.4g}" for k, v in list(metric.items())[:2]) if metric else ""
         hours = job.request.get("hours")
         table.add_row(job.short_id, markup_safe(job.name), state_text(job.state.value),
-                      job.provider or "-", duration(elapsed(job)),
+                      markup_safe(job.provider or "-"), duration(elapsed(job)),
                       f"{hours:g}" if hours else "-", markup_safe(last),
                       duration(now - job.created_at) + " ago")
     return table
@@ -72,16 +89,17 @@ def jobs_table(jobs: list) -> Any:
 def status_panel(job, events: list, metrics: dict) -> Any:
     from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
-    info = Table.grid(padding=(0, 2))
-    info.add_column(style="bold")
-    info.add_column()
-    rows = [
+    state = Text.from_markup(state_text(job.state.value))
+    if job.reason:
+        state.append("  " + printable(job.reason))
+    rows: list[tuple[str, Any]] = [
         ("job", f"{job.short_id}  ({job.id})"),
-        ("name", markup_safe(job.name)),
-        ("state", state_text(job.state.value) + (f"  {markup_safe(job.reason)}" if job.reason else "")),
+        ("name", job.name),
+        ("state", state),
         ("target", f"{job.provider or '-'}  ({job.plan.get('gpu', '-')})"),
-        ("command", markup_safe(" ".join(job.plan.get("command", [])))),
+        ("command", " ".join(job.plan.get("command", []))),
         ("hours", f"{job.request.get('hours') or '-'} estimated, {duration(elapsed(job))} elapsed"),
         ("attempt", str(job.attempt)),
         ("bundle", f"{job.bundle.get('files', 0)} files, {human_bytes(job.bundle.get('bytes', 0))}"),
@@ -90,9 +108,7 @@ def status_panel(job, events: list, metrics: dict) -> Any:
     ]
     if job.exit_code is not None:
         rows.append(("exit code", str(job.exit_code)))
-    for k, v in rows:
-        info.add_row(k, v)
-    parts: list[Any] = [info]
+    parts: list[Any] = [_label_grid(rows)]
     if metrics:
         parts.append("")
         parts.append(metrics_table(metrics))
@@ -138,7 +154,7 @@ def bundle_panel(summary: dict, files: list[str] | None = None) -> Any:
             table.add_row(markup_safe(item["path"]), str(item.get("files", "")),
                           human_bytes(item["bytes"]) if "bytes" in item else "",
                           markup_safe(item["reason"]) + (" (partly counted)" if item.get("partial") else ""))
-        parts += ["", table, f"[dim]hint: {summary.get('hint', '')}[/]"]
+        parts += ["", table, f"[dim]hint: {markup_safe(summary.get('hint', ''))}[/]"]
     for w in summary.get("warnings") or []:
         parts.append(f"[yellow]warning:[/] {markup_safe(w)}")
     return Group(*parts)
@@ -152,16 +168,12 @@ def money(value: float | None) -> str:
 
 def plan_panel(plan: dict, bundle: dict | None = None) -> Any:
     from rich.console import Group
-    from rich.table import Table
 
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", min_width=8, no_wrap=True)
-    grid.add_column()
     hours = plan.get("hours")
-    rows = [
+    rows: list[tuple[str, Any]] = [
         ("target", f"{plan.get('target')}  ({plan.get('gpu')})"),
-        ("why", markup_safe("; ".join(plan.get("reasons", [])))),
-        ("command", markup_safe(" ".join(plan.get("command", [])))),
+        ("why", "; ".join(plan.get("reasons", []))),
+        ("command", " ".join(plan.get("command", []))),
         ("hours", f"{hours:g}" if hours else "no estimate given"),
         ("price", f"{money(plan.get('estimated_price'))}"
                   + (f" (${plan.get('price_per_hour'):.2f}/hour)" if plan.get("price_per_hour") else "")),
@@ -169,16 +181,14 @@ def plan_panel(plan: dict, bundle: dict | None = None) -> Any:
     if plan.get("secrets"):
         rows.append(("secrets", ", ".join(plan["secrets"])))
     if plan.get("env"):
-        rows.append(("env", markup_safe(", ".join(f"{k}={v}" for k, v in plan["env"].items()))))
+        rows.append(("env", ", ".join(f"{k}={v}" for k, v in plan["env"].items())))
     if plan.get("data"):
         rows.append(("data", ", ".join(f"{k} ({v[:12]})" for k, v in plan["data"].items())))
     if bundle:
         rows.append(("bundle", f"{bundle.get('files', 0)} files, {human_bytes(bundle.get('bytes', 0))}"
                                + (f", {len(bundle['left_out'])} left out" if bundle.get("left_out") else "")))
     rows.append(("digest", plan.get("digest", "-")))
-    for k, v in rows:
-        grid.add_row(k, v)
-    parts: list[Any] = [grid]
+    parts: list[Any] = [_label_grid(rows, min_width=8, no_wrap=True)]
     for name, why in (plan.get("passed_over") or {}).items():
         parts.append(f"[dim]passed over {markup_safe(name)}: {markup_safe(why)}[/]")
     holds = plan.get("holds") or []
@@ -203,7 +213,7 @@ def targets_table(infos: list) -> Any:
         if i.credits_left is not None:
             quota.append(f"${i.credits_left:.2f}")
         status = "[green]available[/]" if i.available else f"[red]{markup_safe(i.why_unavailable or 'unavailable')}[/]"
-        table.add_row(i.name, i.kind, markup_safe(i.gpu_label), f"{i.vram_gb:g} GB" if i.gpus else "-",
+        table.add_row(markup_safe(i.name), markup_safe(i.kind), markup_safe(i.gpu_label), f"{i.vram_gb:g} GB" if i.gpus else "-",
                       status, ", ".join(quota) or "unlimited", money(i.price_per_hour),
                       f"{i.running}/{i.max_jobs}")
     return table

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core import paths
 from core.config import user as userconfig
-from core.errors import UserError
+from core.errors import UserError, shorten
 
 def _flow(body: dict) -> str:
     import yaml
@@ -23,14 +23,15 @@ def _flow(body: dict) -> str:
 
 
 def _load(path: Path) -> tuple[str, dict]:
-    import yaml
+    from core.config import safeyaml
 
-    text = path.read_text() if path.exists() else ""
+    text = safeyaml.read_text(path) or ""
     try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise UserError(f"not valid YAML: {exc}", where=str(path),
-                        fix="fix the file by hand, then run the command again") from exc
+        raw = safeyaml.load(text, str(path))
+    except UserError as exc:
+        raise UserError(exc.what, where=exc.where,
+                        fix="fix the file by hand, then run the command again") from None
+    raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise UserError("must be a mapping (targets:, rules:, budget:)", where=str(path))
     return text, raw
@@ -95,6 +96,8 @@ def _text_edit(text: str, name: str, body: dict | None) -> str | None:
 def _save(path: Path, raw: dict, text: str, name: str, body: dict | None) -> None:
     import yaml
 
+    from core.config import safeyaml
+
     expected = copy.deepcopy(raw)
     targets = dict(expected.get("targets") or {})
     if body is None:
@@ -104,10 +107,10 @@ def _save(path: Path, raw: dict, text: str, name: str, body: dict | None) -> Non
     expected["targets"] = targets
     edited = _text_edit(text, name, body)
     try:
-        if edited is not None and (yaml.safe_load(edited) or {}) == expected:
+        if edited is not None and (safeyaml.load(edited, str(path)) or {}) == expected:
             _write(path, edited)
             return
-    except yaml.YAMLError:
+    except UserError:
         pass
     _write(path, yaml.safe_dump(expected, sort_keys=False))
 
@@ -133,7 +136,7 @@ def remove_target(name: str) -> Path:
     path = paths.user_config_file()
     text, raw = _load(path)
     if name not in (raw.get("targets") or {}):
-        raise UserError(f"there is no target named {name!r} in {path}",
+        raise UserError(f"there is no target named {shorten(name)} in {path}",
                         fix="see `gpu targets` for the names")
     _save(path, raw, text, name, None)
     return path

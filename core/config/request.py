@@ -15,11 +15,86 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from core.errors import UserError
+from core.errors import UserError, shorten
 
 PROJECT_FILE = "gpu.yaml"
-NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# `\Z`, not `$`: `$` also matches before a final newline, which would let "gpu\n" through
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+GPU_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,63}\Z")
+HF_RE = re.compile(r"^hf://datasets/(?P<owner>[A-Za-z0-9][A-Za-z0-9._-]{0,95})"
+                   r"/(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]{0,95})"
+                   r"(?:@(?P<revision>[A-Za-z0-9][A-Za-z0-9._%-]{0,127}))?"
+                   r"(?P<path>/[^\x00-\x1f\x7f\\]*)?\Z")
+HF_FORM = "hf://datasets/OWNER/NAME[@REVISION][/PATH]"
+
+# what a request may hold: past these a job could never start (the kernel's limits on file
+# names and on a process's arguments) or the number is a typo (a 10 000-hour estimate)
+MAX_HOURS = 720.0
+MAX_WAIT_S = 3600.0
+MAX_VRAM_GB = 1_000_000.0  # far past any GPU: a smaller typo is for the router to refuse
+MAX_ITEM_BYTES = 32 * 1024  # one argument, the script line, or one NAME=value of env
+MAX_COMMAND_BYTES = 128 * 1024  # the script line, its args and env together
+MAX_ITEMS = 1000  # entries in one list (include, secrets, data, modules)
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+MAX_REQUEST_ID = 128
+
+
+def text_bytes(text: str) -> int:
+    """The size `text` has as an argument of a process; ValueError when it cannot be one."""
+    if "\x00" in text:
+        raise ValueError("text without NUL bytes")
+    try:
+        return len(os.fsencode(text))
+    except UnicodeError:
+        raise ValueError("valid text (it holds an unpaired surrogate)") from None
+
+
+def path_problem(text: str) -> str | None:
+    """Why `text` can name no file on any system gpu-router runs on; None when it might."""
+    try:
+        size = text_bytes(text)
+    except ValueError as exc:
+        return f"is not a path: it must be {exc}"
+    if size > MAX_PATH_BYTES:
+        return f"is longer than {MAX_PATH_BYTES} bytes"
+    if any(len(part) > MAX_NAME_BYTES for part in os.fsencode(text).split(b"/")):
+        return f"has a part longer than {MAX_NAME_BYTES} bytes, the most a file name can have"
+    return None
+
+
+def _stat_is(path: Path, kind: str) -> bool:
+    """`path.exists()` / `is_file()` / `is_dir()` that answer False where the OS refuses to look."""
+    try:
+        return bool(getattr(path, kind)())
+    except (OSError, ValueError):
+        return False
+
+
+def resolve_project(project_dir: str | Path, where: str = "argument --project-dir") -> Path:
+    """The project folder, absolute; a clear error when it cannot be one."""
+    text = os.fspath(project_dir)
+    problem = path_problem(text)
+    if problem:
+        raise UserError(f"project directory {shorten(text)} {problem}", where=where,
+                        fix="pass --project-dir with the folder that holds your script")
+    project = Path(os.path.expanduser(text))
+    if not _stat_is(project, "is_dir"):
+        raise UserError(f"project directory {shorten(str(project))} does not exist", where=where,
+                        fix="pass --project-dir with the folder that holds your script")
+    return project.resolve()
+
+
+def parse_hf(uri: str) -> dict[str, str | None]:
+    """The parts of an hf://datasets/ URI: owner, repo, revision and path (None if absent)."""
+    m = HF_RE.match(uri)
+    path = (m.group("path") or "/")[1:] if m else ""
+    path = path[:-1] if path.endswith("/") else path  # one trailing slash: a folder
+    if m is None or (path and any(part in ("", ".", "..") for part in path.split("/"))):
+        raise ValueError(f"data {shorten(uri)} is not a URI of the form {HF_FORM}")
+    return {"owner": m.group("owner"), "repo": m.group("repo"),
+            "revision": m.group("revision"), "path": path or None}
 
 
 @dataclass
@@ -33,28 +108,42 @@ class DataSpec:
     @classmethod
     def parse(cls, text: str, project_dir: Path, where: str) -> "DataSpec":
         text = text.strip()
-        name, sep, source = text.partition("=")
+        name, sep, source = ("", "", text) if text.startswith("hf://") else text.partition("=")
         if not sep:  # a bare PATH or URI: the name is its last part
             source, name = text, ""
+        elif not name.strip():
+            raise UserError(f"data {shorten(text)} has an empty NAME", where=where,
+                            fix="write it as NAME=PATH, e.g. corpus=data/corpus")
         if source.startswith("hf://"):
-            if not source.startswith("hf://datasets/") or len(source) <= len("hf://datasets/"):
-                raise UserError(f"data {text!r} is not an hf://datasets/OWNER/NAME URI",
-                                where=where, fix="write it as hf://datasets/OWNER/NAME")
-            name = name or source.rstrip("/").rsplit("/", 1)[-1]
+            try:
+                parts = parse_hf(source)
+            except ValueError as exc:
+                raise UserError(str(exc), where=where, fix=f"write it as {HF_FORM}") from None
+            name = name or (parts["path"] or "").rsplit("/", 1)[-1] or str(parts["repo"])
             kind = "hf"
         else:
-            path = Path(os.path.expanduser(source))
-            path = path if path.is_absolute() else project_dir / path
-            if not path.exists():
-                raise UserError(f"data {text!r}: {path} does not exist", where=where,
-                                fix="give NAME=PATH with a path relative to the project or absolute")
-            source = str(path.resolve())
-            name = name or path.name
+            source, name = cls._local(text, source, name, project_dir, where)
             kind = "path"
-        if not NAME_RE.match(name):
-            raise UserError(f"data name {name!r} is not allowed", where=where,
-                            fix="use letters, digits, '.', '_' or '-' (NAME=PATH)")
+        if not NAME_RE.match(name) or name in (".", ".."):
+            raise UserError(f"data name {shorten(name)} is not allowed", where=where,
+                            fix="use letters, digits, '.', '_' or '-', not . or .. (NAME=PATH)")
         return cls(name=name, source=source, kind=kind)
+
+    @staticmethod
+    def _local(text: str, source: str, name: str, project_dir: Path, where: str) -> tuple[str, str]:
+        """(absolute path, name) of a local data set that exists."""
+        fix = "give NAME=PATH with a path relative to the project or absolute"
+        if not source.strip():
+            raise UserError(f"data {shorten(text)} has no PATH", where=where, fix=fix)
+        problem = path_problem(source)
+        if problem:
+            raise UserError(f"data {shorten(text)}: the path {problem}", where=where, fix=fix)
+        path = Path(os.path.expanduser(source))
+        path = path if path.is_absolute() else project_dir / path
+        if not _stat_is(path, "exists"):
+            raise UserError(f"data {shorten(text)}: {path} does not exist",
+                            where=where, fix=fix)
+        return str(path.resolve()), name or path.name
 
 
 @dataclass
@@ -116,7 +205,7 @@ def is_python_file(script: str, project_dir: Path | None = None) -> bool:
     """`train.py` and `sub dir/train.py` (a file that exists) are scripts; `python x.py` is a line."""
     if not script.endswith(".py"):
         return False
-    if project_dir is not None and (project_dir / script).is_file():
+    if project_dir is not None and _stat_is(project_dir / script, "is_file"):
         return True
     try:
         return len(shlex.split(script)) == 1
@@ -125,24 +214,63 @@ def is_python_file(script: str, project_dir: Path | None = None) -> bool:
 
 
 # -- the schema ----------------------------------------------------------------------------
+# Each checker takes what a front gave (a YAML value, an argument, JSON) and returns the value
+# the request holds, or raises TypeError/ValueError with the words that finish "KEY must be ...".
+
 
 def _str(v: Any) -> str:
     if not isinstance(v, str) or not v.strip():
         raise TypeError("a non-empty string")
+    text_bytes(v)
     return v
 
 
-def _str_list(v: Any) -> list[str]:
-    if isinstance(v, str):
-        return [v]
-    if not isinstance(v, list) or not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in v):
+def _item_text(x: Any) -> str:
+    """A list item as text: strings, and numbers a YAML file or JSON may give instead."""
+    if isinstance(x, bool) or not isinstance(x, (str, int, float)):
         raise TypeError("a list of strings")
-    return [str(x) for x in v]
+    if isinstance(x, int) and x.bit_length() > 200:
+        raise ValueError("a list of strings (a number that long is not allowed)")
+    return x if isinstance(x, str) else str(x)
+
+
+def _str_list(v: Any) -> list[str]:
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list):
+        raise TypeError("a list of strings")
+    if len(items) > MAX_ITEMS:
+        raise ValueError(f"a list of at most {MAX_ITEMS} entries (it has {len(items)})")
+    out = [_item_text(x) for x in items]
+    for i, item in enumerate(out):
+        _bounded_text(item, f"entry {i}")
+    return out
+
+
+def _bounded_text(text: str, what: str) -> int:
+    """The size of one argument-like string; ValueError naming `what` when it cannot be one."""
+    try:
+        size = text_bytes(text)
+    except ValueError as exc:
+        raise ValueError(f"{exc} ({what} is not)") from None
+    if size > MAX_ITEM_BYTES:
+        raise ValueError(f"at most {MAX_ITEM_BYTES // 1024} KiB per entry ({what} has {size} bytes)")
+    return size
+
+
+def _script(v: Any) -> str:
+    v = _str(v)
+    _bounded_text(v, "the script line")
+    return v
 
 
 def _args(v: Any) -> list[str]:
     if isinstance(v, str):
-        return shlex.split(v)
+        if len(v) > MAX_COMMAND_BYTES:
+            raise ValueError(f"at most {MAX_COMMAND_BYTES // 1024} KiB of arguments")
+        try:
+            v = shlex.split(v)
+        except ValueError as exc:
+            raise ValueError(f"a list of strings, or one line a shell can split ({exc})") from None
     return _str_list(v)
 
 
@@ -157,36 +285,59 @@ def _env(v: Any) -> dict[str, str]:
         v = out
     if not isinstance(v, dict):
         raise TypeError("a mapping NAME: value")
+    if len(v) > MAX_ITEMS:
+        raise ValueError(f"at most {MAX_ITEMS} variables (it has {len(v)})")
     out = {}
     for k, val in v.items():
         if not isinstance(k, str) or not ENV_NAME_RE.match(k):
-            raise TypeError(f"environment names like MY_VAR (got {k!r})")
+            raise TypeError(f"environment names like MY_VAR (got {shorten(k)})")
         if isinstance(val, (dict, list)) or val is None:
             raise TypeError(f"a string value for {k}")
-        out[k] = str(val).lower() if isinstance(val, bool) else str(val)
+        out[k] = str(val).lower() if isinstance(val, bool) else _item_text(val)
+        _bounded_text(f"{k}={out[k]}", k)
     return out
 
 
 def _data(v: Any) -> list[str]:
     if isinstance(v, dict):
-        return [f"{k}={val}" for k, val in v.items()]
+        v = [f"{_item_text(k)}={_item_text(val)}" for k, val in v.items()]
     return _str_list(v)
 
 
-def _positive(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError("a number")
-    if v <= 0 or not math.isfinite(v):
-        raise ValueError("a finite number above 0")
-    return float(v)
+def _paths(v: Any) -> list[str]:
+    items = _str_list(v)
+    for item in items:
+        problem = path_problem(item)
+        if problem:
+            raise ValueError(f"globs of paths ({shorten(item)} {problem})")
+    return items
 
 
-def _non_negative(v: Any) -> float:
+def _number(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError("a number")
-    if v < 0 or not math.isfinite(v):
-        raise ValueError("a finite number of 0 or more")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf
+
+
+def _positive(most: float) -> Callable[[Any], float]:
+    def check(v: Any) -> float:
+        n = _number(v)
+        if not (0 < n <= most):  # also refuses NaN
+            raise ValueError(f"a finite number above 0 and at most {most:.12g}")
+        return n
+    return check
+
+
+def _non_negative(most: float) -> Callable[[Any], float]:
+    def check(v: Any) -> float:
+        n = _number(v)
+        if not (0 <= n <= most):
+            raise ValueError(f"a finite number of 0 or more and at most {most:.12g}")
+        return n
+    return check
 
 
 def _bool(v: Any) -> bool:
@@ -202,18 +353,25 @@ def _name(v: Any) -> str:
     return v
 
 
-def _whole(minimum: int) -> Callable[[Any], int]:
+def _gpu(v: Any) -> str:
+    v = _str(v)
+    if not GPU_RE.match(v):
+        raise ValueError("a GPU type of letters, digits, spaces and . _ + - (at most 64), e.g. T4")
+    return v
+
+
+def _whole(least: int, most: int) -> Callable[[Any], int]:
     def check(v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError("a whole number")
-        if v < minimum:
-            raise ValueError(f"a whole number of {minimum} or more")
+        if not least <= v <= most:
+            raise ValueError(f"a whole number from {least} to {most}")
         return v
     return check
 
 
 # scheduler values land in batch-script directives: no spaces, quotes or newlines
-SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:/@,+=%-]{1,200}$")
+SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:/@,+=%-]{1,200}\Z")
 
 
 def _safe_value(v: Any) -> str:
@@ -227,37 +385,39 @@ def _modules(v: Any) -> list[str]:
     items = _str_list(v)
     for item in items:
         if not SAFE_VALUE_RE.match(item):
-            raise ValueError(f"module names like cuda/12.1 (got {item!r})")
+            raise ValueError(f"module names like cuda/12.1 (got {shorten(item)})")
     return items
 
 
 def _request_id(v: Any) -> str:
-    v = _str(v) if not isinstance(v, int) or isinstance(v, bool) else str(v)
-    if len(v) > 200 or any(ord(c) < 32 for c in v):
-        raise ValueError("a printable string of at most 200 characters")
+    if isinstance(v, int) and not isinstance(v, bool):  # `request_id: 42` in YAML
+        v = str(v) if v.bit_length() < 400 else "x" * (MAX_REQUEST_ID + 1)
+    v = _str(v)
+    if len(v) > MAX_REQUEST_ID or not v.isprintable():
+        raise ValueError(f"printable text of at most {MAX_REQUEST_ID} characters")
     return v
 
 
 SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
-    "script": (_str, "the script to run, e.g. train.py, or a command line like `bash run.sh`"),
+    "script": (_script, "the script to run, e.g. train.py, or a command line like `bash run.sh`"),
     "args": (_args, "arguments for the script, a list of strings"),
     "env": (_env, "non-secret environment variables, NAME: value"),
     "secrets": (_str_list, "names of keychain secrets the job reads"),
-    "include": (_str_list, "globs of git-ignored code that must ship"),
+    "include": (_paths, "globs of git-ignored code that must ship"),
     "data": (_data, "data sets, NAME=PATH or hf://datasets/OWNER/NAME"),
-    "hours": (_positive, "an honest wall-clock estimate in hours, above 0"),
-    "gpu": (_str, "a GPU type, e.g. T4"),
-    "vram_gb": (_positive, "GB of GPU memory needed, above 0"),
+    "hours": (_positive(MAX_HOURS), f"an honest wall-clock estimate in hours, above 0, at most {MAX_HOURS:g}"),
+    "gpu": (_gpu, "a GPU type, e.g. T4"),
+    "vram_gb": (_positive(MAX_VRAM_GB), "GB of GPU memory needed, above 0"),
     "provider": (_name, "a target name, e.g. local"),
     "name": (_name, "a short job name"),
-    "request_id": (_request_id, "an id that makes the submit idempotent"),
+    "request_id": (_request_id, f"an id that makes the submit idempotent (at most {MAX_REQUEST_ID} characters)"),
     "smoke": (_bool, "true for a quick smoke test"),
-    "wait_s": (_non_negative, "seconds to wait for the job to be placed"),
+    "wait_s": (_non_negative(MAX_WAIT_S), f"seconds to wait for the job to be placed (0 to {MAX_WAIT_S:g})"),
     "verbose": (_bool, "true for full documents"),
-    "cpus": (_whole(1), "CPU cores per job on a scheduler target (Slurm --cpus-per-task)"),
-    "gpus": (_whole(0), "GPUs per job on a scheduler target (Slurm --gpus, or --gres with gpu)"),
-    "memory_gb": (_positive, "GB of memory per job on a scheduler target (Slurm --mem)"),
-    "time_minutes": (_whole(1), "the scheduler's time limit in minutes (default: from hours)"),
+    "cpus": (_whole(1, 10_000), "CPU cores per job on a scheduler target (Slurm --cpus-per-task)"),
+    "gpus": (_whole(0, 1_000), "GPUs per job on a scheduler target (Slurm --gpus, or --gres with gpu)"),
+    "memory_gb": (_positive(1_000_000), "GB of memory per job on a scheduler target (Slurm --mem)"),
+    "time_minutes": (_whole(1, int(MAX_HOURS * 60)), "the scheduler's time limit in minutes (default: from hours)"),
     "partition": (_safe_value, "the Slurm partition or PBS queue, e.g. gpu"),
     "modules": (_modules, "environment modules to load first, e.g. [cuda/12.1]"),
     "container": (_safe_value, "an Apptainer/Singularity image to run the job in"),
@@ -267,54 +427,40 @@ RESOURCE_KEYS = ("cpus", "gpus", "memory_gb", "time_minutes", "partition", "modu
 
 
 def _did_you_mean(key: str) -> str:
-    close = difflib.get_close_matches(key, SCHEMA, n=1)
+    close = difflib.get_close_matches(key, SCHEMA, n=1) if len(key) <= 64 else []
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def read_project_file(project_dir: Path) -> tuple[dict[str, Any], dict[str, int], Path]:
     """The validated keys of gpu.yaml, the line of each key, and the file's path."""
-    import yaml
+    from core.config import safeyaml
 
     path = project_dir / PROJECT_FILE
-    if not path.exists():
-        return {}, {}, path
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read: {exc}", where=str(path)) from exc
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None or (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"):
-            return {}, {}, path  # empty, only comments, or a bare `---`
-        if not isinstance(node, yaml.MappingNode):
-            raise UserError("must be a mapping of keys to values (key: value)",
-                            where=f"{path}:{node.start_mark.line + 1}",
+    source = str(path)
+    text = safeyaml.read_text(path)
+    node = None if text is None else safeyaml.compose(text, source)
+    if node is None:
+        return {}, {}, path  # no file, empty, only comments, or a bare `---`
+    if node.id != "mapping":
+        raise UserError("must be a mapping of keys to values (key: value)",
+                        where=f"{source}:{safeyaml.line_of(node)}",
+                        fix=f"allowed keys: {', '.join(SCHEMA)}")
+    values: dict[str, Any] = {}
+    lines: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        line = safeyaml.line_of(key_node)
+        where = f"{source}:{line}"
+        key = safeyaml.construct(key_node, source)
+        if not isinstance(key, str) or key not in SCHEMA:
+            raise UserError(f"unknown key {shorten(key)}{_did_you_mean(str(key)[:65])}", where=where,
                             fix=f"allowed keys: {', '.join(SCHEMA)}")
-        values: dict[str, Any] = {}
-        lines: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            line = key_node.start_mark.line + 1
-            key = loader.construct_object(key_node, deep=True)
-            where = f"{path}:{line}"
-            if not isinstance(key, str) or key not in SCHEMA:
-                raise UserError(f"unknown key {key!r}{_did_you_mean(str(key))}", where=where,
-                                fix=f"allowed keys: {', '.join(SCHEMA)}")
-            if key in values:
-                raise UserError(f"key {key!r} appears twice (first on line {lines[key]})", where=where)
-            raw = loader.construct_object(value_node, deep=True)
-            values[key] = _check(key, raw, where)
-            lines[key] = line
-            if key == "env":
-                lines.update(_env_entry_lines(value_node))
-        return values, lines, path
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise UserError(f"not valid YAML: {getattr(exc, 'problem', exc)}", where=where,
-                        fix="check indentation and quoting") from exc
-    finally:
-        loader.dispose()
+        if key in values:
+            raise UserError(f"key {key!r} appears twice (first on line {lines[key]})", where=where)
+        values[key] = _check(key, safeyaml.construct(value_node, source), where)
+        lines[key] = line
+        if key == "env":
+            lines.update(_env_entry_lines(value_node))
+    return values, lines, path
 
 
 def _env_entry_lines(node: Any) -> dict[str, int]:
@@ -337,22 +483,24 @@ def _check(key: str, raw: Any, where: str) -> Any:
     try:
         return check(raw)
     except (TypeError, ValueError) as exc:
-        raise UserError(f"{key} must be {exc} (got {raw!r})", where=where,
+        raise UserError(f"{key} must be {exc} (got {shorten(raw)})", where=where,
                         fix=f"{key}: {allowed}") from None
 
 
 def _argument(key: str) -> str:
     """How the command line spells the option for `key` (`--secret` is the one singular)."""
-    return "argument --secret" if key == "secrets" else f"argument --{key.replace('_', '-')}"
+    special = {"secrets": "argument --secret", "script": "argument SCRIPT", "args": "arguments after --"}
+    return special.get(key, f"argument --{key.replace('_', '-')}")
 
 
 def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequest:
-    """gpu.yaml merged with the caller's arguments (which win; lists add, env merges)."""
-    project = Path(project_dir).expanduser()
-    if not project.is_dir():
-        raise UserError(f"project directory {project} does not exist",
-                        fix="pass --project-dir with the folder that holds your script")
-    project = project.resolve()
+    """gpu.yaml merged with the caller's arguments (which win; lists add, env merges).
+
+    Every front (the CLI, the dashboard, the MCP server) builds its request here: each value
+    passes its SCHEMA check, and the finished request `_check_request`, so nothing downstream
+    meets a value a job could not start with.
+    """
+    project = resolve_project(project_dir)
     values, lines, path = read_project_file(project)
 
     def where(key: str) -> str:
@@ -386,16 +534,17 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequ
         spec = DataSpec.parse(item, project, origin.get(("data", item), where("data")))
         data_specs[spec.name] = spec  # a later NAME (the argument) replaces the file's
     for name in values.get("secrets", []):
-        if not ENV_NAME_RE.match(name):
-            raise UserError(f"secret name {name!r} is not allowed",
+        if not ENV_NAME_RE.match(name) or len(name) > 128:
+            raise UserError(f"secret name {shorten(name)} is not allowed",
                             where=origin.get(("secrets", name), where("secrets")),
                             fix="secret names are environment names like HF_TOKEN")
     _refuse_secret_env(values.get("env", {}), env_origin, lines, path)
     req = JobRequest(project_dir=str(project), data=list(data_specs.values()), **values)
     if not req.script:
-        raise UserError("no script to run", where=str(path) if path.exists() else "gpu submit",
+        raise UserError("no script to run", where=str(path) if _stat_is(path, "exists") else "gpu submit",
                         fix="pass the script (gpu submit train.py) or set `script:` in gpu.yaml")
     _check_script(req, project, where("script"))
+    _check_command_size(req, where("args") if req.args else where("env"))
     return req
 
 
@@ -410,25 +559,39 @@ def _refuse_secret_env(env: dict[str, str], origin: dict[str, str], lines: dict[
     check_env(env, where)
 
 
+def _check_command_size(req: JobRequest, where: str) -> None:
+    """The script line, args and env together must fit what a process can be started with."""
+    size = sum(text_bytes(a) + 1 for a in [req.script or "", *req.args])
+    size += sum(text_bytes(f"{k}={v}") + 1 for k, v in req.env.items())
+    if size > MAX_COMMAND_BYTES:
+        raise UserError(f"the script line, args and env come to {size} bytes, more than "
+                        f"{MAX_COMMAND_BYTES // 1024} KiB", where=where,
+                        fix="pass large inputs as files: put them in the project or use data: NAME=PATH")
+
+
 def _check_script(req: JobRequest, project: Path, where: str) -> None:
     script = req.script or ""
     if is_python_file(script, project):
         if os.path.isabs(script):
-            raise UserError(f"script {script!r} is an absolute path", where=where,
+            raise UserError(f"script {shorten(script)} is an absolute path", where=where,
                             fix="give the script relative to the project directory")
+        problem = path_problem(script)
+        if problem:
+            raise UserError(f"script {shorten(script)} {problem}", where=where,
+                            fix="check the name of the script")
         target = (project / script)
-        if not target.is_file():
-            raise UserError(f"script {script!r} does not exist in {project}", where=where,
+        if not _stat_is(target, "is_file"):
+            raise UserError(f"script {shorten(script)} does not exist in {project}", where=where,
                             fix="check the name, or pass --project-dir with the folder that holds it")
         inside = os.path.realpath(target)
         if os.path.commonpath([str(project), inside]) != str(project) and not _inside_git_root(project, inside):
-            raise UserError(f"script {script!r} is outside the project", where=where,
+            raise UserError(f"script {shorten(script)} is outside the project", where=where,
                             fix="move it into the project directory")
     else:
         try:
             parts = shlex.split(script)
         except ValueError as exc:
-            raise UserError(f"script {script!r} cannot be split like a shell would: {exc}",
+            raise UserError(f"script {shorten(script)} cannot be split like a shell would: {exc}",
                             where=where, fix="check the quotes") from None
         if not parts:
             raise UserError("script is empty", where=where, fix="name a script or a command line")

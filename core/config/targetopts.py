@@ -17,13 +17,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from core.errors import UserError
+from core.config.request import path_problem
+from core.errors import UserError, shorten
 
 REMOTE_KINDS = ("ssh", "slurm", "pbs")
-SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:/@,+=%-]+$")
-HOST_RE = re.compile(r"^[A-Za-z0-9._:%-]+$")
-USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*\$?$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:/@,+=%-]+\Z")
+HOST_RE = re.compile(r"^[A-Za-z0-9._:%-]{1,253}\Z")
+USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,255}\$?\Z")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 COMMON = {"host", "port", "user", "key", "known_hosts", "root", "python", "connect_timeout_s",
           "probe_ttl_s", "max_output_bytes", "cache_cap_gb"}
@@ -42,7 +43,7 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
     allowed = ALLOWED[kind]
     for key in options:
         if key not in allowed:
-            _fail(f"targets.{name}: unknown option {key!r} for a {kind} target", where,
+            _fail(f"targets.{name}: unknown option {shorten(key)} for a {kind} target", where,
                   f"options: {', '.join(sorted(allowed))}")
     local = options.get("local", False)
     if not isinstance(local, bool):
@@ -50,27 +51,31 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
     if not local:
         host = options.get("host")
         if not isinstance(host, str) or not HOST_RE.match(host) or host.startswith("-"):
-            _fail(f"targets.{name} needs a host name (got {host!r})", where,
+            _fail(f"targets.{name} needs a host name (got {shorten(host)})", where,
                   f"targets:\n    {name}: {{kind: {kind}, host: gpu-box.example.org}}"
                   + (" (or local: true on a login node)" if kind != "ssh" else ""))
     if "port" in options:
         port = options["port"]
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            _fail(f"targets.{name}.port must be a port number (got {port!r})", where)
+            _fail(f"targets.{name}.port must be a port number (got {shorten(port)})", where)
     if options.get("user") is not None and (not isinstance(options["user"], str)
                                             or not USER_RE.match(options["user"])):
-        _fail(f"targets.{name}.user is not a user name (got {options['user']!r})", where)
+        _fail(f"targets.{name}.user is not a user name (got {shorten(options['user'])})", where)
     for key in ("key", "known_hosts", "root", "python", "container", "container_runtime",
                 "container_python"):
         value = options.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()
                                   or any(ord(c) < 32 for c in value)):
-            _fail(f"targets.{name}.{key} must be a path or name on one line (got {value!r})", where)
+            _fail(f"targets.{name}.{key} must be a path or name on one line (got {shorten(value)})", where)
+        problem = path_problem(value) if isinstance(value, str) else None
+        if problem:
+            _fail(f"targets.{name}.{key} {shorten(value)} {problem}", where,
+                  f"give the path of an existing file or folder as targets.{name}.{key}")
     for key in ("partition", "account", "pbs_flavor"):
         value = options.get(key)
         if value is not None and (not isinstance(value, str) or not SAFE_VALUE_RE.match(value)):
             _fail(f"targets.{name}.{key} allows letters, digits and . _ - : / @ , + = only "
-                  f"(got {value!r})", where)
+                  f"(got {shorten(value)})", where)
     if options.get("pbs_flavor") not in (None, "pro", "torque"):
         _fail(f"targets.{name}.pbs_flavor is pro (PBS Pro, OpenPBS) or torque", where)
     if "modules" in options:
@@ -86,15 +91,17 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
         value = options.get(key)
         if value is None:
             continue
-        ok = not isinstance(value, bool) and isinstance(value, int if whole else (int, float))
+        ok = not isinstance(value, bool) and isinstance(value, int if whole else (int, float)) \
+            and abs(value) < 1e15  # also refuses NaN and infinity
         if not ok or value < (0 if key in ("gpus_per_job", "probe_ttl_s") else 1e-9):
             shown = "gpus" if key == "gpus_per_job" else key
             _fail(f"targets.{name}.{shown} must be a {'whole ' if whole else ''}number above 0 "
-                  f"(got {value!r})", where)
+                  f"(got {shorten(value)})", where)
     env = options.get("env")
     if env is not None:
         if not isinstance(env, dict) or not all(isinstance(k, str) and ENV_NAME_RE.match(k)
-                                                and isinstance(v, (str, int, float)) for k, v in env.items()):
+                                                and isinstance(v, (str, int, float))
+                                                and "\x00" not in str(v) for k, v in env.items()):
             _fail(f"targets.{name}.env must map NAME: value (for the scheduler's commands)", where)
     if "pass_secrets" in options and not isinstance(options["pass_secrets"], bool):
         _fail(f"targets.{name}.pass_secrets must be true or false", where)

@@ -27,13 +27,15 @@ stricter than the defaults; a looser value is an error that says so.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core import paths
+from core.config.request import NAME_RE
 from core.config.targetopts import validate
-from core.errors import UserError
+from core.errors import UserError, shorten
 
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs")
 # caches (bundles, venvs, data) are freed least-recently-used above these caps, in GB;
@@ -86,20 +88,40 @@ class UserConfig:
 
 
 def _number(value: Any, where: str, what: str, *, minimum: float = 0.0, allow_zero: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or (
-            not allow_zero and value == 0):
-        raise UserError(f"{what} must be a number {'of 0 or more' if allow_zero else 'above 0'} (got {value!r})",
-                        where=where)
-    return float(value)
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and abs(value) < 1e300 else math.nan
+    if not math.isfinite(number) or number < minimum or (not allow_zero and number == 0):
+        raise UserError(f"{what} must be a finite number {'of 0 or more' if allow_zero else 'above 0'} "
+                        f"(got {shorten(value)})", where=where)
+    return number
+
+
+def _section(raw: dict, name: str, where: str, example: str) -> dict:
+    """A section of the file (targets:, rules:, ...) as a mapping; absent or empty: {}."""
+    value = raw.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{name} must be a mapping (got {shorten(value)})", where=where,
+                        fix=f"for example:\n{example}")
+    return value
+
+
+def _gpu_list(value: Any, where: str, what: str) -> list[dict]:
+    if not isinstance(value, list) or not all(
+            isinstance(g, dict) and isinstance(g.get("name"), str) for g in value):
+        raise UserError(f"{what} must be a list of {{name: T4, memory_gb: 16}}", where=where)
+    return [{"name": g["name"], "memory_gb": _number(g.get("memory_gb", 0), where, f"{what}.memory_gb")}
+            for g in value]
 
 
 def _target(name: str, body: Any, where: str) -> TargetConfig:
     if not isinstance(body, dict):
-        raise UserError(f"target {name!r} must be a mapping with a kind", where=where,
+        raise UserError(f"target {shorten(name)} must be a mapping with a kind", where=where,
                         fix=f"targets:\n    {name}: {{kind: local}}")
     kind = body.get("kind", "local" if name == "local" else None)
     if kind not in TARGET_KINDS:
-        raise UserError(f"target {name!r} has kind {kind!r}", where=where,
+        raise UserError(f"target {shorten(name)} has kind {shorten(kind)}", where=where,
                         fix=f"kinds: {', '.join(TARGET_KINDS)}")
     t = TargetConfig(name=name, kind=kind)
     known = {"kind", "max_jobs", "price_per_hour", "hours_per_week", "credits",
@@ -121,10 +143,7 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
         elif key == "gpus" and isinstance(value, int) and not isinstance(value, bool) and kind != "local":
             t.options["gpus_per_job"] = value  # a scheduler target: GPUs per job, not a list
         elif key == "gpus":
-            if not isinstance(value, list) or not all(
-                    isinstance(g, dict) and isinstance(g.get("name"), str) for g in value):
-                raise UserError(f"{w} must be a list of {{name: T4, memory_gb: 16}}", where=where)
-            t.gpus = [{"name": g["name"], "memory_gb": float(g.get("memory_gb", 0))} for g in value]
+            t.gpus = _gpu_list(value, where, w)
         elif key not in known:
             t.options[key] = value
     if kind != "local":
@@ -133,37 +152,35 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
 
 
 def load() -> UserConfig:
-    import yaml
+    from core.config import safeyaml
 
     path = paths.user_config_file()
     where = str(path)
-    raw: dict[str, Any] = {}
-    if path.exists():
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise UserError(f"not valid YAML: {getattr(exc, 'problem', exc)}",
-                            where=f"{path}:{mark.line + 1}" if mark else where) from exc
-        if not isinstance(raw, dict):
-            raise UserError("must be a mapping (targets:, rules:, budget:)", where=where)
-    unknown = set(raw) - {"targets", "rules", "budget", "dashboard", "storage"}
+    raw = safeyaml.load_file(path)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UserError("must be a mapping (targets:, rules:, budget:)", where=where)
+    unknown = [key for key in raw if key not in ("targets", "rules", "budget", "dashboard", "storage")]
     if unknown:
-        raise UserError(f"unknown section(s) {sorted(unknown)}", where=where,
+        raise UserError(f"unknown section(s) {shorten(sorted(map(str, unknown)))}", where=where,
                         fix="sections: targets, rules, budget, dashboard, storage")
     targets: dict[str, TargetConfig] = {"local": TargetConfig("local", "local")}
-    for name, body in (raw.get("targets") or {}).items():
-        targets[str(name)] = _target(str(name), body, where)
+    for name, body in _section(raw, "targets", where, "targets:\n  box: {kind: ssh, host: gpu-box.lan}").items():
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise UserError(f"target name {shorten(name)} is not allowed", where=where,
+                            fix="use letters, digits, '.', '_' or '-' (at most 64)")
+        targets[name] = _target(name, body, where)
 
     rules = Rules()
-    for key, value in (raw.get("rules") or {}).items():
+    for key, value in _section(raw, "rules", where, "rules:\n  agent_max_hours: 0.5").items():
         if key == "approve_everything":
             if not isinstance(value, bool):
                 raise UserError("rules.approve_everything must be true or false", where=where)
             rules.approve_everything = value
             continue
         if key not in _RULE_LIMITS:
-            raise UserError(f"unknown rule {key!r}", where=where,
+            raise UserError(f"unknown rule {shorten(key)}", where=where,
                             fix=f"rules: {', '.join([*_RULE_LIMITS, 'approve_everything'])}")
         limit, _ = _RULE_LIMITS[key]
         number = _number(value, where, f"rules.{key}", allow_zero=key == "checkpoint_grace_s")
@@ -173,17 +190,17 @@ def load() -> UserConfig:
         if key == "overrun_factor" and number < 1:
             raise UserError("rules.overrun_factor must be 1 or more", where=where)
         setattr(rules, key, number)
-    budget = raw.get("budget") or {}
-    if not isinstance(budget, dict) or set(budget) - {"per_job", "weekly"}:
+    budget = _section(raw, "budget", where, "budget:\n  per_job: 5.0")
+    if set(budget) - {"per_job", "weekly"}:
         raise UserError("budget takes per_job and weekly (dollars)", where=where)
     if budget.get("per_job") is not None:
         rules.budget_per_job = _number(budget["per_job"], where, "budget.per_job")
     if budget.get("weekly") is not None:
         rules.budget_weekly = _number(budget["weekly"], where, "budget.weekly")
-    bell = (raw.get("dashboard") or {}).get("bell", True)
+    bell = _section(raw, "dashboard", where, "dashboard:\n  bell: false").get("bell", True)
     storage = dict(STORAGE_DEFAULTS)
-    section = raw.get("storage") or {}
-    if not isinstance(section, dict) or set(section) - set(STORAGE_DEFAULTS):
+    section = _section(raw, "storage", where, "storage:\n  home_cap_gb: 20")
+    if set(section) - set(STORAGE_DEFAULTS):
         raise UserError(f"storage takes {', '.join(STORAGE_DEFAULTS)} (gigabytes)", where=where)
     for key, value in section.items():
         storage[key] = _number(value, where, f"storage.{key}", allow_zero=False)

@@ -55,10 +55,14 @@ def _ship_warnings(req: JobRequest, bundle: Bundle, shipped: set[str]) -> list[s
         if not token or token.startswith("-") or os.path.isabs(token) or "://" in token:
             continue
         local = project / token
-        if not local.exists():
+        try:  # an argument is often no path at all: too long a name, a NUL, no permission
+            is_dir = local.is_dir()
+            if not is_dir and not local.exists():
+                continue
+        except (OSError, ValueError):
             continue
         rel = os.path.normpath(prefix + token).replace(os.sep, "/")
-        if local.is_dir():
+        if is_dir:
             ok = any(p.startswith(rel + "/") for p in shipped)
         else:
             ok = rel in shipped

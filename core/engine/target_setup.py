@@ -15,7 +15,7 @@ from core.config.edit import remove_target, save_target
 from core.config.user import load
 from core.engine.states import ACTIVE
 from core.engine.store import Store
-from core.errors import UserError
+from core.errors import UserError, shorten
 from core.providers import registry
 from core.providers.base import TargetInfo
 from core.providers.remote import run_sync
@@ -27,7 +27,7 @@ def configured(name: str) -> tuple[Any, Any]:
     """The target's config entry and its provider object; an unknown name is a UserError."""
     cfg = load()
     if name not in cfg.targets:
-        raise UserError(f"there is no target named {name!r}", fix="see `gpu targets`")
+        raise UserError(f"there is no target named {shorten(name)}", fix="see `gpu targets`")
     return cfg.targets[name], registry.build(cfg)[name]
 
 

@@ -18,9 +18,7 @@ def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runti
         "job_id": job.id, "attempt": job.attempt, "tag": f"{attempt_dir}/spec.json",
         "attempt_dir": attempt_dir, "workdir": workdir, "log": f"{job_dir}/job.log",
         "runtime_dir": runtime_dir, "base_python": python, "command": command, "deps": deps,
-        "hf_data": [{"name": d["name"], "uri": d["source"],
-                     "repo": d["source"].removeprefix("hf://datasets/").rstrip("/")}
-                    for d in job.request.get("data", []) if d["kind"] == "hf"],
+        "hf_data": [_hf_item(d) for d in job.request.get("data", []) if d["kind"] == "hf"],
         "secret_env": sorted(env_secrets),  # names only: values travel in memory
         "env": {
             **job.request.get("env", {}),
@@ -34,3 +32,16 @@ def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runti
             "GPU_ROUTER_METRICS_FILE": f"{job_dir}/metrics.jsonl",
         },
     }
+
+
+def _hf_item(data: dict) -> dict:
+    """What the launcher downloads for an hf:// data set: repo, revision and path apart."""
+    from core.config.request import parse_hf
+
+    try:
+        parts = parse_hf(data["source"])
+    except ValueError:  # a job stored before URIs were checked: the whole text is the repo
+        return {"name": data["name"], "uri": data["source"], "revision": None, "path": None,
+                "repo": data["source"].removeprefix("hf://datasets/").rstrip("/")}
+    return {"name": data["name"], "uri": data["source"], "repo": f"{parts['owner']}/{parts['repo']}",
+            "revision": parts["revision"], "path": parts["path"]}

@@ -278,8 +278,11 @@ def _fetch_hf_data(spec: dict, python: str, log: JobLog) -> None:
             continue
         log.line(f"data: downloading {item['uri']}")
         code = ("import sys; from huggingface_hub import snapshot_download; "
-                "snapshot_download(repo_id=sys.argv[1], repo_type='dataset', local_dir=sys.argv[2])")
-        if _run_logged([python, "-c", code, item["repo"], dest], log) != 0:
+                "snapshot_download(repo_id=sys.argv[1], repo_type='dataset', local_dir=sys.argv[2], "
+                "revision=sys.argv[3] or None, "
+                "allow_patterns=[sys.argv[4], sys.argv[4] + '/*'] if sys.argv[4] else None)")
+        if _run_logged([python, "-c", code, item["repo"], dest, item.get("revision") or "",
+                        item.get("path") or ""], log) != 0:
             raise RuntimeError(f"could not download {item['uri']}: hf:// data needs "
                                "huggingface_hub in requirements.txt and network access")
         _write_atomic(os.path.join(dest, ".complete"), "")
