@@ -6,6 +6,12 @@ keeps its traceback.
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+from core.runtime.diskspace import disk_full_text, is_enospc, is_low
+
 
 class UserError(Exception):
     """A mistake in the user's input or setup; `fix` says what to do about it."""
@@ -34,3 +40,45 @@ class NotFound(UserError):
 
 class IllegalTransition(RuntimeError):
     """A state change the transition table forbids: always a bug in gpu-router, never the user's."""
+
+
+class DiskFull(UserError):
+    """A write failed for want of space: "disk full at PATH (N MB free)", and how to go on."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        super().__init__(disk_full_text(self.path),
+                         fix="free space on that disk (or point GPU_ROUTER_HOME at a bigger one), "
+                             "then run the command again")
+
+
+_SQLITE_FULL = 13  # "database or disk is full"
+_SQLITE_IOERR = 10
+_SQLITE_CANTOPEN = 14
+
+
+def is_disk_full(exc: BaseException, path: str | os.PathLike | None = None) -> bool:
+    """ENOSPC/EDQUOT, SQLite's "disk is full", or an SQLite I/O error on a disk with no room
+    left (SQLite reports a failed write to its shared-memory file as an I/O error)."""
+    if is_enospc(exc):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return False
+    if code & 0xFF == _SQLITE_FULL:
+        return True
+    return code & 0xFF in (_SQLITE_IOERR, _SQLITE_CANTOPEN) and path is not None and is_low(path)
+
+
+@contextmanager
+def disk_full_guard(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a write that failed for want of space under `path` into DiskFull (a UserError:
+    exit 2 in the CLI, the job's reason in the supervisor), the one way a full disk is said."""
+    try:
+        yield
+    except DiskFull:
+        raise
+    except Exception as exc:
+        if is_disk_full(exc, path):
+            raise DiskFull(path) from exc
+        raise

@@ -32,9 +32,14 @@ def _print(renderable: Any) -> None:
 
 
 def _store():
+    """The store, for a command that reads jobs; live jobs that no supervisor drives (a submit
+    killed after its commit, a supervisor killed) get one started on the way."""
+    from core.engine.daemon import supervise_live
     from core.engine.store import Store
 
-    return Store()
+    store = Store()
+    supervise_live(store)
+    return store
 
 
 def _interactive(args: argparse.Namespace) -> bool:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core import paths
-from core.config.targetopts import validate
+from core.config.targetopts import check_output_caps, validate
 from core.errors import UserError
 
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs")
@@ -122,6 +122,8 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
             t.options[key] = value
     if kind != "local":
         validate(name, kind, t.options, where)
+    else:
+        check_output_caps(name, t.options, where)
     return t
 
 

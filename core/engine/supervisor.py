@@ -23,13 +23,14 @@ from core import paths
 from core.config.user import Rules, load
 from core.engine.daemon import try_lock
 from core.engine.service import bring_home, hold, replan, write_job_json
-from core.engine.states import ACTIVE, LAUNCHED, State
+from core.engine.states import ACTIVE, LAUNCHED, SUPERVISED, State
 from core.engine.store import Job, Store
-from core.errors import IllegalTransition, UserError
+from core.errors import DiskFull, IllegalTransition, UserError
 from core.planning.plan import digest
 from core.planning.usage import job_hours
 from core.providers import registry
 from core.providers.base import Poll
+from core.runtime.diskspace import says_disk_full
 from core.secrets.launch import secrets_for_launch
 
 log = logging.getLogger("gpu-router.supervisor")
@@ -157,7 +158,8 @@ class Supervisor:
             try:
                 fresh = self.store.get(job.id)
                 if fresh.state not in LAUNCHED:
-                    self._fail(fresh, f"gpu-router could not start it: {exc}")
+                    self._fail(fresh, exc.what if isinstance(exc, DiskFull)
+                               else f"gpu-router could not start it: {exc}")
             except Exception:  # noqa: BLE001
                 log.exception("job %s: could not record the failure", job.short_id)
         finally:
@@ -283,6 +285,9 @@ class Supervisor:
             return
         try:
             handle = await provider.launch(job, env_secrets)
+        except DiskFull as exc:
+            self._fail(job, exc.what)
+            return
         except Exception as exc:  # noqa: BLE001
             log.exception("job %s: launch failed", job.short_id)
             self._fail(job, f"could not start on {provider.name}: {exc}")
@@ -348,6 +353,9 @@ class Supervisor:
             return
         if job.cancel_requested:
             dst, reason = State.CANCELLED, "cancelled by request"
+            await self._final_sweep(job, provider)
+        elif says_disk_full(poll.detail):  # said by the launcher, or the disk checked after a loss
+            dst, reason = State.FAILED, poll.detail
         elif poll.phase == "lost":
             dst, reason = State.FAILED, f"lost: {poll.detail}"
         elif poll.exit_code == 0:
@@ -359,6 +367,14 @@ class Supervisor:
         self.store.transition(job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
                               data={"notes": notes} if notes else None)
         await asyncio.to_thread(write_job_json, self.store, self.store.get(job.id))
+
+    async def _final_sweep(self, job: Job, provider: Any) -> None:
+        """Cancel is final: whatever of the job still runs (a process that ignored SIGTERM, one
+        its launcher could not stop) is killed before the job is recorded cancelled."""
+        try:
+            await provider.cancel(job, force=True)
+        except Exception:  # noqa: BLE001 - the host may be gone; the job still ends cancelled
+            log.exception("job %s: final kill failed", job.short_id)
 
     def _hold_overrun(self, job: Job) -> None:
         """The job stopped past its hours: wait for a person, offering another estimate's worth."""
@@ -416,15 +432,33 @@ def parse_metrics(data: bytes) -> tuple[list[tuple[int | None, str, float, float
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    fd = try_lock()
-    if fd is None:
-        return 0  # another supervisor runs: it will do the work
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
     idle = float(os.environ.get("GPU_ROUTER_IDLE_EXIT_S", IDLE_EXIT_S))
     tick = float(os.environ.get("GPU_ROUTER_TICK_S", 1.0))
-    asyncio.run(Supervisor(tick_s=tick, idle_exit_s=idle).run())
-    return 0
+    while True:
+        fd = _take_lock()
+        if fd is None:
+            return 0  # another supervisor runs: it will do the work
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        sup = Supervisor(tick_s=tick, idle_exit_s=idle)
+        asyncio.run(sup.run())
+        os.close(fd)
+        # A job committed while this one decided to leave found the lock held and only woke
+        # it: with the lock released, look once more, so no job waits for a supervisor.
+        if sup.stopping or not sup.store.jobs(states=SUPERVISED, limit=1):
+            return 0
+        log.info("a job arrived while exiting: supervising again")
+
+
+def _take_lock(wait_s: float = 1.0) -> int | None:
+    """The supervisor lock; a command probing for a running supervisor holds it for an
+    instant, so a new supervisor tries for a moment before concluding another one runs."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        fd = try_lock()
+        if fd is not None or time.monotonic() >= deadline:
+            return fd
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

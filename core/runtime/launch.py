@@ -1,6 +1,7 @@
 """Start one attempt of a job, detached, and record how it ended.
 
     python launch.py [--secrets-stdin] [--foreground] ATTEMPT_DIR/spec.json
+    python launch.py --kill [--force] ATTEMPT_DIR
 
 Runs with the target's Python and the standard library only, locally or on a remote host.
 It detaches (double fork, new session) so the job survives the supervisor and the terminal;
@@ -9,6 +10,14 @@ project's dependencies into a venv cached by their hash (a marker written last m
 broken install is never reused); runs the job in its own process group with SIGUSR1 ignored
 unless the job's `gpu` module asks for it; copies the job's output into the log with secret
 values masked; and writes exit.json atomically when the job ends.
+
+Every process the job starts is tracked (core/runtime/jobprocs.py: a cgroup where the host lets
+us make one, and always the GPU_ROUTER_JOB marker in the environment): when the job's main
+process ends, whatever it left running is stopped, and `--kill ATTEMPT_DIR` (what every target
+runs to cancel) signals all of it, also processes that left the job's session with `setsid`.
+A full disk ends the attempt with "disk full at PATH (N MB free)" in exit.json, not with a
+launcher that died silently: a small reserve file in the attempt folder is released to make
+room for that record.
 
 `--secrets-stdin` reads the job's secret values as one JSON object on stdin before detaching,
 so over SSH they travel inside the encrypted channel and never touch the remote disk or a
@@ -28,10 +37,19 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 
+if __package__:  # imported as core.runtime.launch (the engine, tests)
+    from . import diskspace, jobprocs
+else:  # run as a script on the target, beside its sibling files
+    import diskspace
+    import jobprocs
+
 MASK = "[secret]"
+RESERVE_BYTES = 256 * 1024  # room kept in the attempt folder for exit.json on a full disk
+LEFTOVER_GRACE_S = 2.0  # after the job's main process ends, before what it left is stopped
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -82,7 +100,12 @@ class Masker:
 
 
 def _log(fd: int, text: str) -> None:
-    os.write(fd, f"[gpu-router] {text}\n".encode())
+    """A line of gpu-router's own in the job's log; one that cannot be written (a full disk)
+    must not stop the launcher from recording how the attempt ended."""
+    try:
+        os.write(fd, f"[gpu-router] {text}\n".encode())
+    except OSError:
+        pass
 
 
 def _ensure_venv(spec: dict, log_fd: int) -> str:
@@ -137,11 +160,26 @@ def _fetch_hf_data(spec: dict, python: str, log_fd: int) -> None:
         _write_atomic(os.path.join(dest, ".complete"), "")
 
 
+_TRACK: dict = {}  # this attempt's tracking record (marker, cgroup), set by _claim
+
+
+def _in_job_cgroup() -> None:
+    """Each process the launcher starts joins the attempt's cgroup before it runs (preexec)."""
+    jobprocs.cgroup_join(_TRACK.get("cgroup"))
+
+
+def _open_log(path: str) -> int:
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:  # a full disk: the job still runs to an exit status, unlogged
+        return os.open(os.devnull, os.O_WRONLY)
+
+
 def run(spec: dict) -> int:
     attempt_dir = spec["attempt_dir"]
     phase_file = os.path.join(attempt_dir, "phase")
     exit_file = os.path.join(attempt_dir, "exit.json")
-    log_fd = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    log_fd = _open_log(spec["log"])
     masker = Masker([os.environ.get(n, "") for n in spec.get("secret_env", [])])
     ended = {"signal": None}
 
@@ -155,6 +193,11 @@ def run(spec: dict) -> int:
 
     code: int | None = None
     error = None
+    enospc = False
+    box: dict = {}
+    if _TRACK.get("marker"):
+        os.environ[jobprocs.MARKER_VAR] = _TRACK["marker"]  # pip, data downloads, the job
+        _log(log_fd, jobprocs.describe(_TRACK))
     try:
         _write_atomic(phase_file, "installing")
         python = _ensure_venv(spec, log_fd)
@@ -166,6 +209,8 @@ def run(spec: dict) -> int:
             if name.startswith("GPU_ROUTER_") and name not in spec["env"]:
                 del env[name]  # the supervisor's own settings are not the job's
         env.update(spec["env"])
+        if _TRACK.get("marker"):
+            env[jobprocs.MARKER_VAR] = _TRACK["marker"]
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in [spec["runtime_dir"], env.get("PYTHONPATH", "")] if p)
         env["PYTHONUNBUFFERED"] = "1"
@@ -175,7 +220,10 @@ def run(spec: dict) -> int:
         _write_atomic(phase_file, "running")
         _log(log_fd, f"attempt {spec['attempt']}: running {' '.join(command[1:] if command[0] == python else command)}")
         child = subprocess.Popen(command, cwd=spec["workdir"], env=env, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 preexec_fn=_in_job_cgroup)
+        box["child"] = child
+        box["watch"] = _stop_leftovers_when_main_exits(child, box)
         pipe = child.stdout.fileno()
         while True:
             try:
@@ -189,14 +237,73 @@ def run(spec: dict) -> int:
         code = child.wait()
     except Exception as exc:  # noqa: BLE001 - any failure here must reach exit.json
         error = str(exc)
+        enospc = diskspace.is_enospc(exc)
+        code = code if code is not None else _end_child(box.get("child"))
+    if box.get("output_done"):
+        box["output_done"].set()
+    if box.get("watch"):
+        box["watch"].join()
+    left = box.get("left", 0) + (jobprocs.sweep(_TRACK) if _TRACK else 0)
+    if left:
+        _log(log_fd, f"stopped {left} process(es) the job left running")
+    full = _disk_full(spec, enospc, code)
+    if full:
+        error = full
+    if error:
         _log(log_fd, f"error: {error}")
-        code = code if code is not None else 127
     result = {"code": code, "signal": -code if code is not None and code < 0 else None,
-              "terminated_by": ended["signal"], "error": error, "ended_at": time.time()}
+              "terminated_by": ended["signal"], "error": error, "disk_full": bool(full),
+              "ended_at": time.time()}
+    diskspace.release(os.path.join(attempt_dir, "reserve"))  # room for exit.json on a full disk
     _write_atomic(exit_file, json.dumps(result))
     _log(log_fd, f"attempt {spec['attempt']}: exited with status {code}")
     os.close(log_fd)
+    if _TRACK.get("cgroup"):
+        jobprocs.cgroup_remove(_TRACK["cgroup"])
     return 0
+
+
+def _stop_leftovers_when_main_exits(child: subprocess.Popen, box: dict) -> threading.Thread:
+    """When the job's main process has ended, what it left running (a `setsid` child still
+    holding its output pipe open, so the log never reaches its end) is stopped after a short
+    grace; the launcher then sees the end of the output and records the exit."""
+    done = box["output_done"] = threading.Event()
+
+    def watch() -> None:
+        child.wait()
+        if not done.wait(LEFTOVER_GRACE_S) and _TRACK:
+            box["left"] = jobprocs.sweep(_TRACK)
+
+    thread = threading.Thread(target=watch, name="leftovers", daemon=True)
+    thread.start()
+    return thread
+
+
+def _end_child(child: subprocess.Popen | None) -> int:
+    """The status of a job the launcher can no longer follow (its log cannot be written): the
+    job is stopped, since its output would be lost, and reaped."""
+    if child is None:
+        return 127
+    if child.poll() is None:
+        child.terminate()
+        try:
+            return child.wait(timeout=jobprocs.SWEEP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return child.wait()
+
+
+def _disk_full(spec: dict, enospc: bool, code: int | None) -> str | None:
+    """ "disk full at PATH (N MB free)" when the attempt failed for want of space: the launcher
+    hit ENOSPC, or the job failed while its folder's (or the venvs') disk is full."""
+    if not enospc and code == 0:
+        return None
+    job_dir = os.path.dirname(spec["log"])
+    venvs = (spec.get("deps") or {}).get("venvs_dir", "")
+    where = diskspace.first_full([job_dir, venvs])
+    if where is None and enospc:
+        where = job_dir
+    return diskspace.disk_full_text(where) if where else None
 
 
 def _read_secrets() -> None:
@@ -212,14 +319,18 @@ def _read_secrets() -> None:
 def main(argv: list[str]) -> int:
     flags = {a for a in argv[1:] if a.startswith("--")}
     rest = [a for a in argv[1:] if not a.startswith("--")]
-    unknown = flags - {"--secrets-stdin", "--foreground"}
-    if unknown or len(rest) != 1:
-        print("usage: launch.py [--secrets-stdin] [--foreground] SPEC", file=sys.stderr)
+    unknown = flags - {"--secrets-stdin", "--foreground", "--kill", "--force"}
+    kill_mode = "--kill" in flags
+    if unknown or len(rest) != 1 or ("--force" in flags) > kill_mode or (
+            kill_mode and flags & {"--secrets-stdin", "--foreground"}):
+        print("usage: launch.py [--secrets-stdin] [--foreground] SPEC\n"
+              "       launch.py --kill [--force] ATTEMPT_DIR", file=sys.stderr)
         return 2
+    if kill_mode:
+        return _kill(rest[0], force="--force" in flags)
     spec_path = rest[0]
     with open(spec_path) as f:
         spec = json.load(f)
-    attempt_dir = spec["attempt_dir"]
     if "--secrets-stdin" in flags:
         _read_secrets()
     if "--foreground" in flags:
@@ -227,21 +338,48 @@ def main(argv: list[str]) -> int:
     if os.fork() > 0:  # the caller's child returns at once; the grandchild runs the job
         return 0
     os.setsid()  # own session and process group: cancel kills the group, terminals don't
-    try:  # claim the attempt: a second launcher for it stops here
-        fd = os.open(os.path.join(attempt_dir, "started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
+    if not _claim(spec):  # a second launcher for this attempt stops here
         os._exit(0)
-    os.write(fd, str(time.time()).encode())
-    os.close(fd)
     devnull = os.open(os.devnull, os.O_RDWR)
     for std in (0, 1, 2):
         os.dup2(devnull, std)
-    _write_atomic(os.path.join(attempt_dir, "pid"),
-                  json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "tag": spec["tag"]}))
     try:
         run(spec)
     finally:
         os._exit(0)
+
+
+def _kill(attempt_dir: str, force: bool) -> int:
+    """Cancel an attempt: every process it started, however it detached (one routine for every
+    target: the local one calls jobprocs directly, remote ones run this over their shell)."""
+    log = None
+    try:
+        with open(os.path.join(attempt_dir, "spec.json")) as f:
+            log = json.load(f).get("log")
+    except (OSError, ValueError):
+        pass
+    print(json.dumps(jobprocs.kill_attempt(attempt_dir, force=force, log_path=log)))
+    return 0
+
+
+def _claim(spec: dict) -> bool:
+    """Claim the attempt (O_EXCL: never started twice), keep room for its exit record, set up
+    how its processes are tracked, and record the launcher's pid, group and tracking."""
+    attempt_dir = spec["attempt_dir"]
+    try:
+        fd = os.open(os.path.join(attempt_dir, "started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.write(fd, str(time.time()).encode())
+    os.close(fd)
+    diskspace.reserve(os.path.join(attempt_dir, "reserve"), RESERVE_BYTES)
+    marker = spec.get("env", {}).get(jobprocs.MARKER_VAR)
+    _TRACK.update(jobprocs.start_tracking(spec["job_id"], spec["attempt"]))
+    if marker:
+        _TRACK["marker"] = marker
+    _write_atomic(os.path.join(attempt_dir, "pid"),
+                  json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "tag": spec["tag"], **_TRACK}))
+    return True
 
 
 def _foreground(spec: dict) -> int:
@@ -251,15 +389,9 @@ def _foreground(spec: dict) -> int:
         os.setpgid(0, 0)  # lead a group: the batch script signals the whole job at once
     except OSError:
         pass
-    try:
-        fd = os.open(os.path.join(attempt_dir, "started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
+    if not _claim(spec):
         print("this attempt already ran; not starting it twice", file=sys.stderr)
         return 3
-    os.write(fd, str(time.time()).encode())
-    os.close(fd)
-    _write_atomic(os.path.join(attempt_dir, "pid"),
-                  json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "tag": spec["tag"]}))
     run(spec)
     try:
         with open(os.path.join(attempt_dir, "exit.json")) as f:
