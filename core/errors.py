@@ -80,5 +80,16 @@ def disk_full_guard(path: str | os.PathLike) -> Iterator[None]:
         raise
     except Exception as exc:
         if is_disk_full(exc, path):
-            raise DiskFull(path) from exc
+            raise DiskFull(_where(exc, path)) from exc
         raise
+
+
+def _where(exc: BaseException, path: str | os.PathLike) -> str | os.PathLike:
+    """The guarded folder, unless the failed write names a file on another disk's folder."""
+    name = getattr(exc, "filename", None)
+    if not name:
+        return path
+    folder = os.path.dirname(os.path.abspath(os.fsdecode(name)))
+    root = os.path.abspath(os.fspath(path))
+    inside = folder == root or folder.startswith(root.rstrip(os.sep) + os.sep)
+    return path if inside else folder

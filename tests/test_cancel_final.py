@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from core.runtime import jobprocs
 from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state
+from tests.test_slurm import lab  # noqa: F401 - the slurm target fixture
 
 ESCAPER = """\
 import os, signal, subprocess, sys, time
@@ -151,6 +152,17 @@ def test_cancel_leaves_no_process_behind_on_an_ssh_target(sshd, home: Path, tmp_
     assert marked(marker) == [], "a process with the job's marker survived gpu cancel on the host"
     log = run_gpu("logs", sub["job"]["short_id"]).stdout
     assert "process tracking:" in log and "cancel: sent SIGTERM" in log, log
+
+
+@pytest.mark.slow
+def test_cancel_leaves_no_process_behind_on_a_slurm_target(slurm, lab, home: Path, tmp_path: Path) -> None:
+    pids_file = tmp_path / "pids.txt"
+    project = make_git_project(tmp_path / "p", {"escape.py": ESCAPER})
+    sub, escaped, marker = _submit_and_cancel(project, pids_file, [f"PIDS_FILE={pids_file}"],
+                                              ["--provider", "lab"])
+    for pid in escaped:
+        wait_process_gone_or_zombie(pid, 15, f"grandchild {pid} of the Slurm job survived gpu cancel")
+    assert marked(marker) == [], "a process with the job's marker survived gpu cancel on Slurm"
 
 
 @pytest.mark.slow

@@ -524,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="only this metric")
     p.add_argument("--json", action="store_true", help="print every series point too")
 
-    p = add("cancel", cmd_cancel, "stop a job (its whole process group) and record it cancelled")
+    p = add("cancel", cmd_cancel, "stop a job (every process it started, however detached) and record it cancelled")
     p.add_argument("id", help="job id, short id, prefix, or 'last'")
     p.add_argument("--json", action="store_true", help="print {job}")
 

@@ -25,7 +25,7 @@ from core.engine.daemon import try_lock
 from core.engine.service import bring_home, hold, replan, write_job_json
 from core.engine.states import ACTIVE, LAUNCHED, SUPERVISED, State
 from core.engine.store import Job, Store
-from core.errors import DiskFull, IllegalTransition, UserError
+from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
 from core.planning.plan import digest
 from core.planning.usage import job_hours
 from core.providers import registry
@@ -150,20 +150,36 @@ class Supervisor:
 
     async def _step_guarded(self, job: Job) -> None:
         try:
-            await self.step(job)
+            with disk_full_guard(paths.home()):
+                await self.step(job)
         except IllegalTransition as exc:  # another process moved it first (cancel, say)
             log.info("job %s: %s", job.short_id, exc)
+        except DiskFull as exc:  # gpu-router's home filled up: say so where the user looks
+            log.warning("job %s: %s", job.short_id, exc.what)
+            self._say_disk_full(job, exc)
         except Exception as exc:  # noqa: BLE001
             log.exception("job %s: step failed", job.short_id)
             try:
                 fresh = self.store.get(job.id)
                 if fresh.state not in LAUNCHED:
-                    self._fail(fresh, exc.what if isinstance(exc, DiskFull)
-                               else f"gpu-router could not start it: {exc}")
+                    self._fail(fresh, f"gpu-router could not start it: {exc}")
             except Exception:  # noqa: BLE001
                 log.exception("job %s: could not record the failure", job.short_id)
         finally:
             self.busy.discard(job.id)
+
+    def _say_disk_full(self, job: Job, exc: DiskFull) -> None:
+        """A job not started yet fails with the message; one that runs keeps running (on a
+        remote target it is not affected) and shows the message as its reason until the disk
+        has room again (the store's reserve makes room for this write)."""
+        try:
+            fresh = self.store.get(job.id)
+            if fresh.state not in LAUNCHED:
+                self._fail(fresh, exc.what)
+            elif fresh.reason != exc.what:
+                self.store.update(job.id, reason=exc.what)
+        except UserError:
+            log.exception("job %s: could not record the full disk", job.short_id)
 
     async def step(self, job: Job) -> None:
         job = self.store.get(job.id)  # the freshest copy: others write too
