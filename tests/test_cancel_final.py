@@ -230,6 +230,35 @@ def test_launch_kill_signals_marked_processes_and_says_so_in_the_log(tmp_path: P
             p.wait()
 
 
+def test_empty_cgroups_of_killed_launchers_are_cleared_but_no_live_one() -> None:
+    """A launcher killed outright cannot remove its cgroup: the next one removes it, once it
+    is old and empty, and leaves alone a new one (an attempt starting) and one with processes."""
+    if not _cgroup_writable():
+        pytest.skip("no writable cgroup v2 on this machine")
+    own = jobprocs._own_cgroup_dir()
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    old_empty, old_busy, young = (os.path.join(own, f"gpu-router-{k}-{tag}") for k in ("old", "busy", "young"))
+    for path in (old_empty, old_busy, young):
+        os.mkdir(path)
+    sleeper = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: jobprocs.cgroup_join(old_busy))
+    new = None
+    try:
+        for path in (old_empty, old_busy):
+            os.utime(path, (time.time() - 3600, time.time() - 3600))
+        new = jobprocs.cgroup_create(f"gpu-router-new-{tag}")
+        assert new is not None
+        assert not os.path.exists(old_empty), "an old empty cgroup was left behind"
+        assert os.path.exists(old_busy) and sleeper.pid in jobprocs.cgroup_pids(old_busy)
+        assert os.path.exists(young)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        time.sleep(0.1)
+        for path in (old_empty, old_busy, young, new):
+            if path:
+                jobprocs.cgroup_remove(path)
+
+
 def test_the_ps_scan_finds_what_proc_finds() -> None:
     """The scan macOS uses (`ps` with the environment) agrees with /proc on Linux."""
     marker = f"{os.getpid()}beef:2"

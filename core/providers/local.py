@@ -240,6 +240,9 @@ class LocalProvider:
         owned these files, so no link is followed (out/ itself included) and nothing unbounded
         is copied."""
         jdir = self.job_dir(job)
+        record = jobprocs.read_record(job.handle.get("attempt_dir") or str(self.attempt_dir(job)))
+        if record and record.get("cgroup"):  # its launcher was killed before it could
+            jobprocs.cgroup_remove(record["cgroup"])
         notes = safe_copy_tree(jdir / "out", dest, caps=self.caps)
         notes += safe_copy_tree(jdir, dest, caps=self.caps, only=("job.log", "metrics.jsonl"))
         return notes

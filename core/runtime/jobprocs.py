@@ -33,6 +33,7 @@ MARKER_VAR = "GPU_ROUTER_JOB"
 TRACKING_VAR = "GPU_ROUTER_TRACKING"
 CGROUP_PREFIX = "gpu-router-"
 SWEEP_GRACE_S = 3.0
+STALE_CGROUP_S = 600.0
 
 
 def marker_for(job_id: str, attempt: int | str) -> str:
@@ -155,6 +156,7 @@ def cgroup_create(name: str) -> str | None:
     own = _own_cgroup_dir()
     if own is None:
         return None
+    _remove_stale(own)
     path = os.path.join(own, name)
     try:
         os.mkdir(path, 0o755)
@@ -167,6 +169,24 @@ def cgroup_create(name: str) -> str | None:
         cgroup_remove(path)
         return None
     return path
+
+
+def _remove_stale(own: str, min_age_s: float = STALE_CGROUP_S) -> None:
+    """Empty attempt cgroups whose launcher was killed before it could remove them (an old,
+    empty one belongs to no attempt: a starting one is seconds old, a running one has
+    processes, and rmdir refuses a cgroup that has any)."""
+    try:
+        names = [n for n in os.listdir(own) if n.startswith(CGROUP_PREFIX)]
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        path = os.path.join(own, name)
+        try:
+            if now - os.stat(path).st_mtime > min_age_s and not cgroup_pids(path):
+                cgroup_remove(path)
+        except OSError:
+            pass
 
 
 def cgroup_join(path: str | None) -> None:
@@ -260,15 +280,25 @@ def stop(record: dict, force: bool = False) -> int:
     sig = signal.SIGKILL if force else signal.SIGTERM
     sent = 0
     pid, tag = record.get("pid"), record.get("tag")
+    group = None
     if pid and alive(pid) and tag and tag in (process_args(pid) or ""):
         try:
             os.killpg(record["pgid"], sig)
             sent += 1
+            group = record["pgid"]
         except (ProcessLookupError, PermissionError, KeyError):
             pass
     if force and record.get("cgroup"):
         cgroup_kill(record["cgroup"])
-    return sent + _send(tracked_pids(record) - {pid}, sig)
+    # each process once: those in the launcher's group have just had the signal
+    return sent + _send({p for p in tracked_pids(record) - {pid} if _group_of(p) != group}, sig)
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def sweep(record: dict, grace_s: float = SWEEP_GRACE_S, exclude: set[int] | None = None) -> int:
