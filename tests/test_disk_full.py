@@ -91,6 +91,8 @@ def test_submit_on_a_full_home_exits_2_saying_where_and_keeps_the_store(small_ho
     first = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", "--name", "first", cwd=project)
     filler = fill(small_disk)
     (project / "b.py").write_text("print('changed')\n")  # a new bundle must be written
+    listing = run_gpu("bundle", cwd=project)
+    assert listing.returncode == 2 and re.search(DISK_FULL_RE, listing.stderr), listing.stderr
     proc = run_gpu("submit", "b.py", "--hours", "0.1", "--wait-s", "0", "--name", "second", cwd=project)
     assert proc.returncode == 2, proc.stderr + proc.stdout
     m = re.search(DISK_FULL_RE, proc.stderr)

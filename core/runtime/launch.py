@@ -239,16 +239,11 @@ def run(spec: dict) -> int:
         error = str(exc)
         enospc = diskspace.is_enospc(exc)
         code = code if code is not None else _end_child(box.get("child"))
-    if box.get("output_done"):
-        box["output_done"].set()
-    if box.get("watch"):
-        box["watch"].join()
-    left = box.get("left", 0) + (jobprocs.sweep(_TRACK) if _TRACK else 0)
+    left = _stop_leftovers(box)
     if left:
         _log(log_fd, f"stopped {left} process(es) the job left running")
     full = _disk_full(spec, enospc, code)
-    if full:
-        error = full
+    error = full or error
     if error:
         _log(log_fd, f"error: {error}")
     result = {"code": code, "signal": -code if code is not None and code < 0 else None,
@@ -261,6 +256,15 @@ def run(spec: dict) -> int:
     if _TRACK.get("cgroup"):
         jobprocs.cgroup_remove(_TRACK["cgroup"])
     return 0
+
+
+def _stop_leftovers(box: dict) -> int:
+    """Nothing the job started outlives it: how many processes had to be stopped."""
+    if box.get("output_done"):
+        box["output_done"].set()
+    if box.get("watch"):
+        box["watch"].join()
+    return box.get("left", 0) + (jobprocs.sweep(_TRACK) if _TRACK else 0)
 
 
 def _stop_leftovers_when_main_exits(child: subprocess.Popen, box: dict) -> threading.Thread:
@@ -321,8 +325,8 @@ def main(argv: list[str]) -> int:
     rest = [a for a in argv[1:] if not a.startswith("--")]
     unknown = flags - {"--secrets-stdin", "--foreground", "--kill", "--force"}
     kill_mode = "--kill" in flags
-    if unknown or len(rest) != 1 or ("--force" in flags) > kill_mode or (
-            kill_mode and flags & {"--secrets-stdin", "--foreground"}):
+    mixed = (flags - {"--kill", "--force"}) if kill_mode else (flags & {"--force"})
+    if unknown or mixed or len(rest) != 1:
         print("usage: launch.py [--secrets-stdin] [--foreground] SPEC\n"
               "       launch.py --kill [--force] ATTEMPT_DIR", file=sys.stderr)
         return 2
