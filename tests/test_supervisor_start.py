@@ -84,6 +84,8 @@ async def test_the_dashboard_starts_the_missing_supervisor(home: Path, tmp_path:
         while daemon.running_pid() is None and time.monotonic() < deadline:
             await pilot.pause(0.2)
         assert daemon.running_pid() is not None, "the dashboard did not start a supervisor"
+        app.paused = True  # its readers stop before it closes (a log read in flight at exit
+        await pilot.pause(0.5)  # would reach a torn-down screen)
     assert _wait_done(job.id).state == State.DONE
 
 
