@@ -10,7 +10,12 @@ clips each of its parts again, so no message grows with its input.
 
 from __future__ import annotations
 
+import os
 import reprlib
+from contextlib import contextmanager
+from typing import Iterator
+
+from core.runtime.diskspace import disk_full_text, is_enospc, is_low
 
 VALUE_CHARS = 80  # a quoted value shows at most this many characters, then "… (N chars)"
 FIELD_CHARS = 1000  # what, where and fix each stay below this, whatever a caller passes
@@ -85,3 +90,56 @@ class NotFound(UserError):
 
 class IllegalTransition(RuntimeError):
     """A state change the transition table forbids: always a bug in gpu-router, never the user's."""
+
+
+class DiskFull(UserError):
+    """A write failed for want of space: "disk full at PATH (N MB free)", and how to go on."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        super().__init__(disk_full_text(self.path),
+                         fix="free space on that disk (or point GPU_ROUTER_HOME at a bigger one), "
+                             "then run the command again")
+
+
+_SQLITE_FULL = 13  # "database or disk is full"
+_SQLITE_IOERR = 10
+_SQLITE_CANTOPEN = 14
+
+
+def is_disk_full(exc: BaseException, path: str | os.PathLike | None = None) -> bool:
+    """ENOSPC/EDQUOT, SQLite's "disk is full", or an SQLite I/O error on a disk with no room
+    left (SQLite reports a failed write to its shared-memory file as an I/O error)."""
+    if is_enospc(exc):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return False
+    if code & 0xFF == _SQLITE_FULL:
+        return True
+    return code & 0xFF in (_SQLITE_IOERR, _SQLITE_CANTOPEN) and path is not None and is_low(path)
+
+
+@contextmanager
+def disk_full_guard(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a write that failed for want of space under `path` into DiskFull (a UserError:
+    exit 2 in the CLI, the job's reason in the supervisor), the one way a full disk is said."""
+    try:
+        yield
+    except DiskFull:
+        raise
+    except Exception as exc:
+        if is_disk_full(exc, path):
+            raise DiskFull(_where(exc, path)) from exc
+        raise
+
+
+def _where(exc: BaseException, path: str | os.PathLike) -> str | os.PathLike:
+    """The guarded folder, unless the failed write names a file on another disk's folder."""
+    name = getattr(exc, "filename", None)
+    if not name:
+        return path
+    folder = os.path.dirname(os.path.abspath(os.fsdecode(name)))
+    root = os.path.abspath(os.fspath(path))
+    inside = folder == root or folder.startswith(root.rstrip(os.sep) + os.sep)
+    return path if inside else folder

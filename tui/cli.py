@@ -41,9 +41,14 @@ def _print(renderable: Any, /, **values: Any) -> None:
 
 
 def _store():
+    """The store, for a command that reads jobs; live jobs that no supervisor drives (a submit
+    killed after its commit, a supervisor killed) get one started on the way."""
+    from core.engine.daemon import supervise_live
     from core.engine.store import Store
 
-    return Store()
+    store = Store()
+    supervise_live(store)
+    return store
 
 
 def _interactive(args: argparse.Namespace) -> bool:
@@ -540,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="only this metric")
     p.add_argument("--json", action="store_true", help="print every series point too")
 
-    p = add("cancel", cmd_cancel, "stop a job (its whole process group) and record it cancelled")
+    p = add("cancel", cmd_cancel, "stop a job (every process it started, however detached) and record it cancelled")
     p.add_argument("id", help="job id, short id, prefix, or 'last'")
     p.add_argument("--json", action="store_true", help="print {job}")
 

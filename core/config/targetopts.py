@@ -27,7 +27,7 @@ USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,255}\$?\Z")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 COMMON = {"host", "port", "user", "key", "known_hosts", "root", "python", "connect_timeout_s",
-          "probe_ttl_s", "max_output_bytes", "cache_cap_gb"}
+          "probe_ttl_s", "max_output_bytes", "max_output_files", "cache_cap_gb"}
 SCHEDULER = {"local", "partition", "account", "modules", "container", "container_runtime",
              "container_python", "cpus", "gpus_per_job", "memory_gb", "time_minutes", "env",
              "pass_secrets", "signal_lead_s", "pbs_flavor"}
@@ -36,6 +36,15 @@ ALLOWED = {"ssh": COMMON, "slurm": COMMON | SCHEDULER, "pbs": COMMON | SCHEDULER
 
 def _fail(what: str, where: str, fix: str | None = None) -> None:
     raise UserError(what, where=where, fix=fix)
+
+
+def check_output_caps(name: str, options: dict[str, Any], where: str) -> None:
+    """`max_output_bytes` and `max_output_files`: how much of a job's outputs comes home, on any
+    kind of target (core.packaging.safe_extract.OutputCaps reads them)."""
+    for key in ("max_output_bytes", "max_output_files"):
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            _fail(f"targets.{name}.{key} must be a whole number above 0 (got {value!r})", where)
 
 
 def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[str, Any]:
@@ -87,7 +96,7 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
     for key, whole in (("cpus", True), ("gpus_per_job", True), ("time_minutes", True),
                        ("memory_gb", False), ("connect_timeout_s", False), ("probe_ttl_s", False),
                        ("cache_cap_gb", False),
-                       ("signal_lead_s", True), ("max_output_bytes", True)):
+                       ("signal_lead_s", True)):
         value = options.get(key)
         if value is None:
             continue
@@ -97,6 +106,7 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
             shown = "gpus" if key == "gpus_per_job" else key
             _fail(f"targets.{name}.{shown} must be a {'whole ' if whole else ''}number above 0 "
                   f"(got {shorten(value)})", where)
+    check_output_caps(name, options, where)
     env = options.get("env")
     if env is not None:
         if not isinstance(env, dict) or not all(isinstance(k, str) and ENV_NAME_RE.match(k)

@@ -34,7 +34,7 @@ from typing import Any
 
 from core import paths
 from core.config.request import NAME_RE
-from core.config.targetopts import validate
+from core.config.targetopts import check_output_caps, validate
 from core.errors import UserError, shorten
 
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs")
@@ -148,6 +148,8 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
             t.options[key] = value
     if kind != "local":
         validate(name, kind, t.options, where)
+    else:
+        check_output_caps(name, t.options, where)
     return t
 
 

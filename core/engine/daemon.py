@@ -70,6 +70,23 @@ def ensure_running(wait_s: float = 0.0) -> int | None:
     return proc.pid
 
 
+def supervise_live(store) -> int | None:
+    """Start a supervisor when live jobs wait for one and none runs.
+
+    A submit (or approve, or cancel) killed between committing its job and starting the
+    supervisor would otherwise leave that job waiting for ever; every command that reads the
+    store calls this, so the next look at the jobs (`gpu status`, `gpu jobs`, `gpu logs -f`,
+    the dashboard) starts one. Cheap: one indexed query, and one lock probe only when there
+    are live jobs."""
+    from core.engine.states import SUPERVISED
+
+    if not store.jobs(states=SUPERVISED, limit=1):
+        return None
+    if running_pid():
+        return None
+    return ensure_running()
+
+
 def _package_parent() -> str:
     parent = str(Path(__file__).resolve().parents[2])
     existing = os.environ.get("PYTHONPATH")

@@ -20,7 +20,7 @@ from core import paths
 from core.config.request import JobRequest
 from core.engine.states import LAUNCHED, TERMINAL, State
 from core.engine.store import Job, Store
-from core.errors import UserError
+from core.errors import DiskFull, UserError, disk_full_guard
 from core.packaging.bundle import Bundle, FileHashCache, build, list_project
 from core.planning.plan import build_plan, canonical, data_hash
 from core.planning.router import route
@@ -91,13 +91,16 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
     check_available(req.secrets)
     cfg = userconfig.load()
     store = store or Store()
+    if store.short_of_space():  # what is left is kept for recording how live jobs end
+        raise DiskFull(paths.home())
     listing = list_project(Path(req.project_dir), req.include)
-    cache = FileHashCache()
-    try:
-        bundle = build(listing, cache)
-        data_hashes = {d.name: data_hash(d.source, d.kind, cache) for d in req.data}
-    finally:
-        cache.close()
+    with disk_full_guard(paths.home()):  # the bundle and the hash cache are written there
+        cache = FileHashCache()
+        try:
+            bundle = build(listing, cache)
+            data_hashes = {d.name: data_hash(d.source, d.kind, cache) for d in req.data}
+        finally:
+            cache.close()
     bundle.warnings = bundle.warnings + _ship_warnings(req, bundle, set(listing.entries))
     infos = targets.infos(store, cfg)
     chosen = route(req, infos)
@@ -312,7 +315,10 @@ def ignore_runs(runs: Path) -> None:
 async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
     dest = runs_folder(job)
     try:
-        return await provider.fetch_outputs(job, dest)
+        with disk_full_guard(dest.parent):
+            return await provider.fetch_outputs(job, dest)
+    except UserError as exc:
+        return [f"outputs could not be brought home to {dest}: {exc.what}"]
     except OSError as exc:
         return [f"outputs could not be brought home to {dest}: {exc}"]
 

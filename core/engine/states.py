@@ -45,6 +45,8 @@ TERMINAL: frozenset[State] = frozenset(s for s, nxt in TRANSITIONS.items() if no
 LAUNCHED: frozenset[State] = frozenset({S.PROVISIONING, S.RUNNING, S.CHECKPOINTING})
 # Not yet ended: an identical request returns such a job instead of starting another.
 ACTIVE: frozenset[State] = frozenset(State) - TERMINAL
+# Live jobs the supervisor must drive (a held job waits for a person, not for it).
+SUPERVISED: frozenset[State] = ACTIVE - {S.AWAITING_APPROVAL}
 
 
 def can_move(src: State | str, dst: State | str) -> bool:

@@ -5,6 +5,12 @@ transaction starts with BEGIN IMMEDIATE because a read-then-write under DEFERRED
 "database is locked" whatever the busy timeout. Schema changes are numbered migrations
 recorded in `PRAGMA user_version`. State changes go through `transition`, which consults
 `core.engine.states` and writes an event row, so a job's history is never lost.
+
+A full disk is a `DiskFull` error ("disk full at PATH (N MB free)"), never a half-written job:
+a transaction that fails is rolled back whole (also when SQLite already rolled it back itself,
+and when COMMIT is what failed), so the connection is usable again. A small reserve file beside
+the database is released at the first failure, so the next write (the supervisor recording why
+a job failed) still fits; it is made again once the disk has room.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from core import paths
-from core.errors import IllegalTransition, NotFound, UserError
+from core.errors import DiskFull, IllegalTransition, NotFound, UserError, disk_full_guard
+from core.runtime import diskspace
 from core.engine.states import ACTIVE, TERMINAL, State, can_move
 
 MIGRATIONS: list[str] = [
@@ -99,6 +106,8 @@ MIGRATIONS: list[str] = [
 ]
 
 _NEXT_REV = "(SELECT COALESCE(MAX(rev), 0) + 1 FROM jobs)"
+RESERVE_NAME = "store.reserve"
+RESERVE_BYTES = 1 << 20  # released on a full disk so the next transactions still fit
 
 # Columns that hold JSON documents, decoded on read and encoded on write.
 _JSON_COLUMNS = ("request_json", "plan_json", "bundle_json", "handle_json", "last_metric_json")
@@ -203,18 +212,52 @@ class Store:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or paths.db_file()
         self._lock = threading.RLock()
-        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=60,
-                                    check_same_thread=False)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA busy_timeout = 60000")
-        self.conn.execute("PRAGMA foreign_keys = ON")
-        mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
-        if mode != "wal":
-            with self.write():
-                self.conn.execute("PRAGMA journal_mode = WAL")
-            self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA synchronous = NORMAL")
-        self._migrate()
+        self._reserve = Path(self.path).parent / RESERVE_NAME
+        self._reserve_used = False
+        try:
+            self._open()
+        except DiskFull:  # even reading needs room for SQLite's shared-memory file
+            if not diskspace.release(self._reserve):
+                raise
+            self._open()
+        self._keep_reserve()
+
+    def _open(self) -> None:
+        with disk_full_guard(Path(self.path).parent):
+            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=60,
+                                        check_same_thread=False)
+            try:
+                self.conn.row_factory = sqlite3.Row
+                self.conn.execute("PRAGMA busy_timeout = 60000")
+                self.conn.execute("PRAGMA foreign_keys = ON")
+                mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+                if mode != "wal":
+                    with self.write():
+                        self.conn.execute("PRAGMA journal_mode = WAL")
+                    self.conn.execute("PRAGMA journal_mode = WAL")
+                self.conn.execute("PRAGMA synchronous = NORMAL")
+                self._migrate()
+            except BaseException:
+                self.conn.close()
+                raise
+
+    def short_of_space(self) -> bool:
+        """The disk holding the store is down to its emergency reserve (or has none and no
+        room for one): reading and recording go on, new work is refused."""
+        if self._reserve.exists():
+            return False
+        free = diskspace.free_bytes(self._reserve.parent)
+        return free is not None and free <= RESERVE_BYTES * 4
+
+    def _keep_reserve(self) -> None:
+        """Make the reserve again if it was used and the disk has room (cheap: one stat)."""
+        self._reserve_used = False
+        if not self._reserve.exists():
+            free = diskspace.free_bytes(self._reserve.parent)
+            if free is not None and free > RESERVE_BYTES * 4:
+                diskspace.reserve(self._reserve, RESERVE_BYTES)
+            else:
+                self._reserve_used = True  # try again after a later write
 
     def close(self) -> None:
         self.conn.close()
@@ -223,19 +266,35 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that takes the write lock up front (BEGIN IMMEDIATE)."""
+        """A write transaction that takes the write lock up front (BEGIN IMMEDIATE); all of it
+        or none of it is kept, and a full disk is said as DiskFull."""
         with self._lock:
             if self.conn.in_transaction:  # nested: join the outer transaction
                 yield self.conn
                 return
-            self.conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
+                with disk_full_guard(Path(self.path).parent):
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        yield self.conn
+                        self.conn.execute("COMMIT")
+                    except BaseException:
+                        self._rollback()
+                        raise
+            except DiskFull:
+                diskspace.release(self._reserve)  # room for the next write: why it failed
+                self._reserve_used = True
                 raise
-            else:
-                self.conn.execute("COMMIT")
+            if self._reserve_used:
+                self._keep_reserve()
+
+    def _rollback(self) -> None:
+        """Undo the open transaction, if SQLite has not already (it does after a full disk)."""
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
     def _migrate(self) -> None:
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]

@@ -24,13 +24,14 @@ from core.config.user import Rules, load
 from core.engine.daemon import try_lock
 from core.engine import storage
 from core.engine.service import bring_home, hold, replan, write_job_json
-from core.engine.states import ACTIVE, LAUNCHED, State
+from core.engine.states import ACTIVE, LAUNCHED, SUPERVISED, State
 from core.engine.store import Job, Store
-from core.errors import IllegalTransition, UserError
+from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
 from core.planning.plan import digest
 from core.planning.usage import job_hours
 from core.providers import registry
 from core.providers.base import Poll
+from core.runtime.diskspace import says_disk_full
 from core.runtime.redact import metric_key_ok
 from core.secrets.launch import secrets_for_launch
 
@@ -152,9 +153,13 @@ class Supervisor:
 
     async def _step_guarded(self, job: Job) -> None:
         try:
-            await self.step(job)
+            with disk_full_guard(paths.home()):
+                await self.step(job)
         except IllegalTransition as exc:  # another process moved it first (cancel, say)
             log.info("job %s: %s", job.short_id, exc)
+        except DiskFull as exc:  # gpu-router's home filled up: say so where the user looks
+            log.warning("job %s: %s", job.short_id, exc.what)
+            self._say_disk_full(job, exc)
         except Exception as exc:  # noqa: BLE001
             log.exception("job %s: step failed", job.short_id)
             try:
@@ -165,6 +170,19 @@ class Supervisor:
                 log.exception("job %s: could not record the failure", job.short_id)
         finally:
             self.busy.discard(job.id)
+
+    def _say_disk_full(self, job: Job, exc: DiskFull) -> None:
+        """A job not started yet fails with the message; one that runs keeps running (on a
+        remote target it is not affected) and shows the message as its reason until the disk
+        has room again (the store's reserve makes room for this write)."""
+        try:
+            fresh = self.store.get(job.id)
+            if fresh.state not in LAUNCHED:
+                self._fail(fresh, exc.what)
+            elif fresh.reason != exc.what:
+                self.store.update(job.id, reason=exc.what)
+        except UserError:
+            log.exception("job %s: could not record the full disk", job.short_id)
 
     async def step(self, job: Job) -> None:
         job = self.store.get(job.id)  # the freshest copy: others write too
@@ -286,6 +304,9 @@ class Supervisor:
             return
         try:
             handle = await provider.launch(job, env_secrets)
+        except DiskFull as exc:
+            self._fail(job, exc.what)
+            return
         except Exception as exc:  # noqa: BLE001
             log.exception("job %s: launch failed", job.short_id)
             self._fail(job, f"could not start on {provider.name}: {exc}")
@@ -353,6 +374,9 @@ class Supervisor:
             return
         if job.cancel_requested:
             dst, reason = State.CANCELLED, "cancelled by request"
+            await self._final_sweep(job, provider)
+        elif says_disk_full(poll.detail):  # said by the launcher, or the disk checked after a loss
+            dst, reason = State.FAILED, poll.detail
         elif poll.phase == "lost":
             dst, reason = State.FAILED, f"lost: {poll.detail}"
         elif poll.exit_code == 0:
@@ -385,6 +409,14 @@ class Supervisor:
                 log.exception("freeing caches failed")
 
         self._gc_task = asyncio.get_running_loop().create_task(run())
+
+    async def _final_sweep(self, job: Job, provider: Any) -> None:
+        """Cancel is final: whatever of the job still runs (a process that ignored SIGTERM, one
+        its launcher could not stop) is killed before the job is recorded cancelled."""
+        try:
+            await provider.cancel(job, force=True)
+        except Exception:  # noqa: BLE001 - the host may be gone; the job still ends cancelled
+            log.exception("job %s: final kill failed", job.short_id)
 
     def _hold_overrun(self, job: Job, notes: list[str] | None = None) -> None:
         """The job stopped past its hours: wait for a person, offering another estimate's worth."""
@@ -459,15 +491,33 @@ def parse_metrics(data: bytes) -> tuple[list[tuple[int | None, str, float, float
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    fd = try_lock()
-    if fd is None:
-        return 0  # another supervisor runs: it will do the work
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
     idle = float(os.environ.get("GPU_ROUTER_IDLE_EXIT_S", IDLE_EXIT_S))
     tick = float(os.environ.get("GPU_ROUTER_TICK_S", 1.0))
-    asyncio.run(Supervisor(tick_s=tick, idle_exit_s=idle).run())
-    return 0
+    while True:
+        fd = _take_lock()
+        if fd is None:
+            return 0  # another supervisor runs: it will do the work
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        sup = Supervisor(tick_s=tick, idle_exit_s=idle)
+        asyncio.run(sup.run())
+        os.close(fd)
+        # A job committed while this one decided to leave found the lock held and only woke
+        # it: with the lock released, look once more, so no job waits for a supervisor.
+        if sup.stopping or not sup.store.jobs(states=SUPERVISED, limit=1):
+            return 0
+        log.info("a job arrived while exiting: supervising again")
+
+
+def _take_lock(wait_s: float = 1.0) -> int | None:
+    """The supervisor lock; a command probing for a running supervisor holds it for an
+    instant, so a new supervisor tries for a moment before concluding another one runs."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        fd = try_lock()
+        if fd is not None or time.monotonic() >= deadline:
+            return fd
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from core import paths
 from core.packaging.credentials import NEVER_DIRS, withheld_reason
-from core.errors import UserError
+from core.errors import UserError, disk_full_guard
 from core.packaging.filecache import CHUNK, FileHashCache
 
 HINT = "add code with include, datasets with data"
@@ -385,7 +385,13 @@ def _summarise_ignored(root: Path, ignored: list[str], shipped: dict[str, Entry]
 
 
 def build(listing: Listing, cache: FileHashCache | None = None) -> Bundle:
-    """Hash the listing (stat cache first) and pack it unless that bundle is already stored."""
+    """Hash the listing (stat cache first) and pack it unless that bundle is already stored.
+    A full disk under gpu-router's home is a DiskFull error (`gpu bundle`, `plan`, `submit`)."""
+    with disk_full_guard(paths.home()):
+        return _build(listing, cache)
+
+
+def _build(listing: Listing, cache: FileHashCache | None) -> Bundle:
     own_cache = cache is None
     cache = cache or FileHashCache()
     try:

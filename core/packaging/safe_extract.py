@@ -1,16 +1,22 @@
-"""Unpack an archive that came from somewhere else (a job's outputs) without trusting it.
+"""Bring a job's outputs home without trusting them: an archive from a remote host, or the
+folder a local job wrote. Both go through one writer with one set of rules and caps.
 
-A remote job, or whoever controls the remote host, decides what the outputs archive holds.
-`tarfile.extractall` would follow a symlink member out of the folder, write through `..`,
-create devices, and fill the disk with a gzip bomb. Here:
+A remote job, or whoever controls the remote host, decides what the outputs archive holds; a
+local job decides what its out/ folder holds (it may have replaced it with a link to ~ or /etc,
+or left a 100 GB sparse file in it). `tarfile.extractall` or `shutil.copytree` would follow a
+link out of the folder, write through `..`, create devices, and fill the disk. Here:
 
 - only regular files and folders are created; links (symbolic and hard), devices, FIFOs and
-  anything else are left out, each with a note;
+  anything else are left out, each with a note; a local folder is read through file
+  descriptors opened with O_NOFOLLOW, the out/ folder itself included, so no link is followed;
 - absolute names, `..` parts and names that leave the folder are rejected;
 - everything is written into a fresh, private staging folder that only this code has
   populated (so no link can exist in it), with O_EXCL|O_NOFOLLOW, then moved into place;
-- a byte cap (counted on the bytes actually written, not on the headers' word) and a file-count
-  cap stop a bomb; the file being written when a cap is hit is removed.
+- one byte cap (counted on the bytes actually written, not on a header's or a sparse file's
+  word) and one file-count cap (`OutputCaps`, the same for every target: `max_output_bytes`,
+  `max_output_files` in a target's options) stop a bomb; the file being written when a cap is
+  hit is removed; runs of zeros are written as holes, so a sparse file stays sparse;
+- a full disk at home stops the copy with "disk full at PATH (N MB free)".
 
 The result is a list of notes for the job's record; nothing is raised for a hostile member.
 """
@@ -19,17 +25,41 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Iterable, Iterator
+
+from core.runtime.diskspace import disk_full_text, is_enospc
 
 MAX_BYTES = 20 * 1024**3  # 20 GiB of outputs
 MAX_FILES = 100_000
 MAX_NOTES = 50
+MAX_DEPTH = 128  # folders deeper than this in a local out/ stay behind
 _CHUNK = 1 << 20
 _BROKEN = (tarfile.TarError, EOFError, zlib.error, OSError)  # a damaged or cut-off archive
 _OPEN = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_READ_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW
+_READ_FILE = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+
+
+@dataclass(frozen=True)
+class OutputCaps:
+    """How much of a job's outputs comes home: the one definition every target uses."""
+
+    max_bytes: int = MAX_BYTES
+    max_files: int = MAX_FILES
+
+    @classmethod
+    def from_options(cls, options: dict | None) -> "OutputCaps":
+        """A target's caps: `max_output_bytes` and `max_output_files` (checked when the user
+        config is read), else the defaults."""
+        o = options or {}
+        return cls(int(o.get("max_output_bytes") or MAX_BYTES), int(o.get("max_output_files") or MAX_FILES))
 
 
 def _clean_name(name: str) -> str | None:
@@ -42,107 +72,270 @@ def _clean_name(name: str) -> str | None:
     return "/".join(parts)
 
 
-def safe_extract(archive: Path, dest: Path, *, max_bytes: int = MAX_BYTES,
-                 max_files: int = MAX_FILES) -> list[str]:
-    """Extract `archive` into `dest` (created if needed); return notes on what was left out."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.extract-", dir=dest.parent))
-    notes: list[str] = []
-    dropped = 0
+class _Staging:
+    """The one writer: a private folder beside `dest`, the caps, the notes; merged at the end."""
 
-    def note(text: str) -> None:
-        nonlocal dropped
-        if len(notes) < MAX_NOTES:
-            notes.append(text)
+    def __init__(self, dest: Path, caps: OutputCaps) -> None:
+        self.dest = Path(dest)
+        self.caps = caps
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.extract-", dir=self.dest.parent))
+        self.notes: list[str] = []
+        self.dropped = 0
+        self.written = 0
+        self.files = 0
+
+    def note(self, text: str) -> None:
+        if len(self.notes) < MAX_NOTES:
+            self.notes.append(text)
         else:
-            dropped += 1
+            self.dropped += 1
 
-    try:
-        written = files = entries = 0
+    def mkdir(self, rel: str) -> bool:
         try:
-            tar = tarfile.open(archive, "r:*")
-        except _BROKEN as exc:
-            return [f"outputs archive could not be read: {exc}"]
+            _mkdirs(self.root, rel)
+            return True
+        except OSError as exc:
+            self.note(f"{rel}/: could not be created ({exc.strerror})")
+            return False
+
+    def add_file(self, rel: str, mode: int, size: int, chunks: Iterator[bytes]) -> bool:
+        """Write one file; False when a cap (or a full disk) stops everything after it. An
+        error reading `chunks` removes the partial file and reaches the caller."""
+        if self.files >= self.caps.max_files:
+            self.note(f"stopped: more than {self.caps.max_files} files; the rest stayed behind")
+            return False
+        if size > self.caps.max_bytes - self.written:
+            self.note(f"stopped at {rel}: the outputs would pass the {self.caps.max_bytes} byte cap; "
+                      "the rest stayed behind")
+            return False
+        parent, _, base = rel.rpartition("/")
+        try:
+            folder = _mkdirs(self.root, parent) if parent else self.root
+            fd = os.open(folder / base, _OPEN, 0o755 if mode & 0o111 else 0o644)
+        except FileExistsError:
+            self.note(f"{rel}: appears twice; the first copy was kept")
+            return True
+        except OSError as exc:
+            if is_enospc(exc):
+                self.note(f"stopped at {rel}: {disk_full_text(self.dest.parent)}")
+                return False
+            self.note(f"{rel}: could not be written ({exc.strerror})")
+            return True
+        try:
+            ok = self._fill(fd, rel, chunks)
+        except BaseException:
+            os.close(fd)
+            (folder / base).unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        if not ok:
+            (folder / base).unlink(missing_ok=True)
+            return False
+        self.files += 1
+        return True
+
+    def _fill(self, fd: int, rel: str, chunks: Iterator[bytes]) -> bool:
+        length = 0
+        for block in chunks:
+            if self.written + len(block) > self.caps.max_bytes:
+                self.note(f"stopped at {rel}: the outputs pass the {self.caps.max_bytes} byte cap; "
+                          "the rest stayed behind")
+                return False
+            try:
+                if block.count(0) == len(block):  # a run of zeros: leave a hole
+                    os.lseek(fd, len(block), os.SEEK_CUR)
+                else:
+                    os.write(fd, block)
+            except OSError as exc:
+                if is_enospc(exc):
+                    self.note(f"stopped at {rel}: {disk_full_text(self.dest.parent)}")
+                    return False
+                raise
+            self.written += len(block)
+            length += len(block)
+        os.ftruncate(fd, length)  # a file that ends in a hole gets its length
+        return True
+
+    def finish(self) -> list[str]:
+        if self.dropped:
+            self.notes.append(f"... and {self.dropped} more entries left out")
+        _merge(self.root, self.dest)
+        return self.notes
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def safe_extract(archive: Path, dest: Path, *, max_bytes: int = MAX_BYTES,
+                 max_files: int = MAX_FILES, caps: OutputCaps | None = None) -> list[str]:
+    """Extract `archive` into `dest` (created if needed); return notes on what was left out."""
+    caps = caps or OutputCaps(max_bytes, max_files)
+    try:
+        tar = tarfile.open(archive, "r:*")
+    except _BROKEN as exc:
+        return [f"outputs archive could not be read: {exc}"]
+    sink = _Staging(dest, caps)
+    try:
         with tar:
-            while True:
-                try:
-                    member = tar.next()
-                except _BROKEN as exc:
-                    note(f"outputs archive is damaged after {files} files: {exc}")
-                    break
-                if member is None:
-                    break
-                entries += 1
-                if entries > max_files * 2 + 1000:
-                    note(f"stopped: the archive has more than {max_files * 2 + 1000} entries")
-                    break
-                rel = _clean_name(member.name)
-                if rel is None:
-                    note(f"{member.name!r}: an absolute path or one that leaves the folder, not brought home")
-                    continue
-                if not rel:
-                    continue
-                if member.isdir():
-                    try:
-                        _mkdirs(staging, rel)
-                    except OSError as exc:
-                        note(f"{rel}/: could not be created ({exc.strerror})")
-                    continue
-                if not member.isreg():
-                    what = ("a link" if member.issym() or member.islnk() else
-                            "a device" if member.ischr() or member.isblk() else
-                            "a FIFO" if member.isfifo() else "not a regular file")
-                    note(f"{rel}: {what}, not brought home")
-                    continue
-                if files >= max_files:
-                    note(f"stopped: more than {max_files} files; the rest stayed behind")
-                    break
-                if member.size > max_bytes - written:
-                    note(f"stopped at {rel}: the outputs would pass the {max_bytes} byte cap; "
-                         "the rest stayed behind")
-                    break
-                parent, _, base = rel.rpartition("/")
-                try:
-                    folder = _mkdirs(staging, parent) if parent else staging
-                    fd = os.open(folder / base, _OPEN, 0o755 if member.mode & 0o111 else 0o644)
-                except FileExistsError:
-                    note(f"{rel}: appears twice in the archive; the first copy was kept")
-                    continue
-                except OSError as exc:
-                    note(f"{rel}: could not be written ({exc.strerror})")
-                    continue
-                over = damaged = False
-                with os.fdopen(fd, "wb") as out:
-                    try:
-                        src = tar.extractfile(member)
-                        while src is not None:
-                            block = src.read(_CHUNK)
-                            if not block:
-                                break
-                            if written + len(block) > max_bytes:
-                                over = True
-                                break
-                            out.write(block)
-                            written += len(block)
-                    except _BROKEN as exc:
-                        damaged = True
-                        note(f"outputs archive is damaged at {rel}: {exc}")
-                if damaged:
-                    (folder / base).unlink(missing_ok=True)
-                    break
-                if over:
-                    (folder / base).unlink(missing_ok=True)
-                    note(f"stopped at {rel}: the outputs pass the {max_bytes} byte cap; "
-                         "the rest stayed behind")
-                    break
-                files += 1
-        if dropped:
-            notes.append(f"... and {dropped} more entries left out")
-        _merge(staging, dest)
+            _extract_members(tar, sink)
+        return sink.finish()
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return notes
+        sink.close()
+
+
+def _extract_members(tar: tarfile.TarFile, sink: _Staging) -> None:
+    entries = 0
+    limit = sink.caps.max_files * 2 + 1000
+    while True:
+        try:
+            member = tar.next()
+        except _BROKEN as exc:
+            sink.note(f"outputs archive is damaged after {sink.files} files: {exc}")
+            return
+        if member is None:
+            return
+        entries += 1
+        if entries > limit:
+            sink.note(f"stopped: the archive has more than {limit} entries")
+            return
+        rel = _clean_name(member.name)
+        if rel is None:
+            sink.note(f"{member.name!r}: an absolute path or one that leaves the folder, not brought home")
+            continue
+        if not rel:
+            continue
+        if member.isdir():
+            sink.mkdir(rel)
+            continue
+        if not member.isreg():
+            what = ("a link" if member.issym() or member.islnk() else
+                    "a device" if member.ischr() or member.isblk() else
+                    "a FIFO" if member.isfifo() else "not a regular file")
+            sink.note(f"{rel}: {what}, not brought home")
+            continue
+        try:
+            if not sink.add_file(rel, member.mode, member.size, _chunks(tar.extractfile(member))):
+                return
+        except _BROKEN as exc:
+            sink.note(f"outputs archive is damaged at {rel}: {exc}")
+            return
+
+
+def _chunks(src) -> Iterator[bytes]:
+    while src is not None:
+        block = src.read(_CHUNK)
+        if not block:
+            return
+        yield block
+
+
+def safe_copy_tree(src: Path, dest: Path, *, caps: OutputCaps = OutputCaps(),
+                   only: Iterable[str] | None = None) -> list[str]:
+    """Copy the folder a job wrote into `dest` by the rules above (no link followed, the folder
+    itself included; caps); `only` limits it to those top-level names. Returns notes."""
+    sink = _Staging(dest, caps)
+    try:
+        try:
+            top = os.open(src, _READ_DIR)
+        except FileNotFoundError:
+            return sink.finish()
+        except OSError as exc:
+            kind = "a link" if os.path.islink(src) else f"not a readable folder ({exc.strerror})"
+            sink.note(f"{Path(src).name}/: {kind}, not brought home")
+            return sink.finish()
+        _copy_from(top, sink, set(only) if only is not None else None)
+        return sink.finish()
+    finally:
+        sink.close()
+
+
+def _copy_from(top: int, sink: _Staging, only: set[str] | None) -> None:
+    """Depth first through folder descriptors (never a path that a link could redirect)."""
+    stack: list[tuple[int, str, Iterator[str]]] = [(top, "", iter(_names(top, only)))]
+    try:
+        while stack:
+            dfd, rel, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                os.close(dfd)
+                stack.pop()
+                continue
+            child = f"{rel}/{name}" if rel else name
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                continue  # gone meanwhile
+            if stat.S_ISDIR(st.st_mode):
+                if len(stack) > MAX_DEPTH:
+                    sink.note(f"{child}/: more than {MAX_DEPTH} folders deep, not brought home")
+                    continue
+                try:
+                    fd = os.open(name, _READ_DIR, dir_fd=dfd)
+                except OSError as exc:
+                    sink.note(f"{child}/: could not be read ({exc.strerror})")
+                    continue
+                if sink.mkdir(child):
+                    stack.append((fd, child, iter(_names(fd, None))))
+                else:
+                    os.close(fd)
+            elif stat.S_ISREG(st.st_mode):
+                if not _copy_file(dfd, name, child, sink):
+                    return
+            else:
+                sink.note(f"{child}: {_kind(st.st_mode)}, not brought home")
+    finally:
+        for dfd, _, _ in stack:
+            os.close(dfd)
+
+
+def _names(dfd: int, only: set[str] | None) -> list[str]:
+    with os.scandir(dfd) as it:
+        names = sorted(e.name for e in it)
+    return [n for n in names if only is None or n in only]
+
+
+def _copy_file(dfd: int, name: str, rel: str, sink: _Staging) -> bool:
+    try:
+        fd = os.open(name, _READ_FILE, dir_fd=dfd)
+    except OSError as exc:  # a link swapped in after the stat: ELOOP
+        sink.note(f"{rel}: could not be read ({exc.strerror}), not brought home")
+        return True
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            sink.note(f"{rel}: {_kind(st.st_mode)}, not brought home")
+            return True
+        try:
+            return sink.add_file(rel, st.st_mode, st.st_size, _fd_chunks(fd, st.st_size))
+        except OSError as exc:
+            sink.note(f"{rel}: could not be read ({exc.strerror}), not brought home")
+            return True
+    finally:
+        os.close(fd)
+
+
+def _fd_chunks(fd: int, size: int) -> Iterator[bytes]:
+    """The file's bytes, no more than the size it had when opened (a file still growing)."""
+    left = size
+    while left > 0:
+        block = os.read(fd, min(_CHUNK, left))
+        if not block:
+            return
+        left -= len(block)
+        yield block
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a link"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
 
 
 def _mkdirs(root: Path, rel: str) -> Path:

@@ -14,15 +14,17 @@ import json
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from core import paths
+from core.errors import disk_full_guard
 from core.packaging.bundle import extract
+from core.packaging.safe_extract import OutputCaps, safe_copy_tree
 from core.providers.gpuprobe import local_gpus
+from core.runtime import diskspace, jobprocs
 from core.runtime import files as runtime_files
 from core.engine.store import Job
 from core.providers.base import Poll, TargetInfo
@@ -68,11 +70,12 @@ class LocalProvider:
     kind = "local"
 
     def __init__(self, name: str = "local", max_jobs: int = 1, python: str | None = None,
-                 gpus: list[dict] | None = None) -> None:
+                 gpus: list[dict] | None = None, caps: OutputCaps | None = None) -> None:
         self.name = name
         self.max_jobs = max_jobs
         self.python = python or base_python()
         self.declared_gpus = gpus  # from the user config; else probed
+        self.caps = caps or OutputCaps()  # the same caps as every remote target
         self._pids: dict[Path, dict] = {}
         self._running: set[Path] = set()
 
@@ -107,6 +110,10 @@ class LocalProvider:
         return await asyncio.to_thread(self._launch, job, env_secrets)
 
     def _launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
+        with disk_full_guard(self.job_dir(job)):
+            return self._prepare_and_start(job, env_secrets)
+
+    def _prepare_and_start(self, job: Job, env_secrets: dict[str, str]) -> dict:
         jdir = self.job_dir(job)
         code = jdir / "code"
         if not (jdir / ".code-ready").exists():
@@ -181,6 +188,8 @@ class LocalProvider:
         exit_doc = _read_json(adir / "exit.json")  # it may have ended between the two reads
         if exit_doc is not None:
             return _exited(exit_doc)
+        if diskspace.is_low(self.job_dir(job)):  # it could not even write its exit status
+            return Poll("lost", detail=diskspace.disk_full_text(self.job_dir(job)))
         return Poll("lost", detail="the job's process ended without recording an exit status")
 
     def is_ours(self, job: Job) -> bool:
@@ -189,12 +198,8 @@ class LocalProvider:
         pid = _read_json(adir / "pid")
         if pid is None or not _alive(pid["pid"]):
             return False
-        try:
-            args = subprocess.run(["ps", "-o", "args=", "-p", str(pid["pid"])],
-                                  capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return True
-        return pid["tag"] in args
+        args = jobprocs.process_args(pid["pid"])
+        return args is not None and (args == "" or pid["tag"] in args)
 
     async def read_metrics(self, job: Job, offset: int) -> tuple[bytes, int]:
         path = self.metrics_path(job)
@@ -206,7 +211,10 @@ class LocalProvider:
         return await asyncio.to_thread(_read_from, path, offset)
 
     async def cancel(self, job: Job, force: bool = False) -> None:
-        self._signal(job, signal.SIGKILL if force else signal.SIGTERM)
+        """Every process of the attempt, however it detached: the launcher's own kill routine
+        (the one `launch.py --kill` runs on remote hosts), called in-process here."""
+        adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
+        await asyncio.to_thread(jobprocs.kill_attempt, str(adir), force, str(self.log_path(job)))
 
     async def request_checkpoint(self, job: Job) -> None:
         ctl = self.job_dir(job) / "ctl"
@@ -228,36 +236,16 @@ class LocalProvider:
         return await asyncio.to_thread(self._fetch_outputs, job, dest)
 
     def _fetch_outputs(self, job: Job, dest: Path) -> list[str]:
-        notes = copy_regular_tree(self.job_dir(job) / "out", dest)
-        for name in ("job.log", "metrics.jsonl"):
-            src = self.job_dir(job) / name
-            if src.is_file():
-                shutil.copyfile(src, dest / name)
+        """out/ and the log and metrics, by the same rules and caps as a remote archive: the job
+        owned these files, so no link is followed (out/ itself included) and nothing unbounded
+        is copied."""
+        jdir = self.job_dir(job)
+        record = jobprocs.read_record(job.handle.get("attempt_dir") or str(self.attempt_dir(job)))
+        if record and record.get("cgroup"):  # its launcher was killed before it could
+            jobprocs.cgroup_remove(record["cgroup"])
+        notes = safe_copy_tree(jdir / "out", dest, caps=self.caps)
+        notes += safe_copy_tree(jdir, dest, caps=self.caps, only=("job.log", "metrics.jsonl"))
         return notes
-
-
-def copy_regular_tree(src: Path, dest: Path) -> list[str]:
-    """Copy regular files and folders only; links and special files stay behind, noted."""
-    notes: list[str] = []
-    dest.mkdir(parents=True, exist_ok=True)
-    if not src.is_dir():
-        return notes
-    for dirpath, dirnames, filenames in os.walk(src):
-        rel = Path(dirpath).relative_to(src)
-        for name in list(dirnames):
-            if (Path(dirpath) / name).is_symlink():
-                notes.append(f"{rel / name}: a link, not brought home")
-                dirnames.remove(name)
-            else:
-                (dest / rel / name).mkdir(parents=True, exist_ok=True)
-        for name in filenames:
-            path = Path(dirpath) / name
-            st = path.lstat()
-            if stat.S_ISREG(st.st_mode):
-                shutil.copyfile(path, dest / rel / name)
-            else:
-                notes.append(f"{rel / name}: not a regular file, not brought home")
-    return notes
 
 
 def _read_json(path: Path) -> dict | None:

@@ -227,8 +227,10 @@ class PBSProvider(RemoteProvider):
         pid = job.handle.get("pbs_job_id")
         if pid:
             self.stats["qdel"] += 1
-            await self.transport.run(self._env() + ("qdel -W force " if force else "qdel ") + quote(pid),
-                                     timeout=60)
+            await self.remote()
+            # as for Slurm: the scheduler, then the launcher's kill routine for what left the job
+            await self.transport.run(self._env() + ("qdel -W force " if force else "qdel ") + quote(pid)
+                                     + "\n" + self.kill_script(job, force), timeout=60)
             self.queue.value = None
 
     async def request_checkpoint(self, job: Job) -> None:

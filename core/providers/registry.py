@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.config.user import UserConfig, load
+from core.packaging.safe_extract import OutputCaps
 from core.providers.local import LocalProvider
 
 
@@ -20,7 +21,7 @@ def build(cfg: UserConfig | None = None) -> dict[str, Any]:
     for name, t in cfg.targets.items():
         if t.kind == "local":
             out[name] = LocalProvider(name, max_jobs=t.max_jobs, python=t.options.get("python"),
-                                      gpus=t.gpus)
+                                      gpus=t.gpus, caps=OutputCaps.from_options(t.options))
         elif t.kind == "ssh":
             from core.providers.ssh import SSHProvider
 

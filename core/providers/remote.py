@@ -39,7 +39,7 @@ from typing import Any
 from core import paths
 from core.runtime import RUNTIME_DIR as runtime_dir_path
 from core.runtime import files as runtime_files
-from core.packaging.safe_extract import safe_extract
+from core.packaging.safe_extract import OutputCaps, safe_extract
 from core.engine.store import Job
 from core.providers.spec import launch_spec
 from core.transport.base import HostKeyError, Transport, TransportError, Unreachable, quote, remote_path_expr
@@ -48,8 +48,8 @@ from core.providers.base import TargetInfo
 
 LOG_CHUNK = 4 << 20
 METRICS_CHUNK = 8 << 20
-MAX_OUTPUT_DOWNLOAD = 20 * 1024**3
 PROBE_TTL_S = 30.0
+PGID_OF = "sed -n 's/.*\"pgid\": *\\([0-9][0-9]*\\).*/\\1/p'"  # the pgid from a pid file
 START_GRACE_S = 60.0
 PRESENT_TTL_S = 300.0  # under core.engine.storage.MIN_AGE_S: gc never frees what we remember
 
@@ -419,6 +419,28 @@ printf '%s\\n' "$py"
         return {"spec": f"{ad}/spec.json", "runtime": runtime, "adir": ad, "jdir": jd,
                 "sent": sent_rt + sent_b + sent_d + len(spec_bytes), "python": python}
 
+    # -- stopping the job -------------------------------------------------------------------
+
+    def kill_script(self, job: Job, force: bool = False) -> str:
+        """The shell that cancels an attempt on the host: the launcher's own kill routine
+        (`launch.py --kill`, the same one the local target calls), which ends every process
+        the job started, also those that left its session; an attempt whose launcher cannot
+        be found falls back to its process group."""
+        sig = "KILL" if force else "TERM"
+        python = self._remote["python"] if self._remote else self.python
+        flags = "--kill --force" if force else "--kill"
+        return "\n".join([
+            f"A={quote(self._adir(job))}; py={quote(python)}",
+            """L=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["runtime_dir"])' """
+            """"$A/spec.json" 2>/dev/null)""",
+            f'if [ -n "$L" ] && [ -f "$L/launch.py" ]; then exec "$py" "$L/launch.py" {flags} "$A"; fi',
+            f'pg=$({PGID_OF} "$A/pid" 2>/dev/null)',
+            f'if [ -n "$pg" ]; then kill -s {sig} -- "-$pg" 2>/dev/null; fi; true'])
+
+    async def kill_attempt(self, job: Job, force: bool = False) -> None:
+        await self.remote()
+        await self.transport.run(self.kill_script(job, force), timeout=60)
+
     # -- following the job ------------------------------------------------------------------
 
     async def sync_log(self, job: Job) -> None:
@@ -476,7 +498,8 @@ printf '%s\\n' "$py"
                 "tar -czf outputs.tar.gz.part -C out . && mv -f outputs.tar.gz.part outputs.tar.gz; "
                 "wc -c < outputs.tar.gz", check="packing the outputs")
             size = int(r.out.split()[-1])
-            cap = int(self.options.get("max_output_bytes") or MAX_OUTPUT_DOWNLOAD)
+            caps = OutputCaps.from_options(self.options)  # the same caps as the local target
+            cap = caps.max_bytes
             if size > cap:
                 notes.append(f"outputs are {size} bytes packed, over the {cap} byte cap: "
                              f"left on {self.name} in {jd}/out")
@@ -486,9 +509,7 @@ printf '%s\\n' "$py"
                 tmp = Path(tmp_name)
                 try:
                     await self.transport.get_file(f"{jd}/outputs.tar.gz", tmp, max_bytes=cap)
-                    notes += await asyncio.to_thread(safe_extract, tmp, dest,
-                                                     max_bytes=int(self.options.get("max_output_bytes")
-                                                                   or MAX_OUTPUT_DOWNLOAD))
+                    notes += await asyncio.to_thread(safe_extract, tmp, dest, caps=caps)
                 finally:
                     tmp.unlink(missing_ok=True)
             metrics = dest / "metrics.jsonl"

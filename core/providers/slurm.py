@@ -353,8 +353,12 @@ class SlurmProvider(RemoteProvider):
         if not sid:
             return
         self.stats["scancel"] += 1
+        await self.remote()
+        # Slurm ends the job's steps; the launcher's kill routine then ends what left them (a
+        # `setsid` child) where the job runs on this host; on a compute node the launcher's own
+        # sweep does, when the job's main process ends
         await self.transport.run(self._env() + ("scancel --signal=KILL --full " if force else "scancel ")
-                                 + quote(sid), timeout=60)
+                                 + quote(sid) + "\n" + self.kill_script(job, force), timeout=60)
         self.queue.value = None  # the next poll asks again
 
     async def request_checkpoint(self, job: Job) -> None:

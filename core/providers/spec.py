@@ -7,6 +7,7 @@ job.log under the job's folder); only where that folder is differs.
 from __future__ import annotations
 
 from core.engine.store import Job
+from core.runtime.jobprocs import MARKER_VAR, marker_for
 
 
 def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runtime_dir: str,
@@ -25,6 +26,7 @@ def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runti
             "GPU_ROUTER_JOB_ID": job.id,
             "GPU_ROUTER_SHORT_ID": job.short_id,
             "GPU_ROUTER_ATTEMPT": str(job.attempt),
+            MARKER_VAR: marker_for(job.id, job.attempt),  # how cancel finds every process
             "GPU_ROUTER_OUTPUT_DIR": f"{job_dir}/out",
             "GPU_ROUTER_DATA_DIR": f"{job_dir}/data",
             "GPU_ROUTER_CHECKPOINT_DIR": f"{job_dir}/ckpt",

@@ -11,7 +11,8 @@ its tag, checked with `ps` when a restarted supervisor re-adopts it.
 
 Exit status, pid and phase are files in the attempt folder on the host, so `poll` is one short
 command; a dropped connection makes it answer "unreachable" and the supervisor carries on once
-the host answers again. `cancel` signals the job's process group on the host.
+the host answers again. `cancel` runs the launcher's kill routine on the host (`launch.py --kill`),
+which ends every process the job started, also those that left its process group.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ import time
 from core.engine.store import Job
 from core.transport.base import Transport, TransportError, quote
 from core.providers.base import Poll, TargetInfo
-from core.providers.remote import START_GRACE_S, RemoteProvider
+from core.providers.remote import PGID_OF, START_GRACE_S, RemoteProvider
 
-_PGID = "sed -n 's/.*\"pgid\": *\\([0-9][0-9]*\\).*/\\1/p'"
 _PID = "sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p'"
 
 
@@ -108,11 +108,11 @@ echo dead""", timeout=60)
     async def _signal(self, job: Job, sig: str) -> None:
         await self.remote()
         await self.transport.run(
-            f'A={quote(self._adir(job))}; pg=$({_PGID} "$A/pid" 2>/dev/null); '
+            f'A={quote(self._adir(job))}; pg=$({PGID_OF} "$A/pid" 2>/dev/null); '
             f'if [ -n "$pg" ]; then kill -s {sig} -- "-$pg" 2>/dev/null; fi; true', timeout=60)
 
     async def cancel(self, job: Job, force: bool = False) -> None:
-        await self._signal(job, "KILL" if force else "TERM")
+        await self.kill_attempt(job, force)
 
     async def request_checkpoint(self, job: Job) -> None:
         await self.remote()

@@ -1,6 +1,7 @@
 """Start one attempt of a job, detached, and record how it ended.
 
     python launch.py [--secrets-stdin] [--foreground] ATTEMPT_DIR/spec.json
+    python launch.py --kill [--force] ATTEMPT_DIR
 
 Runs with the target's Python and the standard library only, locally or on a remote host.
 It detaches (double fork, new session) so the job survives the supervisor and the terminal;
@@ -11,6 +12,14 @@ unless the job's `gpu` module asks for it; writes everything into the job log th
 filter (`JobLog` and its `Masker`: secret values masked in any form, terminal codes removed,
 masked again as displayed), its own lines, pip's output and the job's alike; and writes
 exit.json atomically when the job ends.
+
+Every process the job starts is tracked (core/runtime/jobprocs.py: a cgroup where the host lets
+us make one, and always the GPU_ROUTER_JOB marker in the environment): when the job's main
+process ends, whatever it left running is stopped, and `--kill ATTEMPT_DIR` (what every target
+runs to cancel) signals all of it, also processes that left the job's session with `setsid`.
+A full disk ends the attempt with "disk full at PATH (N MB free)" in exit.json, not with a
+launcher that died silently: a small reserve file in the attempt folder is released to make
+room for that record.
 
 `--secrets-stdin` reads the job's secret values as one JSON object on stdin before detaching,
 so over SSH they travel inside the encrypted channel and never touch the remote disk or a
@@ -30,11 +39,14 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
-try:  # a package inside gpu-router; a folder of loose files beside this one on a target
-    from . import redact, textsafe
-except ImportError:
+if __package__:  # imported as core.runtime.launch (the engine, tests)
+    from . import diskspace, jobprocs, redact, textsafe
+else:  # run as a script on the target, beside its sibling files
+    import diskspace
+    import jobprocs
     import redact
     import textsafe
 
@@ -42,6 +54,8 @@ MASK = redact.MASK.decode()
 IDLE_FLUSH_S = 0.5  # a partial line (a prompt, a progress dot) shows after this long a pause
 LINE_CAP = 1 << 16  # a line longer than this is written in pieces
 _PLAIN = bytes([0x09, 0x0A, *range(0x20, 0x7F)])  # printable ASCII, tab, newline
+RESERVE_BYTES = 256 * 1024  # room kept in the attempt folder for exit.json on a full disk
+LEFTOVER_GRACE_S = 2.0  # after the job's main process ends, before what it left is stopped
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -167,7 +181,7 @@ class JobLog:
     pip's output, the job's output, gpu-router's own lines) goes through `write`."""
 
     def __init__(self, path: str, masker: Masker) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.fd = _open_log(path)
         self.masker = masker
         self.mid_line = False  # the last byte written was not a newline
 
@@ -175,16 +189,23 @@ class JobLog:
         self._put(self.masker.feed(data))
 
     def line(self, text: str) -> None:
-        """One of gpu-router's own lines, on a line of its own."""
+        """One of gpu-router's own lines, on a line of its own. One that cannot be written (a
+        full disk) must not stop the launcher from recording how the attempt ended."""
         pending = self.mid_line or self.masker.line or self.masker.shown
         start = "\n" if pending else ""
-        self.write(f"{start}[gpu-router] {text}\n".encode("utf-8", "surrogateescape"))
+        try:
+            self.write(f"{start}[gpu-router] {text}\n".encode("utf-8", "surrogateescape"))
+        except OSError:
+            pass
 
     def idle(self) -> None:
         self._put(self.masker.idle())
 
     def close(self) -> None:
-        self._put(self.masker.flush())
+        try:
+            self._put(self.masker.flush())
+        except OSError:
+            pass
         os.close(self.fd)
 
     def _put(self, data: bytes) -> None:
@@ -208,10 +229,15 @@ def _pump(pipe: int, log: JobLog) -> None:
         log.write(block)
 
 
-def _run_logged(command: list[str], log: JobLog, **popen: object) -> int:
-    """Run a command with its output (stdout and stderr) going through the job log's filter."""
+def _run_logged(command: list[str], log: JobLog, box: dict | None = None, **popen: object) -> int:
+    """Run a command with its output (stdout and stderr) going through the job log's filter,
+    inside the attempt's cgroup. With `box` (the job itself), what it leaves running when its
+    main process ends is stopped after a grace, so the end of its output arrives."""
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, **popen)
+                             stderr=subprocess.STDOUT, preexec_fn=_in_job_cgroup, **popen)
+    if box is not None:
+        box["child"] = child
+        box["watch"] = _stop_leftovers_when_main_exits(child, box)
     try:
         _pump(child.stdout.fileno(), log)
     finally:
@@ -294,12 +320,29 @@ def _job_env(spec: dict, python: str) -> dict[str, str]:
         if name.startswith("GPU_ROUTER_") and name not in spec["env"]:
             del env[name]  # the supervisor's own settings are not the job's
     env.update(spec["env"])
+    if _TRACK.get("marker"):
+        env[jobprocs.MARKER_VAR] = _TRACK["marker"]
     env["GPU_ROUTER_SECRET_ENV"] = ",".join(spec.get("secret_env", []))  # names: gpu.log checks
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in [spec["runtime_dir"], env.get("PYTHONPATH", "")] if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH", "")])
     return env
+
+
+_TRACK: dict = {}  # this attempt's tracking record (marker, cgroup), set by _claim
+
+
+def _in_job_cgroup() -> None:
+    """Each process the launcher starts joins the attempt's cgroup before it runs (preexec)."""
+    jobprocs.cgroup_join(_TRACK.get("cgroup"))
+
+
+def _open_log(path: str) -> int:
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:  # a full disk: the job still runs to an exit status, unlogged
+        return os.open(os.devnull, os.O_WRONLY)
 
 
 def run(spec: dict) -> int:
@@ -320,6 +363,11 @@ def run(spec: dict) -> int:
 
     code: int | None = None
     error = None
+    enospc = False
+    box: dict = {}
+    if _TRACK.get("marker"):
+        os.environ[jobprocs.MARKER_VAR] = _TRACK["marker"]  # pip, data downloads, the job
+        log.line(jobprocs.describe(_TRACK))
     try:
         _write_atomic(phase_file, "installing")
         python = _ensure_venv(spec, log)
@@ -331,17 +379,80 @@ def run(spec: dict) -> int:
         _write_atomic(phase_file, "running")
         log.line(f"attempt {spec['attempt']}: running "
                  f"{' '.join(command[1:] if command[0] == python else command)}")
-        code = _run_logged(command, log, cwd=spec["workdir"], env=env)
+        code = _run_logged(command, log, box, cwd=spec["workdir"], env=env)
     except Exception as exc:  # noqa: BLE001 - any failure here must reach exit.json
         error = masker.text(str(exc))
+        enospc = diskspace.is_enospc(exc)
+        code = code if code is not None else _end_child(box.get("child"))
+    left = _stop_leftovers(box)
+    if left:
+        log.line(f"stopped {left} process(es) the job left running")
+    full = _disk_full(spec, enospc, code)
+    error = full or error
+    if error:
         log.line(f"error: {error}")
-        code = code if code is not None else 127
     result = {"code": code, "signal": -code if code is not None and code < 0 else None,
-              "terminated_by": ended["signal"], "error": error, "ended_at": time.time()}
+              "terminated_by": ended["signal"], "error": error, "disk_full": bool(full),
+              "ended_at": time.time()}
+    diskspace.release(os.path.join(attempt_dir, "reserve"))  # room for exit.json on a full disk
     _write_atomic(exit_file, json.dumps(result))
     log.line(f"attempt {spec['attempt']}: exited with status {code}")
     log.close()
+    if _TRACK.get("cgroup"):
+        jobprocs.cgroup_remove(_TRACK["cgroup"])
     return 0
+
+
+def _stop_leftovers(box: dict) -> int:
+    """Nothing the job started outlives it: how many processes had to be stopped."""
+    if box.get("output_done"):
+        box["output_done"].set()
+    if box.get("watch"):
+        box["watch"].join()
+    return box.get("left", 0) + (jobprocs.sweep(_TRACK) if _TRACK else 0)
+
+
+def _stop_leftovers_when_main_exits(child: subprocess.Popen, box: dict) -> threading.Thread:
+    """When the job's main process has ended, what it left running (a `setsid` child still
+    holding its output pipe open, so the log never reaches its end) is stopped after a short
+    grace; the launcher then sees the end of the output and records the exit."""
+    done = box["output_done"] = threading.Event()
+
+    def watch() -> None:
+        child.wait()
+        if not done.wait(LEFTOVER_GRACE_S) and _TRACK:
+            box["left"] = jobprocs.sweep(_TRACK)
+
+    thread = threading.Thread(target=watch, name="leftovers", daemon=True)
+    thread.start()
+    return thread
+
+
+def _end_child(child: subprocess.Popen | None) -> int:
+    """The status of a job the launcher can no longer follow (its log cannot be written): the
+    job is stopped, since its output would be lost, and reaped."""
+    if child is None:
+        return 127
+    if child.poll() is None:
+        child.terminate()
+        try:
+            return child.wait(timeout=jobprocs.SWEEP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return child.wait()
+
+
+def _disk_full(spec: dict, enospc: bool, code: int | None) -> str | None:
+    """ "disk full at PATH (N MB free)" when the attempt failed for want of space: the launcher
+    hit ENOSPC, or the job failed while its folder's (or the venvs') disk is full."""
+    if not enospc and code == 0:
+        return None
+    job_dir = os.path.dirname(spec["log"])
+    venvs = (spec.get("deps") or {}).get("venvs_dir", "")
+    where = diskspace.first_full([job_dir, venvs])
+    if where is None and enospc:
+        where = job_dir
+    return diskspace.disk_full_text(where) if where else None
 
 
 def _read_secrets() -> None:
@@ -357,14 +468,18 @@ def _read_secrets() -> None:
 def main(argv: list[str]) -> int:
     flags = {a for a in argv[1:] if a.startswith("--")}
     rest = [a for a in argv[1:] if not a.startswith("--")]
-    unknown = flags - {"--secrets-stdin", "--foreground"}
-    if unknown or len(rest) != 1:
-        print("usage: launch.py [--secrets-stdin] [--foreground] SPEC", file=sys.stderr)
+    unknown = flags - {"--secrets-stdin", "--foreground", "--kill", "--force"}
+    kill_mode = "--kill" in flags
+    mixed = (flags - {"--kill", "--force"}) if kill_mode else (flags & {"--force"})
+    if unknown or mixed or len(rest) != 1:
+        print("usage: launch.py [--secrets-stdin] [--foreground] SPEC\n"
+              "       launch.py --kill [--force] ATTEMPT_DIR", file=sys.stderr)
         return 2
+    if kill_mode:
+        return _kill(rest[0], force="--force" in flags)
     spec_path = rest[0]
     with open(spec_path) as f:
         spec = json.load(f)
-    attempt_dir = spec["attempt_dir"]
     if "--secrets-stdin" in flags:
         _read_secrets()
     if "--foreground" in flags:
@@ -372,21 +487,48 @@ def main(argv: list[str]) -> int:
     if os.fork() > 0:  # the caller's child returns at once; the grandchild runs the job
         return 0
     os.setsid()  # own session and process group: cancel kills the group, terminals don't
-    try:  # claim the attempt: a second launcher for it stops here
-        fd = os.open(os.path.join(attempt_dir, "started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
+    if not _claim(spec):  # a second launcher for this attempt stops here
         os._exit(0)
-    os.write(fd, str(time.time()).encode())
-    os.close(fd)
     devnull = os.open(os.devnull, os.O_RDWR)
     for std in (0, 1, 2):
         os.dup2(devnull, std)
-    _write_atomic(os.path.join(attempt_dir, "pid"),
-                  json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "tag": spec["tag"]}))
     try:
         run(spec)
     finally:
         os._exit(0)
+
+
+def _kill(attempt_dir: str, force: bool) -> int:
+    """Cancel an attempt: every process it started, however it detached (one routine for every
+    target: the local one calls jobprocs directly, remote ones run this over their shell)."""
+    log = None
+    try:
+        with open(os.path.join(attempt_dir, "spec.json")) as f:
+            log = json.load(f).get("log")
+    except (OSError, ValueError):
+        pass
+    print(json.dumps(jobprocs.kill_attempt(attempt_dir, force=force, log_path=log)))
+    return 0
+
+
+def _claim(spec: dict) -> bool:
+    """Claim the attempt (O_EXCL: never started twice), keep room for its exit record, set up
+    how its processes are tracked, and record the launcher's pid, group and tracking."""
+    attempt_dir = spec["attempt_dir"]
+    try:
+        fd = os.open(os.path.join(attempt_dir, "started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.write(fd, str(time.time()).encode())
+    os.close(fd)
+    diskspace.reserve(os.path.join(attempt_dir, "reserve"), RESERVE_BYTES)
+    marker = spec.get("env", {}).get(jobprocs.MARKER_VAR)
+    _TRACK.update(jobprocs.start_tracking(spec["job_id"], spec["attempt"]))
+    if marker:
+        _TRACK["marker"] = marker
+    _write_atomic(os.path.join(attempt_dir, "pid"),
+                  json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "tag": spec["tag"], **_TRACK}))
+    return True
 
 
 def _foreground(spec: dict) -> int:
@@ -396,15 +538,9 @@ def _foreground(spec: dict) -> int:
         os.setpgid(0, 0)  # lead a group: the batch script signals the whole job at once
     except OSError:
         pass
-    try:
-        fd = os.open(os.path.join(attempt_dir, "started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
+    if not _claim(spec):
         print("this attempt already ran; not starting it twice", file=sys.stderr)
         return 3
-    os.write(fd, str(time.time()).encode())
-    os.close(fd)
-    _write_atomic(os.path.join(attempt_dir, "pid"),
-                  json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "tag": spec["tag"]}))
     run(spec)
     try:
         with open(os.path.join(attempt_dir, "exit.json")) as f:

@@ -29,6 +29,7 @@ from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
 
 CHANGING_ACTIONS = {"approve", "deny", "cancel"}
 MAX_ROWS = 1_000  # rows in the job table; the rest of the store is a filter away
+SUPERVISE_CHECK_S = 10.0  # how often the dashboard checks that live jobs have a supervisor
 
 
 class JobsChanged(Message):
@@ -121,8 +122,9 @@ class DashApp(App):
 
     def __init__(self, *, store: Store | None = None, read_only: bool = False,
                  clock: Callable[[], float] = time.time, bell: bool | None = None,
-                 poll_s: float = 0.5, live: bool = True) -> None:
+                 poll_s: float = 0.5, live: bool = True, supervise: bool = False) -> None:
         super().__init__()
+        self.supervise = supervise  # `gpu dash`: start a supervisor for live jobs that lack one
         self.store = store or Store()
         self.read_only = read_only
         self.clock = clock
@@ -183,6 +185,9 @@ class DashApp(App):
             self.set_interval(1.0, self.poll_metrics)
             self.set_interval(1.0, self.tick_elapsed)
             self.set_interval(15.0, self.load_targets)
+        if self.supervise:
+            self.keep_supervised()
+            self.set_interval(SUPERVISE_CHECK_S, self.keep_supervised)
 
     # -- reading, in workers -----------------------------------------------------------------
 
@@ -197,6 +202,14 @@ class DashApp(App):
         jobs = self.watcher.changes()
         if jobs:
             self.post_message(JobsChanged(jobs))
+
+    @work(thread=True, exclusive=True, group="supervise")
+    def keep_supervised(self) -> None:
+        """Live jobs with no supervisor (one was killed, or a submit died after its commit)
+        get one, as every command that reads the store does."""
+        from core.engine.daemon import supervise_live
+
+        supervise_live(Store(self.store.path))
 
     @work(thread=True, exclusive=True, group="targets")
     def load_targets(self) -> None:
@@ -597,5 +610,5 @@ class DashApp(App):
 
 
 def run(read_only: bool = False) -> int:
-    DashApp(read_only=read_only).run()
+    DashApp(read_only=read_only, supervise=True).run()
     return 0
