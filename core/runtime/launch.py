@@ -81,6 +81,14 @@ class Masker:
         return out
 
 
+def _append(fd: int, data: bytes, last: bytes) -> bytes:
+    """Write `data`; the last byte written so far (a line ends with it or not)."""
+    if data:
+        os.write(fd, data)
+        return data[-1:]
+    return last
+
+
 def _log(fd: int, text: str) -> None:
     os.write(fd, f"[gpu-router] {text}\n".encode())
 
@@ -177,6 +185,7 @@ def run(spec: dict) -> int:
         child = subprocess.Popen(command, cwd=spec["workdir"], env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         pipe = child.stdout.fileno()
+        last = b"\n"
         while True:
             try:
                 block = os.read(pipe, 65536)
@@ -184,8 +193,10 @@ def run(spec: dict) -> int:
                 continue
             if not block:
                 break
-            os.write(log_fd, masker.feed(block))
-        os.write(log_fd, masker.flush())
+            last = _append(log_fd, masker.feed(block), last)
+        last = _append(log_fd, masker.flush(), last)
+        if last != b"\n":  # gpu-router's own lines start a line of their own
+            os.write(log_fd, b"\n")
         code = child.wait()
     except Exception as exc:  # noqa: BLE001 - any failure here must reach exit.json
         error = str(exc)
