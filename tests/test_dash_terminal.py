@@ -20,6 +20,8 @@ HOSTILE = (
     "sys.stdout.write('clip\\x1b]52;c;UFdORUQ=\\x07 title\\x1b]0;PWNED-TITLE\\x07 t2\\x1b]2;PWNED2\\x1b\\\\ '"
     " 'clear\\x1b[2J home\\x1b[H c1\\x9b2J osc8\\x1b]8;;file:///etc/passwd\\x1b\\\\click\\x1b]8;;\\x1b\\\\\\n')\n"
     "print('[link=file:///etc]inert[/link]', flush=True)\n"
+    "sys.stdout.write('never-ends\\x1b]0;SWALLOWED\\n')\n"
+    "sys.stdout.buffer.write(b'c1-never-ends\\x9d8;;SWALLOWED2\\n')\n"
     "sys.stdout.buffer.write(b'raw8bit \\x9b31m red\\n')\n"
     "print('after-marker', flush=True)\n"
     "time.sleep(30)\n"
@@ -119,7 +121,40 @@ def test_job_output_cannot_drive_the_terminal(home: Path, tmp_path: Path) -> Non
     text = out.decode("utf-8", "replace")
     assert "after-marker" in text, "the dashboard did not show the job's log"
     for bad in ("\x1b]52", "PWNED-TITLE", "PWNED2", "\x1b]0;", "\x1b]2;", "\x1b]8;", "\x1b[2J", "\u009b",
-                "file:///etc/passwd"):
+                "file:///etc/passwd", "SWALLOWED"):
         assert bad not in text, f"{bad!r} reached the terminal"
     assert "[link=file:///etc]inert[/link]" in text  # markup look-alikes are shown, not obeyed
     gpu_json("cancel", sub["short_id"])
+
+
+def test_approval_modal_detail_and_palette_show_hostile_args_as_text(home: Path, tmp_path: Path) -> None:
+    """A held job whose args carry escapes, bidi and markup: the table, the approval modal and
+    the detail screen show them as text, and the terminal receives none of them."""
+    project = make_git_project(tmp_path / "p", {"a.py": "print('ran')\n"})
+    link = "[link=file:///etc/passwd]click[/link]"
+    escaped_link = "\\[link=file:///etc/passwd]bs\\[/link]"  # a backslash: Rich's own escape
+    args = ["\x1b]52;c;UFdORUQ=\x07", link, escaped_link, "\u202eevil\u2066", "\u009b2J", "\x1b]0;T\x07"]
+    sub = gpu_json("submit", "a.py", "--wait-s", "0", "--", *args, cwd=project)["job"]
+    assert sub["state"] == "awaiting_approval"
+    steps = [(b"needs approval", b"a"), (b"Approve job", b"\x1b"), (b"approve this plan", b"\r"),
+             (b"request", b"\x1b"), (None, b"q")]
+    seen = {"step": 0, "at": 0, "since": time.monotonic()}
+
+    def react(out: bytes) -> bytes | None:
+        if seen["step"] >= len(steps):
+            return None
+        wait_for, key = steps[seen["step"]]
+        fresh = out[seen["at"]:]
+        if (wait_for is None or wait_for in fresh) and time.monotonic() - seen["since"] > 1.0:
+            seen.update(step=seen["step"] + 1, at=len(out), since=time.monotonic())
+            return key
+        return None
+
+    _, out = pty_session([gpu_exe(), "dash"], react, env={**os.environ, "TERM": "xterm-256color"},
+                         size=(40, 160), timeout=90)
+    assert seen["step"] == len(steps), f"the dashboard stopped at step {seen['step']}: {out[-2000:]!r}"
+    text = out.decode("utf-8", "replace")
+    # (the detail screen shows the args list with repr: "\\x1b]52..." as inert text)
+    for bad in ("\x1b]52", "\x1b]0;", "\x1b]8;", "\x1b[2J", "\u009b", "\u202e", "\u2066"):
+        assert bad not in text, f"{bad!r} reached the terminal"
+    assert link in text and escaped_link in text and "evil" in text  # shown, not obeyed

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from core.display.logtail import Follower, tail_lines
 
 
@@ -53,3 +56,28 @@ def test_escape_sequences_never_leave_the_follower(tmp_path: Path) -> None:
     log.write_bytes(b"ok\x1b]52;c;ZXZpbA==\x07 \x1b[2J\x9b31m done\n")
     lines = Follower(log).start(5)
     assert lines == ["ok  done"]
+
+
+_CHUNKS = st.lists(st.sampled_from([b"\x1b]0;", b"\x1bP", b"\x1b_", b"\x9d", b"\x90", b"\x9b2J", b"\x07",
+                                    b"\x1b\\", b"\r", b"\r\n", b"text", "\u202e".encode(), b"\xff", b"\n"]),
+                   max_size=40).map(b"".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(garbage=_CHUNKS, more=_CHUNKS)
+def test_the_tail_keeps_every_line_the_job_wrote_whatever_it_wrote(tmp_path_factory, garbage: bytes,
+                                                                   more: bytes) -> None:
+    """What the dashboard's log pane shows: one entry per line written, none holding a newline
+    or a control, and a line written after any garbage arrives intact."""
+    import re
+
+    log = tmp_path_factory.mktemp("tail") / "job.log"
+    log.write_bytes(garbage + b"\nMARKER after garbage\n")
+    follower = Follower(log)
+    first = follower.start(10_000)
+    with open(log, "ab") as f:
+        f.write(more + b"\nlast line\n")
+    lines = first + follower.read()[0]
+    assert len(lines) == garbage.count(b"\n") + more.count(b"\n") + 4
+    assert lines[garbage.count(b"\n") + 1] == "MARKER after garbage" and lines[-1] == "last line"
+    assert not any(re.search("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", line) for line in lines)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.errors import UserError
 from core.planning.policy import evaluate, tell_user
@@ -68,3 +70,20 @@ def test_the_user_config_cannot_loosen_rules(home, tmp_path) -> None:
                                   "budget:\n  per_job: 3\n")
     cfg = userconfig.load()
     assert cfg.rules.agent_max_hours == 0.25 and cfg.rules.budget_per_job == 3.0
+
+
+_UNSAFE = "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+
+
+@settings(max_examples=150, deadline=None)
+@given(args=st.lists(st.text(max_size=30), max_size=6), target=st.text(max_size=12), reason=st.text(max_size=30))
+def test_tell_user_is_one_plain_line_whatever_the_args(args: list[str], target: str, reason: str) -> None:
+    """The paragraph quotes the job's args: an agent relays it and the CLI prints it as is, so
+    no escape, control or bidi character and no newline (a fake line of gpu-router's) is in it."""
+    import re
+
+    plan = {"command": ["train.py", *args], "target": target, "gpu": "cpu", "hours": None}
+    text = tell_user("1a2b3c4d", "train", plan, [{"rule": "everything", "reason": reason}])
+    assert not re.search(_UNSAFE, text), repr(text)
+    assert text.startswith("gpu-router job 1a2b3c4d (train) is waiting for your approval")
+    assert text.endswith("to refuse it, run `gpu deny 1a2b3c4d`.")

@@ -1,19 +1,21 @@
 """The `gpu` command: submit, watch and manage jobs; `--json` on every report.
 
 Imports stay lazy (rich, textual, yaml load only when used) so that an agent's
-`gpu submit --json` starts fast.
+`gpu submit --json` starts fast. Nothing here writes to the terminal itself: every line goes
+through tui.output (`say`, `markup`, `write`, `ask`, `emit_json`), where text gpu-router did
+not write (names, args, paths, errors, logs) is filtered and never read as markup.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from core.errors import UserError
+from tui.output import ask, emit_json, error, markup, say, write
 
 EPILOG = "Every report takes --json (a documented, stable shape). Docs: README.md"
 
@@ -21,23 +23,13 @@ EPILOG = "Every report takes --json (a documented, stable shape). Docs: README.m
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+class _Parser(argparse.ArgumentParser):
+    """argparse echoes what was typed (`unrecognized arguments: ...`): its messages are
+    filtered like every other line (subcommand parsers are made of this class too)."""
 
-
-def _print(renderable: Any, /, **values: Any) -> None:
-    """Print a rich renderable, or a markup template whose `{name}` fields are `values`.
-
-    The values (job names, paths, reasons, guidance) are filled in as plain text: a project in a
-    folder named `proj [/x]` would otherwise be read as markup and stop the command. Markup
-    belongs in the template, never in an f-string of values.
-    """
-    from core.display.sanitize import markup_safe
-    from tui.render import console
-
-    if isinstance(renderable, str):
-        renderable = renderable.format(**{k: markup_safe(str(v)) for k, v in values.items()})
-    console().print(renderable)
+    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+        if message:
+            write(message, file or sys.stderr)
 
 
 def _store():
@@ -77,7 +69,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     interactive = _interactive(args)
     result = submit(req, actor=_actor(interactive), interactive=interactive)
     if args.json:
-        _emit_json(result.to_json(verbose=req.verbose))
+        emit_json(result.to_json(verbose=req.verbose))
         return 0
     if interactive and result.submitted and result.guidance.get("needs_approval"):
         return _ask_at_submit(result)
@@ -85,15 +77,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     job = result.job
     verb = "submitted" if result.submitted else "already active, not submitted again:"
-    _print("[bold]{verb}[/] job [bold]{id}[/] ({name}) on [bold]{target}[/]: "
-           + state_text(job.state.value) + ("  [dim]{reason}[/]" if job.reason else ""),
-           verb=verb, id=job.short_id, name=job.name, target=job.provider, reason=job.reason)
-    _print(bundle_panel(result.bundle))
+    say(markup("[bold]{verb}[/] job [bold]{short}[/] ({name}) on [bold]{target}[/]: {state}"
+               + ("  [dim]{reason}[/]" if job.reason else ""),
+               verb=verb, short=job.short_id, name=job.name, target=job.provider,
+               state=state_text(job.state.value), reason=job.reason))
+    say(bundle_panel(result.bundle))
     for key in ("note", "tell_user"):
         if key in result.guidance:
-            _print("{text}", text=result.guidance[key])
-    _print("follow: [bold]{follow}[/]   outputs: {outputs}", follow=result.guidance["follow"],
-           outputs=job.outputs_dir)
+            say(result.guidance[key])
+    say(markup("follow: [bold]{follow}[/]   outputs: {outputs}",
+               follow=result.guidance["follow"], outputs=job.outputs_dir))
     return 0
 
 
@@ -109,19 +102,23 @@ def _ask_at_submit(result) -> int:
     from tui.render import bundle_panel, plan_panel
 
     job = result.job
-    _print("[bold]job {id}[/] ({name}) needs your approval before it runs:", id=job.short_id, name=job.name)
-    _print(plan_panel(job.plan, result.bundle))
-    _print(bundle_panel(result.bundle))
-    answer = input(f"Approve job {job.short_id}? [y = approve, n = deny, enter = decide later] ").strip().lower()
+    say(markup("[bold]job {short}[/] ({name}) needs your approval before it runs:",
+               short=job.short_id, name=job.name))
+    say(plan_panel(job.plan, result.bundle))
+    say(bundle_panel(result.bundle))
+    answer = ask(markup("Approve job {short}? \\[y = approve, n = deny, enter = decide later] ",
+                        short=job.short_id)).strip().lower()
     store = _store()
     if answer in ("y", "yes"):
         job = approve(store, job.id, digest=job.digest, actor=who("terminal, at submit"))
-        _print("approved: job [bold]{id}[/] will run.  follow: [bold]gpu logs -f {id}[/]", id=job.short_id)
+        say(markup("approved: job [bold]{short}[/] will run.  follow: [bold]gpu logs -f {short}[/]",
+                   short=job.short_id))
     elif answer in ("n", "no"):
         deny(store, job.id, actor=who("terminal, at submit"))
-        _print("denied: job {id} will not run", id=job.short_id)
+        say(markup("denied: job {short} will not run", short=job.short_id))
     else:
-        _print("job {id} waits: [bold]gpu approve {id}[/] or [bold]gpu deny {id}[/]", id=job.short_id)
+        say(markup("job {short} waits: [bold]gpu approve {short}[/] or [bold]gpu deny {short}[/]",
+                   short=job.short_id))
     return 0
 
 
@@ -132,12 +129,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     req = build_request(args.project_dir or os.getcwd(), _request_overrides(args))
     bundle, plan = prepare(req, interactive=_interactive(args))
     if args.json:
-        _emit_json({"plan": plan, "bundle": bundle.summary(), "needs_approval": bool(plan["holds"])})
+        emit_json({"plan": plan, "bundle": bundle.summary(), "needs_approval": bool(plan["holds"])})
         return 0
     from tui.render import bundle_panel, plan_panel
 
-    _print(plan_panel(plan))
-    _print(bundle_panel(bundle.summary()))
+    say(plan_panel(plan))
+    say(bundle_panel(bundle.summary()))
     return 0
 
 
@@ -147,7 +144,7 @@ def _confirm_on_terminal(job, verb: str) -> None:
         raise UserError(f"{verb} needs a person at a terminal",
                         fix=f"a person runs `gpu {verb} {job.short_id}` in a terminal, or presses "
                             f"`a` on the job in `gpu dash`")
-    typed = input(f"Type the job id ({job.short_id}) to {verb} it: ").strip()
+    typed = ask(markup("Type the job id ({short}) to {verb} it: ", short=job.short_id, verb=verb)).strip()
     if typed != job.short_id:
         raise UserError(f"you typed {typed!r}, not {job.short_id}: nothing was changed")
 
@@ -164,15 +161,15 @@ def cmd_approve(args: argparse.Namespace) -> int:
     if not args.json:
         from tui.render import plan_panel
 
-        _print("[bold]job {id}[/] ({name}) waits for approval:", id=job.short_id, name=job.name)
-        _print(plan_panel(job.plan, job.bundle))
+        say(markup("[bold]job {short}[/] ({name}) waits for approval:", short=job.short_id, name=job.name))
+        say(plan_panel(job.plan, job.bundle))
     _confirm_on_terminal(job, "approve")
     job = approve(store, job.id, digest=job.digest, actor=who("terminal"))
     if args.json:
-        _emit_json({"job": job.to_json()})
+        emit_json({"job": job.to_json()})
     else:
-        _print("approved plan {digest}: job [bold]{id}[/] will run", digest=job.approved_digest[:12],
-               id=job.short_id)
+        say(markup("approved plan {digest}: job [bold]{short}[/] will run",
+                   digest=job.approved_digest[:12], short=job.short_id))
     return 0
 
 
@@ -184,9 +181,9 @@ def cmd_deny(args: argparse.Namespace) -> int:
     _confirm_on_terminal(job, "deny")
     job = deny(store, job.id, actor=who("terminal"), reason=args.reason)
     if args.json:
-        _emit_json({"job": job.to_json()})
+        emit_json({"job": job.to_json()})
     else:
-        _print("job [bold]{id}[/]: {state}", id=job.short_id, state=job.state.value)
+        say(markup("job [bold]{short}[/]: {state}", short=job.short_id, state=job.state.value))
     return 0
 
 
@@ -195,11 +192,11 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
     infos = targets.infos(_store())
     if args.json:
-        _emit_json({"targets": [i.to_json() for i in infos.values()]})
+        emit_json({"targets": [i.to_json() for i in infos.values()]})
         return 0
     from tui.render import targets_table
 
-    _print(targets_table(list(infos.values())))
+    say(targets_table(list(infos.values())))
     return 0
 
 
@@ -209,17 +206,17 @@ def cmd_secrets(args: argparse.Namespace) -> int:
     if args.action == "list":
         names = secretstore.names()
         if args.json:
-            _emit_json({"secrets": names})
+            emit_json({"secrets": names})
         else:
-            _print("{names}", names="\n".join(names) or "no secrets yet: gpu secrets set NAME")
+            say("\n".join(names) if names else "no secrets yet: gpu secrets set NAME")
         return 0
     if not args.name:
         raise UserError(f"gpu secrets {args.action} needs a NAME", fix=f"gpu secrets {args.action} HF_TOKEN")
     if args.action == "set":
         if sys.stdin.isatty():
-            import getpass
+            from tui.output import ask_hidden
 
-            value = getpass.getpass(f"value of {args.name} (hidden): ")
+            value = ask_hidden(f"value of {args.name} (hidden): ")
         else:
             value = sys.stdin.read().rstrip("\r\n")
         secretstore.put(args.name, value)
@@ -228,9 +225,9 @@ def cmd_secrets(args: argparse.Namespace) -> int:
         secretstore.remove(args.name)
         msg = f"removed {args.name} from the keychain"
     if args.json:
-        _emit_json({"name": args.name, "action": args.action, "ok": True})
+        emit_json({"name": args.name, "action": args.action, "ok": True})
     else:
-        _print("{msg}", msg=msg)
+        say(msg)
     return 0
 
 
@@ -254,12 +251,12 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         doc = {**summary, "hash": bundle.hash, "root": str(bundle.root)}
         if files is not None:
             doc["list"] = files
-        _emit_json(doc)
+        emit_json(doc)
         return 0
     from tui.render import bundle_panel
 
-    _print(bundle_panel(summary, files))
-    _print("[dim]root {root}  hash {hash}[/]", root=bundle.root, hash=bundle.hash[:16])
+    say(bundle_panel(summary, files))
+    say(markup("[dim]root {root}  hash {hash}[/]", root=bundle.root, hash=bundle.hash[:16]))
     return 0
 
 
@@ -278,14 +275,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         states = list(ACTIVE)
     jobs = store.jobs(states=states, limit=args.limit)
     if args.json:
-        _emit_json({"jobs": [j.to_json() for j in jobs]})
+        emit_json({"jobs": [j.to_json() for j in jobs]})
         return 0
     if not jobs:
-        _print("no jobs yet: submit one with [bold]gpu submit SCRIPT --hours H[/]")
+        say(markup("no jobs yet: submit one with [bold]gpu submit SCRIPT --hours H[/]"))
         return 0
     from tui.render import jobs_table
 
-    _print(jobs_table(jobs))
+    say(jobs_table(jobs))
     return 0
 
 
@@ -299,13 +296,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         jobs = store.jobs(states=ACTIVE)
         pid = running_pid()
         if args.json:
-            _emit_json({"supervisor": {"running": pid is not None, "pid": pid},
+            emit_json({"supervisor": {"running": pid is not None, "pid": pid},
                         "jobs": [j.to_json() for j in jobs]})
             return 0
         from tui.render import jobs_table
 
-        _print("supervisor: {text}", text=f"running (pid {pid})" if pid else "not running (starts on demand)")
-        _print(jobs_table(jobs) if jobs else "no live jobs (see all with [bold]gpu jobs[/])")
+        say(f"supervisor: {'running (pid %d)' % pid if pid else 'not running (starts on demand)'}")
+        say(jobs_table(jobs) if jobs else markup("no live jobs (see all with [bold]gpu jobs[/])"))
         return 0
     job = store.resolve(args.id)
     events = store.events(job.id)
@@ -315,64 +312,64 @@ def cmd_status(args: argparse.Namespace) -> int:
         doc = job.to_json(verbose=args.verbose)
         doc["events"] = [e.to_json() for e in events] if args.verbose else [e.to_json() for e in events[-5:]]
         doc["guidance"] = guidance(job, True)
-        _emit_json(doc)
+        emit_json(doc)
         return 0
     from tui.render import status_panel
 
-    _print(status_panel(job, events, store.metrics_summary(job.id)))
+    say(status_panel(job, events, store.metrics_summary(job.id)))
     return 0
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from core.display.sanitize import printable
     from core.engine.service import log_path
-    from core.engine.states import TERMINAL
+    from tui.output import safe
 
     store = _store()
     job = store.resolve(args.id)
     path = log_path(job)
-    out = sys.stdout
+    if args.follow and not args.json:
+        return _follow_log(store, job, path, args.tail)
     data = path.read_bytes() if path.exists() else b""
     if args.tail is not None:
         data = b"\n".join(data.split(b"\n")[-(args.tail + 1):])
     if args.json:
-        _emit_json({"job": job.short_id, "state": job.state.value, "log": printable(data)})
+        emit_json({"job": job.short_id, "state": job.state.value, "log": safe(data)})
         return 0
-    out.write(printable(data))
-    out.flush()
-    if not args.follow:
-        return 0
-    offset = path.stat().st_size if path.exists() else 0
-    pending = b""
+    write(data)
+    return 0
+
+
+def _follow_log(store, job, path, tail: int | None) -> int:
+    """Print complete lines as they come (the dashboard's Follower: truncation and rotation
+    handled, each line filtered), then gpu-router's own line saying how the job ended."""
+    from core.display.logtail import Follower
+    from core.engine.states import TERMINAL
+
+    follower = Follower(path)
+    if tail is not None:
+        _write_lines(follower.start(tail))
     try:
         while True:
-            chunk = b""
-            if path.exists():
-                size = path.stat().st_size
-                if size < offset:  # truncated or replaced: start again
-                    offset = 0
-                if size > offset:
-                    with open(path, "rb") as f:
-                        f.seek(offset)
-                        chunk = f.read(size - offset)
-                    offset += len(chunk)
-            if chunk:
-                pending += chunk
-                cut = pending.rfind(b"\n") + 1
-                if cut:
-                    out.write(printable(pending[:cut]))
-                    out.flush()
-                    pending = pending[cut:]
+            lines, _ = follower.read()
+            if lines:
+                _write_lines(lines)
                 continue
             job = store.get(job.id)
             if job.state in TERMINAL:
-                if pending:
-                    out.write(printable(pending) + "\n")
-                out.write(f"-- job {job.short_id} {job.state.value}: {printable(job.reason)}\n")
+                while lines := follower.read()[0]:  # what was written just before it ended
+                    _write_lines(lines)
+                if follower.pending:
+                    write(follower.pending + b"\n")
+                write(f"-- job {job.short_id} {job.state.value}: {job.reason}\n")
                 return 0 if job.state.value == "done" else 1
             time.sleep(0.2)
     except KeyboardInterrupt:
         return 130
+
+
+def _write_lines(lines: list[str]) -> None:
+    if lines:
+        write("\n".join(lines) + "\n")
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
@@ -380,7 +377,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     job = store.resolve(args.id)
     metrics = store.metrics(job.id, args.key)
     if args.json:
-        _emit_json({
+        emit_json({
             "job": job.short_id,
             "metrics": {k: {"last": s[-1][1], "min": min(v for _, v, _ in s),
                             "max": max(v for _, v, _ in s), "points": len(s),
@@ -388,11 +385,11 @@ def cmd_metrics(args: argparse.Namespace) -> int:
                         for k, s in metrics.items()}})
         return 0
     if not metrics:
-        _print("job {id} has logged no metrics yet (the job calls gpu.log(step=..., loss=...))", id=job.short_id)
+        say(f"job {job.short_id} has logged no metrics yet (the job calls gpu.log(step=..., loss=...))")
         return 0
     from tui.render import metrics_table
 
-    _print(metrics_table(store.metrics_summary(job.id)))
+    say(metrics_table(store.metrics_summary(job.id)))
     return 0
 
 
@@ -401,11 +398,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     job = cancel(_store(), args.id, actor="cli")
     if args.json:
-        _emit_json({"job": job.to_json()})
+        emit_json({"job": job.to_json()})
         return 0
     from tui.render import state_text
 
-    _print("job [bold]{id}[/]: " + state_text(job.state.value) + "  {reason}", id=job.short_id, reason=job.reason)
+    say(markup("job [bold]{short}[/]: {state}  {reason}", short=job.short_id,
+               state=state_text(job.state.value), reason=job.reason))
     return 0
 
 
@@ -420,19 +418,19 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             os.kill(pid, signal.SIGTERM)
         doc = {"running": pid is not None, "pid": pid, "stopped": bool(args.stop and pid)}
         if args.json:
-            _emit_json(doc)
+            emit_json(doc)
         else:
-            print(f"supervisor {'pid %d %s' % (pid, 'stopping' if args.stop else 'running') if pid else 'not running'}")
+            say(f"supervisor {'pid %d %s' % (pid, 'stopping' if args.stop else 'running') if pid else 'not running'}")
         return 0
     if args.detach:
         pid = daemon.ensure_running(wait_s=10)
         if args.json:
-            _emit_json({"running": True, "pid": pid})
+            emit_json({"running": True, "pid": pid})
         else:
-            print(f"supervisor running (pid {pid})")
+            say(f"supervisor running (pid {pid})")
         return 0
     if daemon.running_pid():
-        print("a supervisor already runs for this user (gpu daemon --status)", file=sys.stderr)
+        write("a supervisor already runs for this user (gpu daemon --status)\n", sys.stderr)
         return 0
     return supervisor.main()
 
@@ -473,7 +471,7 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpu", description="Run GPU jobs wherever free or cheap GPUs are, and keep them running.",
         epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"gpu-router {_version()}")
@@ -589,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run(parser, args, bare=not argv)
     except UserError as exc:
         if getattr(args, "json", False):
-            _emit_json(exc.to_json())
+            emit_json(exc.to_json())
         _say_error(exc.message())
         return exc.exit_code
     except BrokenPipeError:  # the reader went away (`gpu jobs | head`): not an error
@@ -617,9 +615,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, *, bare: boo
 
 
 def _say_error(text: str) -> None:
-    from core.display.sanitize import printable
-
-    print(f"error: {printable(text)}", file=sys.stderr)
+    error(text)
 
 
 def _internal_error(exc: BaseException, args: argparse.Namespace) -> int:
@@ -631,7 +627,7 @@ def _internal_error(exc: BaseException, args: argparse.Namespace) -> int:
     what = f"internal error: {type(exc).__name__}" + (f": {clip(detail, 200)}" if detail else "")
     fix = f"see {where}; GPU_ROUTER_DEBUG=1 shows the traceback here"
     if getattr(args, "json", False):
-        _emit_json({"error": what, "where": None, "fix": fix})
+        emit_json({"error": what, "where": None, "fix": fix})
     _say_error(f"{what}, {fix}")
     return 1
 

@@ -10,8 +10,6 @@ last ten minutes, needed by a live job, or holding a running job's environment i
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 from typing import Callable
 
@@ -32,31 +30,30 @@ def add_gc_command(add: Callable[..., argparse.ArgumentParser], epilog: str) -> 
 def cmd_gc(args: argparse.Namespace) -> int:
     from core.engine import storage
     from core.engine.store import Store
-    from tui.render import console, human_bytes, markup_safe
+    from tui.output import emit_json, markup, say
+    from tui.render import human_bytes
 
     started = time.perf_counter()
     locs = storage.collect(Store(), only=args.where, everything=args.all, dry_run=args.dry_run)
     seconds = time.perf_counter() - started
     if args.json:
-        sys.stdout.write(json.dumps({"locations": [loc.to_json() for loc in locs],
-                                     "seconds": round(seconds, 3), "dry_run": args.dry_run},
-                                    indent=2) + "\n")
+        emit_json({"locations": [loc.to_json() for loc in locs], "seconds": round(seconds, 3),
+                   "dry_run": args.dry_run})
         return 0
-    out = console()
     verb = "would free" if args.dry_run else "freed"
     for loc in locs:
-        name = markup_safe(loc.where)
         if loc.error:
-            out.print(f"[bold]{name}[/]: not reachable ({markup_safe(loc.error)})")
+            say(markup("[bold]{name}[/]: not reachable ({error})", name=loc.where, error=loc.error))
             continue
         cap = f" of a {human_bytes(loc.cap_bytes)} cap" if loc.cap_bytes else ""
         gone = sum(e.bytes for e in loc.evict) if args.dry_run else loc.freed
-        out.print(f"[bold]{name}[/]: {len(loc.entries)} entries, {human_bytes(loc.total)}{cap}; "
-                  f"{verb} {len(loc.evict)} ({human_bytes(gone)})")
+        say(markup("[bold]{name}[/]: {summary}", name=loc.where,
+                   summary=f"{len(loc.entries)} entries, {human_bytes(loc.total)}{cap}; "
+                           f"{verb} {len(loc.evict)} ({human_bytes(gone)})"))
         for e in loc.evict[:20]:
-            out.print(f"  {e.kind:<8} {e.key[:16]}  {human_bytes(e.bytes):>9}  last used "
-                      f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(e.used_at))}")
+            say(f"  {e.kind:<8} {e.key[:16]}  {human_bytes(e.bytes):>9}  last used "
+                f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(e.used_at))}")
         if len(loc.evict) > 20:
-            out.print(f"  ... and {len(loc.evict) - 20} more (--json lists them all)")
-    out.print(f"took {seconds:.2f}s")
+            say(f"  ... and {len(loc.evict) - 20} more (--json lists them all)")
+    say(f"took {seconds:.2f}s")
     return 0

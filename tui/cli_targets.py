@@ -17,11 +17,11 @@ these in.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Callable
 
 from core.errors import UserError, shorten
+from tui.output import ask, emit_json, joined, markup, say
 
 KINDS = ("ssh", "slurm", "pbs")
 
@@ -77,23 +77,6 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
     tp.set_defaults(func=cmd_trust)
 
 
-def _emit(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
-
-
-def _print(text: Any) -> None:
-    from tui.render import console
-
-    console().print(text)
-
-
-def _safe(text: str) -> str:
-    from core.display.sanitize import printable
-    from tui.render import markup_safe
-
-    return markup_safe(printable(text))
-
-
 def _body(args: argparse.Namespace) -> dict:
     from core.config.request import NAME_RE
 
@@ -134,26 +117,32 @@ def _body(args: argparse.Namespace) -> dict:
 
 
 def describe_probe(info) -> list[str]:
-    """Lines a person reads: reachable or why not, GPUs and free memory, load, partitions."""
+    """Lines a person reads: reachable or why not, GPUs and free memory, load, partitions.
+
+    The host wrote most of these values (GPU and partition names, load): each is filtered on
+    its own (`v`), so one that opens an escape sequence cannot hide the rest of its line."""
+    def v(value: object) -> str:
+        return joined([value])
+
     d = info.details or {}
     if not info.available:
-        return [f"not available: {info.why_unavailable}"]
-    lines = [f"reachable ({d.get('host', info.name)})"]
+        return [f"not available: {v(info.why_unavailable)}"]
+    lines = [f"reachable ({v(d.get('host', info.name))})"]
     if info.gpus:
         free = d.get("gpus_free_gb") or []
-        gpus = ", ".join(f"{g['name']} {g.get('memory_gb', 0):g} GB"
+        gpus = ", ".join(f"{v(g['name'])} {g.get('memory_gb', 0):g} GB"
                          + (f" ({free[i]:g} GB free)" if i < len(free) and free[i] is not None else "")
                          for i, g in enumerate(info.gpus))
         lines.append(f"GPUs: {gpus}")
     else:
         lines.append("GPUs: none found (jobs run on the CPU)" if info.kind == "ssh" else "GPUs: none in the partition")
     if d.get("load"):
-        lines.append(f"load: {d['load']} on {d.get('cpus', '?')} CPUs, {d.get('mem', '?')} GB memory free")
+        lines.append(f"load: {v(d['load'])} on {v(d.get('cpus', '?'))} CPUs, {v(d.get('mem', '?'))} GB memory free")
     for p in d.get("partitions", []):
-        gres = ", ".join(f"{g['count']}x {g['type']}" for g in p.get("gpus", [])) or "no GPUs"
+        gres = ", ".join(f"{v(g['count'])}x {v(g['type'])}" for g in p.get("gpus", [])) or "no GPUs"
         mark = " (used)" if p["name"] == d.get("partition") else ""
-        lines.append(f"partition {p['name']}{mark}: {'up' if p['up'] else 'DOWN'}, {p['nodes']} nodes, "
-                     f"{gres} per node, {p['queued']} queued, time limit {p['time_limit']}")
+        lines.append(f"partition {v(p['name'])}{mark}: {'up' if p['up'] else 'DOWN'}, {v(p['nodes'])} nodes, "
+                     f"{gres} per node, {v(p['queued'])} queued, time limit {v(p['time_limit'])}")
     return lines
 
 
@@ -163,13 +152,13 @@ def cmd_add(args: argparse.Namespace) -> int:
     body = _body(args)
     path, info = targets.add(args.name, body, probe_now=not args.no_probe)
     if args.json:
-        _emit({"target": args.name, "saved_to": str(path), "config": body,
+        emit_json({"target": args.name, "saved_to": str(path), "config": body,
                "probe": info.to_json() if info else None})
         return 0
-    _print(f"saved target [bold]{args.name}[/] ({args.kind}) to {_safe(str(path))}")
+    say(markup("saved target [bold]{name}[/] ({kind}) to {path}", name=args.name, kind=args.kind, path=path))
     if info is not None:
         for line in describe_probe(info):
-            _print("  " + _safe(line))
+            say("  " + line)
     return 0
 
 
@@ -179,9 +168,9 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
     path = targets.remove(args.name, Store(), force=args.force)
     if args.json:
-        _emit({"removed": args.name, "saved_to": str(path)})
+        emit_json({"removed": args.name, "saved_to": str(path)})
     else:
-        _print(f"removed target [bold]{args.name}[/] from {_safe(str(path))}")
+        say(markup("removed target [bold]{name}[/] from {path}", name=args.name, path=path))
     return 0
 
 
@@ -193,9 +182,10 @@ def cmd_trust(args: argparse.Namespace) -> int:
     fp = hk.fingerprint
     if hk.trusted:
         if args.json:
-            _emit(doc)
+            emit_json(doc)
         else:
-            _print(f"{args.name}: {hk.host} ({hk.algorithm} {fp}) is already trusted")
+            say(markup("{name}: {host} ({algorithm} {fp}) is already trusted",
+                       name=args.name, host=hk.host, algorithm=hk.algorithm, fp=fp))
         return 0
     if hk.changed and not args.replace:
         targets.trust(hk)  # refuses a changed key without --replace, saying why
@@ -204,9 +194,10 @@ def cmd_trust(args: argparse.Namespace) -> int:
             raise UserError(f"{hk.host} presents {fp}, not {args.fingerprint.strip()}: nothing was trusted",
                             fix="check which key the host really has before trusting it")
     elif sys.stdin.isatty() and sys.stdout.isatty() and not args.json:
-        _print(f"{hk.host} presents this {hk.algorithm} host key:\n  [bold]{fp}[/]")
-        _print("Compare it with the host's own (`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` on the host).")
-        answer = input("Type yes to trust it: ").strip().lower()
+        say(markup("{host} presents this {algorithm} host key:\n  [bold]{fp}[/]",
+                   host=hk.host, algorithm=hk.algorithm, fp=fp))
+        say("Compare it with the host's own (`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` on the host).")
+        answer = ask("Type yes to trust it: ").strip().lower()
         if answer != "yes":
             raise UserError("not trusted: you did not type yes", fix=f"gpu targets trust {args.name}")
     else:
@@ -216,7 +207,8 @@ def cmd_trust(args: argparse.Namespace) -> int:
     path = targets.trust(hk, replace=args.replace)
     doc.update(trusted=True, known_hosts=str(path))
     if args.json:
-        _emit(doc)
+        emit_json(doc)
     else:
-        _print(f"trusted {hk.host} ({hk.algorithm} {fp}); recorded in {_safe(str(path))}")
+        say(markup("trusted {host} ({algorithm} {fp}); recorded in {path}",
+                   host=hk.host, algorithm=hk.algorithm, fp=fp, path=path))
     return 0

@@ -1,11 +1,16 @@
-"""Human output of the CLI: rich tables and panels, imported only when a human reads."""
+"""Human output of the CLI: rich tables and panels, imported only when a human reads.
+
+Every value shown comes from a job, a user, a config or a remote host, so each one enters
+through tui.output: `markup()` for styled lines, `renderable()` for table cells and group
+lines (a str there would be parsed as markup by Rich and by Textual, which renders these too).
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from core.display.sanitize import markup_safe, printable
+from tui.output import joined, markup, renderable
 
 STATE_STYLE = {
     "queued": "dim", "routing": "cyan", "awaiting_approval": "bold yellow",
@@ -15,32 +20,22 @@ STATE_STYLE = {
 }
 
 
-def console():
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=False)
-
-
-def state_text(state: str) -> str:
-    mark = "⏸ " if state == "awaiting_approval" else ""
-    return f"[{STATE_STYLE.get(state, '')}]{mark}{state}[/]"
-
-
-def _label_grid(rows: list[tuple[str, Any]], **columns: Any) -> Any:
-    """A two-column grid of label and value; a value is plain text unless it is a rich Text.
-
-    Values here are paths, GPU names and commands that come from users and targets: one
-    folder named `proj [/x]` would otherwise be read as markup and stop the whole command.
-    """
-    from rich.table import Table
+def state_text(state: str) -> Any:
+    """A job state, styled; a Text that markup() templates take as a styled field."""
     from rich.text import Text
 
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", **columns)
-    grid.add_column()
-    for label, value in rows:
-        grid.add_row(label, value if isinstance(value, Text) else Text(printable(str(value))))
-    return grid
+    mark = "⏸ " if state == "awaiting_approval" else ""
+    return Text(mark + state, style=STATE_STYLE.get(state, ""))
+
+
+def _row(table: Any, *cells: object) -> None:
+    table.add_row(*(renderable(c) for c in cells))
+
+
+def _group(*parts: object) -> Any:
+    from rich.console import Group
+
+    return Group(*(renderable(p) for p in parts))
 
 
 def human_bytes(n: float) -> str:
@@ -77,29 +72,27 @@ def jobs_table(jobs: list) -> Any:
     now = time.time()
     for job in jobs:
         metric = {k: v for k, v in job.last_metric.items() if not k.startswith("_")}
-        last = ", ".join(f"{k}={v:.4g}" for k, v in list(metric.items())[:2]) if metric else ""
+        last = joined((f"{joined([k])}={v:.4g}" for k, v in list(metric.items())[:2]), ", ")
         hours = job.request.get("hours")
-        table.add_row(job.short_id, markup_safe(job.name), state_text(job.state.value),
-                      markup_safe(job.provider or "-"), duration(elapsed(job)),
-                      f"{hours:g}" if hours else "-", markup_safe(last),
-                      duration(now - job.created_at) + " ago")
+        _row(table, job.short_id, job.name, state_text(job.state.value), job.provider or "-",
+             duration(elapsed(job)), f"{hours:g}" if hours else "-", last,
+             duration(now - job.created_at) + " ago")
     return table
 
 
 def status_panel(job, events: list, metrics: dict) -> Any:
-    from rich.console import Group
     from rich.table import Table
-    from rich.text import Text
 
-    state = Text.from_markup(state_text(job.state.value))
-    if job.reason:
-        state.append("  " + printable(job.reason))
-    rows: list[tuple[str, Any]] = [
+    info = Table.grid(padding=(0, 2))
+    info.add_column(style="bold")
+    info.add_column()
+    state = state_text(job.state.value)
+    rows: list[tuple[str, object]] = [
         ("job", f"{job.short_id}  ({job.id})"),
         ("name", job.name),
-        ("state", state),
+        ("state", markup("{state}  {reason}", state=state, reason=job.reason) if job.reason else state),
         ("target", f"{job.provider or '-'}  ({job.plan.get('gpu', '-')})"),
-        ("command", " ".join(job.plan.get("command", []))),
+        ("command", joined(job.plan.get("command", []))),
         ("hours", f"{job.request.get('hours') or '-'} estimated, {duration(elapsed(job))} elapsed"),
         ("attempt", str(job.attempt)),
         ("bundle", f"{job.bundle.get('files', 0)} files, {human_bytes(job.bundle.get('bytes', 0))}"),
@@ -108,19 +101,20 @@ def status_panel(job, events: list, metrics: dict) -> Any:
     ]
     if job.exit_code is not None:
         rows.append(("exit code", str(job.exit_code)))
-    parts: list[Any] = [_label_grid(rows)]
+    for k, v in rows:
+        _row(info, k, v)
+    parts: list[Any] = [info]
     if metrics:
-        parts.append("")
-        parts.append(metrics_table(metrics))
+        parts += ["", metrics_table(metrics)]
     ev = Table(box=None, header_style="bold", pad_edge=False, title=None)
     ev.add_column("TIME", no_wrap=True)
     ev.add_column("CHANGE", no_wrap=True)
     ev.add_column("REASON")
     for e in events[-12:]:
         change = f"{e.src or ''} -> {e.dst}" if e.dst else "note"
-        ev.add_row(time.strftime("%H:%M:%S", time.localtime(e.ts)), change, markup_safe(e.reason))
+        _row(ev, time.strftime("%H:%M:%S", time.localtime(e.ts)), change, e.reason)
     parts += ["", ev]
-    return Group(*parts)
+    return _group(*parts)
 
 
 def metrics_table(summary: dict) -> Any:
@@ -131,18 +125,18 @@ def metrics_table(summary: dict) -> Any:
     for col in ("METRIC", "LAST", "MIN", "MAX", "POINTS", "LAST STEP"):
         table.add_column(col, no_wrap=True, justify="left" if col == "METRIC" else "right")
     for key, m in sorted(summary.items()):
-        table.add_row(markup_safe(key), f"{m['last']:.6g}", f"{m['min']:.6g}", f"{m['max']:.6g}",
-                      str(m["points"]), str(m["last_step"] if m["last_step"] is not None else "-"))
+        _row(table, key, f"{m['last']:.6g}", f"{m['min']:.6g}", f"{m['max']:.6g}",
+             str(m["points"]), str(m["last_step"] if m["last_step"] is not None else "-"))
     return table
 
 
 def bundle_panel(summary: dict, files: list[str] | None = None) -> Any:
-    from rich.console import Group
     from rich.table import Table
 
-    parts: list[Any] = [f"[bold]{summary['files']}[/] files, [bold]{human_bytes(summary['bytes'])}[/] will ship"]
+    parts: list[Any] = [markup("[bold]{files}[/] files, [bold]{size}[/] will ship",
+                               files=summary["files"], size=human_bytes(summary["bytes"]))]
     if files:
-        parts += [markup_safe(f"  {f}") for f in files]
+        parts += [f"  {f}" for f in files]
     left = summary.get("left_out") or []
     if left:
         table = Table(box=None, header_style="bold", pad_edge=False, title_justify="left")
@@ -151,13 +145,13 @@ def bundle_panel(summary: dict, files: list[str] | None = None) -> Any:
         table.add_column("SIZE", justify="right")
         table.add_column("WHY")
         for item in left:
-            table.add_row(markup_safe(item["path"]), str(item.get("files", "")),
-                          human_bytes(item["bytes"]) if "bytes" in item else "",
-                          markup_safe(item["reason"]) + (" (partly counted)" if item.get("partial") else ""))
-        parts += ["", table, f"[dim]hint: {markup_safe(summary.get('hint', ''))}[/]"]
+            _row(table, item["path"], str(item.get("files", "")),
+                 human_bytes(item["bytes"]) if "bytes" in item else "",
+                 item["reason"] + (" (partly counted)" if item.get("partial") else ""))
+        parts += ["", table, markup("[dim]hint: {hint}[/]", hint=summary.get("hint", ""))]
     for w in summary.get("warnings") or []:
-        parts.append(f"[yellow]warning:[/] {markup_safe(w)}")
-    return Group(*parts)
+        parts.append(markup("[yellow]warning:[/] {w}", w=w))
+    return _group(*parts)
 
 
 def money(value: float | None) -> str:
@@ -167,37 +161,42 @@ def money(value: float | None) -> str:
 
 
 def plan_panel(plan: dict, bundle: dict | None = None) -> Any:
-    from rich.console import Group
+    from rich.table import Table
 
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", min_width=8, no_wrap=True)
+    grid.add_column()
     hours = plan.get("hours")
-    rows: list[tuple[str, Any]] = [
+    rows: list[tuple[str, object]] = [
         ("target", f"{plan.get('target')}  ({plan.get('gpu')})"),
-        ("why", "; ".join(plan.get("reasons", []))),
-        ("command", " ".join(plan.get("command", []))),
+        ("why", joined(plan.get("reasons", []), "; ")),
+        ("command", joined(plan.get("command", []))),
         ("hours", f"{hours:g}" if hours else "no estimate given"),
         ("price", f"{money(plan.get('estimated_price'))}"
                   + (f" (${plan.get('price_per_hour'):.2f}/hour)" if plan.get("price_per_hour") else "")),
     ]
     if plan.get("secrets"):
-        rows.append(("secrets", ", ".join(plan["secrets"])))
+        rows.append(("secrets", joined(plan["secrets"], ", ")))
     if plan.get("env"):
-        rows.append(("env", ", ".join(f"{k}={v}" for k, v in plan["env"].items())))
+        rows.append(("env", joined((f"{joined([k])}={joined([v])}" for k, v in plan["env"].items()), ", ")))
     if plan.get("data"):
-        rows.append(("data", ", ".join(f"{k} ({v[:12]})" for k, v in plan["data"].items())))
+        rows.append(("data", joined((f"{joined([k])} ({joined([v[:12]])})" for k, v in plan["data"].items()), ", ")))
     if bundle:
         rows.append(("bundle", f"{bundle.get('files', 0)} files, {human_bytes(bundle.get('bytes', 0))}"
                                + (f", {len(bundle['left_out'])} left out" if bundle.get("left_out") else "")))
     rows.append(("digest", plan.get("digest", "-")))
-    parts: list[Any] = [_label_grid(rows, min_width=8, no_wrap=True)]
+    for k, v in rows:
+        _row(grid, k, v)
+    parts: list[Any] = [grid]
     for name, why in (plan.get("passed_over") or {}).items():
-        parts.append(f"[dim]passed over {markup_safe(name)}: {markup_safe(why)}[/]")
+        parts.append(markup("[dim]passed over {name}: {why}[/]", name=name, why=why))
     holds = plan.get("holds") or []
     if holds:
-        parts.append("[bold yellow]needs a person's approval:[/]")
-        parts += [f"  [yellow]•[/] {markup_safe(h['reason'])}" for h in holds]
+        parts.append(markup("[bold yellow]needs a person's approval:[/]"))
+        parts += [markup("  [yellow]•[/] {reason}", reason=h["reason"]) for h in holds]
     else:
-        parts.append("[green]no rule holds it: it runs without approval[/]")
-    return Group(*parts)
+        parts.append(markup("[green]no rule holds it: it runs without approval[/]"))
+    return _group(*parts)
 
 
 def targets_table(infos: list) -> Any:
@@ -212,8 +211,8 @@ def targets_table(infos: list) -> Any:
             quota.append(f"{i.quota_hours_left:.1f} h/week")
         if i.credits_left is not None:
             quota.append(f"${i.credits_left:.2f}")
-        status = "[green]available[/]" if i.available else f"[red]{markup_safe(i.why_unavailable or 'unavailable')}[/]"
-        table.add_row(markup_safe(i.name), markup_safe(i.kind), markup_safe(i.gpu_label), f"{i.vram_gb:g} GB" if i.gpus else "-",
-                      status, ", ".join(quota) or "unlimited", money(i.price_per_hour),
-                      f"{i.running}/{i.max_jobs}")
+        status = (markup("[green]available[/]") if i.available
+                  else markup("[red]{why}[/]", why=i.why_unavailable or "unavailable"))
+        _row(table, i.name, i.kind, i.gpu_label, f"{i.vram_gb:g} GB" if i.gpus else "-",
+             status, ", ".join(quota) or "unlimited", money(i.price_per_hour), f"{i.running}/{i.max_jobs}")
     return table

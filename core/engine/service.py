@@ -259,7 +259,10 @@ def guidance(job: Job, submitted: bool) -> dict[str, Any]:
         doc["note"] = (f"job {job.short_id} with the same request is still {job.state.value}: "
                        "returned it instead of starting a second copy")
     if job.state == State.AWAITING_APPROVAL:
-        doc["tell_user"] = job.plan.get("tell_user") or job.reason
+        from core.planning.policy import plain_paragraph
+
+        # a plan stored by an older version, or the reason, may hold raw text: filter on read
+        doc["tell_user"] = plain_paragraph(job.plan.get("tell_user") or job.reason)
         doc["approve"] = f"gpu approve {job.short_id}"
     return doc
 

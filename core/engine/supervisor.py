@@ -21,6 +21,7 @@ from typing import Any
 
 from core import paths
 from core.config.user import Rules, load
+from core.display.sanitize import printable
 from core.engine.daemon import try_lock
 from core.engine import storage
 from core.engine.service import bring_home, hold, replan, write_job_json
@@ -489,8 +490,18 @@ def parse_metrics(data: bytes) -> tuple[list[tuple[int | None, str, float, float
     return rows, last
 
 
+class _PrintableFormatter(logging.Formatter):
+    """Log lines quote jobs, hosts and errors; `gpu daemon` shows them on a terminal and its
+    log is read with cat, so they pass the terminal filter (tracebacks keep their lines)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_PrintableFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     idle = float(os.environ.get("GPU_ROUTER_IDLE_EXIT_S", IDLE_EXIT_S))
     tick = float(os.environ.get("GPU_ROUTER_TICK_S", 1.0))
     while True:

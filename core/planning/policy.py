@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from core.providers.base import TargetInfo
 from core.config.user import Rules
+from core.display.sanitize import printable
+from core.providers.base import TargetInfo
 
 
 @dataclass
@@ -68,10 +69,21 @@ def describe_cost(plan: dict) -> str:
 
 
 def tell_user(job_short_id: str, job_name: str, plan: dict, holds: list[dict]) -> str:
-    """One plain paragraph an agent relays word for word."""
-    command = " ".join(plan.get("command", []))
-    why = "; ".join(h["reason"] for h in holds) or "a rule in your config"
-    return (f"gpu-router job {job_short_id} ({job_name}) is waiting for your approval: it would run "
-            f"`{command}` on {plan.get('target')} ({plan.get('gpu')}) {describe_cost(plan)}. "
-            f"It is held because {why}. To approve it, run `gpu approve {job_short_id}` in a "
-            f"terminal or press `a` on it in `gpu dash`; to refuse it, run `gpu deny {job_short_id}`.")
+    """One plain paragraph an agent relays word for word, safe to print as it is: each value
+    is filtered on its own, so none can hide the words that follow it."""
+    command = " ".join(plain_paragraph(a) for a in plan.get("command", []))
+    why = "; ".join(plain_paragraph(h["reason"]) for h in holds) or "a rule in your config"
+    name, target, gpu = (plain_paragraph(str(v)) for v in (job_name, plan.get("target"), plan.get("gpu")))
+    return plain_paragraph(
+        f"gpu-router job {job_short_id} ({name}) is waiting for your approval: it would run "
+        f"`{command}` on {target} ({gpu}) {describe_cost(plan)}. "
+        f"It is held because {why}. To approve it, run `gpu approve {job_short_id}` in a "
+        f"terminal or press `a` on it in `gpu dash`; to refuse it, run `gpu deny {job_short_id}`.")
+
+
+def plain_paragraph(text: str) -> str:
+    """Text relayed to a person (by an agent, a chat, a terminal) as it is: the job's args are
+    in it, so no escape, control or bidi character survives, and no newline either, which
+    would let an argument start a line of its own that reads like gpu-router's. It holds no
+    markup of its own; a front that renders markup must show it as plain text."""
+    return printable(text, single_line=True)

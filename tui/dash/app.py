@@ -26,6 +26,7 @@ from tui.dash.filtering import JobFilter
 from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
 from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10_series
 from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
+from tui.output import markup, safe
 
 CHANGING_ACTIONS = {"approve", "deny", "cancel"}
 MAX_ROWS = 1_000  # rows in the job table; the rest of the store is a filter away
@@ -75,15 +76,29 @@ class JobCommands(Provider):
                 if job.state in ACTIVE:
                     options.append((f"cancel job {job.short_id} ({job.name})", lambda j=job: app.open_cancel(j.id), "stop it"))
             for text, fn, help_ in options:
+                text = safe(text, single_line=True)
                 score = matcher.match(text)
                 if score > 0:
-                    yield Hit(score, matcher.highlight(text), fn, help=help_)
+                    yield Hit(score, _highlight(matcher, text), fn, text=text, help=help_)
         for state in State:
             text = f"filter: {state.value}"
             score = matcher.match(text)
             if score > 0:
-                yield Hit(score, matcher.highlight(text), lambda s=state.value: app.apply_filter(s),
+                yield Hit(score, _highlight(matcher, text), lambda s=state.value: app.apply_filter(s),
                           help="show only these jobs")
+
+
+def _highlight(matcher, text: str):
+    """The matched letters of `text` highlighted; Matcher.highlight would read `text` as
+    markup, and a job's name is not gpu-router's markup."""
+    from textual.content import Content
+
+    content = Content(text)
+    _, offsets = matcher.fuzzy_search.match(matcher.query, text)
+    for offset in offsets:
+        if not text[offset].isspace():
+            content = content.stylize(matcher.match_style, offset, offset + 1)
+    return content
 
 
 class DashApp(App):
@@ -218,7 +233,7 @@ class DashApp(App):
         try:
             infos = list(targets.infos(Store(self.store.path)).values())
         except UserError as exc:
-            self.call_from_thread(self.notify, exc.message(), severity="error", title="config")
+            self.call_from_thread(self.tell, exc.message(), severity="error", title="config")
             return
         self.post_message(TargetsRead(infos))
 
@@ -273,8 +288,8 @@ class DashApp(App):
         elif self.selected in {j.id for j in message.jobs}:
             self._title_log()
         for job in newly_pending:
-            self.notify(f"job {job.short_id} ({job.name}) needs your approval: select it and press a",
-                        title="approval needed", severity="warning", timeout=15)
+            self.tell(f"job {job.short_id} ({job.name}) needs your approval: select it and press a",
+                      title="approval needed", severity="warning", timeout=15)
             if self.ring_bell:
                 self.bell()
         self._header_counts()
@@ -343,14 +358,17 @@ class DashApp(App):
             parts.append(f"filter: {self.job_filter.describe()}")
         if self.read_only:
             parts.append("read-only")
-        self.sub_title = " · ".join(parts)
+        self.sub_title = safe(" · ".join(parts), single_line=True)
 
     def _title_log(self) -> None:
         job = self.jobs.get(self.selected or "")
         if job:
-            self.query_one(LogTail).border_title = f"log {job.short_id} {job.name} ({job.state.value})"
-            self.query_one(Charts).border_title = f"metrics {job.short_id}" + (
-                " (log10)" if self.query_one(Charts).log_scale else "")
+            self.query_one(LogTail).border_title = markup("log {short} {name} ({state})", short=job.short_id,
+                                                          name=safe(job.name, single_line=True),
+                                                          state=job.state.value)
+            self.query_one(Charts).border_title = markup(
+                "metrics {short}{scale}", short=job.short_id,
+                scale=" (log10)" if self.query_one(Charts).log_scale else "")
 
     # -- selection ---------------------------------------------------------------------------
 
@@ -531,14 +549,14 @@ class DashApp(App):
         if job is None:
             return
         if job.state != State.AWAITING_APPROVAL:
-            self.notify(f"job {job.short_id} is {job.state.value}: nothing to approve", severity="information")
+            self.tell(f"job {job.short_id} is {job.state.value}: nothing to approve", severity="information")
             return
         self.open_approval(job.id)
 
     def open_approval(self, job_id: str) -> None:
         job = Store(self.store.path).get(job_id)  # the freshest plan: the digest shown is the one approved
         if job.state != State.AWAITING_APPROVAL:
-            self.notify(f"job {job.short_id} no longer awaits approval", severity="information")
+            self.tell(f"job {job.short_id} no longer awaits approval", severity="information")
             return
 
         def decided(decision: str | None) -> None:
@@ -554,7 +572,7 @@ class DashApp(App):
         if job is None:
             return
         if job.state != State.AWAITING_APPROVAL:
-            self.notify(f"job {job.short_id} is {job.state.value}: only a held job can be denied", severity="information")
+            self.tell(f"job {job.short_id} is {job.state.value}: only a held job can be denied", severity="information")
             return
         self.open_deny(job.id)
 
@@ -572,7 +590,7 @@ class DashApp(App):
         if job is None:
             return
         if job.state not in ACTIVE:
-            self.notify(f"job {job.short_id} already ended ({job.state.value})", severity="information")
+            self.tell(f"job {job.short_id} already ended ({job.state.value})", severity="information")
             return
         self.open_cancel(job.id)
 
@@ -583,8 +601,9 @@ class DashApp(App):
             if yes:
                 self._decide(job, "cancel", None)
 
-        self.push_screen(ConfirmScreen(f"Cancel job [b]{job.short_id}[/b] ({job.name})? "
-                                       f"It is {job.state.value}; its whole process group stops."), answered)
+        self.push_screen(ConfirmScreen(markup("Cancel job [b]{short}[/b] ({name})? It is {state}; its whole "
+                                              "process group stops.", short=job.short_id, name=job.name,
+                                              state=job.state.value)), answered)
 
     @work(thread=True, group="decisions")
     def _decide(self, job: Job, what: str, reason: str | None) -> None:
@@ -603,10 +622,15 @@ class DashApp(App):
                 done = cancel(store, job.id, actor=who("dashboard"), wait_s=0)
                 text = f"cancel sent to job {done.short_id}"
         except UserError as exc:
-            self.call_from_thread(self.notify, exc.message(), severity="error", title=what)
+            self.call_from_thread(self.tell, exc.message(), severity="error", title=what)
             return
-        self.call_from_thread(self.notify, text, title=what)
+        self.call_from_thread(self.tell, text, title=what)
         self.poll_store()
+
+    def tell(self, message: str, **kw) -> None:
+        """A notification: its text often quotes a job or an error, so it is filtered and
+        shown as it is, never read as markup."""
+        self.notify(safe(message), markup=False, **kw)
 
 
 def run(read_only: bool = False) -> int:

@@ -6,7 +6,6 @@ same on every machine.
 
 from __future__ import annotations
 
-import json
 import math
 
 from core import paths
@@ -103,7 +102,9 @@ def seed(store: Store | None = None, with_logs: bool = True) -> Store:
 
 def main() -> None:
     seed()
-    print(json.dumps({"home": str(paths.home())}))
+    from tui.output import emit_json
+
+    emit_json({"home": str(paths.home())})
 
 
 if __name__ == "__main__":

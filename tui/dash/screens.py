@@ -6,8 +6,6 @@ so a person never has to guess which key does what.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -17,8 +15,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from core.display.sanitize import markup_safe
-from tui.render import bundle_panel, human_bytes, metrics_table, plan_panel, state_text
+from tui.output import joined, markup, renderable
+from tui.render import bundle_panel, metrics_table, plan_panel, state_text
 
 
 class ApprovalScreen(ModalScreen[str | None]):
@@ -45,11 +43,13 @@ class ApprovalScreen(ModalScreen[str | None]):
         job = self.job
         holds = job.plan.get("holds") or []
         with Vertical():
-            yield Static(f"[b]Approve job {job.short_id}[/b] ({markup_safe(job.name)})?", id="approval-title")
+            yield Static(markup("[b]Approve job {short}[/b] ({name})?", short=job.short_id, name=job.name),
+                         id="approval-title")
             with VerticalScroll():
                 yield Static(plan_panel(job.plan, job.bundle))
-            yield Static(f"held by: {', '.join(h['rule'] for h in holds) or 'rules'}   "
-                         f"digest {job.digest[:16] if job.digest else '-'}")
+            yield Static(markup("held by: {rules}   digest {digest}",
+                                rules=", ".join(h["rule"] for h in holds) or "rules",
+                                digest=job.digest[:16] if job.digest else "-"))
             yield Static("[b]y[/b] approve this plan   [b]d[/b] deny   [b]n[/b]/[b]esc[/b] back",
                          classes="hints")
 
@@ -73,7 +73,7 @@ class ReasonScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(f"[b]Deny job {self.job.short_id}[/b] ({markup_safe(self.job.name)})")
+            yield Static(markup("[b]Deny job {short}[/b] ({name})", short=self.job.short_id, name=self.job.name))
             yield Input(placeholder="reason (optional)", id="reason")
             yield Static("[b]enter[/b] deny   [b]esc[/b] back", classes="hints")
 
@@ -85,7 +85,7 @@ class ReasonScreen(ModalScreen[str | None]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """A yes/no question with its keys printed inside."""
+    """A yes/no question with its keys printed inside; the question is markup() Text."""
 
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
@@ -97,13 +97,13 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No", id="confirm.no"),
     ]
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: object) -> None:
         super().__init__()
         self.question = question
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self.question)
+            yield Static(renderable(self.question))
             yield Static("[b]y[/b] yes   [b]n[/b]/[b]esc[/b] no", classes="hints")
 
     def action_answer(self, yes: bool) -> None:
@@ -123,8 +123,9 @@ class DetailScreen(Screen):
     def compose(self) -> ComposeResult:
         job = self.job
         with VerticalScroll():
-            yield Static(f"[b]job {job.short_id}[/b]  {markup_safe(job.name)}  {state_text(job.state.value)}"
-                         + (f"  [dim]{markup_safe(job.reason)}[/dim]" if job.reason else ""))
+            yield Static(markup("[b]job {short}[/b]  {name}  {state}" + ("  [dim]{reason}[/dim]" if job.reason else ""),
+                                short=job.short_id, name=job.name, state=state_text(job.state.value),
+                                reason=job.reason))
             req = Table.grid(padding=(0, 2))
             req.add_column(style="bold")
             req.add_column()
@@ -133,10 +134,11 @@ class DetailScreen(Screen):
                         "provider", "request_id"):
                 value = r.get(key)
                 if value not in (None, [], {}, ""):
-                    req.add_row(key, markup_safe(str(value)))
-            req.add_row("data", markup_safe(", ".join(f"{d['name']}={d['source']}" for d in r.get("data", []))) or "-")
-            req.add_row("project", markup_safe(job.project_dir))
-            req.add_row("outputs", markup_safe(job.outputs_dir))
+                    req.add_row(key, renderable(value))
+            req.add_row("data", renderable(joined((f"{joined([d['name']])}={joined([d['source']])}"
+                                                   for d in r.get("data", [])), ", ") or "-"))
+            req.add_row("project", renderable(job.project_dir))
+            req.add_row("outputs", renderable(job.outputs_dir))
             yield Static(Group(Text("request", style="bold underline"), req))
             yield Static(Group(Text("plan", style="bold underline"), plan_panel(job.plan)))
             yield Static(Group(Text("bundle", style="bold underline"), bundle_panel(job.bundle)))
@@ -147,8 +149,8 @@ class DetailScreen(Screen):
 
             for e in self.events:
                 change = f"{e.src or ''} -> {e.dst}" if e.dst else "note"
-                ev.add_row(_t.strftime("%m-%d %H:%M:%S", _t.localtime(e.ts)), change,
-                           markup_safe(e.actor), markup_safe(e.reason))
+                ev.add_row(*(renderable(c) for c in (_t.strftime("%m-%d %H:%M:%S", _t.localtime(e.ts)),
+                                                     change, e.actor, e.reason)))
             yield Static(Group(Text("events", style="bold underline"), ev))
             if self.metrics:
                 yield Static(Group(Text("metrics", style="bold underline"), metrics_table(self.metrics)))
@@ -179,7 +181,3 @@ class HelpScreen(ModalScreen[None]):
             yield Static("[b]gpu dash: keys[/b]   (ctrl+p opens the command palette; esc closes this)")
             yield Static(table)
 
-
-def job_summary_line(job: Any) -> str:
-    return (f"{job.short_id} {job.name} {job.state.value} on {job.provider or '-'}, "
-            f"{job.bundle.get('files', 0)} files {human_bytes(job.bundle.get('bytes', 0))}")

@@ -9,8 +9,8 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Log, Static
 from textual_plotext import PlotextPlot
 
-from core.display.sanitize import printable
 from core.engine.states import State
+from tui.output import markup, renderable, safe
 from tui.render import STATE_STYLE, duration, money
 
 JOB_COLUMNS = (("id", "ID", 8), ("name", "NAME", 14), ("state", "STATE", 16), ("target", "TARGET", 9),
@@ -33,7 +33,7 @@ def last_metric_text(last: dict) -> str:
     if not items:
         return ""
     k, v = items[0]
-    return printable(f"{k}={v:.4g}")
+    return safe(f"{k}={v:.4g}")
 
 
 def job_cells(job, now: float) -> dict[str, object]:
@@ -43,11 +43,11 @@ def job_cells(job, now: float) -> dict[str, object]:
         elapsed = (job.ended_at or now) - job.started_at
     spent = (elapsed or 0) / 3600 * float(job.plan.get("price_per_hour") or 0)
     return {
-        "id": job.short_id,
-        "name": Text(printable(job.name)),
+        "id": job.short_id,  # ours (hex), and the sort key: a plain str
+        "name": Text(safe(job.name)),
         "state": state_cell(job.state),
-        "target": Text(printable(job.provider or "-")),
-        "gpu": Text(printable(str(job.plan.get("gpu") or "-"))),
+        "target": Text(safe(job.provider or "-")),
+        "gpu": Text(safe(str(job.plan.get("gpu") or "-"))),
         "time": f"{duration(elapsed)}/{f'{hours:g}h' if hours else '-'}",
         "cost": money(spent) if job.plan.get("price_per_hour") else "free",
         "metric": Text(last_metric_text(job.last_metric)),
@@ -130,10 +130,10 @@ class TargetsTable(DataTable):
             if i.credits_left is not None:
                 quota.append(f"${i.credits_left:.0f}")
             gpu = i.gpu_label + (f" {i.vram_gb:g}G" if i.gpus else "")
-            status = Text("ok", style="green") if i.available else Text(printable(i.why_unavailable or "off"), style="red")
-            self.add_row(Text(printable(i.name)), i.kind, Text(printable(gpu)), status,
-                         " ".join(quota) or "-", money(i.price_per_hour), f"{i.running}/{i.max_jobs}",
-                         key=i.name)
+            status = Text("ok", style="green") if i.available else Text(safe(i.why_unavailable or "off"), style="red")
+            self.add_row(Text(safe(i.name)), renderable(i.kind), Text(safe(gpu)), status,
+                         " ".join(quota) or "-", money(i.price_per_hour),
+                         markup("{running}/{most}", running=i.running, most=i.max_jobs), key=i.name)
 
 
 class LogTail(Log):
@@ -187,7 +187,7 @@ class LogTail(Log):
             self.border_subtitle = "following"
         else:
             n = len(self.waiting)
-            self.border_subtitle = f"paused: {n} new line{'s' * (n != 1)} (f follows)"
+            self.border_subtitle = markup("paused: {n} new line{s} (f follows)", n=n, s="s" * (n != 1))
 
 
 class Charts(Vertical):
@@ -226,5 +226,5 @@ class Charts(Vertical):
                 plt.plot(xs, ys, marker="braille")
             label = f"log10({key})" if self.log_scale else key
             last = s.values[-1] if s.values else float("nan")
-            plt.title(printable(f"{label}  last {last:.4g}  ({len(s.values)} pts)"))
+            plt.title(safe(f"{label}  last {last:.4g}  ({len(s.values)} pts)"))
             plot.refresh()
