@@ -334,6 +334,18 @@ def test_hard_links_in_every_source(home: Path, user_home: Path, tmp_path: Path,
     assert_not_shipped(bundle, "backup.txt", marker("~/.aws/credentials"), why="hard link")
 
 
+def test_hard_link_into_a_symlinked_home_credential_folder(home: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dotfile managers link ~/.aws to the real folder: its files are still the user's."""
+    h = tmp_path / "userhome"
+    write(h / "dotfiles" / "aws" / "credentials", marker("aws"))
+    (h / ".aws").symlink_to(h / "dotfiles" / "aws")
+    monkeypatch.setenv("HOME", str(h))
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN})
+    os.link(h / "dotfiles" / "aws" / "credentials", project / "backup.txt")
+    assert_not_shipped(make_bundle(project), "backup.txt", marker("aws"), why="hard link to ~/.aws/credentials")
+
+
 @pytest.mark.parametrize("ignored", [False, True])
 def test_hard_link_to_a_withheld_project_file_is_withheld(home: Path, tmp_path: Path,
                                                           ignored: bool) -> None:

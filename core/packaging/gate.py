@@ -77,7 +77,7 @@ def home_credential_ids(home: Path | None = None) -> dict[FileId, str]:
             path, label = stack.pop()
             budget -= 1
             try:
-                st = path.lstat()
+                st = path.stat()  # followed: dotfile managers link ~/.ssh and ~/.aws elsewhere
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
@@ -86,7 +86,7 @@ def home_credential_ids(home: Path | None = None) -> dict[FileId, str]:
                 try:
                     with os.scandir(path) as it:
                         for d in it:
-                            if not (d.is_dir(follow_symlinks=False) and d.name in cred.HOME_SKIP_DIRS):
+                            if not (d.is_dir() and d.name in cred.HOME_SKIP_DIRS):
                                 stack.append((Path(d.path), f"{label}/{d.name}"))
                 except OSError:
                     continue
