@@ -358,10 +358,13 @@ def test_hard_link_to_a_withheld_project_file_is_withheld(home: Path, tmp_path: 
     (project / "sub").mkdir()
     os.link(project / "config" / ".env", project / "sub" / "zz.txt")
     os.link(project / "a.txt", project / "sub" / "b.txt")
+    write(project / ".env.example", f"TOKEN={marker('template')}\n")  # a template with a value
+    os.link(project / ".env.example", project / "sub" / "example.txt")
     commit_all(project)
     bundle = make_bundle(project)
     for rel in ("notes.txt", "sub/zz.txt"):
         assert_not_shipped(bundle, rel, marker(".env"), why="hard link to config/.env")
+    assert_not_shipped(bundle, "sub/example.txt", marker("template"), why="hard link to .env.example")
     assert {"a.txt", "sub/b.txt", "train.py"} <= set(members(bundle))
 
 

@@ -189,10 +189,13 @@ class Gate:
         if home_name:
             return f"withheld: hard link to {home_name} (a credential file)"
         for other in self._project_aliases().get(key, ()):
-            if other != rel:
-                reason = self.path_reason(other)
-                if reason:
-                    return f"withheld: hard link to {other} ({reason.removeprefix('withheld: ')})"
+            if other == rel:
+                continue
+            reason = self.path_reason(other)
+            if not reason and cred.is_env_template(other.rpartition("/")[2]):
+                reason = self._content_reason(other, st)  # the other name makes it a template
+            if reason:
+                return f"withheld: hard link to {other} ({reason.removeprefix('withheld: ')})"
         return None
 
     def _project_aliases(self) -> dict[FileId, list[str]]:
