@@ -282,9 +282,10 @@ def test_credentials_never_reach_the_host_and_odd_names_arrive_exact(sshd, home:
     user_home = tmp_path / "userhome"
     (user_home / ".ssh").mkdir(parents=True)
     (user_home / ".ssh" / "id_rsa").write_text("HOME-KEY-MARKER\n")
-    data = tmp_path / "dataset"
+    data = tmp_path / os.fsdecode(b"dataset\xe9")
     data.mkdir()
     (data / "rows.csv").write_text("a,b\n1,2\n")
+    (data / os.fsdecode(b"m\xffore.csv")).write_text("3,4\n")
     (data / ".env").write_text("DATA-ENV-MARKER\n")
     (data / "notes.txt").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
                                     "-----END OPENSSH PRIVATE KEY-----\n")
@@ -302,7 +303,8 @@ def test_credentials_never_reach_the_host_and_odd_names_arrive_exact(sshd, home:
     done = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=120)
     log = run_gpu("logs", sub["job"]["short_id"]).stdout
     assert done["state"] == "done", log
-    assert "DATA ['rows.csv']" in log
+    uploaded = [d for d in (tmp_path / "remote" / "data").iterdir() if d.is_dir()]
+    assert len(uploaded) == 1 and sorted(os.listdir(os.fsencode(uploaded[0]))) == [b"m\xffore.csv", b"rows.csv"]
     code = tmp_path / "remote" / "jobs" / sub["job"]["id"] / "code"
     assert sorted(os.listdir(os.fsencode(code))) == [b"caf\xe9.txt", b"show.py"]
     remote = os.fsencode(tmp_path / "remote")
