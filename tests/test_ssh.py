@@ -272,3 +272,47 @@ def test_the_supervisor_killed_mid_job_readopts_the_remote_job(sshd, home: Path,
     done = wait_state(short, {"done", "failed"}, timeout=120)
     assert done["state"] == "done" and done["attempt"] == 1
     assert (Path(sub["job"]["outputs_dir"]) / "result.json").exists()
+
+
+def test_credentials_never_reach_the_host_and_odd_names_arrive_exact(sshd, home: Path,
+                                                                      tmp_path: Path) -> None:
+    """Over a real SSH upload: the bundle and the data set arrive without their credential
+    files (by name, by content, by hard link), and a non-UTF-8 file name keeps its bytes."""
+    add_box(sshd, tmp_path)
+    user_home = tmp_path / "userhome"
+    (user_home / ".ssh").mkdir(parents=True)
+    (user_home / ".ssh" / "id_rsa").write_text("HOME-KEY-MARKER\n")
+    data = tmp_path / os.fsdecode(b"dataset\xe9")
+    data.mkdir()
+    (data / "rows.csv").write_text("a,b\n1,2\n")
+    (data / os.fsdecode(b"m\xffore.csv")).write_text("3,4\n")
+    (data / ".env").write_text("DATA-ENV-MARKER\n")
+    (data / "notes.txt").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
+                                    "-----END OPENSSH PRIVATE KEY-----\n")
+    os.link(user_home / ".ssh" / "id_rsa", data / "copy.csv")
+    project = make_git_project(tmp_path / "p", {
+        "show.py": "import os, gpu\nprint('DATA', sorted(os.listdir(gpu.data_dir() / 'ds')))\n"
+                   "print('CODE', sorted(os.listdir(os.fsencode('.'))))\n"})
+    os.link(user_home / ".ssh" / "id_rsa", project / "backup.txt")
+    (project / ".env").write_text("CODE-ENV-MARKER\n")
+    with open(os.fsencode(project) + b"/caf\xe9.txt", "wb") as f:
+        f.write(b"odd name\n")
+    env = {"HOME": str(user_home)}
+    sub = gpu_json("submit", "show.py", "--provider", "box", "--hours", "0.1", "--data", f"ds={data}",
+                   "--wait-s", "10", cwd=project, env=env)
+    done = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=120)
+    log = run_gpu("logs", sub["job"]["short_id"]).stdout
+    assert done["state"] == "done", log
+    uploaded = [d for d in (tmp_path / "remote" / "data").iterdir() if d.is_dir()]
+    assert len(uploaded) == 1 and sorted(os.listdir(os.fsencode(uploaded[0]))) == [b"m\xffore.csv", b"rows.csv"]
+    code = tmp_path / "remote" / "jobs" / sub["job"]["id"] / "code"
+    assert sorted(os.listdir(os.fsencode(code))) == [b"caf\xe9.txt", b"show.py"]
+    remote = os.fsencode(tmp_path / "remote")
+    for dirpath, _, files in os.walk(remote):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                blob = f.read()
+            if name.endswith(b".gz"):
+                blob = __import__("gzip").decompress(blob)  # bundles and data arrive packed
+            for secret in (b"HOME-KEY-MARKER", b"DATA-ENV-MARKER", b"CODE-ENV-MARKER", b"b3BlbnNzaC1rZXkt"):
+                assert secret not in blob, (os.path.join(dirpath, name), secret)

@@ -47,6 +47,24 @@ def _interactive(args: argparse.Namespace) -> bool:
     return not getattr(args, "json", False) and sys.stdin.isatty() and sys.stdout.isatty()
 
 
+def _confirm_broad(args: argparse.Namespace, run: Callable[[bool], Any]) -> Any:
+    """Run `run(allow_large)`; a project that is the home folder or a big folder outside git
+    is shown to a person at a terminal, who says y to ship it; an agent gets the error."""
+    from core.packaging.bundle import ProjectTooBroad
+
+    allow = bool(getattr(args, "allow_large_project", False))
+    try:
+        return run(allow)
+    except ProjectTooBroad as exc:
+        if allow or not _interactive(args):
+            raise
+        write(f"{exc.where}: {exc.what}\n", sys.stderr)
+        answer = ask(f"{exc.question} [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            raise UserError("nothing was shipped: you answered no", where=exc.where, fix=exc.fix) from None
+        return run(True)
+
+
 def _request_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "script": args.script, "args": args.args or None, "env": args.env or None,
@@ -67,7 +85,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     req = build_request(args.project_dir or os.getcwd(), _request_overrides(args))
     interactive = _interactive(args)
-    result = submit(req, actor=_actor(interactive), interactive=interactive)
+    result = _confirm_broad(args, lambda allow: submit(
+        req, actor=_actor(interactive), interactive=interactive, allow_large_project=allow))
     if args.json:
         emit_json(result.to_json(verbose=req.verbose))
         return 0
@@ -127,7 +146,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from core.engine.service import prepare
 
     req = build_request(args.project_dir or os.getcwd(), _request_overrides(args))
-    bundle, plan = prepare(req, interactive=_interactive(args))
+    bundle, plan = _confirm_broad(args, lambda allow: prepare(
+        req, interactive=_interactive(args), allow_large_project=allow))
     if args.json:
         emit_json({"plan": plan, "bundle": bundle.summary(), "needs_approval": bool(plan["holds"])})
         return 0
@@ -243,7 +263,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from core.config.request import resolve_project
     from core.packaging.bundle import build, list_project
 
-    listing = list_project(resolve_project(args.project_dir or os.getcwd()), args.include or [])
+    listing = _confirm_broad(args, lambda allow: list_project(
+        resolve_project(args.project_dir or os.getcwd()), args.include or [], allow_large=allow))
     bundle = build(listing)
     summary = bundle.summary()
     files = sorted(listing.entries) if args.list else None
@@ -467,7 +488,15 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait-s", type=float, help="seconds to wait for the job to be placed (default 10)")
     p.add_argument("--verbose", action="store_true", help="full documents in --json output")
     p.add_argument("--project-dir", metavar="DIR", help="the project folder (default: the current one)")
+    _add_allow_large(p)
     p.add_argument("--json", action="store_true", help="print {job, guidance, submitted, bundle} as JSON")
+
+
+def _add_allow_large(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-large-project", action="store_true",
+                   help="ship a project that is your home folder, or a folder outside git with more "
+                        "than 5,000 files or 1 GB (otherwise a person is asked and an agent refused); "
+                        "credential files are withheld either way")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -519,6 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list every file that ships")
     p.add_argument("--include", action="append", metavar="GLOB", help="also ship these git-ignored paths")
     p.add_argument("--project-dir", metavar="DIR", help="the project folder (default: the current one)")
+    _add_allow_large(p)
     p.add_argument("--json", action="store_true", help="print {files, bytes, left_out, hint, warnings, hash, root[, list]}")
 
     p = add("jobs", cmd_jobs, "list jobs, newest first")

@@ -21,8 +21,8 @@ from core.config.request import JobRequest
 from core.engine.states import LAUNCHED, TERMINAL, State
 from core.engine.store import Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
-from core.packaging.bundle import Bundle, FileHashCache, build, list_project
-from core.planning.plan import build_plan, canonical, data_hash
+from core.packaging.bundle import Bundle, FileHashCache, build, list_data, list_project
+from core.planning.plan import build_plan, canonical_bytes, data_hash
 from core.planning.router import route
 
 
@@ -77,11 +77,15 @@ def fingerprint(req: JobRequest, bundle_hash: str) -> str:
     for key in ("wait_s", "verbose", "request_id"):
         doc.pop(key, None)
     doc["bundle_hash"] = bundle_hash
-    return hashlib.sha256(canonical(doc).encode()).hexdigest()
+    return hashlib.sha256(canonical_bytes(doc)).hexdigest()
 
 
-def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None = None) -> tuple[Bundle, dict]:
-    """Bundle the project, route it and apply the rules, without creating a job."""
+def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None = None,
+            allow_large_project: bool = False) -> tuple[Bundle, dict]:
+    """Bundle the project, route it and apply the rules, without creating a job.
+
+    A project that is the home folder or a big folder outside git raises `ProjectTooBroad`
+    unless `allow_large_project`: the front asks a person, and refuses an agent."""
     from core.config import user as userconfig
     from core.engine import targets
     from core.secrets.launch import check_available
@@ -93,21 +97,34 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
     store = store or Store()
     if store.short_of_space():  # what is left is kept for recording how live jobs end
         raise DiskFull(paths.home())
-    listing = list_project(Path(req.project_dir), req.include)
     with disk_full_guard(paths.home()):  # the bundle and the hash cache are written there
         cache = FileHashCache()
         try:
+            listing = list_project(Path(req.project_dir), req.include,
+                                   allow_large=allow_large_project, cache=cache)
             bundle = build(listing, cache)
-            data_hashes = {d.name: data_hash(d.source, d.kind, cache) for d in req.data}
+            data_hashes, data_warnings = _data_hashes(req, cache)
         finally:
             cache.close()
-    bundle.warnings = bundle.warnings + _ship_warnings(req, bundle, set(listing.entries))
+    bundle.warnings = bundle.warnings + data_warnings + _ship_warnings(req, bundle, set(listing.entries))
     infos = targets.infos(store, cfg)
     chosen = route(req, infos)
     plan = build_plan(req, bundle, chosen.target, chosen.gpu, data_hashes,
                       extra={"reasons": chosen.reasons, "passed_over": chosen.passed_over})
     apply_rules(plan, store, cfg, chosen.info, interactive=interactive)
     return bundle, plan
+
+
+def _data_hashes(req: JobRequest, cache: FileHashCache) -> tuple[dict[str, str], list[str]]:
+    """Each data set's content hash, over what may be uploaded, and what was withheld from it."""
+    hashes: dict[str, str] = {}
+    warnings: list[str] = []
+    for d in req.data:
+        listing = list_data(Path(d.source), d.name, cache) if d.kind == "path" else None
+        hashes[d.name] = data_hash(d.source, d.kind, cache, listing)
+        if listing is not None:
+            warnings += listing.warnings(d.name)
+    return hashes, warnings
 
 
 def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> dict:
@@ -129,9 +146,11 @@ def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> di
 
 
 def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
-           store: Store | None = None, start_supervisor: bool = True) -> SubmitResult:
+           store: Store | None = None, start_supervisor: bool = True,
+           allow_large_project: bool = False) -> SubmitResult:
     store = store or Store()
-    bundle, plan = prepare(req, interactive=interactive, store=store)
+    bundle, plan = prepare(req, interactive=interactive, store=store,
+                           allow_large_project=allow_large_project)
     fp = fingerprint(req, bundle.hash)
     summary = bundle.summary()
     request_doc = req.to_json()

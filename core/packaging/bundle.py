@@ -1,11 +1,21 @@
 """What ships: the project's files, packed once per content hash.
 
 The file list is git's own answer (tracked plus untracked-not-ignored) or, outside git, the
-`.gitignore` rules applied through `pathspec`; `include` globs add to it. Credential files
-(`core.packaging.credentials`), `.git/` and `runs/` never ship; symlinks that leave the project are not
-followed; only regular files are opened, with O_NOFOLLOW|O_NONBLOCK, so a FIFO cannot hang a
-submit. The bundle's hash is taken over the manifest (path, mode, content hash), so an
-unchanged tree is neither packed nor stored twice, and with the stat cache it is not even read.
+`.gitignore` rules applied through `pathspec`; a nested repository (a folder with its own
+`.git`) ships by its own rules; `include` globs add to it. Every path, whichever of these it
+came from, goes through one judge (`core.packaging.gate.Gate`): credential files never ship
+(by name, by identity, by content), `.git/` and `runs/` never ship, symlinks that leave the
+project are not followed, and only regular files are opened, with O_NOFOLLOW|O_NONBLOCK, so a
+FIFO cannot hang a submit. The packer checks the bytes it actually packs again.
+
+A project that is the user's home folder (or a folder above it), or a folder outside git with
+more than LARGE_PROJECT_FILES files or LARGE_PROJECT_BYTES bytes, is refused with
+`ProjectTooBroad` before anything is read: a person at a terminal is asked, an agent is told
+what to do.
+
+The bundle's hash is taken over the manifest (path, mode, content hash), so an unchanged tree
+is neither packed nor stored twice, and with the stat cache it is not even read. File names are
+kept exactly, bytes included: a name that is not UTF-8 travels as PAX binary path bytes.
 """
 
 from __future__ import annotations
@@ -14,23 +24,45 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import stat
 import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from core import paths
-from core.packaging.credentials import NEVER_DIRS, withheld_reason
 from core.errors import UserError, disk_full_guard
+from core.packaging.credentials import (
+    CONTENT_HEAD, NEVER_DIRS, content_verdict, place_reason, withheld_reason,
+)
 from core.packaging.filecache import CHUNK, FileHashCache
+from core.packaging.gate import Gate
 
 HINT = "add code with include, datasets with data"
 BIG_FILE = 100 * 1024 * 1024
 SUMMARY_WALK_CAP = 20_000  # entries walked to size up ignored folders, per submit
 SUMMARY_GROUPS_CAP = 30
+# A folder outside git bigger than this is named for what it is before anything ships.
+LARGE_PROJECT_FILES = 5_000
+LARGE_PROJECT_BYTES = 1_000_000_000
+BROAD_FIX = ("run gpu from the project's own folder (or pass --project-dir DIR), or `git init` "
+             "it so that .gitignore says what ships, or pass --allow-large-project to ship it "
+             "anyway (credential files are still withheld)")
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_GIT_SAFE = ("-c", "core.quotepath=off", "-c", "core.fsmonitor=false")
+
+
+class ProjectTooBroad(UserError):
+    """The project is the home folder, or a big folder outside git: shipping it is probably a
+    mistake, so a person is asked (`question`) and an agent is refused."""
+
+    question = "Ship it anyway?"
+
+    def __init__(self, what: str, *, where: str) -> None:
+        super().__init__(what, where=where, fix=BROAD_FIX)
 
 
 @dataclass
@@ -42,6 +74,8 @@ class Entry:
     sig: str = ""
     link: str | None = None
     sha256: str | None = None
+    dev: int = 0  # identity when listed: the packer refuses a file swapped for another link
+    ino: int = 0
 
 
 @dataclass
@@ -85,63 +119,133 @@ class Bundle:
 def find_root(project_dir: Path) -> tuple[Path, bool]:
     """The bundle root: the git work tree holding the project, else the project itself."""
     try:
-        out = subprocess.run(["git", "-C", str(project_dir), "rev-parse", "--show-toplevel"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["git", "-C", str(project_dir), *_GIT_SAFE, "rev-parse", "--show-toplevel"],
+                             capture_output=True, timeout=30)
     except FileNotFoundError:
         return project_dir, False
-    if out.returncode == 0 and out.stdout.strip():
-        return Path(out.stdout.strip()).resolve(), True
+    top = os.fsdecode(out.stdout.rstrip(b"\n"))
+    if out.returncode == 0 and top:
+        return Path(top).resolve(), True
     return project_dir, False
 
 
+class _GitFailed(Exception):
+    """git could not list a repository (not one after all, not trusted, corrupt)."""
+
+
 def _git_z(root: Path, *args: str) -> list[str]:
-    out = subprocess.run(["git", "-C", str(root), "-c", "core.quotepath=off", *args],
-                         capture_output=True, timeout=120)
+    try:
+        out = subprocess.run(["git", "-C", str(root), *_GIT_SAFE, *args],
+                             capture_output=True, timeout=120)
+    except FileNotFoundError as exc:
+        raise _GitFailed("git is not installed") from exc
     if out.returncode != 0:
-        raise UserError(f"git failed in {root}: {out.stderr.decode(errors='replace').strip()}",
-                        fix="check that the repository is not corrupt (`git status`)")
-    return [p for p in out.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
+        raise _GitFailed(out.stderr.decode(errors="replace").strip())
+    return [os.fsdecode(p) for p in out.stdout.split(b"\0") if p]
 
 
-def list_project(project_dir: Path, include: list[str] = ()) -> Listing:
+def _repo_files(root: Path, rel: str) -> tuple[list[str], list[str]]:
+    """(files git would ship, ignored paths) of the repository at `rel`, root-relative.
+
+    A nested repository appears in its parent's list as one folder entry; its own .gitignore
+    (and .git/info/exclude) decide what ships from it."""
+    top = root / rel if rel else root
+    prefix = f"{rel}/" if rel else ""
+    files = _git_z(top, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    ignored = _git_z(top, "ls-files", "-z", "--others", "--ignored", "--exclude-standard",
+                     "--directory")
+    return [prefix + f for f in files], [prefix + f for f in ignored]
+
+
+def _is_repo(path: Path) -> bool:
+    """A folder with its own `.git` (a nested repository, a checked-out submodule)."""
+    return os.path.lexists(path / ".git")
+
+
+def list_project(project_dir: Path, include: list[str] = (), *, allow_large: bool = False,
+                 cache: FileHashCache | None = None) -> Listing:
+    """What would ship from `project_dir`, and what was left out and why."""
     project_dir = project_dir.resolve()
     root, is_git = find_root(project_dir)
+    _check_scope(project_dir, root, allow_large)
     project_rel = "" if root == project_dir else project_dir.relative_to(root).as_posix()
     listing = Listing(root=root, project_rel=project_rel, git=is_git)
+    own_cache = cache is None
+    cache = cache or FileHashCache()
+    try:
+        collector = _Collector(listing, Gate(root, cache), _never_prefixes(project_rel))
+        if is_git:
+            try:
+                candidates, ignored = _repo_files(root, "")
+            except _GitFailed as exc:
+                raise UserError(f"git failed in {root}: {exc}",
+                                fix="check that the repository is not corrupt (`git status`)") from None
+        else:
+            limit = None if allow_large else LARGE_PROJECT_FILES
+            try:
+                candidates, ignored = _walk_with_gitignore(root, "", limit=limit)
+            except _TooManyFiles:
+                raise ProjectTooBroad(
+                    f"the project folder {project_dir} is not a git repository and holds more "
+                    f"than {LARGE_PROJECT_FILES:,} files that would ship",
+                    where=str(project_dir)) from None
+        collector.ignored += ignored
+        for rel in candidates:
+            collector.consider(rel)
+        for pattern in include:
+            matched = 0
+            for rel in _expand_include(root, project_rel, pattern, collector.ignored):
+                matched += 1
+                collector.consider(rel)
+            if not matched:
+                listing.warnings.append(f"include {pattern!r} matches no file")
+        if not is_git and not allow_large and collector.pending_bytes() > LARGE_PROJECT_BYTES:
+            raise ProjectTooBroad(
+                f"the project folder {project_dir} is not a git repository and holds "
+                f"{collector.pending_bytes() / 1e9:.1f} GB that would ship (more than "
+                f"{LARGE_PROJECT_BYTES / 1e9:.0f} GB)", where=str(project_dir))
+        collector.finish()
+    finally:
+        if own_cache:
+            cache.close()
     never_prefixes = _never_prefixes(project_rel)
-
-    if is_git:
-        candidates = _git_z(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
-        ignored = _git_z(root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard",
-                         "--directory")
-    else:
-        candidates, ignored = _walk_with_gitignore(root)
-
-    seen: set[str] = set()
-    for rel in candidates:
-        rel = rel.rstrip("/")
-        if rel in seen:
-            continue
-        seen.add(rel)
-        _consider(listing, rel, never_prefixes, expand_dirs=True)
-
-    for pattern in include:
-        matched = 0
-        for rel in _expand_include(root, project_rel, pattern):
-            matched += 1
-            if rel not in seen and rel not in listing.entries:  # a withheld path is listed once
-                seen.add(rel)
-                _consider(listing, rel, never_prefixes, expand_dirs=False)
-        if not matched:
-            listing.warnings.append(f"include {pattern!r} matches no file")
-
-    listing.ignored = _summarise_ignored(root, ignored, listing.entries, never_prefixes)
+    listing.ignored = _summarise_ignored(root, collector.ignored, listing.entries, never_prefixes)
     for entry in listing.entries.values():
         if entry.kind == "file" and entry.size > BIG_FILE:
             listing.warnings.append(
                 f"{entry.rel} is {entry.size / 1e6:.0f} MB: pass large files as data "
                 f"(--data NAME=PATH) so they upload once and are cached by content")
     return listing
+
+
+def _check_scope(project_dir: Path, root: Path, allow_large: bool) -> None:
+    """Refuse a project inside a credential folder; name a home-folder project for what it is."""
+    for path in dict.fromkeys((project_dir, root)):
+        reason = place_reason(path.as_posix())
+        if reason:
+            raise UserError(f"the project folder {path} is inside a credential folder "
+                            f"({reason.removeprefix('withheld: ')}): nothing there ships",
+                            where=str(project_dir),
+                            fix="run gpu from your project's own folder, outside credential folders")
+    if allow_large:
+        return
+    home = _home()
+    if home is None:
+        return
+    for path, label in ((project_dir, "the project folder"), (root, "the git repository holding the project")):
+        if path == home:
+            raise ProjectTooBroad(f"{label} is your home folder ({home}): everything in it "
+                                  "would ship", where=str(project_dir))
+        if path in home.parents:
+            raise ProjectTooBroad(f"{label} {path} holds your home folder ({home}): everything "
+                                  "in it would ship", where=str(project_dir))
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, OSError):
+        return None
 
 
 def _never_prefixes(project_rel: str) -> tuple[str, ...]:
@@ -157,47 +261,87 @@ def _is_never(rel: str, never_prefixes: tuple[str, ...]) -> bool:
     return (rel + "/").startswith(never_prefixes)
 
 
-def _consider(listing: Listing, rel: str, never_prefixes: tuple[str, ...], *,
-              expand_dirs: bool) -> None:
-    """Add `rel` to the listing if it may ship, else record why it did not."""
-    if _is_never(rel, never_prefixes):
-        return
-    reason = withheld_reason(rel)
-    if reason:
-        listing.withheld.append({"path": rel, "reason": reason})
-        return
-    full = listing.root / rel
-    try:
-        st = full.lstat()
-    except FileNotFoundError:
-        return  # tracked but deleted in the work tree
-    if stat.S_ISLNK(st.st_mode):
-        _consider_link(listing, rel, full)
-    elif stat.S_ISREG(st.st_mode):
-        listing.entries[rel] = Entry(rel=rel, kind="file", size=st.st_size,
-                                     executable=bool(st.st_mode & 0o111),
-                                     sig=FileHashCache.signature(st))
-    elif stat.S_ISDIR(st.st_mode):
-        if expand_dirs:  # a nested repository or submodule: ship what it holds
-            for sub in _walk_all(full):
-                _consider(listing, f"{rel}/{sub}", never_prefixes, expand_dirs=False)
-    else:
-        listing.withheld.append({"path": rel, "reason": f"not a regular file ({_kind(st.st_mode)})"})
+class _Collector:
+    """Feeds every candidate path, from whichever source, through the gate into the listing."""
 
+    def __init__(self, listing: Listing, gate: Gate, never_prefixes: tuple[str, ...]) -> None:
+        self.listing = listing
+        self.gate = gate
+        self.never = never_prefixes
+        self.ignored: list[str] = []
+        self.seen: set[str] = set()
+        self.pending: list[tuple[str, os.stat_result]] = []
 
-def _consider_link(listing: Listing, rel: str, full: Path) -> None:
-    target = os.path.realpath(full)
-    root = str(listing.root)
-    if os.path.commonpath([root, target]) != root:
-        listing.withheld.append({"path": rel, "reason": "symlink to a path outside the project: not followed"})
-        return
-    target_rel = Path(target).relative_to(listing.root).as_posix()
-    reason = withheld_reason(target_rel)
-    if reason:
-        listing.withheld.append({"path": rel, "reason": f"symlink to {target_rel}: {reason}"})
-        return
-    link = posixpath.relpath(target_rel, posixpath.dirname(rel) or ".")
-    listing.entries[rel] = Entry(rel=rel, kind="link", link=link)
+    def consider(self, rel: str) -> None:
+        """Queue `rel` if it may ship, else record why not; a folder ships what it holds."""
+        rel = rel.rstrip("/")
+        if not rel or rel in self.seen:
+            return  # a withheld path is listed once
+        self.seen.add(rel)
+        if _is_never(rel, self.never):
+            return
+        reason = self.gate.path_reason(rel)
+        if reason:
+            self.withhold(rel, reason)
+            return
+        full = self.gate.full(rel)
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            return  # tracked but deleted in the work tree
+        except OSError as exc:
+            self.withhold(rel, f"cannot be read: {exc.strerror}")
+            return
+        if stat.S_ISLNK(st.st_mode):
+            self._consider_link(rel, full)
+        elif stat.S_ISREG(st.st_mode):
+            self.pending.append((rel, st))
+        elif stat.S_ISDIR(st.st_mode):  # a nested repository or submodule: by its own rules
+            for sub in _tree_files(self.listing.root, rel, self.ignored):
+                self.consider(sub)
+        else:
+            self.withhold(rel, f"not a regular file ({_kind(st.st_mode)})")
+
+    def withhold(self, rel: str, reason: str) -> None:
+        self.listing.withheld.append({"path": rel, "reason": reason})
+
+    def _consider_link(self, rel: str, full: str) -> None:
+        root = self.listing.root
+        target = os.path.realpath(full)
+        if os.path.commonpath([str(root), target]) != str(root):
+            self.withhold(rel, "symlink to a path outside the project: not followed")
+            return
+        target_rel = Path(target).relative_to(root).as_posix()
+        reason = self.gate.path_reason(target_rel) if target_rel != "." else None
+        if not reason:
+            try:
+                tst = os.lstat(target)
+            except OSError:
+                tst = None
+            if tst is not None and stat.S_ISREG(tst.st_mode):
+                reason = self.gate.judge(target_rel, tst)
+        if reason:
+            self.withhold(rel, f"{reason} (symlink to {target_rel})")
+            return
+        link = posixpath.relpath(target_rel, posixpath.dirname(rel) or ".")
+        self.listing.entries[rel] = Entry(rel=rel, kind="link", link=link)
+
+    def pending_bytes(self) -> int:
+        return sum(st.st_size for _, st in self.pending)
+
+    def finish(self) -> None:
+        """Judge the queued files at once (identity and content) and add those that may ship."""
+        verdicts = self.gate.judge_many(self.pending)
+        for rel, st in self.pending:
+            reason = verdicts.get(rel)
+            if reason:
+                self.withhold(rel, reason)
+            else:
+                self.listing.entries[rel] = Entry(
+                    rel=rel, kind="file", size=st.st_size, executable=bool(st.st_mode & 0o111),
+                    sig=FileHashCache.signature(st), dev=st.st_dev, ino=st.st_ino)
+        self.pending = []
+        self.listing.warnings += self.gate.warnings
 
 
 def _kind(mode: int) -> str:
@@ -210,32 +354,52 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-def _walk_all(top: Path):
-    """Every non-directory under `top`, relative to it; symlinks are listed, not followed."""
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
+def _tree_files(root: Path, rel_dir: str, ignored: list[str], *, repos: bool = True) -> Iterator[str]:
+    """Every non-folder under `rel_dir` (root-relative), links listed but not followed; inside a
+    nested repository only what that repository would ship (its ignored paths go to `ignored`)
+    unless `repos` is False (a data set ships whole)."""
+    top = root / rel_dir if rel_dir else root
+    if repos and rel_dir and _is_repo(top):
         try:
-            with os.scandir(top / rel_dir if rel_dir else top) as it:
-                for d in it:
-                    rel = f"{rel_dir}/{d.name}" if rel_dir else d.name
-                    if d.is_dir(follow_symlinks=False):
-                        if d.name not in NEVER_DIRS:
-                            stack.append(rel)
-                    else:
-                        yield rel
-        except (PermissionError, FileNotFoundError, NotADirectoryError):
-            continue
+            files, nested_ignored = _repo_files(root, rel_dir)
+        except _GitFailed:
+            files, nested_ignored = _walk_with_gitignore(root, rel_dir)
+        ignored += nested_ignored
+        for rel in files:
+            rel = rel.rstrip("/")
+            if os.path.isdir(root / rel) and not os.path.islink(root / rel):
+                yield from _tree_files(root, rel, ignored)
+            else:
+                yield rel
+        return
+    try:
+        with os.scandir(top) as it:
+            items = list(it)
+    except (PermissionError, FileNotFoundError, NotADirectoryError):
+        return
+    for d in items:
+        rel = f"{rel_dir}/{d.name}" if rel_dir else d.name
+        if d.is_dir(follow_symlinks=False):
+            if d.name not in NEVER_DIRS:
+                yield from _tree_files(root, rel, ignored, repos=repos)
+        else:
+            yield rel
 
 
-def _walk_with_gitignore(root: Path) -> tuple[list[str], list[str]]:
-    """Outside git: (files to consider, ignored paths with dirs ending in '/')."""
+class _TooManyFiles(Exception):
+    """The walk outside git passed its file limit."""
+
+
+def _walk_with_gitignore(root: Path, base: str, limit: int | None = None) -> tuple[list[str], list[str]]:
+    """Outside git: (files to consider, ignored paths with dirs ending in '/') under `base`.
+
+    A nested repository is one candidate `dir/`, listed later by its own rules."""
     import pathspec
 
     files: list[str] = []
     ignored: list[str] = []
     # each stack item: (dir relative to root, [(base dir, spec), ...])
-    stack: list[tuple[str, list[tuple[str, "pathspec.PathSpec"]]]] = [("", [])]
+    stack: list[tuple[str, list[tuple[str, "pathspec.PathSpec"]]]] = [(base, [])]
     while stack:
         rel_dir, specs = stack.pop()
         here = root / rel_dir if rel_dir else root
@@ -257,10 +421,14 @@ def _walk_with_gitignore(root: Path) -> tuple[list[str], list[str]]:
                 continue
             if _ignored_by(specs, rel, is_dir):
                 ignored.append(rel + "/" if is_dir else rel)
+            elif is_dir and _is_repo(Path(d.path)):
+                files.append(rel + "/")
             elif is_dir:
                 stack.append((rel, specs))
             else:
                 files.append(rel)
+                if limit is not None and len(files) > limit:
+                    raise _TooManyFiles()
     return files, ignored
 
 
@@ -276,8 +444,22 @@ def _ignored_by(specs, rel: str, is_dir: bool) -> bool:
     return result
 
 
-def _expand_include(root: Path, project_rel: str, pattern: str):
-    """Root-relative paths matched by an include glob given relative to the project."""
+_MAGIC = re.compile(r"(?<!\\)[*?\[]")
+
+
+def _glob_escape(part: str) -> str:
+    """A literal path part as a gitwildmatch pattern part (`proj [` stays itself)."""
+    return re.sub(r"([\\*?\[\]!# ])", r"\\\1", part)
+
+
+def _glob_unescape(part: str) -> str:
+    return re.sub(r"\\(.)", r"\1", part)
+
+
+def _expand_include(root: Path, project_rel: str, pattern: str, ignored: list[str]) -> Iterator[str]:
+    """Root-relative paths matched by an include glob given relative to the project.
+
+    The project's own path is literal, whatever characters it holds (`proj [/x]`)."""
     import pathspec
 
     raw = pattern.strip()
@@ -287,7 +469,8 @@ def _expand_include(root: Path, project_rel: str, pattern: str):
     if raw.startswith(("/", "~")) or os.path.isabs(raw):
         raise UserError(f"include {pattern!r} is an absolute path",
                         fix="give include globs relative to the project directory")
-    joined = posixpath.normpath(posixpath.join(project_rel or ".", raw))
+    literal = "/".join(_glob_escape(p) for p in project_rel.split("/")) if project_rel else "."
+    joined = posixpath.normpath(posixpath.join(literal, raw))
     if joined == ".." or joined.startswith("../"):
         raise UserError(f"include {pattern!r} leaves the project",
                         fix="only paths inside the project can ship; pass outside files as data")
@@ -296,9 +479,9 @@ def _expand_include(root: Path, project_rel: str, pattern: str):
     parts = joined.split("/") if joined else []
     static: list[str] = []
     for part in parts:
-        if any(c in part for c in "*?["):
+        if _MAGIC.search(part):
             break
-        static.append(part)
+        static.append(_glob_unescape(part))
     base = "/".join(static)
     base_path = root / base if base else root
     if os.path.commonpath([str(root), os.path.realpath(base_path)]) != str(root) and not base_path.is_symlink():
@@ -310,16 +493,14 @@ def _expand_include(root: Path, project_rel: str, pattern: str):
         except FileNotFoundError:
             return
         if stat.S_ISDIR(st.st_mode):
-            for sub in _walk_all(base_path):
-                yield f"{base}/{sub}" if base else sub
+            yield from _tree_files(root, base, ignored)
         else:
             yield base
         return
     spec = pathspec.PathSpec.from_lines("gitwildmatch", ["/" + joined])
     if not base_path.is_dir() or base_path.is_symlink():
         return
-    for sub in _walk_all(base_path):
-        rel = f"{base}/{sub}" if base else sub
+    for rel in _tree_files(root, base, ignored):
         if spec.match_file(rel):
             yield rel
 
@@ -449,15 +630,19 @@ def manifest_hash(listing: Listing) -> str:
 
 
 class _HashingReader:
-    """Feeds tarfile from an fd while hashing, so a cold file is read from disk once."""
+    """Feeds tarfile from an fd while hashing, so a cold file is read from disk once; keeps the
+    first bytes so the packer can judge what it actually packed."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.h = hashlib.sha256()
+        self.head = bytearray()
 
     def read(self, n: int = -1) -> bytes:
         block = os.read(self.fd, n if n and n > 0 else CHUNK)
         self.h.update(block)
+        if len(self.head) < CONTENT_HEAD:
+            self.head += block[:CONTENT_HEAD - len(self.head)]
         return block
 
 
@@ -487,10 +672,12 @@ def _pack(listing: Listing, store: Path, cache: FileHashCache | None) -> Path:
                     if not stat.S_ISREG(st.st_mode):
                         raise UserError(f"{rel} changed into a non-regular file while packing",
                                         fix="submit again")
+                    _check_same_file(e, st)
                     info.size = st.st_size
                     info.mode = 0o755 if e.executable else 0o644
                     reader = _HashingReader(fd)
                     tar.addfile(info, reader)
+                    _check_packed_content(e, bytes(reader.head), st.st_size)
                     # what was packed is what the manifest names, even if the file changed
                     e.sha256, e.size = reader.h.hexdigest(), st.st_size
                     if cache is not None:
@@ -503,8 +690,97 @@ def _pack(listing: Listing, store: Path, cache: FileHashCache | None) -> Path:
         raise
 
 
-def make_bundle(project_dir: Path, include: list[str] = ()) -> Bundle:
-    return build(list_project(project_dir, include))
+def _check_same_file(e: Entry, st: os.stat_result) -> None:
+    """A file swapped for another hard link after it was judged is not packed unjudged."""
+    if (st.st_dev, st.st_ino) != (e.dev, e.ino) and st.st_nlink > 1:
+        raise UserError(f"{e.rel} was replaced by a hard link while packing: nothing was shipped",
+                        fix="submit again")
+
+
+def _check_packed_content(e: Entry, head: bytes, size: int) -> None:
+    """The bytes that went into the archive are judged again, so a file rewritten between
+    listing and packing cannot carry a credential out; the archive is then discarded."""
+    reason = content_verdict(posixpath.basename(e.rel), head, size)
+    if reason:
+        raise UserError(f"{e.rel} changed while packing and is now withheld "
+                        f"({reason.removeprefix('withheld: ')}): nothing was shipped",
+                        fix="submit again; the file will be left out")
+
+
+def make_bundle(project_dir: Path, include: list[str] = (), *, allow_large: bool = False) -> Bundle:
+    return build(list_project(project_dir, include, allow_large=allow_large))
+
+
+# -- data sets -----------------------------------------------------------------------------
+
+
+@dataclass
+class DataListing:
+    """The files of one `--data` set that may be uploaded, and those withheld."""
+
+    source: Path
+    files: list[str]  # relative to `source` ("" when it is a single file)
+    withheld: list[dict]
+
+    def warnings(self, name: str) -> list[str]:
+        if not self.withheld:
+            return []
+        shown = ", ".join(w["path"] for w in self.withheld[:5])
+        more = f" and {len(self.withheld) - 5} more" if len(self.withheld) > 5 else ""
+        return [f"data {name}: {len(self.withheld)} credential or special file(s) withheld "
+                f"and not uploaded: {shown}{more}"]
+
+
+def list_data(source: Path, name: str = "", cache: FileHashCache | None = None) -> DataListing:
+    """What of a local data set may be uploaded: the same judge as the bundle's files.
+
+    A data path that is itself a credential (or lies in a credential folder, or is the home
+    folder) is refused: data is for data sets, secrets go through `gpu secrets`."""
+    label = f"data {name!r}" if name else "data"
+    fix = "data is for data sets: put tokens in the keychain (gpu secrets set NAME) and pass --secret NAME"
+    source = Path(os.path.realpath(source))
+    reason = withheld_reason(source.as_posix()) if source.is_file() else place_reason(source.as_posix())
+    if reason:
+        raise UserError(f"{label}: {source} is a credential ({reason.removeprefix('withheld: ')})",
+                        where=str(source), fix=fix)
+    home = _home()
+    if home is not None and (source == home or source in home.parents):
+        raise UserError(f"{label}: {source} is your home folder or holds it", where=str(source),
+                        fix="pass the data set's own folder")
+    own_cache = cache is None
+    cache = cache or FileHashCache()
+    try:
+        try:
+            st = source.lstat()
+        except OSError as exc:
+            raise UserError(f"{label}: {source} cannot be read: {exc.strerror}",
+                            where=str(source), fix="check the path") from None
+        if stat.S_ISREG(st.st_mode):
+            gate = Gate(source.parent, cache)
+            reason = gate.judge(source.name, st)
+            if reason:
+                raise UserError(f"{label}: {source} is {reason.removeprefix('withheld: ')}",
+                                where=str(source), fix=fix)
+            return DataListing(source=source, files=[""], withheld=[])
+        gate = Gate(source, cache, prefix=f"{source.name}/")
+        items: list[tuple[str, os.stat_result]] = []
+        withheld: list[dict] = []
+        for rel in sorted(_tree_files(source, "", [], repos=False)):
+            try:
+                fst = (source / rel).lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(fst.st_mode):
+                items.append((rel, fst))
+            elif not stat.S_ISLNK(fst.st_mode):
+                withheld.append({"path": rel, "reason": f"not a regular file ({_kind(fst.st_mode)})"})
+        verdicts = gate.judge_many(items)
+        withheld += [{"path": rel, "reason": verdicts[rel]} for rel, _ in items if rel in verdicts]
+        return DataListing(source=source, files=[rel for rel, _ in items if rel not in verdicts],
+                           withheld=withheld)
+    finally:
+        if own_cache:
+            cache.close()
 
 
 def extract(bundle_path: Path, dest: Path) -> None:

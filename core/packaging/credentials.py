@@ -1,114 +1,379 @@
-"""The one list of credential files that never ship, included or not.
+"""The one list of what a credential looks like: by name, by place, and by content.
 
-Every rule is matched against a path relative to the bundle root; `withheld_reason` returns
-why a path is withheld, or None. Keep additions here and nowhere else.
+Credential files never ship, included or not. This module holds the rules and nothing else;
+`core.packaging.gate` applies them (with the identity check for hard links) to every path that
+could ship, so an addition here reaches every path at once. Keep additions here, one family a
+line, each with a comment saying what it is.
+
+Names are matched case-insensitively (macOS and Windows file systems do not care about case,
+and neither does a person renaming `ID_RSA`) against the file's own name after its backup and
+editor decorations are taken off (`.env~`, `id_rsa.bak`, `kaggle (1).json`, `..env.swp`), so a
+copy of a credential is a credential.
+
+Deliberate exceptions (false positives cost a job its code, so each is a decision):
+- an env *template* (`.env.example`, `.env.sample`, `.env.template`, `.env.dist`, `example.env`
+  ...) ships only while it sets no values: every line is a comment, blank, or `NAME=` with an
+  empty value. A template with a value is withheld like any `.env` file.
+- code and ordinary data whose names merely contain a word: `keys.py`, `tokenizer.json`,
+  `environment.yml`, `env.py`, `secret_sauce.py`, `deploy_keys.py`, `credentials.py` ship.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import functools
+import hashlib
 import re
-from pathlib import PurePosixPath
 
-# (glob on a file's own name, what it is)
+# -- names ---------------------------------------------------------------------------------
+
+# What a copy, a backup or an editor adds to a name; taken off (repeatedly) before matching.
+_DECORATION = re.compile(
+    r"(?:~|#|\.(?:bak|backup|bck|old|orig|save|sav|prev|copy|tmp|temp|sw[a-p]|\d{1,3})"
+    r"|[-_ ](?:backup|bak|old|orig|copy|\d{1,3})| ?\(\d{1,3}\))$")
+_DECORATION_PREFIX = re.compile(r"^(?:\.#|#)")
+_COPY_BEFORE_EXT = re.compile(r"^(.+?)(?: ?\(\d{1,3}\)| copy(?: \d{1,3})?|[-_]copy)(\.[^.]+)$")
+_SWAP = re.compile(r"\.sw[a-p]$")
+# Anything a decoration could have added (a cheap look before taking decorations off).
+_MAYBE_DECORATED = re.compile(r"[~#() ]|\.(?:bak|backup|bck|old|orig|save|sav|prev|copy|tmp|temp|sw[a-p]|\d)"
+                              r"|[-_ ](?:backup|bak|old|orig|copy|\d)")
+
+# Files that hold data, as opposed to code, for families that allow any prefix before a word.
+_DATA_EXT = r"(?:json|ya?ml|toml|ini|cfg|conf|env|txt|properties|xml|csv|db|sqlite3?)"
+
+# (regex over the undecorated, lower-cased file name; what it is). One family a line.
 NAME_RULES: tuple[tuple[str, str], ...] = (
-    (".env", "dotenv file"),
-    (".env.*", "dotenv file"),
-    ("*.pem", "PEM key or certificate"),
-    ("*.key", "private key"),
-    ("*.p12", "PKCS#12 key store"),
-    ("*.pfx", "PKCS#12 key store"),
-    ("id_rsa*", "SSH private key"),
-    ("id_ed25519*", "SSH private key"),
-    ("id_ecdsa*", "SSH private key"),
-    ("id_dsa*", "SSH private key"),
-    ("*_rsa", "SSH private key"),
-    (".netrc", "netrc credentials"),
-    ("_netrc", "netrc credentials"),
-    (".git-credentials", "git credentials"),
-    (".pgpass", "PostgreSQL password file"),
-    ("credentials.json", "cloud credentials"),
-    ("application_default_credentials.json", "Google Cloud credentials"),
-    ("kaggle.json", "Kaggle API token"),
-    (".modal.toml", "Modal token"),
-    (".npmrc", "npm token"),
-    (".pypirc", "PyPI token"),
-    ("*.kdbx", "KeePass database"),
-    ("*.ovpn", "OpenVPN profile"),
-    (".bash_history", "shell history"),
-    (".zsh_history", "shell history"),
-    (".sh_history", "shell history"),
-    (".history", "shell history"),
-    (".python_history", "shell history"),
-    (".psql_history", "shell history"),
-    (".mysql_history", "shell history"),
-    ("fish_history", "shell history"),
+    # dotenv: `.env` and every variant (`.envrc`, `.env.local`, `.env-backup`), `prod.env`,
+    # `prod.env.local`; templates are handled by ENV_TEMPLATE below
+    (r"\.env.*", "dotenv file"),
+    (r".+\.env(?:\.(?!(?:py|pyi|ipynb|js|ts|md|rst)$).+)?", "dotenv file"),
+    # SSH private and public keys (`id_rsa`, `backup-id_ed25519_deploy`, `deploy_rsa`), host keys
+    (r"(?:.*[._-])?id_(?:rsa|dsa|ecdsa|ed25519|xmss)(?:_sk)?(?:[._-].*)?", "SSH key"),
+    (r".+[_-](?:rsa|dsa|ecdsa|ed25519)(?:\.pub)?", "SSH key"),
+    (r"ssh_host_.*key(?:\.pub)?", "SSH host key"),
+    # deploy keys (GitHub/GitLab deploy keys)
+    (r"(?:.*[._-])?deploy[_-]?key(?:\.pub|\.pem|\.txt)?", "deploy key"),
+    # key and certificate stores by extension: PEM, PKCS#8/#12, Java, PuTTY, Apple .p8
+    (r".+\.(?:pem|key|p12|pfx|pkcs12|p8|jks|keystore|bks|ppk)", "private key or key store"),
+    (r"\.keystore|keystore\.properties", "Java key store"),
+    # netrc: machine/login/password triples (curl, git, pip, wandb)
+    (r"[._]?netrc", "netrc credentials"),
+    # git credential stores
+    (r"\.git-credentials|\.gitcookies", "git credentials"),
+    # databases: PostgreSQL, MySQL client passwords
+    (r"\.?pgpass(?:\.conf)?|\.my\.cnf|\.mylogin\.cnf", "database password file"),
+    # package registries: npm, PyPI, RubyGems, Cargo
+    (r"\.npmrc|\.pypirc", "package registry token"),
+    # cloud CLIs: AWS (IAM console downloads too), Google Cloud, Azure, Oracle, DigitalOcean
+    (r"(?:.*[._-])?credentials(?:\.(?:json|csv|db|ya?ml|toml|ini|cfg|conf|txt|xml))?",
+     "cloud credentials"),
+    (r".+_accesskeys\.csv", "AWS access keys"),
+    (r"application_default_credentials\.json|access_tokens\.db|adc\.json", "Google Cloud credentials"),
+    (r"client_secrets?(?:[._-].*)?\.json", "OAuth client secret"),
+    (r"(?:.*[._-])?service[_-]?account(?:[._-].*)?\.json", "cloud service-account key"),
+    (r"accesstokens\.json|msal_token_cache\.(?:json|bin)|azureprofile\.json", "Azure credentials"),
+    (r"\.s3cfg|\.boto|\.databrickscfg|rclone\.conf", "cloud storage credentials"),
+    # Kubernetes
+    (r"(?:.*[._-])?kubeconfig(?:\.(?:ya?ml|json|conf|txt))?", "Kubernetes config"),
+    # Docker registry logins
+    (r"\.dockercfg", "Docker registry credentials"),
+    # HashiCorp: Vault tokens, Terraform state (holds every secret it created) and CLI tokens
+    (r"\.vault-token|\.?vault[_-]pass(?:word)?(?:\.txt)?", "Vault token"),
+    (r".+\.tfstate", "Terraform state"),
+    (r"\.terraformrc|terraform\.rc|credentials\.tfrc\.json", "Terraform token"),
+    # ML platforms: Kaggle, Modal, Hugging Face
+    (r"kaggle\.json", "Kaggle API token"),
+    (r"\.modal\.toml", "Modal token"),
+    # secrets files: `secrets.yaml`, `.secrets`, `secrets.py` (a module of that name shadows
+    # the standard library's anyway), `prod-secrets.json`, `secret.txt`
+    (r"\.?secrets(?:\..+)?", "secrets file"),
+    (rf"(?:.+[._-])?secrets?\.{_DATA_EXT}", "secrets file"),
+    # web server password files
+    (r"\.?htpasswd(?:\.(?:txt|conf))?|\.?htdigest", "web server password file"),
+    # password managers and VPN profiles (they embed keys)
+    (r".+\.kdbx?|.+\.ovpn", "password database or VPN profile"),
+    # GnuPG secret keyrings
+    (r"secring\.gpg|secring\.kbx", "GnuPG secret keyring"),
+    # shell and REPL histories: tokens typed on command lines
+    (r"\.(?:bash|zsh|sh|python|psql|mysql|sqlite|node_repl|rediscli)_history|\.history"
+     r"|fish_history", "shell history"),
 )
 
-# (directory name anywhere in the path, what it holds)
+# An env file meant as a template: it may ship while it sets no value (see the module doc).
+ENV_TEMPLATE = re.compile(
+    r"(?:\.env(?:[._-][a-z0-9]+)*|.+\.env|env)[._-](?:example|sample|template|tmpl|tpl|dist|defaults?)"
+    r"|(?:example|sample|template)\.env")
+
+# (folder name anywhere in the path, what it holds): everything inside is withheld
 DIR_RULES: tuple[tuple[str, str], ...] = (
     (".ssh", "SSH keys"),
     (".aws", "AWS credentials"),
     (".kaggle", "Kaggle credentials"),
     (".gnupg", "GnuPG keys"),
+    ("private-keys-v1.d", "GnuPG keys"),
+    (".azure", "Azure credentials"),
+    (".kube", "Kubernetes credentials"),
+    (".oci", "Oracle Cloud credentials"),
+    (".password-store", "pass password store"),
+    (".secrets", "secrets folder"),
+    (".envs", "dotenv folder"),
 )
 
-# (path suffix of two or more parts, what it is)
+# (path suffix of two or more parts, what it is): the folder's well-known credential files
 SUFFIX_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
     ((".huggingface", "token"), "Hugging Face token"),
     (("huggingface", "token"), "Hugging Face token"),
+    (("huggingface", "stored_tokens"), "Hugging Face tokens"),
     ((".docker", "config.json"), "Docker registry credentials"),
     ((".config", "gcloud"), "Google Cloud credentials"),
+    (("gcloud", "legacy_credentials"), "Google Cloud credentials"),
+    ((".config", "gh", "hosts.yml"), "GitHub CLI token"),
+    (("gh", "hosts.yml"), "GitHub CLI token"),
+    ((".config", "hub"), "GitHub hub token"),
+    ((".cargo", "credentials"), "Cargo registry token"),
+    ((".gem", "credentials"), "RubyGems token"),
+    ((".m2", "settings.xml"), "Maven credentials"),
+    ((".m2", "settings-security.xml"), "Maven credentials"),
+    ((".gradle", "gradle.properties"), "Gradle signing and repository credentials"),
+    ((".config", "doctl"), "DigitalOcean token"),
+    ((".local", "share", "keyrings"), "desktop keyring"),
 )
 
-# Never shipped, but not secrets: gpu-router's own and git's folders.
+# Never shipped, but not secrets: git's own folder.
 NEVER_DIRS: frozenset[str] = frozenset({".git"})
 
+# Every name a rule above can match holds one of these (lower-cased, and outside any
+# decoration): a cheap first look, so the 20,000 ordinary names of a big tree cost a few
+# substring tests each. tests/test_credentials_props.py checks it against every rule.
+NAME_KEYWORDS: tuple[str, ...] = (
+    "env", "id_", "rsa", "dsa", "ed25519", "deploy", "ssh_host", ".pem", ".key", ".p12", ".pfx",
+    ".pkcs12", ".p8", ".jks", "keystore", ".bks", ".ppk", "netrc", "credential", "gitcookies",
+    "pgpass", ".my.cnf", "mylogin", "npmrc", "pypirc", "accesskeys", "access_tokens", "adc.json",
+    "client_secret", "account", "accesstokens", "msal_token", "azureprofile", "s3cfg", ".boto",
+    "databrickscfg", "rclone", "kubeconfig", "dockercfg", "vault", "tfstate", "terraform",
+    "kaggle", ".modal", "secret", "htpasswd", "htdigest", ".kdb", ".ovpn", "secring", "history",
+)
 
-def _prefilter() -> "re.Pattern[str]":
-    """One regex that any withheld path matches (a cheap first look, then the full rules)."""
-    alternatives = [fnmatch.translate(p) for p, _ in NAME_RULES]
-    names = "|".join(f"(?:{a})" for a in alternatives)
-    dirs = "|".join(re.escape(d) for d, _ in (*DIR_RULES,))
-    suffix = "|".join(re.escape(s[0]) for s, _ in SUFFIX_RULES)
-    return re.compile(rf"(?:^|/)(?:{dirs}|{suffix})(?:/|$)|(?:^|/)(?:{names.replace('(?s:', '(?:')})$"
-                      .replace("\\Z", ""), re.IGNORECASE)
+_NAME = re.compile("|".join(f"(?P<n{i}>{rx})" for i, (rx, _) in enumerate(NAME_RULES)))
+_DIRS = {d: what for d, what in DIR_RULES}
+_SUFFIX_HEADS = frozenset(s[0] for s, _ in SUFFIX_RULES)
+_SUFFIX_TAILS = frozenset(s[-1] for s, _ in SUFFIX_RULES)
 
 
-def withheld_reason(relpath: str) -> str | None:
-    """Why `relpath` (relative, `/`-separated) must not ship, or None if it may."""
-    if not _QUICK.search(relpath):
+_KEYWORDS = re.compile("|".join(re.escape(k) for k in NAME_KEYWORDS))
+
+
+def might_be_credential_name(name: str) -> bool:
+    """False when no name rule can match (no keyword in the name): the common case."""
+    return _KEYWORDS.search(name.lower()) is not None
+
+
+def name_variants(name: str) -> list[str]:
+    """The lower-cased name and each form of it without backup, copy and editor decorations.
+
+    `id_rsa.bak~` gives id_rsa.bak~, id_rsa.bak, id_rsa; `kaggle (1).json` gives kaggle.json;
+    vim's swap file of `.env` is `..env.swp`, of `id_rsa` `.id_rsa.swp`."""
+    first = name.lower()
+    seen = [first]
+    todo = [first]
+    while todo:
+        current = todo.pop()
+        forms = [_DECORATION_PREFIX.sub("", current), _DECORATION.sub("", current),
+                 _COPY_BEFORE_EXT.sub(r"\1\2", current)]
+        if _SWAP.search(current) and current.startswith("."):
+            forms.append(_SWAP.sub("", current[1:]))
+        for form in forms:
+            if form and form not in seen:
+                seen.append(form)
+                todo.append(form)
+    return seen
+
+
+def name_reason(name: str) -> str | None:
+    """Why a file of this name is a credential, or None (templates are judged by content)."""
+    if not might_be_credential_name(name):
         return None
-    parts = PurePosixPath(relpath).parts
-    if not parts:
+    variants = name_variants(name)
+    if any(ENV_TEMPLATE.fullmatch(v) for v in variants):
         return None
-    for part in parts[:-1]:
-        for dirname, what in DIR_RULES:
-            if part == dirname:
-                return f"credential folder {dirname}/ ({what}): never ships"
-    name = parts[-1]
-    for dirname, what in DIR_RULES:
-        if name == dirname:
-            return f"credential folder {dirname}/ ({what}): never ships"
-    lowered = name.lower()
-    for pattern, what in NAME_RULES:
-        if fnmatch.fnmatchcase(lowered, pattern):
-            return f"credential file ({what}, matches {pattern}): never ships"
-    for suffix, what in SUFFIX_RULES:
-        n = len(suffix)
-        for i in range(len(parts) - n + 1):
-            if parts[i:i + n] == suffix:
-                return f"credential file ({what}): never ships"
+    for plain in variants:
+        m = _NAME.fullmatch(plain)
+        if m is not None:
+            what = NAME_RULES[int(m.lastgroup[1:])][1]
+            return f"withheld: credential file ({what})"
     return None
 
 
-def is_dir_withheld(relpath: str) -> str | None:
-    """Why a whole directory is withheld (so a walk need not descend), or None."""
-    name = PurePosixPath(relpath).name
-    for dirname, what in DIR_RULES:
-        if name == dirname:
-            return f"credential folder {dirname}/ ({what}): never ships"
-    return withheld_reason(relpath + "/x") if "/" in relpath else None
+def is_env_template(name: str) -> bool:
+    """An env template: it ships only if it sets no value (`env_template_reason`)."""
+    return "env" in name.lower() and any(ENV_TEMPLATE.fullmatch(v) for v in name_variants(name))
 
 
-_QUICK = _prefilter()
+def withheld_reason(relpath: str) -> str | None:
+    """Why `relpath` (relative or absolute, `/`-separated) must not ship by name or place."""
+    folder, _, name = relpath.rstrip("/").rpartition("/")
+    return _folder_reason(folder) or _last_part_reason(folder, name) or name_reason(name)
+
+
+def place_reason(path: str) -> str | None:
+    """Why a path is in a credential place (a credential folder, a tool's credential file),
+    judged on its folders only: a project folder named `secrets` is not itself withheld."""
+    folder, _, name = path.rstrip("/").rpartition("/")
+    return _folder_reason(folder) or _last_part_reason(folder, name)
+
+
+@functools.lru_cache(maxsize=16384)
+def _folder_reason(folder: str) -> str | None:
+    """The place rules over a folder path (cached: a tree's files share few folders)."""
+    forms = [_part_forms(p) for p in folder.split("/") if p]
+    for part in forms:
+        for form in part:
+            what = _DIRS.get(form)
+            if what is not None:
+                return f"withheld: credential folder {form}/ ({what})"
+    return _suffix_reason(forms)
+
+
+@functools.lru_cache(maxsize=65536)
+def _part_forms(part: str) -> frozenset[str]:
+    """A path part lower-cased, with and without decorations (`.ssh.bak` is `.ssh`)."""
+    lowered = part.lower()
+    if not _MAYBE_DECORATED.search(lowered):
+        return frozenset((lowered,))
+    return frozenset(name_variants(part))
+
+
+def _last_part_reason(folder: str, name: str) -> str | None:
+    """The place rules that end at the last part: a folder named `.ssh`, `.docker/config.json`."""
+    last = _part_forms(name)
+    for form in last:
+        what = _DIRS.get(form)
+        if what is not None:
+            return f"withheld: credential folder {form}/ ({what})"
+    if not last.isdisjoint(_SUFFIX_TAILS):
+        return _suffix_reason([_part_forms(p) for p in folder.split("/") if p] + [last])
+    return None
+
+
+def _suffix_reason(forms: list[frozenset[str]]) -> str | None:
+    if not any(not f.isdisjoint(_SUFFIX_HEADS) for f in forms):
+        return None
+    for suffix, what in SUFFIX_RULES:
+        n = len(suffix)
+        for i in range(len(forms) - n + 1):
+            if all(suffix[j] in forms[i + j] for j in range(n)):
+                return f"withheld: credential file ({what})"
+    return None
+
+
+# -- content -------------------------------------------------------------------------------
+
+CONTENT_MAX_FILE = 1 << 20  # files up to 1 MiB are read; bigger ones are judged by name only
+CONTENT_HEAD = 64 << 10  # and of those, at most the first 64 KiB
+
+# (a word the text must hold, lower-cased; regexes that must all match; what it is). One kind
+# a line. The word is a cheap first look (bytes.find runs at memory speed; a regex over 64 KiB
+# of ordinary text costs far more), so most files are cleared without a regex.
+CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
+    # PEM private keys of any kind: RSA, EC, DSA, OPENSSH, ENCRYPTED, plain PKCS#8, SSH2, PGP
+    # blocks; a BEGIN line, optional headers (Proc-Type, Version), then a line of base64.
+    # A quoted "-----BEGIN ... KEY-----\n" literal in code has no real line break: not a key.
+    (b"private key", (rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[ \t]*\r?\n"
+                      rb"(?:[A-Za-z][A-Za-z0-9-]*:[^\n]*\r?\n)*(?:[ \t]*\r?\n)?[ \t]*"
+                      rb"[A-Za-z0-9+/=]{4,}[ \t]*\r?$",), "PEM private key"),
+    (b"private key", (rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----\\n[A-Za-z0-9+/=]{4,}",),
+     "PEM private key in an escaped string"),
+    # PuTTY private keys
+    (b"putty-user-key-file-", (rb"PuTTY-User-Key-File-\d+:[^\n]*\n(?:[^\n]*\n){0,6}Private-Lines:",),
+     "PuTTY private key"),
+    # Google service-account (and any JSON) key: a "private_key" with a value
+    (b'"private_key"', (rb"\"private_key\"\s*:\s*\"(?:-----BEGIN|[A-Za-z0-9+/=\\]{40,})",),
+     "JSON key file with a private_key"),
+    # Google user credentials (gcloud application-default login)
+    (b"authorized_user", (rb"\"type\"\s*:\s*\"authorized_user\"",), "Google user credentials"),
+    # OAuth client secrets
+    (b'"client_secret"', (rb"\"client_secret\"\s*:\s*\"[A-Za-z0-9_-]{12,}\"",), "OAuth client secret"),
+    # kubeconfig with a token or a client key
+    (b"kind:", (rb"^kind:[ \t]*[\"']?Config[\"']?[ \t]*\r?$",
+                rb"^[ \t]*-?[ \t]*(?:token|client-key-data|id-token|refresh-token|access-token"
+                rb"|password):[ \t]*[\"']?[A-Za-z0-9._~+/=:-]{8,}"),
+     "Kubernetes config with a token or client key"),
+    # AWS shared credentials (a copy of ~/.aws/credentials under another name)
+    (b"aws_secret_access_key", (rb"(?i)^[ \t]*aws_secret_access_key[ \t]*[=:][ \t]*[\"']?[A-Za-z0-9/+=]{30,}",),
+     "AWS secret access key"),
+    # netrc entries with a password
+    (b"machine", (rb"^[ \t]*machine[ \t]+\S+\s+(?:login[ \t]+\S+\s+)?password[ \t]+\S+",),
+     "netrc password"),
+)
+
+_CONTENT = [(word, [re.compile(rx, re.MULTILINE) for rx in rxs], what)
+            for word, rxs, what in CONTENT_RULES]
+
+# An env template line that sets nothing: blank, comment, or NAME= with an empty value.
+_EMPTY_ASSIGNMENT = re.compile(
+    rb"^\s*(?:#.*|(?:export\s+)?[A-Za-z_][A-Za-z0-9_.-]*\s*[=:]\s*(?:\"\"|'')?\s*(?:#.*)?)?$")
+
+# Changes to the content rules change this id, so cached verdicts are taken again.
+CONTENT_RULES_ID = hashlib.sha256(repr((CONTENT_RULES, ENV_TEMPLATE.pattern, CONTENT_MAX_FILE,
+                                        CONTENT_HEAD)).encode()).hexdigest()[:16]
+
+
+def content_reason(head: bytes) -> str | None:
+    """Why these first bytes of a file are a credential, whatever the file's name, or None."""
+    lowered = head.lower()
+    for word, regexes, what in _CONTENT:
+        if word in lowered and all(rx.search(head) for rx in regexes):
+            return f"withheld: content is a credential ({what})"
+    return None
+
+
+def env_template_reason(head: bytes, whole: bool) -> str | None:
+    """Why an env template may not ship: it sets a value (named by line, never shown)."""
+    if not whole:
+        return "withheld: env template too big to check for values"
+    for number, line in enumerate(head.splitlines(), 1):
+        if not _EMPTY_ASSIGNMENT.match(line):
+            name = re.match(rb"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]*)", line)
+            label = name.group(1).decode("ascii") if name else "a value"
+            return (f"withheld: env template sets {label} on line {number} "
+                    "(a template ships only with empty values)")
+    return None
+
+
+def content_verdict(name: str, head: bytes, size: int) -> str | None:
+    """Why a file with this name, first bytes and size is withheld for what it holds, or None.
+
+    One rule for the listing and for the packer, which re-checks the bytes it actually packed."""
+    if is_env_template(name):
+        reason = env_template_reason(head, whole=size <= CONTENT_HEAD)
+        if reason:
+            return reason
+    if size <= CONTENT_MAX_FILE:
+        return content_reason(head)
+    return None
+
+
+def needs_content_check(name: str, size: int) -> bool:
+    """Only small files (and env templates) are read, so packing stays fast."""
+    return size <= CONTENT_MAX_FILE or is_env_template(name)
+
+
+# -- identity: where the user's own credentials live -----------------------------------------
+
+# Paths under the home folder holding credentials (files, or folders walked for their files).
+# A project file that is a hard link to one of them (same st_dev and st_ino) is withheld,
+# whatever its name. Folders are walked to HOME_WALK_CAP entries in all.
+HOME_CREDENTIALS: tuple[str, ...] = (
+    ".ssh", ".aws", ".kaggle", ".gnupg", ".azure", ".kube", ".oci", ".password-store",
+    ".docker/config.json", ".dockercfg",
+    ".config/gcloud", ".config/gh/hosts.yml", ".config/hub", ".config/doctl",
+    ".config/rclone/rclone.conf", ".local/share/keyrings",
+    ".netrc", "_netrc", ".git-credentials", ".gitcookies", ".pgpass", ".my.cnf", ".mylogin.cnf",
+    ".npmrc", ".pypirc", ".gem/credentials", ".cargo/credentials", ".cargo/credentials.toml",
+    ".m2/settings.xml", ".m2/settings-security.xml", ".gradle/gradle.properties",
+    ".vault-token", ".terraformrc", ".terraform.d/credentials.tfrc.json",
+    ".s3cfg", ".boto", ".databrickscfg", ".modal.toml",
+    ".huggingface", ".cache/huggingface/token", ".cache/huggingface/stored_tokens",
+    ".env", ".secrets",
+)
+HOME_WALK_CAP = 20_000
+HOME_SKIP_DIRS = frozenset({"logs", "cache", "__pycache__"})  # gcloud's logs: many, not secret

@@ -1,7 +1,12 @@
 """A stat cache of content hashes, so an unchanged tree is hashed from `lstat` alone.
 
 Kept in its own SQLite file under the cache dir so that hashing never contends with the
-store's writer. A file is re-read when its size, mtime, ctime or inode change.
+store's writer. A file is re-read when its size, mtime, ctime or inode change. The same file holds the verdicts
+of the credential content check (`core.packaging.gate`), keyed by the same signature plus the
+content rules' id, so an unchanged tree is not read again to be judged either.
+
+SQLite text is UTF-8; a path that is not (a non-UTF-8 file name, kept by Python as surrogate
+escapes) is keyed by its bytes in hex, which no absolute path can collide with.
 """
 
 from __future__ import annotations
@@ -32,7 +37,11 @@ class FileHashCache:
         self.conn.execute(
             "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, sig TEXT NOT NULL, "
             "sha256 TEXT NOT NULL)")
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS verdicts (path TEXT PRIMARY KEY, sig TEXT NOT NULL, "
+            "reason TEXT NOT NULL)")
         self._pending: list[tuple[str, str, str]] = []
+        self._pending_verdicts: list[tuple[str, str, str]] = []
 
     @staticmethod
     def signature(st: os.stat_result) -> str:
@@ -40,27 +49,39 @@ class FileHashCache:
 
     def lookup_many(self, items: list[tuple[str, str]]) -> dict[str, str]:
         """{path: sha256} for the (path, signature) pairs whose cached signature still holds."""
+        return self._lookup("files", "sha256", items)
+
+    def lookup_verdicts(self, items: list[tuple[str, str]]) -> dict[str, str]:
+        """{path: reason ('' when clean)} for pairs whose cached verdict still holds."""
+        return self._lookup("verdicts", "reason", items)
+
+    def _lookup(self, table: str, column: str, items: list[tuple[str, str]]) -> dict[str, str]:
         found: dict[str, str] = {}
         with self._lock:
             for start in range(0, len(items), 500):
-                chunk = items[start:start + 500]
-                sigs = dict(chunk)
+                chunk = [(_key(p), sig, p) for p, sig in items[start:start + 500]]
+                wanted = {key: (sig, p) for key, sig, p in chunk}
                 rows = self.conn.execute(
-                    f"SELECT path, sig, sha256 FROM files WHERE path IN ({','.join('?' * len(chunk))})",
-                    [p for p, _ in chunk]).fetchall()
-                for path, sig, digest in rows:
-                    if sigs.get(path) == sig:
-                        found[path] = digest
+                    f"SELECT path, sig, {column} FROM {table} "
+                    f"WHERE path IN ({','.join('?' * len(chunk))})",
+                    [key for key, _, _ in chunk]).fetchall()
+                for key, sig, value in rows:
+                    want = wanted.get(key)
+                    if want is not None and want[0] == sig:
+                        found[want[1]] = value
         return found
 
     def remember(self, path: str, sig: str, digest: str) -> None:
-        mtime_ns = int(sig.split(":")[1])
-        if time.time_ns() - mtime_ns < RACY_NS:
+        if not _settled(sig):
             return  # written moments ago: it may change again within one mtime tick ("racy git")
-        self._pending.append((path, sig, digest))
+        self._pending.append((_key(path), sig, digest))
+
+    def remember_verdict(self, path: str, sig: str, reason: str) -> None:
+        if _settled(sig):
+            self._pending_verdicts.append((_key(path), sig, reason))
 
     def flush(self) -> None:
-        if not self._pending:
+        if not self._pending and not self._pending_verdicts:
             return
         with self._lock:
             try:
@@ -68,16 +89,35 @@ class FileHashCache:
                 self.conn.executemany(
                     "INSERT OR REPLACE INTO files (path, sig, sha256) VALUES (?, ?, ?)",
                     self._pending)
+                self.conn.executemany(
+                    "INSERT OR REPLACE INTO verdicts (path, sig, reason) VALUES (?, ?, ?)",
+                    self._pending_verdicts)
                 self.conn.execute("COMMIT")
             except sqlite3.OperationalError:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
                 return  # a cache: losing an update costs only a re-read next time
             self._pending.clear()
+            self._pending_verdicts.clear()
 
     def close(self) -> None:
         self.flush()
         self.conn.close()
+
+
+def _settled(sig: str) -> bool:
+    """Not written within the last mtime tick, so its signature will change if it changes."""
+    mtime_ns = int(sig.split(":")[1])
+    return time.time_ns() - mtime_ns >= RACY_NS
+
+
+def _key(path: str) -> str:
+    """The cache key of a path: itself, or its bytes in hex when it is not valid UTF-8."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "bytes:" + os.fsencode(path).hex()
+    return path
 
 
 def hash_fd(fd: int) -> str:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
+from typing import Any
 
-from core.packaging.bundle import Bundle, FileHashCache, _walk_all
+from core.packaging.bundle import Bundle, DataListing, FileHashCache, list_data
 from core.config.request import JobRequest
 
 DIGEST_FIELDS = ("bundle_hash", "command", "env", "secrets", "data", "target", "gpu", "vram_gb",
@@ -23,26 +25,36 @@ def canonical(doc: dict) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def canonical_bytes(doc: Any) -> bytes:
+    """The canonical text as bytes; a non-UTF-8 path (surrogate escapes) keeps its own bytes."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode("utf-8", "surrogateescape")
+
+
 def digest(plan: dict) -> str:
     doc = {k: plan.get(k) for k in DIGEST_FIELDS}
     if plan.get("resources"):  # scheduler resources bind too (absent: the digest is unchanged)
         doc["resources"] = plan["resources"]
-    return hashlib.sha256(canonical(doc).encode()).hexdigest()
+    return hashlib.sha256(canonical_bytes(doc)).hexdigest()
 
 
-def data_hash(source: str, kind: str, cache: FileHashCache) -> str:
-    """Content hash of a data set: a file's sha256, a folder's manifest hash, a URI's text."""
+def data_hash(source: str, kind: str, cache: FileHashCache,
+              listing: DataListing | None = None) -> str:
+    """Content hash of a data set: a file's sha256, a folder's manifest hash, a URI's text.
+
+    Only what may be uploaded counts (`list_data`: credential files are withheld)."""
     if kind == "hf":
-        return hashlib.sha256(source.encode()).hexdigest()
-    path = Path(source)
-    files = [path] if path.is_file() else [path / rel for rel in sorted(_walk_all(path))]
+        return hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()
+    listing = listing or list_data(Path(source), cache=cache)
+    path = listing.source
+    files = [path / rel if rel else path for rel in listing.files]
     sigs = []
     for f in files:
         try:
             st = f.lstat()
         except OSError:
             continue
-        if not os.path.isfile(f) or f.is_symlink():
+        if not stat.S_ISREG(st.st_mode):
             continue
         sigs.append((str(f), FileHashCache.signature(st)))
     known = cache.lookup_many(sigs)
@@ -60,9 +72,9 @@ def data_hash(source: str, kind: str, cache: FileHashCache) -> str:
             cache.remember(name, sig, h)
         rows.append([os.path.relpath(name, path) if path.is_dir() else path.name, h])
     cache.flush()
-    if path.is_file():
+    if not path.is_dir():
         return rows[0][1] if rows else hashlib.sha256(b"").hexdigest()
-    return hashlib.sha256(canonical(rows).encode()).hexdigest()
+    return hashlib.sha256(canonical_bytes(rows)).hexdigest()
 
 
 def build_plan(req: JobRequest, bundle: Bundle, target: str, target_gpu: str,

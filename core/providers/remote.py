@@ -39,6 +39,7 @@ from typing import Any
 from core import paths
 from core.runtime import RUNTIME_DIR as runtime_dir_path
 from core.runtime import files as runtime_files
+from core.packaging.bundle import DataListing, list_data
 from core.packaging.safe_extract import OutputCaps, safe_extract
 from core.engine.store import Job
 from core.providers.spec import launch_spec
@@ -365,10 +366,14 @@ printf '%s\\n' "$py"
                 if not await self._missing([marker]):
                     continue
                 src = Path(item["source"])
+                if not src.exists():
+                    raise RuntimeError(f"data {item['name']}: {src} no longer exists here")
+                # the same judge as at submit: credential files are never uploaded
+                listing = await asyncio.to_thread(list_data, src, item["name"])
                 if src.is_file():
                     sent += await self._upload_file(src, final, marker)
                 elif src.is_dir():
-                    archive = await asyncio.to_thread(_pack_dir, src)
+                    archive = await asyncio.to_thread(_pack_dir, listing)
                     try:
                         sent += await self._upload_tree(archive, final, marker)
                     finally:
@@ -606,19 +611,17 @@ def _info_from(doc: dict) -> TargetInfo:
     return info
 
 
-def _pack_dir(src: Path) -> Path:
-    """A data folder as a temporary tar.gz: regular files and folders only, links not followed."""
+def _pack_dir(listing: DataListing) -> Path:
+    """A data folder as a temporary tar.gz: the files `list_data` lets go, links not followed."""
     fd, name = tempfile.mkstemp(prefix=".data-", suffix=".tar.gz", dir=paths.cache_dir())
     os.close(fd)
     out = Path(name)
-    with tarfile.open(out, "w:gz", compresslevel=1) as tar:
-        for dirpath, dirnames, filenames in os.walk(src):
-            dirnames[:] = sorted(d for d in dirnames if not os.path.islink(os.path.join(dirpath, d)))
-            for fname in sorted(filenames):
-                full = os.path.join(dirpath, fname)
-                if os.path.islink(full) or not os.path.isfile(full):
-                    continue
-                tar.add(full, arcname=os.path.relpath(full, src), recursive=False)
+    with tarfile.open(out, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
+        for rel in listing.files:
+            full = listing.source / rel
+            if os.path.islink(full) or not os.path.isfile(full):
+                continue
+            tar.add(full, arcname=rel, recursive=False)
     return out
 
 

@@ -1,0 +1,259 @@
+"""The one decision whether a file may ship: its name and place, its identity, its content.
+
+Every path that can put a file into a bundle or a data upload (git's list, the walk outside
+git, `include`, nested repositories, `--data` folders, the target of a symlink) asks `Gate.judge`.
+A name is not enough: a hard link `notes.txt` to `~/.ssh/id_rsa` has an innocent name, and a
+copy of a key under any name is still a key. So a file is withheld when
+
+- its path, or the path it resolves to through symlinked folders, is a credential by name or
+  place (`credentials.withheld_reason`);
+- it is a hard link (st_nlink > 1) to a known credential file: one of the user's own
+  (`credentials.HOME_CREDENTIALS`, same st_dev and st_ino) or another name of it in the project
+  that is withheld;
+- its first bytes are a credential (`credentials.content_verdict`), for files up to 1 MiB.
+
+Reading is kept cheap: content verdicts are cached by the file's signature (size, mtime, ctime,
+inode) in the hash cache, and the home folder and the project are searched for other names of a
+file only when a file with more than one name is about to ship.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.packaging import credentials as cred
+from core.packaging.filecache import FileHashCache
+
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+ALIAS_WALK_CAP = 500_000  # entries searched for a hard link's other names in the project
+
+FileId = tuple[int, int]
+
+
+def read_head(path: Path | str, expect: os.stat_result | None = None) -> bytes | None:
+    """The first CONTENT_HEAD bytes of a regular file, never following a link or blocking on a
+    FIFO; None when it cannot be read or is no longer the file that was listed."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if expect is not None and (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino):
+            return None
+        chunks = []
+        left = cred.CONTENT_HEAD
+        while left > 0:
+            block = os.read(fd, left)
+            if not block:
+                break
+            chunks.append(block)
+            left -= len(block)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def file_id(st: os.stat_result) -> FileId:
+    return (st.st_dev, st.st_ino)
+
+
+def home_credential_ids(home: Path | None = None) -> dict[FileId, str]:
+    """(st_dev, st_ino) of every file in the user's credential places, to its `~/...` name."""
+    home = home or Path.home()
+    found: dict[FileId, str] = {}
+    budget = cred.HOME_WALK_CAP
+    for rel in cred.HOME_CREDENTIALS:
+        top = home / rel
+        stack = [(top, f"~/{rel}")]
+        while stack and budget > 0:
+            path, label = stack.pop()
+            budget -= 1
+            try:
+                st = path.stat()  # followed: dotfile managers link ~/.ssh and ~/.aws elsewhere
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.setdefault(file_id(st), label)
+            elif stat.S_ISDIR(st.st_mode):
+                try:
+                    with os.scandir(path) as it:
+                        for d in it:
+                            if not (d.is_dir() and d.name in cred.HOME_SKIP_DIRS):
+                                stack.append((Path(d.path), f"{label}/{d.name}"))
+                except OSError:
+                    continue
+    return found
+
+
+@dataclass
+class Gate:
+    """Judges the files under `root`; `prefix` is prepended to each path for the name rules
+    (a data folder's own name, so `.config` + `gcloud/x` still reads as `.config/gcloud/x`)."""
+
+    root: Path
+    cache: FileHashCache | None = None
+    prefix: str = ""
+    warnings: list[str] = field(default_factory=list)
+    _real_dirs: dict[str, str | None] = field(default_factory=dict)
+    _home_ids: dict[FileId, str] | None = None
+    _aliases: dict[FileId, list[str]] | None = None
+    _verdicts: dict[str, str] = field(default_factory=dict)
+    _named: dict[str, str | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._root_prefix = str(self.root).rstrip("/") + "/"
+
+    def full(self, rel: str) -> str:
+        """The absolute path of `rel` (a string: pathlib costs more than the check itself)."""
+        return self._root_prefix + rel if rel else str(self.root)
+
+    # -- name and place -------------------------------------------------------------------
+
+    def path_reason(self, rel: str) -> str | None:
+        """Why `rel` may not ship by its name or place, as given and as its folders resolve."""
+        if rel not in self._named:
+            self._named[rel] = self._path_reason(rel)
+        return self._named[rel]
+
+    def _path_reason(self, rel: str) -> str | None:
+        reason = cred.withheld_reason(self.prefix + rel)
+        if reason:
+            return reason
+        parent, _, name = rel.rpartition("/")
+        if not parent:
+            return None
+        real_parent = self._real_dir(parent)
+        if real_parent is None:
+            return "withheld: reached through a symlinked folder that leaves the project"
+        if real_parent != parent:
+            resolved = f"{real_parent}/{name}" if real_parent else name
+            reason = cred.withheld_reason(self.prefix + resolved)
+            if reason:
+                return f"{reason} (through a symlinked folder: {resolved})"
+        return None
+
+    def _real_dir(self, parent: str) -> str | None:
+        """`parent` as it resolves inside the root ('' for the root), or None if it leaves it."""
+        if parent not in self._real_dirs:
+            real = os.path.realpath(self.full(parent))
+            root = str(self.root)
+            if real == root:
+                self._real_dirs[parent] = ""
+            elif real.startswith(root.rstrip("/") + "/"):
+                self._real_dirs[parent] = real[len(root.rstrip("/")) + 1:]
+            else:
+                self._real_dirs[parent] = None
+        return self._real_dirs[parent]
+
+    # -- the decision ---------------------------------------------------------------------
+
+    def judge(self, rel: str, st: os.stat_result) -> str | None:
+        """Why the regular file `rel` (with lstat `st`) may not ship, or None: name, place,
+        identity and content, in that order."""
+        reason = self.path_reason(rel)
+        if reason:
+            return reason
+        if st.st_nlink > 1:
+            reason = self._identity_reason(rel, st)
+            if reason:
+                return reason
+        return self._content_reason(rel, st)
+
+    def judge_many(self, items: list[tuple[str, os.stat_result]]) -> dict[str, str]:
+        """{rel: reason} for the files that may not ship (cached verdicts looked up at once)."""
+        self._prefetch(items)
+        out = {}
+        for rel, st in items:
+            reason = self.judge(rel, st)
+            if reason:
+                out[rel] = reason
+        if self.cache is not None:
+            self.cache.flush()
+        return out
+
+    # -- identity -------------------------------------------------------------------------
+
+    def _identity_reason(self, rel: str, st: os.stat_result) -> str | None:
+        if self._home_ids is None:
+            self._home_ids = home_credential_ids()
+        key = file_id(st)
+        home_name = self._home_ids.get(key)
+        if home_name:
+            return f"withheld: hard link to {home_name} (a credential file)"
+        for other in self._project_aliases().get(key, ()):
+            if other == rel:
+                continue
+            reason = self.path_reason(other)
+            if not reason and cred.is_env_template(other.rpartition("/")[2]):
+                reason = self._content_reason(other, st)  # the other name makes it a template
+            if reason:
+                return f"withheld: hard link to {other} ({reason.removeprefix('withheld: ')})"
+        return None
+
+    def _project_aliases(self) -> dict[FileId, list[str]]:
+        """Every name of every multiply-linked file under the root (.git/ aside), found once."""
+        if self._aliases is not None:
+            return self._aliases
+        aliases: dict[FileId, list[str]] = {}
+        budget = ALIAS_WALK_CAP
+        stack = [""]
+        while stack and budget > 0:
+            rel_dir = stack.pop()
+            try:
+                with os.scandir(self.root / rel_dir if rel_dir else self.root) as it:
+                    for d in it:
+                        budget -= 1
+                        rel = f"{rel_dir}/{d.name}" if rel_dir else d.name
+                        if d.is_dir(follow_symlinks=False):
+                            if d.name not in cred.NEVER_DIRS:
+                                stack.append(rel)
+                            continue
+                        try:
+                            dst = d.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if dst.st_nlink > 1 and stat.S_ISREG(dst.st_mode):
+                            aliases.setdefault(file_id(dst), []).append(rel)
+            except OSError:
+                continue
+        if stack:
+            self.warnings.append(f"hard links: only the first {ALIAS_WALK_CAP:,} entries of the "
+                                 "project were searched for their other names")
+        self._aliases = aliases
+        return aliases
+
+    # -- content --------------------------------------------------------------------------
+
+    def _signature(self, st: os.stat_result) -> str:
+        return f"{FileHashCache.signature(st)}|{cred.CONTENT_RULES_ID}"
+
+    def _prefetch(self, items: list[tuple[str, os.stat_result]]) -> None:
+        if self.cache is None:
+            return
+        wanted = [(self.full(rel), self._signature(st)) for rel, st in items
+                  if cred.needs_content_check(rel.rpartition("/")[2], st.st_size)]
+        self._verdicts.update(self.cache.lookup_verdicts(wanted))
+
+    def _content_reason(self, rel: str, st: os.stat_result) -> str | None:
+        name = rel.rpartition("/")[2]
+        if not cred.needs_content_check(name, st.st_size):
+            return None
+        full = self.full(rel)
+        cached = self._verdicts.get(full)
+        if cached is not None:
+            return cached or None
+        head = read_head(full, expect=st)
+        if head is None:
+            return None  # unreadable now: packing it fails with its own clear error
+        reason = cred.content_verdict(name, head, st.st_size)
+        if self.cache is not None:
+            self.cache.remember_verdict(full, self._signature(st), reason or "")
+        return reason

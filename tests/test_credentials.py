@@ -1,0 +1,655 @@
+"""Credential files never ship, checked as an attacker would: look in the packed tarball.
+
+Names are not enough: hard links under innocent names (to the user's own ~/.ssh/id_rsa, to a
+withheld project file), keys under any name (content), a symlinked folder reached by include,
+a nested repository's own .gitignore. And the edges of the walk: a home-folder project, a huge
+folder outside git, non-UTF-8 file names, a project folder named `proj [/x]`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from core.errors import UserError
+from core.packaging.bundle import (
+    ProjectTooBroad, build, list_data, list_project, make_bundle,
+)
+from tests.conftest import gpu_json, make_git_project, run_gpu, run_in_terminal, gpu_exe
+from tests.test_bundle import commit_all, marker, members, raw_tar, write
+
+TRAIN = "print('training')\n"
+
+
+@pytest.fixture
+def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake home folder (HOME) holding the user's own credentials, each with a marker."""
+    h = tmp_path / "userhome"
+    for rel in HOME_CREDENTIAL_FILES:
+        write(h / rel, marker(f"~/{rel}"))
+    monkeypatch.setenv("HOME", str(h))
+    return h
+
+
+# The user's own credential files, at the places their tools keep them.
+HOME_CREDENTIAL_FILES = [
+    ".ssh/id_rsa",
+    ".ssh/id_ed25519",
+    ".aws/credentials",
+    ".kaggle/kaggle.json",
+    ".netrc",
+    ".config/gcloud/application_default_credentials.json",
+    ".config/gcloud/credentials.db",
+    ".azure/msal_token_cache.json",
+    ".docker/config.json",
+    ".kube/config",
+    ".config/gh/hosts.yml",
+    ".pypirc",
+    ".npmrc",
+    ".git-credentials",
+    ".pgpass",
+    ".vault-token",
+    ".cache/huggingface/token",
+]
+
+
+def withheld(bundle_or_listing) -> dict[str, str]:
+    items = bundle_or_listing.withheld if hasattr(bundle_or_listing, "withheld") else \
+        [e for e in bundle_or_listing.summary().get("left_out", []) if "files" not in e]
+    return {e["path"]: e["reason"] for e in items}
+
+
+def assert_not_shipped(bundle, rel: str, secret: str, why: str = "withheld") -> None:
+    """Not a member, its bytes nowhere in the tarball, and named in left_out with the reason."""
+    assert rel not in members(bundle), sorted(members(bundle))
+    assert secret.encode() not in raw_tar(bundle)
+    reasons = withheld(bundle)
+    assert rel in reasons, bundle.summary().get("left_out")
+    assert why in reasons[rel], reasons[rel]
+    assert secret not in reasons[rel]
+
+
+# -- every name family, table-driven --------------------------------------------------------
+
+# One or more spellings of every family: case, prefixes and suffixes included.
+CREDENTIAL_NAMES = [
+    # dotenv, every variant
+    ".env", ".ENV", ".envrc", "prod.env", ".env-backup", ".env~", ".env.local", ".env.bak",
+    "config/.Env.Production", "docker.env", "..env.swp", "#.env#",
+    # secrets files
+    "secrets.yaml", "Secrets.JSON", ".secrets", "secrets.toml", "conf/prod-secrets.yml", "secret.txt",
+    # SSH and deploy keys
+    "id_rsa", "ID_RSA.bak", "keys/id_ed25519_deploy", "backup-id_ecdsa", "deploy_key",
+    "Deploy-Key.pub", "github_deploy_key", "ssh_host_ed25519_key",
+    # key stores by extension
+    "server.PEM", "tls/server.key", "cert.p12", "cert.pfx", "release.jks", "app.keystore",
+    "AuthKey_ABC123.p8", "putty.ppk",
+    # Terraform
+    "terraform.tfstate", "infra/terraform.tfstate.backup", "prod.tfstate", ".terraformrc",
+    # Kubernetes
+    ".kube/config", "deploy/.KUBE/config", "kubeconfig", "prod.kubeconfig.yaml",
+    # databases, package registries, git, netrc
+    ".pgpass", ".my.cnf", ".npmrc", ".pypirc", ".netrc", "_netrc", ".git-credentials",
+    ".gitcookies",
+    # cloud CLIs
+    ".aws/credentials", ".AWS/config", "credentials", "credentials.json", "credentials.csv",
+    "admin_accessKeys.csv", ".docker/config.json", ".dockercfg",
+    "gcloud/application_default_credentials.json", ".config/gcloud/credentials.db",
+    "client_secret_1234.apps.googleusercontent.com.json", "service-account-prod.json",
+    ".azure/msal_token_cache.json", "accessTokens.json", ".s3cfg", ".boto", ".databrickscfg",
+    "rclone.conf", ".config/gh/hosts.yml",
+    # ML platforms
+    "kaggle.json", "Kaggle (1).json", ".kaggle/anything.txt", ".modal.toml", ".huggingface/token",
+    # Vault, web servers, password stores, GnuPG, histories
+    ".vault-token", ".vault_pass", "htpasswd", ".htpasswd", "vault.kdbx", "office.ovpn",
+    ".gnupg/private-keys-v1.d/abc.key", "secring.gpg", ".bash_history", ".psql_history",
+]
+
+# Ordinary project files whose names brush against the families: they must ship.
+ORDINARY_NAMES = [
+    "keys.py", "tokenizer.json", "environment.yml", "env.py", "envs.py", "secret_sauce.py",
+    "deploy_keys.py", "credentials.py", "auth/credentials_helper.py", "keyboard.py",
+    "key_points.npy", "kube.py", "rsa.py", "test_rsa.py", "monkey.txt", "token.py",
+    "config.json", "settings.yaml", ".venv.cfg", "environments/prod.yaml", "netrc_parser.py",
+    "password_reset.html", "src/secrets_manager/client.py", "pem.py", "docs/keys.md",
+]
+
+
+def _write_family_project(project: Path) -> None:
+    for rel in CREDENTIAL_NAMES:
+        write(project / rel, marker(rel))
+    for rel in ORDINARY_NAMES:
+        write(project / rel, f"ordinary {rel}\n")
+    write(project / "train.py", TRAIN)
+
+
+@pytest.mark.parametrize("source", ["tracked", "untracked", "outside git", "included"])
+def test_every_credential_name_family_is_withheld(home: Path, tmp_path: Path, source: str) -> None:
+    """Each family (case-insensitive, with prefixes and backup suffixes) stays home, by every
+    path a file can take into the bundle; ordinary files with similar names ship."""
+    project = tmp_path / "p"
+    include: list[str] = []
+    if source == "outside git":
+        _write_family_project(project)
+    else:
+        gitignore = "*\n!.gitignore\n!train.py\n" if source == "included" else ""
+        make_git_project(project, {"train.py": TRAIN}, gitignore=gitignore)
+        _write_family_project(project)
+        if source == "tracked":
+            subprocess.run(["git", "-C", str(project), "add", "-f", "-A"], check=True)
+        if source == "included":
+            include = ["**"]
+    bundle = make_bundle(project, include=include)
+    names = members(bundle)
+    data = raw_tar(bundle)
+    reasons = withheld(bundle)
+    leaked = [rel for rel in CREDENTIAL_NAMES if rel in names or marker(rel).encode() in data]
+    assert not leaked, f"credential files shipped: {leaked}"
+    unreported = [rel for rel in CREDENTIAL_NAMES if "withheld" not in reasons.get(rel, "")]
+    assert not unreported, f"withheld but not reported: {unreported}"
+    dropped = [rel for rel in ORDINARY_NAMES if rel not in names]
+    assert not dropped, f"ordinary files withheld: {dropped} ({[reasons.get(r) for r in dropped]})"
+
+
+# -- env templates: the explicit rule --------------------------------------------------------
+
+
+TEMPLATES = [".env.example", ".env.sample", ".env.template", "example.env", ".env.local.example",
+             "conf/.ENV.Dist", "prod.env.example"]
+
+
+def test_env_templates_without_values_ship(home: Path, tmp_path: Path) -> None:
+    """A template that only names variables ships as is (the job's README needs it); the
+    real `.env` beside it does not."""
+    text = "# copy to .env and fill in\nAPI_KEY=\nexport DB_URL=\nEMPTY=\"\"\n\n"
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN, ".env": marker(".env"),
+                                                **{name: text for name in TEMPLATES}})
+    bundle = make_bundle(project)
+    with tarfile.open(bundle.path, "r:gz") as tar:
+        for name in TEMPLATES:
+            assert tar.extractfile(name).read() == text.encode(), name
+    assert_not_shipped(bundle, ".env", marker(".env"))
+
+
+@pytest.mark.parametrize("name", [".env.example", "example.env", ".env.sample"])
+def test_env_template_with_a_value_is_withheld(home: Path, tmp_path: Path, name: str) -> None:
+    """A "template" holding a real value is an env file: withheld, the value never shown."""
+    value = "sk-live-" + "9" * 24
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN,
+                                                name: f"# comment\nOK=\nAPI_KEY={value}\n"})
+    bundle = make_bundle(project)
+    assert_not_shipped(bundle, name, value, why="API_KEY on line 3")
+    doc = gpu_json("bundle", "--list", cwd=project)
+    assert value not in json.dumps(doc)
+
+
+# -- content: a key is a key under any name --------------------------------------------------
+
+
+def _pem_keys() -> dict[str, str]:
+    """Real private keys of every PEM kind, made here (cryptography is asyncssh's dependency)."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed25519, rsa
+
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    dsa_key = dsa.generate_private_key(key_size=1024)
+    ed_key = ed25519.Ed25519PrivateKey.generate()
+    pw = ser.BestAvailableEncryption(b"pw")
+
+    def pem(key, fmt, enc=ser.NoEncryption()) -> str:
+        return key.private_bytes(ser.Encoding.PEM, fmt, enc).decode()
+
+    body = "lQOYBGXyZ0sBCADc3Vr9Q0mR1oXhX9+LkQm2b0Jp8Zc5nJQ1a5c2b7o7lJmY1Q7y9Hk3c\nZ5c2b7o7lJmY1Q7y9Hk3cAA==\n"
+    return {
+        "RSA": pem(rsa_key, ser.PrivateFormat.TraditionalOpenSSL),
+        "RSA (encrypted, Proc-Type headers)": pem(rsa_key, ser.PrivateFormat.TraditionalOpenSSL, pw),
+        "EC": pem(ec_key, ser.PrivateFormat.TraditionalOpenSSL),
+        "DSA": pem(dsa_key, ser.PrivateFormat.TraditionalOpenSSL),
+        "OPENSSH": pem(ed_key, ser.PrivateFormat.OpenSSH),
+        "PKCS#8": pem(rsa_key, ser.PrivateFormat.PKCS8),
+        "ENCRYPTED": pem(ec_key, ser.PrivateFormat.PKCS8, pw),
+        "PGP": f"-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: GnuPG v2\n\n{body}=Xk3c\n"
+               "-----END PGP PRIVATE KEY BLOCK-----\n",
+        "CRLF": pem(rsa_key, ser.PrivateFormat.PKCS8).replace("\n", "\r\n"),
+    }
+
+
+@pytest.fixture(scope="module")
+def pem_keys() -> dict[str, str]:
+    return _pem_keys()
+
+
+def _credential_documents(keys: dict[str, str]) -> dict[str, str]:
+    """Credential files that are not PEM blocks, as their tools write them."""
+    sa = {"type": "service_account", "project_id": "p", "private_key_id": "abc",
+          "private_key": keys["PKCS#8"], "client_email": "x@p.iam.gserviceaccount.com"}
+    return {
+        "service-account JSON": json.dumps(sa, indent=2),
+        "gcloud user credentials": json.dumps({"type": "authorized_user", "client_id": "1.apps",
+                                               "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty",
+                                               "refresh_token": "1//0gLk"}),
+        "kubeconfig with a token": "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
+                                   "    server: https://k\nusers:\n- name: u\n  user:\n"
+                                   "    token: eyJhbGciOiJSUzI1NiIsImtpZCI6IiJ9.eyJpc3Mi\n",
+        "kubeconfig with a client key": "apiVersion: v1\nclusters: []\nusers:\n- name: u\n  user:\n"
+                                        "    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVk\n"
+                                        "kind: Config\n",
+        "AWS credentials copy": "[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\n"
+                                "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n",
+        "netrc copy": "machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n",
+        "PuTTY key": "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: k\n"
+                     "Public-Lines: 2\nAAAAC3NzaC1lZDI1NTE5AAAAIB\nAAAA\nPrivate-Lines: 1\nAAAAIQ==\n",
+    }
+
+
+@pytest.mark.parametrize("kind", ["RSA", "RSA (encrypted, Proc-Type headers)", "EC", "DSA",
+                                  "OPENSSH", "PKCS#8", "ENCRYPTED", "PGP", "CRLF"])
+@pytest.mark.parametrize("source", ["tracked", "outside git"])
+def test_private_key_under_an_innocent_name_is_withheld(home: Path, tmp_path: Path,
+                                                        pem_keys: dict, kind: str, source: str) -> None:
+    key = pem_keys[kind]
+    files = {"train.py": TRAIN, "notes.txt": "see below\n" + key, "weights/readme": key}
+    if source == "tracked":
+        project = make_git_project(tmp_path / "p", files)
+    else:
+        project = tmp_path / "p"
+        for rel, text in files.items():
+            write(project / rel, text)
+    bundle = make_bundle(project)
+    secret_line = key.strip().splitlines()[-2]  # a line of the key's body
+    for rel in ("notes.txt", "weights/readme"):
+        assert_not_shipped(bundle, rel, secret_line, why="content is a credential")
+    assert "train.py" in members(bundle)
+
+
+@pytest.mark.parametrize("kind", ["service-account JSON", "gcloud user credentials",
+                                  "kubeconfig with a token", "kubeconfig with a client key",
+                                  "AWS credentials copy", "netrc copy", "PuTTY key"])
+def test_credential_documents_under_innocent_names_are_withheld(home: Path, tmp_path: Path,
+                                                                pem_keys: dict, kind: str) -> None:
+    text = _credential_documents(pem_keys)[kind]
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN, "conf/settings.yaml": text})
+    bundle = make_bundle(project)
+    assert "conf/settings.yaml" not in members(bundle)
+    assert text.encode() not in raw_tar(bundle)
+    assert "content is a credential" in withheld(bundle)["conf/settings.yaml"]
+
+
+def test_code_that_mentions_keys_ships(home: Path, tmp_path: Path, pem_keys: dict) -> None:
+    """Talking about keys is not holding one: parsers, certificates, public keys, manifests
+    ship; the real key and service-account file beside them do not."""
+    files = {
+        "train.py": TRAIN,
+        "pem_parser.py": 'HEADER = "-----BEGIN RSA PRIVATE KEY-----\\n"\nFOOTER = "-----END"\n',
+        "docs/setup.md": "Paste your key:\n\n    -----BEGIN OPENSSH PRIVATE KEY-----\n    ...\n",
+        "cert.txt": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ\n-----END CERTIFICATE-----\n",
+        "authorized.txt": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq user@host\n",
+        "k8s/deploy.yaml": "apiVersion: apps/v1\nkind: Deployment\nspec:\n  password: ${DB_PASSWORD}\n",
+        "settings.json": '{"private_key": "", "client_secret": "${SECRET}"}\n',
+    }
+    keys = {"key.txt": pem_keys["OPENSSH"],
+            "sa.json": _credential_documents(pem_keys)["service-account JSON"]}
+    project = make_git_project(tmp_path / "p", {**files, **keys})
+    bundle = make_bundle(project)
+    assert set(members(bundle)) == set(files)
+    assert set(withheld(bundle)) == set(keys)
+
+
+# -- identity: hard links under innocent names ----------------------------------------------
+
+
+@pytest.mark.parametrize("cred", HOME_CREDENTIAL_FILES)
+def test_hard_link_to_a_home_credential_is_withheld(home: Path, user_home: Path, tmp_path: Path,
+                                                    cred: str) -> None:
+    """`notes.txt` -> ~/.ssh/id_rsa (content not recognisable as a key): withheld by identity."""
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN})
+    os.link(user_home / cred, project / "notes.txt")
+    commit_all(project)
+    bundle = make_bundle(project)
+    assert_not_shipped(bundle, "notes.txt", marker(f"~/{cred}"), why=f"hard link to ~/{cred}")
+    assert "train.py" in members(bundle)
+
+
+@pytest.mark.parametrize("source", ["tracked", "untracked", "outside git", "included"])
+def test_hard_links_in_every_source(home: Path, user_home: Path, tmp_path: Path, source: str) -> None:
+    """The issue's two: `notes.txt` -> id_rsa, `backup.txt` -> .aws/credentials."""
+    project = tmp_path / "p"
+    if source == "outside git":
+        write(project / "train.py", TRAIN)
+    else:
+        make_git_project(project, {"train.py": TRAIN},
+                         gitignore="*.txt\n" if source == "included" else "")
+    os.link(user_home / ".ssh/id_rsa", project / "notes.txt")
+    os.link(user_home / ".aws/credentials", project / "backup.txt")
+    if source == "tracked":
+        commit_all(project)
+    bundle = make_bundle(project, include=["*.txt"] if source == "included" else [])
+    assert_not_shipped(bundle, "notes.txt", marker("~/.ssh/id_rsa"), why="hard link")
+    assert_not_shipped(bundle, "backup.txt", marker("~/.aws/credentials"), why="hard link")
+
+
+def test_hard_link_into_a_symlinked_home_credential_folder(home: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dotfile managers link ~/.aws to the real folder: its files are still the user's."""
+    h = tmp_path / "userhome"
+    write(h / "dotfiles" / "aws" / "credentials", marker("aws"))
+    (h / ".aws").symlink_to(h / "dotfiles" / "aws")
+    monkeypatch.setenv("HOME", str(h))
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN})
+    os.link(h / "dotfiles" / "aws" / "credentials", project / "backup.txt")
+    assert_not_shipped(make_bundle(project), "backup.txt", marker("aws"), why="hard link to ~/.aws/credentials")
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+def test_hard_link_to_a_withheld_project_file_is_withheld(home: Path, tmp_path: Path,
+                                                          ignored: bool) -> None:
+    """`notes.txt` is the same file as the project's `.env` (tracked, or git-ignored); two
+    names of an ordinary file both ship."""
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN, "a.txt": "same\n"},
+                               gitignore=".env\n" if ignored else "")
+    write(project / "config" / ".env", marker(".env"))
+    os.link(project / "config" / ".env", project / "notes.txt")
+    (project / "sub").mkdir()
+    os.link(project / "config" / ".env", project / "sub" / "zz.txt")
+    os.link(project / "a.txt", project / "sub" / "b.txt")
+    write(project / ".env.example", f"TOKEN={marker('template')}\n")  # a template with a value
+    os.link(project / ".env.example", project / "sub" / "example.txt")
+    commit_all(project)
+    bundle = make_bundle(project)
+    for rel in ("notes.txt", "sub/zz.txt"):
+        assert_not_shipped(bundle, rel, marker(".env"), why="hard link to config/.env")
+    assert_not_shipped(bundle, "sub/example.txt", marker("template"), why="hard link to .env.example")
+    assert {"a.txt", "sub/b.txt", "train.py"} <= set(members(bundle))
+
+
+def test_cli_list_agrees_with_the_tarball(home: Path, user_home: Path, tmp_path: Path,
+                                          pem_keys: dict) -> None:
+    """`gpu bundle --list --json` is exactly what the stored tarball holds; every withheld
+    file is in left_out as withheld, and no secret is printed."""
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN, "lib/a.py": "a\n",
+                                                ".env": marker(".env"), "k.txt": pem_keys["EC"]})
+    os.link(user_home / ".ssh/id_rsa", project / "notes.txt")
+    nested = make_git_project(project / "vendor", {"v.py": "v\n"}, gitignore="out/\n")
+    write(nested / "out" / "gen.py", "generated\n")
+    doc = gpu_json("bundle", "--list", cwd=project)
+    with tarfile.open(home / "bundles" / f"{doc['hash']}.tar.gz", "r:gz") as tar:
+        shipped = sorted(m.name for m in tar.getmembers())
+    assert sorted(doc["list"]) == shipped and doc["files"] == len(shipped)
+    assert {"train.py", "lib/a.py", "vendor/v.py"} <= set(shipped)
+    assert not {".env", "k.txt", "notes.txt", "vendor/out/gen.py"} & set(shipped)
+    reasons = {e["path"]: e["reason"] for e in doc["left_out"]}
+    for rel in (".env", "k.txt", "notes.txt"):
+        assert reasons[rel].startswith("withheld:")
+    out = json.dumps(doc)
+    assert marker(".env") not in out and marker("~/.ssh/id_rsa") not in out
+    assert pem_keys["EC"].splitlines()[1] not in out
+
+
+def test_a_file_turned_into_a_key_while_packing_is_not_shipped(home: Path, tmp_path: Path,
+                                                               pem_keys: dict) -> None:
+    """The packer judges the bytes it packs: listed clean, rewritten before packing, refused."""
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN, "notes.txt": "clean\n"})
+    listing = list_project(project)
+    assert "notes.txt" in listing.entries
+    (project / "notes.txt").write_text(pem_keys["RSA"])
+    with pytest.raises(UserError, match="notes.txt changed while packing"):
+        build(listing)
+    assert not list((home / "bundles").glob("*.tar.gz"))
+
+
+# -- places: symlinked folders, case, nested repositories -----------------------------------
+
+
+@pytest.mark.parametrize("folder,inside", [(".ssh", "config"), (".ssh", "known_hosts"),
+                                           (".aws", "config"), (".kube", "cache.json")])
+def test_include_through_a_symlinked_credential_folder(home: Path, tmp_path: Path,
+                                                       folder: str, inside: str) -> None:
+    """`keys -> .ssh` inside the project: `include keys/config` is `.ssh/config`, withheld."""
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN}, gitignore=f"{folder}/\n")
+    write(project / folder / inside, marker(inside))
+    (project / "keys").symlink_to(folder)
+    for pattern in (f"keys/{inside}", "keys"):
+        bundle = make_bundle(project, include=[pattern])
+        rel = f"keys/{inside}" if pattern != "keys" else "keys"
+        assert_not_shipped(bundle, rel, marker(inside), why="credential folder")
+
+
+def test_credential_folders_match_any_case(home: Path, tmp_path: Path) -> None:
+    """`.SSH/` is `.ssh/` on macOS's file system, and to a person."""
+    files = {".SSH/config": marker("a"), ".Aws/credentials": marker("b"), "x/.KUBE/config": marker("c")}
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN, **files})
+    bundle = make_bundle(project)
+    for rel in files:
+        assert_not_shipped(bundle, rel, files[rel], why="credential folder")
+
+
+@pytest.mark.parametrize("outer", ["git", "outside git", "included"])
+def test_nested_repository_ships_by_its_own_gitignore(home: Path, tmp_path: Path, outer: str) -> None:
+    """A folder with its own .git (untracked by the outer repo, or pulled in by include):
+    its .gitignore and .git/info/exclude decide what ships from it."""
+    project = tmp_path / "p"
+    if outer == "outside git":
+        write(project / "train.py", TRAIN)
+        base = "vendor/lib"
+    else:
+        make_git_project(project, {"train.py": TRAIN},
+                         gitignore="third_party/\n" if outer == "included" else "")
+        base = "third_party/lib" if outer == "included" else "vendor/lib"
+    nested = make_git_project(project / base, {"src.py": "s\n", "deep/keep.py": "k\n"},
+                              gitignore="build/\n*.log\n")
+    write(nested / "build" / "gen.py", "generated\n")
+    write(nested / "run.log", "log\n")
+    write(nested / "scratch.tmp", "tmp\n")
+    (nested / ".git" / "info").mkdir(exist_ok=True)
+    (nested / ".git" / "info" / "exclude").write_text("*.tmp\n")
+    write(nested / "untracked.py", "u\n")
+    include = ["third_party"] if outer == "included" else []
+    bundle = make_bundle(project, include=include)
+    shipped = {n.removeprefix(base + "/") for n in members(bundle) if n.startswith(base + "/")}
+    assert shipped == {".gitignore", "src.py", "deep/keep.py", "untracked.py"}
+    if outer != "included":
+        groups = {e["path"] for e in bundle.summary()["left_out"] if "files" in e}
+        assert f"{base}/build/" in groups
+
+
+def test_a_deeper_nested_repository_keeps_its_own_rules(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN})
+    outer = make_git_project(project / "a", {"x.py": "x\n"}, gitignore="*.bin\n")
+    inner = make_git_project(outer / "b", {"y.py": "y\n"}, gitignore="cache/\n")
+    write(outer / "w.bin", "w")
+    write(inner / "cache" / "c.py", "c\n")
+    write(inner / "z.bin", "z")  # ignored by a's rules, but b is its own repository
+    names = set(members(make_bundle(project)))
+    assert {"a/x.py", "a/b/y.py", "a/b/z.bin"} <= names
+    assert not {"a/w.bin", "a/b/cache/c.py"} & names
+
+
+# -- home folder and huge folders ------------------------------------------------------------
+
+
+def test_home_folder_project_is_refused_for_an_agent(home: Path, user_home: Path) -> None:
+    write(user_home / "train.py", TRAIN)
+    for cmd in (["bundle"], ["submit", "train.py", "--hours", "0.1"], ["plan", "train.py", "--hours", "0.1"]):
+        proc = run_gpu(*cmd, "--json", cwd=user_home)
+        assert proc.returncode == 2, proc.stderr
+        err = json.loads(proc.stdout)
+        assert "home folder" in err["error"] and err["where"] == str(user_home.resolve())
+        assert "--allow-large-project" in err["fix"] and "git init" in err["fix"]
+    assert not (home / "bundles").exists() or not list((home / "bundles").iterdir())
+    assert gpu_json("jobs")["jobs"] == []
+
+
+def test_home_folder_project_with_the_flag_still_withholds_credentials(home: Path,
+                                                                       user_home: Path) -> None:
+    write(user_home / "train.py", TRAIN)
+    doc = gpu_json("bundle", "--list", "--allow-large-project", cwd=user_home)
+    assert "train.py" in doc["list"]
+    for rel in HOME_CREDENTIAL_FILES:
+        assert rel not in doc["list"]
+
+
+@pytest.mark.parametrize("answer,status", [("y", 0), ("n", 2), ("", 2)])
+def test_home_folder_project_asks_a_person(home: Path, user_home: Path, answer: str,
+                                           status: int) -> None:
+    write(user_home / "train.py", TRAIN)
+    code, out = run_in_terminal([gpu_exe(), "bundle", "--list"], answer, cwd=user_home)
+    assert "home folder" in out and "Ship it anyway? [y/N]" in out
+    assert code == status, out
+    shipped = list((home / "bundles").glob("*.tar.gz")) if (home / "bundles").exists() else []
+    assert bool(shipped) == (status == 0)
+    if status == 0:
+        assert "train.py" in out
+    else:
+        assert "nothing was shipped" in out
+
+
+def test_git_repository_at_home_is_refused(home: Path, user_home: Path) -> None:
+    """A dotfiles repository at ~ makes ~ the bundle root of a project below it."""
+    make_git_project(user_home, {".bashrc": "x\n"})
+    write(user_home / "work" / "train.py", TRAIN)
+    with pytest.raises(ProjectTooBroad, match="home folder"):
+        list_project(user_home / "work")
+    with pytest.raises(ProjectTooBroad, match="holds your home folder"):
+        list_project(user_home.parent)
+
+
+def test_huge_folder_outside_git_is_refused_unless_allowed(home: Path, tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    write(project / "train.py", TRAIN)
+    for i in range(5_001):
+        (project / f"f{i}.txt").touch()
+    proc = run_gpu("bundle", "--json", cwd=project)
+    assert proc.returncode == 2
+    err = json.loads(proc.stdout)
+    assert "not a git repository" in err["error"] and "5,000" in err["error"]
+    assert "--allow-large-project" in err["fix"]
+    assert gpu_json("bundle", "--allow-large-project", cwd=project)["files"] == 5_002
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    assert gpu_json("bundle", cwd=project)["files"] == 5_002  # git decides: no question
+
+
+def test_big_bytes_outside_git_are_refused(home: Path, tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    write(project / "train.py", TRAIN)
+    with open(project / "big.bin", "wb") as f:
+        f.truncate(1_100_000_000)  # sparse: costs nothing
+    with pytest.raises(ProjectTooBroad, match="GB"):
+        list_project(project)
+    assert "big.bin" in list_project(project, allow_large=True).entries
+
+
+def test_project_inside_a_credential_folder_is_refused(home: Path, tmp_path: Path) -> None:
+    project = tmp_path / ".aws" / "proj"
+    write(project / "train.py", TRAIN)
+    with pytest.raises(UserError, match="inside a credential folder"):
+        list_project(project, allow_large=True)
+
+
+# -- names that are not UTF-8, folders named like markup --------------------------------------
+
+
+NON_UTF8 = [b"caf\xe9.py", b"d\xff/x.py", b"\xfe\xfd data.csv"]
+
+
+@pytest.mark.parametrize("git_project", [True, False])
+def test_non_utf8_names_ship_with_their_bytes(home: Path, tmp_path: Path, git_project: bool) -> None:
+    project = tmp_path / "p"
+    write(project / "train.py", TRAIN)
+    for raw in NON_UTF8:
+        path = os.fsencode(project) + b"/" + raw
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(raw)
+    with open(os.fsencode(project) + b"/\xff.env", "wb") as f:
+        f.write(marker("env").encode())
+    if git_project:
+        subprocess.run(["git", "init", "-q", str(project)], check=True)
+        commit_all(project)
+    bundle = make_bundle(project)
+    with tarfile.open(bundle.path, "r:gz") as tar:
+        got = {os.fsencode(m.name): tar.extractfile(m).read() for m in tar.getmembers()}
+    assert {raw: raw for raw in NON_UTF8}.items() <= got.items()
+    assert b"\xff.env" not in got and marker("env").encode() not in raw_tar(bundle)
+    doc = gpu_json("bundle", "--list", cwd=project)
+    assert sorted(os.fsencode(n) for n in doc["list"]) == sorted(got)
+    dest = tmp_path / "untar"  # the remote targets unpack with GNU tar
+    dest.mkdir()
+    subprocess.run(["tar", "-xzf", str(bundle.path), "-C", str(dest)], check=True, capture_output=True)
+    assert (os.fsencode(dest) + b"/d\xff/x.py") and open(os.fsencode(dest) + b"/d\xff/x.py", "rb").read() == b"d\xff/x.py"
+
+
+def test_non_utf8_data_path_plans(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN})
+    data = os.fsencode(tmp_path) + b"/d\xe9ta"
+    os.makedirs(data + b"/sub\xff")
+    with open(data + b"/sub\xff/x\xfe.csv", "wb") as f:
+        f.write(b"1,2\n")
+    doc = gpu_json("plan", "train.py", "--hours", "0.1", "--data", f"d={os.fsdecode(data)}",
+                   cwd=project)
+    assert len(doc["plan"]["data"]["d"]) == 64
+
+
+def test_project_folders_named_like_markup_or_globs(home: Path, tmp_path: Path) -> None:
+    """`proj [/x]`, `exp[1]`, `v*2`: the project's own path is literal in include globs and
+    paths; only the glob the user wrote is a glob."""
+    for folder in ("proj [/x]", "exp[1]", "v*2", "a?b"):
+        repo = make_git_project(tmp_path / "repo" / folder.replace("/", "_"),
+                                {f"{folder}/train.py": TRAIN, "other.py": "o\n"}, gitignore="data/\n")
+        project = repo / folder
+        write(project / "data" / "a.png", "png")
+        write(project / "data" / "b.csv", "csv")
+        doc = gpu_json("bundle", "--list", "--include", "data/*.png", "--project-dir", str(project))
+        assert {f"{folder}/data/a.png", f"{folder}/train.py", "other.py"} <= set(doc["list"]), folder
+        assert f"{folder}/data/b.csv" not in doc["list"]
+    alone = tmp_path / "proj [" / "x]"
+    write(alone / "train.py", TRAIN)
+    write(alone / "data" / "c.png", "png")
+    assert set(gpu_json("bundle", "--list", "--include", "data/*.png", cwd=alone)["list"]) == {
+        "train.py", "data/c.png"}
+
+
+# -- data sets go through the same judge ------------------------------------------------------
+
+
+def test_data_that_is_a_credential_is_refused(home: Path, user_home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN})
+    for source in (user_home / ".ssh", user_home / ".ssh" / "id_rsa", user_home / ".aws" / "credentials",
+                   user_home / ".config" / "gcloud"):
+        proc = run_gpu("plan", "train.py", "--hours", "0.1", "--data", f"k={source}", "--json",
+                       cwd=project)
+        assert proc.returncode == 2, (source, proc.stdout, proc.stderr)
+        assert "credential" in json.loads(proc.stdout)["error"]
+    link = tmp_path / "innocent.csv"
+    os.link(user_home / ".kaggle" / "kaggle.json", link)
+    with pytest.raises(UserError, match="hard link to ~/.kaggle/kaggle.json"):
+        list_data(link, "d")
+
+
+def test_credentials_inside_a_data_folder_are_not_uploaded(home: Path, user_home: Path,
+                                                           tmp_path: Path, pem_keys: dict) -> None:
+    from core.providers.remote import _pack_dir
+
+    data = tmp_path / "dataset"
+    write(data / "a.csv", "1,2\n")
+    write(data / "sub" / "b.csv", "3,4\n")
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN})
+    clean = gpu_json("plan", "train.py", "--hours", "0.1", "--data", f"d={data}", cwd=project)
+    write(data / ".env", marker("data/.env"))
+    write(data / "sub" / "notes.txt", pem_keys["OPENSSH"])
+    os.link(user_home / ".ssh" / "id_ed25519", data / "copy.csv")
+    doc = gpu_json("plan", "train.py", "--hours", "0.1", "--data", f"d={data}", cwd=project)
+    assert doc["plan"]["data"]["d"] == clean["plan"]["data"]["d"]  # only the clean files count
+    warning = [w for w in doc["bundle"]["warnings"] if w.startswith("data d:")]
+    assert warning and all(n in warning[0] for n in (".env", "sub/notes.txt", "copy.csv"))
+    archive = _pack_dir(list_data(data, "d"))
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            assert sorted(tar.getnames()) == ["a.csv", "sub/b.csv"]
+    finally:
+        archive.unlink()
