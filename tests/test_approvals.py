@@ -89,6 +89,9 @@ def test_approve_and_deny_need_a_terminal_and_a_typed_id(home: Path, tmp_path: P
     held = gpu_json("submit", "a.py", "--wait-s", "0", cwd=project)["job"]
     proc = run_gpu("approve", held["short_id"])
     assert proc.returncode == 2 and "needs a person at a terminal" in proc.stderr
+    assert "presses `a`" in proc.stderr
+    proc = run_gpu("deny", held["short_id"])
+    assert proc.returncode == 2 and "presses `d`" in proc.stderr  # the dashboard's deny key
     assert gpu_json("status", held["short_id"])["state"] == "awaiting_approval"
     status, out = run_in_terminal([gpu_exe(), "approve", held["short_id"]], "wrong")
     assert status == 2 and "nothing was changed" in out

@@ -510,3 +510,50 @@ def test_packed_files_keep_content_and_executable_bit(home: Path, tmp_path: Path
     with tarfile.open(bundle.path, "r:gz") as tar:
         assert tar.extractfile("train.py").read() == TRAIN.encode()
     assert bundle.summary()["bytes"] == len(TRAIN) + len("#!/bin/sh\necho hi\n")
+
+
+def test_gpu_bundle_is_a_dry_run_that_writes_nothing(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"train.py": "print(1)\n", "big.bin": "x" * 200_000})
+    for _ in range(5):
+        doc = gpu_json("bundle", cwd=project)
+        assert doc["files"] == 2
+    assert not list(home.glob("bundles/*.tar.gz")), "gpu bundle stored an archive"
+    # the same hash a submit then stores: the dry run hashed exactly what ships
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    stored = [p.name for p in home.glob("bundles/*.tar.gz")]
+    assert stored == [f"{doc['hash']}.tar.gz"] and sub["bundle"]["files"] == 2
+
+
+def test_gpu_routers_own_home_never_ships_wherever_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU_ROUTER_HOME inside the project (untracked, not ignored) is not packed: five
+    submits from it must not pack the previous bundles into the next."""
+    project = make_git_project(tmp_path / "p", {"train.py": "print(1)\n"})
+    state = project / "state"
+    monkeypatch.setenv("GPU_ROUTER_HOME", str(state))
+    monkeypatch.setenv("GPU_ROUTER_CONFIG", str(tmp_path / "cfg.yaml"))
+    try:
+        sizes = []
+        for i in range(3):
+            sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0",
+                           "--env", f"RUN={i}", cwd=project)
+            sizes.append(sub["bundle"]["files"])
+        assert sizes == [1, 1, 1]
+        listed = gpu_json("bundle", "--list", cwd=project)["list"]
+        assert not any(rel.startswith("state/") for rel in listed)
+        left = {item["path"]: item["reason"] for item in gpu_json("bundle", cwd=project)["left_out"]}
+        assert any("gpu-router's own state" in why for why in left.values()), left
+    finally:
+        run_gpu("daemon", "--stop")
+
+
+def test_bundle_and_submit_agree_on_gpu_yaml_include(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {
+        "train.py": "print(1)\n", "gpu.yaml": "script: train.py\nhours: 0.1\ninclude: [vendor/]\n"},
+        gitignore="vendor/\n")
+    (project / "vendor").mkdir()
+    (project / "vendor" / "lib.py").write_text("X = 1\n")
+    listed = gpu_json("bundle", "--list", cwd=project)
+    assert "vendor/lib.py" in listed["list"]
+    sub = gpu_json("submit", "--wait-s", "0", cwd=project)
+    assert sub["bundle"]["files"] == listed["files"] and sub["job"]["id"]
+    assert f"{listed['hash']}.tar.gz" in [p.name for p in home.glob("bundles/*.tar.gz")]

@@ -303,3 +303,40 @@ def test_cli_submit_reads_gpu_yaml_and_arguments_win(home: Path, tmp_path: Path)
     assert job["request"]["script"] == "train.py"
     assert job["request"]["env"] == {"A": "1", "B": "3"}
     assert [j["id"] for j in gpu_json("jobs", cwd=project)["jobs"]] == [job["id"]]
+
+
+def test_every_flag_an_error_tells_the_user_to_pass_exists() -> None:
+    """The fix text of each UserError names only flags the `gpu` command really has (once an
+    error said --script, which never existed)."""
+    import argparse
+    import ast
+    import re
+
+    from tui.cli import build_parser
+
+    flags: set[str] = set()
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            flags.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(build_parser())
+    root = Path(__file__).resolve().parent.parent
+    named: dict[str, str] = {}
+    for path in [*root.glob("core/**/*.py"), *root.glob("tui/**/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            for kw in node.keywords:
+                if kw.arg != "fix":
+                    continue
+                for part in ast.walk(kw.value):
+                    if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                        for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", part.value):
+                            named.setdefault(flag, f"{path.relative_to(root)}:{node.lineno}")
+    assert named, "the scan found no fix text at all"
+    unknown = {flag: where for flag, where in named.items() if flag not in flags}
+    assert unknown == {}

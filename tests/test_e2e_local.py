@@ -183,3 +183,93 @@ def test_runs_folder_is_git_ignored_from_its_first_use(home: Path, tmp_path: Pat
     staged = subprocess.run(["git", "-C", str(project), "diff", "--cached", "--name-only"],
                             capture_output=True, text=True, check=True).stdout
     assert staged == ""
+
+
+def test_last_is_the_newest_job_of_the_project_you_are_in(home: Path, tmp_path: Path) -> None:
+    a = make_git_project(tmp_path / "a", {"t.py": "print('from a')\n", "sub/x.txt": "x\n"})
+    b = make_git_project(tmp_path / "b", {"t.py": "print('from b')\n"})
+    job_a = gpu_json("submit", "t.py", "--hours", "0.1", "--wait-s", "0", cwd=a)["job"]
+    job_b = gpu_json("submit", "t.py", "--hours", "0.1", "--wait-s", "0", cwd=b)["job"]
+    assert gpu_json("status", "last", cwd=a)["short_id"] == job_a["short_id"]
+    assert gpu_json("status", "last", cwd=a / "sub")["short_id"] == job_a["short_id"]
+    assert gpu_json("status", "last", cwd=b)["short_id"] == job_b["short_id"]
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    assert gpu_json("status", "last", cwd=outside)["short_id"] == job_b["short_id"]  # newest of all
+    fresh = make_git_project(tmp_path / "c", {"t.py": "print(1)\n"})
+    proc = run_gpu("status", "last", cwd=fresh)
+    assert proc.returncode == 2 and "no job was submitted from this project" in proc.stderr
+    assert "the newest job of the project you are in" in " ".join(run_gpu("logs", "--help").stdout.split())
+
+
+def test_metrics_key_filters_text_output_and_an_unknown_key_lists_the_known(home: Path,
+                                                                           tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {
+        "m.py": "import gpu\nfor s in range(3):\n    gpu.log(step=s, loss=1.0 / (s + 1), acc=s / 3)\n"})
+    sub = gpu_json("submit", "m.py", "--hours", "0.1", "--wait-s", "0", cwd=project)["job"]
+    assert wait_state(sub["short_id"], {"done", "failed"}, timeout=120)["state"] == "done"
+    text = run_gpu("metrics", sub["short_id"], "--key", "loss").stdout
+    assert "loss" in text and "acc" not in text
+    assert "acc" in run_gpu("metrics", sub["short_id"]).stdout
+    bad = run_gpu("metrics", sub["short_id"], "--key", "lss")
+    assert bad.returncode == 2 and "no metric 'lss'" in bad.stderr and "acc, loss" in bad.stderr
+
+
+def _follow(short_id: str, cwd: Path):
+    import subprocess
+
+    from tests.conftest import gpu_exe
+
+    return subprocess.Popen([gpu_exe(), "logs", "-f", short_id], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, bufsize=0)
+
+
+def _first_lines(proc, until: str, timeout: float = 30) -> str:
+    """What the follower printed until `until` appeared (read unbuffered, as it comes)."""
+    import os
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while until.encode() not in seen:
+        assert time.monotonic() < deadline, f"never said {until!r}: {seen!r}"
+        if sel.select(timeout=0.5):
+            seen += os.read(proc.stdout.fileno(), 65536)
+    return seen.decode()
+
+
+def test_logs_follow_of_a_held_job_says_why_and_how_then_follows(home: Path, tmp_path: Path) -> None:
+    from core.engine.approvals import approve
+    from core.engine.store import Store
+
+    project = make_git_project(tmp_path / "p", {"a.py": "print('the job ran')\n"})
+    held = gpu_json("submit", "a.py", "--wait-s", "0", cwd=project)["job"]  # no hours: held
+    proc = _follow(held["short_id"], project)
+    try:
+        first = _first_lines(proc, "to approve it", timeout=20)
+        assert "waits for a person's approval" in first and "no hours estimate" in first
+        assert f"gpu approve {held['short_id']}" in first
+        approve(Store(), held["id"], digest=held["digest"], actor="test")
+        out = proc.communicate(timeout=120)[0].decode()
+    finally:
+        proc.kill()
+    assert "the job ran" in out and out.rstrip().endswith("exited with status 0")
+
+
+def test_logs_follow_of_a_job_waiting_for_a_slot_says_why(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"slow.py": "import time\ntime.sleep(600)\n",
+                                                "quick.py": "print('second ran')\n"})
+    first = gpu_json("submit", "slow.py", "--hours", "0.2", "--wait-s", "10", cwd=project)["job"]
+    wait_state(first["short_id"], {"running"}, timeout=60)
+    second = gpu_json("submit", "quick.py", "--hours", "0.1", "--wait-s", "0", cwd=project)["job"]
+    proc = _follow(second["short_id"], project)
+    try:
+        said = _first_lines(proc, "free slot", timeout=30)
+        assert f"job {second['short_id']} is" in said
+        gpu_json("cancel", first["short_id"])
+        out = proc.communicate(timeout=120)[0].decode()
+    finally:
+        proc.kill()
+    assert "second ran" in out

@@ -255,3 +255,10 @@ def test_no_form_of_a_keychain_secret_is_stored_or_shown(keychain, home: Path, t
     for path, data in files:
         for form in _spellings(SECRET):
             assert form not in data, f"{path} holds the secret"
+
+
+def test_secrets_list_without_a_keychain_is_an_error_with_the_fix(home: Path) -> None:
+    env = {**os.environ, "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
+    proc = run_gpu("secrets", "list", env=env)
+    assert proc.returncode == 2
+    assert "no native keychain is available" in proc.stderr and "gnome-keyring-daemon" in proc.stderr

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 from typing import IO, Any, Callable
 
 from core.errors import UserError
@@ -30,6 +31,18 @@ class _Parser(argparse.ArgumentParser):
     def _print_message(self, message: str, file: IO[str] | None = None) -> None:
         if message:
             write(message, file or sys.stderr)
+
+
+def _here() -> str | None:
+    """The project the command runs in, for `last`: the git work tree holding the current
+    folder, or the folder itself if it has a gpu.yaml; None outside any project."""
+    from core.packaging.bundle import find_root
+
+    cwd = os.getcwd()
+    root, in_git = find_root(Path(cwd))
+    if in_git:
+        return str(root)
+    return cwd if os.path.exists(os.path.join(cwd, "gpu.yaml")) else None
 
 
 def _store():
@@ -163,7 +176,7 @@ def _confirm_on_terminal(job, verb: str) -> None:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError(f"{verb} needs a person at a terminal",
                         fix=f"a person runs `gpu {verb} {job.short_id}` in a terminal, or presses "
-                            f"`a` on the job in `gpu dash`")
+                            f"`{'a' if verb == 'approve' else 'd'}` on the job in `gpu dash`")
     typed = ask(markup("Type the job id ({short}) to {verb} it: ", short=job.short_id, verb=verb)).strip()
     if typed != job.short_id:
         raise UserError(f"you typed {typed!r}, not {job.short_id}: nothing was changed")
@@ -174,7 +187,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from core.engine.states import State
 
     store = _store()
-    job = store.resolve(args.id)
+    job = store.resolve(args.id, _here())
     if job.state != State.AWAITING_APPROVAL:
         raise UserError(f"job {job.short_id} is {job.state.value}, not awaiting approval",
                         fix="see `gpu jobs --state awaiting_approval`")
@@ -197,7 +210,7 @@ def cmd_deny(args: argparse.Namespace) -> int:
     from core.engine.approvals import deny, who
 
     store = _store()
-    job = store.resolve(args.id)
+    job = store.resolve(args.id, _here())
     _confirm_on_terminal(job, "deny")
     job = deny(store, job.id, actor=who("terminal"), reason=args.reason)
     if args.json:
@@ -260,12 +273,13 @@ def cmd_dash(args: argparse.Namespace) -> int:
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
-    from core.config.request import resolve_project
+    from core.config.request import read_project_file, resolve_project
     from core.packaging.bundle import build, list_project
 
-    listing = _confirm_broad(args, lambda allow: list_project(
-        resolve_project(args.project_dir or os.getcwd()), args.include or [], allow_large=allow))
-    bundle = build(listing)
+    project = resolve_project(args.project_dir or os.getcwd())
+    include = [*read_project_file(project)[0].get("include", []), *(args.include or [])]
+    listing = _confirm_broad(args, lambda allow: list_project(project, include, allow_large=allow))
+    bundle = build(listing, dry_run=True)  # a look: nothing is packed or stored
     summary = bundle.summary()
     files = sorted(listing.entries) if args.list else None
     if args.json:
@@ -325,7 +339,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         say(f"supervisor: {'running (pid %d)' % pid if pid else 'not running (starts on demand)'}")
         say(jobs_table(jobs) if jobs else markup("no live jobs (see all with [bold]gpu jobs[/])"))
         return 0
-    job = store.resolve(args.id)
+    job = store.resolve(args.id, _here())
     events = store.events(job.id)
     if args.json:
         from core.engine.service import guidance
@@ -346,7 +360,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from tui.output import safe
 
     store = _store()
-    job = store.resolve(args.id)
+    job = store.resolve(args.id, _here())
     path = log_path(job)
     if args.follow and not args.json:
         return _follow_log(store, job, path, args.tail)
@@ -369,6 +383,7 @@ def _follow_log(store, job, path, tail: int | None) -> int:
     follower = Follower(path)
     if tail is not None:
         _write_lines(follower.start(tail))
+    said = None
     try:
         while True:
             lines, _ = follower.read()
@@ -376,6 +391,7 @@ def _follow_log(store, job, path, tail: int | None) -> int:
                 _write_lines(lines)
                 continue
             job = store.get(job.id)
+            said = _say_waiting(job, said)
             if job.state in TERMINAL:
                 while lines := follower.read()[0]:  # what was written just before it ended
                     _write_lines(lines)
@@ -388,6 +404,26 @@ def _follow_log(store, job, path, tail: int | None) -> int:
         return 130
 
 
+def _say_waiting(job, said: tuple | None) -> tuple | None:
+    """While a followed job is not running, say once per change what it waits for: a person's
+    approval (the rule, and how to give it), or a slot or a queue (why)."""
+    from core.engine.states import TERMINAL, State
+
+    if job.state in (State.RUNNING, State.CHECKPOINTING) or job.state in TERMINAL:
+        return None
+    now = (job.state, job.reason)
+    if now == said:
+        return said
+    if job.state == State.AWAITING_APPROVAL:
+        write(f"-- job {job.short_id} waits for a person's approval: {job.reason or 'held'}\n"
+              f"-- to approve it: gpu approve {job.short_id} (or press a on it in gpu dash); "
+              f"to refuse: gpu deny {job.short_id}; following until it runs...\n")
+    else:
+        write(f"-- job {job.short_id} is {job.state.value}" + (f": {job.reason}" if job.reason else "")
+              + "; following until it runs...\n")
+    return now
+
+
 def _write_lines(lines: list[str]) -> None:
     if lines:
         write("\n".join(lines) + "\n")
@@ -395,8 +431,14 @@ def _write_lines(lines: list[str]) -> None:
 
 def cmd_metrics(args: argparse.Namespace) -> int:
     store = _store()
-    job = store.resolve(args.id)
+    job = store.resolve(args.id, _here())
     metrics = store.metrics(job.id, args.key)
+    summary = store.metrics_summary(job.id)
+    if args.key and not metrics:
+        known = sorted(summary)
+        raise UserError(f"job {job.short_id} has no metric {args.key!r}",
+                        fix=f"its metrics: {', '.join(known)}" if known
+                        else "it has logged none yet (the job calls gpu.log(step=..., loss=...))")
     if args.json:
         emit_json({
             "job": job.short_id,
@@ -410,14 +452,15 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         return 0
     from tui.render import metrics_table
 
-    say(metrics_table(store.metrics_summary(job.id)))
+    say(metrics_table({k: v for k, v in summary.items() if not args.key or k == args.key}))
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from core.engine.service import cancel
 
-    job = cancel(_store(), args.id, actor="cli")
+    store = _store()
+    job = cancel(store, store.resolve(args.id, _here()).id, actor="cli")
     if args.json:
         emit_json({"job": job.to_json()})
         return 0
@@ -520,11 +563,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_request_options(p)
 
     p = add("approve", cmd_approve, "approve a held job's plan (a person, at a terminal)")
-    p.add_argument("id", help="job id, short id, prefix, or 'last'")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
     p.add_argument("--json", action="store_true", help="print {job}")
 
     p = add("deny", cmd_deny, "refuse a held job (a person, at a terminal)")
-    p.add_argument("id", help="job id, short id, prefix, or 'last'")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
     p.add_argument("--reason", help="why, for the record")
     p.add_argument("--json", action="store_true", help="print {job}")
 
@@ -544,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("dash", cmd_dash, "the full-screen dashboard: jobs, targets, logs, charts, approvals")
     p.add_argument("--read-only", action="store_true", help="hide every action that changes something")
 
-    p = add("bundle", cmd_bundle, "show what would ship, without submitting")
+    p = add("bundle", cmd_bundle, "show what would ship (gpu.yaml's include counts), without submitting or writing anything")
     p.add_argument("--list", action="store_true", help="list every file that ships")
     p.add_argument("--include", action="append", metavar="GLOB", help="also ship these git-ignored paths")
     p.add_argument("--project-dir", metavar="DIR", help="the project folder (default: the current one)")
@@ -558,23 +601,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print {jobs: [...]}")
 
     p = add("status", cmd_status, "one job in detail, or the live jobs and the supervisor")
-    p.add_argument("id", nargs="?", help="job id, short id, prefix, or 'last'")
+    p.add_argument("id", nargs="?", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
     p.add_argument("--verbose", action="store_true", help="full documents and every event")
     p.add_argument("--json", action="store_true", help="print the job object with events and guidance")
 
     p = add("logs", cmd_logs, "print a job's log (output is shown as plain printable text)")
-    p.add_argument("id", help="job id, short id, prefix, or 'last'")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument("--tail", type=_count, metavar="N", help="only the last N lines")
     p.add_argument("--json", action="store_true", help="print {job, state, log}")
 
     p = add("metrics", cmd_metrics, "a job's metrics: last, min and max per key")
-    p.add_argument("id", help="job id, short id, prefix, or 'last'")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
     p.add_argument("--key", help="only this metric")
     p.add_argument("--json", action="store_true", help="print every series point too")
 
     p = add("cancel", cmd_cancel, "stop a job (every process it started, however detached) and record it cancelled")
-    p.add_argument("id", help="job id, short id, prefix, or 'last'")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
     p.add_argument("--json", action="store_true", help="print {job}")
 
     from tui.cli_storage import add_gc_command

@@ -393,14 +393,27 @@ class Store:
         with self._lock:
             return self._get(self.conn, job_id)
 
-    def resolve(self, ref: str) -> Job:
-        """A job by full id, short id, unique prefix, or `last` (the newest job)."""
+    def resolve(self, ref: str, project: str | None = None) -> Job:
+        """A job by full id, short id, unique prefix, or `last`: the newest job of `project`
+        (a folder: jobs submitted from it, from inside it, or from a folder that holds it), or
+        the newest job of all when no project is given."""
         ref = ref.strip()
         with self._lock:
             if ref in ("last", "latest", "-"):
-                row = self.conn.execute(
-                    "SELECT * FROM jobs ORDER BY created_at DESC, rowid DESC LIMIT 1").fetchone()
+                if project is None:
+                    row = self.conn.execute(
+                        "SELECT * FROM jobs ORDER BY created_at DESC, rowid DESC LIMIT 1").fetchone()
+                else:
+                    base = project.rstrip("/")
+                    row = self.conn.execute(
+                        "SELECT * FROM jobs WHERE project_dir = ? OR substr(project_dir, 1, ?) = ? "
+                        "OR substr(?, 1, length(project_dir) + 1) = project_dir || '/' "
+                        "ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                        (base, len(base) + 1, base + "/", base)).fetchone()
                 if row is None:
+                    if project is not None:
+                        raise NotFound(f"no job was submitted from this project ({project}) yet",
+                                       fix="`gpu jobs` lists every job; give its id instead of last")
                     raise NotFound("there are no jobs yet", fix="submit one with `gpu submit SCRIPT`")
                 return Job.from_row(row)
             if not ref or not all(c.isalnum() or c in "-_" for c in ref):

@@ -38,7 +38,7 @@ from core.errors import UserError, disk_full_guard
 from core.packaging.credentials import (
     CONTENT_HEAD, NEVER_DIRS, content_verdict, place_reason, withheld_reason,
 )
-from core.packaging.filecache import CHUNK, FileHashCache
+from core.packaging.filecache import CHUNK, FileHashCache, hash_fd
 from core.packaging.gate import Gate
 
 HINT = "add code with include, datasets with data"
@@ -565,14 +565,31 @@ def _summarise_ignored(root: Path, ignored: list[str], shipped: dict[str, Entry]
 # -- hashing and packing -------------------------------------------------------------------
 
 
-def build(listing: Listing, cache: FileHashCache | None = None) -> Bundle:
+def build(listing: Listing, cache: FileHashCache | None = None, *, dry_run: bool = False) -> Bundle:
     """Hash the listing (stat cache first) and pack it unless that bundle is already stored.
-    A full disk under gpu-router's home is a DiskFull error (`gpu bundle`, `plan`, `submit`)."""
+    A full disk under gpu-router's home is a DiskFull error (`gpu bundle`, `plan`, `submit`).
+
+    `dry_run` (`gpu bundle`, `gpu plan`) hashes what would ship and writes nothing: no archive,
+    no cache entry, so looking at a bundle never grows gpu-router's home."""
     with disk_full_guard(paths.home()):
-        return _build(listing, cache)
+        return _build(listing, cache, dry_run)
 
 
-def _build(listing: Listing, cache: FileHashCache | None) -> Bundle:
+def _hash_only(listing: Listing, entries: list[Entry]) -> None:
+    """The sha256 of each file as the packer would read it (no link followed), packing nothing."""
+    for e in entries:
+        try:
+            fd = os.open(listing.root / e.rel, _OPEN_FLAGS)
+        except OSError as exc:
+            raise UserError(f"cannot read {e.rel}: {exc.strerror}",
+                            fix="fix its permissions or ignore it in .gitignore") from exc
+        try:
+            e.sha256 = hash_fd(fd)
+        finally:
+            os.close(fd)
+
+
+def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False) -> Bundle:
     own_cache = cache is None
     cache = cache or FileHashCache()
     try:
@@ -585,7 +602,11 @@ def _build(listing: Listing, cache: FileHashCache | None) -> Bundle:
                 missing.append(e)
         store = paths.bundles_dir()
         packed = False
-        if missing:
+        if dry_run:
+            _hash_only(listing, missing)
+            digest = manifest_hash(listing)
+            target = store / f"{digest}.tar.gz"
+        elif missing:
             # Cold cache: read each file once, hashing while packing into a temp archive.
             tmp = _pack(listing, store, cache=cache)
             digest = manifest_hash(listing)
@@ -608,7 +629,8 @@ def _build(listing: Listing, cache: FileHashCache | None) -> Bundle:
                       files=len(shipped), bytes=sum(e.size for e in shipped), left_out=left_out,
                       warnings=listing.warnings, manifest=manifest(listing), packed=packed)
     finally:
-        cache.flush()
+        if not dry_run:
+            cache.flush()
         if own_cache:
             cache.close()
 

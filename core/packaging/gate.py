@@ -24,6 +24,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core import paths
 from core.packaging import credentials as cred
 from core.packaging.filecache import FileHashCache
 
@@ -93,6 +94,9 @@ def home_credential_ids(home: Path | None = None) -> dict[FileId, str]:
     return found
 
 
+OWN_STATE = "withheld: gpu-router's own state (its home: store, bundles, venvs, caches)"
+
+
 @dataclass
 class Gate:
     """Judges the files under `root`; `prefix` is prepended to each path for the name rules
@@ -110,6 +114,8 @@ class Gate:
 
     def __post_init__(self) -> None:
         self._root_prefix = str(self.root).rstrip("/") + "/"
+        home = paths.home()
+        self._own_homes = {str(home).rstrip("/"), os.path.realpath(home).rstrip("/")}
 
     def full(self, rel: str) -> str:
         """The absolute path of `rel` (a string: pathlib costs more than the check itself)."""
@@ -127,6 +133,8 @@ class Gate:
         reason = cred.withheld_reason(self.prefix + rel)
         if reason:
             return reason
+        if self._own_state(self.full(rel)):
+            return OWN_STATE
         parent, _, name = rel.rpartition("/")
         if not parent:
             return None
@@ -138,7 +146,14 @@ class Gate:
             reason = cred.withheld_reason(self.prefix + resolved)
             if reason:
                 return f"{reason} (through a symlinked folder: {resolved})"
+            if self._own_state(self.full(resolved)):
+                return OWN_STATE
         return None
+
+    def _own_state(self, full: str) -> bool:
+        """Inside gpu-router's own home (store, bundles, venvs, caches), wherever it is: packing
+        it would ship every other job's bundles, and grow it with each submit."""
+        return any(full == home or full.startswith(home + "/") for home in self._own_homes)
 
     def _real_dir(self, parent: str) -> str | None:
         """`parent` as it resolves inside the root ('' for the root), or None if it leaves it."""

@@ -20,6 +20,9 @@ def _index():
 
 
 def names() -> list[str]:
+    """The names stored with `gpu secrets set`; without a usable keychain, the error that says
+    how to get one (an empty list there would read as "nothing stored")."""
+    keychain.get("gpu-router-keychain-check")  # raises the no-keychain UserError with its fix
     try:
         return sorted(json.loads(_index().read_text()))
     except (OSError, ValueError):
