@@ -273,3 +273,15 @@ def test_logs_follow_of_a_job_waiting_for_a_slot_says_why(home: Path, tmp_path: 
     finally:
         proc.kill()
     assert "second ran" in out
+
+
+def test_status_verbose_shows_every_event_the_plan_and_the_bundle_in_text(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"a.py": "print(1)\n", "data/x.csv": "1\n"},
+                               gitignore="data/\n")
+    sub = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", cwd=project)["job"]
+    assert wait_state(sub["short_id"], {"done", "failed"}, timeout=120)["state"] == "done"
+    short = run_gpu("status", sub["short_id"], cwd=project).stdout
+    text = run_gpu("status", sub["short_id"], "--verbose", cwd=project).stdout
+    assert "digest" in text and "why" in text  # the plan panel
+    assert "will ship" in text and "data/" in text  # the bundle report, with what was left out
+    assert text.count("->") >= 4 and len(text) > len(short)

@@ -351,7 +351,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     from tui.render import status_panel
 
-    say(status_panel(job, events, store.metrics_summary(job.id)))
+    say(status_panel(job, events, store.metrics_summary(job.id), verbose=args.verbose))
     return 0
 
 

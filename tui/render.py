@@ -80,7 +80,8 @@ def jobs_table(jobs: list) -> Any:
     return table
 
 
-def status_panel(job, events: list, metrics: dict) -> Any:
+def status_panel(job, events: list, metrics: dict, verbose: bool = False) -> Any:
+    """One job; `verbose` adds every event (not the last 12), the plan and the bundle report."""
     from rich.table import Table
 
     info = Table.grid(padding=(0, 2))
@@ -110,10 +111,13 @@ def status_panel(job, events: list, metrics: dict) -> Any:
     ev.add_column("TIME", no_wrap=True)
     ev.add_column("CHANGE", no_wrap=True)
     ev.add_column("REASON")
-    for e in events[-12:]:
+    for e in events if verbose else events[-12:]:
         change = f"{e.src or ''} -> {e.dst}" if e.dst else "note"
         _row(ev, time.strftime("%H:%M:%S", time.localtime(e.ts)), change, e.reason)
     parts += ["", ev]
+    if verbose:
+        parts += ["", markup("[bold]plan[/]"), plan_panel(job.plan), "", markup("[bold]bundle[/]"),
+                  bundle_panel(job.bundle)]
     return _group(*parts)
 
 
