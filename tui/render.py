@@ -63,20 +63,54 @@ def elapsed(job) -> float | None:
     return (job.ended_at or time.time()) - job.started_at
 
 
-def jobs_table(jobs: list) -> Any:
+JOB_COLUMNS = ("ID", "NAME", "STATE", "TARGET", "ELAPSED", "HOURS", "LAST METRIC", "AGE")
+# which columns stay as the terminal narrows: the id always, whole; then the state, the name...
+JOB_PRIORITY = ("ID", "STATE", "NAME", "TARGET", "ELAPSED", "AGE", "LAST METRIC", "HOURS")
+GAP = 2
+
+
+def fit_columns(headers: tuple[str, ...], rows: list[list[str]], width: int,
+                priority: tuple[str, ...], shrink: str | None = None) -> list[str]:
+    """The columns that fit `width` whole, in priority order (the first always kept); `shrink`
+    may be cut to fit once every other chosen column is whole. Rich would otherwise cut or drop
+    any column, the id included, when a table is wider than the terminal."""
+    natural = {h: max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)}
+    chosen, used = [], 0
+    for h in priority:
+        need = natural[h] if h != shrink else min(natural[h], 8)
+        if chosen and used + GAP + need > width:
+            continue
+        chosen.append(h)
+        used += (GAP if len(chosen) > 1 else 0) + need
+    return [h for h in headers if h in chosen]
+
+
+def jobs_table(jobs: list, width: int | None = None) -> Any:
+    """The jobs, one line each; short ids are never cut, whatever the width, piped or not."""
     from rich.table import Table
 
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("ID", "NAME", "STATE", "TARGET", "ELAPSED", "HOURS", "LAST METRIC", "AGE"):
-        table.add_column(col, no_wrap=True)
+    from tui.output import console, safe
+
     now = time.time()
+    rows = []
     for job in jobs:
         metric = {k: v for k, v in job.last_metric.items() if not k.startswith("_")}
-        last = joined((f"{joined([k])}={v:.4g}" for k, v in list(metric.items())[:2]), ", ")
+        last = ", ".join(f"{safe(k, single_line=True)}={v:.4g}" for k, v in list(metric.items())[:2])
         hours = job.request.get("hours")
-        _row(table, job.short_id, job.name, state_text(job.state.value), job.provider or "-",
-             duration(elapsed(job)), f"{hours:g}" if hours else "-", last,
-             duration(now - job.created_at) + " ago")
+        rows.append([job.short_id, safe(job.name, single_line=True), state_text(job.state.value).plain,
+                     safe(job.provider or "-", single_line=True), duration(elapsed(job)),
+                     f"{hours:g}" if hours else "-", last, duration(now - job.created_at) + " ago"])
+    shown = fit_columns(JOB_COLUMNS, rows, width or console().width, JOB_PRIORITY, shrink="NAME")
+    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, GAP, 0, 0))
+    for col in shown:
+        table.add_column(col, no_wrap=True, overflow="ellipsis",
+                         min_width=8 if col == "ID" else None)
+    index = [JOB_COLUMNS.index(c) for c in shown]
+    for job, row in zip(jobs, rows):
+        cells: list[object] = [row[i] for i in index]
+        if "STATE" in shown:
+            cells[shown.index("STATE")] = state_text(job.state.value)
+        _row(table, *cells)
     return table
 
 
