@@ -82,6 +82,7 @@ def _request_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "script": args.script, "args": args.args or None, "env": args.env or None,
         "secrets": args.secret or None, "include": args.include or None,
+        "outputs": args.output or None,
         "data": args.data or None, "hours": args.hours, "gpu": args.gpu,
         "vram_gb": args.vram_gb, "provider": args.provider, "name": args.name,
         "request_id": args.request_id, "smoke": True if args.smoke else None,
@@ -520,6 +521,9 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", action="append", metavar="K=V", help="a non-secret environment variable (repeatable)")
     p.add_argument("--secret", action="append", metavar="NAME", help="a keychain secret the job reads (repeatable)")
     p.add_argument("--include", action="append", metavar="GLOB", help="ship git-ignored paths too (repeatable)")
+    p.add_argument("--output", action="append", metavar="GLOB",
+                   help="bring these paths home to runs/<id>/ too, relative to the job's folder, "
+                        "e.g. outputs/ (repeatable; added to gpu.yaml's outputs)")
     p.add_argument("--data", action="append", metavar="NAME=PATH", help="a data set, readable at gpu.data_dir()/NAME (repeatable)")
     p.add_argument("--hours", type=float, help="honest wall-clock estimate in hours (e.g. 0.25)")
     p.add_argument("--gpu", help="GPU type constraint, e.g. T4")

@@ -154,6 +154,7 @@ class JobRequest:
     env: dict[str, str] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
     include: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
     data: list[DataSpec] = field(default_factory=list)
     hours: float | None = None
     gpu: str | None = None
@@ -313,6 +314,16 @@ def _paths(v: Any) -> list[str]:
     return items
 
 
+def _relative_globs(v: Any) -> list[str]:
+    """Paths or globs inside the job's folder: never absolute, never climbing out with `..`."""
+    items = _paths(v)
+    for item in items:
+        parts = item.replace("\\", "/").split("/")
+        if item.startswith(("/", "~")) or ".." in parts or not item.strip("/."):
+            raise ValueError(f"paths inside the job's folder ({shorten(item)} is not)")
+    return items
+
+
 def _number(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError("a number")
@@ -404,6 +415,8 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "env": (_env, "non-secret environment variables, NAME: value"),
     "secrets": (_str_list, "names of keychain secrets the job reads"),
     "include": (_paths, "globs of git-ignored code that must ship"),
+    "outputs": (_relative_globs, "paths or globs, relative to the job's folder, that come home to runs/<id>/ "
+                                 "(e.g. outputs/ or models/*.pkl)"),
     "data": (_data, "data sets, NAME=PATH or hf://datasets/OWNER/NAME"),
     "hours": (_positive(MAX_HOURS), f"an honest wall-clock estimate in hours, above 0, at most {MAX_HOURS:g}"),
     "gpu": (_gpu, "a GPU type, e.g. T4"),
@@ -488,8 +501,9 @@ def _check(key: str, raw: Any, where: str) -> Any:
 
 
 def _argument(key: str) -> str:
-    """How the command line spells the option for `key` (`--secret` is the one singular)."""
-    special = {"secrets": "argument --secret", "script": "argument SCRIPT", "args": "arguments after --"}
+    """How the command line spells the option for `key` (`--secret`, `--output` are singular)."""
+    special = {"secrets": "argument --secret", "outputs": "argument --output", "script": "argument SCRIPT",
+               "args": "arguments after --"}
     return special.get(key, f"argument --{key.replace('_', '-')}")
 
 
@@ -519,7 +533,7 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequ
         if key == "env":
             values["env"] = {**values.get("env", {}), **checked}
             env_origin.update(dict.fromkeys(checked, _argument(key)))
-        elif key in ("include", "secrets"):
+        elif key in ("include", "secrets", "outputs"):
             values[key] = list(dict.fromkeys([*values.get(key, []), *checked]))
         elif key == "data":
             values["data"] = [*values.get("data", []), *checked]

@@ -168,8 +168,21 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
         ensure_running()
     if req.wait_s and submitted and job.state == State.ROUTING:
         job = wait_placed(store, job.id, req.wait_s)
-    return SubmitResult(job=job, submitted=submitted, bundle=summary,
-                        guidance=guidance(job, submitted))
+    advice = guidance(job, submitted)
+    left = _left_behind(store, job)
+    if left:
+        advice["note"] = left
+    return SubmitResult(job=job, submitted=submitted, bundle=summary, guidance=advice)
+
+
+def _left_behind(store: Store, job: Job) -> str | None:
+    """What the project's previous job wrote that stayed on its target, said at the next
+    submit (a person reads it once more; an agent can act on it)."""
+    for prev in store.jobs(states=TERMINAL, limit=20):
+        if prev.id != job.id and prev.project_dir == job.project_dir:
+            stayed = prev.handle.get("stayed")
+            return f"the last run of this project ({prev.short_id}) left work behind: {stayed}" if stayed else None
+    return None
 
 
 def _insert_once(store: Store, req: JobRequest, plan: dict, bundle: Bundle, fp: str,

@@ -33,6 +33,7 @@ from core.planning.usage import job_hours
 from core.providers import registry
 from core.providers.base import Poll
 from core.runtime.diskspace import says_disk_full
+from core.runtime import workdir
 from core.runtime.redact import metric_key_ok
 from core.secrets.launch import secrets_for_launch
 
@@ -386,10 +387,22 @@ class Supervisor:
             dst, reason = State.FAILED, (f"exited with status {poll.exit_code}"
                                          + (f": {poll.detail}" if poll.detail else ""))
         notes = await bring_home(self.store, job, provider)
+        stayed = await self._stayed(job, provider)
         self.store.transition(job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
                               data={"notes": notes} if notes else None)
+        if stayed:
+            self.store.update(job.id, handle={**self.store.get(job.id).handle, "stayed": stayed})
+            self.store.add_event(job.id, stayed, actor="supervisor")
         await asyncio.to_thread(write_job_json, self.store, self.store.get(job.id))
         self._enforce_caps(provider)
+
+    async def _stayed(self, job: Job, provider: Any) -> str | None:
+        """What the launcher counted of the job's undeclared work, as a sentence, or None."""
+        try:
+            doc = await provider.read_exit(job) if hasattr(provider, "read_exit") else None
+        except Exception:  # noqa: BLE001 - a note, never a reason to fail the ending
+            return None
+        return workdir.stayed_text((doc or {}).get("outputs") or {})
 
     def _enforce_caps(self, provider: Any) -> None:
         """After a job ends, free caches over their caps, here and on the job's target, in the

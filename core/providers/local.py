@@ -232,6 +232,11 @@ class LocalProvider:
         except (ProcessLookupError, PermissionError):
             pass
 
+    async def read_exit(self, job: Job) -> dict | None:
+        """The attempt's exit record (exit.json), as the launcher wrote it."""
+        adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
+        return await asyncio.to_thread(_read_json, adir / "exit.json")
+
     async def fetch_outputs(self, job: Job, dest: Path) -> list[str]:
         return await asyncio.to_thread(self._fetch_outputs, job, dest)
 

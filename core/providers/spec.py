@@ -21,6 +21,7 @@ def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runti
         "runtime_dir": runtime_dir, "base_python": python, "command": command, "deps": deps,
         "hf_data": [_hf_item(d) for d in job.request.get("data", []) if d["kind"] == "hf"],
         "secret_env": sorted(env_secrets),  # names only: values travel in memory
+        "outputs": list(job.request.get("outputs") or []),  # brought into out/ when it ends
         "env": {
             **job.request.get("env", {}),
             "GPU_ROUTER_JOB_ID": job.id,

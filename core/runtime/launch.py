@@ -43,12 +43,13 @@ import threading
 import time
 
 if __package__:  # imported as core.runtime.launch (the engine, tests)
-    from . import diskspace, jobprocs, redact, textsafe
+    from . import diskspace, jobprocs, redact, textsafe, workdir
 else:  # run as a script on the target, beside its sibling files
     import diskspace
     import jobprocs
     import redact
     import textsafe
+    import workdir
 
 MASK = redact.MASK.decode()
 IDLE_FLUSH_S = 0.5  # a partial line (a prompt, a progress dot) shows after this long a pause
@@ -365,6 +366,7 @@ def run(spec: dict) -> int:
     error = None
     enospc = False
     box: dict = {}
+    before = None
     if _TRACK.get("marker"):
         os.environ[jobprocs.MARKER_VAR] = _TRACK["marker"]  # pip, data downloads, the job
         log.line(jobprocs.describe(_TRACK))
@@ -376,6 +378,7 @@ def run(spec: dict) -> int:
             raise RuntimeError("cancelled before the job started")
         env = _job_env(spec, python)
         command = [python if part == "{python}" else part for part in spec["command"]]
+        before = workdir.snapshot(spec["workdir"])  # to tell, at the end, what the job wrote
         _write_atomic(phase_file, "running")
         log.line(f"attempt {spec['attempt']}: running "
                  f"{' '.join(command[1:] if command[0] == python else command)}")
@@ -391,16 +394,35 @@ def run(spec: dict) -> int:
     error = full or error
     if error:
         log.line(f"error: {error}")
+    produced = _bring_declared(spec, before, log)
     result = {"code": code, "signal": -code if code is not None and code < 0 else None,
               "terminated_by": ended["signal"], "error": error, "disk_full": bool(full),
-              "ended_at": time.time()}
+              "outputs": produced, "ended_at": time.time()}
     diskspace.release(os.path.join(attempt_dir, "reserve"))  # room for exit.json on a full disk
     _write_atomic(exit_file, json.dumps(result))
     log.line(f"attempt {spec['attempt']}: exited with status {code}")
+    stayed = workdir.stayed_text(produced or {})
+    if stayed:
+        log.line(stayed)  # the log's last line: work that did not come home is never silent
     log.close()
     if _TRACK.get("cgroup"):
         jobprocs.cgroup_remove(_TRACK["cgroup"])
     return 0
+
+
+def _bring_declared(spec: dict, before: dict | None, log: JobLog) -> dict | None:
+    """Declared outputs into the output folder (they come home with it), and a count of what
+    the job wrote that was not declared; a failure here never hides how the job ended."""
+    try:
+        produced = workdir.collect(spec["workdir"], spec["env"]["GPU_ROUTER_OUTPUT_DIR"],
+                                   spec.get("outputs") or [], before)
+    except Exception as exc:  # noqa: BLE001 - reported, then the exit is recorded as usual
+        log.line(f"outputs: could not look at the working folder: {exc}")
+        return None
+    if produced["declared"]:
+        n = produced["declared"]
+        log.line(f"outputs: {n} declared file{'s' * (n != 1)} brought into the output folder")
+    return produced
 
 
 def _stop_leftovers(box: dict) -> int:
