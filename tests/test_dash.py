@@ -239,3 +239,23 @@ async def test_live_updates_keep_the_cursor_and_announce_new_pending_jobs(demo, 
         assert any("ffffffff" in n.message and "approval" in n.message for n in app._notifications)
         table = app.query_one(JobsTable)
         assert "0.1" in str(table.get_cell(_id(1), "metric"))
+
+
+async def test_the_filter_box_goes_when_the_filter_is_cleared(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        box = app.query_one("#filter")
+        await pilot.press("slash", *"running")
+        await _settle(pilot, 0.1)
+        assert box.has_class("shown") and set(_rows(app)) == {_id(1), _id(2)}
+        await pilot.press("ctrl+a", "ctrl+k", "tab")  # emptied by hand, then the focus leaves
+        await _settle(pilot, 0.1)
+        assert not box.has_class("shown") and len(_rows(app)) == 6
+
+        await pilot.press("slash", *"running", "enter")  # kept: it still filters
+        await _settle(pilot, 0.1)
+        assert box.has_class("shown")
+        app.apply_filter("")  # cleared another way (the command palette)
+        await _settle(pilot, 0.1)
+        assert not box.has_class("shown") and len(_rows(app)) == 6

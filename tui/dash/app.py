@@ -523,6 +523,12 @@ class DashApp(App):
         if not event.value.strip():
             self.query_one("#filter").remove_class("shown")
 
+    @on(Input.Blurred, "#filter")
+    def _filter_left(self, event: Input.Blurred) -> None:
+        """An empty filter box has nothing to show: it goes when the focus leaves it."""
+        if not event.value.strip():
+            event.input.remove_class("shown")
+
     def on_key(self, event) -> None:
         box = self.query_one("#filter", Input)
         if event.key == "escape" and box.has_focus:
@@ -533,6 +539,9 @@ class DashApp(App):
 
     def apply_filter(self, text: str) -> None:
         self.job_filter = JobFilter.parse(text)
+        box = self.query_one("#filter", Input)
+        if not text.strip() and not box.has_focus:
+            box.remove_class("shown")  # cleared from the palette: no empty box left behind
         table = self.query_one(JobsTable)
         selected = self.selected
         with self.batch_update():
