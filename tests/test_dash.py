@@ -259,3 +259,29 @@ async def test_the_filter_box_goes_when_the_filter_is_cleared(demo) -> None:
         app.apply_filter("")  # cleared another way (the command palette)
         await _settle(pilot, 0.1)
         assert not box.has_class("shown") and len(_rows(app)) == 6
+
+
+async def test_the_detail_screen_drops_needs_approval_once_approved(demo) -> None:
+    from rich.console import Console
+
+    from core.engine.approvals import approve
+
+    store = Store()
+    job = store.get(PENDING)
+    approve(store, PENDING, digest=job.digest, actor="test")
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        app.query_one(JobsTable).move_cursor(row=_rows(app).index(PENDING))
+        await _settle(pilot, 0.1)
+        await pilot.press("enter")
+        await _settle(pilot, 0.3)
+        assert isinstance(app.screen, DetailScreen)
+        shown = []
+        for static in app.screen.query("Static"):
+            console = Console(width=120, record=True)
+            console.print(static.content)
+            shown.append(console.export_text())
+        text = "\n".join(shown)
+        assert "needs a person's approval" not in text
+        assert "was held for a person's approval, and approved" in text

@@ -150,7 +150,8 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False) -> Any
         _row(ev, time.strftime("%H:%M:%S", time.localtime(e.ts)), change, e.reason)
     parts += ["", ev]
     if verbose:
-        parts += ["", markup("[bold]plan[/]"), plan_panel(job.plan), "", markup("[bold]bundle[/]"),
+        parts += ["", markup("[bold]plan[/]"), plan_panel(job.plan, state=job.state.value), "",
+                  markup("[bold]bundle[/]"),
                   bundle_panel(job.bundle)]
     return _group(*parts)
 
@@ -198,7 +199,8 @@ def money(value: float | None) -> str:
     return "free" if value == 0 else f"${value:.2f}"
 
 
-def plan_panel(plan: dict, bundle: dict | None = None) -> Any:
+def plan_panel(plan: dict, bundle: dict | None = None, state: str | None = None) -> Any:
+    """A plan; `state` (a job's) says whether its holds still wait for a person or were answered."""
     from rich.table import Table
 
     grid = Table.grid(padding=(0, 2))
@@ -229,7 +231,11 @@ def plan_panel(plan: dict, bundle: dict | None = None) -> Any:
     for name, why in (plan.get("passed_over") or {}).items():
         parts.append(markup("[dim]passed over {name}: {why}[/]", name=name, why=why))
     holds = plan.get("holds") or []
-    if holds:
+    if holds and state not in (None, "awaiting_approval"):
+        answer = "denied" if state == "denied" else "approved"
+        parts.append(markup("[dim]was held for a person's approval, and {answer}:[/]", answer=answer))
+        parts += [markup("  [dim]•[/] {reason}", reason=h["reason"]) for h in holds]
+    elif holds:
         parts.append(markup("[bold yellow]needs a person's approval:[/]"))
         parts += [markup("  [yellow]•[/] {reason}", reason=h["reason"]) for h in holds]
     else:

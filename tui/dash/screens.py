@@ -140,7 +140,7 @@ class DetailScreen(Screen):
             req.add_row("project", renderable(job.project_dir))
             req.add_row("outputs", renderable(job.outputs_dir))
             yield Static(Group(Text("request", style="bold underline"), req))
-            yield Static(Group(Text("plan", style="bold underline"), plan_panel(job.plan)))
+            yield Static(Group(Text("plan", style="bold underline"), plan_panel(job.plan, state=job.state.value)))
             yield Static(Group(Text("bundle", style="bold underline"), bundle_panel(job.bundle)))
             ev = Table(box=None, header_style="bold", pad_edge=False)
             for col in ("time", "change", "who", "reason"):
