@@ -285,3 +285,21 @@ async def test_the_detail_screen_drops_needs_approval_once_approved(demo) -> Non
         text = "\n".join(shown)
         assert "needs a person's approval" not in text
         assert "was held for a person's approval, and approved" in text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+async def test_the_footer_keeps_help_and_quit_on_screen(demo, width: int) -> None:
+    from textual.widgets._footer import FooterKey
+
+    app = _app()
+    async with app.run_test(size=(width, 24)) as pilot:
+        await _settle(pilot)
+        for _ in range(20):  # the footer recomposes after the first resize
+            keys = list(app.query(FooterKey))
+            if keys and all(k.region.width for k in keys):
+                break
+            await pilot.pause(0.1)
+        shown = {k.key for k in keys if k.display and 0 < k.region.width and k.region.right <= width}
+        assert {"question_mark", "q", "a", "d"} <= shown
+        spans = sorted((k.region.x, k.region.right) for k in keys if k.display and k.region.width)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"keys overlap: {spans}"

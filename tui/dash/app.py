@@ -413,6 +413,12 @@ class DashApp(App):
     def on_resize(self, event) -> None:
         from tui.dash.widgets import COMPACT_BELOW
 
+        narrow = event.size.width < COMPACT_BELOW
+        footer = self.query_one(Footer)
+        # at 80 columns the palette key, docked right, covered `?` and `q`: a narrow footer
+        # is compact and leaves the palette to ctrl+p and the help screen
+        footer.compact = narrow
+        footer.show_command_palette = not narrow
         table = self.query_one(JobsTable)
         if table.compact is not None and table.set_columns(event.size.width < COMPACT_BELOW):
             self.apply_filter(self.job_filter.describe())
