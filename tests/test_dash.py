@@ -303,3 +303,12 @@ async def test_the_footer_keeps_help_and_quit_on_screen(demo, width: int) -> Non
         assert {"question_mark", "q", "a", "d"} <= shown
         spans = sorted((k.region.x, k.region.right) for k in keys if k.display and k.region.width)
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"keys overlap: {spans}"
+
+
+def test_the_last_column_keeps_the_value_readable_at_80_columns() -> None:
+    from tui.dash.widgets import LAST_WIDTH, last_metric_text
+
+    assert last_metric_text({"loss": 0.12345, "acc": 0.9}) == "loss=0.1235"
+    long = last_metric_text({"train/cross_entropy_loss": 2.71828, "_step": 9})
+    assert long.startswith("2.718 ") and len("2.718") < LAST_WIDTH  # the number comes first
+    assert last_metric_text({}) == ""

@@ -27,13 +27,20 @@ def state_cell(state: State) -> Text:
     return Text(state.value, style=STATE_STYLE.get(state.value, ""))
 
 
-def last_metric_text(last: dict) -> str:
+LAST_WIDTH = min(w for key, _, w in COMPACT_COLUMNS if key == "metric")
+
+
+def last_metric_text(last: dict, width: int = LAST_WIDTH) -> str:
+    """The job's headline metric (a loss first) for the LAST column: `loss=0.1234` when it fits,
+    else the value first (`0.1234 train/lo…`), so the number is never the part that is cut."""
     items = [(k, v) for k, v in last.items() if not k.startswith("_")]
     items.sort(key=lambda kv: (0 if "loss" in kv[0] else 1, kv[0]))
     if not items:
         return ""
     k, v = items[0]
-    return safe(f"{k}={v:.4g}")
+    value = f"{v:.4g}"
+    text = f"{k}={value}"
+    return safe(text if len(text) <= width else f"{value} {k}")
 
 
 def job_cells(job, now: float) -> dict[str, object]:
