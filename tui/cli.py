@@ -263,9 +263,13 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from core.config.request import resolve_project
     from core.packaging.bundle import build, list_project
 
-    listing = _confirm_broad(args, lambda allow: list_project(
-        resolve_project(args.project_dir or os.getcwd()), args.include or [], allow_large=allow))
-    bundle = build(listing)
+    from core import paths
+    from core.errors import disk_full_guard
+
+    with disk_full_guard(paths.home()):  # the hash cache lives there: a full disk is said
+        listing = _confirm_broad(args, lambda allow: list_project(
+            resolve_project(args.project_dir or os.getcwd()), args.include or [], allow_large=allow))
+        bundle = build(listing)
     summary = bundle.summary()
     files = sorted(listing.entries) if args.list else None
     if args.json:
