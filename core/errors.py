@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from core.runtime.diskspace import disk_full_text, is_enospc, is_low
+from core.runtime.textsafe import printable
 
 VALUE_CHARS = 80  # a quoted value shows at most this many characters, then "… (N chars)"
 FIELD_CHARS = 1000  # what, where and fix each stay below this, whatever a caller passes
@@ -36,6 +37,8 @@ def shorten(value: object, limit: int = VALUE_CHARS) -> str:
     a few levels or items, so a value that expands to gigabytes costs nothing to quote.
     """
     if isinstance(value, str):
+        # escape sequences go whole, payload included (repr would show `\x1b]0;PWNED` as text)
+        value = printable(value)
         text = repr(value[:limit + 1])
         if len(value) <= limit and len(text) <= limit + 2:
             return text

@@ -312,3 +312,22 @@ def test_the_last_column_keeps_the_value_readable_at_80_columns() -> None:
     long = last_metric_text({"train/cross_entropy_loss": 2.71828, "_step": 9})
     assert long.startswith("2.718 ") and len("2.718") < LAST_WIDTH  # the number comes first
     assert last_metric_text({}) == ""
+
+
+async def test_the_log_tail_follows_a_long_log_at_80x24(demo) -> None:
+    from core.engine.service import log_path
+
+    job = Store().get(RUNNING)
+    path = log_path(job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write("".join(f"line {i}\n" for i in range(5000)))
+    app = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        app.query_one(JobsTable).move_cursor(row=_rows(app).index(RUNNING))
+        await _settle(pilot, 0.5)
+        log = app.query_one(LogTail)
+        assert log.following and "following" in str(log.border_subtitle)
+        assert log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y, (log.scroll_y, log.max_scroll_y)
+        assert log.lines[-1].endswith("line 4999")

@@ -142,7 +142,9 @@ def test_approval_modal_detail_and_palette_show_hostile_args_as_text(home: Path,
     args = ["\x1b]52;c;UFdORUQ=\x07", link, escaped_link, "\u202eevil\u2066", "\u009b2J", "\x1b]0;T\x07"]
     sub = gpu_json("submit", "a.py", "--wait-s", "0", "--", *args, cwd=project)["job"]
     assert sub["state"] == "awaiting_approval"
-    steps = [(b"needs approval", b"a"), (b"Approve job", b"\x1b"), (b"approve this plan", b"\r"),
+    # the table -> a: the approval modal (its key hints drawn last) -> esc: back to the table ->
+    # enter: the detail screen -> esc -> q
+    steps = [(b"needs approval", b"a"), (b"approve this plan", b"\x1b"), (b"needs approval", b"\r"),
              (b"request", b"\x1b"), (None, b"q")]
     seen = {"step": 0, "at": 0, "since": time.monotonic()}
 

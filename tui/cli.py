@@ -277,10 +277,14 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from core.config.request import read_project_file, resolve_project
     from core.packaging.bundle import build, list_project
 
+    from core import paths
+    from core.errors import disk_full_guard
+
     project = resolve_project(args.project_dir or os.getcwd())
     include = [*read_project_file(project)[0].get("include", []), *(args.include or [])]
-    listing = _confirm_broad(args, lambda allow: list_project(project, include, allow_large=allow))
-    bundle = build(listing, dry_run=True)  # a look: nothing is packed or stored
+    with disk_full_guard(paths.home()):  # the hash cache lives there: a full disk is said
+        listing = _confirm_broad(args, lambda allow: list_project(project, include, allow_large=allow))
+        bundle = build(listing, dry_run=True)  # a look: nothing is packed or stored
     summary = bundle.summary()
     files = sorted(listing.entries) if args.list else None
     if args.json:

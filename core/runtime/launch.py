@@ -148,10 +148,10 @@ class Masker:
 
     @staticmethod
     def _line_end(buf: bytes, seen: int) -> int:
-        """Just past the last line break in `buf`, or 0. A CR at the very end waits: it may be
-        the first half of CR LF."""
-        start = max(0, seen - 1)
-        return max(buf.rfind(b"\n", start), buf.rfind(b"\r", start, len(buf) - 1)) + 1
+        """Just past the last newline in `buf`, or 0. Only a newline ends a line: the terminal
+        filter turns a CR inside a line into a space, so the text on both sides of it is one
+        line on screen and must be masked as one."""
+        return buf.rfind(b"\n", max(0, seen - 1)) + 1
 
     def _piece(self) -> bytes:
         """The unfinished line up to where a value could still be cut off; keep the rest."""

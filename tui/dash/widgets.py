@@ -161,6 +161,16 @@ class LogTail(Log):
         self.auto_scroll = True
         self.write_lines(lines[-self.MAX_LINES:])
         self._subtitle()
+        self.call_after_refresh(self._keep_at_end)
+
+    def _keep_at_end(self) -> None:
+        """Following means the end is on screen: lines written before the widget had its size
+        (opening the dashboard on a long log) left it near the top while it said "following"."""
+        if self.following:
+            self.scroll_end(animate=False, immediate=True)
+
+    def on_resize(self, event) -> None:
+        self._keep_at_end()
 
     def add(self, lines: list[str]) -> None:
         if not lines:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import math
 import os
 import signal
@@ -36,6 +37,7 @@ __all__ = ["job_id", "attempt", "output_dir", "data_dir", "checkpoint_dir", "log
 _checkpoint_requested = threading.Event()
 _metrics_lock = threading.Lock()
 _warned: set[str] = set()
+_VALID_HEAD = re.compile(r"[A-Za-z0-9_./-]{0,64}")
 _secrets: dict = {"values": None, "pattern": None}
 
 
@@ -96,8 +98,11 @@ def log(step: int | None = None, **metrics: float) -> None:
         row["step"] = int(step)
     for key, value in metrics.items():
         if not _redact.metric_key_ok(key):
+            # only the name's leading valid part is echoed: what follows may be an escape
+            # sequence's payload, which must not reach a terminal even as inert text
+            head = _VALID_HEAD.match(str(key)).group()
             shown = "a name that holds a secret value" if _secret_pattern().holds(str(key)) \
-                else ascii(key)[:80]
+                else f"{head!r}… ({len(str(key))} characters)"
             _warn(f"metric {shown} dropped: names are {_redact.METRIC_KEY_RULE}")
             continue
         try:
