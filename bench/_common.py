@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.providers.local import _alive  # the same liveness check the local target uses
+from core.runtime.jobprocs import exists as _alive  # the local target's liveness check
 
 REPO = Path(__file__).resolve().parent.parent
 

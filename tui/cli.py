@@ -669,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         if getattr(args, "json", False):
             emit_json(exc.to_json())
-        _say_error(exc.message())
+        error(exc.message())
         return exc.exit_code
     except BrokenPipeError:  # the reader went away (`gpu jobs | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush too
@@ -695,10 +695,6 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, *, bare: boo
     return args.func(args)
 
 
-def _say_error(text: str) -> None:
-    error(text)
-
-
 def _internal_error(exc: BaseException, args: argparse.Namespace) -> int:
     """One line for a bug, its traceback in the log; status 1."""
     from core.errors import clip
@@ -709,7 +705,7 @@ def _internal_error(exc: BaseException, args: argparse.Namespace) -> int:
     fix = f"see {where}; GPU_ROUTER_DEBUG=1 shows the traceback here"
     if getattr(args, "json", False):
         emit_json({"error": what, "where": None, "fix": fix})
-    _say_error(f"{what}, {fix}")
+    error(f"{what}, {fix}")
     return 1
 
 

@@ -77,11 +77,11 @@ def fit_columns(headers: tuple[str, ...], rows: list[list[str]], width: int,
     natural = {h: max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)}
     chosen, used = [], 0
     for h in priority:
-        need = natural[h] if h != shrink else min(natural[h], 8)
-        if chosen and used + GAP + need > width:
+        need = (natural[h] if h != shrink else min(natural[h], 8)) + GAP  # every column pads right
+        if chosen and used + need > width:
             continue
         chosen.append(h)
-        used += (GAP if len(chosen) > 1 else 0) + need
+        used += need
     return [h for h in headers if h in chosen]
 
 

@@ -177,7 +177,7 @@ class LocalProvider:
             if time.time() - launched > START_GRACE_S:
                 return Poll("lost", detail="the launcher never started")
             return Poll("provisioning", detail="starting")
-        if _alive(pid["pid"]):
+        if jobprocs.exists(pid["pid"]):
             if adir in self._running:
                 return Poll("running")
             phase = (adir / "phase").read_text().strip() if (adir / "phase").exists() else "installing"
@@ -196,7 +196,7 @@ class LocalProvider:
         """Is the recorded pid still our launcher for this attempt (not a reused pid)?"""
         adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
         pid = _read_json(adir / "pid")
-        if pid is None or not _alive(pid["pid"]):
+        if pid is None or not jobprocs.exists(pid["pid"]):
             return False
         args = jobprocs.process_args(pid["pid"])
         return args is not None and (args == "" or pid["tag"] in args)
@@ -268,14 +268,6 @@ def _exited(doc: dict) -> Poll:
     return Poll("exited", exit_code=code, detail=detail)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read_from(path: Path, offset: int) -> tuple[bytes, int]:

@@ -110,14 +110,21 @@ def process_args(pid: int) -> str | None:
     return out.strip() or None
 
 
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting to be reaped has ended and counts as gone)."""
+def exists(pid: int) -> bool:
+    """A process with this pid exists (ours or another user's; a zombie too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    return True
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped has ended and counts as gone)."""
+    if not exists(pid):
+        return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rpartition(b")")[2].split()[0] != b"Z"
