@@ -9,13 +9,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from core.packaging.bundle import HINT, Bundle, list_project, make_bundle
+from core.packaging.bundle import Bundle, list_project, make_bundle
 from core.errors import UserError
 from tests.conftest import gpu_json, make_git_project, run_gpu
 
@@ -199,7 +200,7 @@ def test_cli_bundle_list_never_lists_a_credential(home: Path, tmp_path: Path) ->
         assert rel not in doc["list"]
     withheld = {e["path"] for e in doc["left_out"] if "credential" in e["reason"]}
     assert set(CREDENTIALS) <= withheld
-    assert doc["hint"] == HINT
+    assert "hint" not in doc  # train.py refers to none of what was left out
     assert len(doc["hash"]) == 64 and doc["root"] == str(project.resolve())
 
 
@@ -337,7 +338,7 @@ def sized(path: Path, n: int) -> None:
 
 
 def test_ignored_folders_are_summarised_with_counts_and_sizes(home: Path, tmp_path: Path) -> None:
-    """The user learns what stayed home and how big it is, per folder, with the hint."""
+    """The user learns what stayed home and how big it is, per folder."""
     project = make_git_project(tmp_path / "p", {"train.py": TRAIN, "sub/keep.py": "k\n"},
                                gitignore="data/\n*.log\n")
     sized(project / "data" / "a.bin", 1000)
@@ -351,7 +352,6 @@ def test_ignored_folders_are_summarised_with_counts_and_sizes(home: Path, tmp_pa
     assert groups["data/"] == {"path": "data/", "files": 3, "bytes": 3355, "reason": "ignored by git"}
     assert (groups["./"]["files"], groups["./"]["bytes"]) == (1, 7)
     assert (groups["sub/"]["files"], groups["sub/"]["bytes"]) == (2, 7)
-    assert summary["hint"] == "add code with include, datasets with data"
     assert summary["files"] == 3  # train.py, sub/keep.py, .gitignore
     assert [e["path"] for e in summary["left_out"]][0] == "data/"  # biggest first
 
@@ -381,7 +381,6 @@ def test_nested_gitignore_outside_git(home: Path, tmp_path: Path) -> None:
     groups = left_out(bundle)
     assert (groups["data/"]["files"], groups["data/"]["bytes"]) == (1, 500)
     assert (groups["sub/"]["files"], groups["sub/"]["bytes"]) == (1, 20)
-    assert bundle.summary()["hint"] == HINT
 
 
 def test_nothing_left_out_means_no_hint(home: Path, tmp_path: Path) -> None:
@@ -557,3 +556,100 @@ def test_bundle_and_submit_agree_on_gpu_yaml_include(home: Path, tmp_path: Path)
     sub = gpu_json("submit", "--wait-s", "0", cwd=project)
     assert sub["bundle"]["files"] == listed["files"] and sub["job"]["id"]
     assert f"{listed['hash']}.tar.gz" in [p.name for p in home.glob("bundles/*.tar.gz")]
+
+
+# -- the report: counts that add up, a hint only where it applies -------------------------
+
+
+READER = '''
+import helpers
+from pkg.sub import thing
+rows = open("data/train.csv").read()
+cfg = open("configs/run.yaml").read()
+with open("outputs/model.pkl", "w") as f:
+    f.write("m")
+'''
+
+
+def _report_project(tmp_path: Path, script: str) -> Path:
+    project = make_git_project(tmp_path / "r", {"train.py": script, "gpu.yaml": "script: train.py\n"},
+                               gitignore=".venv/\ndata/\nhelpers.py\npkg/\nconfigs/\noutputs/\n")
+    for rel in (".venv/lib/site.py", "data/train.csv", "data/more/b.csv", "helpers.py", "pkg/sub.py",
+                "configs/run.yaml", "outputs/model.pkl"):
+        write(project / rel, "x\n")
+    write(project / ".env", "A=1\n")
+    return project
+
+
+def test_no_hint_when_the_script_refers_to_nothing_left_out(home: Path, tmp_path: Path) -> None:
+    doc = gpu_json("bundle", cwd=_report_project(tmp_path, TRAIN))
+    assert {e["path"] for e in doc["left_out"]} >= {".venv/", "data/", "./", ".env"}
+    assert "hint" not in doc
+    assert "hint:" not in run_gpu("bundle", cwd=tmp_path / "r").stdout
+
+
+def test_the_hint_names_what_the_script_uses(home: Path, tmp_path: Path) -> None:
+    project = _report_project(tmp_path, READER)
+    hint = gpu_json("bundle", cwd=project)["hint"]
+    assert "train.py refers to data/, which did not ship (ignored by git): pass it as data (`--data data=data`" in hint
+    assert "train.py refers to helpers.py" in hint and "`include: [helpers.py]`" in hint
+    assert "train.py refers to pkg/" in hint and "configs/" in hint
+    assert ".venv" not in hint
+    assert "outputs/" in hint  # written, but not declared as an output: it could be read too
+    (project / "gpu.yaml").write_text("script: train.py\noutputs: [outputs/]\n")
+    assert "outputs/" not in gpu_json("bundle", cwd=project)["hint"]  # declared: the job writes it
+    # the same hint at submit, in the contract's bundle object
+    sub = gpu_json("submit", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    assert "train.py refers to data/" in sub["bundle"]["hint"]
+
+
+def test_a_referenced_credential_gets_the_keychain_advice(home: Path, tmp_path: Path) -> None:
+    project = _report_project(tmp_path, "print(open('.env').read())\n")
+    hint = gpu_json("bundle", cwd=project)["hint"]
+    assert "train.py refers to .env, which did not ship (withheld: credential file" in hint
+    assert "gpu secrets set NAME" in hint and "include" not in hint
+
+
+def test_left_out_counts_match_the_files(home: Path, tmp_path: Path) -> None:
+    """Every left-out row counts the files it names; together they are every file that did
+    not ship (git's own folder aside)."""
+    project = _report_project(tmp_path, READER)
+    write(project / "keys" / "id_rsa", "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n")
+    doc = gpu_json("bundle", "--list", cwd=project)
+    on_disk = {p.relative_to(project).as_posix() for p in project.rglob("*")
+               if p.is_file() and ".git" not in p.relative_to(project).parts}
+    assert sum(e["files"] for e in doc["left_out"]) == len(on_disk - set(doc["list"]))
+    rows = {e["path"]: e for e in doc["left_out"]}
+    assert (rows[".env"]["files"], rows[".env"]["bytes"]) == (1, 4)
+    assert rows["keys/id_rsa"]["files"] == 1 and "credential" in rows["keys/id_rsa"]["reason"]
+    assert (rows["data/"]["files"], rows["data/"]["bytes"]) == (2, 4)
+    table = run_gpu("bundle", cwd=project).stdout
+    assert re.search(r"^\.env\s+1\s+4 B\s+withheld", table, re.M), table
+
+
+def test_the_readme_quickstart_ships_only_itself(home: Path) -> None:
+    """The quickstart sits inside gpu-router's repository; `ship: project` keeps the rest home."""
+    from tests.conftest import EXAMPLE
+
+    doc = gpu_json("bundle", "--list", cwd=EXAMPLE)
+    assert doc["root"] == str(EXAMPLE.resolve())
+    assert set(doc["list"]) == {"train.py", "requirements.txt", "gpu.yaml"}
+
+
+def test_ship_project_keeps_the_rest_of_the_repository_home(home: Path, tmp_path: Path) -> None:
+    repo = make_git_project(tmp_path / "mono", {"lib/shared.py": "S = 1\n", "app/train.py": TRAIN,
+                                                "app/notes.md": "n\n", "app/tmp.log": "l\n"},
+                            gitignore="*.log\n")
+    whole = gpu_json("bundle", "--list", cwd=repo / "app")
+    assert "lib/shared.py" in whole["list"] and whole["root"] == str(repo.resolve())
+    (repo / "app" / "gpu.yaml").write_text("script: train.py\nship: project\n")
+    alone = gpu_json("bundle", "--list", cwd=repo / "app")
+    assert set(alone["list"]) == {"train.py", "notes.md", "gpu.yaml"}  # the repo's .gitignore still rules
+    sub = gpu_json("submit", "--hours", "0.1", "--wait-s", "0", cwd=repo / "app")
+    assert sub["bundle"]["files"] == 3
+    (repo / "app" / "gpu.yaml").write_text("script: ../lib/shared.py\nship: project\n")
+    proc = run_gpu("submit", "--hours", "0.1", "--json", cwd=repo / "app")
+    assert proc.returncode == 2 and "outside the project" in proc.stderr
+    (repo / "app" / "gpu.yaml").write_text("script: train.py\nship: everything\n")
+    proc = run_gpu("bundle", cwd=repo / "app")
+    assert proc.returncode == 2 and "gpu.yaml:2" in proc.stderr and "project" in proc.stderr

@@ -60,7 +60,7 @@ HOME_CREDENTIAL_FILES = [
 
 def withheld(bundle_or_listing) -> dict[str, str]:
     items = bundle_or_listing.withheld if hasattr(bundle_or_listing, "withheld") else \
-        [e for e in bundle_or_listing.summary().get("left_out", []) if "files" not in e]
+        [e for e in bundle_or_listing.summary().get("left_out", []) if e["reason"] != "ignored by git"]
     return {e["path"]: e["reason"] for e in items}
 
 
@@ -456,7 +456,7 @@ def test_nested_repository_ships_by_its_own_gitignore(home: Path, tmp_path: Path
     shipped = {n.removeprefix(base + "/") for n in members(bundle) if n.startswith(base + "/")}
     assert shipped == {".gitignore", "src.py", "deep/keep.py", "untracked.py"}
     if outer != "included":
-        groups = {e["path"] for e in bundle.summary()["left_out"] if "files" in e}
+        groups = {e["path"] for e in bundle.summary()["left_out"] if e["reason"] == "ignored by git"}
         assert f"{base}/build/" in groups
 
 

@@ -71,13 +71,22 @@ def test_undeclared_outputs_are_named_in_the_log_status_and_next_submit(home: Pa
     sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
     short = sub["job"]["short_id"]
     assert wait_state(short, {"done", "failed"}, timeout=120)["state"] == "done"
+    # the script reads data/train.csv, which git ignores: the hint names it, and only it
+    assert "train.py refers to data/, which did not ship (ignored by git)" in sub["bundle"]["hint"]
+    assert "--data data=data" in sub["bundle"]["hint"] and ".env" not in sub["bundle"]["hint"]
     log = run_gpu("logs", short).stdout.rstrip().splitlines()
     assert "2 files the job wrote stayed on the target (2 under outputs/)" in log[-1]
     assert "`outputs: [outputs/]` in gpu.yaml" in log[-1] and "gpu.output_dir()" in log[-1]
+    assert f"`gpu fetch {short} outputs/` brings them home now" in log[-1]
     assert not (project / "runs" / short / "outputs").exists()
     status = gpu_json("status", short, "--verbose")
     assert any("stayed on the target" in e["reason"] for e in status["events"])
     assert "stayed on the target" in run_gpu("status", short).stdout
+    # ... and they come home on demand, where a declared output would have landed
+    fetched = gpu_json("fetch", short, "outputs/", cwd=project)
+    assert (fetched["files"], fetched["missing"], fetched["refused"]) == (2, [], [])
+    model = pickle.loads((project / "runs" / short / "outputs" / "model.pkl").read_bytes())
+    assert model == {"w": 1.5, "rows": 0}
     again = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", "--env", "RUN=2", cwd=project)
     assert f"the last run of this project ({short}) left work behind" in again["guidance"]["note"]
     # declaring it on the command line brings it home

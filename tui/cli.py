@@ -281,10 +281,19 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from core.errors import disk_full_guard
 
     project = resolve_project(args.project_dir or os.getcwd())
-    include = [*read_project_file(project)[0].get("include", []), *(args.include or [])]
+    values = read_project_file(project)[0]  # checked as a submit checks it
+    include = [*values.get("include", []), *(args.include or [])]
+    ship = values.get("ship", "repo")
     with disk_full_guard(paths.home()):  # the hash cache lives there: a full disk is said
-        listing = _confirm_broad(args, lambda allow: list_project(project, include, allow_large=allow))
+        listing = _confirm_broad(args, lambda allow: list_project(project, include, ship=ship,
+                                                                  allow_large=allow))
         bundle = build(listing, dry_run=True)  # a look: nothing is packed or stored
+    from core.config.request import is_python_file
+    from core.packaging.report import left_out_hint
+
+    script = values.get("script") or ""
+    bundle.hint = left_out_hint(project, bundle.project_rel, script, is_python_file(script, project),
+                                bundle.left_out, set(listing.entries), values.get("outputs") or [])
     summary = bundle.summary()
     files = sorted(listing.entries) if args.list else None
     if args.json:
@@ -476,6 +485,30 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from core.engine.fetch import fetch
+    from tui.render import human_bytes
+
+    store = _store()
+    doc = fetch(store, store.resolve(args.id, _here()).id, args.paths)
+    if args.json:
+        emit_json(doc)
+        return 0
+    say(markup("[bold]{files}[/] file{s}, {size} from {target} into {dest}", files=doc["files"],
+               s="s" * (doc["files"] != 1), size=human_bytes(doc["bytes"]), target=doc["target"],
+               dest=doc["dest"]))
+    for path in doc["missing"]:
+        say(markup("[yellow]not there:[/] {path}", path=path))
+    for item in doc["refused"]:
+        say(markup("[yellow]not fetched:[/] {path}: {why}", path=item["path"], why=item["why"]))
+    if doc["capped"]:
+        say(markup("[yellow]stopped at[/] {path}: the target's output caps (max_output_bytes, "
+                   "max_output_files) were reached", path=doc["capped"]))
+    for note in doc["notes"]:
+        say(markup("[yellow]note:[/] {note}", note=note))
+    return 0
+
+
 def cmd_daemon(args: argparse.Namespace) -> int:
     from core.engine import daemon, supervisor
 
@@ -627,6 +660,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("cancel", cmd_cancel, "stop a job (every process it started, however detached) and record it cancelled")
     p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
     p.add_argument("--json", action="store_true", help="print {job}")
+
+    p = add("fetch", cmd_fetch, "bring files a job wrote in its working folder (and did not declare "
+                                "as outputs) home into runs/<id>/, from any target")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="files or folders relative to the job's working folder, e.g. outputs/ model.pkl")
+    p.add_argument("--json", action="store_true", help="print {job, target, dest, files, bytes, missing, refused, capped, notes}")
 
     from tui.cli_storage import add_gc_command
 

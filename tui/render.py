@@ -187,7 +187,9 @@ def bundle_panel(summary: dict, files: list[str] | None = None) -> Any:
             _row(table, item["path"], str(item.get("files", "")),
                  human_bytes(item["bytes"]) if "bytes" in item else "",
                  item["reason"] + (" (partly counted)" if item.get("partial") else ""))
-        parts += ["", table, markup("[dim]hint: {hint}[/]", hint=summary.get("hint", ""))]
+        parts += ["", table]
+    if summary.get("hint"):
+        parts.append(markup("[bold]hint:[/] {hint}", hint=summary["hint"]))
     for w in summary.get("warnings") or []:
         parts.append(markup("[yellow]warning:[/] {w}", w=w))
     return _group(*parts)

@@ -39,6 +39,7 @@ MAX_ITEMS = 1000  # entries in one list (include, secrets, data, modules)
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
 MAX_REQUEST_ID = 128
+SHIP_SCOPES = ("repo", "project")  # what a bundle holds: the git repository, or the folder only
 
 
 def text_bytes(text: str) -> int:
@@ -154,6 +155,7 @@ class JobRequest:
     env: dict[str, str] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
     include: list[str] = field(default_factory=list)
+    ship: str = "repo"
     outputs: list[str] = field(default_factory=list)
     data: list[DataSpec] = field(default_factory=list)
     hours: float | None = None
@@ -342,6 +344,14 @@ def _positive(most: float) -> Callable[[Any], float]:
     return check
 
 
+def _ship(v: Any) -> str:
+    v = _str(v)
+    if v not in SHIP_SCOPES:
+        raise ValueError("`repo` (the whole git repository holding the project, the default) or "
+                         "`project` (only the project's own folder)")
+    return v
+
+
 def _non_negative(most: float) -> Callable[[Any], float]:
     def check(v: Any) -> float:
         n = _number(v)
@@ -415,6 +425,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "env": (_env, "non-secret environment variables, NAME: value"),
     "secrets": (_str_list, "names of keychain secrets the job reads"),
     "include": (_paths, "globs of git-ignored code that must ship"),
+    "ship": (_ship, "what ships: repo (the whole git repository, the default) or project (only this folder)"),
     "outputs": (_relative_globs, "paths or globs, relative to the job's folder, that come home to runs/<id>/ "
                                  "(e.g. outputs/ or models/*.pkl)"),
     "data": (_data, "data sets, NAME=PATH or hf://datasets/OWNER/NAME"),
@@ -598,7 +609,8 @@ def _check_script(req: JobRequest, project: Path, where: str) -> None:
             raise UserError(f"script {shorten(script)} does not exist in {project}", where=where,
                             fix="check the name, or pass --project-dir with the folder that holds it")
         inside = os.path.realpath(target)
-        if os.path.commonpath([str(project), inside]) != str(project) and not _inside_git_root(project, inside):
+        outside = os.path.commonpath([str(project), inside]) != str(project)
+        if outside and (req.ship == "project" or not _inside_git_root(project, inside)):
             raise UserError(f"script {shorten(script)} is outside the project", where=where,
                             fix="move it into the project directory")
     else:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from core.engine.states import LAUNCHED, TERMINAL, State
 from core.engine.store import Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
 from core.packaging.bundle import Bundle, FileHashCache, build, list_data, list_project
+from core.packaging.report import left_out_hint, ship_warnings
 from core.planning.plan import build_plan, canonical_bytes, data_hash
 from core.planning.router import route
 
@@ -37,39 +37,6 @@ class SubmitResult:
         """Exactly {job, guidance, submitted, bundle}: the documented submit result."""
         return {"job": self.job.to_json(verbose), "guidance": self.guidance,
                 "submitted": self.submitted, "bundle": self.bundle}
-
-
-def _ship_warnings(req: JobRequest, bundle: Bundle, shipped: set[str]) -> list[str]:
-    """Warn about the script or a path in args that exists here but will not ship."""
-    project = Path(req.project_dir)
-    prefix = f"{bundle.project_rel}/" if bundle.project_rel else ""
-    warnings = []
-    tokens: list[tuple[str, str]] = []
-    if req.script and req.is_python_file():
-        tokens.append(("script", req.script))
-    elif req.script:
-        tokens += [("script", t) for t in shlex.split(req.script)[1:]]
-    for i, arg in enumerate(req.args):
-        tokens.append((f"args[{i}]", arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg))
-    for label, token in tokens:
-        if not token or token.startswith("-") or os.path.isabs(token) or "://" in token:
-            continue
-        local = project / token
-        try:  # an argument is often no path at all: too long a name, a NUL, no permission
-            is_dir = local.is_dir()
-            if not is_dir and not local.exists():
-                continue
-        except (OSError, ValueError):
-            continue
-        rel = os.path.normpath(prefix + token).replace(os.sep, "/")
-        if is_dir:
-            ok = any(p.startswith(rel + "/") for p in shipped)
-        else:
-            ok = rel in shipped
-        if not ok:
-            warnings.append(f"{label} {token!r} does not ship (git-ignored or withheld): "
-                            f"add code with include, datasets with --data NAME={token}")
-    return warnings
 
 
 def fingerprint(req: JobRequest, bundle_hash: str) -> str:
@@ -100,13 +67,17 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
     with disk_full_guard(paths.home()):  # the bundle and the hash cache are written there
         cache = FileHashCache()
         try:
-            listing = list_project(Path(req.project_dir), req.include,
+            listing = list_project(Path(req.project_dir), req.include, ship=req.ship,
                                    allow_large=allow_large_project, cache=cache)
             bundle = build(listing, cache)
             data_hashes, data_warnings = _data_hashes(req, cache)
         finally:
             cache.close()
-    bundle.warnings = bundle.warnings + data_warnings + _ship_warnings(req, bundle, set(listing.entries))
+    project, script, shipped = Path(req.project_dir), req.script or "", set(listing.entries)
+    bundle.warnings = bundle.warnings + data_warnings + ship_warnings(
+        project, bundle.project_rel, script, req.args, req.is_python_file(), shipped)
+    bundle.hint = left_out_hint(project, bundle.project_rel, script, req.is_python_file(),
+                                bundle.left_out, shipped, req.outputs)
     infos = targets.infos(store, cfg)
     chosen = route(req, infos)
     plan = build_plan(req, bundle, chosen.target, chosen.gpu, data_hashes,

@@ -30,7 +30,7 @@ GB = 1000**3  # as `gpu gc` and the rest of the CLI print sizes
 
 @dataclass
 class Entry:
-    kind: str  # bundle | venv | data | runtime
+    kind: str  # bundle | venv | data | runtime | workdir
     key: str
     path: str
     bytes: int
@@ -75,10 +75,12 @@ def caps(cfg: UserConfig) -> dict[str, int | None]:
 
 
 def needed(store: Store, target: str | None = None) -> set[str]:
-    """Hashes live jobs need: bundles and data sets (home: every live job's; a host: its own)."""
+    """Keys live jobs need: bundles and data sets by hash, working folders by job id (home:
+    every live job's; a host: its own)."""
     keys: set[str] = set()
     for job in store.jobs(states=ACTIVE):
         if target is None or job.provider == target:
+            keys.add(job.id)
             if job.bundle_hash:
                 keys.add(job.bundle_hash)
             keys.update(str(h) for h in (job.plan.get("data") or {}).values())

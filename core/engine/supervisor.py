@@ -402,7 +402,7 @@ class Supervisor:
             doc = await provider.read_exit(job) if hasattr(provider, "read_exit") else None
         except Exception:  # noqa: BLE001 - a note, never a reason to fail the ending
             return None
-        return workdir.stayed_text((doc or {}).get("outputs") or {})
+        return workdir.stayed_text((doc or {}).get("outputs") or {}, job.short_id)
 
     def _enforce_caps(self, provider: Any) -> None:
         """After a job ends, free caches over their caps, here and on the job's target, in the

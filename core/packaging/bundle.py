@@ -41,7 +41,6 @@ from core.packaging.credentials import (
 from core.packaging.filecache import CHUNK, FileHashCache, hash_fd
 from core.packaging.gate import Gate
 
-HINT = "add code with include, datasets with data"
 BIG_FILE = 100 * 1024 * 1024
 SUMMARY_WALK_CAP = 20_000  # entries walked to size up ignored folders, per submit
 SUMMARY_GROUPS_CAP = 30
@@ -101,13 +100,15 @@ class Bundle:
     warnings: list[str]
     manifest: list[list]
     packed: bool  # False when an identical bundle was already stored
+    hint: str | None = None  # set where the job refers to a left-out path (core.packaging.report)
 
     def summary(self) -> dict:
         """The `bundle` object of `gpu submit --json`: files, bytes, left_out, hint, warnings."""
         doc: dict = {"files": self.files, "bytes": self.bytes}
         if self.left_out:
             doc["left_out"] = self.left_out
-            doc["hint"] = HINT
+        if self.hint:
+            doc["hint"] = self.hint
         if self.warnings:
             doc["warnings"] = self.warnings
         return doc
@@ -163,10 +164,16 @@ def _is_repo(path: Path) -> bool:
 
 
 def list_project(project_dir: Path, include: list[str] = (), *, allow_large: bool = False,
-                 cache: FileHashCache | None = None) -> Listing:
-    """What would ship from `project_dir`, and what was left out and why."""
+                 cache: FileHashCache | None = None, ship: str = "repo") -> Listing:
+    """What would ship from `project_dir`, and what was left out and why.
+
+    `ship="project"` (gpu.yaml `ship: project`) bundles only the project's own folder even
+    inside a larger git repository (an example in a repo, one package of a monorepo): git still
+    says what ships from it, by the repository's rules."""
     project_dir = project_dir.resolve()
     root, is_git = find_root(project_dir)
+    if ship == "project":
+        root = project_dir
     _check_scope(project_dir, root, allow_large)
     project_rel = "" if root == project_dir else project_dir.relative_to(root).as_posix()
     listing = Listing(root=root, project_rel=project_rel, git=is_git)
@@ -303,7 +310,7 @@ class _Collector:
             self.withhold(rel, f"not a regular file ({_kind(st.st_mode)})")
 
     def withhold(self, rel: str, reason: str) -> None:
-        self.listing.withheld.append({"path": rel, "reason": reason})
+        self.listing.withheld.append(_left_out_item(self.gate.full(rel), rel, reason))
 
     def _consider_link(self, rel: str, full: str) -> None:
         root = self.listing.root
@@ -342,6 +349,35 @@ class _Collector:
                     sig=FileHashCache.signature(st), dev=st.st_dev, ino=st.st_ino)
         self.pending = []
         self.listing.warnings += self.gate.warnings
+
+
+def _left_out_item(full: str | Path, rel: str, reason: str) -> dict:
+    """A left-out path with the files and bytes it holds, counted as the ignored folders are
+    (a withheld folder by its regular files, without following links), so every row of the
+    report counts what it names."""
+    item: dict = {"path": rel, "files": 0, "bytes": 0, "reason": reason}
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return item
+    if not stat.S_ISDIR(st.st_mode):
+        item["files"], item["bytes"] = 1, st.st_size if stat.S_ISREG(st.st_mode) else 0
+        return item
+    item["path"] = rel.rstrip("/") + "/"
+    budget = SUMMARY_WALK_CAP
+    for top, dirs, names in os.walk(full):  # os.walk does not descend into linked folders
+        budget -= len(names) + len(dirs)
+        for name in names:
+            try:
+                fst = os.lstat(os.path.join(top, name))
+            except OSError:
+                continue
+            item["files"] += 1
+            item["bytes"] += fst.st_size if stat.S_ISREG(fst.st_mode) else 0
+        if budget <= 0:
+            item["partial"] = True
+            break
+    return item
 
 
 def _kind(mode: int) -> str:
@@ -795,9 +831,9 @@ def list_data(source: Path, name: str = "", cache: FileHashCache | None = None) 
             if stat.S_ISREG(fst.st_mode):
                 items.append((rel, fst))
             elif not stat.S_ISLNK(fst.st_mode):
-                withheld.append({"path": rel, "reason": f"not a regular file ({_kind(fst.st_mode)})"})
+                withheld.append(_left_out_item(source / rel, rel, f"not a regular file ({_kind(fst.st_mode)})"))
         verdicts = gate.judge_many(items)
-        withheld += [{"path": rel, "reason": verdicts[rel]} for rel, _ in items if rel in verdicts]
+        withheld += [_left_out_item(source / rel, rel, verdicts[rel]) for rel, _ in items if rel in verdicts]
         return DataListing(source=source, files=[rel for rel, _ in items if rel not in verdicts],
                            withheld=withheld)
     finally:

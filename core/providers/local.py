@@ -25,6 +25,7 @@ from core.packaging.bundle import extract
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
 from core.providers.gpuprobe import local_gpus
 from core.runtime import diskspace, jobprocs
+from core.runtime import workdir as workdir_files
 from core.runtime import files as runtime_files
 from core.engine.store import Job
 from core.providers.base import Poll, TargetInfo
@@ -251,6 +252,16 @@ class LocalProvider:
         notes = safe_copy_tree(jdir / "out", dest, caps=self.caps)
         notes += safe_copy_tree(jdir, dest, caps=self.caps, only=("job.log", "metrics.jsonl"))
         return notes
+
+
+    async def fetch_paths(self, job: Job, rels: list[str], archive: Path, caps: OutputCaps) -> dict:
+        """`gpu fetch`: the named paths of the job's working folder, packed by the same code
+        as on a remote host, so home unpacks both by one set of rules."""
+        workdir = self.job_dir(job) / "code" / job.plan.get("workdir", "")
+        if not workdir.is_dir():
+            return {"gone": True}
+        return await asyncio.to_thread(workdir_files.pack, str(workdir), rels, str(archive),
+                                       caps.max_bytes, caps.max_files)
 
 
 def _read_json(path: Path) -> dict | None:

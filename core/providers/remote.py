@@ -278,13 +278,20 @@ printf '%s\\n' "$py"
 
     # -- storage (`gpu gc`) -------------------------------------------------------------------
 
+    async def _run_runtime(self, module: str, args: list[str], *, check: str,
+                           input: bytes | None = None) -> dict:
+        """Run one of the runtime's stdlib scripts on the host (sent as its source, so it needs
+        no upload) and read the JSON it prints."""
+        remote = await self.remote()
+        source = (runtime_dir_path / module).read_text()
+        r = await self.transport.run(f"{quote(remote['python'])} -c {quote(source)} "
+                                     + " ".join(quote(a) for a in args), input=input, check=check)
+        return json.loads(r.out.strip().splitlines()[-1])
+
     async def _cachescan(self, *args: str, input: bytes | None = None) -> dict:
         remote = await self.remote()
-        source = (runtime_dir_path / "cachescan.py").read_text()
-        r = await self.transport.run(f"{quote(remote['python'])} -c {quote(source)} "
-                                     + " ".join(quote(a) for a in (*args, remote["root"])),
-                                     input=input, check=f"reading the caches on {self.name}")
-        return json.loads(r.out)
+        return await self._run_runtime("cachescan.py", [*args, remote["root"]], input=input,
+                                       check=f"reading the caches on {self.name}")
 
     async def cache_scan(self) -> dict:
         """The host's cache entries under the target's root, judged on the host."""
@@ -530,6 +537,25 @@ printf '%s\\n' "$py"
         if log.is_file():
             (dest / "job.log").write_bytes(log.read_bytes())
         return notes
+
+    async def fetch_paths(self, job: Job, rels: list[str], archive: Path, caps: OutputCaps) -> dict:
+        """`gpu fetch`: the named paths of the job's working folder on the host, packed there
+        without following a link and copied into the local `archive` (within the caps).
+        Returns the packer's account ({"gone": true} when the folder was cleaned up)."""
+        await self.remote()
+        jd = self.job_dir(job)
+        workdir = f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/")
+        packed = f"{jd}/fetch-{uuid.uuid4().hex[:12]}.tar.gz"
+        doc = await self._run_runtime(
+            "workdir.py", ["pack", workdir, packed, str(caps.max_bytes), str(caps.max_files), *rels],
+            check=f"packing {len(rels)} path(s) of job {job.short_id} on {self.name}")
+        if doc.get("gone"):
+            return doc
+        try:
+            await self.transport.get_file(packed, archive, max_bytes=caps.max_bytes + (64 << 20))
+        finally:
+            await self.transport.run(f"rm -f {quote(packed)}")
+        return doc
 
     # -- probing ----------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runti
     if job.plan.get("python_file", command[0].endswith(".py")):
         command = ["{python}", *command]
     return {
-        "job_id": job.id, "attempt": job.attempt, "tag": f"{attempt_dir}/spec.json",
+        "job_id": job.id, "short_id": job.short_id, "attempt": job.attempt, "tag": f"{attempt_dir}/spec.json",
         "attempt_dir": attempt_dir, "workdir": workdir, "log": f"{job_dir}/job.log",
         "runtime_dir": runtime_dir, "base_python": python, "command": command, "deps": deps,
         "hf_data": [_hf_item(d) for d in job.request.get("data", []) if d["kind"] == "hf"],

@@ -7,6 +7,7 @@ Standard library only: for an ssh, slurm or pbs target it is sent on stdin to th
 Python, so every machine judges its own files (sizes, last use, whether a job holds a venv).
 
 Entries (relative to ROOT):
+    jobs/<id>/code/         (+ jobs/<id>/.code-ready)            an ended job's working folder
     bundles/<hash>.tar.gz   (+ bundles/<hash>.ready on hosts)   a project bundle
     data/<hash>/            (+ data/<hash>.ready)                an uploaded data set
     runtime/<hash>/         (+ runtime/<hash>.ready)             the launcher and `gpu` module
@@ -90,7 +91,31 @@ def scan(root: str) -> list[dict]:
                         "used_at": max(_mtime(path), _mtime(marker),
                                        _mtime(os.path.join(path, ".ready"))),
                         "busy": busy})
+    out += _workdirs(root)
     return out
+
+
+def _workdirs(root: str) -> list[dict]:
+    """Each job's working folder (its unpacked code and whatever it wrote beside it): kept
+    for `gpu fetch` until the cap needs the room; the store says which jobs are live."""
+    base = os.path.join(root, "jobs")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        code = os.path.join(base, name, "code")
+        if os.path.isdir(code) and not os.path.islink(code):
+            out.append({"kind": "workdir", "key": name, "path": code, "bytes": _size(code),
+                        "used_at": max(_mtime(code), _mtime(os.path.join(base, name, ".code-ready"))),
+                        "busy": False})
+    return out
+
+
+def _is_workdir(real: str, real_root: str) -> bool:
+    job = os.path.dirname(real)
+    return (os.path.basename(real) == "code" and os.path.dirname(job) == os.path.join(real_root, "jobs"))
 
 
 def evict(root: str, paths: list[str], min_age_s: float = 0.0) -> dict:
@@ -103,6 +128,16 @@ def evict(root: str, paths: list[str], min_age_s: float = 0.0) -> dict:
     for path in paths:
         real = os.path.realpath(path)
         parent = os.path.dirname(real)
+        if _is_workdir(real, real_root):
+            try:  # the marker first: a launch that finds no marker unpacks the code again
+                os.unlink(os.path.join(parent, ".code-ready"))
+            except OSError:
+                pass
+            size = _size(real)
+            shutil.rmtree(real, ignore_errors=True)
+            removed.append(path)
+            freed += size
+            continue
         if os.path.dirname(parent) != real_root or os.path.basename(parent) not in KINDS:
             kept.append({"path": path, "why": "not a cache entry under the root"})
             continue

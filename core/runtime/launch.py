@@ -401,7 +401,7 @@ def run(spec: dict) -> int:
     diskspace.release(os.path.join(attempt_dir, "reserve"))  # room for exit.json on a full disk
     _write_atomic(exit_file, json.dumps(result))
     log.line(f"attempt {spec['attempt']}: exited with status {code}")
-    stayed = workdir.stayed_text(produced or {})
+    stayed = workdir.stayed_text(produced or {}, spec.get("short_id"))
     if stayed:
         log.line(stayed)  # the log's last line: work that did not come home is never silent
     log.close()

@@ -62,7 +62,7 @@ def seed(store: Store | None = None, with_logs: bool = True) -> Store:
             "fingerprint": f"demo{n}", "request": {"script": "train.py", "hours": hours, "data": [],
                                                    "args": ["--config", f"configs/{name}.yaml"]},
             "plan": plan, "digest": plan["digest"], "bundle_hash": "b" * 64,
-            "bundle": {"files": 40 + n, "bytes": 180_000 * n, "hint": "add code with include, datasets with data",
+            "bundle": {"files": 40 + n, "bytes": 180_000 * n, "hint": "train.py refers to data/, which did not ship (ignored by git): pass it as data (`--data data=data`, read at gpu.data_dir()/data) or, if it is code, ship it with `include: [data/]`",
                        "left_out": [{"path": "data/", "files": 1200, "bytes": 2_400_000_000, "reason": "ignored by git"}]},
         }, reason="submitted by agent (no terminal)", actor="agent (no terminal)")
         for st in states:

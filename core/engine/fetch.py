@@ -1,0 +1,95 @@
+"""`gpu fetch ID PATH`: files a job wrote in its working folder, brought home on demand.
+
+Undeclared work stays on the target (the job's last log line and `gpu status` name it) until
+the storage clean-up frees the job's folder. This brings named paths of that folder home, into
+`runs/<id>/` at the same relative paths a declared output would have, by the same rules as
+every output: packed on the target without following a link, unpacked at home by
+`safe_extract` (no link, no `..`, within the target's output caps).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from core import paths
+from core.config.request import path_problem
+from core.config.user import load
+from core.engine.service import runs_folder
+from core.engine.store import Store
+from core.errors import UserError, shorten
+from core.packaging.safe_extract import OutputCaps, safe_extract
+from core.providers import registry
+from core.providers.remote import run_sync
+from core.transport.base import TransportError, Unreachable
+
+MAX_PATHS = 100
+
+
+def clean_path(text: str) -> str:
+    """A PATH argument as a path inside the job's working folder, or a UserError."""
+    problem = path_problem(text) if text else "is empty"
+    if problem is None and (os.path.isabs(text) or text.startswith("~")):
+        problem = "is absolute: name a path relative to the job's folder"
+    norm = posixpath.normpath(text.replace(os.sep, "/")) if problem is None else ""
+    if problem is None and (norm == ".." or norm.startswith("../")):
+        problem = "leaves the job's folder"
+    if problem:
+        raise UserError(f"path {shorten(text)} {problem}", where="gpu fetch PATH",
+                        fix="name files or folders relative to the job's working folder, "
+                            "e.g. outputs/ or model.pkl (see `gpu status ID` for what stayed behind)")
+    return norm
+
+
+def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
+    """Bring `wanted` (paths relative to the job's working folder) home into runs/<id>/."""
+    if not wanted:
+        raise UserError("no path to fetch", where="gpu fetch", fix="name at least one PATH, e.g. outputs/")
+    if len(wanted) > MAX_PATHS:
+        raise UserError(f"{len(wanted)} paths at once, more than {MAX_PATHS}", where="gpu fetch PATH",
+                        fix="name their folder instead")
+    rels = list(dict.fromkeys(clean_path(p) for p in wanted))
+    job = store.resolve(ref)
+    if not job.handle:
+        raise UserError(f"job {job.short_id} never started on a target ({job.state.value}): "
+                        "nothing to fetch", fix=f"see `gpu status {job.short_id}`")
+    cfg = load()
+    target = cfg.targets.get(job.provider)
+    providers = registry.build(cfg)
+    provider = providers.get(job.provider)
+    if provider is None or not hasattr(provider, "fetch_paths"):
+        raise UserError(f"target {job.provider!r} of job {job.short_id} is no longer configured",
+                        fix="add it again (`gpu targets add ...`) to reach its files")
+    caps = OutputCaps.from_options(target.options if target is not None else None)
+    dest = runs_folder(job)
+    fd, name = tempfile.mkstemp(prefix=".fetch-", suffix=".tar.gz", dir=paths.home())
+    os.close(fd)
+    archive = Path(name)
+    try:
+        try:
+            doc = run_sync(lambda: provider.fetch_paths(job, rels, archive, caps))
+        except Unreachable as exc:
+            raise UserError(f"target {job.provider} cannot be reached now: {exc}",
+                            fix=f"try again when it is up (`gpu targets probe {job.provider}`)") from None
+        except TransportError as exc:
+            raise UserError(f"could not read job {job.short_id}'s folder on {job.provider}: {exc}",
+                            fix="check the target (`gpu targets probe ...`) and try again") from None
+        if doc.get("gone"):
+            raise UserError(f"job {job.short_id}'s working folder on {job.provider} was cleaned up "
+                            "(storage cap or `gpu gc`): its undeclared files are gone",
+                            fix="declare such files with `outputs:` in gpu.yaml so they come home "
+                                "when a job ends")
+        notes = safe_extract(archive, dest, caps=caps) if doc.get("files") else []
+    finally:
+        archive.unlink(missing_ok=True)
+    if not doc.get("files") and not doc.get("refused") and len(doc.get("missing", [])) == len(rels):
+        raise UserError(f"no such path in job {job.short_id}'s folder on {job.provider}: "
+                        + ", ".join(shorten(m) for m in doc["missing"][:5]),
+                        fix=f"`gpu status {job.short_id}` names the files the job left behind")
+    return {"job": job.short_id, "target": job.provider, "dest": str(dest),
+            "files": int(doc.get("files", 0)), "bytes": int(doc.get("bytes", 0)),
+            "missing": doc.get("missing", []), "refused": doc.get("refused", []),
+            "capped": doc.get("capped"), "notes": notes}
