@@ -11,18 +11,13 @@ terminal is recorded under their name, an agent too, as a cancel is.
 
 from __future__ import annotations
 
-from core.engine.actor import FORCE_VAR, Actor, user_name
+from core.engine.actor import FORCE_VAR, Actor
 from core.engine.states import State
 from core.engine.store import Job, Store
 from core.errors import UserError
 
 HOW_A_PERSON_APPROVES = ("a person runs `gpu approve {ref}` in a terminal of their own, or presses "
                          "`a` on the job in `gpu dash`")
-
-
-def who(channel: str) -> str:
-    """The actor recorded for a person on `channel`."""
-    return f"{user_name()} ({channel})"
 
 
 def require_person(actor: Actor, ref: str = "ID") -> None:
