@@ -115,7 +115,7 @@ def test_gpu_approve_in_a_pty_with_a_marker_is_refused_before_anything_is_asked(
     assert f"gpu approve {short}" in flat and "presses `a`" in flat
     # a marker-free pty with --json is machine output: refused too, as JSON
     status, out = _in_pty(["approve", short, "--json"], [(b"to approve it: ", short)])
-    assert status == 2 and "--json was asked for" in out and "to approve it" not in out
+    assert status == 2 and "--json asks for machine output" in out and "to approve it" not in out
     # GPU_ROUTER_ACTOR=person does not override a marker
     status, out = _in_pty(["approve", short], [(b"to approve it: ", short)],
                           GEMINI_CLI="1", **{FORCE_VAR: "person"})
@@ -390,6 +390,12 @@ async def test_the_dashboard_asks_for_the_pin_and_checks_it(demo) -> None:
         assert box.password and not box.display
         await pilot.press("y")
         assert box.display and box.has_focus
+        await pilot.press("n", "escape")  # in the PIN field `n` is a character; esc goes back
+        assert not isinstance(app.screen, ApprovalScreen)
+        assert Store().get(pending).state == State.AWAITING_APPROVAL
+        await pilot.press("a", "y")
+        box = app.screen.query_one("#pin", Input)
+        assert box.has_focus and box.value == ""
         await pilot.press(*WRONG, "enter")
         await _settle(pilot)
         await _settle(pilot, 1.5)  # the wrong PIN's wait, in the worker

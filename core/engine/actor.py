@@ -138,13 +138,13 @@ def decide(*, stdin_tty: bool, stdout_tty: bool, json: bool = False,
     env = os.environ if env is None else env
     forced = env.get(FORCE_VAR, "")
     if forced and forced.strip().lower() != "person":
-        return Actor("agent", f"{FORCE_VAR} is set" + (" to agent" if forced == "agent" else
-                                                      " (to a value other than person)"), FORCE_VAR)
+        said = "agent" if forced == "agent" else "a value other than person"
+        return Actor("agent", f"{FORCE_VAR} is set to {said}", FORCE_VAR)
     marker = agent_marker(env, extra_markers)
     if marker is not None:
         return Actor("agent", f"{marker.var} is set: {marker.tool}", marker.var)
     if json:
-        return Actor("agent", "--json was asked for (machine output)")
+        return Actor("agent", "--json asks for machine output")
     if not (stdin_tty and stdout_tty):
         return Actor("agent", "no terminal")
     return Actor("person", "a terminal with no agent marker")
