@@ -39,8 +39,17 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("GPU_ROUTER_CONFIG", str(cfg))
     monkeypatch.setenv("GPU_ROUTER_TICK_S", "0.2")
     monkeypatch.setenv("GPU_ROUTER_IDLE_EXIT_S", "20")
+    for name in agent_marker_names():  # whoever runs the suite (a person, an agent), tests see
+        monkeypatch.delenv(name, raising=False)  # no marker unless they set one themselves
     yield h
     _stop_world(h)
+
+
+def agent_marker_names() -> list[str]:
+    """Every variable that makes a run an agent's (core.engine.actor), GPU_ROUTER_ACTOR too."""
+    from core.engine.actor import FORCE_VAR, MARKERS
+
+    return [FORCE_VAR, *{m.var for m in MARKERS}]
 
 
 def _stop_world(h: Path) -> None:

@@ -159,8 +159,8 @@ def test_gpu_and_vram_requests_the_machine_cannot_meet_are_refused(home: Path, t
 
 
 def test_every_command_has_help() -> None:
-    for cmd in ("", "submit", "plan", "approve", "deny", "targets", "secrets", "bundle", "jobs",
-                "status", "logs", "metrics", "cancel", "daemon"):
+    for cmd in ("", "submit", "plan", "approve", "approvals", "deny", "targets", "secrets", "bundle",
+                "jobs", "status", "logs", "metrics", "cancel", "daemon"):
         proc = run_gpu(*([cmd] if cmd else []), "--help")
         assert proc.returncode == 0 and "usage: gpu" in proc.stdout, cmd
 

@@ -56,8 +56,17 @@ def _store():
     return store
 
 
+def _actor(args: argparse.Namespace):
+    """Who runs this command (core.engine.actor: a tty is not enough, an agent marker or
+    --json makes it an agent's)."""
+    from core.engine.actor import current
+
+    return current(json=bool(getattr(args, "json", False)))
+
+
 def _interactive(args: argparse.Namespace) -> bool:
-    return not getattr(args, "json", False) and sys.stdin.isatty() and sys.stdout.isatty()
+    """A person at a terminal, who may be asked; an agent never is."""
+    return _actor(args).is_person
 
 
 def _confirm_broad(args: argparse.Namespace, run: Callable[[bool], Any]) -> Any:
@@ -98,14 +107,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from core.engine.service import submit
 
     req = build_request(args.project_dir or os.getcwd(), _request_overrides(args))
-    interactive = _interactive(args)
+    actor = _actor(args)
+    interactive = actor.is_person
     result = _confirm_broad(args, lambda allow: submit(
-        req, actor=_actor(interactive), interactive=interactive, allow_large_project=allow))
+        req, actor=actor.label("terminal" if interactive else "cli"), interactive=interactive,
+        allow_large_project=allow))
     if args.json:
         emit_json(result.to_json(verbose=req.verbose))
         return 0
     if interactive and result.submitted and result.guidance.get("needs_approval"):
-        return _ask_at_submit(result)
+        return _ask_at_submit(result, actor)
     from tui.render import bundle_panel, state_text
 
     job = result.job
@@ -123,16 +134,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _actor(interactive: bool) -> str:
-    from core.engine.approvals import who
-
-    return who("terminal") if interactive else "agent (no terminal)"
-
-
-def _ask_at_submit(result) -> int:
-    """A person at a terminal is shown the plan once; their yes approves that digest."""
-    from core.engine.approvals import approve, deny, who
+def _ask_at_submit(result, actor) -> int:
+    """A person at a terminal is shown the plan once; their yes (and their approval PIN, if
+    one is set) approves that digest."""
+    from core.engine.approvals import approve, deny, require_person
     from tui.render import bundle_panel, plan_panel
+
+    require_person(actor, result.job.short_id)  # never reached by an agent; the gate says so
 
     job = result.job
     say(markup("[bold]job {short}[/] ({name}) needs your approval before it runs:",
@@ -143,11 +151,13 @@ def _ask_at_submit(result) -> int:
                         short=job.short_id)).strip().lower()
     store = _store()
     if answer in ("y", "yes"):
-        job = approve(store, job.id, digest=job.digest, actor=who("terminal, at submit"))
+        checked = _pin_at_terminal(job, "at submit")
+        job = approve(store, job.id, digest=job.digest, actor=actor.label("terminal, at submit"),
+                      pin_checked=checked)
         say(markup("approved: job [bold]{short}[/] will run.  follow: [bold]gpu logs -f {short}[/]",
                    short=job.short_id))
     elif answer in ("n", "no"):
-        deny(store, job.id, actor=who("terminal, at submit"))
+        deny(store, job.id, actor=actor.label("terminal, at submit"))
         say(markup("denied: job {short} will not run", short=job.short_id))
     else:
         say(markup("job {short} waits: [bold]gpu approve {short}[/] or [bold]gpu deny {short}[/]",
@@ -172,8 +182,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pin_at_terminal(job, where: str) -> bool:
+    """With an approval PIN set, ask for it (hidden) and check it; True when one was. Only a
+    person at a terminal gets here (require_person), so the PIN is never read from a pipe."""
+    from core.engine.approvals import pin_is_set, require_pin
+    from tui.output import ask_hidden
+
+    if not pin_is_set():
+        return False
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UserError("the approval PIN is only read at a terminal", fix="run it in a terminal")
+    entered = ask_hidden(f"approval PIN for job {job.short_id} (hidden): ")
+    return require_pin(entered, where=f"gpu approve {job.short_id} ({where})")
+
+
+def _approve_on_terminal(job, actor) -> bool:
+    """A person's deliberate yes: their approval PIN if one is set, else the typed job id.
+    An agent is refused before anything is asked. True when a PIN was checked."""
+    from core.engine.approvals import pin_is_set, require_person
+
+    require_person(actor, job.short_id)
+    if pin_is_set():
+        return _pin_at_terminal(job, "terminal")
+    _confirm_on_terminal(job, "approve")
+    return False
+
+
 def _confirm_on_terminal(job, verb: str) -> None:
-    """A typed confirmation from a person; an agent without a terminal is refused."""
+    """A typed confirmation at a terminal; without one, refused."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError(f"{verb} needs a person at a terminal",
                         fix=f"a person runs `gpu {verb} {job.short_id}` in a terminal, or presses "
@@ -184,36 +220,35 @@ def _confirm_on_terminal(job, verb: str) -> None:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    from core.engine.approvals import approve, who
+    from core.engine.approvals import approve, require_person
     from core.engine.states import State
 
+    actor = _actor(args)
     store = _store()
     job = store.resolve(args.id, _here())
+    require_person(actor, job.short_id)  # an agent is refused before it is shown or asked anything
     if job.state != State.AWAITING_APPROVAL:
         raise UserError(f"job {job.short_id} is {job.state.value}, not awaiting approval",
                         fix="see `gpu jobs --state awaiting_approval`")
-    if not args.json:
-        from tui.render import plan_panel
+    from tui.render import plan_panel
 
-        say(markup("[bold]job {short}[/] ({name}) waits for approval:", short=job.short_id, name=job.name))
-        say(plan_panel(job.plan, job.bundle))
-    _confirm_on_terminal(job, "approve")
-    job = approve(store, job.id, digest=job.digest, actor=who("terminal"))
-    if args.json:
-        emit_json({"job": job.to_json()})
-    else:
-        say(markup("approved plan {digest}: job [bold]{short}[/] will run",
-                   digest=job.approved_digest[:12], short=job.short_id))
+    say(markup("[bold]job {short}[/] ({name}) waits for approval:", short=job.short_id, name=job.name))
+    say(plan_panel(job.plan, job.bundle))
+    checked = _approve_on_terminal(job, actor)
+    job = approve(store, job.id, digest=job.digest, actor=actor.label("terminal"), pin_checked=checked)
+    say(markup("approved plan {digest}: job [bold]{short}[/] will run",
+               digest=job.approved_digest[:12], short=job.short_id))
     return 0
 
 
 def cmd_deny(args: argparse.Namespace) -> int:
-    from core.engine.approvals import deny, who
+    from core.engine.approvals import deny
 
     store = _store()
     job = store.resolve(args.id, _here())
     _confirm_on_terminal(job, "deny")
-    job = deny(store, job.id, actor=who("terminal"), reason=args.reason)
+    # a no spends nothing: an agent at a pty may give it, and is recorded as the agent it is
+    job = deny(store, job.id, actor=_actor(args).label("terminal"), reason=args.reason)
     if args.json:
         emit_json({"job": job.to_json()})
     else:
@@ -603,9 +638,16 @@ def build_parser() -> argparse.ArgumentParser:
             usage="gpu plan [SCRIPT] [options] [-- ARGS...]")
     _add_request_options(p)
 
-    p = add("approve", cmd_approve, "approve a held job's plan (a person, at a terminal)")
+    p = add("approve", cmd_approve, "approve a held job's plan (a person, at a terminal; asks for the "
+                                     "approval PIN if one is set)")
     p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
-    p.add_argument("--json", action="store_true", help="print {job}")
+    p.add_argument("--json", action="store_true",
+                   help="always refused with {error, where, fix}: machine output is an agent's, "
+                        "and an agent never approves")
+
+    from tui.cli_approvals import add_approvals_command
+
+    add_approvals_command(add)
 
     p = add("deny", cmd_deny, "refuse a held job (a person, at a terminal)")
     p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")

@@ -17,7 +17,6 @@ these in.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, Callable
 
 from core.errors import UserError, shorten
@@ -75,6 +74,14 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
     tp.add_argument("--replace", action="store_true", help="replace a different key recorded for the host")
     tp.add_argument("--json", action="store_true", help="print {target, host, fingerprint, known_hosts, trusted}")
     tp.set_defaults(func=cmd_trust)
+
+
+def _person(args: argparse.Namespace) -> bool:
+    """A person at a terminal, whose typed yes trusts a key; an agent in a pseudo-terminal
+    (core.engine.actor) passes the fingerprint a person checked, like any script."""
+    from core.engine.actor import current
+
+    return current(json=bool(args.json)).is_person
 
 
 def _body(args: argparse.Namespace) -> dict:
@@ -193,7 +200,7 @@ def cmd_trust(args: argparse.Namespace) -> int:
         if args.fingerprint.strip() != fp:
             raise UserError(f"{hk.host} presents {fp}, not {args.fingerprint.strip()}: nothing was trusted",
                             fix="check which key the host really has before trusting it")
-    elif sys.stdin.isatty() and sys.stdout.isatty() and not args.json:
+    elif _person(args):
         say(markup("{host} presents this {algorithm} host key:\n  [bold]{fp}[/]",
                    host=hk.host, algorithm=hk.algorithm, fp=fp))
         say("Compare it with the host's own (`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` on the host).")

@@ -1,8 +1,10 @@
-"""Saving and removing targets in the user's config file (`gpu targets add` / `rm`).
+"""Saving and removing entries in the user's config file: targets (`gpu targets add` / `rm`)
+and the approval PIN (`gpu approvals pin set` / `clear`).
 
-`save_target` and `remove_target` edit the file as text where they can (one line per target,
-comments and the rest of the file left as they were), check the result by loading it back, and
-fall back to rewriting the YAML only when the file's layout defeats the text edit.
+`save_target`, `remove_target` and `save_section_key` edit the file as text where they can (one
+line per entry, comments and the rest of the file left as they were), check the result by
+loading it back, and fall back to rewriting the YAML only when the file's layout defeats the
+text edit.
 """
 
 from __future__ import annotations
@@ -45,22 +47,24 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-_TARGETS_LINE = re.compile(r"^targets:\s*(#.*)?$")
+def _section_line(section: str) -> re.Pattern:
+    return re.compile(rf"^{re.escape(section)}:\s*(#.*)?$")
 
 
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
 
-def _text_edit(text: str, name: str, body: dict | None) -> str | None:
-    """Replace, add (body) or drop (None) one target's entry, keeping every other line."""
+def _text_edit(text: str, name: str, body: dict | None, section: str = "targets") -> str | None:
+    """Replace, add (body) or drop (None) one entry of `section`, keeping every other line."""
     lines = text.splitlines()
-    at = next((i for i, ln in enumerate(lines) if _TARGETS_LINE.match(ln)), None)
+    heading = _section_line(section)
+    at = next((i for i, ln in enumerate(lines) if heading.match(ln)), None)
     if at is None:
         if body is None:
             return text
         sep = "" if not text or text.endswith("\n") else "\n"
-        return f"{text}{sep}targets:\n  {name}: {_flow(body)}\n"
+        return f"{text}{sep}{section}:\n  {name}: {_flow(body)}\n"
     child = None
     end = len(lines)
     for i in range(at + 1, len(lines)):
@@ -93,19 +97,20 @@ def _text_edit(text: str, name: str, body: dict | None) -> str | None:
     return "\n".join(out) + "\n"
 
 
-def _save(path: Path, raw: dict, text: str, name: str, body: dict | None) -> None:
+def _save(path: Path, raw: dict, text: str, name: str, body: dict | None,
+          section: str = "targets") -> None:
     import yaml
 
     from core.config import safeyaml
 
     expected = copy.deepcopy(raw)
-    targets = dict(expected.get("targets") or {})
+    entries = dict(expected.get(section) or {})
     if body is None:
-        targets.pop(name, None)
+        entries.pop(name, None)
     else:
-        targets[name] = body
-    expected["targets"] = targets
-    edited = _text_edit(text, name, body)
+        entries[name] = body
+    expected[section] = entries or None  # a heading left with no entries loads as null
+    edited = _text_edit(text, name, body, section)
     try:
         if edited is not None and (safeyaml.load(edited, str(path)) or {}) == expected:
             _write(path, edited)
@@ -117,10 +122,16 @@ def _save(path: Path, raw: dict, text: str, name: str, body: dict | None) -> Non
 
 def save_target(name: str, body: dict) -> Path:
     """Add or replace target `name` in the user's config, checked by loading it back."""
+    return save_section_key("targets", name, body)
+
+
+def save_section_key(section: str, key: str, body: dict | None) -> Path:
+    """Set (`body`) or remove (None) `section.key` in the user's config, checked by loading
+    it back; a result that does not load puts the file back as it was."""
     path = paths.user_config_file()
     text, raw = _load(path)
     before = path.read_bytes() if path.exists() else None
-    _save(path, raw, text, name, body)
+    _save(path, raw, text, key, body, section)
     try:
         userconfig.load()
     except UserError:

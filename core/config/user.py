@@ -23,21 +23,28 @@ stricter than the defaults; a looser value is an error that says so.
     storage:
       home_cap_gb: 20             # bundles and venvs here, freed least-recently-used above it
       target_cap_gb: 50           # the same on each remote target (or its own cache_cap_gb)
+    approvals:
+      agent_markers: [MY_AGENT]   # more environment variables that mark a run as an agent's
+      pin: {scheme: scrypt, ...}  # written by `gpu approvals pin set`, never by hand
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core import paths
-from core.config.request import NAME_RE
+from core.config.request import ENV_NAME_RE, NAME_RE
 from core.config.targetopts import check_output_caps, validate
 from core.errors import UserError, shorten
 
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs")
+SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals")
+_PIN_KEYS = ("scheme", "salt", "n", "r", "p", "hash")
+_HEX = re.compile(r"[0-9a-f]+")
 # caches (bundles, venvs, data) are freed least-recently-used above these caps, in GB;
 # a remote target's own `cache_cap_gb` overrides target_cap_gb
 STORAGE_DEFAULTS = {"home_cap_gb": 20.0, "target_cap_gb": 50.0}
@@ -85,6 +92,8 @@ class UserConfig:
     raw: dict[str, Any]
     bell: bool = True
     storage: dict[str, float] = field(default_factory=lambda: dict(STORAGE_DEFAULTS))
+    approval_pin: dict[str, Any] | None = None  # the PIN's scrypt record (core.secrets.pin)
+    agent_markers: list[str] = field(default_factory=list)
 
 
 def _number(value: Any, where: str, what: str, *, minimum: float = 0.0, allow_zero: bool = True) -> float:
@@ -163,10 +172,10 @@ def load() -> UserConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise UserError("must be a mapping (targets:, rules:, budget:)", where=where)
-    unknown = [key for key in raw if key not in ("targets", "rules", "budget", "dashboard", "storage")]
+    unknown = [key for key in raw if key not in SECTIONS]
     if unknown:
         raise UserError(f"unknown section(s) {shorten(sorted(map(str, unknown)))}", where=where,
-                        fix="sections: targets, rules, budget, dashboard, storage")
+                        fix=f"sections: {', '.join(SECTIONS)}")
     targets: dict[str, TargetConfig] = {"local": TargetConfig("local", "local")}
     for name, body in _section(raw, "targets", where, "targets:\n  box: {kind: ssh, host: gpu-box.lan}").items():
         if not isinstance(name, str) or not NAME_RE.match(name):
@@ -206,5 +215,35 @@ def load() -> UserConfig:
         raise UserError(f"storage takes {', '.join(STORAGE_DEFAULTS)} (gigabytes)", where=where)
     for key, value in section.items():
         storage[key] = _number(value, where, f"storage.{key}", allow_zero=False)
+    pin, markers = _approvals(_section(raw, "approvals", where, "approvals:\n  agent_markers: [MY_AGENT]"), where)
     return UserConfig(path=path, targets=targets, rules=rules, raw=raw, bell=bool(bell),
-                      storage=storage)
+                      storage=storage, approval_pin=pin, agent_markers=markers)
+
+
+def _approvals(section: dict, where: str) -> tuple[dict | None, list[str]]:
+    """approvals.pin (a well-formed scrypt record, or absent) and approvals.agent_markers."""
+    if set(section) - {"pin", "agent_markers"}:
+        raise UserError(f"approvals takes pin and agent_markers (got {shorten(sorted(map(str, section)))})",
+                        where=where)
+    markers = section.get("agent_markers") or []
+    if not isinstance(markers, list) or not all(isinstance(m, str) and ENV_NAME_RE.match(m) for m in markers):
+        raise UserError("approvals.agent_markers must be a list of environment variable names",
+                        where=where, fix="approvals:\n  agent_markers: [MY_AGENT, MY_AGENT_SESSION]")
+    pin = section.get("pin")
+    if pin is None:
+        return None, list(markers)
+    fix = "run `gpu approvals pin set` again, or delete approvals.pin to have no PIN"
+    if not isinstance(pin, dict) or set(pin) != set(_PIN_KEYS) or pin.get("scheme") != "scrypt":
+        raise UserError("approvals.pin must be the record `gpu approvals pin set` writes "
+                        "({scheme: scrypt, salt, n, r, p, hash})", where=where, fix=fix)
+    for key in ("salt", "hash"):
+        if not isinstance(pin[key], str) or not _HEX.fullmatch(pin[key]) \
+                or len(pin[key]) < 32 or len(pin[key]) % 2:
+            raise UserError(f"approvals.pin.{key} must be hex of 16 bytes or more", where=where, fix=fix)
+    ints = {k: pin[k] for k in ("n", "r", "p")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints.values()) \
+            or not (2 ** 10 <= ints["n"] <= 2 ** 17 and ints["n"] & (ints["n"] - 1) == 0) \
+            or not 1 <= ints["r"] <= 8 or not 1 <= ints["p"] <= 4:
+        raise UserError("approvals.pin has scrypt parameters out of range (n a power of 2 from "
+                        "2^10 to 2^17, r 1 to 8, p 1 to 4)", where=where, fix=fix)
+    return dict(pin), list(markers)

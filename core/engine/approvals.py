@@ -1,24 +1,52 @@
 """A person's yes or no to a held job, bound to the plan digest they were shown.
 
 `gpu approve`, the interactive submit and the dashboard all call these, so the binding
-(a changed plan needs a new approval) and the record (who, when, which digest) are one rule.
+(a changed plan needs a new approval), the gate (an agent never approves; with an approval
+PIN set, a person types it) and the record (who, when, which digest, whether a PIN was
+checked) are one rule.
+
+Only a yes is a person's alone. A no (`deny`) spends nothing, so whoever gives it at a
+terminal is recorded under their name, an agent too, as a cancel is.
 """
 
 from __future__ import annotations
 
-import getpass
-
+from core.engine.actor import FORCE_VAR, Actor
 from core.engine.states import State
 from core.engine.store import Job, Store
 from core.errors import UserError
 
+HOW_A_PERSON_APPROVES = ("a person runs `gpu approve {ref}` in a terminal of their own, or presses "
+                         "`a` on the job in `gpu dash`")
 
-def who(channel: str) -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user} ({channel})"
+
+def require_person(actor: Actor, ref: str = "ID") -> None:
+    """Refuse an agent's approval, saying which fact made it an agent's and what a person does.
+
+    Every front calls this before it asks for a yes or a PIN, so an agent is never prompted."""
+    if actor.is_person:
+        return
+    fix = HOW_A_PERSON_APPROVES.format(ref=ref)
+    if actor.marker and actor.marker != FORCE_VAR:
+        fix += f" (its environment must not have {actor.marker}, which an agent's shell sets)"
+    elif actor.marker == FORCE_VAR:
+        fix += f" (without {FORCE_VAR} in its environment)"
+    raise UserError(f"approve needs a person at a terminal, and this run is an agent's: {actor.why}",
+                    fix=fix)
+
+
+def require_pin(entered: str | None, *, where: str) -> bool:
+    """With an approval PIN set, `entered` must be it (see core.secrets.pin); True when one
+    was checked."""
+    from core.secrets import pin
+
+    return pin.require(entered, where=where)
+
+
+def pin_is_set() -> bool:
+    from core.secrets import pin
+
+    return pin.stored() is not None
 
 
 def _held(store: Store, ref: str) -> Job:
@@ -29,8 +57,10 @@ def _held(store: Store, ref: str) -> Job:
     return job
 
 
-def approve(store: Store, ref: str, *, digest: str, actor: str) -> Job:
-    """Approve exactly the plan with `digest`; a plan that changed meanwhile is refused."""
+def approve(store: Store, ref: str, *, digest: str, actor: str, pin_checked: bool = False) -> Job:
+    """Approve exactly the plan with `digest`; a plan that changed meanwhile is refused.
+
+    The fronts have already passed `require_person` and `require_pin`; this records it."""
     with store.write():
         job = _held(store, ref)
         if digest != job.digest:
@@ -40,7 +70,8 @@ def approve(store: Store, ref: str, *, digest: str, actor: str) -> Job:
         kind = job.plan.get("hold_kind", "rules")
         reason = f"approved by {actor} (plan {job.digest[:12]})"
         job = store.transition(job.id, State.ROUTING, reason, actor=actor,
-                               data={"decision": "approve", "digest": job.digest, "hold": kind},
+                               data={"decision": "approve", "digest": job.digest, "hold": kind,
+                                     "pin": pin_checked},
                                approved_digest=job.digest)
     _wake()
     return job

@@ -24,16 +24,17 @@ class Hold:
 
 def evaluate(*, hours: float | None, secrets: list[str], price: float, info: TargetInfo,
              rules: Rules, weekly_spend: float, interactive: bool) -> list[Hold]:
+    """`interactive` is core.engine.actor's verdict: a person at a terminal, not merely a tty."""
     holds: list[Hold] = []
     if rules.approve_everything:
         holds.append(Hold("everything", "your config asks for approval of every job"))
     if not interactive:
         if hours is None:
-            holds.append(Hold("agent_hours", "it was submitted without a terminal (by an agent) "
-                                             "and gives no hours estimate"))
+            holds.append(Hold("agent_hours", "it was submitted by an agent (not a person at a "
+                                             "terminal) and gives no hours estimate"))
         elif hours > rules.agent_max_hours:
-            holds.append(Hold("agent_hours", f"it was submitted without a terminal (by an agent) "
-                                             f"for {hours:g} hours, over the {rules.agent_max_hours:g}-hour "
+            holds.append(Hold("agent_hours", f"it was submitted by an agent (not a person at a "
+                                             f"terminal) for {hours:g} hours, over the {rules.agent_max_hours:g}-hour "
                                              f"limit for unattended jobs"))
     if secrets:
         holds.append(Hold("secrets", f"it reads {', '.join(sorted(secrets))} from your keychain"))

@@ -569,18 +569,27 @@ class DashApp(App):
         self.open_approval(job.id)
 
     def open_approval(self, job_id: str) -> None:
+        from core.engine.approvals import pin_is_set, require_person
+
         job = Store(self.store.path).get(job_id)  # the freshest plan: the digest shown is the one approved
         if job.state != State.AWAITING_APPROVAL:
             self.tell(f"job {job.short_id} no longer awaits approval", severity="information")
             return
+        try:
+            require_person(_actor(), job.short_id)  # an agent driving the dashboard is never asked
+            needs_pin = pin_is_set()
+        except UserError as exc:
+            self.tell(exc.message(), severity="error", title="approve")
+            return
+        screen = ApprovalScreen(job, needs_pin=needs_pin)
 
         def decided(decision: str | None) -> None:
             if decision == "approve":
-                self._decide(job, "approve", None)
+                self._decide(job, "approve", None, pin=screen.pin)
             elif decision == "deny":
                 self.open_deny(job.id)
 
-        self.push_screen(ApprovalScreen(job), decided)
+        self.push_screen(screen, decided)
 
     def action_deny(self) -> None:
         job = self.current()
@@ -621,20 +630,24 @@ class DashApp(App):
                                               state=job.state.value)), answered)
 
     @work(thread=True, group="decisions")
-    def _decide(self, job: Job, what: str, reason: str | None) -> None:
-        from core.engine.approvals import approve, deny, who
+    def _decide(self, job: Job, what: str, reason: str | None, pin: str | None = None) -> None:
+        from core.engine.approvals import approve, deny, require_person, require_pin
         from core.engine.service import cancel
 
         store = Store(self.store.path)
+        actor = _actor()
         try:
             if what == "approve":
-                done = approve(store, job.id, digest=job.digest or "", actor=who("dashboard"))
+                require_person(actor, job.short_id)
+                checked = require_pin(pin, where="gpu dash")  # a wrong one waits, here in the worker
+                done = approve(store, job.id, digest=job.digest or "", actor=actor.label("dashboard"),
+                               pin_checked=checked)
                 text = f"approved job {done.short_id}: it will run"
             elif what == "deny":
-                done = deny(store, job.id, actor=who("dashboard"), reason=reason)
+                done = deny(store, job.id, actor=actor.label("dashboard"), reason=reason)
                 text = f"job {done.short_id}: {done.state.value}"
             else:
-                done = cancel(store, job.id, actor=who("dashboard"), wait_s=0)
+                done = cancel(store, job.id, actor=actor.label("dashboard"), wait_s=0)
                 text = f"cancel sent to job {done.short_id}"
         except UserError as exc:
             self.call_from_thread(self.tell, exc.message(), severity="error", title=what)
@@ -646,6 +659,14 @@ class DashApp(App):
         """A notification: its text often quotes a job or an error, so it is filtered and
         shown as it is, never read as markup."""
         self.notify(safe(message), markup=False, **kw)
+
+
+def _actor():
+    """Who drives the dashboard: `gpu dash` refuses to start without a terminal, so only the
+    environment can make it an agent's (an agent running it in a pseudo-terminal)."""
+    from core.engine.actor import current
+
+    return current(terminal=True)
 
 
 def run(read_only: bool = False) -> int:

@@ -20,7 +20,10 @@ from tui.render import bundle_panel, metrics_table, plan_panel, state_text
 
 
 class ApprovalScreen(ModalScreen[str | None]):
-    """The plan of a held job; `y` approves exactly this digest, `d` denies, `n`/esc returns."""
+    """The plan of a held job; `y` approves exactly this digest, `d` denies, `n`/esc returns.
+
+    With an approval PIN set (`needs_pin`), `y` opens a hidden-input field instead: enter
+    approves with what was typed (kept in `pin` for the app to check, never shown or logged)."""
 
     DEFAULT_CSS = """
     ApprovalScreen { align: center middle; }
@@ -28,6 +31,8 @@ class ApprovalScreen(ModalScreen[str | None]):
         border: thick $warning; background: $surface; padding: 0 1; }
     ApprovalScreen .hints { color: $text; background: $warning 20%; padding: 0 1; }
     ApprovalScreen VerticalScroll { height: auto; max-height: 24; }
+    ApprovalScreen #pin { display: none; }
+    ApprovalScreen #pin.shown { display: block; }
     """
     BINDINGS = [
         Binding("y", "decide('approve')", "Approve", id="approval.approve"),
@@ -35,9 +40,11 @@ class ApprovalScreen(ModalScreen[str | None]):
         Binding("n,escape", "decide(None)", "Back", id="approval.back"),
     ]
 
-    def __init__(self, job) -> None:
+    def __init__(self, job, needs_pin: bool = False) -> None:
         super().__init__()
         self.job = job
+        self.needs_pin = needs_pin
+        self.pin: str | None = None
 
     def compose(self) -> ComposeResult:
         job = self.job
@@ -50,11 +57,31 @@ class ApprovalScreen(ModalScreen[str | None]):
             yield Static(markup("held by: {rules}   digest {digest}",
                                 rules=", ".join(h["rule"] for h in holds) or "rules",
                                 digest=job.digest[:16] if job.digest else "-"))
-            yield Static("[b]y[/b] approve this plan   [b]d[/b] deny   [b]n[/b]/[b]esc[/b] back",
-                         classes="hints")
+            if self.needs_pin:
+                yield Input(placeholder="your approval PIN, then enter", password=True, id="pin")
+            yield Static(self._hints(), classes="hints", id="approval-hints")
+
+    def _hints(self) -> str:
+        if self.needs_pin and self.query("#pin.shown"):
+            return "type your approval PIN   [b]enter[/b] approve this plan   [b]esc[/b] back"
+        extra = " (asks for your approval PIN)" if self.needs_pin else ""
+        return f"[b]y[/b] approve this plan{extra}   [b]d[/b] deny   [b]n[/b]/[b]esc[/b] back"
 
     def action_decide(self, decision: str | None) -> None:
+        if decision == "approve" and self.needs_pin:
+            box = self.query_one("#pin", Input)
+            box.add_class("shown")
+            box.focus()
+            self.query_one("#approval-hints", Static).update(self._hints())
+            return
         self.dismiss(decision)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "pin":
+            event.stop()
+            self.pin = event.value
+            event.input.value = ""
+            self.dismiss("approve")
 
 
 class ReasonScreen(ModalScreen[str | None]):
