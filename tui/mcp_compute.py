@@ -10,6 +10,7 @@ saw. `purpose` is recorded with the job as an event.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -39,10 +40,12 @@ def _request(args: dict[str, Any]):
         outputs.append(args["checkpoint"])
     where = argument(TOOL)
     names = {"script": "command", "outputs": "artifacts", "project_dir": "cwd"}
-    return build_request(cwd, {"script": args["command"], "name": _name(args.get("name")),
-                               "outputs": outputs or None, "hours": args.get("hours"),
-                               "provider": args.get("provider")},
-                         argument=lambda key: where(names.get(key, key)))
+    req = build_request(cwd, {"script": args["command"], "name": _name(args.get("name")),
+                              "outputs": outputs or None, "hours": args.get("hours"),
+                              "provider": args.get("provider")},
+                        argument=lambda key: where(names.get(key, key)))
+    # the command is the whole line: gpu.yaml's args belong to gpu.yaml's script
+    return dataclasses.replace(req, args=[])
 
 
 def compute_job(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:

@@ -16,7 +16,6 @@ SDK writes the protocol.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import sys
@@ -36,6 +35,7 @@ from core.runtime.textsafe import printable
 from tui.mcp_compute import compute_job
 from tui.mcp_schema import TOOLS
 from tui.mcp_tools import HANDLERS, Call, Engine
+from tui.output import json_text
 
 PROGRESS_EVERY_S = 0.1  # at most this often, except the first and the last of a call
 READ_ONLY = {"gpu_status", "gpu_wait", "gpu_logs", "gpu_metrics", "gpu_jobs", "gpu_targets", "gpu_plan"}
@@ -117,7 +117,7 @@ def clean(value: Any) -> Any:
 
 
 def _result(doc: dict[str, Any], *, error: bool = False, text: str | None = None) -> types.CallToolResult:
-    body = text if text is not None else json.dumps(doc, ensure_ascii=False)
+    body = text if text is not None else json_text(doc, indent=None)
     return types.CallToolResult(content=[types.TextContent(text=body)], structured_content=doc,
                                 is_error=error)
 
