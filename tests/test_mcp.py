@@ -232,3 +232,13 @@ async def test_compute_job_holds_a_start_whose_plan_changed(home: Path, tmp_path
             assert done["job"]["state"] == "cancelled"
         waited = await call(s, "compute_job", action="wait", job=short, timeout_s=5)
         assert waited["state"] == "cancelled" and waited["wait"]["ended"] is True
+
+        # a bug (here: a log that became a folder) is one line naming the error log, not a crash
+        log = home / "jobs" / ok["job"]["id"] / "job.log"
+        log.unlink()
+        log.mkdir()
+        text = await fails(s, "gpu_logs", job=short)
+        assert text.startswith("error: internal error: IsADirectoryError") and "errors.log" in text
+        assert len(text.splitlines()) == 1
+        assert "IsADirectoryError" in (home / "errors.log").read_text()
+        assert (await call(s, "gpu_jobs", active=True))["jobs"] == []  # and it goes on serving

@@ -160,10 +160,12 @@ def tool_list() -> list[types.Tool]:
 def _reporter(ctx: Any) -> Call:
     """Progress notifications for a call that asked for them (a progressToken), sent from the
     worker thread through the event loop; and whether the call was cancelled meanwhile."""
+    cancel_exc = anyio.get_cancelled_exc_class()  # asked here, in the event loop's thread
+
     def cancelled() -> bool:
         try:
             anyio.from_thread.check_cancelled()
-        except BaseException:  # the loop's cancellation exception: the caller went away
+        except cancel_exc:  # the caller cancelled the request, or the client went away
             return True
         return False
 
