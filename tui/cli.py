@@ -173,7 +173,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     bundle, plan = _confirm_broad(args, lambda allow: prepare(
         req, interactive=_interactive(args), allow_large_project=allow))
     if args.json:
-        emit_json({"plan": plan, "bundle": bundle.summary(), "needs_approval": bool(plan["holds"])})
+        from core.engine.reports import plan_doc
+
+        emit_json(plan_doc(bundle.summary(), plan))
         return 0
     from tui.render import bundle_panel, plan_panel
 
@@ -257,14 +259,15 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
-    from core.engine import targets
-
-    infos = targets.infos(_store())
     if args.json:
-        emit_json({"targets": [i.to_json() for i in infos.values()]})
+        from core.engine.reports import targets_doc
+
+        emit_json(targets_doc(_store()))
         return 0
+    from core.engine import targets
     from tui.render import targets_table
 
+    infos = targets.infos(_store())
     say(targets_table(list(infos.values())))
     return 0
 
@@ -345,22 +348,15 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from core.engine.states import ACTIVE, State
+    from core.engine.reports import jobs_doc, parse_states
+    from core.engine.states import ACTIVE
 
     store = _store()
-    states = None
-    if args.state:
-        try:
-            states = [State(s) for s in args.state.split(",")]
-        except ValueError:
-            raise UserError(f"unknown state in {args.state!r}",
-                            fix=f"states: {', '.join(s.value for s in State)}") from None
-    elif args.active:
-        states = list(ACTIVE)
-    jobs = store.jobs(states=states, limit=args.limit)
+    states = parse_states(args.state) if args.state else list(ACTIVE) if args.active else None
     if args.json:
-        emit_json({"jobs": [j.to_json() for j in jobs]})
+        emit_json(jobs_doc(store, states=states, limit=args.limit))
         return 0
+    jobs = store.jobs(states=states, limit=args.limit)
     if not jobs:
         say(markup("no jobs yet: submit one with [bold]gpu submit SCRIPT --hours H[/]"))
         return 0
@@ -377,29 +373,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not args.id:
         from core.engine.states import ACTIVE
 
-        jobs = store.jobs(states=ACTIVE)
         pid = running_pid()
         if args.json:
-            emit_json({"supervisor": {"running": pid is not None, "pid": pid},
-                        "jobs": [j.to_json() for j in jobs]})
+            from core.engine.reports import live_doc
+
+            emit_json(live_doc(store, pid))
             return 0
+        jobs = store.jobs(states=ACTIVE)
         from tui.render import jobs_table
 
         say(f"supervisor: {'running (pid %d)' % pid if pid else 'not running (starts on demand)'}")
         say(jobs_table(jobs) if jobs else markup("no live jobs (see all with [bold]gpu jobs[/])"))
         return 0
     job = store.resolve(args.id, _here())
-    events = store.events(job.id)
     if args.json:
-        from core.engine.service import guidance
+        from core.engine.reports import status_doc
 
-        doc = job.to_json(verbose=args.verbose)
-        doc["events"] = [e.to_json() for e in events] if args.verbose else [e.to_json() for e in events[-5:]]
-        doc["guidance"] = guidance(job, True)
-        emit_json(doc)
+        emit_json(status_doc(store, job, verbose=args.verbose))
         return 0
     from tui.render import status_panel
 
+    events = store.events(job.id)
     say(status_panel(job, events, store.metrics_summary(job.id), verbose=args.verbose))
     return 0
 
@@ -413,13 +407,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
     path = log_path(job)
     if args.follow and not args.json:
         return _follow_log(store, job, path, args.tail)
-    data = path.read_bytes() if path.exists() else b""
-    if args.tail is not None:
-        data = b"\n".join(data.split(b"\n")[-(args.tail + 1):])
+    from core.engine.reports import log_tail, logs_doc
+
     if args.json:
-        emit_json({"job": job.short_id, "state": job.state.value, "log": safe(data)})
+        doc = logs_doc(job, args.tail)
+        emit_json({**doc, "log": safe(doc["log"])})
         return 0
-    write(data)
+    write(log_tail(job, args.tail))
     return 0
 
 
@@ -479,24 +473,16 @@ def _write_lines(lines: list[str]) -> None:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
+    from core.engine.reports import metrics_doc
+
     store = _store()
     job = store.resolve(args.id, _here())
-    metrics = store.metrics(job.id, args.key)
-    summary = store.metrics_summary(job.id)
-    if args.key and not metrics:
-        known = sorted(summary)
-        raise UserError(f"job {job.short_id} has no metric {args.key!r}",
-                        fix=f"its metrics: {', '.join(known)}" if known
-                        else "it has logged none yet (the job calls gpu.log(step=..., loss=...))")
+    doc = metrics_doc(store, job, args.key)  # an unknown --key is an error here
     if args.json:
-        emit_json({
-            "job": job.short_id,
-            "metrics": {k: {"last": s[-1][1], "min": min(v for _, v, _ in s),
-                            "max": max(v for _, v, _ in s), "points": len(s),
-                            "series": [{"step": st, "value": v, "ts": ts} for st, v, ts in s]}
-                        for k, s in metrics.items()}})
+        emit_json(doc)
         return 0
-    if not metrics:
+    summary = store.metrics_summary(job.id)
+    if not doc["metrics"]:
         say(f"job {job.short_id} has logged no metrics yet (the job calls gpu.log(step=..., loss=...))")
         return 0
     from tui.render import metrics_table
@@ -511,7 +497,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     store = _store()
     job = cancel(store, store.resolve(args.id, _here()).id, actor="cli")
     if args.json:
-        emit_json({"job": job.to_json()})
+        from core.engine.reports import job_only
+
+        emit_json(job_only(job))
         return 0
     from tui.render import state_text
 
@@ -542,6 +530,20 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     for note in doc["notes"]:
         say(markup("[yellow]note:[/] {note}", note=note))
     return 0
+
+
+MCP_CONFIG = '{"mcpServers": {"gpu-router": {"command": "gpu", "args": ["mcp"]}}}'
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Serve the MCP tools on stdin/stdout (the SDK loads only here, so no other command pays
+    for its import). Started at a terminal by hand, it says what it is for on stderr first."""
+    if sys.stdin.isatty():
+        write(f"gpu mcp speaks the Model Context Protocol on stdin/stdout; an MCP client starts "
+              f"it. Client configuration: {MCP_CONFIG}\n", sys.stderr)
+    from tui.mcp_server import serve
+
+    return serve()
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
@@ -714,6 +716,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_gc_command(add, EPILOG)
 
+    p = add("mcp", cmd_mcp, "serve gpu-router to AI agents over MCP on stdin/stdout (gpu_submit, gpu_wait, "
+            "gpu_status, ..., compute_job); no tool approves")
+    p.epilog = (f"MCP client configuration: {MCP_CONFIG}. Every call is an agent's: the approval "
+                f"rules apply in full. {EPILOG}")
+
     p = add("daemon", cmd_daemon, "run the supervisor (started on demand by submit; one per user)")
     p.add_argument("--detach", action="store_true", help="start it in the background and return")
     p.add_argument("--status", action="store_true", help="say whether it runs")
@@ -780,8 +787,9 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, *, bare: boo
 def _internal_error(exc: BaseException, args: argparse.Namespace) -> int:
     """One line for a bug, its traceback in the log; status 1."""
     from core.errors import clip
+    from tui.errlog import log_traceback
 
-    where = _log_traceback(exc, getattr(args, "command", None))
+    where = log_traceback(exc, getattr(args, "command", None))
     detail = " ".join(str(exc).split())  # one line, whatever the exception says
     what = f"internal error: {type(exc).__name__}" + (f": {clip(detail, 200)}" if detail else "")
     fix = f"see {where}; GPU_ROUTER_DEBUG=1 shows the traceback here"
@@ -789,25 +797,6 @@ def _internal_error(exc: BaseException, args: argparse.Namespace) -> int:
         emit_json({"error": what, "where": None, "fix": fix})
     error(f"{what}, {fix}")
     return 1
-
-
-def _log_traceback(exc: BaseException, command: str | None) -> str:
-    """Append the traceback to the error log; returns where it went (or why it could not)."""
-    import traceback
-
-    from core import paths
-
-    try:
-        log = paths.error_log_file()
-        if log.exists() and log.stat().st_size > 1 << 20:
-            log.replace(log.with_name(log.name + ".1"))
-        with open(log, "a", encoding="utf-8", errors="replace") as f:
-            f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} gpu {command or ''} "
-                    f"(gpu-router {_version()})\n")
-            f.write("".join(traceback.format_exception(exc)))
-        return str(log)
-    except Exception as log_exc:  # the log's folder may be the very thing that is broken
-        return f"no log (it could not be written: {log_exc})"
 
 
 if __name__ == "__main__":

@@ -152,8 +152,14 @@ def ask_hidden(prompt: object) -> str:
     return getpass.getpass(safe(prompt, single_line=True))
 
 
+def json_text(doc: Any, *, indent: int | None = 2) -> str:
+    """Machine output as text: ensure_ascii writes every non-ASCII or control character as
+    \\uXXXX, so a U+009B, a bidi override or an ESC in a job's name is inert in a terminal
+    too (and in whatever an MCP client shows of a tool's result)."""
+    return json.dumps(doc, indent=indent, default=str, ensure_ascii=True)
+
+
 def emit_json(doc: Any) -> None:
-    """Machine output: ensure_ascii writes every non-ASCII or control character as \\uXXXX,
-    so a U+009B, a bidi override or an ESC in a job's name is inert in a terminal too."""
-    sys.stdout.write(json.dumps(doc, indent=2, default=str, ensure_ascii=True) + "\n")
+    """Machine output on stdout (see `json_text`)."""
+    sys.stdout.write(json_text(doc) + "\n")
     sys.stdout.flush()

@@ -511,21 +511,24 @@ def _check(key: str, raw: Any, where: str) -> Any:
                         fix=f"{key}: {allowed}") from None
 
 
-def _argument(key: str) -> str:
+def _cli_argument(key: str) -> str:
     """How the command line spells the option for `key` (`--secret`, `--output` are singular)."""
     special = {"secrets": "argument --secret", "outputs": "argument --output", "script": "argument SCRIPT",
                "args": "arguments after --"}
     return special.get(key, f"argument --{key.replace('_', '-')}")
 
 
-def build_request(project_dir: str | Path, overrides: dict[str, Any]) -> JobRequest:
+def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
+                  argument: Callable[[str], str] | None = None) -> JobRequest:
     """gpu.yaml merged with the caller's arguments (which win; lists add, env merges).
 
     Every front (the CLI, the dashboard, the MCP server) builds its request here: each value
     passes its SCHEMA check, and the finished request `_check_request`, so nothing downstream
-    meets a value a job could not start with.
+    meets a value a job could not start with. `argument(key)` says where a bad argument came
+    from in the front's own words ("argument --hours", "gpu_submit argument hours").
     """
-    project = resolve_project(project_dir)
+    _argument = argument or _cli_argument
+    project = resolve_project(project_dir, _argument("project_dir"))
     values, lines, path = read_project_file(project)
 
     def where(key: str) -> str:

@@ -1,6 +1,6 @@
 """The operations every front end shares: submit, cancel, and bringing a job home.
 
-`gpu submit`, the dashboard and (later) the MCP tool all call these, so idempotency, the
+`gpu submit`, the dashboard and the MCP server (`gpu mcp`) all call these, so idempotency, the
 plan and the guidance an agent relays are decided in one place.
 """
 
@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from core import paths
 from core.config.request import JobRequest
@@ -24,6 +24,10 @@ from core.packaging.bundle import Bundle, FileHashCache, build, list_data, list_
 from core.packaging.report import left_out_hint, ship_warnings
 from core.planning.plan import build_plan, canonical_bytes, data_hash
 from core.planning.router import route
+
+# told (done, total or None, what is happening) while a submit or a plan bundles the project:
+# the MCP server turns these into progress notifications
+Stage = Callable[[int, "int | None", str], None]
 
 
 @dataclass
@@ -48,11 +52,24 @@ def fingerprint(req: JobRequest, bundle_hash: str) -> str:
 
 
 def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None = None,
-            allow_large_project: bool = False) -> tuple[Bundle, dict]:
+            allow_large_project: bool = False, progress: Stage | None = None) -> tuple[Bundle, dict]:
     """Bundle the project, route it and apply the rules, without creating a job.
 
     A project that is the home folder or a big folder outside git raises `ProjectTooBroad`
-    unless `allow_large_project`: the front asks a person, and refuses an agent."""
+    unless `allow_large_project`: the front asks a person, and refuses an agent. `progress`
+    hears how the bundling goes (a cold pack of a big project takes seconds)."""
+    read = 0  # progress only grows: files read, then one step more for the planning
+
+    def tell(done: int, total: int | None, text: str) -> None:
+        if progress is not None:
+            progress(done, total, text)
+
+    def packing(done: int, total: int) -> None:
+        nonlocal read
+        if done > read:
+            read = done
+            tell(done, total + 1, f"bundling: {done}/{total} files read")
+
     from core.config import user as userconfig
     from core.engine import targets
     from core.secrets.launch import check_available
@@ -67,9 +84,11 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
     with disk_full_guard(paths.home()):  # the bundle and the hash cache are written there
         cache = FileHashCache()
         try:
+            tell(0, None, "listing the files that ship")
             listing = list_project(Path(req.project_dir), req.include, ship=req.ship,
                                    allow_large=allow_large_project, cache=cache)
-            bundle = build(listing, cache)
+            bundle = build(listing, cache, progress=packing)
+            tell(read + 1, read + 1, f"bundled {bundle.files} files; planning where it runs")
             data_hashes, data_warnings = _data_hashes(req, cache)
         finally:
             cache.close()
@@ -118,10 +137,20 @@ def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> di
 
 def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
            store: Store | None = None, start_supervisor: bool = True,
-           allow_large_project: bool = False) -> SubmitResult:
+           allow_large_project: bool = False, front: str = "cli",
+           expect_digest: str | None = None, progress: Stage | None = None) -> SubmitResult:
+    """Record the job (once: see `_insert_once`) and start the supervisor unless it is held.
+
+    `expect_digest` is the digest of a plan the caller was shown (`gpu_plan`, compute_job's
+    `plan`): if the plan made now differs, the job is held for a person with that reason and
+    never runs on the strength of a plan nobody saw. `front` picks guidance's words."""
     store = store or Store()
     bundle, plan = prepare(req, interactive=interactive, store=store,
-                           allow_large_project=allow_large_project)
+                           allow_large_project=allow_large_project, progress=progress)
+    if expect_digest is not None and expect_digest != plan["digest"]:
+        plan["holds"].insert(0, {"rule": "plan_changed", "reason": (
+            f"its plan changed since the plan that was shown (digest {expect_digest[:12]}, "
+            f"now {plan['digest'][:12]})")})
     fp = fingerprint(req, bundle.hash)
     summary = bundle.summary()
     request_doc = req.to_json()
@@ -139,7 +168,7 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
         ensure_running()
     if req.wait_s and submitted and job.state == State.ROUTING:
         job = wait_placed(store, job.id, req.wait_s)
-    advice = guidance(job, submitted)
+    advice = guidance(job, submitted, front)
     left = _left_behind(store, job)
     if left:
         advice["note"] = left
@@ -252,12 +281,38 @@ def wait_placed(store: Store, job_id: str, wait_s: float) -> Job:
         delay = min(delay * 1.5, 0.25)
 
 
-def guidance(job: Job, submitted: bool) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "follow": f"gpu logs -f {job.short_id}",
-        "status": f"gpu status {job.short_id}",
-        "needs_approval": job.state == State.AWAITING_APPROVAL,
-    }
+def tool_call(tool: str, **arguments: Any) -> str:
+    """How guidance names a tool call: `gpu_wait(job="1a2b3c4d")`."""
+    return f"{tool}({', '.join(f'{k}={json.dumps(v)}' for k, v in arguments.items())})"
+
+
+def _next_calls(job: Job, front: str) -> dict[str, Any]:
+    """What an agent calls next: wait on a live job (it returns when the job changes state,
+    so no sleep loop), read the log of one that ended, look at one held for a person."""
+    short = job.short_id
+    held = job.state == State.AWAITING_APPROVAL
+    if front == "compute":
+        status = ("compute_job", {"action": "wait", "job": short, "timeout_s": 0})
+        nxt = status if held else ("compute_job", {"action": "artifacts" if job.state in TERMINAL
+                                                   else "wait", "job": short})
+    else:
+        status = ("gpu_status", {"job": short})
+        nxt = status if held else ("gpu_logs", {"job": short}) if job.state in TERMINAL \
+            else ("gpu_wait", {"job": short})
+    return {"follow": tool_call(nxt[0], **nxt[1]), "status": tool_call(status[0], **status[1]),
+            "next_call": {"tool": nxt[0], "arguments": nxt[1]},
+            "shell": f"gpu logs -f {short}"}
+
+
+def guidance(job: Job, submitted: bool, front: str = "cli") -> dict[str, Any]:
+    """What the caller does next, in its own front's words: shell commands for the CLI, tool
+    calls for an agent over MCP (`front` "gpu" for the gpu_* tools, "compute" for compute_job)."""
+    if front == "cli":
+        doc: dict[str, Any] = {"follow": f"gpu logs -f {job.short_id}",
+                               "status": f"gpu status {job.short_id}"}
+    else:
+        doc = _next_calls(job, front)
+    doc["needs_approval"] = job.state == State.AWAITING_APPROVAL
     if not submitted:
         doc["note"] = (f"job {job.short_id} with the same request is still {job.state.value}: "
                        "returned it instead of starting a second copy")

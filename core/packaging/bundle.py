@@ -31,7 +31,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from core import paths
 from core.errors import UserError, disk_full_guard
@@ -52,6 +52,11 @@ BROAD_FIX = ("run gpu from the project's own folder (or pass --project-dir DIR),
              "anyway (credential files are still withheld)")
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 _GIT_SAFE = ("-c", "core.quotepath=off", "-c", "core.fsmonitor=false")
+
+# told (files read so far, files to read) while a bundle is hashed or packed, so a front can
+# show a long first pack moving (the MCP server sends these as progress notifications)
+Progress = Callable[[int, int], None]
+PROGRESS_EVERY = 100  # files between two reports
 
 
 class ProjectTooBroad(UserError):
@@ -601,17 +606,32 @@ def _summarise_ignored(root: Path, ignored: list[str], shipped: dict[str, Entry]
 # -- hashing and packing -------------------------------------------------------------------
 
 
-def build(listing: Listing, cache: FileHashCache | None = None, *, dry_run: bool = False) -> Bundle:
+def build(listing: Listing, cache: FileHashCache | None = None, *, dry_run: bool = False,
+          progress: Progress | None = None) -> Bundle:
     """Hash the listing (stat cache first) and pack it unless that bundle is already stored.
     A full disk under gpu-router's home is a DiskFull error (`gpu bundle`, `plan`, `submit`).
 
     `dry_run` (`gpu bundle`, `gpu plan`) hashes what would ship and writes nothing: no archive,
-    no cache entry, so looking at a bundle never grows gpu-router's home."""
+    no cache entry, so looking at a bundle never grows gpu-router's home. `progress` is told
+    how many of the files that must be read have been, every PROGRESS_EVERY files and at the
+    end (a warm cache reads none: it is told (0, 0) once)."""
     with disk_full_guard(paths.home()):
-        return _build(listing, cache, dry_run)
+        return _build(listing, cache, dry_run, progress)
 
 
-def _hash_only(listing: Listing, entries: list[Entry]) -> None:
+def _ticker(progress: Progress | None, total: int) -> Callable[[], None]:
+    """A counter that tells `progress` every PROGRESS_EVERY files (and the last one)."""
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None and (done % PROGRESS_EVERY == 0 or done == total):
+            progress(done, total)
+    return tick
+
+
+def _hash_only(listing: Listing, entries: list[Entry], tick: Callable[[], None] = lambda: None) -> None:
     """The sha256 of each file as the packer would read it (no link followed), packing nothing."""
     for e in entries:
         try:
@@ -623,9 +643,11 @@ def _hash_only(listing: Listing, entries: list[Entry]) -> None:
             e.sha256 = hash_fd(fd)
         finally:
             os.close(fd)
+        tick()
 
 
-def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False) -> Bundle:
+def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False,
+           progress: Progress | None = None) -> Bundle:
     own_cache = cache is None
     cache = cache or FileHashCache()
     try:
@@ -638,13 +660,16 @@ def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False)
                 missing.append(e)
         store = paths.bundles_dir()
         packed = False
+        tell = progress or (lambda done, total: None)
         if dry_run:
-            _hash_only(listing, missing)
+            tell(0, len(missing))
+            _hash_only(listing, missing, _ticker(progress, len(missing)))
             digest = manifest_hash(listing)
             target = store / f"{digest}.tar.gz"
         elif missing:
             # Cold cache: read each file once, hashing while packing into a temp archive.
-            tmp = _pack(listing, store, cache=cache)
+            tell(0, len(files))
+            tmp = _pack(listing, store, cache=cache, tick=_ticker(progress, len(files)))
             digest = manifest_hash(listing)
             target = store / f"{digest}.tar.gz"
             if target.exists():
@@ -655,8 +680,9 @@ def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False)
         else:
             digest = manifest_hash(listing)
             target = store / f"{digest}.tar.gz"
+            tell(0, 0 if target.exists() else len(files))
             if not target.exists():
-                tmp = _pack(listing, store, cache=None)
+                tmp = _pack(listing, store, cache=None, tick=_ticker(progress, len(files)))
                 os.replace(tmp, target)
                 packed = True
         left_out = listing.ignored + listing.withheld
@@ -704,7 +730,8 @@ class _HashingReader:
         return block
 
 
-def _pack(listing: Listing, store: Path, cache: FileHashCache | None) -> Path:
+def _pack(listing: Listing, store: Path, cache: FileHashCache | None,
+          tick: Callable[[], None] = lambda: None) -> Path:
     fd, tmp_name = tempfile.mkstemp(prefix=".pack-", suffix=".tar.gz", dir=store)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -742,6 +769,7 @@ def _pack(listing: Listing, store: Path, cache: FileHashCache | None) -> Path:
                         cache.remember(str(full), FileHashCache.signature(st), e.sha256)
                 finally:
                     os.close(fd)
+                tick()
         return tmp
     except BaseException:
         tmp.unlink(missing_ok=True)

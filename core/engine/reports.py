@@ -1,0 +1,203 @@
+"""The documents every report returns: `gpu ... --json` and the MCP tools build them here.
+
+One function per report, so the CLI's `--json` shapes (documented and stable) and what an
+agent gets over MCP cannot drift apart: the MCP tools return the same documents, with a few
+fields an agent needs on top (elapsed against the estimate, cost, a log chunk by offset).
+Nothing here writes to a terminal or filters text for one; the fronts do that.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from core.engine.service import guidance, log_path
+from core.engine.states import ACTIVE, TERMINAL, State
+from core.engine.store import Job, Store
+from core.errors import UserError
+from core.planning.usage import job_cost
+
+LOG_CHUNK = 64 * 1024  # what one read of a log by offset returns at most (an agent's context)
+MAX_LOG_CHUNK = 1 << 20
+ARTIFACTS_CAP = 1000  # files listed by `artifacts` (a job may write many thousands)
+
+
+def parse_states(text: str) -> list[State]:
+    """`running,done` as states; a clear error naming the ones there are."""
+    try:
+        return [State(s.strip()) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise UserError(f"unknown state in {text!r}",
+                        fix=f"states: {', '.join(s.value for s in State)}") from None
+
+
+def jobs_doc(store: Store, *, states: list[State] | None = None, active: bool = False,
+             limit: int | None = 50) -> dict[str, Any]:
+    """`gpu jobs --json`: {jobs: [...]}, newest first."""
+    if states is None and active:
+        states = list(ACTIVE)
+    return {"jobs": [j.to_json() for j in store.jobs(states=states, limit=limit)]}
+
+
+def live_doc(store: Store, supervisor_pid: int | None) -> dict[str, Any]:
+    """`gpu status --json` without a job: the supervisor and the live jobs."""
+    return {"supervisor": {"running": supervisor_pid is not None, "pid": supervisor_pid},
+            "jobs": [j.to_json() for j in store.jobs(states=ACTIVE)]}
+
+
+def status_doc(store: Store, job: Job, *, verbose: bool = False, front: str = "cli") -> dict[str, Any]:
+    """`gpu status ID --json`: the job object, its last events (all with verbose), guidance."""
+    events = store.events(job.id)
+    doc = job.to_json(verbose=verbose)
+    doc["events"] = [e.to_json() for e in (events if verbose else events[-5:])]
+    doc["guidance"] = guidance(job, True, front)
+    return doc
+
+
+def agent_status(store: Store, job: Job, *, verbose: bool = False, front: str = "gpu",
+                 log_lines: int | None = None) -> dict[str, Any]:
+    """`status_doc` and what an agent weighs before its next step: how long the job has run
+    against its estimate, what it cost so far, each metric's last value, and the log's tail."""
+    doc = status_doc(store, job, verbose=verbose, front=front)
+    hours = job.request.get("hours")
+    ran = None if job.started_at is None else max(0.0, (job.ended_at or time.time()) - job.started_at)
+    doc["elapsed"] = {"seconds": None if ran is None else round(ran, 1),
+                      "estimate_seconds": None if not hours else round(hours * 3600, 1),
+                      "fraction_of_estimate": round(ran / (hours * 3600), 3) if ran is not None and hours else None}
+    doc["cost"] = {"so_far": round(job_cost(store, job.id), 4),
+                   "estimated": job.plan.get("estimated_price"),
+                   "price_per_hour": job.plan.get("price_per_hour")}
+    doc["metrics"] = store.metrics_summary(job.id)
+    doc["outputs_dir"] = job.outputs_dir
+    if log_lines:
+        doc["log_tail"] = log_tail(job, log_lines)
+    return doc
+
+
+# -- logs ----------------------------------------------------------------------------------
+
+
+def _read_log(job: Job) -> bytes:
+    path = log_path(job)
+    return path.read_bytes() if path.exists() else b""
+
+
+def _tail(data: bytes, lines: int | None) -> bytes:
+    return data if lines is None else b"\n".join(data.split(b"\n")[-(lines + 1):])
+
+
+def log_tail(job: Job, lines: int | None) -> bytes:
+    """The whole log, or its last `lines` lines (raw bytes: the front filters them)."""
+    return _tail(_read_log(job), lines)
+
+
+def logs_doc(job: Job, tail: int | None = None, *, offsets: bool = False) -> dict[str, Any]:
+    """`gpu logs ID --json`: {job, state, log} (the log as raw bytes: the front filters it).
+    With `offsets`, also the log's size as `next_offset`, where a read by offset goes on."""
+    data = _read_log(job)
+    doc: dict[str, Any] = {"job": job.short_id, "state": job.state.value, "log": _tail(data, tail)}
+    if offsets:
+        doc["next_offset"] = doc["size"] = len(data)
+    return doc
+
+
+def log_chunk(job: Job, offset: int, max_bytes: int = LOG_CHUNK) -> dict[str, Any]:
+    """The log from byte `offset`, at most `max_bytes` and ending at a line's end when more
+    follows; `next_offset` is where the next read starts. A log that shrank below `offset`
+    (rotated, truncated) is read again from the top and says so."""
+    max_bytes = max(1, min(int(max_bytes), MAX_LOG_CHUNK))
+    path = log_path(job)
+    restarted = False
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if offset > size:
+                offset, restarted = 0, True
+            f.seek(offset)
+            data = f.read(max_bytes)
+    except FileNotFoundError:
+        size, data = 0, b""
+        restarted = offset > 0
+        offset = 0
+    end = offset + len(data)
+    if end < size and b"\n" in data:  # more follows: stop at a whole line
+        data = data[:data.rfind(b"\n") + 1]
+        end = offset + len(data)
+    doc: dict[str, Any] = {"job": job.short_id, "state": job.state.value, "offset": offset,
+                           "next_offset": end, "size": size, "more": end < size, "log": data}
+    if restarted:
+        doc["restarted"] = "the log is shorter than the offset asked for: read from the start"
+    return doc
+
+
+# -- metrics, targets, plans, outputs -------------------------------------------------------
+
+
+def metrics_doc(store: Store, job: Job, key: str | None = None, *, series: bool = True) -> dict[str, Any]:
+    """`gpu metrics ID --json`: last, min, max and points per key, and every point (series)."""
+    metrics = store.metrics(job.id, key)
+    if key and not metrics:
+        known = sorted(store.metrics_summary(job.id))
+        raise UserError(f"job {job.short_id} has no metric {key!r}",
+                        fix=f"its metrics: {', '.join(known)}" if known
+                        else "it has logged none yet (the job calls gpu.log(step=..., loss=...))")
+    out: dict[str, Any] = {}
+    for k, s in metrics.items():
+        out[k] = {"last": s[-1][1], "min": min(v for _, v, _ in s), "max": max(v for _, v, _ in s),
+                  "points": len(s)}
+        if series:
+            out[k]["series"] = [{"step": st, "value": v, "ts": ts} for st, v, ts in s]
+        else:
+            out[k]["last_step"] = s[-1][0]
+    return {"job": job.short_id, "metrics": out}
+
+
+def targets_doc(store: Store) -> dict[str, Any]:
+    """`gpu targets --json`: {targets: [...]}, probed now (the providers load only here)."""
+    from core.engine import targets
+
+    return {"targets": [i.to_json() for i in targets.infos(store).values()]}
+
+
+def plan_doc(bundle_summary: dict, plan: dict) -> dict[str, Any]:
+    """`gpu plan --json`: {plan, bundle, needs_approval}; the plan holds its digest."""
+    return {"plan": plan, "bundle": bundle_summary, "needs_approval": bool(plan["holds"])}
+
+
+def job_only(job: Job) -> dict[str, Any]:
+    """`gpu cancel/approve/deny --json`: {job}."""
+    return {"job": job.to_json()}
+
+
+def artifacts_doc(job: Job, cap: int = ARTIFACTS_CAP) -> dict[str, Any]:
+    """The files that came home to the job's `runs/<short_id>/`, without following a link.
+
+    They arrive when the job ends (and the log and metrics with them); while it runs the
+    folder may not exist yet."""
+    root = Path(job.outputs_dir)
+    files: list[dict[str, Any]] = []
+    total = 0
+    if root.is_dir() and not root.is_symlink():
+        for folder, dirs, names in os.walk(root):  # os.walk does not follow links by default
+            dirs.sort()
+            for name in sorted(names):
+                full = Path(folder) / name
+                try:
+                    st = full.lstat()
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                total += 1
+                if len(files) < cap:
+                    files.append({"path": full.relative_to(root).as_posix(), "bytes": st.st_size})
+    doc: dict[str, Any] = {"job": job.short_id, "state": job.state.value,
+                           "outputs_dir": str(root), "files": files, "count": total}
+    if total > len(files):
+        doc["truncated"] = f"{total - len(files)} more files not listed"
+    if job.state not in TERMINAL:
+        doc["note"] = "outputs come home when the job ends"
+    return doc

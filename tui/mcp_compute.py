@@ -1,0 +1,97 @@
+"""`compute_job`: the compute contract's one tool, over the same engine as the gpu_* tools.
+
+`action` picks what happens: targets | plan | start | wait | logs | artifacts | cancel. A start
+is a submit whose request is made from `command` (a command line run in `cwd`, the project),
+`artifacts` (what comes home: gpu-router's `outputs`) and `checkpoint` (where the command keeps
+its checkpoints; it comes home too). With the `digest` of an earlier `plan`, a start whose fresh
+plan differs is held for a person's approval with that reason: it never runs on a plan nobody
+saw. `purpose` is recorded with the job as an event.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from core.errors import UserError
+from tui.mcp_tools import ACTOR, Call, Engine, argument, gpu_logs, gpu_wait, project_dir, stage
+
+TOOL = "compute_job"
+NEEDS = {"start": ("command", "cwd"), "plan": ("command", "cwd"), "wait": ("job",),
+         "logs": ("job",), "artifacts": ("job",), "cancel": ("job",), "targets": ()}
+_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _name(text: str | None) -> str | None:
+    """A job name from what the agent wrote: "train yolo v2" becomes "train-yolo-v2"."""
+    if not text:
+        return None
+    return _NAME_BAD.sub("-", text).strip("-")[:64] or None
+
+
+def _request(args: dict[str, Any]):
+    """The same request for `plan` and `start`, so the same arguments give the same digest."""
+    from core.config.request import build_request
+
+    cwd = project_dir(TOOL, "cwd", args["cwd"])
+    outputs = [*(args.get("artifacts") or [])]
+    if args.get("checkpoint"):
+        outputs.append(args["checkpoint"])
+    where = argument(TOOL)
+    names = {"script": "command", "outputs": "artifacts", "project_dir": "cwd"}
+    req = build_request(cwd, {"script": args["command"], "name": _name(args.get("name")),
+                              "outputs": outputs or None, "hours": args.get("hours"),
+                              "provider": args.get("provider")},
+                        argument=lambda key: where(names.get(key, key)))
+    # the command is the whole line: gpu.yaml's args belong to gpu.yaml's script
+    return dataclasses.replace(req, args=[])
+
+
+def compute_job(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
+    action = args["action"]
+    missing = [k for k in NEEDS[action] if not args.get(k)]
+    if missing:
+        raise UserError(f"action {action} needs {' and '.join(missing)}",
+                        where=f"{TOOL} argument {missing[0]}",
+                        fix=f"call {TOOL} with action={action!r} and {', '.join(missing)}")
+    if action == "targets":
+        from core.engine.reports import targets_doc
+
+        return targets_doc(engine.store())
+    if action == "plan":
+        from core.engine.reports import plan_doc
+        from core.engine.service import prepare
+
+        bundle, plan = prepare(_request(args), interactive=False,
+                               store=engine.store(supervise=False), progress=stage(call))
+        return {**plan_doc(bundle.summary(), plan), "digest": plan["digest"]}
+    if action == "start":
+        return _start(engine, args, call)
+    if action == "wait":
+        return gpu_wait(engine, args, call, front="compute")
+    if action == "logs":
+        return gpu_logs(engine, args, call)
+    if action == "artifacts":
+        from core.engine.reports import artifacts_doc
+
+        return artifacts_doc(engine.job(args["job"]))
+    from core.engine.reports import job_only
+    from core.engine.service import cancel
+
+    store = engine.store()
+    return job_only(cancel(store, store.resolve(args["job"]).id, actor=ACTOR))
+
+
+def _start(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
+    from core.engine.service import submit
+
+    store = engine.store(supervise=False)
+    result = submit(_request(args), actor=ACTOR, interactive=False, store=store, front="compute",
+                    expect_digest=args.get("digest"), progress=stage(call))
+    if result.submitted and args.get("purpose"):
+        store.add_event(result.job.id, f"purpose: {args['purpose']}", actor=ACTOR,
+                        data={"purpose": args["purpose"]})
+    doc = result.to_json()
+    doc["digest"] = result.job.digest
+    return doc

@@ -1,0 +1,222 @@
+"""What `gpu mcp` serves: each tool's name, description and input schema, in one place.
+
+`gpu_submit` is the submit contract (shared/contract/gpu_submit.md) word for word: its
+description is the contract's text and its input schema has exactly the contract table's
+fields, names, descriptions and types (tests/test_mcp.py compares them field by field with
+what a client lists). The sibling tools and `compute_job` are gpu-router's own.
+
+Only plain data lives here (no SDK import), so the schema can be read and tested without
+starting a server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SUBMIT_TITLE = "Gpu Submit"
+SUBMIT_DESCRIPTION = "\n\n".join([
+    "Submit and run a script on a free cloud GPU for training, fine-tuning, or evals; it "
+    "packages the project, installs dependencies remotely, and keeps the job running.",
+    "Run a script on a free cloud GPU (or this Mac for smoke tests). gpu-router packages the "
+    "project (git-tracked and untracked-but-not-ignored files, plus include; credential files "
+    "never ship), installs requirements.txt / pyproject.toml deps remotely, picks the provider "
+    "and returns at once; the job keeps running when this call returns. bundle.left_out lists "
+    "git-ignored paths that did not ship (with bundle.hint): add code with include, datasets "
+    "with data.",
+    "Use it for training, fine-tuning, evals or anything that needs a CUDA GPU or would take "
+    "long on the laptop. Do NOT use it for quick CPU work that runs fine locally in seconds.",
+    "gpu.yaml in the project root is read first; these arguments override it. Give hours (an "
+    "honest wall-clock estimate): an agent job with no hours or over 1 hour waits for the "
+    "user's approval, as does reading Keychain secrets or using over half a provider's "
+    "remaining quota, and a job still running well past its hours is stopped for approval. "
+    "Then the result says guidance.needs_approval=true with guidance.tell_user: relay it to "
+    "the user word for word and end your turn; do not approve, resubmit or switch providers "
+    "yourself.",
+    "Safe to retry: calling it again with the same arguments while that job is still active "
+    "returns it (submitted=false) instead of starting a second copy; request_id makes that "
+    "explicit. Returns {\"job\": {...}, \"guidance\": {...}, \"submitted\": true, \"bundle\": "
+    "{files, bytes, left_out?, hint?, warnings?}}. job.short_id is the ref for the other tools. "
+    "States: queued -> routing -> (awaiting_approval) -> provisioning -> running (<-> "
+    "checkpointing, -> migrating when a session ends and it resumes elsewhere) -> done | failed "
+    "| cancelled | denied. Outputs the script writes to gpu.output_dir() land in "
+    "<project_dir>/runs/<short_id>/ (job.outputs_dir). Follow guidance.follow (see gpu_status).",
+])
+
+
+def _str(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+def _strings(description: str) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "string"}, "description": description}
+
+
+def _number(description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "number", "description": description, **extra}
+
+
+def _integer(description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "integer", "description": description, **extra}
+
+
+def _bool(description: str) -> dict[str, Any]:
+    return {"type": "boolean", "description": description}
+
+
+# the contract's table, in its order; each description is the contract's own text
+SUBMIT_PROPERTIES: dict[str, dict[str, Any]] = {
+    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description":
+            "Non-secret environment variables for the job. Secret-looking names or values are "
+            "refused: secrets go in the Keychain (`gpu secrets set NAME`) and are listed under "
+            "`secrets:` in gpu.yaml."},
+    "gpu": _str("GPU type constraint, e.g. T4. Usually omit."),
+    "args": _strings("Arguments passed to the script, e.g. [\"--epochs\", \"10\"]."),
+    "data": _strings("Datasets as [NAME=]PATH (relative to project_dir, or absolute) or "
+                     "hf://datasets/... URIs. Uploaded once, cached by content, readable at "
+                     "gpu.data_dir()/NAME on the GPU."),
+    "name": _str("Short job name for humans."),
+    "hours": _number("Honest expected wall-clock runtime in hours (e.g. 0.25 for 15 minutes). "
+                     "Agent jobs with no hours or over 1 hour wait for approval, and a job still "
+                     "running well past its hours is stopped for approval."),
+    "smoke": _bool("A quick smoke test: prefers this Mac (MPS) and runs in minutes."),
+    "script": _str("Script to run, relative to project_dir (e.g. train.py or scripts/train.py). "
+                   "Omit to use gpu.yaml's `script`. A non-.py value runs as a command line, "
+                   "split like a shell would, e.g. `bash jobs/run.sh`. Paths in it and in args "
+                   "are relative to project_dir and must ship (see bundle.warnings)."),
+    "wait_s": _number("Seconds to wait for the job to be placed or to need approval before "
+                      "returning (default 10).", default=10),
+    "include": _strings("Paths or globs relative to project_dir that ship even if git ignores "
+                        "them, e.g. [\"third_party/\", \"data/crops/*.png\", "
+                        "\"experiments/**/out\"] (a directory ships whole; nested git repos "
+                        "too). Added to gpu.yaml `include:`. For code and small files; pass "
+                        "datasets as data. Credential files never ship."),
+    "verbose": _bool("Return the full documents (null fields, every event) instead of the "
+                     "trimmed ones."),
+    "vram_gb": _number("GB of GPU memory the job needs (a hard filter)."),
+    "provider": _str("Pin one provider (kaggle, colab, local, ...). local = this Mac through "
+                     "gpu-router's queue, one job at a time. Usually omit and let gpu-router "
+                     "choose."),
+    "request_id": _str("Optional id of this submission (e.g. train-yolo-3): calling again with "
+                       "the same request_id returns the same job. Without it, an identical job "
+                       "that is still active is returned instead of a duplicate; a new "
+                       "request_id starts another copy on purpose."),
+    "project_dir": _str("Absolute path of the project directory on this Mac (where the script "
+                        "and gpu.yaml live; inside a git repo the whole repo ships). Example: "
+                        "/Users/me/code/yolo"),
+}
+
+
+def _object(properties: dict[str, dict[str, Any]], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required,
+            "additionalProperties": False}
+
+
+JOB = _str("The job: its short_id (job.short_id of gpu_submit's result), its full id, a unique "
+           "prefix, or last (the newest job).")
+WAIT_DEFAULT_S = 50.0  # under the 60 s request timeout many MCP clients keep
+WAIT_MAX_S = 600.0
+LOGS_DEFAULT_LINES = 100
+
+_WAIT_TIMEOUT = _number(f"Seconds to wait at most (default {WAIT_DEFAULT_S:g}, at most "
+                        f"{WAIT_MAX_S:g}); 0 returns the status at once.",
+                        default=WAIT_DEFAULT_S, minimum=0, maximum=WAIT_MAX_S)
+_OFFSET = _integer("Read from this byte offset (next_offset of the previous call) instead of "
+                   "the tail: at most max_bytes, ending at a whole line.", minimum=0)
+_MAX_BYTES = _integer("The most bytes one read by offset returns (default 65536).",
+                      default=65536, minimum=1, maximum=1 << 20)
+
+PLAN_PROPERTIES = {k: v for k, v in SUBMIT_PROPERTIES.items()
+                   if k not in ("wait_s", "request_id", "verbose")}
+
+# name -> (title, description, input schema)
+GPU_TOOLS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "gpu_submit": (SUBMIT_TITLE, SUBMIT_DESCRIPTION, _object(SUBMIT_PROPERTIES, ["project_dir"])),
+    "gpu_status": ("Gpu Status", (
+        "One job: its state and the reason for it, elapsed time against its hours estimate, "
+        "cost so far, each metric's last value, outputs_dir, guidance (guidance.follow is the "
+        "call to make next) and, with log_lines, the log's tail."),
+        _object({"job": JOB,
+                 "log_lines": _integer("Also return the last N lines of the job's log (log_tail).",
+                                       minimum=1, maximum=10_000),
+                 "verbose": _bool("Return the full documents (request, plan, every event).")},
+                ["job"])),
+    "gpu_wait": ("Gpu Wait", (
+        "Block until the job changes state or ends, or timeout_s passes, then return its "
+        "status (the same document as gpu_status, with wait.changed saying whether it moved). "
+        "Call it instead of sleeping: it returns as soon as the job is placed, runs, needs "
+        "approval or ends. Calling it again continues the watch."),
+        _object({"job": JOB, "timeout_s": _WAIT_TIMEOUT,
+                 "log_lines": _integer("Also return the last N lines of the job's log.",
+                                       minimum=1, maximum=10_000)}, ["job"])),
+    "gpu_logs": ("Gpu Logs", (
+        f"The job's log as printable text: the last `tail` lines (default {LOGS_DEFAULT_LINES}), "
+        "or from a byte offset (pass next_offset of the previous call to read on). Lines from "
+        "gpu-router itself start with [gpu-router]."),
+        _object({"job": JOB,
+                 "tail": _integer("Only the last N lines.", minimum=0, maximum=100_000),
+                 "offset": _OFFSET, "max_bytes": _MAX_BYTES}, ["job"])),
+    "gpu_metrics": ("Gpu Metrics", (
+        "The job's metrics (what it logs with gpu.log): last, min, max and point count per "
+        "key; with series, every point (step, value, ts)."),
+        _object({"job": JOB, "key": _str("Only this metric, e.g. loss."),
+                 "series": _bool("Also return every point of each metric.")}, ["job"])),
+    "gpu_cancel": ("Gpu Cancel", (
+        "Stop the job (every process it started) and record it cancelled. Final."),
+        _object({"job": JOB}, ["job"])),
+    "gpu_jobs": ("Gpu Jobs", "Every job, newest first: id, name, state, target, hours, last metric.",
+                 _object({"state": _str("Only these states, comma-separated, e.g. "
+                                        "running,awaiting_approval."),
+                          "active": _bool("Only jobs that have not ended."),
+                          "limit": _integer("At most this many (default 50).", default=50,
+                                            minimum=1, maximum=10_000)}, [])),
+    "gpu_targets": ("Gpu Targets", (
+        "The targets a job can run on: GPUs, VRAM, availability and why not, quota left this "
+        "week, price per hour, jobs running."), _object({}, [])),
+    "gpu_plan": ("Gpu Plan", (
+        "Preview gpu_submit with the same arguments without submitting: the target chosen and "
+        "why, what was passed over, the GPU, hours and price, the rules that would hold it for "
+        "approval, what ships, and the plan's digest."),
+        _object(PLAN_PROPERTIES, ["project_dir"])),
+}
+
+COMPUTE_ACTIONS = ("targets", "plan", "start", "wait", "logs", "artifacts", "cancel")
+COMPUTE_DESCRIPTION = (
+    "Run a command on a GPU and follow it: one tool, an action each call. targets: where jobs "
+    "can run. plan: what start would do with the same arguments (target, price, rules that "
+    "would hold it, digest) without starting. start: package cwd and run command there; pass "
+    "the digest from plan so that, if the plan changed since (another target, another bundle), "
+    "the job waits for a person's approval instead of running. wait: block until the job "
+    "changes state or ends (timeout_s), then return its status. logs: its output, by tail or "
+    "byte offset. artifacts: the files that came home to its outputs folder. cancel: stop it. "
+    "A job with no hours, or over 1 hour, waits for the user's approval: then "
+    "guidance.tell_user is for the user, word for word; do not approve it yourself.")
+COMPUTE_SCHEMA = _object({
+    "action": {"type": "string", "enum": list(COMPUTE_ACTIONS), "description":
+               "What to do: " + " | ".join(COMPUTE_ACTIONS) + "."},
+    "job": _str("The job (wait, logs, artifacts, cancel): the short_id start returned, or last."),
+    "name": _str("plan/start: a short name for humans (letters, digits, . _ -)."),
+    "purpose": _str("plan/start: why this job runs, in a sentence; recorded with the job."),
+    "command": _str("plan/start: the command line to run in cwd, split like a shell would, e.g. "
+                    "`python train.py --epochs 3`; a single .py path runs with the target's Python."),
+    "cwd": _str("plan/start: absolute path of the project directory; it ships as the job's "
+                "working folder (inside a git repo the whole repo ships)."),
+    "artifacts": _strings("plan/start: paths or globs relative to cwd that come home to the "
+                          "job's outputs folder when it ends, e.g. [\"model.pt\", \"results/\"]."),
+    "checkpoint": _str("plan/start: a path relative to cwd where the command keeps its "
+                       "checkpoints; it comes home with the artifacts. To resume after a "
+                       "migration, save checkpoints under $GPU_ROUTER_CHECKPOINT_DIR "
+                       "(gpu.checkpoint_dir()), which gpu-router mirrors and restores."),
+    "digest": _str("start: the digest plan returned; a changed plan is held for approval."),
+    "hours": _number("plan/start: honest expected wall-clock hours; none, or over 1, waits "
+                     "for approval."),
+    "provider": _str("plan/start: pin one target (see targets). Usually omit."),
+    "timeout_s": _WAIT_TIMEOUT,
+    "tail": _integer("logs: only the last N lines (default 100).", minimum=0, maximum=100_000),
+    "offset": _OFFSET,
+    "max_bytes": _MAX_BYTES,
+}, ["action"])
+
+TOOLS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    **GPU_TOOLS,
+    "compute_job": ("Compute Job", COMPUTE_DESCRIPTION, COMPUTE_SCHEMA),
+}

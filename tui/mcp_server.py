@@ -1,0 +1,222 @@
+"""`gpu mcp`: gpu-router served to agents over the Model Context Protocol, on stdin/stdout.
+
+Built on the official `mcp` SDK's low-level server, so the tools' input schemas are exactly
+what tui/mcp_schema.py says (the submit contract's, field for field). Each call is checked
+against its schema, run in a worker thread (the engine blocks), and answered with one JSON
+document as text and as structured content. This is a front like the CLI: it calls the
+engine's public functions only, and it has no tool that approves or denies.
+
+What a job or a user wrote (log lines, names, reasons, paths) reaches the agent reduced to
+printable text. A `UserError` comes back as a tool error carrying the same what / where / fix
+text as the CLI prints; anything else is a one-line tool error naming the error log, and the
+server carries on. While the server runs, a stray write to stdout goes to stderr: only the
+SDK writes the protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from core import __version__
+from core.errors import UserError, clip, shorten
+from core.runtime.textsafe import printable
+from tui.mcp_compute import compute_job
+from tui.mcp_schema import TOOLS
+from tui.mcp_tools import HANDLERS, Call, Engine
+from tui.output import json_text
+
+PROGRESS_EVERY_S = 0.1  # at most this often, except the first and the last of a call
+READ_ONLY = {"gpu_status", "gpu_wait", "gpu_logs", "gpu_metrics", "gpu_jobs", "gpu_targets", "gpu_plan"}
+INSTRUCTIONS = (
+    "gpu-router runs scripts on GPUs (local, SSH, Slurm, PBS targets) and keeps them running. "
+    "gpu_submit packages a project and returns at once; follow guidance.follow (usually "
+    "gpu_wait, which returns when the job changes state). When guidance.needs_approval is "
+    "true, relay guidance.tell_user to the user word for word and end your turn: no tool "
+    "approves a job. compute_job offers the same engine as one tool with an action argument.")
+
+_TYPES = {"string": "a string", "number": "a number", "integer": "a whole number",
+          "boolean": "true or false", "array": "a list of strings", "object": "an object of strings"}
+
+
+# -- arguments in, documents out -----------------------------------------------------------
+
+
+def _fits(value: Any, spec: dict[str, Any]) -> bool:
+    kind = spec.get("type")
+    if kind == "string":
+        return isinstance(value, str) and ("enum" not in spec or value in spec["enum"])
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "array":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "object":
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    return True
+
+
+def check_arguments(tool: str, schema: dict[str, Any], raw: dict[str, Any] | None) -> dict[str, Any]:
+    """The call's arguments checked against the tool's schema: known names, the right types,
+    the required ones there, numbers within bounds. A null counts as not given."""
+    props: dict[str, dict[str, Any]] = schema["properties"]
+    args = {k: v for k, v in (raw or {}).items() if v is not None}
+    for key, value in args.items():
+        where = f"{tool} argument {key}"
+        if key not in props:
+            raise UserError(f"unknown argument {shorten(key)}", where=f"{tool} arguments",
+                            fix=f"{tool} takes: {', '.join(props) or 'no arguments'}")
+        spec = props[key]
+        if not _fits(value, spec):
+            want = f"one of {', '.join(spec['enum'])}" if "enum" in spec else _TYPES.get(spec.get("type"), "valid")
+            raise UserError(f"{key} must be {want} (got {shorten(value)})", where=where,
+                            fix=spec.get("description"))
+        if spec.get("type") in ("number", "integer"):
+            low, high = spec.get("minimum"), spec.get("maximum")
+            if not math.isfinite(value) or (low is not None and value < low) or (high is not None and value > high):
+                raise UserError(f"{key} must be from {low if low is not None else '-inf'} to "
+                                f"{high if high is not None else 'inf'} (got {shorten(value)})",
+                                where=where, fix=spec.get("description"))
+    missing = [k for k in schema.get("required", []) if k not in args]
+    if missing:
+        raise UserError(f"{tool} needs {', '.join(missing)}", where=f"{tool} argument {missing[0]}",
+                        fix=props[missing[0]].get("description"))
+    return args
+
+
+def clean(value: Any) -> Any:
+    """A document as an agent may read it: every string (and log bytes) reduced to printable
+    characters, tab and newline; numbers that JSON cannot hold as text."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, bytes):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(str(k)): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return printable(str(value))
+
+
+def _result(doc: dict[str, Any], *, error: bool = False, text: str | None = None) -> types.CallToolResult:
+    body = text if text is not None else json_text(doc, indent=None)
+    return types.CallToolResult(content=[types.TextContent(text=body)], structured_content=doc,
+                                is_error=error)
+
+
+def user_error(exc: UserError) -> types.CallToolResult:
+    """The CLI's words (`where: what` and `fix: ...`), filtered: they often echo the input."""
+    doc = clean(exc.to_json())
+    return _result(doc, error=True, text=printable(f"error: {exc.message()}"))
+
+
+def internal_error(exc: BaseException, tool: str) -> types.CallToolResult:
+    """A bug: one line naming the log that holds its traceback (GPU_ROUTER_DEBUG=1: here)."""
+    from tui.errlog import log_traceback
+
+    where = log_traceback(exc, f"mcp {tool}")
+    detail = " ".join(str(exc).split())
+    what = f"internal error: {type(exc).__name__}" + (f": {clip(detail, 200)}" if detail else "")
+    fix = f"see {where}; it is a bug in gpu-router, not in your call"
+    text = f"error: {what}, {fix}"
+    if os.environ.get("GPU_ROUTER_DEBUG") == "1":
+        import traceback
+
+        text += "\n" + "".join(traceback.format_exception(exc))
+    return _result(clean({"error": what, "where": None, "fix": fix}), error=True, text=printable(text))
+
+
+# -- the server ----------------------------------------------------------------------------
+
+
+def tool_list() -> list[types.Tool]:
+    out = []
+    for name, (title, description, schema) in TOOLS.items():
+        hints = types.ToolAnnotations(title=title, read_only_hint=name in READ_ONLY or None,
+                                      destructive_hint=True if name == "gpu_cancel" else None)
+        out.append(types.Tool(name=name, title=title, description=description,
+                              input_schema=schema, annotations=hints))
+    return out
+
+
+def _reporter(ctx: Any) -> Call:
+    """Progress notifications for a call that asked for them (a progressToken), sent from the
+    worker thread through the event loop; and whether the call was cancelled meanwhile."""
+    cancel_exc = anyio.get_cancelled_exc_class()  # asked here, in the event loop's thread
+
+    def cancelled() -> bool:
+        try:
+            anyio.from_thread.check_cancelled()
+        except cancel_exc:  # the caller cancelled the request, or the client went away
+            return True
+        return False
+
+    if not (ctx.meta or {}).get("progress_token"):
+        return Call(cancelled=cancelled)
+    last = [0.0, -1.0]  # when the last one went, and its value: MCP's progress only grows
+
+    def progress(done: float, total: float | None, text: str) -> None:
+        now = time.monotonic()
+        final = bool(total) and done >= total
+        if done <= last[1] or (now - last[0] < PROGRESS_EVERY_S and not final):
+            return
+        last[:] = [now, done]
+        with contextlib.suppress(Exception):  # a closed stream must not fail the work
+            anyio.from_thread.run(ctx.session.report_progress, done, total, printable(text))
+
+    return Call(progress=progress, cancelled=cancelled)
+
+
+def build_server(engine: Engine | None = None) -> Server:
+    engine = engine or Engine()
+    handlers = {**HANDLERS, "compute_job": compute_job}
+    tools = tool_list()
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        name = params.name
+        try:
+            if name not in TOOLS:
+                raise UserError(f"there is no tool {shorten(name)}", fix=f"the tools: {', '.join(TOOLS)}")
+            args = check_arguments(name, TOOLS[name][2], params.arguments)
+            doc = await anyio.to_thread.run_sync(handlers[name], engine, args, _reporter(ctx))
+        except UserError as exc:
+            return user_error(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug is an answer, never the server's end
+            return internal_error(exc, name)
+        return _result(clean(doc))
+
+    return Server("gpu-router", version=__version__, title="gpu-router", instructions=INSTRUCTIONS,
+                  on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def _serve(server: Server) -> None:
+    async with stdio_server() as (read, write):
+        with contextlib.redirect_stdout(sys.stderr):  # the wire is the SDK's alone
+            await server.run(read, write, server.create_initialization_options())
+
+
+def serve() -> int:
+    """Serve until the client closes stdin."""
+    anyio.run(_serve, build_server())
+    return 0
