@@ -22,7 +22,7 @@ from typing import Any, Callable
 from core.errors import UserError, shorten
 from tui.output import ask, emit_json, joined, markup, say
 
-KINDS = ("ssh", "slurm", "pbs")
+KINDS = ("ssh", "slurm", "pbs", "kaggle")
 
 
 def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argparse.Namespace], int]) -> None:
@@ -39,7 +39,8 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
                         description="save an ssh, slurm or pbs target in your config and probe it",
                         usage="gpu targets add {ssh,slurm,pbs} NAME (--host H [--user U] [--port P] "
                               "[--key PATH] | --local) [options]")
-    ap.add_argument("kind", choices=KINDS, help="ssh: a machine you log into; slurm/pbs: a cluster's login node")
+    ap.add_argument("kind", choices=KINDS, help="ssh: a machine you log into; slurm/pbs: a cluster's login node; "
+                                                "kaggle: Kaggle's free weekly GPU hours")
     ap.add_argument("name", help="the target's name (letters, digits, . _ -)")
     ap.add_argument("--host", help="host name or address")
     ap.add_argument("--user", help="login user (default: your SSH config, else your name)")
@@ -56,6 +57,12 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
     ap.add_argument("--max-jobs", type=int, help="jobs at once on this target (default 1)")
     ap.add_argument("--price-per-hour", type=float, help="dollars per hour (default 0: free)")
     ap.add_argument("--hours-per-week", type=float, help="a weekly quota in hours")
+    ap.add_argument("--kaggle-json", metavar="PATH",
+                    help="kaggle: the kaggle.json to import into the keychain (default ~/.kaggle/kaggle.json)")
+    ap.add_argument("--token-stdin", action="store_true",
+                    help="kaggle: read an API token (or kaggle.json's text) from standard input")
+    ap.add_argument("--accelerator", choices=("t4x2", "p100"), help="kaggle: the GPU to ask for (default t4x2)")
+    ap.add_argument("--internet", action="store_true", help="kaggle: let the job reach the internet (default off)")
     ap.add_argument("--no-probe", action="store_true", help="save without connecting")
     ap.add_argument("--json", action="store_true", help="print {target, saved_to, config, probe}")
     ap.set_defaults(func=cmd_add)
@@ -90,6 +97,20 @@ def _body(args: argparse.Namespace) -> dict:
     if not NAME_RE.match(args.name) or args.name == "local":
         raise UserError(f"{shorten(args.name)} cannot name a target",
                         fix="letters, digits, '.', '_' or '-'; `local` is this machine")
+    if args.kind == "kaggle":
+        body: dict[str, Any] = {"kind": "kaggle"}
+        if args.host or args.local or args.partition or args.env:
+            raise UserError("a kaggle target takes no --host, --local, --partition or --env",
+                            fix=f"gpu targets add kaggle {args.name} [--kaggle-json PATH | --token-stdin]")
+        if args.accelerator:
+            body["accelerator"] = args.accelerator
+        if args.internet:
+            body["internet"] = True
+        if args.max_jobs is not None:
+            body["max_jobs"] = args.max_jobs
+        return body
+    if args.accelerator or args.internet or args.kaggle_json or args.token_stdin:
+        raise UserError("--accelerator, --internet, --kaggle-json and --token-stdin are for kaggle targets")
     if args.kind == "ssh" and args.local:
         raise UserError("an ssh target cannot be --local", fix="leave out --local, or use `gpu submit` on this machine")
     if not args.host and not args.local:
@@ -157,7 +178,10 @@ def cmd_add(args: argparse.Namespace) -> int:
     from core.engine import target_setup as targets
 
     body = _body(args)
-    path, info = targets.add(args.name, body, probe_now=not args.no_probe)
+    if args.kind == "kaggle":
+        path, info = targets.add_kaggle(args.name, body, _kaggle_credentials(args), probe_now=not args.no_probe)
+    else:
+        path, info = targets.add(args.name, body, probe_now=not args.no_probe)
     if args.json:
         emit_json({"target": args.name, "saved_to": str(path), "config": body,
                "probe": info.to_json() if info else None})
@@ -167,6 +191,30 @@ def cmd_add(args: argparse.Namespace) -> int:
         for line in describe_probe(info):
             say("  " + line)
     return 0
+
+
+def _kaggle_credentials(args: argparse.Namespace) -> str:
+    """The credentials' text: standard input, a kaggle.json, or typed (hidden) at a terminal.
+    Never an argument: a command line is visible to every process on the machine."""
+    import os
+
+    from tui.output import ask_hidden
+
+    if args.token_stdin:
+        text = sys.stdin.read(1 << 16)
+        if not text.strip():
+            raise UserError("nothing on standard input", fix="pipe the token in: gpu targets add kaggle NAME --token-stdin < token.txt")
+        return text
+    path = os.path.expanduser(args.kaggle_json or os.path.join("~", ".kaggle", "kaggle.json"))
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(1 << 16)
+    if args.kaggle_json:
+        raise UserError(f"no file {shorten(args.kaggle_json)}", fix="give the path of your kaggle.json")
+    if sys.stdin.isatty():
+        return ask_hidden("Kaggle API token (kaggle.com > Settings > API; not shown): ")
+    raise UserError("no Kaggle credentials: no ~/.kaggle/kaggle.json and no terminal to type a token",
+                    fix=f"gpu targets add kaggle {args.name} --kaggle-json PATH, or --token-stdin < token.txt")
 
 
 def cmd_rm(args: argparse.Namespace) -> int:

@@ -47,8 +47,35 @@ def check_output_caps(name: str, options: dict[str, Any], where: str) -> None:
             _fail(f"targets.{name}.{key} must be a whole number above 0 (got {value!r})", where)
 
 
+KAGGLE_ACCELERATORS = ("t4x2", "p100")  # core/providers/kaggle.py maps them to Kaggle's machine shapes
+KAGGLE_OPTIONS = {"accelerator", "internet", "max_resumes", "checkpoint_lead_s", "upload_timeout_s",
+                  "max_output_bytes", "max_output_files"}
+
+
+def validate_kaggle(name: str, options: dict[str, Any], where: str) -> dict[str, Any]:
+    """A kaggle target's options (its credentials are in the keychain, never here)."""
+    for key in options:
+        if key not in KAGGLE_OPTIONS:
+            _fail(f"targets.{name}: unknown option {shorten(key)} for a kaggle target", where,
+                  f"options: {', '.join(sorted(KAGGLE_OPTIONS))}")
+    if options.get("accelerator", "t4x2") not in KAGGLE_ACCELERATORS:
+        _fail(f"targets.{name}.accelerator must be one of {', '.join(KAGGLE_ACCELERATORS)} "
+              f"(got {shorten(options.get('accelerator'))})", where)
+    if not isinstance(options.get("internet", False), bool):
+        _fail(f"targets.{name}.internet must be true or false", where)
+    for key, lo, hi in (("max_resumes", 0, 100), ("checkpoint_lead_s", 0, 86_400),
+                        ("upload_timeout_s", 1, 86_400)):
+        v = options.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
+            _fail(f"targets.{name}.{key} must be a number from {lo} to {hi} (got {shorten(v)})", where)
+    check_output_caps(name, options, where)
+    return options
+
+
 def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[str, Any]:
     """Check a remote target's options; returns them unchanged when they are fine."""
+    if kind == "kaggle":
+        return validate_kaggle(name, options, where)
     allowed = ALLOWED[kind]
     for key in options:
         if key not in allowed:

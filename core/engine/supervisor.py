@@ -264,10 +264,11 @@ class Supervisor:
         if job.cancel_requested:
             await self._finish(job, provider, Poll("exited", exit_code=None, detail=poll.detail))
             return
+        limit = int(getattr(provider, "max_resumes", MAX_RESUMES))
         self.store.transition(job.id, State.MIGRATING,
                               f"session ended on {provider.name}: {poll.detail}",
-                              handle={**job.handle, "resume_same_target": resumes < MAX_RESUMES,
-                                      "resumes": resumes})
+                              handle={**job.handle, "resume_same_target": resumes < limit,
+                                      "resumes": resumes, "max_resumes": limit})
 
     async def _resume(self, job: Job) -> None:
         """A migrating job whose target can take it back starts its next attempt there."""
@@ -275,8 +276,9 @@ class Supervisor:
             self.store.transition(job.id, State.CANCELLED, "cancelled while between sessions")
             return
         if not job.handle.get("resume_same_target"):
-            if job.handle.get("resumes", 0) >= MAX_RESUMES and not job.handle.get("session_lost"):
-                self._fail(job, f"its session ended {MAX_RESUMES + 1} times; not resuming again")
+            limit = int(job.handle.get("max_resumes", MAX_RESUMES))
+            if job.handle.get("resumes", 0) >= limit and not job.handle.get("session_lost"):
+                self._fail(job, f"its session ended {limit + 1} times; not resuming again")
             return  # a lost session waits to be moved to another target
         provider = self.providers.get(job.provider or "")
         if provider is None:

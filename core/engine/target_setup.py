@@ -7,6 +7,7 @@ the SSH stack, which a submit to the local machine never needs.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,17 @@ def add(name: str, body: dict, *, probe_now: bool = True) -> tuple[Path, TargetI
     """Save a target into the user's config (checked by loading it back), then probe it."""
     path = save_target(name, body)
     return path, (probe(name) if probe_now else None)
+
+
+def add_kaggle(name: str, body: dict, credentials: str, *, probe_now: bool = True) -> tuple[Path, TargetInfo | None]:
+    """A kaggle target: its credentials (kaggle.json's text or an API token) go into the
+    keychain, checked for shape first; only the options go into the config file."""
+    from core.providers.kaggle import parse_credentials, secret_name
+    from core.secrets import keychain
+
+    creds = parse_credentials(credentials)
+    keychain.set(secret_name(name), json.dumps(creds))
+    return add(name, body, probe_now=probe_now)
 
 
 def remove(name: str, store: Store, *, force: bool = False) -> Path:

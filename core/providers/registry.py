@@ -34,5 +34,9 @@ def build(cfg: UserConfig | None = None) -> dict[str, Any]:
             from core.providers.pbs import PBSProvider
 
             out[name] = PBSProvider.from_config(t)
+        elif t.kind == "kaggle":
+            from core.providers.kaggle import KaggleProvider
+
+            out[name] = KaggleProvider.from_config(t)
         out[name].enabled = t.enabled
     return out

@@ -1,0 +1,550 @@
+"""The `kaggle` target: Kaggle's free weekly GPU hours, through Kaggle's official SDK.
+
+    targets:
+      kg: {kind: kaggle, accelerator: t4x2, internet: false, max_resumes: 3}
+
+How a job travels (every call is one of Kaggle's public API calls, made with `kagglesdk`, the
+SDK the official `kaggle` package is built on):
+
+- the project's bundle and gpu-router's runtime go up as one private data set named by their
+  content hash (`gr-<hash>`); an unchanged re-submit finds it (GetDatasetStatus) and uploads
+  nothing but the kernel; each local data set likewise, once per content hash;
+- each attempt is a private kernel `gr-<short id>-a<attempt>` whose code is
+  core/runtime/kaggle_kernel.py with the attempt's spec in front; GPU on, the accelerator from
+  the request or the target, internet off unless the target says so, and a session timeout
+  from the job's hours (within Kaggle's session limit);
+- status: QUEUED -> provisioning, RUNNING -> running, COMPLETE -> done (or resumed, when it
+  stopped at the session limit after saving), ERROR -> failed with Kaggle's failure message,
+  CANCEL_* -> cancelled; the kernel's log carries the job's (already masked) log and metrics;
+- outputs are the session's output files under gpu-router/job/out/, downloaded with the same
+  caps and unpacked by the same writer as every other target's;
+- a session that reaches the time limit resumes in a new kernel that reads the previous
+  one's output (its checkpoint folder), up to `max_resumes` times.
+
+Credentials (an API token, or the username and key of kaggle.json) live only in the keychain,
+under `kaggle:<target name>`; they are read into this process's memory, never into an
+environment, a file or a command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import os
+import tarfile
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from core import paths
+from core.engine.store import Job
+from core.errors import UserError
+from core.packaging.bundle import list_data
+from core.packaging.safe_extract import OutputCaps, safe_copy_tree
+from core.providers.base import Poll, TargetInfo
+from core.providers.remote import requirement_lines, runtime_archive
+from core.providers.spec import launch_spec
+from core.runtime import RUNTIME_DIR
+
+ACCELERATORS = {  # targetopts.KAGGLE_ACCELERATORS -> (Kaggle's machine shape, GPUs the router sees)
+    "t4x2": ("NvidiaTeslaT4", [{"name": "T4", "memory_gb": 15.0}] * 2),
+    "p100": ("NvidiaTeslaP100", [{"name": "P100", "memory_gb": 16.0}]),
+}
+SESSION_LIMIT_HOURS = 12.0  # Kaggle's limit for a GPU session
+WEEKLY_HOURS = 30.0  # what Kaggle grants a verified account, when its quota cannot be read
+CHECKPOINT_LEAD_S = 600.0  # ask the job to save this long before the session ends
+METRIC_MARK = "@@gpu-router-metric@@ "
+KERNEL_CODE = RUNTIME_DIR / "kaggle_kernel.py"
+STATES = {"QUEUED": "provisioning", "NEW_SCRIPT": "provisioning", "RUNNING": "running"}
+
+
+def secret_name(target: str) -> str:
+    return f"kaggle:{target}"
+
+
+def parse_credentials(text: str) -> dict[str, str]:
+    """kaggle.json ({"username", "key"}) or an API token (KGAT_..., or {"token": ...})."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            raise UserError("the Kaggle credentials are not valid JSON",
+                            fix="give kaggle.json as downloaded, or the API token itself") from None
+        if isinstance(doc, dict) and doc.get("username") and doc.get("key"):
+            return {"username": str(doc["username"]), "key": str(doc["key"])}
+        if isinstance(doc, dict) and doc.get("token"):
+            return {"token": str(doc["token"])}
+        raise UserError("kaggle.json must hold username and key",
+                        fix="download it again from kaggle.com > Settings > API > Create New Token")
+    if not text or any(c.isspace() for c in text):
+        raise UserError("a Kaggle API token is one word", fix="paste the token from kaggle.com > Settings > API")
+    return {"token": text}
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value or 0)
+
+
+class KaggleProvider:
+    kind = "kaggle"
+
+    def __init__(self, name: str, options: dict | None = None, max_jobs: int = 1,
+                 session_limit_hours: float | None = None) -> None:
+        self.name = name
+        self.options = dict(options or {})
+        self.max_jobs = max_jobs
+        self.enabled = True
+        acc = self.options.get("accelerator", "t4x2")
+        self.machine_shape, self.gpus = ACCELERATORS[acc]
+        self.session_limit_h = min(float(session_limit_hours or SESSION_LIMIT_HOURS), SESSION_LIMIT_HOURS)
+        self.caps = OutputCaps.from_options(self.options)
+        self.max_resumes = int(self.options.get("max_resumes", 3))
+        self._creds: dict[str, str] | None = None
+        self._user: str | None = None
+        self._probe: tuple[float, TargetInfo] | None = None
+
+    @classmethod
+    def from_config(cls, t) -> "KaggleProvider":
+        return cls(t.name, t.options, max_jobs=t.max_jobs, session_limit_hours=t.session_limit_hours)
+
+    # -- the client ---------------------------------------------------------------------------
+
+    def _credentials(self) -> dict[str, str]:
+        if self._creds is None:
+            from core.secrets import keychain
+
+            raw = keychain.get(secret_name(self.name))
+            if not raw:
+                raise UserError(f"no Kaggle credentials for target {self.name} in the keychain",
+                                fix=f"run `gpu targets add kaggle {self.name}` (it reads kaggle.json or a token)")
+            self._creds = json.loads(raw)
+        return self._creds
+
+    def _client(self):
+        from kagglesdk import KaggleClient
+
+        c = self._credentials()
+        return KaggleClient(username=c.get("username"), password=c.get("key"), api_token=c.get("token"))
+
+    def _call(self, service: str, method: str, request: Any) -> Any:
+        """One API call, blocking (run it in a thread); an HTTP error says what Kaggle said."""
+        import requests
+
+        with self._client() as client:
+            api = getattr(client, service)
+            api = getattr(api, {"kernels": "kernels_api_client", "datasets": "dataset_api_client",
+                                "blobs": "blob_api_client"}[service])
+            try:
+                return getattr(api, method)(request)
+            except requests.HTTPError as exc:
+                status = exc.response.status_code if exc.response is not None else "?"
+                text = (exc.response.text[:300] if exc.response is not None else "").strip()
+                if status in (401, 403):
+                    raise UserError(f"Kaggle refused the credentials of target {self.name} ({status})",
+                                    fix=f"store new ones: gpu targets add kaggle {self.name}") from None
+                raise RuntimeError(f"Kaggle {method} answered {status}: {text}") from None
+            except requests.RequestException as exc:
+                raise RuntimeError(f"Kaggle could not be reached ({type(exc).__name__})") from None
+
+    def user(self) -> str:
+        """The account's user name: kaggle.json's, or the one the API says the token is for."""
+        if self._user is None:
+            c = self._credentials()
+            if c.get("username"):
+                self._user = c["username"]
+            else:
+                from kagglesdk.security.types.oauth_service import IntrospectTokenRequest
+
+                with self._client() as client:
+                    r = IntrospectTokenRequest()
+                    r.token = c["token"]
+                    answer = client.security.oauth_client.introspect_token(r)
+                if not answer.active or not answer.username:
+                    raise UserError(f"the Kaggle token of target {self.name} is not active",
+                                    fix=f"store a new one: gpu targets add kaggle {self.name}")
+                self._user = answer.username
+        return self._user
+
+    # -- probing ------------------------------------------------------------------------------
+
+    def quota(self) -> dict:
+        """Kaggle's own account of the weekly GPU hours: used, allowed, left, and when it resets."""
+        from kagglesdk.kernels.types.kernels_api_service import ApiGetAcceleratorQuotaStatisticsRequest
+
+        r = self._call("kernels", "get_accelerator_quota_statistics", ApiGetAcceleratorQuotaStatisticsRequest())
+        q = r.gpu_quota
+        allowed = _seconds(q.total_time_allowed) / 3600 if q is not None and q.total_time_allowed else WEEKLY_HOURS
+        used = (_seconds(q.time_used) + _seconds(q.time_reserved)) / 3600 if q is not None else 0.0
+        reset = r.quota_refresh_time.isoformat() if getattr(r, "quota_refresh_time", None) else None
+        return {"used_hours": round(used, 3), "allowed_hours": round(allowed, 3),
+                "left_hours": round(max(allowed - used, 0.0), 3), "resets_at": reset}
+
+    async def probe(self, refresh: bool = False) -> TargetInfo:
+        if not refresh and self._probe and time.monotonic() - self._probe[0] < 60:
+            return self._probe[1]
+        try:
+            user = await asyncio.to_thread(self.user)
+            quota = await asyncio.to_thread(self.quota)
+        except UserError as exc:
+            return self._info(False, exc.what)
+        except Exception as exc:  # noqa: BLE001 - an unreachable service is a probe answer
+            return self._info(False, str(exc))
+        info = self._info(quota["left_hours"] > 0, None if quota["left_hours"] > 0 else
+                          f"no Kaggle GPU quota left this week (resets {quota['resets_at'] or 'weekly'})")
+        info.quota_hours_left = quota["left_hours"]
+        info.details = {"user": user, "quota": quota, "accelerator": self.machine_shape}
+        self._probe = (time.monotonic(), info)
+        return info
+
+    def probe_now(self) -> TargetInfo:
+        if self._probe:
+            return self._probe[1]
+        from core.providers.remote import run_sync
+
+        return run_sync(self.probe)
+
+    def forget_probe(self) -> None:
+        self._probe = None
+
+    def _info(self, available: bool, why: str | None = None) -> TargetInfo:
+        return TargetInfo(name=self.name, kind=self.kind, available=available, why_unavailable=why,
+                          gpus=list(self.gpus), max_jobs=self.max_jobs,
+                          session_limit_hours=self.session_limit_h)
+
+    # -- uploading ----------------------------------------------------------------------------
+
+    def _dataset(self, slug: str, files: dict[str, bytes | Path]) -> int:
+        """A private data set `slug` holding `files`, made once: bytes sent (0 when it exists)."""
+        from kagglesdk.blobs.types.blob_api_service import ApiBlobType, ApiStartBlobUploadRequest
+        from kagglesdk.datasets.types.dataset_api_service import (
+            ApiCreateDatasetRequest, ApiDatasetNewFile, ApiGetDatasetStatusRequest)
+        import requests
+
+        user = self.user()
+        status = ApiGetDatasetStatusRequest()
+        status.owner_slug, status.dataset_slug = user, slug
+        try:
+            if self._call("datasets", "get_dataset_status", status).status:
+                return 0
+        except RuntimeError as exc:
+            if " 404" not in str(exc) and "answered 404" not in str(exc):
+                raise
+        tokens, sent = [], 0
+        timeout = float(self.options.get("upload_timeout_s") or 3600)
+        for fname, body in files.items():
+            data = body.read_bytes() if isinstance(body, Path) else body
+            start = ApiStartBlobUploadRequest()
+            start.type = ApiBlobType.DATASET
+            start.name = fname
+            start.content_length = len(data)
+            start.last_modified_epoch_seconds = int(time.time())
+            answer = self._call("blobs", "start_blob_upload", start)
+            put = requests.put(answer.create_url, data=data, timeout=timeout)
+            put.raise_for_status()
+            sent += len(data)
+            f = ApiDatasetNewFile()
+            f.token = answer.token
+            tokens.append(f)
+        create = ApiCreateDatasetRequest()
+        create.owner_slug, create.slug = user, slug
+        create.title = f"gpu-router {slug}"[:50]
+        create.license_name = "unknown"
+        create.is_private = True
+        create.files = tokens
+        answer = self._call("datasets", "create_dataset", create)
+        if answer.error:
+            raise RuntimeError(f"Kaggle refused data set {slug}: {answer.error}")
+        return sent
+
+    def _data_sets(self, job: Job) -> tuple[dict[str, str], list[str], int]:
+        """Each local data set as its own data set, once per content hash."""
+        keys, slugs, sent = {}, [], 0
+        for item in job.request.get("data", []):
+            if item["kind"] != "path":
+                raise RuntimeError(f"data {item['name']}: only local data sets reach a kaggle target yet")
+            listing = list_data(Path(item["source"]), item["name"])
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+                for rel in listing.files:
+                    src = listing.source / rel if rel else listing.source
+                    tar.add(src, arcname=rel or listing.source.name, recursive=False)
+            h = (job.plan.get("data") or {}).get(item["name"]) or hashlib.sha256(buf.getvalue()).hexdigest()
+            key = f"{h[:32]}.gr"
+            slug = f"gr-data-{h[:24]}"
+            sent += self._dataset(slug, {key: buf.getvalue()})
+            keys[item["name"]] = key
+            slugs.append(f"{self.user()}/{slug}")
+        return keys, slugs, sent
+
+    # -- running ------------------------------------------------------------------------------
+
+    def kernel_slug(self, job: Job, attempt: int | None = None) -> str:
+        return f"gr-{job.short_id}-a{attempt or job.attempt}"
+
+    def _spec(self, job: Job, keys: dict) -> dict:
+        jd = "@JOB@"
+        adir = f"{jd}/attempts/{job.attempt}"
+        lines = requirement_lines(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz", job.plan.get("workdir") or "")
+        deps = None
+        if lines:
+            deps = {"hash": hashlib.sha256("\0".join(lines).encode()).hexdigest()[:32],
+                    "requirements": lines, "file": None, "venvs_dir": f"{jd}/../venvs"}
+        spec = launch_spec(job, job_dir=jd, attempt_dir=adir,
+                           workdir=f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/"),
+                           runtime_dir=f"{jd}/../runtime", python="python3", deps=deps, env_secrets={})
+        hours = float(job.plan.get("hours") or self.session_limit_h)
+        limit_s = self.session_timeout(hours)
+        lead = float(self.options.get("checkpoint_lead_s", min(CHECKPOINT_LEAD_S, limit_s / 10)))
+        spec["kaggle"] = {**keys, "checkpoint_after_s": max(limit_s - lead, 1.0)}
+        return spec
+
+    def session_timeout(self, hours: float) -> int:
+        """Seconds Kaggle lets this attempt run: the job's hours with a margin, within the limit."""
+        return int(min(hours * 1.5 * 3600 + 300, self.session_limit_h * 3600))
+
+    def _launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
+        from kagglesdk.kernels.types.kernels_api_service import ApiSaveKernelRequest
+
+        if env_secrets:
+            raise RuntimeError("a kaggle target cannot receive keychain secrets: run jobs that read "
+                               "secrets on another target")
+        rt_hash, rt_bytes = runtime_archive()
+        bundle = paths.bundles_dir() / f"{job.bundle_hash}.tar.gz"
+        key = hashlib.sha256(f"{job.bundle_hash}:{rt_hash}".encode()).hexdigest()[:24]
+        keys = {"bundle": f"{job.bundle_hash[:32]}.gr", "runtime": f"{rt_hash}.gr"}
+        sent = self._dataset(f"gr-{key}", {keys["bundle"]: bundle, keys["runtime"]: rt_bytes})
+        data_keys, data_slugs, sent_d = self._data_sets(job)
+        keys["data"] = data_keys
+        spec = self._spec(job, keys)
+        text = f"SPEC = {json.dumps(spec)}\n" + KERNEL_CODE.read_text()
+        user = self.user()
+        req = ApiSaveKernelRequest()
+        req.slug = f"{user}/{self.kernel_slug(job)}"
+        req.new_title = self.kernel_slug(job)
+        req.text = text
+        req.language = "python"
+        req.kernel_type = "script"
+        req.is_private = True
+        req.enable_gpu = True
+        req.enable_internet = bool(self.options.get("internet", False))
+        req.machine_shape = self.machine_shape
+        req.dataset_data_sources = [f"{user}/gr-{key}", *data_slugs]
+        if job.attempt > 1:
+            req.kernel_data_sources = [f"{user}/{self.kernel_slug(job, job.attempt - 1)}"]
+        req.session_timeout_seconds = self.session_timeout(float(job.plan.get("hours") or self.session_limit_h))
+        answer = self._call("kernels", "save_kernel", req)
+        if answer.error:
+            raise RuntimeError(f"Kaggle refused the kernel: {answer.error}")
+        return {"attempt": job.attempt, "kernel": f"{user}/{self.kernel_slug(job)}",
+                "kernel_id": answer.kernel_id, "version": answer.version_number,
+                "uploaded_bytes": sent + sent_d + len(text), "launched_at": time.time()}
+
+    async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
+        return await asyncio.to_thread(self._launch, job, env_secrets)
+
+    def _status(self, job: Job) -> tuple[str, str]:
+        from kagglesdk.kernels.types.kernels_api_service import ApiGetKernelSessionStatusRequest
+
+        req = ApiGetKernelSessionStatusRequest()
+        req.user_name, req.kernel_slug = self.user(), self.kernel_slug(job)
+        r = self._call("kernels", "get_kernel_session_status", req)
+        name = r.status.name if hasattr(r.status, "name") else str(r.status)
+        return name, r.failure_message or ""
+
+    def _output(self, job: Job) -> tuple[list[tuple[str, str]], str]:
+        """The session's output files (name, url) and its log, all pages."""
+        from kagglesdk.kernels.types.kernels_api_service import ApiListKernelSessionOutputRequest
+
+        files: list[tuple[str, str]] = []
+        log, token = "", None
+        for _ in range(100):
+            req = ApiListKernelSessionOutputRequest()
+            req.user_name, req.kernel_slug = self.user(), self.kernel_slug(job)
+            if token:
+                req.page_token = token
+            r = self._call("kernels", "list_kernel_session_output", req)
+            files += [(f.file_name, f.url) for f in r.files or []]
+            log = log or (r.log or "")
+            token = r.next_page_token
+            if not token:
+                break
+        return files, log
+
+    def _poll(self, job: Job) -> Poll:
+        try:
+            state, failure = self._status(job)
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a network error is not a failed job
+            return Poll("unreachable", detail=str(exc))
+        if state in STATES:
+            return Poll(STATES[state], detail="queued on Kaggle" if state == "QUEUED" else "")
+        if state.startswith("CANCEL"):
+            return Poll("exited", exit_code=None, detail="cancelled on Kaggle")
+        exit_doc = self._exit_doc(job)
+        code = (exit_doc or {}).get("code")
+        if state == "COMPLETE":
+            if exit_doc and exit_doc.get("time_signal") and code in (0, None):
+                return Poll("session_ended", detail="saved its checkpoint and stopped before Kaggle's session limit")
+            return Poll("exited", exit_code=0 if code is None else code, detail=(exit_doc or {}).get("error") or "")
+        if state == "ERROR":
+            if exit_doc and exit_doc.get("time_signal") and code in (0, None):
+                return Poll("session_ended", detail="Kaggle ended the session at its time limit")
+            return Poll("exited", exit_code=code if code not in (0, None) else 1,
+                        detail=failure or (exit_doc or {}).get("error") or "the Kaggle session failed")
+        return Poll("running", detail=state.lower())
+
+    def _exit_doc(self, job: Job) -> dict | None:
+        """The launcher's exit record from the session's output (and whether the limit came)."""
+        files, _ = self._output(job)
+        urls = dict(files)
+        prefix = f"gpu-router/job/attempts/{job.attempt}/"
+        if prefix + "exit.json" not in urls:
+            return None
+        doc = json.loads(self._download(urls[prefix + "exit.json"], 1 << 20))
+        doc["time_signal"] = prefix + "time-signal" in urls
+        return doc
+
+    async def poll(self, job: Job) -> Poll:
+        return await asyncio.to_thread(self._poll, job)
+
+    # -- logs and metrics ---------------------------------------------------------------------
+
+    def local_dir(self, job: Job) -> Path:
+        return paths.jobs_dir() / job.id
+
+    def log_path(self, job: Job) -> Path:
+        return self.local_dir(job) / "job.log"
+
+    def _sync(self, job: Job) -> None:
+        """The kernel's log, split into the job's log and its metric rows, mirrored locally."""
+        _, raw = self._output(job)
+        if not raw:
+            return
+        try:
+            entries = json.loads(raw)
+        except ValueError:
+            entries = [{"data": raw}]
+        text = "".join(str(e.get("data", "")) for e in entries if isinstance(e, dict))
+        lines, metrics = [], []
+        for line in text.splitlines():
+            (metrics if line.startswith(METRIC_MARK) else lines).append(line.removeprefix(METRIC_MARK))
+        d = self.local_dir(job)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, rows in (("job.log", lines), ("metrics.jsonl", metrics)):
+            body = ("\n".join(rows) + "\n").encode() if rows else b""
+            path = d / name
+            if not path.exists() or path.stat().st_size < len(body):
+                tmp = path.with_suffix(".part")
+                tmp.write_bytes(body)
+                os.replace(tmp, path)
+
+    async def sync_log(self, job: Job) -> None:
+        try:
+            await asyncio.to_thread(self._sync, job)
+        except Exception:  # noqa: BLE001 - a log that cannot be read now is read next tick
+            pass
+
+    async def read_metrics(self, job: Job, offset: int) -> tuple[bytes, int]:
+        path = self.local_dir(job) / "metrics.jsonl"
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except OSError:
+            return b"", offset
+        end = data.rfind(b"\n") + 1
+        return data[:end], offset + end
+
+    # -- ending -------------------------------------------------------------------------------
+
+    def _cancel(self, job: Job) -> None:
+        from kagglesdk.kernels.types.kernels_api_service import ApiCancelKernelSessionRequest
+
+        req = ApiCancelKernelSessionRequest()
+        req.kernel_session_id = int(job.handle.get("kernel_id") or 0)
+        self._call("kernels", "cancel_kernel_session", req)
+
+    async def cancel(self, job: Job, force: bool = False) -> None:
+        if job.handle.get("kernel"):
+            await asyncio.to_thread(self._cancel, job)
+
+    async def request_checkpoint(self, job: Job) -> None:
+        return None  # a running kernel takes no signal from outside; its own timer asks
+
+    def _download(self, url: str, limit: int) -> bytes:
+        import requests
+
+        with requests.get(url, stream=True, timeout=300) as r:
+            r.raise_for_status()
+            out = bytearray()
+            for block in r.iter_content(1 << 20):
+                out += block
+                if len(out) > limit:
+                    raise RuntimeError(f"a Kaggle output file is over {limit} bytes")
+            return bytes(out)
+
+    def _bring(self, job: Job, dest: Path, wanted) -> tuple[list[str], int, int]:
+        """Download the session's output files `wanted(name) -> rel or None` into a private
+        folder, then copy them home by the shared writer (caps, no links, no `..`)."""
+        from core.packaging.safe_extract import _clean_name
+
+        files, _ = self._output(job)
+        notes: list[str] = []
+        got = size = 0
+        with tempfile.TemporaryDirectory(prefix=".kaggle-", dir=paths.home()) as tmp:
+            for name, url in files:
+                rel = wanted(name)
+                clean = _clean_name(rel) if rel else None
+                if rel and not clean:
+                    notes.append(f"{name}: not a plain relative name; left on Kaggle")
+                    continue
+                if not clean:
+                    continue
+                if got >= self.caps.max_files:
+                    notes.append("stopped: too many files; the rest stayed on Kaggle")
+                    break
+                data = self._download(url, self.caps.max_bytes - size)
+                target = Path(tmp, clean)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                got, size = got + 1, size + len(data)
+            notes += safe_copy_tree(Path(tmp), dest, caps=self.caps)
+        return notes, got, size
+
+    async def fetch_outputs(self, job: Job, dest: Path) -> list[str]:
+        def wanted(name: str) -> str | None:
+            if name.startswith("gpu-router/job/out/"):
+                return name.removeprefix("gpu-router/job/out/")
+            return name.removeprefix("gpu-router/job/") if name in ("gpu-router/job/job.log",
+                                                                     "gpu-router/job/metrics.jsonl") else None
+        await self.sync_log(job)
+        notes, _, _ = await asyncio.to_thread(self._bring, job, dest, wanted)
+        return notes
+
+    async def fetch_paths(self, job: Job, rels: list[str], archive: Path, caps: OutputCaps) -> dict:
+        """`gpu fetch`: undeclared files are part of the session's output (the job's folder is
+        under Kaggle's working folder), so they come from there; `archive` is not used."""
+        workdir = f"gpu-router/job/code/{job.plan.get('workdir') or ''}".rstrip("/") + "/"
+        seen: set[str] = set()
+
+        def wanted(name: str) -> str | None:
+            if not name.startswith(workdir):
+                return None
+            rel = name.removeprefix(workdir)
+            for r in rels:
+                if r == "." or rel == r or rel.startswith(r.rstrip("/") + "/"):
+                    seen.add(r)
+                    return rel
+            return None
+        dest = Path(archive).parent / f".kaggle-fetch-{job.short_id}"
+        notes, got, size = await asyncio.to_thread(self._bring, job, dest, wanted)
+        return {"files": got, "bytes": size, "missing": [r for r in rels if r not in seen],
+                "refused": [], "capped": None, "notes": notes, "dir": str(dest)}

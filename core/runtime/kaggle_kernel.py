@@ -1,0 +1,139 @@
+"""The code of a Kaggle kernel that runs one attempt of a gpu-router job.
+
+A Kaggle kernel is one code file; the project travels as a private data set (the bundle and
+the runtime, each a file named by its content hash) that this script finds under the kernel's
+input folder, unpacks, and runs through the launcher in the foreground, so the job gets the
+same `gpu` module, log filter and exit record as on every other target. The provider puts one
+line `SPEC = {...}` in front of this file; `@JOB@` in it stands for the job folder, known only
+here (Kaggle runs a kernel in /kaggle/working with its inputs in ../input; everything under
+the working folder becomes the session's output).
+
+While the job runs, the launcher's (already masked) log lines go to this kernel's output, which
+is the log Kaggle keeps; metric rows go there too behind a marker, so the supervisor can follow
+both. Before the session's time limit the job is asked to checkpoint (`gpu.should_checkpoint()`)
+and a `time-signal` marker says that a clean exit then means "resume", not "done". A resumed
+attempt reads the previous session's checkpoint from the previous kernel version's output.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+
+METRIC_MARK = "@@gpu-router-metric@@ "
+SPEC: dict = globals().get("SPEC", {})  # the provider's first line sets it
+
+
+def _find(top: str, name: str) -> str | None:
+    """The file `name` anywhere under the input folder (data sets mount in their own folders)."""
+    for here, _dirs, files in os.walk(top):
+        if name in files:
+            return os.path.join(here, name)
+    return None
+
+
+def _find_dir(top: str, rel: str) -> str | None:
+    for here, dirs, _files in os.walk(top):
+        if os.path.isdir(os.path.join(here, rel)):
+            return os.path.join(here, rel)
+    return None
+
+
+def _unpack(archive: str, dest: str) -> None:
+    os.makedirs(dest, exist_ok=True)
+    with tarfile.open(archive, "r:*") as tar:
+        tar.extractall(dest, filter="data")  # no links out, no devices, no absolute names
+
+
+def _follow(path: str, stop: threading.Event, mark: str = "") -> None:
+    """Copy new lines of `path` to this kernel's output until `stop`, then the rest."""
+    offset = 0
+    while True:
+        done = stop.is_set()
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except OSError:
+            chunk = b""
+        if chunk:
+            whole = chunk[: chunk.rfind(b"\n") + 1] if not done else chunk
+            offset += len(whole)
+            for line in whole.decode("utf-8", "replace").splitlines():
+                print(mark + line, flush=True)
+        if done:
+            return
+        stop.wait(1.0)
+
+
+def main() -> int:
+    work = os.getcwd()
+    inputs = os.path.normpath(os.path.join(work, "..", "input"))
+    root = os.path.join(work, "gpu-router")
+    job = os.path.join(root, "job")
+    text = json.dumps(SPEC).replace("@JOB@", job.replace("\\", "\\\\").replace('"', '\\"'))
+    spec = json.loads(text)
+    kaggle = spec.pop("kaggle")
+    for name in ("out", "ckpt", "ctl", "data"):
+        os.makedirs(os.path.join(job, name), exist_ok=True)
+    os.makedirs(spec["attempt_dir"], exist_ok=True)
+    for what, key, dest in (("runtime", kaggle["runtime"], os.path.join(root, "runtime")),
+                            ("project", kaggle["bundle"], os.path.join(job, "code"))):
+        found = _find(inputs, key)
+        if not found:
+            print(f"[gpu-router] the {what} archive {key} is not among this kernel's inputs", flush=True)
+            return 97
+        _unpack(found, dest)
+    for name, key in kaggle.get("data", {}).items():
+        found = _find(inputs, key)
+        if not found:
+            print(f"[gpu-router] data set {name} ({key}) is not among this kernel's inputs", flush=True)
+            return 97
+        _unpack(found, os.path.join(job, "data", name))
+    if spec["attempt"] > 1:
+        previous = _find_dir(inputs, "gpu-router/job/ckpt")
+        if previous:
+            shutil.copytree(previous, os.path.join(job, "ckpt"), dirs_exist_ok=True, symlinks=True)
+            print(f"[gpu-router] resuming from the previous session's checkpoint", flush=True)
+    spec_path = os.path.join(spec["attempt_dir"], "spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    stop = threading.Event()
+    followers = [threading.Thread(target=_follow, args=(spec["log"], stop), daemon=True),
+                 threading.Thread(target=_follow, args=(spec["env"]["GPU_ROUTER_METRICS_FILE"], stop,
+                                                        METRIC_MARK), daemon=True)]
+    for t in followers:
+        t.start()
+    launcher = subprocess.Popen([sys.executable, os.path.join(root, "runtime", "launch.py"), "--foreground",
+                                 spec_path])
+    deadline = time.monotonic() + float(kaggle.get("checkpoint_after_s") or 1e12)
+    asked = False
+    while launcher.poll() is None:
+        if not asked and time.monotonic() >= deadline:
+            asked = True
+            open(os.path.join(spec["attempt_dir"], "time-signal"), "w").close()
+            open(os.path.join(job, "ctl", "checkpoint"), "w").close()
+            print("[gpu-router] session time limit near: asking the job to checkpoint", flush=True)
+            try:
+                os.killpg(launcher.pid, signal.SIGUSR1)  # the launcher leads the job's group
+            except OSError:
+                pass
+        time.sleep(0.5)
+    stop.set()
+    for t in followers:
+        t.join(timeout=10)
+    shutil.rmtree(os.path.join(root, "runtime"), ignore_errors=True)  # not output: it came in
+    return launcher.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
