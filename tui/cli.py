@@ -347,16 +347,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     job = store.resolve(args.id, _here())
     events = store.events(job.id)
     if args.json:
-        from core.engine.service import guidance
+        from core.engine.service import guidance, job_report
 
-        doc = job.to_json(verbose=args.verbose)
+        doc = job_report(store, job, verbose=args.verbose)
         doc["events"] = [e.to_json() for e in events] if args.verbose else [e.to_json() for e in events[-5:]]
         doc["guidance"] = guidance(job, True)
         emit_json(doc)
         return 0
+    from core.planning.usage import estimate_and_actual
     from tui.render import status_panel
 
-    say(status_panel(job, events, store.metrics_summary(job.id), verbose=args.verbose))
+    say(status_panel(job, events, store.metrics_summary(job.id), verbose=args.verbose,
+                     usage=estimate_and_actual(store, job)))
     return 0
 
 
