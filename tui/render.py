@@ -137,7 +137,7 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
         ("digest", job.digest or "-"),
     ]
     if usage:
-        rows.append(("took", took_text(usage)))
+        rows.append(("usage", took_text(usage)))
     if job.exit_code is not None:
         rows.append(("exit code", str(job.exit_code)))
     if job.final:
