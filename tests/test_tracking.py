@@ -386,3 +386,19 @@ def test_store_merges_config_and_final_with_a_cap(home: Path) -> None:
     assert job.config == {"a": 2, "b": "t"} and job.final == {"x": 1.0, "y": 2.0}
     s.add_metrics("j", [], 0, {}, config={f"k{i}": i for i in range(2000)})
     assert len(s.get("j").config) == store_mod.MAX_CONFIG_KEYS
+
+
+@pytest.mark.slow
+def test_wandb_stand_in_on_an_ssh_target(sshd, home: Path, tmp_path: Path) -> None:
+    """The runtime archive carries the stand-in and the sitecustomize to a remote host, and the
+    launcher puts them on the job's path there too (the host's Python has no wandb)."""
+    o = sshd.target_options(tmp_path / "remote", _bare_python(tmp_path))
+    gpu_json("targets", "add", "ssh", "box", "--host", o["host"], "--port", str(o["port"]),
+             "--user", o["user"], "--key", o["key"], "--known-hosts", o["known_hosts"],
+             "--root", o["root"], "--python", o["python"], "--price-per-hour", str(PRICE))
+    project = make_git_project(tmp_path / "p", {"train.py": WANDB_SCRIPT})
+    sub = gpu_json("submit", "train.py", "--provider", "box", "--hours", "0.5", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    done = wait_state(short, {"done", "failed"}, timeout=240)
+    assert done["state"] == "done", run_gpu("logs", short).stdout
+    _check_tracked_job(short, "shims/wandb/__init__.py")

@@ -367,6 +367,12 @@ class Supervisor:
         return self._rules
 
     async def _finish(self, job: Job, provider: Any, poll: Poll) -> None:
+        if job.handle.get("launched_at"):
+            # an attempt that ended before a poll saw it run still ran: count it from its
+            # launch (a no-op when its usage row exists), so its hours and cost are not zero
+            self.store.usage_start(job.id, job.attempt, provider.name,
+                                   float(job.plan.get("price_per_hour") or 0),
+                                   at=job.handle["launched_at"])
         self.store.usage_end(job.id, job.attempt)
         if job.handle.get("overrun_at") and not job.cancel_requested and (
                 poll.exit_code == 0 or job.handle.get("overrun_stop_sent")):
