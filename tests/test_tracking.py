@@ -402,3 +402,39 @@ def test_wandb_stand_in_on_an_ssh_target(sshd, home: Path, tmp_path: Path) -> No
     done = wait_state(short, {"done", "failed"}, timeout=240)
     assert done["state"] == "done", run_gpu("logs", short).stdout
     _check_tracked_job(short, "shims/wandb/__init__.py")
+
+
+REAL_WANDB_SCRIPT = '''\
+import numpy as np
+import wandb
+
+with wandb.init(project="demo", config={"lr": 0.5}) as run:
+    run.log({"a": np.float32(0.5), "hist": wandb.Histogram([1, 2, 3]), "text": "x"})
+    run.log({"b": 2}, commit=False)
+    run.log({"c": 3})
+wandb.init(project="again")  # never finished: its final numbers are written at exit
+wandb.log({"d": 4}, step=5)
+wandb.summary.update({"best": 1})
+'''
+
+
+def test_the_real_wandb_is_followed_in_the_job_process(tmp_path: Path) -> None:
+    """Through the job's sitecustomize, as the launcher sets it up (no gpu-router job needed):
+    a context-managed run, commit=False, media skipped, and a run that is never finished."""
+    if importlib.util.find_spec("wandb") is None:
+        pytest.fail("the real wandb package is not installed here: run the README's test "
+                    "command (pip install -e '.[test]'), which installs it")
+    (tmp_path / "job.py").write_text(REAL_WANDB_SCRIPT)
+    env = _plain_env(PYTHONPATH=os.pathsep.join([RUNTIME, str(JOBSITE_DIR)]),
+                     GPU_ROUTER_METRICS_FILE=str(tmp_path / "m.jsonl"),
+                     GPU_ROUTER_OUTPUT_DIR=str(tmp_path / "out"),
+                     WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(tmp_path / "out"))
+    proc = subprocess.run([sys.executable, "job.py"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "not recorded by gpu-router" not in proc.stderr and "not followed" not in proc.stderr
+    parsed = parse_rows((tmp_path / "m.jsonl").read_bytes())
+    assert _points(parsed) == [(0, "a", 0.5), (1, "b", 2.0), (1, "c", 3.0), (5, "d", 4.0)]
+    assert parsed.config == {"lr": 0.5}
+    assert parsed.final == {"a": 0.5, "b": 2.0, "c": 3.0, "d": 4.0, "best": 1.0}
+    assert list((tmp_path / "out" / "wandb").glob("offline-run-*"))
