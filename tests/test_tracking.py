@@ -4,6 +4,8 @@ openscience_track, through real jobs on the local target, and the pieces underne
 from __future__ import annotations
 
 import argparse
+import asyncio
+import html
 import importlib.util
 import json
 import math
@@ -106,6 +108,23 @@ def test_unchanged_wandb_script_without_wandb_installed(home: Path, tmp_path: Pa
     short, _ = _run_job(project)
     _check_tracked_job(short, f"wandb from {os.sep}")
     assert "shims/wandb/__init__.py" in run_gpu("logs", short).stdout
+    charts, detail = asyncio.run(_dashboard())
+    assert charts.replace(" ", "\xa0").count("(20\xa0pts)") == 2  # train/loss and val/acc, charted
+    assert "tracking" in detail and "best_acc=0.95" in detail and "model.depth=4" in detail
+
+
+async def _dashboard() -> tuple[str, str]:
+    """The dashboard as a person sees it: the selected job's charts, then its detail screen."""
+    from tui.dash.app import DashApp
+
+    app = DashApp(live=False, bell=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.5)
+        charts = html.unescape(app.export_screenshot())
+        await pilot.press("enter")
+        await pilot.pause(0.5)
+        detail = html.unescape(app.export_screenshot())
+    return charts, detail
 
 
 @pytest.mark.slow

@@ -140,13 +140,7 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
         rows.append(("usage", took_text(usage)))
     if job.exit_code is not None:
         rows.append(("exit code", str(job.exit_code)))
-    if job.final:
-        rows.append(("final", ", ".join(f"{k}={v:.6g}" for k, v in sorted(job.final.items()))))
-    if job.config:
-        items = sorted(job.config.items())
-        shown = items if verbose else items[:CONFIG_SHOWN]
-        more = f" (+{len(items) - len(shown)} more: --verbose)" if len(shown) < len(items) else ""
-        rows.append(("config", ", ".join(f"{k}={_setting(v)}" for k, v in shown) + more))
+    rows += tracked_rows(job, None if verbose else CONFIG_SHOWN)
     for k, v in rows:
         _row(info, k, v)
     parts: list[Any] = [info]
@@ -168,6 +162,20 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
 
 
 CONFIG_SHOWN = 20  # settings listed by `gpu status` without --verbose
+
+
+def tracked_rows(job, limit: int | None = None) -> list[tuple[str, str]]:
+    """What the job's tracking reported: ("final", "acc=0.9, loss=0.1"), ("config", ...);
+    at most `limit` settings (then how many more)."""
+    rows = []
+    if job.final:
+        rows.append(("final", ", ".join(f"{k}={v:.6g}" for k, v in sorted(job.final.items()))))
+    if job.config:
+        items = sorted(job.config.items())
+        shown = items if limit is None else items[:limit]
+        more = f" (+{len(items) - len(shown)} more: --verbose)" if len(shown) < len(items) else ""
+        rows.append(("config", ", ".join(f"{k}={_setting(v)}" for k, v in shown) + more))
+    return rows
 
 
 def _setting(value: Any) -> str:

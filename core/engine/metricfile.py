@@ -19,10 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.runtime.redact import metric_key_ok
-
-CONFIG_TEXT_MAX = 256
-CONFIG_LIST_MAX = 64
+from core.runtime.redact import CONFIG_LIST_MAX, CONFIG_TEXT_MAX, metric_key_ok
 
 
 @dataclass

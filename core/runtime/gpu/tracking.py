@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import _append, _name_ok, _secret_free, _warn, output_dir
+from . import _append, _name_ok, _redact, _secret_free, _warn, output_dir
 
-CONFIG_TEXT_MAX = 256  # characters of a text setting that are kept
-CONFIG_LIST_MAX = 64  # items of a list setting that are kept
+CONFIG_TEXT_MAX = _redact.CONFIG_TEXT_MAX  # the supervisor keeps no more (core/engine/metricfile.py)
+CONFIG_LIST_MAX = _redact.CONFIG_LIST_MAX
 
 
 def flatten(data: Mapping, sep: str = "/", prefix: str = "") -> dict[str, Any]:
