@@ -19,7 +19,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from core.engine.supervisor import parse_metrics
+from core.engine.metricfile import parse_metrics
 from core.runtime.launch import MASK, Masker
 from core.runtime.textsafe import printable
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.runtime import GPU_MODULE_DIR
 from core.runtime.launch import MASK, Masker
-from core.engine.supervisor import parse_metrics
+from core.engine.metricfile import parse_metrics
 
 
 def _run_job_code(code: str, env: dict) -> subprocess.CompletedProcess:

@@ -188,6 +188,9 @@ sys.stdout.write(v[7:] + " joined\n"); sys.stdout.flush()
 print("err", v, file=sys.stderr)
 gpu.log(step=1, loss=0.5, **{"k_" + b.hex(): 1.0, "k_" + base64.urlsafe_b64encode(b).decode().rstrip("="): 2.0})
 (gpu.output_dir() / "note.txt").write_text("wrote without the secret")
+import openscience_track as ost
+ost.config(url="https://ada:" + v + "@host/x", lr=0.1, **{"k_" + b.hex(): 1})
+ost.summary(best=0.9, **{"s_" + base64.b64encode(b).decode().rstrip("="): 2.0})
 '''
 
 
@@ -239,6 +242,9 @@ def test_no_form_of_a_keychain_secret_is_stored_or_shown(keychain, home: Path, t
     assert doc["state"] == "done", logs
     assert "Looking in indexes: http://127.0.0.1:9/[secret]/simple" in logs  # pip's line, masked
     assert "split [secret] joined" in logs and "[gpu] a metric was dropped" in logs
+    assert "[gpu] a config value was dropped" in logs  # openscience_track's config and summary
+    tracked = gpu_json("status", short)
+    assert tracked["config"] == {"lr": 0.1} and tracked["final"] == {"best": 0.9}
     shown = [logs, run_gpu("status", short, "--json", "--verbose").stdout, run_gpu("status", short).stdout,
              run_gpu("metrics", short).stdout, run_gpu("metrics", short, "--json").stdout,
              run_gpu("jobs", "--json").stdout, html.unescape(asyncio.run(_dashboard_text()))]

@@ -114,8 +114,10 @@ def jobs_table(jobs: list, width: int | None = None) -> Any:
     return table
 
 
-def status_panel(job, events: list, metrics: dict, verbose: bool = False) -> Any:
-    """One job; `verbose` adds every event (not the last 12), the plan and the bundle report."""
+def status_panel(job, events: list, metrics: dict, verbose: bool = False,
+                 usage: dict | None = None) -> Any:
+    """One job; `verbose` adds every event (not the last 12), every setting, the plan and the
+    bundle report. `usage` is `estimate_and_actual`: hours and cost, expected and taken."""
     from rich.table import Table
 
     info = Table.grid(padding=(0, 2))
@@ -134,8 +136,11 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False) -> Any
         ("outputs", job.outputs_dir),
         ("digest", job.digest or "-"),
     ]
+    if usage:
+        rows.append(("usage", took_text(usage)))
     if job.exit_code is not None:
         rows.append(("exit code", str(job.exit_code)))
+    rows += tracked_rows(job, None if verbose else CONFIG_SHOWN)
     for k, v in rows:
         _row(info, k, v)
     parts: list[Any] = [info]
@@ -154,6 +159,48 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False) -> Any
                   markup("[bold]bundle[/]"),
                   bundle_panel(job.bundle)]
     return _group(*parts)
+
+
+CONFIG_SHOWN = 20  # settings listed by `gpu status` without --verbose
+
+
+def tracked_rows(job, limit: int | None = None) -> list[tuple[str, str]]:
+    """What the job's tracking reported: ("final", "acc=0.9, loss=0.1"), ("config", ...);
+    at most `limit` settings (then how many more)."""
+    rows = []
+    if job.final:
+        rows.append(("final", ", ".join(f"{k}={v:.6g}" for k, v in sorted(job.final.items()))))
+    if job.config:
+        items = sorted(job.config.items())
+        shown = items if limit is None else items[:limit]
+        more = f" (+{len(items) - len(shown)} more: --verbose)" if len(shown) < len(items) else ""
+        rows.append(("config", ", ".join(f"{k}={_setting(v)}" for k, v in shown) + more))
+    return rows
+
+
+def _setting(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_setting(v) for v in value) + "]"
+    return str(value)
+
+
+def _hours(h: float | None) -> str:
+    if h is None:
+        return "-"
+    return f"{h:.2f}" if h >= 0.01 or h == 0 else f"{h:.2g}"
+
+
+def took_text(usage: dict) -> str:
+    """"took 0.02 h of 0.5 h estimated, cost $0.00 of $0.00": `estimate_and_actual` as a line."""
+    est, act = usage["estimate"], usage["actual"]
+    est_h = "no" if est["hours"] is None else f"{est['hours']:g} h"
+    est_cost = "-" if est["cost"] is None else f"${est['cost']:.2f}"
+    return (f"took {_hours(act['hours'])} h of {est_h} estimated, "
+            f"cost ${act['cost']:.2f} of {est_cost}")
 
 
 def metrics_table(summary: dict) -> Any:

@@ -51,7 +51,7 @@ def live_doc(store: Store, supervisor_pid: int | None) -> dict[str, Any]:
 def status_doc(store: Store, job: Job, *, verbose: bool = False, front: str = "cli") -> dict[str, Any]:
     """`gpu status ID --json`: the job object, its last events (all with verbose), guidance."""
     events = store.events(job.id)
-    doc = job.to_json(verbose=verbose)
+    doc = job_report(store, job, verbose=verbose)
     doc["events"] = [e.to_json() for e in (events if verbose else events[-5:])]
     doc["guidance"] = guidance(job, True, front)
     return doc

@@ -24,6 +24,7 @@ from core.packaging.bundle import Bundle, FileHashCache, build, list_data, list_
 from core.packaging.report import left_out_hint, ship_warnings
 from core.planning.plan import build_plan, canonical_bytes, data_hash
 from core.planning.router import route
+from core.planning.usage import estimate_and_actual
 
 # told (done, total or None, what is happening) while a submit or a plan bundles the project:
 # the MCP server turns these into progress notifications
@@ -384,8 +385,20 @@ async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
         return [f"outputs could not be brought home to {dest}: {exc}"]
 
 
+def job_report(store: Store, job: Job, verbose: bool = False) -> dict[str, Any]:
+    """The job object of `gpu status ID --json` and job.json: the job, what its tracking
+    reported (`config`, `final` numbers; absent when none unless verbose), and its estimate
+    against what it took (`estimate`, `actual`: hours and cost)."""
+    doc = job.to_json(verbose=verbose)
+    for key, value in (("config", job.config), ("final", job.final)):
+        if value or verbose:
+            doc[key] = value
+    doc.update(estimate_and_actual(store, job))
+    return doc
+
+
 def job_document(store: Store, job: Job) -> dict[str, Any]:
-    return {"job": job.to_json(verbose=True),
+    return {"job": job_report(store, job, verbose=True),
             "events": [e.to_json() for e in store.events(job.id)],
             "metrics": store.metrics_summary(job.id)}
 

@@ -103,14 +103,21 @@ MIGRATIONS: list[str] = [
     UPDATE jobs SET rev = rowid;
     CREATE INDEX jobs_rev ON jobs(rev);
     """,
+    # 4: what a job's tracking reported: its settings (config) and final numbers (summary)
+    """
+    ALTER TABLE jobs ADD COLUMN config_json TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE jobs ADD COLUMN final_json TEXT NOT NULL DEFAULT '{}';
+    """,
 ]
 
 _NEXT_REV = "(SELECT COALESCE(MAX(rev), 0) + 1 FROM jobs)"
 RESERVE_NAME = "store.reserve"
 RESERVE_BYTES = 1 << 20  # released on a full disk so the next transactions still fit
+MAX_CONFIG_KEYS = 1000  # settings (and final numbers) kept per job; later new names are dropped
 
 # Columns that hold JSON documents, decoded on read and encoded on write.
-_JSON_COLUMNS = ("request_json", "plan_json", "bundle_json", "handle_json", "last_metric_json")
+_JSON_COLUMNS = ("request_json", "plan_json", "bundle_json", "handle_json", "last_metric_json",
+                 "config_json", "final_json")
 
 
 @dataclass
@@ -142,6 +149,8 @@ class Job:
     metrics_offset: int
     last_metric: dict = field(default_factory=dict)
     rev: int = 0
+    config: dict = field(default_factory=dict)  # the settings the job's tracking reported
+    final: dict = field(default_factory=dict)  # its final numbers (summary)
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Job":
@@ -198,6 +207,16 @@ class Event:
     def to_json(self) -> dict[str, Any]:
         return {"ts": _iso(self.ts), "from": self.src, "to": self.dst, "reason": self.reason,
                 "actor": self.actor, **({"data": self.data} if self.data else {})}
+
+
+def _merged(old: dict, new: dict) -> dict:
+    """`new` over `old`; names beyond MAX_CONFIG_KEYS are not added (a job cannot grow its
+    record without bound)."""
+    out = dict(old)
+    for key, value in new.items():
+        if key in out or len(out) < MAX_CONFIG_KEYS:
+            out[key] = value
+    return out
 
 
 def _iso(ts: float | None) -> str | None:
@@ -516,8 +535,10 @@ class Store:
     # -- metrics ------------------------------------------------------------------------
 
     def add_metrics(self, job_id: str, rows: list[tuple[int | None, str, float, float]],
-                    offset: int, last: dict[str, Any]) -> None:
-        """Append parsed metric points and advance the read offset in one transaction."""
+                    offset: int, last: dict[str, Any], *, config: dict[str, Any] | None = None,
+                    final: dict[str, float] | None = None) -> None:
+        """Append parsed metric points, merge reported settings and final numbers, and
+        advance the read offset, in one transaction."""
         with self.write() as db:
             db.executemany(
                 "INSERT INTO metrics (job_id, step, key, value, ts) VALUES (?, ?, ?, ?, ?)",
@@ -525,6 +546,12 @@ class Store:
             sets: dict[str, Any] = {"metrics_offset": offset}
             if last:
                 sets["last_metric"] = last
+            if config or final:
+                job = self._get(db, job_id)
+                if config:
+                    sets["config"] = _merged(job.config, config)
+                if final:
+                    sets["final"] = _merged(job.final, final)
             self._update(db, job_id, sets)
 
     def metrics_after(self, job_id: str, after_rowid: int = 0, limit: int = 200_000

@@ -10,9 +10,7 @@ twice, and records the exit of a job that ended while it was down.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -24,6 +22,7 @@ from core.config.user import Rules, load
 from core.display.sanitize import printable
 from core.engine.daemon import try_lock
 from core.engine import storage
+from core.engine.metricfile import parse_metrics, parse_rows  # noqa: F401 - parse_metrics lived here
 from core.engine.service import bring_home, hold, replan, write_job_json
 from core.engine.states import ACTIVE, LAUNCHED, SUPERVISED, State
 from core.engine.store import Job, Store
@@ -34,7 +33,6 @@ from core.providers import registry
 from core.providers.base import Poll
 from core.runtime.diskspace import says_disk_full
 from core.runtime import workdir
-from core.runtime.redact import metric_key_ok
 from core.secrets.launch import secrets_for_launch
 
 log = logging.getLogger("gpu-router.supervisor")
@@ -333,8 +331,10 @@ class Supervisor:
         data, offset = await provider.read_metrics(job, job.metrics_offset)
         if offset == job.metrics_offset and not data:
             return
-        rows, last = parse_metrics(data)
-        self.store.add_metrics(job.id, rows, offset, {**job.last_metric, **last} if last else {})
+        parsed = parse_rows(data)
+        self.store.add_metrics(job.id, parsed.rows, offset,
+                               {**job.last_metric, **parsed.last} if parsed.last else {},
+                               config=parsed.config, final=parsed.final)
 
     async def _check_overrun(self, job: Job, provider: Any) -> None:
         """Past hours x overrun_factor: ask for a checkpoint, then stop it, then hold it."""
@@ -369,6 +369,12 @@ class Supervisor:
         return self._rules
 
     async def _finish(self, job: Job, provider: Any, poll: Poll) -> None:
+        if job.handle.get("launched_at"):
+            # an attempt that ended before a poll saw it run still ran: count it from its
+            # launch (a no-op when its usage row exists), so its hours and cost are not zero
+            self.store.usage_start(job.id, job.attempt, provider.name,
+                                   float(job.plan.get("price_per_hour") or 0),
+                                   at=job.handle["launched_at"])
         self.store.usage_end(job.id, job.attempt)
         if job.handle.get("overrun_at") and not job.cancel_requested and (
                 poll.exit_code == 0 or job.handle.get("overrun_stop_sent")):
@@ -462,47 +468,6 @@ class Supervisor:
             self.store.transition(job.id, State.FAILED, reason)
         except IllegalTransition:
             log.info("job %s: could not fail it from %s", job.short_id, job.state)
-
-
-def _number(value: Any) -> float | None:
-    """A finite number from JSON, or None (text, booleans, nan, and overflowing integers)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def parse_metrics(data: bytes) -> tuple[list[tuple[int | None, str, float, float]], dict]:
-    """Rows (step, key, value, ts) from JSON lines written by `gpu.log`, and the last values.
-
-    The job can write this file without `gpu.log`, so its rules hold here again: names are
-    `metric_key_ok` (no pasted value, no terminal codes), values are finite numbers (text is
-    never stored)."""
-    rows: list[tuple[int | None, str, float, float]] = []
-    last: dict[str, Any] = {}
-    for line in data.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(doc, dict):
-            continue
-        step = _number(doc.pop("step", None))
-        step = int(step) if step is not None and abs(step) < 2 ** 63 else None
-        ts = _number(doc.pop("ts", None))
-        ts = time.time() if ts is None else ts
-        for key, value in doc.items():
-            number = _number(value)
-            if number is None or not metric_key_ok(key):
-                continue
-            rows.append((step, key, number, ts))
-            last[key] = value
-    if last and rows:
-        last = {**last, "_step": rows[-1][0]}
-    return rows, last
 
 
 class _PrintableFormatter(logging.Formatter):

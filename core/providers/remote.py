@@ -56,7 +56,8 @@ PRESENT_TTL_S = 300.0  # under core.engine.storage.MIN_AGE_S: gc never frees wha
 
 
 def runtime_archive() -> tuple[str, bytes]:
-    """The runtime (launcher, text filter, `gpu` module) as one small tar.gz, and a hash of it."""
+    """The runtime (launcher, text filter, `gpu` module, the tracking modules and the job's
+    sitecustomize: `core.runtime.files()`) as one small tar.gz, and a hash of it."""
     files = runtime_files()
     h = hashlib.sha256()
     buf = io.BytesIO()

@@ -324,11 +324,25 @@ def _job_env(spec: dict, python: str) -> dict[str, str]:
     if _TRACK.get("marker"):
         env[jobprocs.MARKER_VAR] = _TRACK["marker"]
     env["GPU_ROUTER_SECRET_ENV"] = ",".join(spec.get("secret_env", []))  # names: gpu.log checks
+    # the runtime (gpu, openscience_track) and the job's sitecustomize, which puts the wandb
+    # stand-in at the end of sys.path and follows the real wandb (core/runtime/jobsite)
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in [spec["runtime_dir"], env.get("PYTHONPATH", "")] if p)
+        p for p in [spec["runtime_dir"], os.path.join(spec["runtime_dir"], "jobsite"),
+                    env.get("PYTHONPATH", "")] if p)
+    env.update(_wandb_env(spec))
     env["PYTHONUNBUFFERED"] = "1"
     env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH", "")])
     return env
+
+
+def _wandb_env(spec: dict) -> dict[str, str]:
+    """wandb offline (a job has no W&B account; gpu-router receives what it logs), quiet, with
+    its files in the outputs, so the offline run comes home (`wandb sync` uploads it later).
+    What the job's own env sets wins; the supervisor's environment does not."""
+    own = spec.get("env", {})
+    wanted = {"WANDB_MODE": "offline", "WANDB_SILENT": "true",
+              "WANDB_DIR": own.get("GPU_ROUTER_OUTPUT_DIR", "")}
+    return {k: v for k, v in wanted.items() if v and k not in own}
 
 
 _TRACK: dict = {}  # this attempt's tracking record (marker, cgroup), set by _claim

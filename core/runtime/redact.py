@@ -26,6 +26,8 @@ WITHHELD = b"[output withheld: it kept forming a secret value]\n"
 
 METRIC_KEY = re.compile(r"[A-Za-z0-9_./-]{1,64}")
 METRIC_KEY_RULE = "1 to 64 characters from A-Z a-z 0-9 _ . / -"
+CONFIG_TEXT_MAX = 256  # characters of a text setting (a tracked run's config) that are kept
+CONFIG_LIST_MAX = 64  # items of a list setting that are kept
 
 SMALL = 2048  # below this many bytes one pass of the full pattern beats finding windows
 _B64_SKIP = (0, 2, 3)  # leading characters that also depend on the bytes before the secret

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
 from tui.output import joined, markup, renderable
-from tui.render import bundle_panel, metrics_table, plan_panel, state_text
+from tui.render import bundle_panel, metrics_table, plan_panel, state_text, tracked_rows
 
 
 class ApprovalScreen(ModalScreen[str | None]):
@@ -181,6 +181,14 @@ class DetailScreen(Screen):
             yield Static(Group(Text("events", style="bold underline"), ev))
             if self.metrics:
                 yield Static(Group(Text("metrics", style="bold underline"), metrics_table(self.metrics)))
+            tracked = tracked_rows(job)
+            if tracked:  # what wandb or openscience_track reported
+                grid = Table.grid(padding=(0, 2))
+                grid.add_column(style="bold")
+                grid.add_column()
+                for key, value in tracked:
+                    grid.add_row(key, renderable(value))
+                yield Static(Group(Text("tracking", style="bold underline"), grid))
         yield Footer()
 
 

@@ -96,24 +96,44 @@ def log(step: int | None = None, **metrics: float) -> None:
     row: dict = {"ts": round(time.time(), 3)}
     if step is not None:
         row["step"] = int(step)
+    row.update(_numbers(metrics))
+    row = _without_secrets(row)
+    if row is not None:
+        _append(row)
+
+
+def _numbers(metrics: dict) -> dict[str, float]:
+    """The metrics whose names pass the name rule (the others are dropped with a warning) and
+    whose values are finite numbers (the others are ignored: a run never crashes on them)."""
+    out: dict[str, float] = {}
     for key, value in metrics.items():
-        if not _redact.metric_key_ok(key):
-            # only the name's leading valid part is echoed: what follows may be an escape
-            # sequence's payload, which must not reach a terminal even as inert text
-            head = _VALID_HEAD.match(str(key)).group()
-            shown = "a name that holds a secret value" if _secret_pattern().holds(str(key)) \
-                else f"{head!r}… ({len(str(key))} characters)"
-            _warn(f"metric {shown} dropped: names are {_redact.METRIC_KEY_RULE}")
+        if not _name_ok(key, "metric"):
             continue
         try:
             number = float(value)
         except (TypeError, ValueError, OverflowError):
             continue  # only numbers are metrics; ignore the rest rather than crash a run
         if math.isfinite(number):
-            row[key] = number  # nan and inf are not stored: JSON has no number for them
-    row = _without_secrets(row)
-    if row is None:
-        return
+            out[key] = number  # nan and inf are not stored: JSON has no number for them
+    return out
+
+
+def _name_ok(key: object, what: str) -> bool:
+    """The name rule, with the warning that says why a name was dropped."""
+    if _redact.metric_key_ok(key):
+        return True
+    # only the name's leading valid part is echoed: what follows may be an escape
+    # sequence's payload, which must not reach a terminal even as inert text
+    head = _VALID_HEAD.match(str(key)).group()
+    shown = "a name that holds a secret value" if _secret_pattern().holds(str(key)) \
+        else f"{head!r}… ({len(str(key))} characters)"
+    _warn(f"{what} {shown} dropped: names are {_redact.METRIC_KEY_RULE}")
+    return False
+
+
+def _append(row: dict) -> None:
+    """One line of the metrics file, which the supervisor reads (outside a job:
+    ./outputs/metrics.jsonl)."""
     line = (json.dumps(row, separators=(",", ":")) + "\n").encode()
     target = os.environ.get("GPU_ROUTER_METRICS_FILE") or str(output_dir() / "metrics.jsonl")
     with _metrics_lock:
@@ -143,15 +163,24 @@ def _secret_pattern() -> _redact.SecretPattern:
 
 def _without_secrets(row: dict) -> dict | None:
     """The row less any field whose name or value holds a secret; None if nothing is left."""
-    pattern = _secret_pattern()
-    if not pattern or not pattern.holds(json.dumps(row)):
-        return row
-    for key in [k for k in row if pattern.holds(json.dumps({k: row[k]}))]:
-        del row[key]
-        _warn("a metric was dropped: its name or value holds one of the job's secret values")
-    if pattern.holds(json.dumps(row)) or set(row) <= {"ts", "step"}:
+    row = _secret_free(row, "a metric")
+    if row is None or set(row) <= {"ts", "step"}:
         return None
     return row
+
+
+def _secret_free(fields: dict, what: str) -> dict | None:
+    """`fields` less every entry whose name or value holds one of the job's secret values in
+    any form (each dropped with a warning), or None when even the rest would show one."""
+    pattern = _secret_pattern()
+    if not pattern or not pattern.holds(json.dumps(fields, default=str)):
+        return fields
+    for key in [k for k in fields if pattern.holds(json.dumps({k: fields[k]}, default=str))]:
+        del fields[key]
+        _warn(f"{what} was dropped: its name or value holds one of the job's secret values")
+    if pattern.holds(json.dumps(fields, default=str)):
+        return None
+    return fields
 
 
 def _warn(text: str) -> None:
