@@ -122,6 +122,14 @@ def test_a_pinned_commit_already_cached_asks_the_hub_nothing(home: Path, hub: Fa
     assert _plan_ok(project, uri, env=env)["digest"] == plan["digest"]
 
 
+def test_a_path_is_a_name_not_a_pattern(home: Path, hub: FakeHub, project: Path) -> None:
+    """`sub [dir]` is that folder only: as a glob it would also match `sub d/`."""
+    sha = hub.commit("acme/odd", {"sub [dir]/x.csv": b"1\n", "sub d/y.csv": b"2\n", "top.csv": b"3\n"})
+    plan = _plan_ok(project, "rows=hf://datasets/acme/odd/sub [dir]")
+    assert plan["data_sources"] == {"rows": f"hf://datasets/acme/odd@{sha}/sub [dir]"}
+    assert hub.downloads() == [f"/datasets/acme/odd/resolve/{sha}/sub [dir]/x.csv"]
+
+
 def test_a_branch_that_moved_is_pinned_again_and_binds_the_digest(home: Path, hub: FakeHub,
                                                                   project: Path) -> None:
     old = hub.commit("acme/tiny", FILES)
