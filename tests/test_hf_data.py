@@ -160,6 +160,11 @@ def test_a_private_data_set_takes_the_keychain_token_and_nothing_keeps_it(
     assert "Traceback" not in proc.stderr
     assert [s.token for s in hub.requests() if s.server == "hub"][-1] is None
 
+    # a token the Hub refuses is said to be the keychain's
+    assert run_gpu("secrets", "set", "HF_TOKEN", input="hf_stale_token_0000\n").returncode == 0
+    proc = _plan(project, uri)
+    assert proc.returncode == 2 and "refused the HF_TOKEN from the keychain" in proc.stderr, proc.stderr
+
     assert run_gpu("secrets", "set", "HF_TOKEN", input=token + "\n").returncode == 0
     hub.forget()
     sub = gpu_json("submit", "read.py", "--hours", "0.1", "--data", uri, "--wait-s", "0", cwd=project)
@@ -235,6 +240,9 @@ def test_an_unreachable_hub_is_a_clear_error(home: Path, hub: FakeHub, project: 
     assert proc.returncode == 2, proc.stderr
     assert f"the Hub at http://127.0.0.1:{port} could not be reached" in proc.stderr
     assert "check the network" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _plan(project, "hf://datasets/acme/tiny", env={"HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2 and "HF_HUB_OFFLINE is set" in proc.stderr, proc.stderr
+    assert hub.requests() == []
 
 
 def test_submit_imports_no_hub_client_without_hf_data() -> None:

@@ -94,11 +94,15 @@ def _local(spec: DataSpec, owner: str, name: str, sha: str, path: str | None, fo
            where: str) -> DataSpec:
     source = folder / path if path else folder
     if not (source.is_file() or source.is_dir()):
-        raise UserError(f"{spec.source}: {owner}/{name} has no file or folder {shorten(path)} "
-                        f"at commit {sha[:12]}", where=where,
-                        fix=f"check the path on the data set's page, or leave it out ({HF_FORM})")
+        raise _no_such_path(spec.source, f"{owner}/{name}", path, sha, where)
     pinned = f"hf://datasets/{owner}/{name}@{sha}" + (f"/{path}" if path else "")
     return DataSpec(name=spec.name, source=str(source), kind="path", origin=pinned)
+
+
+def _no_such_path(uri: str, repo: str, path: str | None, sha: str, where: str) -> UserError:
+    return UserError(f"{uri}: {repo} has no file or folder {shorten(path)} at commit {sha[:12]}",
+                     where=where, fix=f"check the path on the data set's page, or leave it out "
+                                      f"({HF_FORM})")
 
 
 def _download(hub: Any, repo: str, sha: str, path: str | None, token: str | None, final: Path,
@@ -120,9 +124,7 @@ def _download(hub: Any, repo: str, sha: str, path: str | None, token: str | None
         if meta.is_dir() and not any(meta.iterdir()):
             meta.rmdir()
         if path and not (tmp / path).exists():
-            raise UserError(f"{uri}: {repo} has no file or folder {shorten(path)} at commit "
-                            f"{sha[:12]}", where=where,
-                            fix=f"check the path on the data set's page, or leave it out ({HF_FORM})")
+            raise _no_such_path(uri, repo, path, sha, where)
         tmp.mkdir(exist_ok=True)  # an empty repository is still an answer
         try:
             os.rename(tmp, final)
