@@ -87,7 +87,8 @@ def test_the_job_reads_the_data_set_and_a_second_job_downloads_nothing(
     assert {k: bytes.fromhex(v) for k, v in seen.items()} == FILES
     doc = json.loads((out / "job.json").read_text())["job"]
     assert doc["plan"]["data_sources"] == {"tiny": f"hf://datasets/acme/tiny@{sha}"}
-    assert doc["request"]["data"] == [{"name": "tiny", "kind": "path", "origin": f"hf://datasets/acme/tiny@{sha}",
+    assert doc["request"]["data"] == [{"name": "tiny", "kind": "path",
+                                       "origin": f"hf://datasets/acme/tiny@{sha}",
                                        "source": str(_cache(home) / "acme" / "tiny" / sha / "all")}]
 
     hub.forget()
@@ -246,8 +247,8 @@ def test_an_unreachable_hub_is_a_clear_error(home: Path, hub: FakeHub, project: 
 
 
 def test_submit_imports_no_hub_client_without_hf_data() -> None:
-    code = ("import sys; import tui.cli, core.engine.service, core.planning.plan; "
-            "print('huggingface_hub' in sys.modules)")
+    code = ("import sys; import tui.cli, core.engine.service, core.planning.plan, "
+            "core.packaging.hfdata; print('huggingface_hub' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          env={**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'core' / 'runtime'}"})
     assert out.stdout.strip() == "False", out.stderr
