@@ -54,6 +54,12 @@ def cache_dir() -> Path:
     return _sub("cache")
 
 
+def hf_data_dir() -> Path:
+    """hf:// data sets downloaded at submit, OWNER/NAME/SHA/SELECTION (`core.packaging.hfdata`):
+    inside the home, yet data to ship, not gpu-router's own state."""
+    return cache_dir() / "hf"
+
+
 def daemon_lock_file() -> Path:
     return home() / "supervisor.lock"
 

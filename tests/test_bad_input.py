@@ -209,6 +209,10 @@ CLI_LATE = [
     ("hf-no-name", None, ["--data", "hf://datasets/acme"], ["hf://datasets/OWNER/NAME"]),
     ("hf-dotdot", None, ["--data", "hf://datasets/acme/tiny/../x"], ["hf://datasets/OWNER/NAME"]),
     ("hf-space", None, ["--data", "hf://datasets/acme/ti ny"], ["hf://datasets/OWNER/NAME"]),
+    ("hf-empty-name", None, ["--data", "hf://datasets/acme/"], ["hf://datasets/OWNER/NAME"]),
+    ("hf-bad-revision", None, ["--data", "hf://datasets/acme/tiny@a..b"], ["hf://datasets/OWNER/NAME"]),
+    ("hf-dash-name", "script: train.py\ndata: [hf://datasets/acme/ti--ny]\n", [],
+     ["gpu.yaml:2:", "hf://datasets/OWNER/NAME"]),
     ("hours-over", None, ["--hours", "721"], ["argument --hours", "at most 720"]),
     ("hours-huge", None, ["--hours", "1e309"], ["argument --hours", "at most 720"]),
     ("args-nul", "script: train.py\nargs: [\"a\\0b\"]\n", [], ["gpu.yaml:2:", "NUL"]),
@@ -245,17 +249,18 @@ def test_a_data_name_is_never_a_path_of_its_own(project: Path) -> None:
     ("hf://datasets/acme/tiny", "tiny", ("acme", "tiny", None, None)),
     ("hf://datasets/acme/tiny@v1.0", "tiny", ("acme", "tiny", "v1.0", None)),
     ("hf://datasets/acme/tiny/train/a.csv", "a.csv", ("acme", "tiny", None, "train/a.csv")),
-    ("hf://datasets/acme/tiny@refs%2Fpr%2F1/train", "train", ("acme", "tiny", "refs%2Fpr%2F1", "train")),
+    ("hf://datasets/acme/tiny@refs%2Fpr%2F1/train", "train", ("acme", "tiny", "refs/pr/1", "train")),
+    ("hf://datasets/acme/a.b_c-d/sub [dir] 2/x_1.csv", "x_1.csv", ("acme", "a.b_c-d", None, "sub [dir] 2/x_1.csv")),
 ])
 def test_hf_uris_of_the_documented_form_are_taken_apart(project: Path, uri: str, name: str,
                                                         parts: tuple) -> None:
-    """The launcher downloads repo OWNER/NAME at the revision, limited to the path."""
-    from core.providers.spec import _hf_item
+    """Submit downloads repo OWNER/NAME at the revision (decoded), limited to the path."""
+    from core.config.request import parse_hf
 
     spec = DataSpec.parse(uri, project, "here")
-    assert (spec.name, spec.kind, spec.source) == (name, "hf", uri)
-    item = _hf_item({"name": spec.name, "source": spec.source})
-    assert (item["repo"], item["revision"], item["path"]) == (f"{parts[0]}/{parts[1]}", *parts[2:])
+    assert (spec.name, spec.kind, spec.source, spec.origin) == (name, "hf", uri, None)
+    hf = parse_hf(spec.source)
+    assert (hf["owner"], hf["repo"], hf["revision"], hf["path"]) == parts
 
 
 @pytest.mark.parametrize("uri", [
@@ -263,6 +268,18 @@ def test_hf_uris_of_the_documented_form_are_taken_apart(project: Path, uri: str,
     "hf://datasets/acme/tiny@", "hf://datasets/acme/tiny@a b", "hf://datasets/acme/tiny//x",
     "hf://datasets/acme/tiny/./x", "hf://datasets/acme/tiny/x/..",
     "hf://datasets/-acme/tiny", "hf://datasets/acme/tiny/a\nb", "hf://datasets/acme/tiny/a\\b",
+    # an empty part, a climb out, spaces where the Hub allows none
+    "hf://datasets//", "hf://datasets/acme//x", "hf://datasets/../tiny", "hf://datasets/acme/..",
+    "hf://datasets/acme/tiny/..", "hf://datasets/acme/tiny/a/../../b", "hf://datasets/ac me/tiny",
+    "hf://datasets/acme/tiny @main", " hf://datasets/acme/ti ny", "hf://datasets/acme/tiny@ma in",
+    # names the Hub refuses: `--`, `..`, or a last `-` or `.`
+    "hf://datasets/acme/ti--ny", "hf://datasets/ac..me/tiny", "hf://datasets/acme/tiny-",
+    "hf://datasets/acme/tiny.",
+    # revisions git refuses, also once decoded
+    "hf://datasets/acme/tiny@-x", "hf://datasets/acme/tiny@a..b", "hf://datasets/acme/tiny@v1.lock",
+    "hf://datasets/acme/tiny@a;b", "hf://datasets/acme/tiny@a%00b", "hf://datasets/acme/tiny@a%20b",
+    "hf://datasets/acme/tiny@refs%2F%2Fpr", "hf://datasets/acme/tiny@main%2F", "hf://datasets/acme/tiny@a%2F..%2Fb",
+    "hf://datasets/acme/tiny@$(id)", "hf://models/acme/tiny", "hf://acme/tiny",
 ])
 def test_malformed_hf_uris_are_refused_at_submit(project: Path, uri: str) -> None:
     with pytest.raises(UserError) as err:
@@ -312,10 +329,10 @@ def test_the_largest_allowed_request_still_builds(project: Path) -> None:
                                   "data": ["hf://datasets/acme/tiny@main/a/b.csv", "c=corpus"]})
     assert req.args == args and req.hours == MAX_HOURS and len(req.request_id) == 128
     assert [d.name for d in req.data] == ["b.csv", "c"]
-    from core.providers.spec import _hf_item
+    from core.config.request import parse_hf
 
-    hf = _hf_item({"name": "b.csv", "source": req.data[0].source})
-    assert (hf["repo"], hf["revision"], hf["path"]) == ("acme/tiny", "main", "a/b.csv")
+    hf = parse_hf(req.data[0].source)
+    assert (hf["owner"], hf["repo"], hf["revision"], hf["path"]) == ("acme", "tiny", "main", "a/b.csv")
 
 
 @pytest.mark.parametrize("argv,says", [

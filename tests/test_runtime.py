@@ -137,7 +137,7 @@ def _launcher(tmp_path: Path, job: str, requirements: list[str] | None) -> tuple
     spec = {"job_id": "j", "attempt": 1, "tag": str(adir / "spec.json"), "attempt_dir": str(adir),
             "workdir": str(jdir), "log": str(jdir / "job.log"), "runtime_dir": str(runtime),
             "base_python": sys.executable, "command": ["{python}", "job.py"], "deps": deps,
-            "hf_data": [], "secret_env": ["MY_TOKEN"],
+            "secret_env": ["MY_TOKEN"],
             "env": {"GPU_ROUTER_METRICS_FILE": str(jdir / "metrics.jsonl"),
                     "GPU_ROUTER_OUTPUT_DIR": str(jdir / "out")}}
     (adir / "spec.json").write_text(json.dumps(spec))

@@ -600,7 +600,10 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", action="append", metavar="GLOB",
                    help="bring these paths home to runs/<id>/ too, relative to the job's folder, "
                         "e.g. outputs/ (repeatable; added to gpu.yaml's outputs)")
-    p.add_argument("--data", action="append", metavar="NAME=PATH", help="a data set, readable at gpu.data_dir()/NAME (repeatable)")
+    p.add_argument("--data", action="append", metavar="NAME=PATH",
+                   help="a data set, readable at gpu.data_dir()/NAME (repeatable): NAME=PATH, or "
+                        "[NAME=]hf://datasets/OWNER/NAME[@REVISION][/PATH], pinned to its commit "
+                        "and downloaded here at submit")
     p.add_argument("--hours", type=float, help="honest wall-clock estimate in hours (e.g. 0.25)")
     p.add_argument("--gpu", help="GPU type constraint, e.g. T4")
     p.add_argument("--vram-gb", type=float, help="GB of GPU memory the job needs")

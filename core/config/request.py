@@ -11,6 +11,7 @@ import math
 import os
 import re
 import shlex
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -87,24 +88,46 @@ def resolve_project(project_dir: str | Path, where: str = "argument --project-di
     return project.resolve()
 
 
+# the Hub's own rules for OWNER and NAME (huggingface_hub's validate_repo_id): no `--` or `..`,
+# and neither may end with `-` or `.`
+_HF_ID_BAD = re.compile(r"--|\.\.|[-.]\Z")
+# a revision is a branch, tag or commit; `/` inside one (refs/pr/1) is written %2F in the URI
+_HF_REV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}\Z")
+
+
 def parse_hf(uri: str) -> dict[str, str | None]:
-    """The parts of an hf://datasets/ URI: owner, repo, revision and path (None if absent)."""
+    """The parts of an hf://datasets/ URI: owner, repo, revision (decoded, so `refs%2Fpr%2F1` is
+    `refs/pr/1`) and path, None where absent. ValueError names the form when it is not one."""
     m = HF_RE.match(uri)
     path = (m.group("path") or "/")[1:] if m else ""
     path = path[:-1] if path.endswith("/") else path  # one trailing slash: a folder
-    if m is None or (path and any(part in ("", ".", "..") for part in path.split("/"))):
+    revision = urllib.parse.unquote(m.group("revision")) if m and m.group("revision") else None
+    if (m is None or (path and any(part in ("", ".", "..") for part in path.split("/")))
+            or any(_HF_ID_BAD.search(m.group(k)) for k in ("owner", "repo"))
+            or (revision is not None and not _hf_revision_ok(revision))):
         raise ValueError(f"data {shorten(uri)} is not a URI of the form {HF_FORM}")
     return {"owner": m.group("owner"), "repo": m.group("repo"),
-            "revision": m.group("revision"), "path": path or None}
+            "revision": revision, "path": path or None}
+
+
+def _hf_revision_ok(revision: str) -> bool:
+    """What git allows in a ref name, as far as a URI can tell (no `..`, `//`, `@{`, or a
+    trailing `/`, `.` or `.lock`)."""
+    return bool(_HF_REV_RE.match(revision)) and not (
+        ".." in revision or "//" in revision or revision.endswith(("/", ".", ".lock")))
 
 
 @dataclass
 class DataSpec:
-    """One data set: a local path (absolute once resolved) or an hf://datasets/ URI."""
+    """One data set: a local path (absolute once resolved) or an hf://datasets/ URI.
+
+    An hf:// set is resolved at submit (`core.packaging.hfdata`): from then on it is a "path"
+    (gpu-router's downloaded copy) whose `origin` is the URI pinned to its commit sha."""
 
     name: str
     source: str
     kind: str  # "path" or "hf"
+    origin: str | None = None  # hf://datasets/OWNER/NAME@SHA[/PATH] of a resolved hf:// set
 
     @classmethod
     def parse(cls, text: str, project_dir: Path, where: str) -> "DataSpec":

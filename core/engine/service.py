@@ -58,7 +58,9 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
 
     A project that is the home folder or a big folder outside git raises `ProjectTooBroad`
     unless `allow_large_project`: the front asks a person, and refuses an agent. `progress`
-    hears how the bundling goes (a cold pack of a big project takes seconds)."""
+    hears how the bundling goes (a cold pack of a big project takes seconds).
+    Its hf:// data sets are resolved in place: afterwards `req.data` names gpu-router's local
+    copy of each, pinned to its commit (so the job, its fingerprint and its digest do too)."""
     read = 0  # progress only grows: files read, then one step more for the planning
 
     def tell(done: int, total: int | None, text: str) -> None:
@@ -107,9 +109,15 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
 
 
 def _data_hashes(req: JobRequest, cache: FileHashCache) -> tuple[dict[str, str], list[str]]:
-    """Each data set's content hash, over what may be uploaded, and what was withheld from it."""
+    """Each data set's content hash, over what may be uploaded, and what was withheld from it.
+
+    An hf:// set is first downloaded here (once per commit) and becomes a local one."""
     hashes: dict[str, str] = {}
     warnings: list[str] = []
+    if any(d.kind == "hf" for d in req.data):
+        from core.packaging import hfdata  # huggingface_hub only for a job that needs it
+
+        req.data = [hfdata.resolve(d) for d in req.data]
     for d in req.data:
         listing = list_data(Path(d.source), d.name, cache) if d.kind == "path" else None
         hashes[d.name] = data_hash(d.source, d.kind, cache, listing)

@@ -95,6 +95,16 @@ def home_credential_ids(home: Path | None = None) -> dict[FileId, str]:
 
 
 OWN_STATE = "withheld: gpu-router's own state (its home: store, bundles, venvs, caches)"
+HF_DEPTH = 4  # OWNER/NAME/SHA/SELECTION under paths.hf_data_dir()
+
+
+def _downloaded_data(root: Path) -> bool:
+    """`root` is (inside) one downloaded hf:// data set: never the cache around it."""
+    base = os.path.realpath(paths.hf_data_dir())
+    real = os.path.realpath(root)
+    if not real.startswith(base + "/"):
+        return False
+    return len(real[len(base) + 1:].split("/")) >= HF_DEPTH
 
 
 @dataclass
@@ -116,6 +126,8 @@ class Gate:
         self._root_prefix = str(self.root).rstrip("/") + "/"
         home = paths.home()
         self._own_homes = {str(home).rstrip("/"), os.path.realpath(home).rstrip("/")}
+        if _downloaded_data(self.root):  # an hf:// data set's copy: data, not state
+            self._own_homes = set()
 
     def full(self, rel: str) -> str:
         """The absolute path of `rel` (a string: pathlib costs more than the check itself)."""

@@ -1,8 +1,8 @@
 """The plan: where a request will run, on what, for how long, and its digest.
 
 The digest is sha256 over the canonical plan (bundle hash, script, args, env, secret names,
-data hashes, target, GPU, VRAM, hours): an approval binds to it, so any change to what would
-run needs a new one.
+data hashes and the commits hf:// data was pinned to, target, GPU, VRAM, hours): an approval
+binds to it, so any change to what would run needs a new one.
 """
 
 from __future__ import annotations
@@ -35,16 +35,19 @@ def digest(plan: dict) -> str:
     doc = {k: plan.get(k) for k in DIGEST_FIELDS}
     if plan.get("resources"):  # scheduler resources bind too (absent: the digest is unchanged)
         doc["resources"] = plan["resources"]
+    if plan.get("data_sources"):  # the commit an hf:// data set was pinned to binds too
+        doc["data_sources"] = plan["data_sources"]
     return hashlib.sha256(canonical_bytes(doc)).hexdigest()
 
 
 def data_hash(source: str, kind: str, cache: FileHashCache,
               listing: DataListing | None = None) -> str:
-    """Content hash of a data set: a file's sha256, a folder's manifest hash, a URI's text.
+    """Content hash of a data set: a file's sha256, or a folder's manifest hash (an hf:// set
+    is hashed as its downloaded copy, `core.packaging.hfdata`).
 
     Only what may be uploaded counts (`list_data`: credential files are withheld)."""
-    if kind == "hf":
-        return hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()
+    if kind != "path":
+        raise ValueError(f"data of kind {kind!r} has no local content to hash yet")
     listing = listing or list_data(Path(source), cache=cache)
     path = listing.source
     files = [path / rel if rel else path for rel in listing.files]
@@ -95,5 +98,8 @@ def build_plan(req: JobRequest, bundle: Bundle, target: str, target_gpu: str,
         **({"resources": req.resources()} if req.resources() else {}),
         **(extra or {}),
     }
+    sources = {d.name: d.origin for d in req.data if d.origin}
+    if sources:  # where an hf:// set came from: OWNER/NAME at the commit sha it was pinned to
+        plan["data_sources"] = sources
     plan["digest"] = digest(plan)
     return plan

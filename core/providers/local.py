@@ -29,7 +29,7 @@ from core.runtime import workdir as workdir_files
 from core.runtime import files as runtime_files
 from core.engine.store import Job
 from core.providers.base import Poll, TargetInfo
-from core.providers.spec import launch_spec
+from core.providers.spec import launch_spec, local_data
 
 START_GRACE_S = 30.0
 
@@ -130,9 +130,9 @@ class LocalProvider:
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
         (dirs["ctl"] / "checkpoint").unlink(missing_ok=True)
-        for item in job.request.get("data", []):
+        for item in local_data(job):
             link = dirs["data"] / item["name"]
-            if item["kind"] == "path" and not link.is_symlink():
+            if not link.is_symlink():
                 link.symlink_to(item["source"])  # local data is read in place, not copied
         workdir = code / job.plan.get("workdir", "")
         attempt = job.attempt

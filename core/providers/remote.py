@@ -42,7 +42,7 @@ from core.runtime import files as runtime_files
 from core.packaging.bundle import DataListing, list_data
 from core.packaging.safe_extract import OutputCaps, safe_extract
 from core.engine.store import Job
-from core.providers.spec import launch_spec
+from core.providers.spec import launch_spec, local_data
 from core.transport.base import HostKeyError, Transport, TransportError, Unreachable, quote, remote_path_expr
 from core.transport.local import LocalTransport
 from core.providers.base import TargetInfo
@@ -358,12 +358,10 @@ printf '%s\\n' "$py"
         return final, 0
 
     async def _ensure_data(self, job: Job) -> tuple[dict[str, str], int]:
-        """Each local data set once per content hash; hf:// sets are fetched by the launcher."""
+        """Each data set once per content hash (an hf:// set is its copy downloaded at submit)."""
         links: dict[str, str] = {}
         sent = 0
-        for item in job.request.get("data", []):
-            if item["kind"] != "path":
-                continue
+        for item in local_data(job):
             h = job.plan.get("data", {}).get(item["name"])
             if not h:
                 raise RuntimeError(f"data {item['name']} has no content hash in the plan")

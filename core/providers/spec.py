@@ -19,7 +19,6 @@ def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runti
         "job_id": job.id, "short_id": job.short_id, "attempt": job.attempt, "tag": f"{attempt_dir}/spec.json",
         "attempt_dir": attempt_dir, "workdir": workdir, "log": f"{job_dir}/job.log",
         "runtime_dir": runtime_dir, "base_python": python, "command": command, "deps": deps,
-        "hf_data": [_hf_item(d) for d in job.request.get("data", []) if d["kind"] == "hf"],
         "secret_env": sorted(env_secrets),  # names only: values travel in memory
         "outputs": list(job.request.get("outputs") or []),  # brought into out/ when it ends
         "env": {
@@ -37,14 +36,14 @@ def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runti
     }
 
 
-def _hf_item(data: dict) -> dict:
-    """What the launcher downloads for an hf:// data set: repo, revision and path apart."""
-    from core.config.request import parse_hf
-
-    try:
-        parts = parse_hf(data["source"])
-    except ValueError:  # a job stored before URIs were checked: the whole text is the repo
-        return {"name": data["name"], "uri": data["source"], "revision": None, "path": None,
-                "repo": data["source"].removeprefix("hf://datasets/").rstrip("/")}
-    return {"name": data["name"], "uri": data["source"], "repo": f"{parts['owner']}/{parts['repo']}",
-            "revision": parts["revision"], "path": parts["path"]}
+def local_data(job: Job) -> list[dict]:
+    """The job's data sets, each a local path on this machine (hf:// sets were downloaded here
+    at submit). A job stored by a gpu-router that left hf:// downloads to the target cannot run:
+    its target would need the Hub, huggingface_hub and a token."""
+    items = list(job.request.get("data") or [])
+    for item in items:
+        if item.get("kind") != "path":
+            raise RuntimeError(f"data {item.get('name')} ({item.get('source')}) was never "
+                               "downloaded at submit (an older gpu-router left it to the target): "
+                               "submit the job again")
+    return items

@@ -298,23 +298,6 @@ def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, py
     return python
 
 
-def _fetch_hf_data(spec: dict, python: str, log: JobLog) -> None:
-    for item in spec.get("hf_data", []):
-        dest = os.path.join(spec["env"]["GPU_ROUTER_DATA_DIR"], item["name"])
-        if os.path.exists(os.path.join(dest, ".complete")):
-            continue
-        log.line(f"data: downloading {item['uri']}")
-        code = ("import sys; from huggingface_hub import snapshot_download; "
-                "snapshot_download(repo_id=sys.argv[1], repo_type='dataset', local_dir=sys.argv[2], "
-                "revision=sys.argv[3] or None, "
-                "allow_patterns=[sys.argv[4], sys.argv[4] + '/*'] if sys.argv[4] else None)")
-        if _run_logged([python, "-c", code, item["repo"], dest, item.get("revision") or "",
-                        item.get("path") or ""], log) != 0:
-            raise RuntimeError(f"could not download {item['uri']}: hf:// data needs "
-                               "huggingface_hub in requirements.txt and network access")
-        _write_atomic(os.path.join(dest, ".complete"), "")
-
-
 def _job_env(spec: dict, python: str) -> dict[str, str]:
     env = dict(os.environ)
     for name in list(env):
@@ -382,12 +365,11 @@ def run(spec: dict) -> int:
     box: dict = {}
     before = None
     if _TRACK.get("marker"):
-        os.environ[jobprocs.MARKER_VAR] = _TRACK["marker"]  # pip, data downloads, the job
+        os.environ[jobprocs.MARKER_VAR] = _TRACK["marker"]  # pip and the job
         log.line(jobprocs.describe(_TRACK))
     try:
         _write_atomic(phase_file, "installing")
         python = _ensure_venv(spec, log)
-        _fetch_hf_data(spec, python, log)
         if ended["signal"]:
             raise RuntimeError("cancelled before the job started")
         env = _job_env(spec, python)
