@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.engine.service import guidance, log_path
+from core.engine.service import guidance, job_report, log_path
 from core.engine.states import ACTIVE, TERMINAL, State
 from core.engine.store import Job, Store
 from core.errors import UserError
