@@ -47,6 +47,58 @@ def test_requests_no_target_meets_are_refused_with_each_reason() -> None:
         route(_req(provider="nope"), _infos())
 
 
-def test_without_constraints_local_is_preferred() -> None:
-    assert route(_req(), _infos()).target == "local"
-    assert route(_req(provider="box"), _infos()).reasons[0] == "pinned with provider=box"
+def test_without_constraints_this_machines_gpu_is_preferred_to_its_cpu() -> None:
+    r = route(_req(), _infos())
+    assert r.target == "box" and "GPU is preferred" in r.passed_over["local"]
+    assert route(_req(provider="local"), _infos()).reasons[0] == "pinned with provider=local"
+
+
+def _free_first() -> dict[str, TargetInfo]:
+    t4 = [{"name": "T4", "memory_gb": 15.0}]
+    return {"local": TargetInfo("local", "local", True, gpus=[{"name": "RTX 3060", "memory_gb": 12.0}]),
+            "kg": TargetInfo("kg", "kaggle", True, gpus=t4 * 2, quota_hours_left=20.0),
+            "cloud": TargetInfo("cloud", "ssh", True, gpus=[{"name": "A100", "memory_gb": 80.0}],
+                                price_per_hour=1.5),
+            "cheap": TargetInfo("cheap", "ssh", True, gpus=[{"name": "A10", "memory_gb": 24.0}],
+                                price_per_hour=0.5)}
+
+
+def test_free_quota_first_then_the_local_gpu_then_paid_by_price() -> None:
+    infos = _free_first()
+    r = route(_req(hours=2), infos)
+    assert r.target == "kg"
+    assert "uses up to 2 h of its 20 h of free quota left this week (18 h after it)" in r.reasons
+    assert "free quota is used first" in r.passed_over["local"]
+    assert "is free" in r.passed_over["cloud"]
+    assert route(_req(hours=0.1, smoke=True), infos).target == "local"  # a smoke test: this machine
+    infos["kg"].quota_hours_left = 1.0  # less than the job asks for: routed elsewhere, said why
+    r = route(_req(hours=2), infos)
+    assert r.target == "local" and "1 h of quota left this week, and 2 h were asked for" in r.passed_over["kg"]
+    r = route(_req(hours=2, vram_gb=20), infos)  # more VRAM than Kaggle's T4 or the 3060: paid, cheapest
+    assert r.target == "cheap" and "kg has 15 GB" in r.passed_over["kg"]
+    assert "dearer" in r.passed_over["cloud"]
+
+
+def test_colab_is_refused_honestly_with_the_way_to_attach_one() -> None:
+    with pytest.raises(UserError) as err:
+        route(_req(provider="colab"), _infos())
+    assert "no job API" in err.value.what
+    assert "gpu targets add ssh colab" in err.value.fix and "gpu targets add kaggle" in err.value.fix
+    infos = {**_infos(), "colab": TargetInfo("colab", "ssh", True, gpus=[{"name": "T4", "memory_gb": 15.0}])}
+    assert route(_req(provider="colab"), infos).target == "colab"  # one attached over ssh is a target
+
+
+def test_a_target_with_several_gpu_set_ups_gives_the_one_the_request_needs() -> None:
+    t4 = [{"name": "T4", "memory_gb": 15.0}] * 2
+    p100 = [{"name": "P100", "memory_gb": 16.0}]
+    infos = {"kg": TargetInfo("kg", "kaggle", True, gpus=t4, quota_hours_left=20.0,
+                              offers={"t4x2": t4, "p100": p100}, takes_secrets=False)}
+    assert route(_req(hours=1), infos).offer is None  # the default set-up fits as it is
+    r = route(_req(hours=1, gpu="P100"), infos)
+    assert (r.target, r.gpu, r.offer) == ("kg", "1x P100", "p100")
+    r = route(_req(hours=1, vram_gb=16), infos)
+    assert r.offer == "p100"
+    secret = route(_req(hours=1, secrets=["HF_TOKEN"]), {**infos, **_infos()})
+    assert secret.target != "kg" and "cannot receive keychain secrets" in secret.passed_over["kg"]
+    with pytest.raises(UserError, match="kg has 2x T4|kg has T4"):
+        route(_req(hours=1, gpu="A100"), infos)

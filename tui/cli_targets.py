@@ -1,4 +1,4 @@
-"""`gpu targets` subcommands: list, add ssh|slurm|pbs, rm, trust.
+"""`gpu targets` subcommands: list, add ssh|slurm|pbs|kaggle, probe, rm, trust.
 
     gpu targets [list] [--json]
     gpu targets add ssh NAME --host H [--user U] [--port P] [--key PATH]
@@ -17,6 +17,7 @@ these in.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any, Callable
 
 from core.errors import UserError, shorten
@@ -27,7 +28,7 @@ KINDS = ("ssh", "slurm", "pbs", "kaggle")
 
 def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argparse.Namespace], int]) -> None:
     """Hang list/add/rm/trust under `gpu targets` (which alone still lists)."""
-    p.usage = "gpu targets [list | add | rm | trust] [--json] [...]"
+    p.usage = "gpu targets [list | add | probe | rm | trust] [--json] [...]"
     sub = p.add_subparsers(dest="targets_action", metavar="ACTION")
 
     lp = sub.add_parser("list", prog="gpu targets list", help="the targets (the same as plain `gpu targets`)",
@@ -73,6 +74,12 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
     rp.add_argument("--force", action="store_true", help="even while jobs run on it")
     rp.add_argument("--json", action="store_true", help="print {removed, saved_to}")
     rp.set_defaults(func=cmd_rm)
+
+    pp = sub.add_parser("probe", prog="gpu targets probe", help="ask a target now what it has (GPUs, quota), past any cached answer",
+                        description="probe a target now: reachable or why not, GPUs, load, quota left")
+    pp.add_argument("name")
+    pp.add_argument("--json", action="store_true", help="print {target, probe}")
+    pp.set_defaults(func=cmd_probe)
 
     tp = sub.add_parser("trust", prog="gpu targets trust", help="accept a target's SSH host key, deliberately",
                         description="show a target's SSH host key fingerprint and record it in known_hosts")
@@ -164,6 +171,11 @@ def describe_probe(info) -> list[str]:
         lines.append(f"GPUs: {gpus}")
     else:
         lines.append("GPUs: none found (jobs run on the CPU)" if info.kind == "ssh" else "GPUs: none in the partition")
+    q = d.get("quota")
+    if isinstance(q, dict):
+        lines.append(f"Kaggle account {v(d.get('user', '?'))}: {v(q.get('left_hours'))} h of "
+                     f"{v(q.get('allowed_hours'))} h of GPU quota left this week"
+                     + (f" (resets {v(q['resets_at'])})" if q.get("resets_at") else ""))
     if d.get("load"):
         lines.append(f"load: {v(d['load'])} on {v(d.get('cpus', '?'))} CPUs, {v(d.get('mem', '?'))} GB memory free")
     for p in d.get("partitions", []):
@@ -215,6 +227,19 @@ def _kaggle_credentials(args: argparse.Namespace) -> str:
         return ask_hidden("Kaggle API token (kaggle.com > Settings > API; not shown): ")
     raise UserError("no Kaggle credentials: no ~/.kaggle/kaggle.json and no terminal to type a token",
                     fix=f"gpu targets add kaggle {args.name} --kaggle-json PATH, or --token-stdin < token.txt")
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from core.engine import target_setup as targets
+
+    info = targets.probe(args.name)
+    if args.json:
+        emit_json({"target": args.name, "probe": info.to_json()})
+        return 0
+    say(markup("[bold]{name}[/] ({kind})", name=args.name, kind=info.kind))
+    for line in describe_probe(info):
+        say("  " + line)
+    return 0 if info.available else 2
 
 
 def cmd_rm(args: argparse.Namespace) -> int:

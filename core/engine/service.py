@@ -102,8 +102,10 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
                                 bundle.left_out, shipped, req.outputs)
     infos = targets.infos(store, cfg)
     chosen = route(req, infos)
-    plan = build_plan(req, bundle, chosen.target, chosen.gpu, data_hashes,
-                      extra={"reasons": chosen.reasons, "passed_over": chosen.passed_over})
+    extra = {"reasons": chosen.reasons, "passed_over": chosen.passed_over}
+    if chosen.offer:
+        extra["offer"] = chosen.offer
+    plan = build_plan(req, bundle, chosen.target, chosen.gpu, data_hashes, extra=extra)
     apply_rules(plan, store, cfg, chosen.info, interactive=interactive)
     return bundle, plan
 
@@ -262,6 +264,9 @@ def replan(store: Store, job: Job, why: str) -> Job:
     chosen = route(req, targets.infos(store, cfg))
     plan = {**job.plan, "target": chosen.target, "gpu": chosen.gpu, "reasons": chosen.reasons,
             "passed_over": chosen.passed_over}
+    plan.pop("offer", None)
+    if chosen.offer:
+        plan["offer"] = chosen.offer
     plan["digest"] = digest(plan)
     apply_rules(plan, store, cfg, chosen.info, interactive=plan.get("submitted_by") == "person")
     text = f"{why}: routed again to {chosen.target}"

@@ -44,9 +44,10 @@ def infos(store: Store, cfg: UserConfig | None = None,
         t = cfg.targets[name]
         left = quota_left(store, t)
         info.price_per_hour = t.price_per_hour
-        info.quota_hours_left = left["hours"]
+        if left["hours"] is not None or info.quota_hours_left is None:
+            info.quota_hours_left = left["hours"]  # the config's weekly hours, else the provider's own
         info.credits_left = left["credits"]
-        info.session_limit_hours = t.session_limit_hours
+        info.session_limit_hours = t.session_limit_hours or info.session_limit_hours
         info.running = running.get(name, 0)
         if not t.enabled:
             info.available = False

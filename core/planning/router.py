@@ -6,7 +6,7 @@ what is left free first, then by estimated price (hours x price per hour).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.config.request import JobRequest
 from core.errors import UserError
@@ -23,6 +23,7 @@ class Route:
     reasons: list[str]
     passed_over: dict[str, str] = field(default_factory=dict)
     info: TargetInfo | None = None
+    offer: str | None = None  # the GPU set-up asked of a target that offers several
 
 
 def gpu_matches(info: TargetInfo, gpu: str | None, vram_gb: float | None) -> str | None:
@@ -51,6 +52,8 @@ def _why_not(req: JobRequest, info: TargetInfo) -> str | None:
     why = gpu_matches(info, req.gpu, req.vram_gb)
     if why:
         return why
+    if req.secrets and not info.takes_secrets:
+        return f"{info.name} cannot receive keychain secrets, and the job reads {', '.join(req.secrets)}"
     if req.hours and info.quota_hours_left is not None and req.hours > info.quota_hours_left:
         return f"{info.name} has {info.quota_hours_left:g} h of quota left this week, and {req.hours:g} h were asked for"
     if info.credits_left is not None and estimated_price(info, req.hours) > info.credits_left:
@@ -58,7 +61,35 @@ def _why_not(req: JobRequest, info: TargetInfo) -> str | None:
     return None
 
 
+def tier(i: TargetInfo) -> int:
+    """Free first, for real: a free target whose quota has hours left (Kaggle's weekly GPU
+    hours) spends what would otherwise expire; then this machine's own GPU; then the other
+    free targets (this machine first); then paid ones, by price."""
+    if i.price_per_hour > 0:
+        return 3
+    if i.quota_hours_left is not None and i.gpus:
+        return 0
+    if i.kind == "local" and i.gpus:
+        return 1
+    return 2
+
+
+def order(req: JobRequest, i: TargetInfo) -> tuple:
+    smoke_first = not (req.smoke and i.kind == "local")  # a smoke test: this machine, in minutes
+    return (smoke_first, tier(i), estimated_price(i, req.hours), i.name != "local", i.name)
+
+
+COLAB = ("free Colab has no job API: gpu-router cannot start, watch or stop a job there without "
+         "driving a browser session, which it will not pretend to do")
+COLAB_FIX = ("attach a running Colab (or any notebook VM) as an ssh target: start an SSH server in it, "
+             "reach it through a tunnel you trust, then `gpu targets add ssh colab --host HOST --port PORT "
+             "--user root --key KEY` and `gpu targets trust colab`; for free GPU hours with a job API, "
+             "add a Kaggle account: `gpu targets add kaggle kg`")
+
+
 def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
+    if req.provider == "colab" and "colab" not in infos:
+        raise UserError(COLAB, where="provider", fix=COLAB_FIX)
     if req.provider and req.provider not in infos:
         raise UserError(f"there is no target named {req.provider!r}", where="provider",
                         fix=f"targets: {', '.join(sorted(infos))} (see `gpu targets`)")
@@ -66,22 +97,18 @@ def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
     passed: dict[str, str] = {}
     fitting: list[TargetInfo] = []
     for name in candidates:
-        why = _why_not(req, infos[name])
+        info = _offer_for(req, infos[name])
+        why = _why_not(req, info)
         if why:
             passed[name] = why
         else:
-            fitting.append(infos[name])
+            fitting.append(info)
     if not fitting:
         raise UserError(f"no target can run this job: {'; '.join(passed.values())}",
                         fix="drop or change --gpu/--vram-gb/--hours, or add a target that fits "
                             "(see `gpu targets`)")
 
-    def order(i: TargetInfo) -> tuple:
-        smoke_first = not (req.smoke and i.kind == "local")
-        return (smoke_first, i.price_per_hour > 0, estimated_price(i, req.hours),
-                i.name != "local", i.name)
-
-    fitting.sort(key=order)
+    fitting.sort(key=lambda i: order(req, i))
     chosen = fitting[0]
     price = estimated_price(chosen, req.hours)
     reasons = []
@@ -89,12 +116,32 @@ def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
         reasons.append(f"pinned with provider={req.provider}")
     reasons.append(f"{chosen.name} fits ({chosen.gpu_label}) and is "
                    + ("free" if chosen.price_per_hour == 0 else f"${price:.2f} for the estimate"))
+    if chosen.quota_hours_left is not None and chosen.price_per_hour == 0:
+        need = req.hours or DEFAULT_ESTIMATE_HOURS
+        reasons.append(f"uses up to {need:g} h of its {chosen.quota_hours_left:g} h of free quota left "
+                       f"this week ({max(chosen.quota_hours_left - need, 0):g} h after it)")
     for other in fitting[1:]:
         if other.price_per_hour > 0 and chosen.price_per_hour == 0:
             passed[other.name] = f"costs ${estimated_price(other, req.hours):.2f}; {chosen.name} is free"
+        elif tier(chosen) < tier(other) and tier(chosen) == 0:
+            passed[other.name] = f"{chosen.name}'s free quota is used first"
+        elif tier(chosen) < tier(other) and tier(chosen) == 1:
+            passed[other.name] = f"{chosen.name}'s GPU is preferred to a target without one"
         elif estimated_price(other, req.hours) > price:
             passed[other.name] = f"dearer: ${estimated_price(other, req.hours):.2f} against ${price:.2f}"
         else:
             passed[other.name] = f"{chosen.name} was preferred (local first, then by name)"
     return Route(target=chosen.name, gpu=chosen.gpu_label, reasons=reasons, passed_over=passed,
-                 info=chosen)
+                 info=chosen, offer=chosen.details.get("offer"))
+
+
+def _offer_for(req: JobRequest, info: TargetInfo) -> TargetInfo:
+    """A target with several GPU set-ups, seen with the first that fits the request (its
+    default first); with none fitting, as it is, so the reason names what it has."""
+    if not info.offers or gpu_matches(info, req.gpu, req.vram_gb) is None:
+        return info
+    for name, gpus in info.offers.items():
+        other = replace(info, gpus=gpus, details={**info.details, "offer": name})
+        if gpu_matches(other, req.gpu, req.vram_gb) is None:
+            return other
+    return info

@@ -31,6 +31,10 @@ class TargetInfo:
     running: int = 0
     # what a remote probe learned beyond GPUs (host, load, cpus, Slurm partitions, queue depth)
     details: dict = field(default_factory=dict)
+    # other GPU set-ups a job may ask of this target, by name (Kaggle: "t4x2", "p100"); `gpus`
+    # is the one it gets unless the request needs another
+    offers: dict[str, list[dict]] = field(default_factory=dict)
+    takes_secrets: bool = True  # False: a job that reads keychain secrets cannot run there
 
     def to_json(self) -> dict:
         doc = {"name": self.name, "kind": self.kind, "available": self.available,
@@ -41,6 +45,8 @@ class TargetInfo:
                "running": self.running}
         if self.details:
             doc["details"] = self.details
+        if self.offers:
+            doc["offers"] = self.offers
         return doc
 
     @property

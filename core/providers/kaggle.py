@@ -58,6 +58,8 @@ SESSION_LIMIT_HOURS = 12.0  # Kaggle's limit for a GPU session
 WEEKLY_HOURS = 30.0  # what Kaggle grants a verified account, when its quota cannot be read
 CHECKPOINT_LEAD_S = 600.0  # ask the job to save this long before the session ends
 METRIC_MARK = "@@gpu-router-metric@@ "
+PROBE_TTL_S = 60.0
+SCRATCH_VENVS = "/tmp/gpu-router/venvs"  # outside /kaggle/working: scratch, not the session's output
 KERNEL_CODE = RUNTIME_DIR / "kaggle_kernel.py"
 STATES = {"QUEUED": "provisioning", "NEW_SCRIPT": "provisioning", "RUNNING": "running"}
 
@@ -102,13 +104,13 @@ class KaggleProvider:
         self.max_jobs = max_jobs
         self.enabled = True
         acc = self.options.get("accelerator", "t4x2")
+        self.accelerator = acc
         self.machine_shape, self.gpus = ACCELERATORS[acc]
         self.session_limit_h = min(float(session_limit_hours or SESSION_LIMIT_HOURS), SESSION_LIMIT_HOURS)
         self.caps = OutputCaps.from_options(self.options)
         self.max_resumes = int(self.options.get("max_resumes", 3))
         self._creds: dict[str, str] | None = None
         self._user: str | None = None
-        self._probe: tuple[float, TargetInfo] | None = None
 
     @classmethod
     def from_config(cls, t) -> "KaggleProvider":
@@ -187,8 +189,12 @@ class KaggleProvider:
                 "left_hours": round(max(allowed - used, 0.0), 3), "resets_at": reset}
 
     async def probe(self, refresh: bool = False) -> TargetInfo:
-        if not refresh and self._probe and time.monotonic() - self._probe[0] < 60:
-            return self._probe[1]
+        """Who the account is and its quota, from Kaggle; remembered for PROBE_TTL_S (also
+        across processes), so a burst of submits asks Kaggle once."""
+        if not refresh:
+            cached = self._cached_probe()
+            if cached is not None:
+                return cached
         try:
             user = await asyncio.to_thread(self.user)
             quota = await asyncio.to_thread(self.quota)
@@ -196,46 +202,62 @@ class KaggleProvider:
             return self._info(False, exc.what)
         except Exception as exc:  # noqa: BLE001 - an unreachable service is a probe answer
             return self._info(False, str(exc))
-        info = self._info(quota["left_hours"] > 0, None if quota["left_hours"] > 0 else
+        left = quota["left_hours"]
+        info = self._info(left > 0, None if left > 0 else
                           f"no Kaggle GPU quota left this week (resets {quota['resets_at'] or 'weekly'})")
-        info.quota_hours_left = quota["left_hours"]
+        info.quota_hours_left = left
         info.details = {"user": user, "quota": quota, "accelerator": self.machine_shape}
-        self._probe = (time.monotonic(), info)
+        self._store_probe(info)
         return info
 
-    def probe_now(self) -> TargetInfo:
-        if self._probe:
-            return self._probe[1]
-        from core.providers.remote import run_sync
+    def _probe_file(self) -> Path:
+        return paths.cache_dir() / f"probe-kaggle-{self.name}.json"
 
-        return run_sync(self.probe)
+    def _cached_probe(self) -> TargetInfo | None:
+        try:
+            doc = json.loads(self._probe_file().read_text())
+        except (OSError, ValueError):
+            return None
+        if time.time() - float(doc.get("at", 0)) > PROBE_TTL_S:
+            return None
+        info = self._info(bool(doc["available"]), doc.get("why"))
+        info.quota_hours_left = doc.get("quota_hours_left")
+        info.details = doc.get("details") or {}
+        return info
+
+    def _store_probe(self, info: TargetInfo) -> None:
+        path = self._probe_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".part")
+        tmp.write_text(json.dumps({"at": time.time(), "available": info.available, "why": info.why_unavailable,
+                                   "quota_hours_left": info.quota_hours_left, "details": info.details}))
+        os.replace(tmp, path)
 
     def forget_probe(self) -> None:
-        self._probe = None
+        self._probe_file().unlink(missing_ok=True)
 
     def _info(self, available: bool, why: str | None = None) -> TargetInfo:
         return TargetInfo(name=self.name, kind=self.kind, available=available, why_unavailable=why,
                           gpus=list(self.gpus), max_jobs=self.max_jobs,
-                          session_limit_hours=self.session_limit_h)
+                          session_limit_hours=self.session_limit_h, takes_secrets=False,
+                          offers={name: list(ACCELERATORS[name][1])  # the configured one first
+                                  for name in sorted(ACCELERATORS, key=lambda n: n != self.accelerator)})
 
     # -- uploading ----------------------------------------------------------------------------
 
     def _dataset(self, slug: str, files: dict[str, bytes | Path]) -> int:
         """A private data set `slug` holding `files`, made once: bytes sent (0 when it exists)."""
         from kagglesdk.blobs.types.blob_api_service import ApiBlobType, ApiStartBlobUploadRequest
-        from kagglesdk.datasets.types.dataset_api_service import (
-            ApiCreateDatasetRequest, ApiDatasetNewFile, ApiGetDatasetStatusRequest)
+        from kagglesdk.datasets.types.dataset_api_service import ApiCreateDatasetRequest, ApiDatasetNewFile
         import requests
 
         user = self.user()
-        status = ApiGetDatasetStatusRequest()
-        status.owner_slug, status.dataset_slug = user, slug
-        try:
-            if self._call("datasets", "get_dataset_status", status).status:
-                return 0
-        except RuntimeError as exc:
-            if " 404" not in str(exc) and "answered 404" not in str(exc):
-                raise
+        state = self._dataset_state(user, slug)
+        if state == "READY":
+            return 0
+        if state is not None and state not in ("FAILED", "DELETED"):
+            self._wait_ready(user, slug)  # made by an earlier submit, still being processed
+            return 0
         tokens, sent = [], 0
         timeout = float(self.options.get("upload_timeout_s") or 3600)
         for fname, body in files.items():
@@ -261,7 +283,34 @@ class KaggleProvider:
         answer = self._call("datasets", "create_dataset", create)
         if answer.error:
             raise RuntimeError(f"Kaggle refused data set {slug}: {answer.error}")
+        self._wait_ready(user, slug)
         return sent
+
+    def _dataset_state(self, user: str, slug: str) -> str | None:
+        """READY, a processing state, FAILED ...; None when there is no such data set."""
+        from kagglesdk.datasets.types.dataset_api_service import ApiGetDatasetStatusRequest
+
+        req = ApiGetDatasetStatusRequest()
+        req.owner_slug, req.dataset_slug = user, slug
+        try:
+            return self._call("datasets", "get_dataset_status", req).status.name
+        except RuntimeError as exc:
+            if "answered 404" in str(exc):
+                return None
+            raise
+
+    def _wait_ready(self, user: str, slug: str, timeout_s: float = 900.0) -> None:
+        """Kaggle processes a new data set before a kernel can mount it."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.2
+        while True:
+            state = self._dataset_state(user, slug)
+            if state == "READY":
+                return
+            if state in (None, "FAILED", "DELETED") or time.monotonic() > deadline:
+                raise RuntimeError(f"Kaggle data set {user}/{slug} is {state or 'missing'}, not ready")
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
     def _data_sets(self, job: Job) -> tuple[dict[str, str], list[str], int]:
         """Each local data set as its own data set, once per content hash."""
@@ -295,7 +344,7 @@ class KaggleProvider:
         deps = None
         if lines:
             deps = {"hash": hashlib.sha256("\0".join(lines).encode()).hexdigest()[:32],
-                    "requirements": lines, "file": None, "venvs_dir": f"{jd}/../venvs"}
+                    "requirements": lines, "file": None, "venvs_dir": SCRATCH_VENVS}
         spec = launch_spec(job, job_dir=jd, attempt_dir=adir,
                            workdir=f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/"),
                            runtime_dir=f"{jd}/../runtime", python="python3", deps=deps, env_secrets={})
@@ -323,7 +372,7 @@ class KaggleProvider:
         data_keys, data_slugs, sent_d = self._data_sets(job)
         keys["data"] = data_keys
         spec = self._spec(job, keys)
-        text = f"SPEC = {json.dumps(spec)}\n" + KERNEL_CODE.read_text()
+        text = f"SPEC = {spec!r}\n" + KERNEL_CODE.read_text()  # a Python literal: no import needed
         user = self.user()
         req = ApiSaveKernelRequest()
         req.slug = f"{user}/{self.kernel_slug(job)}"
@@ -334,7 +383,8 @@ class KaggleProvider:
         req.is_private = True
         req.enable_gpu = True
         req.enable_internet = bool(self.options.get("internet", False))
-        req.machine_shape = self.machine_shape
+        offer = job.plan.get("offer")
+        req.machine_shape = ACCELERATORS[offer][0] if offer in ACCELERATORS else self.machine_shape
         req.dataset_data_sources = [f"{user}/gr-{key}", *data_slugs]
         if job.attempt > 1:
             req.kernel_data_sources = [f"{user}/{self.kernel_slug(job, job.attempt - 1)}"]
@@ -388,29 +438,31 @@ class KaggleProvider:
             return Poll(STATES[state], detail="queued on Kaggle" if state == "QUEUED" else "")
         if state.startswith("CANCEL"):
             return Poll("exited", exit_code=None, detail="cancelled on Kaggle")
-        exit_doc = self._exit_doc(job)
-        code = (exit_doc or {}).get("code")
+        exit_doc, time_signal = self._exit_doc(job)
+        code = exit_doc.get("code")
         if state == "COMPLETE":
-            if exit_doc and exit_doc.get("time_signal") and code in (0, None):
+            if time_signal and code in (0, None):
                 return Poll("session_ended", detail="saved its checkpoint and stopped before Kaggle's session limit")
-            return Poll("exited", exit_code=0 if code is None else code, detail=(exit_doc or {}).get("error") or "")
+            return Poll("exited", exit_code=0 if code is None else code, detail=exit_doc.get("error") or "")
         if state == "ERROR":
-            if exit_doc and exit_doc.get("time_signal") and code in (0, None):
-                return Poll("session_ended", detail="Kaggle ended the session at its time limit")
+            if time_signal and code in (0, None):
+                return Poll("session_ended", detail=f"Kaggle ended the session at its time limit ({failure})")
             return Poll("exited", exit_code=code if code not in (0, None) else 1,
-                        detail=failure or (exit_doc or {}).get("error") or "the Kaggle session failed")
+                        detail=failure or exit_doc.get("error") or "the Kaggle session failed")
         return Poll("running", detail=state.lower())
 
-    def _exit_doc(self, job: Job) -> dict | None:
-        """The launcher's exit record from the session's output (and whether the limit came)."""
-        files, _ = self._output(job)
-        urls = dict(files)
+    def _exit_doc(self, job: Job) -> tuple[dict, bool]:
+        """The launcher's exit record from the session's output ({} without one), and whether
+        the session-limit signal came (the job was asked to save and stop)."""
+        urls = dict(self._output(job)[0])
         prefix = f"gpu-router/job/attempts/{job.attempt}/"
-        if prefix + "exit.json" not in urls:
-            return None
-        doc = json.loads(self._download(urls[prefix + "exit.json"], 1 << 20))
-        doc["time_signal"] = prefix + "time-signal" in urls
-        return doc
+        doc: dict = {}
+        if prefix + "exit.json" in urls:
+            try:
+                doc = json.loads(self._download(urls[prefix + "exit.json"], 1 << 20))
+            except ValueError:
+                doc = {}
+        return doc, prefix + "time-signal" in urls
 
     async def poll(self, job: Job) -> Poll:
         return await asyncio.to_thread(self._poll, job)

@@ -17,7 +17,7 @@ attempt reads the previous session's checkpoint from the previous kernel version
 Standard library only.
 """
 
-from __future__ import annotations
+
 
 import json
 import os

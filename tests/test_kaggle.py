@@ -1,0 +1,196 @@
+"""The kaggle target end to end: the installed `gpu`, the official Kaggle client (kagglesdk,
+as the `kaggle` package ships it) and a loopback Kaggle API (tests/fake_kaggle.py) that really
+runs each pushed kernel. Nothing in the client is patched: `KAGGLE_API_ENVIRONMENT=LOCALHOST`
+is the client's own switch to http://localhost.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import copy_example, gpu_json, make_git_project, run_gpu, wait_state
+from tests.fake_kaggle import FakeKaggle
+
+pytestmark = pytest.mark.slow
+
+KEY = "k-secret-123"
+
+
+@pytest.fixture
+def kaggle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keychain, home: Path):
+    """The fake Kaggle on 127.0.0.1:80 (where the client's LOCALHOST environment points)."""
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", 80)) == 0:
+            pytest.fail("port 80 on 127.0.0.1 is taken: the Kaggle client's LOCALHOST environment needs it")
+    fake = FakeKaggle(tmp_path / "kaggle", port=80, key=KEY)
+    monkeypatch.setenv("KAGGLE_API_ENVIRONMENT", "LOCALHOST")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    yield fake
+    from tests.conftest import _stop_world
+
+    _stop_world(home)
+    fake.close()
+
+
+def add_kaggle(tmp_path: Path, *extra: str) -> dict:
+    creds = tmp_path / "kaggle.json"
+    creds.write_text(json.dumps({"username": "alice", "key": KEY}))
+    return gpu_json("targets", "add", "kaggle", "kg", "--kaggle-json", str(creds), *extra)
+
+
+def _no_secret_anywhere(home: Path, fake: FakeKaggle, *more: Path) -> None:
+    for root in (home, *more):
+        for p in root.rglob("*"):
+            if p.is_file() and not p.is_symlink():
+                assert KEY.encode() not in p.read_bytes(), f"the Kaggle key is in {p}"
+    for call in fake.calls:
+        assert KEY not in call["raw"], f"the key was sent in {call['method']}"
+
+
+def test_a_job_runs_on_kaggle_and_comes_home(kaggle: FakeKaggle, home: Path, tmp_path: Path) -> None:
+    added = add_kaggle(tmp_path)
+    assert added["probe"]["available"] is True and added["probe"]["quota_hours_left"] == 30
+    assert added["probe"]["details"]["user"] == "alice"
+    assert "key" not in json.dumps(added["config"])  # the key went to the keychain, not the config
+    listed = gpu_json("targets")
+    kg = next(t for t in listed["targets"] if t["name"] == "kg")
+    assert kg["kind"] == "kaggle" and kg["quota_hours_left"] == 30 and kg["gpu"] == "2x T4"
+
+    project = copy_example(tmp_path / "quickstart")
+    plan = gpu_json("plan", "--hours", "0.1", cwd=project)["plan"]
+    assert plan["target"] == "kg"  # free quota first
+    assert any("of its 30 h of free quota left" in r for r in plan["reasons"])
+    sub = gpu_json("submit", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    assert sub["job"]["provider"] == "kg"
+    done = wait_state(short, {"done", "failed"}, timeout=240)
+    assert done["state"] == "done", run_gpu("logs", short).stdout + json.dumps(done)
+
+    out = Path(sub["job"]["outputs_dir"])
+    result = json.loads((out / "result.json").read_text())
+    assert result["steps"] == 60 and abs(result["w"] - 3) < 1.0
+    assert gpu_json("metrics", short)["metrics"]["loss"]["points"] == 60
+    log = run_gpu("logs", short).stdout
+    assert "done: w=" in log and "attempt 1: exited with status 0" in log
+
+    (push,) = kaggle.bodies("SaveKernel")
+    assert push["isPrivate"] is True and push["enableGpu"] is True and push["enableInternet"] is False
+    assert push["machineShape"] == "NvidiaTeslaT4" and push["slug"] == f"alice/gr-{short}-a1"
+    (created,) = kaggle.bodies("CreateDataset")
+    assert created["isPrivate"] is True and created["slug"] in push["datasetDataSources"][0]
+    bundle_hash = gpu_json("status", short, "--verbose")["plan"]["bundle_hash"]
+    assert any(bundle_hash[:32] in call["body"].get("name", "") for call in kaggle.calls
+               if call["method"] == "StartBlobUpload")
+    assert all(c["authorized"] for c in kaggle.calls if c["service"] != "upload")
+
+    # unchanged: the data set is found, nothing but the kernel goes up
+    before = (len(kaggle.bodies("CreateDataset")), len(kaggle.bodies("PUT")), kaggle.uploaded_bytes)
+    again = gpu_json("submit", "--hours", "0.1", "--wait-s", "0", "--env", "RUN=2", cwd=project)
+    assert wait_state(again["job"]["short_id"], {"done", "failed"}, timeout=240)["state"] == "done"
+    assert (len(kaggle.bodies("CreateDataset")), len(kaggle.bodies("PUT")), kaggle.uploaded_bytes) == before
+    assert len(kaggle.bodies("SaveKernel")) == 2
+    _no_secret_anywhere(home, kaggle, project, tmp_path / "kaggle")
+
+
+def test_a_failing_job_says_kaggles_message_and_cancel_stops_a_session(kaggle: FakeKaggle, home: Path,
+                                                                      tmp_path: Path) -> None:
+    add_kaggle(tmp_path)
+    bad = make_git_project(tmp_path / "bad", {"train.py": "import sys\nprint('boom', flush=True)\nsys.exit(3)\n"})
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--gpu", "P100", "--wait-s", "0", cwd=bad)
+    failed = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=120)
+    assert failed["state"] == "failed" and failed["exit_code"] == 3
+    assert "Your notebook hit an unhandled error" in failed["reason"]  # Kaggle's own message
+    assert "boom" in run_gpu("logs", sub["job"]["short_id"]).stdout
+    assert kaggle.bodies("SaveKernel")[-1]["machineShape"] == "NvidiaTeslaP100"  # the GPU asked for
+
+    slow = make_git_project(tmp_path / "slow", {"train.py": "import time\nwhile True:\n    time.sleep(0.2)\n"})
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=slow)
+    short = sub["job"]["short_id"]
+    wait_state(short, {"running"}, timeout=120)
+    gpu_json("cancel", short)
+    assert wait_state(short, {"cancelled", "failed", "done"}, timeout=120)["state"] == "cancelled"
+    session = kaggle.sessions[f"alice/gr-{short}-a1"]
+    assert session.proc.poll() is not None and session.status.startswith("CANCEL")
+
+
+def test_no_quota_left_routes_elsewhere_with_the_reason(kaggle: FakeKaggle, home: Path, tmp_path: Path) -> None:
+    kaggle.used_s = kaggle.quota_s - 0.5 * 3600  # half an hour left this week
+    kaggle.token = "KGAT_0123456789abcdef"  # an API token this time, typed on standard input
+    added = run_gpu("targets", "add", "kaggle", "kg", "--token-stdin", "--json", input=kaggle.token + "\n")
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout)["probe"]["details"]["user"] == "alice"
+    project = copy_example(tmp_path / "q")
+    plan = gpu_json("plan", "--hours", "2", cwd=project)
+    assert plan["plan"]["target"] == "local"
+    assert "kg has 0.5 h of quota left this week, and 2 h were asked for" in plan["plan"]["passed_over"]["kg"]
+    # Kaggle's own figure feeds the "over half the remaining quota" rule
+    held = gpu_json("submit", "--hours", "0.4", "--provider", "kg", "--wait-s", "0", cwd=project)
+    assert held["guidance"]["needs_approval"] is True
+    holds = gpu_json("status", held["job"]["short_id"], "--verbose")["plan"]["holds"]
+    (quota,) = [h for h in holds if h["rule"] == "quota"]
+    assert "of the 0.5 h" in quota["reason"], quota
+    for p in home.rglob("*"):
+        if p.is_file():
+            assert kaggle.token.encode() not in p.read_bytes(), p
+    kaggle.used_s = kaggle.quota_s
+    run_gpu("targets", "probe", "kg")
+    listed = {t["name"]: t for t in gpu_json("targets")["targets"]}
+    assert listed["kg"]["available"] is False and "no Kaggle GPU quota left" in listed["kg"]["why_unavailable"]
+
+
+RESUMABLE = '''
+import json, time
+import gpu
+ckpt = gpu.checkpoint_dir() / "steps.json"
+done = json.loads(ckpt.read_text()) if ckpt.exists() else []
+print(f"attempt {gpu.attempt()} starts after {len(done)} steps", flush=True)
+for step in range(len(done), 30):
+    if gpu.should_checkpoint():
+        print(f"checkpointing at step {step}", flush=True)
+        break
+    time.sleep(0.5)
+    done.append(step)
+    ckpt.write_text(json.dumps(done))
+    gpu.log(step=step, loss=1.0 / (step + 1))
+else:
+    (gpu.output_dir() / "steps.json").write_text(json.dumps(done))
+'''
+
+
+def test_a_session_at_its_time_limit_resumes_from_its_checkpoint(kaggle: FakeKaggle, home: Path,
+                                                                 tmp_path: Path) -> None:
+    """30 steps of 0.5 s do not fit one 12 s session: the job saves before the limit, and a
+    new kernel that reads the previous session's output finishes it, every step done once."""
+    add_kaggle(tmp_path)
+    cfg = Path(home).parent / "user-config.yaml"
+    doc = yaml.safe_load(cfg.read_text())
+    doc["targets"]["kg"].update(session_limit_hours=0.00334, checkpoint_lead_s=4)  # 12 s sessions
+    cfg.write_text(yaml.safe_dump(doc))
+    project = make_git_project(tmp_path / "r", {"train.py": RESUMABLE})
+    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    done = wait_state(short, {"done", "failed"}, timeout=240)
+    assert done["state"] == "done", run_gpu("logs", short).stdout
+    steps = json.loads((Path(sub["job"]["outputs_dir"]) / "steps.json").read_text())
+    assert steps == list(range(30))
+    pushes = kaggle.bodies("SaveKernel")
+    assert len(pushes) >= 2 and pushes[1]["kernelDataSources"] == [f"alice/gr-{short}-a1"]
+    assert all(p["sessionTimeoutSeconds"] <= 13 for p in pushes)
+    events = gpu_json("status", short, "--verbose")["events"]
+    assert any("session ended on kg" in e["reason"] for e in events)
+    assert any("resuming on kg" in e["reason"] for e in events)
+
+
+def test_provider_colab_is_refused_at_submit_with_the_way_to_attach_one(home: Path, tmp_path: Path) -> None:
+    project = copy_example(tmp_path / "c")
+    proc = run_gpu("submit", "--provider", "colab", "--hours", "0.1", "--json", cwd=project)
+    assert proc.returncode == 2
+    doc = json.loads(proc.stdout)
+    assert "no job API" in doc["error"] and "gpu targets add ssh colab" in doc["fix"]
+    assert gpu_json("jobs")["jobs"] == []  # nothing was submitted
