@@ -194,3 +194,34 @@ def test_provider_colab_is_refused_at_submit_with_the_way_to_attach_one(home: Pa
     doc = json.loads(proc.stdout)
     assert "no job API" in doc["error"] and "gpu targets add ssh colab" in doc["fix"]
     assert gpu_json("jobs")["jobs"] == []  # nothing was submitted
+
+
+READER = '''
+import gpu
+text = (gpu.data_dir() / "ds" / "a.txt").read_text()
+(gpu.output_dir() / "seen.txt").write_text(text)
+open("notes.txt", "w").write("left beside the script")
+'''
+
+
+def test_a_data_set_goes_up_once_and_undeclared_work_is_fetched(kaggle: FakeKaggle, home: Path,
+                                                                tmp_path: Path) -> None:
+    add_kaggle(tmp_path)
+    data = tmp_path / "ds"
+    data.mkdir()
+    (data / "a.txt").write_text("data from home")
+    project = make_git_project(tmp_path / "d", {"train.py": READER})
+    shorts = []
+    for run in (1, 2):
+        sub = gpu_json("submit", "train.py", "--hours", "0.1", "--data", f"ds={data}", "--env", f"RUN={run}",
+                       "--wait-s", "0", cwd=project)
+        shorts.append(sub["job"]["short_id"])
+        assert wait_state(shorts[-1], {"done", "failed"}, timeout=120)["state"] == "done"
+        assert (Path(sub["job"]["outputs_dir"]) / "seen.txt").read_text() == "data from home"
+    created = [b["slug"] for b in kaggle.bodies("CreateDataset")]
+    assert len(created) == 2 and sum(s.startswith("gr-data-") for s in created) == 1  # bundle + data, once
+    assert any(src.endswith(created[-1]) or "gr-data-" in src
+               for src in kaggle.bodies("SaveKernel")[-1]["datasetDataSources"])
+    fetched = gpu_json("fetch", shorts[-1], "notes.txt", cwd=project)
+    assert fetched["files"] == 1
+    assert (project / "runs" / shorts[-1] / "notes.txt").read_text() == "left beside the script"

@@ -82,7 +82,7 @@ def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
                             "(storage cap or `gpu gc`): its undeclared files are gone",
                             fix="declare such files with `outputs:` in gpu.yaml so they come home "
                                 "when a job ends")
-        notes = safe_extract(archive, dest, caps=caps) if doc.get("files") else []
+        notes = list(doc.get("notes") or []) + (safe_extract(archive, dest, caps=caps) if doc.get("files") else [])
     finally:
         archive.unlink(missing_ok=True)
     if not doc.get("files") and not doc.get("refused") and len(doc.get("missing", [])) == len(rels):

@@ -543,9 +543,10 @@ class KaggleProvider:
                     raise RuntimeError(f"a Kaggle output file is over {limit} bytes")
             return bytes(out)
 
-    def _bring(self, job: Job, dest: Path, wanted) -> tuple[list[str], int, int]:
+    def _bring(self, job: Job, wanted, finish) -> tuple[list[str], int, int]:
         """Download the session's output files `wanted(name) -> rel or None` into a private
-        folder, then copy them home by the shared writer (caps, no links, no `..`)."""
+        folder (names checked as the shared writer checks them), then `finish(folder)`: the
+        files are copied home by the same writer and caps as every target's."""
         from core.packaging.safe_extract import _clean_name
 
         files, _ = self._output(job)
@@ -568,7 +569,7 @@ class KaggleProvider:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
                 got, size = got + 1, size + len(data)
-            notes += safe_copy_tree(Path(tmp), dest, caps=self.caps)
+            notes += finish(Path(tmp)) or []
         return notes, got, size
 
     async def fetch_outputs(self, job: Job, dest: Path) -> list[str]:
@@ -578,12 +579,13 @@ class KaggleProvider:
             return name.removeprefix("gpu-router/job/") if name in ("gpu-router/job/job.log",
                                                                      "gpu-router/job/metrics.jsonl") else None
         await self.sync_log(job)
-        notes, _, _ = await asyncio.to_thread(self._bring, job, dest, wanted)
+        notes, _, _ = await asyncio.to_thread(
+            self._bring, job, wanted, lambda tmp: safe_copy_tree(tmp, dest, caps=self.caps))
         return notes
 
     async def fetch_paths(self, job: Job, rels: list[str], archive: Path, caps: OutputCaps) -> dict:
-        """`gpu fetch`: undeclared files are part of the session's output (the job's folder is
-        under Kaggle's working folder), so they come from there; `archive` is not used."""
+        """`gpu fetch`: the job's folder is under Kaggle's working folder, so what it wrote there
+        is part of the session's output; the named paths are packed into `archive`."""
         workdir = f"gpu-router/job/code/{job.plan.get('workdir') or ''}".rstrip("/") + "/"
         seen: set[str] = set()
 
@@ -596,7 +598,13 @@ class KaggleProvider:
                     seen.add(r)
                     return rel
             return None
-        dest = Path(archive).parent / f".kaggle-fetch-{job.short_id}"
-        notes, got, size = await asyncio.to_thread(self._bring, job, dest, wanted)
+
+        def pack(tmp: Path) -> list[str]:
+            with tarfile.open(archive, "w:gz") as tar:
+                for path in sorted(tmp.rglob("*")):
+                    if path.is_file():
+                        tar.add(path, arcname=path.relative_to(tmp).as_posix(), recursive=False)
+            return []
+        notes, got, size = await asyncio.to_thread(self._bring, job, wanted, pack)
         return {"files": got, "bytes": size, "missing": [r for r in rels if r not in seen],
-                "refused": [], "capped": None, "notes": notes, "dir": str(dest)}
+                "refused": [], "capped": None, "notes": notes}
