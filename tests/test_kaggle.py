@@ -117,6 +117,14 @@ def test_a_failing_job_says_kaggles_message_and_cancel_stops_a_session(kaggle: F
     assert wait_state(short, {"cancelled", "failed", "done"}, timeout=120)["state"] == "cancelled"
     session = kaggle.sessions[f"alice/gr-{short}-a1"]
     assert session.proc.poll() is not None and session.status.startswith("CANCEL")
+    # stopped on Kaggle's own side (its web page): the job ends cancelled, saying where
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--env", "RUN=2", "--wait-s", "0", cwd=slow)
+    short = sub["job"]["short_id"]
+    wait_state(short, {"running"}, timeout=120)
+    kernel_id = next(k for k, ref in kaggle.kernel_ids.items() if ref == f"alice/gr-{short}-a1")
+    kaggle._m_CancelKernelSession({"kernelSessionId": kernel_id})
+    ended = wait_state(short, {"cancelled", "failed", "done"}, timeout=120)
+    assert (ended["state"], ended["reason"]) == ("cancelled", "cancelled on Kaggle")
 
 
 def test_no_quota_left_routes_elsewhere_with_the_reason(kaggle: FakeKaggle, home: Path, tmp_path: Path) -> None:

@@ -233,7 +233,7 @@ class Supervisor:
             self.store.transition(job.id, State.RUNNING, "started", expect=[State.PROVISIONING])
         elif poll.phase == "provisioning" and poll.detail and poll.detail != job.reason:
             self.store.update(job.id, reason=poll.detail)  # why it waits: "queued: Resources"
-        elif poll.phase in ("exited", "lost"):
+        elif poll.phase in ("exited", "lost", "cancelled"):
             await self._ingest_metrics(self.store.get(job.id), provider)
             await self._finish(self.store.get(job.id), provider, poll)
         elif poll.phase == "running":
@@ -389,6 +389,8 @@ class Supervisor:
             dst, reason = State.FAILED, poll.detail
         elif poll.phase == "lost":
             dst, reason = State.FAILED, f"lost: {poll.detail}"
+        elif poll.phase == "cancelled":  # stopped on the target's side (its own web page, say)
+            dst, reason = State.CANCELLED, poll.detail or f"cancelled on {provider.name}"
         elif poll.exit_code == 0:
             dst, reason = State.DONE, "exited with status 0"
         else:

@@ -66,7 +66,7 @@ class Poll:
     """Where a launched attempt stands.
 
     phase: "provisioning" (starting, installing), "running", "exited" (with exit_code),
-    "lost" (gone without an exit status), "session_ended" (the target ended it: a time
+    "lost" (gone without an exit status), "cancelled" (stopped on the target's own side), "session_ended" (the target ended it: a time
     limit, preemption; it resumes from its checkpoint), "unreachable" (cannot ask now).
     """
 

@@ -437,7 +437,7 @@ class KaggleProvider:
         if state in STATES:
             return Poll(STATES[state], detail="queued on Kaggle" if state == "QUEUED" else "")
         if state.startswith("CANCEL"):
-            return Poll("exited", exit_code=None, detail="cancelled on Kaggle")
+            return Poll("cancelled", detail="cancelled on Kaggle")
         exit_doc, time_signal = self._exit_doc(job)
         code = exit_doc.get("code")
         if state == "COMPLETE":
@@ -466,6 +466,11 @@ class KaggleProvider:
 
     async def poll(self, job: Job) -> Poll:
         return await asyncio.to_thread(self._poll, job)
+
+    async def read_exit(self, job: Job) -> dict | None:
+        """The exit record, for what the job wrote that stayed (gpu status, the next submit)."""
+        doc, _ = await asyncio.to_thread(self._exit_doc, job)
+        return doc or None
 
     # -- logs and metrics ---------------------------------------------------------------------
 
