@@ -290,8 +290,10 @@ def test_status_verbose_shows_every_event_the_plan_and_the_bundle_in_text(home: 
 @pytest.mark.parametrize("columns", ["200", "80", "40", "24", "12"])
 def test_short_ids_are_never_cut_in_the_jobs_table(home: Path, tmp_path: Path, columns: str) -> None:
     project = make_git_project(tmp_path / "p", {"a.py": "print(1)\n"})
-    sub = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", "--name",
+    # no hours: held for a person, so it is still live when `gpu status` lists the live jobs
+    sub = gpu_json("submit", "a.py", "--wait-s", "0", "--name",
                    "a-rather-long-job-name-that-does-not-fit-anywhere-narrow", cwd=project)["job"]
+    assert sub["state"] == "awaiting_approval"
     for args in (["jobs"], ["status"]):
         out = run_gpu(*args, cwd=project, env={"COLUMNS": columns}).stdout  # piped, as a script sees it
         assert sub["short_id"] in out, (columns, args, out)
