@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, gpu_exe, gpu_json, make_git_project, run_gpu, wait_state
+from tests.conftest import REPO, gpu_exe, gpu_json, make_git_project, pty_session, run_gpu, wait_state
 from tests.fake_hub import FakeHub
 from tests.services import free_port
 
@@ -147,32 +147,54 @@ def test_a_branch_that_moved_is_pinned_again_and_binds_the_digest(home: Path, hu
     assert _plan_ok(project, f"hf://datasets/acme/tiny@{old}")["data"] == before["data"]
 
 
+def _person(project: Path, *args: str) -> tuple[int, str]:
+    """The installed `gpu` on a real pty with no agent marker: a person at a terminal."""
+    status, out = pty_session([gpu_exe(), *args], lambda out: None, cwd=project,
+                              env={**os.environ, "TERM": "xterm", "COLUMNS": "200"}, timeout=90)
+    return status, out.decode(errors="replace")
+
+
 def test_a_private_data_set_takes_the_keychain_token_and_nothing_keeps_it(
         keychain, home: Path, hub: FakeHub, project: Path, tmp_path: Path) -> None:
     token = "hf_" + os.urandom(16).hex()
     hub.token = token
     sha = hub.commit("acme/secret-set", {"tiny/a.csv": b"private,rows\n"}, private=True)
     uri = "hf://datasets/acme/secret-set/tiny"
+    plan = ["plan", "read.py", "--hours", "0.1", "--data", uri]
 
     # no token stored: refused at submit, and the shell's own HF_TOKEN is not sent behind its back
-    proc = _plan(project, uri, env={"HF_TOKEN": "hf_from_the_shell_not_the_keychain"})
-    assert proc.returncode == 2, proc.stderr
-    assert "gpu secrets set HF_TOKEN" in proc.stderr and uri in proc.stderr
-    assert "Traceback" not in proc.stderr
+    status, out = _person(project, *plan)
+    assert status == 2, out
+    assert "gpu secrets set HF_TOKEN" in out and uri in out and "Traceback" not in out
     assert [s.token for s in hub.requests() if s.server == "hub"][-1] is None
 
     # a token the Hub refuses is said to be the keychain's
     assert run_gpu("secrets", "set", "HF_TOKEN", input="hf_stale_token_0000\n").returncode == 0
-    proc = _plan(project, uri)
-    assert proc.returncode == 2 and "refused the HF_TOKEN from the keychain" in proc.stderr, proc.stderr
+    status, out = _person(project, *plan)
+    assert status == 2 and "refused the HF_TOKEN from the keychain" in out, out
 
     assert run_gpu("secrets", "set", "HF_TOKEN", input=token + "\n").returncode == 0
     hub.forget()
-    sub = gpu_json("submit", "read.py", "--hours", "0.1", "--data", uri, "--wait-s", "0", cwd=project)
+    # an agent's submit never reads the keychain before a person says yes: refused, nothing sent
+    proc = run_gpu("submit", "read.py", "--hours", "0.1", "--data", uri, "--json", cwd=project)
+    assert proc.returncode == 2 and "needs a person" in proc.stdout and "gpu secrets set" in proc.stdout, proc.stdout
+    assert {s.token for s in hub.requests() if s.server == "hub"} <= {None}
+    assert gpu_json("jobs")["jobs"] == []
+    # the person's own submit downloads it with the keychain's token, and only that token
+    hub.forget()
+    status, out = _person(project, "submit", "read.py", "--hours", "0.1", "--data", uri, "--wait-s", "0")
+    assert status == 0, out
     asked = hub.requests()
     assert [s for s in asked if s.server == "hub" and s.path != "/api/agent-harnesses"]
     assert {s.token for s in asked if s.server == "hub" and s.path != "/api/agent-harnesses"} == {token}
     assert hub.downloads() == [f"/datasets/acme/secret-set/resolve/{sha}/tiny/a.csv"]
+    (job,) = gpu_json("jobs")["jobs"]
+    sub = {"job": job}
+    # now cached: an agent's submit pinned to that commit needs neither the Hub nor the token
+    hub.forget()
+    pinned = gpu_json("plan", "read.py", "--hours", "0.1", "--data", f"hf://datasets/acme/secret-set@{sha}/tiny",
+                      cwd=project)
+    assert pinned["plan"]["data_sources"] and hub.requests() == []
     done = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
     assert done["state"] == "done", run_gpu("logs", sub["job"]["short_id"]).stdout
     out = Path(sub["job"]["outputs_dir"])

@@ -92,7 +92,7 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
                                    allow_large=allow_large_project, cache=cache)
             bundle = build(listing, cache, progress=packing)
             tell(read + 1, read + 1, f"bundled {bundle.files} files; planning where it runs")
-            data_hashes, data_warnings = _data_hashes(req, cache)
+            data_hashes, data_warnings = _data_hashes(req, cache, may_read_secrets=interactive)
         finally:
             cache.close()
     project, script, shipped = Path(req.project_dir), req.script or "", set(listing.entries)
@@ -110,7 +110,8 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
     return bundle, plan
 
 
-def _data_hashes(req: JobRequest, cache: FileHashCache) -> tuple[dict[str, str], list[str]]:
+def _data_hashes(req: JobRequest, cache: FileHashCache, *,
+                 may_read_secrets: bool = True) -> tuple[dict[str, str], list[str]]:
     """Each data set's content hash, over what may be uploaded, and what was withheld from it.
 
     An hf:// set is first downloaded here (once per commit) and becomes a local one."""
@@ -119,7 +120,7 @@ def _data_hashes(req: JobRequest, cache: FileHashCache) -> tuple[dict[str, str],
     if any(d.kind == "hf" for d in req.data):
         from core.packaging import hfdata  # huggingface_hub only for a job that needs it
 
-        req.data = [hfdata.resolve(d) for d in req.data]
+        req.data = [hfdata.resolve(d, may_read_token=may_read_secrets) for d in req.data]
     for d in req.data:
         listing = list_data(Path(d.source), d.name, cache) if d.kind == "path" else None
         hashes[d.name] = data_hash(d.source, d.kind, cache, listing)

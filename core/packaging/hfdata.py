@@ -44,9 +44,13 @@ def is_commit(revision: str | None) -> bool:
     return revision is not None and len(revision) == 40 and set(revision) <= SHA_CHARS
 
 
-def resolve(spec: DataSpec) -> DataSpec:
+def resolve(spec: DataSpec, *, may_read_token: bool = True) -> DataSpec:
     """The local copy of an hf:// data set, downloaded here unless already cached; other data
-    sets come back unchanged."""
+    sets come back unchanged.
+
+    `may_read_token` is False for an agent's submit: reading a keychain secret needs a person's
+    yes (the contract's rule), so only a public data set, or a commit already cached, resolves;
+    one that needs the token is an error that says how a person gets it cached."""
     if spec.kind != "hf":
         return spec
     parts = parse_hf(spec.source)  # checked when the request was built
@@ -58,12 +62,14 @@ def resolve(spec: DataSpec) -> DataSpec:
         if folder.is_dir():
             return _local(spec, owner, name, str(revision), path, folder, where)
     hub = _client()
-    token, no_keychain = _token()
+    token, no_keychain = _token() if may_read_token else (None, None)
     repo = f"{owner}/{name}"
     try:
         info = hub.HfApi().dataset_info(repo, revision=revision, token=token or False,
                                         timeout=TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - every failure of the client becomes a UserError
+        if not may_read_token and _token_would_help(exc):
+            raise _needs_a_person(spec.source, repo, where) from None
         raise _explain(exc, spec.source, repo, revision, token, no_keychain, where) from None
     sha = str(info.sha or "")
     if not is_commit(sha):
@@ -81,6 +87,28 @@ def resolve(spec: DataSpec) -> DataSpec:
                 raise  # this machine's disk: the caller's disk-full guard says so
             raise _explain(exc, spec.source, repo, sha, token, no_keychain, where) from None
     return _local(spec, owner, name, sha, path, folder, where)
+
+
+def _token_would_help(exc: BaseException) -> bool:
+    """A refusal that a token could lift: not found (private looks like missing), 401/403,
+    gated; a missing revision or file of a repository the Hub showed is not one."""
+    from huggingface_hub import errors
+
+    if isinstance(exc, (errors.RevisionNotFoundError, errors.EntryNotFoundError)):
+        return False
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return isinstance(exc, (errors.RepositoryNotFoundError, errors.GatedRepoError)) or status in (401, 403, 404)
+
+
+def _needs_a_person(uri: str, repo: str, where: str) -> UserError:
+    return UserError(f"{uri}: the Hub at {_endpoint()} has no public data set {repo}; if it is private "
+                     f"or gated, reading {TOKEN_NAME} from the keychain to download it needs a person: "
+                     "an agent's submit never reads a keychain secret before a person says yes",
+                     where=where,
+                     fix=f"check the name; for a private data set, ask the user to store its token "
+                         f"(`gpu secrets set {TOKEN_NAME}`) and run this submit once at their own "
+                         f"terminal: it downloads and caches the data set, and a later submit that pins "
+                         f"the commit it shows (hf://datasets/{repo}@SHA) needs no token")
 
 
 def _folder(owner: str, name: str, sha: str, path: str | None) -> Path:
