@@ -208,3 +208,28 @@ def stats_ms(samples: list[float]) -> str:
 
 def median(samples: list[float]) -> float:
     return statistics.median(samples)
+
+
+def gpu_doc(*args: str, input: str | None = None, check: bool = True) -> dict:
+    """Run the installed `gpu` and read its JSON answer (an empty dict when it printed none)."""
+    out = subprocess.run(gpu_entry_point() + list(args), capture_output=True, text=True, timeout=600,
+                         input=input)
+    if check and out.returncode != 0:
+        raise SystemExit(f"gpu {' '.join(args)} failed: {out.stderr}")
+    return json.loads(out.stdout) if out.stdout.strip().startswith("{") else {}
+
+
+def make_code_project(root: Path, files: int, mb: float, job: str) -> Path:
+    """A committed git project of `files` Python files (~`mb` MB, half incompressible) and job.py."""
+    root.mkdir(parents=True)
+    per = int(mb * 1024 * 1024 / files)
+    for i in range(files):
+        d = root / "pkg" / f"m{i % 40}"
+        d.mkdir(parents=True, exist_ok=True)
+        body = os.urandom(per // 2).hex() if i % 2 else ("x = 1\n" * (per // 6))
+        (d / f"f{i}.py").write_text(f"# file {i}\n{body}\n")
+    (root / "job.py").write_text(job)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "bench")
+    return root

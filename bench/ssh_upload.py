@@ -25,34 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import git, gpu_entry_point, log, private_world  # noqa: E402
+from _common import gpu_doc as gpu, log, make_code_project, private_world  # noqa: E402
 
 JOB = """import gpu, time
 gpu.log(step=0, ok=1)
 (gpu.output_dir() / "done.txt").write_text("ok")
 """
-
-
-def gpu(*args: str, check: bool = True) -> dict:
-    out = subprocess.run(gpu_entry_point() + list(args), capture_output=True, text=True, timeout=600)
-    if check and out.returncode != 0:
-        raise SystemExit(f"gpu {' '.join(args)} failed: {out.stderr}")
-    return json.loads(out.stdout) if out.stdout.strip().startswith("{") else {}
-
-
-def make_project(root: Path, files: int, mb: float) -> Path:
-    root.mkdir(parents=True)
-    per = int(mb * 1024 * 1024 / files)
-    for i in range(files):
-        d = root / "pkg" / f"m{i % 40}"
-        d.mkdir(parents=True, exist_ok=True)
-        body = os.urandom(per // 2).hex() if i % 2 else ("x = 1\n" * (per // 6))
-        (d / f"f{i}.py").write_text(f"# file {i}\n{body}\n")
-    (root / "job.py").write_text(JOB)
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "bench")
-    return root
 
 
 def wait(short: str, states: set[str], timeout: float = 600) -> dict:
@@ -81,7 +59,7 @@ def main() -> None:
         gpu("targets", "add", "ssh", "box", "--host", o["host"], "--port", str(o["port"]), "--user", o["user"],
             "--key", o["key"], "--known-hosts", o["known_hosts"], "--root", o["root"], "--python", o["python"],
             "--max-jobs", "2", "--json")
-        project = make_project(world.tmp / "project", a.files, a.mb)
+        project = make_code_project(world.tmp / "project", a.files, a.mb, JOB)
         data = world.tmp / "dataset"
         data.mkdir()
         for i in range(10):

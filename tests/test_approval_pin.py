@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from core.engine.actor import FORCE_VAR, MARKERS, agent_marker, decide
 from core.errors import UserError
 from core.secrets import pin as pinmod
+from tests.test_dash import _settle  # the dashboard tests' own settling
 from tests.conftest import gpu_exe, gpu_json, make_git_project, pty_session, run_gpu, write_user_config
 
 QUICK = "print('ran', flush=True)\n"
@@ -332,15 +333,6 @@ def demo(home: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("GPU_ROUTER_IDLE_EXIT_S", "5")
     return seed()
 
-
-async def _settle(pilot, t: float = 0.3) -> None:
-    from textual.worker import WorkerCancelled
-
-    try:
-        await pilot.app.workers.wait_for_complete()
-    except WorkerCancelled:
-        pass
-    await pilot.pause(t)
 
 
 def _app():
