@@ -75,6 +75,7 @@ class FakeKaggle:
         self.quota_s = quota_hours * 3600
         self.used_s = used_hours * 3600
         self.queue_s = queue_s
+        self.stall: set[str] = set()  # methods that answer only after the client gave up
         self.calls: list[dict] = []
         self.blobs: dict[str, bytes] = {}
         self.datasets: dict[str, dict[str, bytes]] = {}  # "owner/slug" -> files
@@ -160,6 +161,8 @@ class FakeKaggle:
         with self._lock:
             self.calls.append({"service": service, "method": method, "body": body,
                                "authorized": self._authorized(auth), "raw": raw.decode(errors="replace")})
+        if method in self.stall:
+            time.sleep(30)
         if method == "IntrospectToken":
             return self._reply(h, 200, {"active": bool(self.token) and body.get("token") == self.token,
                                         "username": self.user})

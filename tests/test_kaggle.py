@@ -233,3 +233,18 @@ def test_a_data_set_goes_up_once_and_undeclared_work_is_fetched(kaggle: FakeKagg
     fetched = gpu_json("fetch", shorts[-1], "notes.txt", cwd=project)
     assert fetched["files"] == 1
     assert (project / "runs" / shorts[-1] / "notes.txt").read_text() == "left beside the script"
+
+
+def test_a_kaggle_that_hangs_is_given_up_on_after_api_timeout_s(kaggle: FakeKaggle, home: Path,
+                                                                tmp_path: Path) -> None:
+    add_kaggle(tmp_path, "--no-probe")
+    cfg = Path(home).parent / "user-config.yaml"
+    doc = yaml.safe_load(cfg.read_text())
+    doc["targets"]["kg"]["api_timeout_s"] = 1
+    cfg.write_text(yaml.safe_dump(doc))
+    kaggle.stall = {"GetAcceleratorQuotaStatistics"}
+    started = time.monotonic()
+    probe = run_gpu("targets", "probe", "kg", "--json")
+    assert time.monotonic() - started < 25  # the fake answers after 30 s: the client gave up first
+    doc = json.loads(probe.stdout)["probe"]
+    assert doc["available"] is False and "timeout" in doc["why_unavailable"].lower()

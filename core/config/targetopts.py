@@ -48,7 +48,7 @@ def check_output_caps(name: str, options: dict[str, Any], where: str) -> None:
 
 
 KAGGLE_ACCELERATORS = ("t4x2", "p100")  # core/providers/kaggle.py maps them to Kaggle's machine shapes
-KAGGLE_OPTIONS = {"accelerator", "internet", "max_resumes", "checkpoint_lead_s", "upload_timeout_s",
+KAGGLE_OPTIONS = {"accelerator", "internet", "max_resumes", "checkpoint_lead_s", "upload_timeout_s", "api_timeout_s",
                   "max_output_bytes", "max_output_files"}
 
 
@@ -64,7 +64,7 @@ def validate_kaggle(name: str, options: dict[str, Any], where: str) -> dict[str,
     if not isinstance(options.get("internet", False), bool):
         _fail(f"targets.{name}.internet must be true or false", where)
     for key, lo, hi in (("max_resumes", 0, 100), ("checkpoint_lead_s", 0, 86_400),
-                        ("upload_timeout_s", 1, 86_400)):
+                        ("upload_timeout_s", 1, 86_400), ("api_timeout_s", 0.1, 3600)):
         v = options.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
             _fail(f"targets.{name}.{key} must be a number from {lo} to {hi} (got {shorten(v)})", where)

@@ -59,6 +59,7 @@ WEEKLY_HOURS = 30.0  # what Kaggle grants a verified account, when its quota can
 CHECKPOINT_LEAD_S = 600.0  # ask the job to save this long before the session ends
 METRIC_MARK = "@@gpu-router-metric@@ "
 PROBE_TTL_S = 60.0
+API_TIMEOUT_S = 60.0  # one API call; uploads have upload_timeout_s
 SCRATCH_VENVS = "/tmp/gpu-router/venvs"  # outside /kaggle/working: scratch, not the session's output
 KERNEL_CODE = RUNTIME_DIR / "kaggle_kernel.py"
 STATES = {"QUEUED": "provisioning", "NEW_SCRIPT": "provisioning", "RUNNING": "running"}
@@ -135,11 +136,30 @@ class KaggleProvider:
         c = self._credentials()
         return KaggleClient(username=c.get("username"), password=c.get("key"), api_token=c.get("token"))
 
+    def _bounded(self, client) -> None:
+        """Every request of this client gives up after `api_timeout_s`: the SDK sends without a
+        timeout, and a call that hangs would hold one of the supervisor's worker threads for
+        good. The SDK's own session (made on entering the client) gets an adapter that sets it."""
+        from requests.adapters import HTTPAdapter
+
+        timeout = float(self.options.get("api_timeout_s") or API_TIMEOUT_S)
+
+        class Bounded(HTTPAdapter):
+            def send(self, request, **kw):  # noqa: ANN001 - requests' signature
+                kw["timeout"] = kw.get("timeout") or timeout
+                return super().send(request, **kw)
+
+        session = getattr(client.http_client(), "_session", None)
+        if session is not None:
+            session.mount("http://", Bounded())
+            session.mount("https://", Bounded())
+
     def _call(self, service: str, method: str, request: Any) -> Any:
         """One API call, blocking (run it in a thread); an HTTP error says what Kaggle said."""
         import requests
 
         with self._client() as client:
+            self._bounded(client)
             api = getattr(client, service)
             api = getattr(api, {"kernels": "kernels_api_client", "datasets": "dataset_api_client",
                                 "blobs": "blob_api_client"}[service])
@@ -165,6 +185,7 @@ class KaggleProvider:
                 from kagglesdk.security.types.oauth_service import IntrospectTokenRequest
 
                 with self._client() as client:
+                    self._bounded(client)
                     r = IntrospectTokenRequest()
                     r.token = c["token"]
                     answer = client.security.oauth_client.introspect_token(r)
