@@ -142,7 +142,7 @@ class FakeModal:
             own = getattr(fake, f"_m_{name}", None)
             rep = own(req) if own else handler.reply_type()
             for f in rep.DESCRIPTOR.fields:
-                if f.name.endswith("_id") and f.type == f.TYPE_STRING and f.label != f.LABEL_REPEATED \
+                if f.name.endswith("_id") and f.type == f.TYPE_STRING and not getattr(f, "is_repeated", False) \
                         and not getattr(rep, f.name):
                     setattr(rep, f.name, f"{f.name.split('_')[0][:2]}-{next(fake._ids)}")
             if handler.cardinality in (Cardinality.UNARY_UNARY, Cardinality.STREAM_UNARY) or name != "AppGetLogs":
@@ -204,7 +204,7 @@ class FakeModal:
         return empty_pb2.Empty()
 
     def _m_FunctionCreate(self, req):
-        fid = self._id("fu")
+        fid = req.existing_function_id or self._id("fu")  # the id FunctionPrecreate gave
         self.functions[fid] = req.function
         rep = api_pb2.FunctionCreateResponse(function_id=fid, handle_metadata=api_pb2.FunctionHandleMetadata(
             function_name=req.function.function_name))
@@ -247,8 +247,9 @@ class FakeModal:
 
     def _m_FunctionCallFromId(self, req):
         fid = self.call_app.get(req.function_call_id, "")
-        return api_pb2.FunctionCallFromIdResponse(function_call_id=req.function_call_id, function_id=fid,
-                                                  app_id="ap-logs", num_inputs=1)
+        return api_pb2.FunctionCallFromIdResponse(function_call_id=req.function_call_id, num_inputs=1,
+                                                  metadata=api_pb2.FunctionCallHandleMetadata(app_id="ap-logs",
+                                                                                              function_id=fid))
 
     def _lines(self, req) -> list[tuple[float, str]]:
         call = self.function_calls.get(req.function_call_id)
@@ -259,24 +260,26 @@ class FakeModal:
         return [(t, s) for t, s in list(call.logs) if lo <= t <= hi]
 
     def _m_AppCountLogs(self, req):
-        lines = self._lines(req)
         rep = api_pb2.AppCountLogsResponse()
-        if lines:
-            b = rep.buckets.add()
-            b.bucket_start_at.FromSeconds(int(req.since.ToSeconds()))
-            for f in b.DESCRIPTOR.fields:
-                if f.type in (f.TYPE_INT32, f.TYPE_INT64, f.TYPE_UINT32, f.TYPE_UINT64):
-                    setattr(b, f.name, len(lines))
+        size = max(int(req.bucket_secs or 60), 1)
+        counts: dict[int, int] = {}
+        for t, _ in self._lines(req):
+            start = int(t // size * size)
+            counts[start] = counts.get(start, 0) + 1
+        for start in sorted(counts):
+            b = rep.buckets.add(stdout_logs=counts[start])
+            b.bucket_start_at.FromSeconds(start)
         return rep
 
     def _m_AppFetchLogs(self, req):
         rep = api_pb2.AppFetchLogsResponse()
         lines = self._lines(req)
         if lines:
-            batch = rep.batches.add(task_id="ta-1", function_call_id=req.function_call_id)
+            batch = rep.batches.add(task_id="ta-1", entry_id=str(len(lines)))
             for i, (t, text) in enumerate(lines):
-                item = batch.items.add(data=text, file_descriptor=api_pb2.FILE_DESCRIPTOR_STDOUT)
-                item.timestamp = t
+                item = batch.items.add(data=text, file_descriptor=api_pb2.FILE_DESCRIPTOR_STDOUT,
+                                        function_call_id=req.function_call_id)
+                item.timestamp, item.timestamp_ns = t, int(t * 1e9)
         return rep
 
     # -- running a function -------------------------------------------------------------------
