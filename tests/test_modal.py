@@ -110,7 +110,7 @@ def test_a_failing_job_shows_its_traceback_and_cancel_stops_the_call(modal_fake:
     assert modal_fake.requests("FunctionCreate")[-1].function.resources.gpu_config.gpu_type == "H100"
 
     slow = make_git_project(tmp_path / "slow", {"train.py": "import time\nwhile True:\n    time.sleep(0.2)\n"})
-    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=slow)
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--provider", "md", "--wait-s", "0", cwd=slow)
     short = sub["job"]["short_id"]
     wait_state(short, {"running"}, timeout=120)
     assert modal_fake.requests("FunctionCreate")[-1].function.resources.gpu_config.gpu_type == "L4"
@@ -148,7 +148,7 @@ def test_a_call_at_its_timeout_resumes_from_the_checkpoint_on_the_volume(modal_f
     doc["targets"]["md"].update(session_limit_hours=0.00278, checkpoint_lead_s=3)  # 10 s calls
     cfg.write_text(yaml.safe_dump(doc))
     project = make_git_project(tmp_path / "r", {"train.py": RESUMABLE})
-    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--wait-s", "0", cwd=project)
+    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--provider", "md", "--wait-s", "0", cwd=project)
     short = sub["job"]["short_id"]
     done = wait_state(short, {"done", "failed"}, timeout=240)
     assert done["state"] == "done", run_gpu("logs", short).stdout
