@@ -1,4 +1,4 @@
-"""`gpu targets` subcommands: list, add ssh|slurm|pbs|kaggle, probe, rm, trust.
+"""`gpu targets` subcommands: list, add ssh|slurm|pbs|kaggle|modal, probe, rm, trust.
 
     gpu targets [list] [--json]
     gpu targets add ssh NAME --host H [--user U] [--port P] [--key PATH]
@@ -23,7 +23,7 @@ from typing import Any, Callable
 from core.errors import UserError, shorten
 from tui.output import ask, emit_json, joined, markup, say
 
-KINDS = ("ssh", "slurm", "pbs", "kaggle")
+KINDS = ("ssh", "slurm", "pbs", "kaggle", "modal")
 
 
 def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argparse.Namespace], int]) -> None:
@@ -41,7 +41,8 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
                         usage="gpu targets add {ssh,slurm,pbs} NAME (--host H [--user U] [--port P] "
                               "[--key PATH] | --local) [options]")
     ap.add_argument("kind", choices=KINDS, help="ssh: a machine you log into; slurm/pbs: a cluster's login node; "
-                                                "kaggle: Kaggle's free weekly GPU hours")
+                                                "kaggle: Kaggle's free weekly GPU hours; "
+                                                "modal: your Modal account's GPUs, paid by the second")
     ap.add_argument("name", help="the target's name (letters, digits, . _ -)")
     ap.add_argument("--host", help="host name or address")
     ap.add_argument("--user", help="login user (default: your SSH config, else your name)")
@@ -61,9 +62,14 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
     ap.add_argument("--kaggle-json", metavar="PATH",
                     help="kaggle: the kaggle.json to import into the keychain (default ~/.kaggle/kaggle.json)")
     ap.add_argument("--token-stdin", action="store_true",
-                    help="kaggle: read an API token (or kaggle.json's text) from standard input")
+                    help="kaggle: read an API token (or kaggle.json's text) from standard input; "
+                         "modal: read the token id and secret (or ~/.modal.toml's text) from standard input")
+    ap.add_argument("--modal-toml", metavar="PATH",
+                    help="modal: the token file to import into the keychain (default ~/.modal.toml)")
+    ap.add_argument("--gpu", choices=("T4", "L4", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100", "H200", "B200"),
+                    help="modal: the GPU a job gets unless it asks for another (default T4)")
     ap.add_argument("--accelerator", choices=("t4x2", "p100"), help="kaggle: the GPU to ask for (default t4x2)")
-    ap.add_argument("--internet", action="store_true", help="kaggle: let the job reach the internet (default off)")
+    ap.add_argument("--internet", action="store_true", help="kaggle, modal: let the job reach the internet (default off)")
     ap.add_argument("--no-probe", action="store_true", help="save without connecting")
     ap.add_argument("--json", action="store_true", help="print {target, saved_to, config, probe}")
     ap.set_defaults(func=cmd_add)
@@ -116,8 +122,23 @@ def _body(args: argparse.Namespace) -> dict:
         if args.max_jobs is not None:
             body["max_jobs"] = args.max_jobs
         return body
+    if args.kind == "modal":
+        body = {"kind": "modal"}
+        if args.host or args.local or args.partition or args.env or args.accelerator or args.kaggle_json:
+            raise UserError("a modal target takes no --host, --local, --partition, --env, --accelerator or --kaggle-json",
+                            fix=f"gpu targets add modal {args.name} [--gpu T4] [--internet] [--modal-toml PATH | --token-stdin]")
+        if args.gpu:
+            body["gpu"] = args.gpu
+        if args.internet:
+            body["internet"] = True
+        for key in ("max_jobs", "price_per_hour"):
+            if getattr(args, key) is not None:
+                body[key] = getattr(args, key)
+        return body
+    if args.gpu or args.modal_toml:
+        raise UserError("--gpu and --modal-toml are for modal targets")
     if args.accelerator or args.internet or args.kaggle_json or args.token_stdin:
-        raise UserError("--accelerator, --internet, --kaggle-json and --token-stdin are for kaggle targets")
+        raise UserError("--accelerator, --internet, --kaggle-json and --token-stdin are for kaggle and modal targets")
     if args.kind == "ssh" and args.local:
         raise UserError("an ssh target cannot be --local", fix="leave out --local, or use `gpu submit` on this machine")
     if not args.host and not args.local:
@@ -176,6 +197,11 @@ def describe_probe(info) -> list[str]:
         lines.append(f"Kaggle account {v(d.get('user', '?'))}: {v(q.get('left_hours'))} h of "
                      f"{v(q.get('allowed_hours'))} h of GPU quota left this week"
                      + (f" (resets {v(q['resets_at'])})" if q.get("resets_at") else ""))
+    prices = d.get("prices")
+    if isinstance(prices, dict) and isinstance(prices.get("usd_per_hour"), dict):
+        table = ", ".join(f"{v(g)} ${float(p):.2f}" for g, p in prices["usd_per_hour"].items())
+        lines.append(f"Modal prices per GPU-hour (as of {v(prices.get('as_of'))}, {v(prices.get('source'))}): {table}")
+        lines.append("network: " + ("on" if d.get("internet") else "off (a job that downloads models needs internet: true)"))
     if d.get("load"):
         lines.append(f"load: {v(d['load'])} on {v(d.get('cpus', '?'))} CPUs, {v(d.get('mem', '?'))} GB memory free")
     for p in d.get("partitions", []):
@@ -192,6 +218,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     body = _body(args)
     if args.kind == "kaggle":
         path, info = targets.add_kaggle(args.name, body, _kaggle_credentials(args), probe_now=not args.no_probe)
+    elif args.kind == "modal":
+        path, info = targets.add_modal(args.name, body, _modal_token(args), probe_now=not args.no_probe)
     else:
         path, info = targets.add(args.name, body, probe_now=not args.no_probe)
     if args.json:
@@ -227,6 +255,31 @@ def _kaggle_credentials(args: argparse.Namespace) -> str:
         return ask_hidden("Kaggle API token (kaggle.com > Settings > API; not shown): ")
     raise UserError("no Kaggle credentials: no ~/.kaggle/kaggle.json and no terminal to type a token",
                     fix=f"gpu targets add kaggle {args.name} --kaggle-json PATH, or --token-stdin < token.txt")
+
+
+def _modal_token(args: argparse.Namespace) -> str:
+    """The token's text: standard input, a ~/.modal.toml, or typed (hidden) at a terminal.
+    Never an argument: a command line is visible to every process on the machine."""
+    import os
+
+    from tui.output import ask_hidden
+
+    if args.token_stdin:
+        text = sys.stdin.read(1 << 16)
+        if not text.strip():
+            raise UserError("nothing on standard input",
+                            fix="pipe it in: printf 'ak-... as-...' | gpu targets add modal NAME --token-stdin")
+        return text
+    path = os.path.expanduser(args.modal_toml or os.path.join("~", ".modal.toml"))
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(1 << 16)
+    if args.modal_toml:
+        raise UserError(f"no file {shorten(args.modal_toml)}", fix="give the path of your .modal.toml")
+    if sys.stdin.isatty():
+        return ask_hidden("Modal token id and secret, separated by a space (modal.com > Settings > API Tokens; not shown): ")
+    raise UserError("no Modal token: no ~/.modal.toml and no terminal to type one",
+                    fix=f"gpu targets add modal {args.name} --modal-toml PATH, or --token-stdin < token.txt")
 
 
 def cmd_probe(args: argparse.Namespace) -> int:

@@ -72,10 +72,35 @@ def validate_kaggle(name: str, options: dict[str, Any], where: str) -> dict[str,
     return options
 
 
+MODAL_GPUS = ("T4", "L4", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100", "H200", "B200")  # modal_target.PRICES
+MODAL_OPTIONS = {"gpu", "internet", "max_resumes", "checkpoint_lead_s", "connect_timeout_s",
+                 "max_output_bytes", "max_output_files"}
+
+
+def validate_modal(name: str, options: dict[str, Any], where: str) -> dict[str, Any]:
+    """A modal target's options (its token is in the keychain, never here)."""
+    for key in options:
+        if key not in MODAL_OPTIONS:
+            _fail(f"targets.{name}: unknown option {shorten(key)} for a modal target", where,
+                  f"options: {', '.join(sorted(MODAL_OPTIONS))}")
+    if options.get("gpu", "T4") not in MODAL_GPUS:
+        _fail(f"targets.{name}.gpu must be one of {', '.join(MODAL_GPUS)} (got {shorten(options.get('gpu'))})", where)
+    if not isinstance(options.get("internet", False), bool):
+        _fail(f"targets.{name}.internet must be true or false", where)
+    for key, lo, hi in (("max_resumes", 0, 100), ("checkpoint_lead_s", 0, 86_400), ("connect_timeout_s", 1, 600)):
+        v = options.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
+            _fail(f"targets.{name}.{key} must be a number from {lo} to {hi} (got {shorten(v)})", where)
+    check_output_caps(name, options, where)
+    return options
+
+
 def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[str, Any]:
     """Check a remote target's options; returns them unchanged when they are fine."""
     if kind == "kaggle":
         return validate_kaggle(name, options, where)
+    if kind == "modal":
+        return validate_modal(name, options, where)
     allowed = ALLOWED[kind]
     for key in options:
         if key not in allowed:

@@ -41,7 +41,7 @@ from core.config.request import ENV_NAME_RE, NAME_RE
 from core.config.targetopts import check_output_caps, validate
 from core.errors import UserError, shorten
 
-TARGET_KINDS = ("local", "ssh", "slurm", "pbs", "kaggle")
+TARGET_KINDS = ("local", "ssh", "slurm", "pbs", "kaggle", "modal")
 SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals")
 _PIN_KEYS = ("scheme", "salt", "n", "r", "p", "hash")
 _HEX = re.compile(r"[0-9a-f]+")

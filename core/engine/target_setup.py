@@ -56,6 +56,16 @@ def add_kaggle(name: str, body: dict, credentials: str, *, probe_now: bool = Tru
     return add(name, body, probe_now=probe_now)
 
 
+def add_modal(name: str, body: dict, token: str, *, probe_now: bool = True) -> tuple[Path, TargetInfo | None]:
+    """A modal target: its token (id and secret) goes into the keychain, checked for shape
+    first; only the options go into the config file."""
+    from core.providers.modal_target import parse_token, secret_name
+    from core.secrets import keychain
+
+    keychain.set(secret_name(name), json.dumps(parse_token(token)))
+    return add(name, body, probe_now=probe_now)
+
+
 def remove(name: str, store: Store, *, force: bool = False) -> Path:
     """Drop a target from the user's config; refused while its jobs have not ended."""
     live = [j for j in store.jobs(states=ACTIVE) if j.provider == name]

@@ -43,7 +43,9 @@ def infos(store: Store, cfg: UserConfig | None = None,
     for name, info in probed.items():
         t = cfg.targets[name]
         left = quota_left(store, t)
-        info.price_per_hour = t.price_per_hour
+        if t.price_per_hour or not info.offer_prices:  # a provider's own price table, unless the config sets one
+            info.price_per_hour = t.price_per_hour
+            info.offer_prices = {}
         if left["hours"] is not None or info.quota_hours_left is None:
             info.quota_hours_left = left["hours"]  # the config's weekly hours, else the provider's own
         info.credits_left = left["credits"]

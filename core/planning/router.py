@@ -54,6 +54,9 @@ def _why_not(req: JobRequest, info: TargetInfo) -> str | None:
         return why
     if req.secrets and not info.takes_secrets:
         return f"{info.name} cannot receive keychain secrets, and the job reads {', '.join(req.secrets)}"
+    if req.hours and info.max_hours is not None and req.hours > info.max_hours:
+        return (f"{info.name} runs a job for at most {info.max_hours:g} h"
+                + (f" ({info.max_hours_why})" if info.max_hours_why else "") + f", and {req.hours:g} h were asked for")
     if req.hours and info.quota_hours_left is not None and req.hours > info.quota_hours_left:
         return f"{info.name} has {info.quota_hours_left:g} h of quota left this week, and {req.hours:g} h were asked for"
     if info.credits_left is not None and estimated_price(info, req.hours) > info.credits_left:
@@ -141,7 +144,8 @@ def _offer_for(req: JobRequest, info: TargetInfo) -> TargetInfo:
     if not info.offers or gpu_matches(info, req.gpu, req.vram_gb) is None:
         return info
     for name, gpus in info.offers.items():
-        other = replace(info, gpus=gpus, details={**info.details, "offer": name})
+        other = replace(info, gpus=gpus, details={**info.details, "offer": name},
+                        price_per_hour=info.offer_prices.get(name, info.price_per_hour))
         if gpu_matches(other, req.gpu, req.vram_gb) is None:
             return other
     return info

@@ -35,6 +35,11 @@ class TargetInfo:
     # is the one it gets unless the request needs another
     offers: dict[str, list[dict]] = field(default_factory=dict)
     takes_secrets: bool = True  # False: a job that reads keychain secrets cannot run there
+    # the price of each offer, where offers cost differently (Modal: per GPU type)
+    offer_prices: dict[str, float] = field(default_factory=dict)
+    # the most hours one job may ask of this target (a provider's own cap), and why
+    max_hours: float | None = None
+    max_hours_why: str = ""
 
     def to_json(self) -> dict:
         doc = {"name": self.name, "kind": self.kind, "available": self.available,
@@ -47,6 +52,10 @@ class TargetInfo:
             doc["details"] = self.details
         if self.offers:
             doc["offers"] = self.offers
+        if self.offer_prices:
+            doc["offer_prices"] = self.offer_prices
+        if self.max_hours is not None:
+            doc["max_hours"] = self.max_hours
         return doc
 
     @property

@@ -38,5 +38,9 @@ def build(cfg: UserConfig | None = None) -> dict[str, Any]:
             from core.providers.kaggle import KaggleProvider
 
             out[name] = KaggleProvider.from_config(t)
+        elif t.kind == "modal":
+            from core.providers.modal_target import ModalProvider
+
+            out[name] = ModalProvider.from_config(t)
         out[name].enabled = t.enabled
     return out

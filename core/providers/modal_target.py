@@ -1,0 +1,475 @@
+"""The `modal` target: GPUs on demand from the user's Modal account, through the official client.
+
+    targets:
+      md: {kind: modal, gpu: T4, internet: false, max_resumes: 3}
+
+How a job travels (every call is the official `modal` package's public API, made in this
+process with a client built from the keychain's token: `modal.Client.from_credentials`):
+
+- each attempt is a detached Modal app `gr-<short id>-a<attempt>` with one function whose
+  body is core/runtime/modal_function.py; its image is Debian slim with the project's
+  requirements.txt / pyproject.toml dependencies pip-installed (Modal builds an image once
+  per definition, so an unchanged dependency list reuses the built one), and the bundle, the
+  runtime and each data set attached as mounted files: Modal uploads a file only when its
+  content hash is new, so an unchanged re-submit sends no file;
+- GPU type from the request (`gpu`, `vram_gb`; the router picks the cheapest fitting type from
+  PRICES), the function's timeout from the hours with a margin (Modal caps a function at 24 h:
+  longer jobs are passed over at plan time, with the reason), outbound network blocked unless
+  the target says `internet: true`;
+- the job's folder (checkpoints, outputs, log, metrics) lives on a Modal Volume named for the
+  job, so the attempt that follows a timeout reads the last checkpoint of the one before;
+- status: the function call's result (`FunctionCall.get(timeout=0)`): not ready -> running,
+  a result -> exited with the job's exit code, a timeout -> session_ended (resume), a
+  cancellation -> cancelled; the log is the call's own log (`FunctionCall.logs.fetch`), which
+  carries the launcher's already masked lines and, behind a marker, the metric rows;
+- outputs come back inside the result as a gzipped tar, unpacked by the shared safe writer.
+
+Keychain secrets are not sent (takes_secrets is False): a Modal Secret would put their values
+in the account's storage beyond the job's life. The token lives only in the keychain, under
+`modal:<target name>`; it is read into this process's memory and handed to the client object,
+never into an environment, a file or a command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import sys
+import tarfile
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from core import paths
+from core.engine.store import Job
+from core.errors import UserError
+from core.packaging.bundle import list_data
+from core.packaging.safe_extract import OutputCaps, safe_extract
+from core.providers.base import Poll, TargetInfo
+from core.providers.remote import requirement_lines
+from core.providers.spec import launch_spec
+from core.runtime import RUNTIME_DIR
+
+# USD per GPU-hour, on demand, from https://modal.com/pricing (Modal bills per second; these are
+# its per-second rates x 3600). Read 2026-05 through techbytes.app's table ("prices verified on
+# May 7, 2026 from official vendor pricing"): T4, L4, L40S, A100-80GB, H100. A10G, A100-40GB,
+# H200 and B200 are the same page's per-second rates as last known, NOT re-verified here.
+PRICES_AS_OF = "2026-05-07"
+PRICES_SOURCE = "https://modal.com/pricing"
+PRICES = {"T4": 0.5904, "L4": 0.7992, "A10G": 1.1016, "L40S": 1.9512, "A100-40GB": 2.0988,
+          "A100-80GB": 2.4984, "H100": 3.9492, "H200": 4.5396, "B200": 6.2496}
+UNVERIFIED = ("A10G", "A100-40GB", "H200", "B200")
+VRAM_GB = {"T4": 16.0, "L4": 24.0, "A10G": 24.0, "L40S": 48.0, "A100-40GB": 40.0, "A100-80GB": 80.0,
+           "H100": 80.0, "H200": 141.0, "B200": 180.0}
+MAX_TIMEOUT_S = 24 * 3600  # Modal's cap on a function's timeout
+MARGIN_FACTOR, MARGIN_S = 1.25, 600  # the function's timeout: hours x 1.25 + 10 minutes
+MAX_HOURS = (MAX_TIMEOUT_S - MARGIN_S) / MARGIN_FACTOR / 3600
+CHECKPOINT_LEAD_S = 600.0
+METRIC_MARK = "@@gpu-router-metric@@ "
+PROBE_TTL_S = 60.0
+FUNCTION_FILE = RUNTIME_DIR / "modal_function.py"
+REMOTE = "/root/gr"  # where the function finds its files (modal_function.py sits in /root)
+
+
+def secret_name(target: str) -> str:
+    return f"modal:{target}"
+
+
+def parse_token(text: str) -> dict[str, str]:
+    """`TOKEN_ID TOKEN_SECRET` (as `modal token new` prints them), or ~/.modal.toml's text."""
+    text = text.strip()
+    if "token_id" in text:
+        import tomllib
+
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            raise UserError("the Modal token file is not valid TOML", fix="give ~/.modal.toml as written by "
+                            "`modal token new`, or type the token id and secret") from None
+        profiles = [v for v in doc.values() if isinstance(v, dict) and v.get("token_id")]
+        active = [p for p in profiles if p.get("active")] or profiles
+        if not active:
+            raise UserError("no profile with token_id and token_secret in the Modal token file")
+        text = f"{active[0]['token_id']} {active[0].get('token_secret', '')}"
+    parts = text.split()
+    if len(parts) != 2 or not parts[0].startswith("ak-") or not parts[1].startswith("as-"):
+        raise UserError("a Modal token is an id (ak-...) and a secret (as-...)",
+                        fix="create one at modal.com > Settings > API Tokens (or `modal token new`) "
+                            "and give both, separated by a space")
+    return {"token_id": parts[0], "token_secret": parts[1]}
+
+
+def timeout_for(hours: float) -> int:
+    return int(min(hours * MARGIN_FACTOR * 3600 + MARGIN_S, MAX_TIMEOUT_S))
+
+
+class ModalProvider:
+    kind = "modal"
+
+    def __init__(self, name: str, options: dict | None = None, max_jobs: int = 4,
+                 session_limit_hours: float | None = None) -> None:
+        self.name = name
+        self.options = dict(options or {})
+        self.max_jobs = max_jobs
+        self.enabled = True
+        self.gpu = str(self.options.get("gpu", "T4"))
+        self.session_limit_h = session_limit_hours
+        self.caps = OutputCaps.from_options(self.options)
+        self.max_resumes = int(self.options.get("max_resumes", 3))
+        self._token: dict[str, str] | None = None
+        self._client_obj: Any = None
+        self._results: dict[tuple[str, int], Any] = {}
+
+    @classmethod
+    def from_config(cls, t) -> "ModalProvider":
+        return cls(t.name, t.options, max_jobs=t.max_jobs, session_limit_hours=t.session_limit_hours)
+
+    # -- the client ---------------------------------------------------------------------------
+
+    def _credentials(self) -> dict[str, str]:
+        if self._token is None:
+            from core.secrets import keychain
+
+            raw = keychain.get(secret_name(self.name))
+            if not raw:
+                raise UserError(f"no Modal token for target {self.name} in the keychain",
+                                fix=f"run `gpu targets add modal {self.name}` (it reads the token id and secret)")
+            self._token = json.loads(raw)
+        return self._token
+
+    def client(self):
+        """One client per provider object, built from the token in memory (no environment)."""
+        if self._client_obj is None:
+            import modal
+
+            c = self._credentials()
+            self._client_obj = modal.Client.from_credentials(c["token_id"], c["token_secret"])
+        return self._client_obj
+
+    def _hello(self) -> None:
+        import modal.exception
+
+        try:
+            self.client().hello()
+        except modal.exception.AuthError:
+            self._client_obj = None
+            raise UserError(f"Modal refused the token of target {self.name}",
+                            fix=f"store a new one: gpu targets add modal {self.name}") from None
+
+    # -- probing ------------------------------------------------------------------------------
+
+    async def probe(self, refresh: bool = False) -> TargetInfo:
+        """Whether Modal answers this token; remembered for PROBE_TTL_S (also across processes)."""
+        if not refresh:
+            cached = self._cached_probe()
+            if cached is not None:
+                return cached
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self._hello), float(self.options.get("connect_timeout_s", 30)))
+        except UserError as exc:
+            return self._info(False, exc.what)
+        except Exception as exc:  # noqa: BLE001 - an unreachable service is a probe answer
+            self._client_obj = None
+            return self._info(False, f"Modal could not be reached ({type(exc).__name__}: {exc})"[:300])
+        info = self._info(True)
+        self._store_probe(info)
+        return info
+
+    def _probe_file(self) -> Path:
+        return paths.cache_dir() / f"probe-modal-{self.name}.json"
+
+    def _cached_probe(self) -> TargetInfo | None:
+        try:
+            doc = json.loads(self._probe_file().read_text())
+        except (OSError, ValueError):
+            return None
+        if time.time() - float(doc.get("at", 0)) > PROBE_TTL_S:
+            return None
+        return self._info(bool(doc["available"]), doc.get("why"))
+
+    def _store_probe(self, info: TargetInfo) -> None:
+        path = self._probe_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".part")
+        tmp.write_text(json.dumps({"at": time.time(), "available": info.available, "why": info.why_unavailable}))
+        os.replace(tmp, path)
+
+    def forget_probe(self) -> None:
+        self._probe_file().unlink(missing_ok=True)
+
+    def _info(self, available: bool, why: str | None = None) -> TargetInfo:
+        order = sorted(PRICES, key=lambda g: (g != self.gpu, PRICES[g]))  # the configured one, then by price
+        offers = {g: [{"name": g, "memory_gb": VRAM_GB[g]}] for g in order}
+        return TargetInfo(name=self.name, kind=self.kind, available=available, why_unavailable=why,
+                          gpus=list(offers[self.gpu]), max_jobs=self.max_jobs, price_per_hour=PRICES[self.gpu],
+                          session_limit_hours=self.session_limit_h, takes_secrets=False, offers=offers,
+                          offer_prices={g: PRICES[g] for g in order}, max_hours=round(MAX_HOURS, 2),
+                          max_hours_why=f"Modal caps a function at 24 h, and gpu-router gives a job its "
+                                        f"hours x {MARGIN_FACTOR:g} + {MARGIN_S // 60} min",
+                          details={"prices": {"usd_per_hour": dict(PRICES), "as_of": PRICES_AS_OF,
+                                              "source": PRICES_SOURCE, "unverified": list(UNVERIFIED)},
+                                   "internet": bool(self.options.get("internet", False))})
+
+    # -- running ------------------------------------------------------------------------------
+
+    def gpu_for(self, job: Job) -> str:
+        offer = job.plan.get("offer")
+        return offer if offer in PRICES else self.gpu
+
+    def volume_name(self, job: Job) -> str:
+        return f"gr-job-{job.id}"[:64]
+
+    def session_timeout(self, job: Job) -> int:
+        hours = float(job.plan.get("hours") or 1.0)
+        limit = timeout_for(hours)
+        if self.session_limit_h:
+            limit = min(limit, max(int(self.session_limit_h * 3600), 1))
+        return limit
+
+    def _data_files(self, job: Job) -> dict[str, Path]:
+        """Each local data set packed once (deterministically) into the cache, by content hash."""
+        out: dict[str, Path] = {}
+        for item in job.request.get("data", []):
+            if item["kind"] != "path":
+                raise RuntimeError(f"data {item['name']}: only local data sets reach a modal target")
+            h = (job.plan.get("data") or {}).get(item["name"])
+            listing = list_data(Path(item["source"]), item["name"])
+            if not h:
+                h = hashlib.sha256("\0".join(listing.files).encode() + str(listing.source).encode()).hexdigest()
+            path = paths.cache_dir() / "modal-data" / f"{h[:32]}.tar.gz"
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                raw = io.BytesIO()
+                with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                    for rel in listing.files:
+                        src = listing.source / rel if rel else listing.source
+                        info = tar.gettarinfo(str(src), arcname=rel or listing.source.name)
+                        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                        with open(src, "rb") as f:
+                            tar.addfile(info, f)
+                tmp = path.with_suffix(".part")
+                tmp.write_bytes(gzip.compress(raw.getvalue(), mtime=0))
+                os.replace(tmp, path)
+            out[item["name"]] = path
+        return out
+
+    def _spec(self, job: Job, data: dict[str, Path]) -> dict:
+        jd, work = "@JOB@", "@WORK@"
+        adir = f"{jd}/attempts/{job.attempt}"
+        spec = launch_spec(job, job_dir=jd, attempt_dir=adir,
+                           workdir=f"{work}/code/{job.plan.get('workdir') or ''}".rstrip("/"),
+                           runtime_dir="@RUNTIME@", python="python3", deps=None, env_secrets={})
+        spec["env"]["GPU_ROUTER_DATA_DIR"] = f"{work}/data"  # unpacked on the container's disk
+        limit = self.session_timeout(job)
+        lead = float(self.options.get("checkpoint_lead_s", min(CHECKPOINT_LEAD_S, limit / 10)))
+        spec["modal"] = {"bundle": f"{job.bundle_hash}.tar.gz", "checkpoint_after_s": max(limit - lead, 1.0),
+                         "data": {name: p.name for name, p in data.items()}}
+        return spec
+
+    def _function_module(self):
+        """modal_function.py as the top-level module `modal_function`, as the container imports it."""
+        spec = importlib.util.spec_from_file_location("modal_function", FUNCTION_FILE)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules.setdefault("modal_function", mod)
+        return sys.modules["modal_function"]
+
+    def image(self, job: Job, data: dict[str, Path]):
+        import modal
+
+        py = f"{sys.version_info.major}.{min(max(sys.version_info.minor, 10), 13)}"
+        image = modal.Image.debian_slim(python_version=py)
+        lines = requirement_lines(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz", job.plan.get("workdir") or "")
+        if lines:
+            image = image.pip_install(*lines)  # built once per dependency list, then reused
+        image = image.add_local_file(FUNCTION_FILE, "/root/modal_function.py", copy=False)
+        image = image.add_local_dir(RUNTIME_DIR, f"{REMOTE}/runtime", copy=False,
+                                    ignore=["**/__pycache__", "**/__pycache__/**", "**/*.pyc"])
+        image = image.add_local_file(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+                                     f"{REMOTE}/bundle/{job.bundle_hash}.tar.gz", copy=False)
+        for path in data.values():
+            image = image.add_local_file(path, f"{REMOTE}/data/{path.name}", copy=False)
+        return image
+
+    def _launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
+        import modal
+
+        if env_secrets:
+            raise RuntimeError("a modal target does not receive keychain secrets: run jobs that read "
+                               "secrets on another target")
+        data = self._data_files(job)
+        spec = self._spec(job, data)
+        app = modal.App(f"gr-{job.short_id}-a{job.attempt}")
+        volume = modal.Volume.from_name(self.volume_name(job), create_if_missing=True)
+        fn = app.function(image=self.image(job, data), gpu=self.gpu_for(job), timeout=self.session_timeout(job),
+                          block_network=not bool(self.options.get("internet", False)),
+                          volumes={f"{REMOTE}/state": volume}, include_source=False, retries=0,
+                          name="run", serialized=False)(self._function_module().run)
+        with app.run(client=self.client(), detach=True):
+            call = fn.spawn(spec)
+        return {"attempt": job.attempt, "app_id": app.app_id, "call_id": call.object_id,
+                "gpu": self.gpu_for(job), "timeout_s": self.session_timeout(job),
+                "volume": self.volume_name(job), "launched_at": time.time()}
+
+    async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
+        return await asyncio.to_thread(self._launch, job, env_secrets)
+
+    def _result(self, job: Job) -> tuple[str, Any]:
+        """("running" | "done" | "timeout" | "cancelled" | "error", the result or the error)."""
+        import modal
+        import modal.exception as mx
+
+        key = (job.id, job.attempt)
+        if key in self._results:
+            return self._results[key]
+        call = modal.FunctionCall.from_id(job.handle["call_id"], client=self.client())
+        try:
+            answer: tuple[str, Any] = ("done", call.get(timeout=0))
+        except mx.FunctionTimeoutError as exc:  # a TimeoutError too: asked first
+            answer = ("timeout", str(exc))
+        except TimeoutError:
+            return ("running", None)
+        except mx.InputCancellation as exc:
+            answer = ("cancelled", str(exc))
+        except mx.OutputExpiredError:
+            answer = ("error", "Modal no longer holds this call's result (it expired)")
+        except (mx.AuthError, mx.ConnectionError, ConnectionError, OSError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the function failed on Modal's side
+            text = str(exc).strip() or type(exc).__name__
+            answer = ("cancelled", text) if "cancel" in text.lower() or "terminat" in text.lower() \
+                else ("error", f"{type(exc).__name__}: {text}"[:500])
+        self._results[key] = answer
+        return answer
+
+    def _poll(self, job: Job) -> Poll:
+        try:
+            state, value = self._result(job)
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a network error is not a failed job
+            return Poll("unreachable", detail=f"{type(exc).__name__}: {exc}"[:300])
+        if state == "running":
+            return Poll("running")
+        if state == "timeout":
+            return Poll("session_ended", detail="Modal stopped the function at its timeout")
+        if state == "cancelled":
+            return Poll("cancelled", detail="cancelled on Modal")
+        if state == "error":
+            return Poll("exited", exit_code=1, detail=str(value))
+        exit_doc = value.get("exit") or {}
+        code = exit_doc.get("code", value.get("code"))
+        if value.get("time_signal") and code in (0, None):
+            return Poll("session_ended", detail="saved its checkpoint and stopped before the function's timeout")
+        return Poll("exited", exit_code=0 if code is None else int(code), detail=exit_doc.get("error") or "")
+
+    async def poll(self, job: Job) -> Poll:
+        return await asyncio.to_thread(self._poll, job)
+
+    async def read_exit(self, job: Job) -> dict | None:
+        state, value = await asyncio.to_thread(self._result, job)
+        return (value.get("exit") or None) if state == "done" else None
+
+    # -- logs and metrics ---------------------------------------------------------------------
+
+    def local_dir(self, job: Job) -> Path:
+        return paths.jobs_dir() / job.id
+
+    def log_path(self, job: Job) -> Path:
+        return self.local_dir(job) / "job.log"
+
+    def _sync(self, job: Job) -> None:
+        """The call's log, split into the job's lines and metric rows, per attempt; job.log and
+        metrics.jsonl are the attempts' files end to end (they only grow)."""
+        import modal
+
+        if not job.handle.get("call_id"):
+            return
+        call = modal.FunctionCall.from_id(job.handle["call_id"], client=self.client())
+        since = datetime.fromtimestamp(float(job.handle.get("launched_at") or time.time()) - 120, timezone.utc)
+        text = "".join(e.message for e in call.logs.fetch(since=since))
+        lines, metrics = [], []
+        for line in text.splitlines():
+            (metrics if line.startswith(METRIC_MARK) else lines).append(line.removeprefix(METRIC_MARK))
+        d = self.local_dir(job) / "modal"
+        d.mkdir(parents=True, exist_ok=True)
+        for name, rows in (("log", lines), ("metrics", metrics)):
+            body = ("\n".join(rows) + "\n").encode() if rows else b""
+            path = d / f"{job.attempt}.{name}"
+            if not path.exists() or path.stat().st_size < len(body):
+                tmp = path.with_suffix(".part")
+                tmp.write_bytes(body)
+                os.replace(tmp, path)
+        for name, out in (("log", "job.log"), ("metrics", "metrics.jsonl")):
+            whole = b"".join((d / f"{a}.{name}").read_bytes() for a in range(1, job.attempt + 1)
+                             if (d / f"{a}.{name}").exists())
+            path = self.local_dir(job) / out
+            if not path.exists() or path.stat().st_size < len(whole):
+                tmp = path.with_suffix(".part")
+                tmp.write_bytes(whole)
+                os.replace(tmp, path)
+
+    async def sync_log(self, job: Job) -> None:
+        try:
+            await asyncio.to_thread(self._sync, job)
+        except Exception:  # noqa: BLE001 - a log that cannot be read now is read next tick
+            pass
+
+    async def read_metrics(self, job: Job, offset: int) -> tuple[bytes, int]:
+        path = self.local_dir(job) / "metrics.jsonl"
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except OSError:
+            return b"", offset
+        end = data.rfind(b"\n") + 1
+        return data[:end], offset + end
+
+    # -- ending -------------------------------------------------------------------------------
+
+    def _cancel(self, job: Job) -> None:
+        import modal
+
+        modal.FunctionCall.from_id(job.handle["call_id"], client=self.client()).cancel(terminate_containers=True)
+
+    async def cancel(self, job: Job, force: bool = False) -> None:
+        if job.handle.get("call_id"):
+            await asyncio.to_thread(self._cancel, job)
+
+    async def request_checkpoint(self, job: Job) -> None:
+        return None  # a running function takes no signal from outside; its own timer asks
+
+    def _fetch(self, job: Job, dest: Path) -> list[str]:
+        state, value = self._result(job)
+        if state != "done":
+            return [f"no outputs: the Modal call ended {state}"]
+        blob = value.get("outputs") or b""
+        if len(blob) > self.caps.max_bytes * 2 + (1 << 20):
+            return [f"outputs not brought home: {len(blob)} bytes packed, over the cap"]
+        with tempfile.TemporaryDirectory(prefix=".modal-", dir=paths.home()) as tmp:
+            archive = Path(tmp, "out.tar.gz")
+            archive.write_bytes(blob)
+            notes = safe_extract(archive, dest, caps=self.caps) if blob else []
+        self._delete_volume(job)
+        return notes
+
+    def _delete_volume(self, job: Job) -> None:
+        """The job's volume held its state between attempts; once its outputs are home it goes."""
+        import modal
+
+        try:
+            modal.Volume.objects.delete(self.volume_name(job), allow_missing=True, client=self.client())
+        except Exception:  # noqa: BLE001 - a volume left behind costs little and is named for the job
+            pass
+
+    async def fetch_outputs(self, job: Job, dest: Path) -> list[str]:
+        await self.sync_log(job)
+        return await asyncio.to_thread(self._fetch, job, dest)

@@ -1,0 +1,132 @@
+"""The body of the Modal function that runs one attempt of a gpu-router job.
+
+Modal imports this file as the module `modal_function` from the container's /root (the
+provider mounts it there, with the runtime, the bundle and each data set beside it under
+gr/, each uploaded once per content hash) and calls `run(spec)`. Every path is found from
+this file's own folder, so the layout is the one the provider mounted, wherever that is.
+
+The job's folder lives on the job's Modal Volume (gr/state/job): checkpoints, outputs, the
+log and the metrics survive the container, so an attempt that follows a timeout reads the
+last checkpoint of the one before. The code and data are unpacked into the container's own
+disk. The job runs through the launcher in the foreground, as on Kaggle, so it gets the same
+`gpu` module, log filter (the masker) and exit record as on every target; the launcher's
+already masked log lines and its metric rows (behind a marker) go to standard output, which
+is the log Modal keeps and the supervisor follows.
+
+Before the function's timeout the job is asked to checkpoint (`gpu.should_checkpoint()`); a
+clean exit then means "resume", not "done". Outputs come back as a gzipped tar in the result.
+
+Standard library only.
+"""
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+
+METRIC_MARK = "@@gpu-router-metric@@ "
+
+
+def _unpack(archive: str, dest: str) -> None:
+    os.makedirs(dest, exist_ok=True)
+    with tarfile.open(archive, "r:*") as tar:
+        tar.extractall(dest, filter="data")  # no links out, no devices, no absolute names
+
+
+def _follow(path: str, stop: threading.Event, mark: str = "") -> None:
+    """Copy the lines `path` gains from now on to standard output until `stop`, then the rest."""
+    try:
+        offset = os.path.getsize(path)  # an earlier attempt's lines were relayed by that attempt
+    except OSError:
+        offset = 0
+    while True:
+        done = stop.is_set()
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except OSError:
+            chunk = b""
+        if chunk:
+            whole = chunk[: chunk.rfind(b"\n") + 1] if not done else chunk
+            offset += len(whole)
+            for line in whole.decode("utf-8", "replace").splitlines():
+                print(mark + line, flush=True)
+        if done:
+            return
+        stop.wait(0.5)
+
+
+def _pack(folder: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        if os.path.isdir(folder):
+            for here, _dirs, files in os.walk(folder):
+                for name in sorted(files):
+                    path = os.path.join(here, name)
+                    if os.path.isfile(path) and not os.path.islink(path):
+                        tar.add(path, arcname=os.path.relpath(path, folder), recursive=False)
+    return buf.getvalue()
+
+
+def run(spec: dict) -> dict:
+    """One attempt: unpack, run the launcher, relay its log; the exit record and outputs back."""
+    base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gr")
+    job = os.path.join(base, "state", "job")
+    work = os.path.join(base, "work")
+    text = json.dumps(spec).replace("@JOB@", job.replace("\\", "\\\\").replace('"', '\\"'))
+    text = text.replace("@WORK@", work.replace("\\", "\\\\").replace('"', '\\"'))
+    text = text.replace("@RUNTIME@", os.path.join(base, "runtime").replace("\\", "\\\\").replace('"', '\\"'))
+    spec = json.loads(text)
+    modal = spec.pop("modal")
+    for name in ("out", "ckpt", "ctl"):
+        os.makedirs(os.path.join(job, name), exist_ok=True)
+    shutil.rmtree(os.path.join(job, "ctl"), ignore_errors=True)  # an old attempt's requests
+    os.makedirs(os.path.join(job, "ctl"), exist_ok=True)
+    os.makedirs(spec["attempt_dir"], exist_ok=True)
+    _unpack(os.path.join(base, "bundle", modal["bundle"]), os.path.join(work, "code"))
+    for name, key in modal.get("data", {}).items():
+        _unpack(os.path.join(base, "data", key), os.path.join(work, "data", name))
+    if spec["attempt"] > 1 and os.listdir(os.path.join(job, "ckpt")):
+        print("[gpu-router] resuming from the last checkpoint on the job's volume", flush=True)
+    spec_path = os.path.join(spec["attempt_dir"], "spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    stop = threading.Event()
+    followers = [threading.Thread(target=_follow, args=(spec["log"], stop), daemon=True),
+                 threading.Thread(target=_follow, args=(spec["env"]["GPU_ROUTER_METRICS_FILE"], stop,
+                                                        METRIC_MARK), daemon=True)]
+    for t in followers:
+        t.start()
+    launcher = subprocess.Popen([sys.executable, os.path.join(base, "runtime", "launch.py"), "--foreground",
+                                 spec_path])
+    deadline = time.monotonic() + float(modal.get("checkpoint_after_s") or 1e12)
+    asked = False
+    while launcher.poll() is None:
+        if not asked and time.monotonic() >= deadline:
+            asked = True
+            open(os.path.join(spec["attempt_dir"], "time-signal"), "w").close()
+            open(os.path.join(job, "ctl", "checkpoint"), "w").close()
+            print("[gpu-router] function timeout near: asking the job to checkpoint", flush=True)
+            try:
+                os.killpg(launcher.pid, signal.SIGUSR1)  # the launcher leads the job's group
+            except OSError:
+                pass
+        time.sleep(0.25)
+    stop.set()
+    for t in followers:
+        t.join(timeout=10)
+    try:
+        with open(os.path.join(spec["attempt_dir"], "exit.json")) as f:
+            exit_doc = json.load(f)
+    except (OSError, ValueError):
+        exit_doc = {}
+    ended_for_time = asked and exit_doc.get("code") in (0, None)
+    return {"code": launcher.returncode, "exit": exit_doc, "time_signal": asked,
+            "outputs": b"" if ended_for_time else _pack(os.path.join(job, "out"))}

@@ -1,0 +1,355 @@
+"""A Modal control plane on loopback that the official client (the `modal` package) talks to
+unchanged: `MODAL_SERVER_URL=http://127.0.0.1:PORT` is the client's own setting.
+
+Built on the generated service base (`modal_proto.api_grpc.ModalClientBase`, grpclib): every
+RPC gets an empty reply with its `*_id` fields filled, and the calls on gpu-router's path are
+answered with content: the token checked at ClientHello, mounts stored by content hash (a file
+whose hash is known is not sent again), images by their definition, volumes by name, and a
+spawned function really run. Its mounts are laid out in a folder as in a container (each file
+at its remote path under `fs/`, each volume a lasting folder at its mount path), and the module
+the function names is imported there by this Python in a subprocess that calls the function
+with the pickled input; standard output is the call's log (AppFetchLogs), the pickled return
+value its result (FunctionGetOutputs). The function's timeout is enforced (the result is then
+GENERIC_STATUS_TIMEOUT), and FunctionCallCancel stops the process (GENERIC_STATUS_TERMINATED).
+
+Every call is recorded (`calls`: method, request, whether it carried the token) so tests assert
+what was asked: GPU type, timeout, image packages, network blocked, bytes sent. Files over the
+client's 4 MiB blob limit go through an HTTP blob store this fake does not serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from grpclib import GRPCError, Status
+from grpclib.const import Cardinality
+from grpclib.server import Server
+from modal_proto import api_grpc, api_pb2
+
+RUNNER = r"""
+import importlib, pickle, sys
+root, module, name, src, dst = sys.argv[1:6]
+sys.path.insert(0, root)
+args, kwargs = pickle.load(open(src, "rb"))
+fn = getattr(importlib.import_module(module), name)
+try:
+    out = ("ok", fn(*args, **kwargs))
+except BaseException as exc:
+    import traceback
+    traceback.print_exc()
+    out = ("err", repr(exc))
+pickle.dump(out, open(dst, "wb"))
+"""
+
+GR = api_pb2.GenericResult
+
+
+class Call:
+    def __init__(self, fc_id: str, function: Any, root: Path) -> None:
+        self.id = fc_id
+        self.function = function
+        self.root = root
+        self.proc: subprocess.Popen | None = None
+        self.status: int | None = None  # a GenericResult status once ended
+        self.result: bytes = b""
+        self.exception = ""
+        self.logs: list[tuple[float, str]] = []
+        self.started = time.time()
+
+
+class FakeModal:
+    def __init__(self, root: Path, *, token_id: str, token_secret: str) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.token_id, self.token_secret = token_id, token_secret
+        self.calls: list[dict] = []
+        self.files: dict[str, bytes] = {}  # sha256 -> content
+        self.uploaded_bytes = 0
+        self.mounts: dict[str, list[tuple[str, str]]] = {}  # mount id -> [(remote path, sha)]
+        self.images: dict[str, str] = {}
+        self.volumes: dict[str, str] = {}  # name -> id
+        self.functions: dict[str, Any] = {}
+        self.function_calls: dict[str, Call] = {}
+        self.call_app: dict[str, str] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
+        self._thread.start()
+        ready.wait(10)
+
+    # -- serving ------------------------------------------------------------------------------
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = Server([self._servicer()])
+        self._loop.run_until_complete(self._server.start("127.0.0.1", self.port))
+        ready.set()
+        self._loop.run_forever()
+
+    def close(self) -> None:
+        for call in self.function_calls.values():
+            self._kill(call)
+        self._loop.call_soon_threadsafe(self._server.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+    def _servicer(self):
+        base = api_grpc.ModalClientBase
+        probe = type("P", (base,), {n: (lambda self, s: None) for n in base.__abstractmethods__})()
+        ns = {}
+        for path, handler in base.__mapping__(probe).items():
+            ns[path.rsplit("/", 1)[-1]] = self._make(path.rsplit("/", 1)[-1], handler)
+        cls = type("FakeModalServicer", (base,), ns)
+        cls.__abstractmethods__ = frozenset()
+        return cls()
+
+    def _make(self, name: str, handler):
+        fake = self
+
+        async def h(_self, stream):
+            if handler.cardinality in (Cardinality.UNARY_UNARY, Cardinality.UNARY_STREAM):
+                req = await stream.recv_message()
+            else:
+                req = None
+                async for _ in stream:
+                    pass
+            md = dict(stream.metadata or {})
+            authorized = (md.get("x-modal-token-id") == fake.token_id
+                          and md.get("x-modal-token-secret") == fake.token_secret)
+            with fake._lock:
+                fake.calls.append({"method": name, "request": req, "authorized": authorized,
+                                   "raw": bytes(req.SerializeToString()) if req is not None else b""})
+            if not authorized:
+                raise GRPCError(Status.UNAUTHENTICATED, "Token missing or invalid")
+            own = getattr(fake, f"_m_{name}", None)
+            rep = own(req) if own else handler.reply_type()
+            for f in rep.DESCRIPTOR.fields:
+                if f.name.endswith("_id") and f.type == f.TYPE_STRING and not getattr(f, "is_repeated", False) \
+                        and not getattr(rep, f.name):
+                    setattr(rep, f.name, f"{f.name.split('_')[0][:2]}-{next(fake._ids)}")
+            if handler.cardinality in (Cardinality.UNARY_UNARY, Cardinality.STREAM_UNARY) or name != "AppGetLogs":
+                await stream.send_message(rep)
+        return h
+
+    def _id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids)}"
+
+    def requests(self, method: str) -> list[Any]:
+        return [c["request"] for c in self.calls if c["method"] == method]
+
+    # -- answers ------------------------------------------------------------------------------
+
+    def _m_EnvironmentGetOrCreate(self, req):
+        return api_pb2.EnvironmentGetOrCreateResponse(environment_id="en-main", metadata=api_pb2.EnvironmentMetadata(
+            name="main", settings=api_pb2.EnvironmentSettings(image_builder_version="2025.06")))
+
+    def _m_AppCreate(self, req):
+        return api_pb2.AppCreateResponse(app_id=self._id("ap"), app_page_url="http://127.0.0.1/app")
+
+    def _m_ImageGetOrCreate(self, req):
+        key = hashlib.sha256(req.image.SerializeToString(deterministic=True)).hexdigest()[:16]
+        self.images.setdefault(key, f"im-{key}")
+        return api_pb2.ImageGetOrCreateResponse(image_id=self.images[key], result=GR(status=GR.GENERIC_STATUS_SUCCESS))
+
+    def _m_ImageJoinStreaming(self, req):
+        return api_pb2.ImageJoinStreamingResponse(result=GR(status=GR.GENERIC_STATUS_SUCCESS))
+
+    def _m_MountBatchedCheckExistence(self, req):
+        return api_pb2.MountBatchedCheckExistenceResponse(
+            missing_sha256_hex_hashes=[h for h in req.sha256_hex_hashes if h not in self.files])
+
+    def _m_MountPutFile(self, req):
+        if req.WhichOneof("data_oneof") == "data":
+            assert hashlib.sha256(req.data).hexdigest() == req.sha256_hex
+            if req.sha256_hex not in self.files:
+                self.uploaded_bytes += len(req.data)
+            self.files[req.sha256_hex] = bytes(req.data)
+        return api_pb2.MountPutFileResponse(exists=req.sha256_hex in self.files)
+
+    def _m_MountGetOrCreate(self, req):
+        files = [(f.filename, f.sha256_hex) for f in req.files]
+        key = hashlib.sha256(repr(sorted(files)).encode()).hexdigest()[:16]
+        self.mounts[f"mo-{key}"] = files
+        return api_pb2.MountGetOrCreateResponse(mount_id=f"mo-{key}",
+                                                handle_metadata=api_pb2.MountHandleMetadata(content_checksum_sha256_hex=key))
+
+    def _m_VolumeGetOrCreate(self, req):
+        vid = self.volumes.setdefault(req.deployment_name, self._id("vo"))
+        return api_pb2.VolumeGetOrCreateResponse(volume_id=vid, metadata=api_pb2.VolumeMetadata(
+            name=req.deployment_name, version=api_pb2.VOLUME_FS_VERSION_V1))
+
+    def _m_VolumeDelete(self, req):
+        for name, vid in list(self.volumes.items()):
+            if vid == req.volume_id:
+                del self.volumes[name]
+        from google.protobuf import empty_pb2
+        return empty_pb2.Empty()
+
+    def _m_FunctionCreate(self, req):
+        fid = req.existing_function_id or self._id("fu")  # the id FunctionPrecreate gave
+        self.functions[fid] = req.function
+        rep = api_pb2.FunctionCreateResponse(function_id=fid, handle_metadata=api_pb2.FunctionHandleMetadata(
+            function_name=req.function.function_name))
+        fd = api_pb2.FunctionData(module_name=req.function.module_name, function_name=req.function.function_name,
+                                  function_type=req.function.function_type, timeout_secs=req.function.timeout_secs)
+        fd.ranked_functions.append(api_pb2.FunctionData.RankedFunction(rank=0, function=req.function))
+        rep.function_data.CopyFrom(fd)
+        return rep
+
+    def _m_FunctionMap(self, req):
+        fc = self._id("fc")
+        self.function_calls[fc] = Call(fc, self.functions[req.function_id], self.root / "calls" / fc)
+        self.call_app[fc] = req.function_id
+        return api_pb2.FunctionMapResponse(function_call_id=fc)
+
+    def _m_FunctionPutInputs(self, req):
+        call = self.function_calls[req.function_call_id]
+        item = req.inputs[0]
+        self._start(call, item.input)
+        return api_pb2.FunctionPutInputsResponse(inputs=[api_pb2.FunctionPutInputsResponseItem(
+            idx=item.idx, input_id=self._id("in"))])
+
+    def _m_FunctionGetOutputs(self, req):
+        call = self.function_calls[req.function_call_id]
+        if call.status is None:
+            return api_pb2.FunctionGetOutputsResponse(num_unfinished_inputs=1)
+        result = GR(status=call.status, exception=call.exception)
+        if call.status == GR.GENERIC_STATUS_SUCCESS:
+            result.data = call.result
+        item = api_pb2.FunctionGetOutputsItem(result=result, data_format=api_pb2.DATA_FORMAT_PICKLE, idx=0)
+        return api_pb2.FunctionGetOutputsResponse(outputs=[item], num_unfinished_inputs=0)
+
+    def _m_FunctionCallCancel(self, req):
+        call = self.function_calls[req.function_call_id]
+        if call.status is None:
+            call.status, call.exception = GR.GENERIC_STATUS_TERMINATED, "Input was cancelled by user"
+            self._kill(call)
+        from google.protobuf import empty_pb2
+        return empty_pb2.Empty()
+
+    def _m_FunctionCallFromId(self, req):
+        fid = self.call_app.get(req.function_call_id, "")
+        return api_pb2.FunctionCallFromIdResponse(function_call_id=req.function_call_id, num_inputs=1,
+                                                  metadata=api_pb2.FunctionCallHandleMetadata(app_id="ap-logs",
+                                                                                              function_id=fid))
+
+    def _lines(self, req) -> list[tuple[float, str]]:
+        call = self.function_calls.get(req.function_call_id)
+        if call is None:
+            return []
+        lo, hi = req.since.ToSeconds() if req.HasField("since") else 0, req.until.ToSeconds() + 1 \
+            if req.HasField("until") else 1e18
+        return [(t, s) for t, s in list(call.logs) if lo <= t <= hi]
+
+    def _m_AppCountLogs(self, req):
+        rep = api_pb2.AppCountLogsResponse()
+        size = max(int(req.bucket_secs or 60), 1)
+        counts: dict[int, int] = {}
+        for t, _ in self._lines(req):
+            start = int(t // size * size)
+            counts[start] = counts.get(start, 0) + 1
+        for start in sorted(counts):
+            b = rep.buckets.add(stdout_logs=counts[start])
+            b.bucket_start_at.FromSeconds(start)
+        return rep
+
+    def _m_AppFetchLogs(self, req):
+        rep = api_pb2.AppFetchLogsResponse()
+        lines = self._lines(req)
+        if lines:
+            batch = rep.batches.add(task_id="ta-1", entry_id=str(len(lines)))
+            for i, (t, text) in enumerate(lines):
+                item = batch.items.add(data=text, file_descriptor=api_pb2.FILE_DESCRIPTOR_STDOUT,
+                                        function_call_id=req.function_call_id)
+                item.timestamp, item.timestamp_ns = t, int(t * 1e9)
+        return rep
+
+    # -- running a function -------------------------------------------------------------------
+
+    def _start(self, call: Call, inp) -> None:
+        fs = call.root / "fs"
+        fn = call.function
+        for mid in fn.mount_ids:
+            for remote, sha in self.mounts.get(mid, []):
+                dest = fs / remote.lstrip("/")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(self.files[sha])
+        for vm in fn.volume_mounts:
+            store = self.root / "volumes" / vm.volume_id
+            store.mkdir(parents=True, exist_ok=True)
+            link = fs / vm.mount_path.lstrip("/")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists():
+                link.symlink_to(store, target_is_directory=True)
+        if inp.data_format == api_pb2.DATA_FORMAT_CBOR:
+            import cbor2
+
+            args = cbor2.loads(inp.args)
+        else:
+            args = pickle.loads(inp.args)
+        src, dst = call.root / "input.pkl", call.root / "output.pkl"
+        src.write_bytes(pickle.dumps(tuple(args)))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MODAL_", "GPU_ROUTER_"))}
+        call.proc = subprocess.Popen(
+            [sys.executable, "-c", RUNNER, str(fs / "root"), fn.module_name, fn.function_name, str(src), str(dst)],
+            cwd=fs / "root", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        threading.Thread(target=self._watch, args=(call, dst), daemon=True).start()
+
+    def _watch(self, call: Call, dst: Path) -> None:
+        proc = call.proc
+        timeout = call.function.timeout_secs or 300
+        timer = threading.Timer(timeout, self._timeout, args=(call,))
+        timer.start()
+        for raw in proc.stdout:
+            call.logs.append((time.time(), raw.decode("utf-8", "replace")))
+        proc.wait()
+        timer.cancel()
+        if call.status is not None:
+            return
+        try:
+            kind, value = pickle.loads(dst.read_bytes())
+        except (OSError, EOFError, pickle.UnpicklingError):
+            kind, value = "err", f"the container exited with status {proc.returncode}"
+        if kind == "ok":
+            call.result, call.status = pickle.dumps(value), GR.GENERIC_STATUS_SUCCESS
+        else:
+            call.exception, call.status = value, GR.GENERIC_STATUS_FAILURE
+
+    def _timeout(self, call: Call) -> None:
+        if call.status is None:
+            call.status, call.exception = GR.GENERIC_STATUS_TIMEOUT, \
+                f"Function timed out after {call.function.timeout_secs}s"
+            self._kill(call)
+
+    @staticmethod
+    def _kill(call: Call) -> None:
+        """Every process of the call's session (the launcher leads a group of its own inside
+        it), as Modal stopping the container would."""
+        if call.proc is None:
+            return
+        sid = call.proc.pid
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.getsid(int(entry)) == sid:
+                        os.kill(int(entry), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
