@@ -60,6 +60,9 @@ def test_a_job_runs_on_modal_comes_home_and_an_unchanged_resubmit_uploads_nothin
     assert md["kind"] == "modal" and md["gpu"] == "1x T4" and md["price_per_hour"] == 0.5904
     assert md["offer_prices"]["H100"] == 3.9492 and md["details"]["prices"]["as_of"]
     assert md["max_hours"] == pytest.approx(19.07, abs=0.01)
+    listing = run_gpu("targets", env={"COLUMNS": "200"}).stdout  # the price table, dated, in text too
+    assert "md per hour (https://modal.com/pricing, as of" in listing
+    assert "T4 $0.59" in listing and "H100 $3.95" in listing and "B200* $6.25" in listing
 
     project = copy_example(tmp_path / "quickstart")
     plan = gpu_json("plan", "--hours", "0.1", "--provider", "md", "--vram-gb", "60", cwd=project)["plan"]
@@ -76,6 +79,9 @@ def test_a_job_runs_on_modal_comes_home_and_an_unchanged_resubmit_uploads_nothin
     assert result["steps"] == 60
     assert gpu_json("metrics", short)["metrics"]["loss"]["points"] == 60
     assert "done: w=" in run_gpu("logs", short).stdout
+    fetch = run_gpu("fetch", short, "outputs/", cwd=project)  # the container is gone: said, with the fix
+    assert fetch.returncode == 2 and "keeps nothing of a job's working folder" in fetch.stderr
+    assert "outputs:" in fetch.stderr
 
     (fn,) = modal_fake.requests("FunctionCreate")
     f = fn.function

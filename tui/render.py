@@ -310,4 +310,16 @@ def targets_table(infos: list) -> Any:
                   else markup("[red]{why}[/]", why=i.why_unavailable or "unavailable"))
         _row(table, i.name, i.kind, i.gpu_label, f"{i.vram_gb:g} GB" if i.gpus else "-",
              status, ", ".join(quota) or "unlimited", money(i.price_per_hour), f"{i.running}/{i.max_jobs}")
-    return table
+    notes = [_price_line(i) for i in infos if i.offer_prices]
+    return _group(table, *notes) if notes else table
+
+
+def _price_line(info: Any) -> Any:
+    """A target that prices each GPU on its own (Modal): the table it prices by, dated."""
+    prices = (info.details or {}).get("prices") or {}
+    unverified = set(prices.get("unverified") or [])
+    listed = ", ".join(f"{gpu}{'*' * (gpu in unverified)} ${price:.2f}" for gpu, price in info.offer_prices.items())
+    source = f" ({prices['source']}, as of {prices['as_of']})" if prices.get("source") else ""
+    mark = "; * not re-verified" if unverified else ""
+    return markup("[dim]{name} per hour{source}{mark}:[/] {listed}", name=info.name, source=source,
+                  mark=mark, listed=listed)

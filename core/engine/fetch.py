@@ -60,9 +60,14 @@ def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
     target = cfg.targets.get(job.provider)
     providers = registry.build(cfg)
     provider = providers.get(job.provider)
-    if provider is None or not hasattr(provider, "fetch_paths"):
+    if provider is None:
         raise UserError(f"target {job.provider!r} of job {job.short_id} is no longer configured",
                         fix="add it again (`gpu targets add ...`) to reach its files")
+    if not hasattr(provider, "fetch_paths"):
+        raise UserError(f"a {provider.kind} target keeps nothing of a job's working folder once the "
+                        f"job ends (its container is gone), so job {job.short_id}'s undeclared files "
+                        "cannot be fetched", fix="declare such files with `outputs:` in gpu.yaml (or "
+                        "write them to gpu.output_dir()) so they come home when the job ends")
     caps = OutputCaps.from_options(target.options if target is not None else None)
     dest = runs_folder(job)
     fd, name = tempfile.mkstemp(prefix=".fetch-", suffix=".tar.gz", dir=paths.home())

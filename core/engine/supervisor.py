@@ -234,6 +234,8 @@ class Supervisor:
         elif poll.phase == "provisioning" and poll.detail and poll.detail != job.reason:
             self.store.update(job.id, reason=poll.detail)  # why it waits: "queued: Resources"
         elif poll.phase in ("exited", "lost", "cancelled"):
+            if hasattr(provider, "sync_log"):  # what it wrote between the mirror above and its end
+                await provider.sync_log(job)
             await self._ingest_metrics(self.store.get(job.id), provider)
             await self._finish(self.store.get(job.id), provider, poll)
         elif poll.phase == "running":
