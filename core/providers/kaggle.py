@@ -511,6 +511,7 @@ class KaggleProvider:
         except ValueError:
             entries = [{"data": raw}]
         text = "".join(str(e.get("data", "")) for e in entries if isinstance(e, dict))
+        text = text[: text.rfind("\n") + 1]  # a line still being written is read next time
         lines, metrics = [], []
         for line in text.splitlines():
             (metrics if line.startswith(METRIC_MARK) else lines).append(line.removeprefix(METRIC_MARK))

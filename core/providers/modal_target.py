@@ -392,16 +392,23 @@ class ModalProvider:
 
         if not job.handle.get("call_id"):
             return
-        call = modal.FunctionCall.from_id(job.handle["call_id"], client=self.client())
-        since = datetime.fromtimestamp(float(job.handle.get("launched_at") or time.time()) - 120, timezone.utc)
-        text = "".join(e.message for e in call.logs.fetch(since=since))
-        lines, metrics = [], []
-        for line in text.splitlines():
-            (metrics if line.startswith(METRIC_MARK) else lines).append(line.removeprefix(METRIC_MARK))
+        done = self._results.get((job.id, job.attempt))
+        if done and done[0] == "done" and isinstance(done[1], dict) and "metrics" in done[1]:
+            # ended: the result holds this attempt's log and metric rows whole
+            bodies = {"log": bytes(done[1].get("log") or b""), "metrics": bytes(done[1].get("metrics") or b"")}
+        else:
+            call = modal.FunctionCall.from_id(job.handle["call_id"], client=self.client())
+            since = datetime.fromtimestamp(float(job.handle.get("launched_at") or time.time()) - 120, timezone.utc)
+            text = "".join(e.message for e in call.logs.fetch(since=since))
+            text = text[: text.rfind("\n") + 1]  # a line still being written is read next time
+            lines, metrics = [], []
+            for line in text.splitlines():
+                (metrics if line.startswith(METRIC_MARK) else lines).append(line.removeprefix(METRIC_MARK))
+            bodies = {name: ("\n".join(rows) + "\n").encode() if rows else b""
+                      for name, rows in (("log", lines), ("metrics", metrics))}
         d = self.local_dir(job) / "modal"
         d.mkdir(parents=True, exist_ok=True)
-        for name, rows in (("log", lines), ("metrics", metrics)):
-            body = ("\n".join(rows) + "\n").encode() if rows else b""
+        for name, body in bodies.items():
             path = d / f"{job.attempt}.{name}"
             if not path.exists() or path.stat().st_size < len(body):
                 tmp = path.with_suffix(".part")

@@ -98,6 +98,8 @@ def run(spec: dict) -> dict:
     spec_path = os.path.join(spec["attempt_dir"], "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
+    starts = {key: _size(path) for key, path in (("log", spec["log"]),
+                                                  ("metrics", spec["env"]["GPU_ROUTER_METRICS_FILE"]))}
     stop = threading.Event()
     followers = [threading.Thread(target=_follow, args=(spec["log"], stop), daemon=True),
                  threading.Thread(target=_follow, args=(spec["env"]["GPU_ROUTER_METRICS_FILE"], stop,
@@ -128,5 +130,26 @@ def run(spec: dict) -> dict:
     except (OSError, ValueError):
         exit_doc = {}
     ended_for_time = asked and exit_doc.get("code") in (0, None)
+    # this attempt's log and metric rows whole: the call's log stream may still be catching up
+    # when its result is there, and the result is what the supervisor reads last
+    appended = {key: _tail(path, starts[key]) for key, path in
+                (("log", spec["log"]), ("metrics", spec["env"]["GPU_ROUTER_METRICS_FILE"]))}
     return {"code": launcher.returncode, "exit": exit_doc, "time_signal": asked,
-            "outputs": b"" if ended_for_time else _pack(os.path.join(job, "out"))}
+            "outputs": b"" if ended_for_time else _pack(os.path.join(job, "out")), **appended}
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _tail(path: str, start: int, cap: int = 32 << 20) -> bytes:
+    """What `path` gained since `start`, at most `cap` bytes (the last of them)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(start, _size(path) - cap))
+            return f.read(cap)
+    except OSError:
+        return b""
