@@ -239,6 +239,28 @@ def restore_local(job_id: str, dest: Path) -> bool:
     return True
 
 
+def settle(job_id: str, outputs: Path) -> str | None:
+    """The job ended: its last checkpoint becomes an output (`runs/<id>/checkpoint/`), moved
+    there rather than copied where home and the project share a disk. Returns a note when it
+    could not be kept."""
+    src = home_dir(job_id)
+    if manifest(job_id) is None:
+        discard(job_id)
+        return None
+    dest = outputs / "checkpoint"
+    note = None
+    try:
+        if dest.exists():
+            note = f"the last checkpoint was not kept: {dest} already holds the job's own files"
+        else:
+            outputs.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(src), str(dest))
+    except OSError as exc:
+        note = f"the last checkpoint could not be kept in {dest}: {exc}"
+    discard(job_id)
+    return note
+
+
 def discard(job_id: str) -> None:
     """The job ended: its checkpoint now lives with its outputs or is cleaned by the caps."""
     shutil.rmtree(home_dir(job_id), ignore_errors=True)

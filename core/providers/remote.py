@@ -595,8 +595,10 @@ printf '%s\\n' "$py"
             sent = await self.transport.put_file(archive, remote_archive)
         finally:
             archive.unlink(missing_ok=True)
-        line = (f'rm -rf "$J/ckpt"; mkdir -p "$J/ckpt"; tar -xzf {quote(remote_archive)} -C "$J/ckpt"; '
-                f'rm -f {quote(remote_archive)}; rm -f "$J/.ckpt-hashes.json"')
+        # never under an attempt that started (a restarted supervisor preparing it again)
+        line = (f'if [ ! -e "$A/started" ]; then rm -rf "$J/ckpt"; mkdir -p "$J/ckpt"; '
+                f'tar -xzf {quote(remote_archive)} -C "$J/ckpt"; rm -f "$J/.ckpt-hashes.json"; fi; '
+                f'rm -f {quote(remote_archive)}')
         return line, sent
 
     # -- probing ----------------------------------------------------------------------------

@@ -99,6 +99,9 @@ def log(step: int | None = None, **metrics: float) -> None:
     if step is not None:
         row["step"] = int(step)
     row.update(_numbers(metrics))
+    bad = _nonfinite(metrics)
+    if bad:
+        row["nonfinite"] = bad  # kill rules (nan_metric) see them; they are never stored as numbers
     row = _without_secrets(row)
     if row is not None:
         _append(row)
@@ -117,6 +120,19 @@ def _numbers(metrics: dict) -> dict[str, float]:
             continue  # only numbers are metrics; ignore the rest rather than crash a run
         if math.isfinite(number):
             out[key] = number  # nan and inf are not stored: JSON has no number for them
+    return out
+
+
+def _nonfinite(metrics: dict) -> dict[str, str]:
+    """The metrics whose value is a float NaN or infinity, as text ("nan", "inf", "-inf")."""
+    out: dict[str, str] = {}
+    for key, value in metrics.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if not math.isfinite(number) and _redact.metric_key_ok(key):
+            out[key] = str(number)
     return out
 
 
