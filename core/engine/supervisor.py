@@ -47,7 +47,7 @@ IDLE_EXIT_S = 60.0
 MIGRATE_RETRY_S = 15.0  # a moving job with no target that fits plans again this often
 RULES_EVERY_S = 5.0  # kill rules that read a metric's history look this often
 # what a job's handle keeps from one attempt to the next (counters, and where it came from)
-CARRIED = ("resumes", "retries", "migrations", "migrated_from", "restore_checkpoint")
+CARRIED = ("resumes", "retries", "migrations", "migrated_from", "restore_checkpoint", "log_base")
 
 
 # -- the loop ------------------------------------------------------------------------------
@@ -360,7 +360,8 @@ class Supervisor:
         if moved.state == State.AWAITING_APPROVAL:
             # the hold keeps where it came from; the approval resumes it through _launch
             self.store.update(job.id, handle={**_carried(job.handle), "migrations": moves + 1,
-                                              "migrated_from": src, "restore_checkpoint": ckpt is not None})
+                                              "migrated_from": src, "moving": True,
+                                              "restore_checkpoint": ckpt is not None})
             return
         if moved.cancel_requested or self.store.get(job.id).cancel_requested:
             self.store.transition(job.id, State.CANCELLED, "cancelled while it was moving")
@@ -376,9 +377,11 @@ class Supervisor:
         text = f"migrating from {src} to {provider.name}: {why}, {start}"
         job = self.store.transition(
             job.id, State.PROVISIONING, text, expect=[State.MIGRATING], attempt=job.attempt + 1,
-            exit_code=None, data={"from": src, "to": provider.name, "why": why, "checkpoint": ckpt},
+            exit_code=None, metrics_offset=0,  # the new target's metrics file starts empty
+            data={"from": src, "to": provider.name, "why": why, "checkpoint": ckpt},
             handle={**_carried(job.handle), "migrations": moves + 1, "migrated_from": src,
-                    "restore_checkpoint": ckpt is not None, "resumes": 0})
+                    "restore_checkpoint": ckpt is not None, "resumes": 0,
+                    "log_base": _log_mark(job, f"moved from {src} to {provider.name}: {why}")})
         await self._start_attempt(job, provider)
 
     def _abandon(self, job: Job, target: str) -> None:
@@ -406,12 +409,16 @@ class Supervisor:
             return
         carried = _carried(job.handle)  # a job moved here after an approval keeps its counters
         text = f"placed on {provider.name}"
-        if carried.get("migrated_from"):
+        if job.handle.get("moving"):
             ckpt = checkpoints.summary(job.id) if carried.get("restore_checkpoint") else None
             text = (f"migrating from {carried['migrated_from']} to {provider.name} (approved), from "
                     + (checkpoints.describe(ckpt) if ckpt else "the beginning"))
+        moved = {}
+        if job.handle.get("moving"):  # held while it moved, now approved: it starts afresh there
+            moved = {"metrics_offset": 0}
+            carried["log_base"] = _log_mark(job, f"moved from {carried['migrated_from']} to {provider.name}")
         job = self.store.transition(job.id, State.PROVISIONING, text, expect=[State.ROUTING],
-                                    attempt=job.attempt + 1, handle=carried, exit_code=None)
+                                    attempt=job.attempt + 1, handle=carried, exit_code=None, **moved)
         await self._start_attempt(job, provider)
 
     async def _start_attempt(self, job: Job, provider: Any) -> None:
@@ -575,6 +582,7 @@ class Supervisor:
             dst, reason = State.FAILED, (f"exited with status {poll.exit_code}"
                                          + (f": {poll.detail}" if poll.detail else ""))
         notes = await bring_home(self.store, job, provider)
+        await self._mirror(job, provider, force=True)  # its last checkpoint, kept as an output
         kept = await asyncio.to_thread(checkpoints.settle, job.id, Path(job.outputs_dir))
         if kept:
             notes = [*notes, kept]
@@ -670,6 +678,16 @@ class Supervisor:
 
 def _carried(handle: dict) -> dict:
     return {k: handle[k] for k in CARRIED if k in handle}
+
+
+def _log_mark(job: Job, text: str) -> int:
+    """A line in the job's log saying it moved; returns the log's size after it, where the
+    new target's own log begins in the local mirror (RemoteProvider.sync_log)."""
+    path = paths.jobs_dir() / job.id / "job.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        f.write(f"\n[gpu-router] {printable(text)}\n".encode())
+        return f.tell()
 
 
 def _ago(seconds: float) -> str:

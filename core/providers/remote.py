@@ -466,6 +466,8 @@ printf '%s\\n' "$py"
             offset = local.stat().st_size
         except FileNotFoundError:
             offset = 0
+        # a job moved here: the local mirror holds the earlier targets' logs up to log_base
+        offset = max(0, offset - int(job.handle.get("log_base") or 0))
         try:
             await self.remote()
             data, _ = await self.transport.read_from(f"{self.job_dir(job)}/job.log", offset, LOG_CHUNK)
