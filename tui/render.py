@@ -115,9 +115,10 @@ def jobs_table(jobs: list, width: int | None = None) -> Any:
 
 
 def status_panel(job, events: list, metrics: dict, verbose: bool = False,
-                 usage: dict | None = None) -> Any:
+                 usage: dict | None = None, checkpoint: dict | None = None) -> Any:
     """One job; `verbose` adds every event (not the last 12), every setting, the plan and the
-    bundle report. `usage` is `estimate_and_actual`: hours and cost, expected and taken."""
+    bundle report. `usage` is `estimate_and_actual`: hours and cost, expected and taken;
+    `checkpoint` the last complete checkpoint at home (core.engine.checkpoints.summary)."""
     from rich.table import Table
 
     info = Table.grid(padding=(0, 2))
@@ -140,6 +141,9 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
         rows.append(("usage", took_text(usage)))
     if job.exit_code is not None:
         rows.append(("exit code", str(job.exit_code)))
+    if checkpoint:
+        rows.append(("checkpoint", f"{checkpoint_text(checkpoint)} from {checkpoint.get('target') or '-'} "
+                                   f"(attempt {checkpoint.get('attempt') or '-'})"))
     rows += tracked_rows(job, None if verbose else CONFIG_SHOWN)
     for k, v in rows:
         _row(info, k, v)
@@ -159,6 +163,13 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
                   markup("[bold]bundle[/]"),
                   bundle_panel(job.bundle)]
     return _group(*parts)
+
+
+def checkpoint_text(info: dict) -> str:
+    """"checkpoint 3, 1.2 MB, 40 s old": the last checkpoint at home."""
+    from core.engine.checkpoints import describe
+
+    return describe(info)
 
 
 CONFIG_SHOWN = 20  # settings listed by `gpu status` without --verbose

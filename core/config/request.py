@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.errors import UserError, shorten
+from core.planning import killrules
 
 PROJECT_FILE = "gpu.yaml"
 # `\Z`, not `$`: `$` also matches before a final newline, which would let "gpu\n" through
@@ -198,6 +199,11 @@ class JobRequest:
     partition: str | None = None
     modules: list[str] = field(default_factory=list)
     container: str | None = None
+    # what happens when a session ends or the job fails (core.engine.supervisor)
+    restart: str = "never"  # "allow": a job with no checkpoint may start again from the top
+    retry_on_exit_codes: list[int] = field(default_factory=list)
+    max_retries: int = 1
+    kill_rules: list[dict] = field(default_factory=list)  # core.planning.killrules, as JSON
 
     def resources(self) -> dict[str, Any]:
         """The scheduler resources that were asked for (none: an empty dict)."""
@@ -442,6 +448,29 @@ def _request_id(v: Any) -> str:
     return v
 
 
+def _restart(v: Any) -> str:
+    if v not in ("allow", "never"):
+        raise ValueError("allow (a job with no checkpoint may start again from the beginning "
+                         "when it moves) or never")
+    return v
+
+
+MAX_RETRY_CODES = 10
+
+
+def _exit_codes(v: Any) -> list[int]:
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = [v]
+    if not isinstance(v, list) or len(v) > MAX_RETRY_CODES or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 255 for c in v):
+        raise ValueError(f"a list of at most {MAX_RETRY_CODES} exit codes from 1 to 255, e.g. [75]")
+    return sorted(set(v))
+
+
+def _kill_rules(v: Any) -> list[dict]:
+    return killrules.to_json(killrules.parse(v))
+
+
 SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "script": (_script, "the script to run, e.g. train.py, or a command line like `bash run.sh`"),
     "args": (_args, "arguments for the script, a list of strings"),
@@ -468,6 +497,13 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "partition": (_safe_value, "the Slurm partition or PBS queue, e.g. gpu"),
     "modules": (_modules, "environment modules to load first, e.g. [cuda/12.1]"),
     "container": (_safe_value, "an Apptainer/Singularity image to run the job in"),
+    "restart": (_restart, "allow or never (the default): whether a job that moves to another target "
+                          "with no checkpoint at home starts again from the beginning"),
+    "retry_on_exit_codes": (_exit_codes, "exit codes that mean 'try again', e.g. [75]; any other "
+                                         "non-zero exit fails the job"),
+    "max_retries": (_whole(1, 3), "how many times a listed exit code is retried (1 to 3, default 1)"),
+    "kill_rules": (_kill_rules, "rules that stop the job, added to your own: nan_metric, "
+                                "no_improvement, gpu_util_below, over_budget (see the README)"),
 }
 
 RESOURCE_KEYS = ("cpus", "gpus", "memory_gb", "time_minutes", "partition", "modules", "container")

@@ -26,11 +26,14 @@ HOST_RE = re.compile(r"^[A-Za-z0-9._:%-]{1,253}\Z")
 USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,255}\$?\Z")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
-COMMON = {"host", "port", "user", "key", "known_hosts", "root", "python", "connect_timeout_s",
-          "probe_ttl_s", "max_output_bytes", "max_output_files", "cache_cap_gb"}
+# timing options: how long a connection may take, how long a probe is trusted, and how long a
+# host may stay unreachable before the job's session counts as lost (it then moves elsewhere)
+TIMING = {"connect_timeout_s", "probe_ttl_s", "unreachable_grace_s"}
+COMMON = {"host", "port", "user", "key", "known_hosts", "root", "python", "max_output_bytes",
+          "max_output_files", "cache_cap_gb"} | TIMING
 SCHEDULER = {"local", "partition", "account", "modules", "container", "container_runtime",
              "container_python", "cpus", "gpus_per_job", "memory_gb", "time_minutes", "env",
-             "pass_secrets", "signal_lead_s", "pbs_flavor"}
+             "pass_secrets", "signal_lead_s", "pbs_flavor", "requeue"}
 ALLOWED = {"ssh": COMMON, "slurm": COMMON | SCHEDULER, "pbs": COMMON | SCHEDULER}
 
 
@@ -147,7 +150,7 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
             _fail(f"targets.{name}.modules must be a list of module names like cuda/12.1", where)
     for key, whole in (("cpus", True), ("gpus_per_job", True), ("time_minutes", True),
                        ("memory_gb", False), ("connect_timeout_s", False), ("probe_ttl_s", False),
-                       ("cache_cap_gb", False),
+                       ("unreachable_grace_s", False), ("cache_cap_gb", False),
                        ("signal_lead_s", True)):
         value = options.get(key)
         if value is None:
@@ -165,6 +168,7 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
                                                 and isinstance(v, (str, int, float))
                                                 and "\x00" not in str(v) for k, v in env.items()):
             _fail(f"targets.{name}.env must map NAME: value (for the scheduler's commands)", where)
-    if "pass_secrets" in options and not isinstance(options["pass_secrets"], bool):
-        _fail(f"targets.{name}.pass_secrets must be true or false", where)
+    for key in ("pass_secrets", "requeue"):
+        if key in options and not isinstance(options[key], bool):
+            _fail(f"targets.{name}.{key} must be true or false", where)
     return options

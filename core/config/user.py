@@ -15,6 +15,8 @@ stricter than the defaults; a looser value is an error that says so.
       overrun_factor: 1.25        # a job running this far past its hours is stopped for approval
       checkpoint_grace_s: 60      # how long a stopped job gets to save before it is killed
       approve_everything: false   # true: every job waits for a person
+      max_migrations: 3           # moves of one job to another target when its session ends
+      kill_rules: [{nan_metric: true}]  # see core/planning/killrules.py; gpu.yaml adds more
     budget:
       per_job: 5.0                # dollars; a dearer job waits
       weekly: 20.0                # dollars over the last 7 days, all targets
@@ -40,6 +42,7 @@ from core import paths
 from core.config.request import ENV_NAME_RE, NAME_RE
 from core.config.targetopts import check_output_caps, validate
 from core.errors import UserError, shorten
+from core.planning import killrules
 
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs", "kaggle", "modal")
 SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals")
@@ -59,6 +62,8 @@ class Rules:
     approve_everything: bool = False
     budget_per_job: float | None = None
     budget_weekly: float | None = None
+    max_migrations: int = 3  # moves to another target per job (core.engine.supervisor)
+    kill_rules: list = field(default_factory=list)  # core.planning.killrules.Rule
 
 
 # (key, default, "stricter" means: "lower" or "true")
@@ -67,6 +72,7 @@ _RULE_LIMITS = {
     "quota_fraction": (0.5, "lower"),
     "overrun_factor": (1.25, "lower"),
     "checkpoint_grace_s": (600.0, "lower"),
+    "max_migrations": (10, "lower"),
 }
 
 
@@ -190,9 +196,17 @@ def load() -> UserConfig:
                 raise UserError("rules.approve_everything must be true or false", where=where)
             rules.approve_everything = value
             continue
+        if key == "kill_rules":
+            try:
+                rules.kill_rules = killrules.parse(value)
+            except ValueError as exc:
+                raise UserError(f"rules.kill_rules: {exc}", where=where,
+                                fix="kill_rules:\n    - nan_metric: true\n    - no_improvement: "
+                                    "{metric: val/loss, minutes: 30, mode: min}") from None
+            continue
         if key not in _RULE_LIMITS:
             raise UserError(f"unknown rule {shorten(key)}", where=where,
-                            fix=f"rules: {', '.join([*_RULE_LIMITS, 'approve_everything'])}")
+                            fix=f"rules: {', '.join([*_RULE_LIMITS, 'approve_everything', 'kill_rules'])}")
         limit, _ = _RULE_LIMITS[key]
         number = _number(value, where, f"rules.{key}", allow_zero=key == "checkpoint_grace_s")
         if number > limit:
@@ -200,6 +214,10 @@ def load() -> UserConfig:
                             where=where, fix="rules can only be made stricter than the defaults")
         if key == "overrun_factor" and number < 1:
             raise UserError("rules.overrun_factor must be 1 or more", where=where)
+        if key == "max_migrations":
+            if number != int(number):
+                raise UserError("rules.max_migrations must be a whole number", where=where)
+            number = int(number)
         setattr(rules, key, number)
     budget = _section(raw, "budget", where, "budget:\n  per_job: 5.0")
     if set(budget) - {"per_job", "weekly"}:

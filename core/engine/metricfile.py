@@ -28,6 +28,7 @@ class Parsed:
     last: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)  # merged, later rows win
     final: dict[str, float] = field(default_factory=dict)  # merged summary rows
+    nonfinite: dict[str, float] = field(default_factory=dict)  # metric -> ts it was NaN/inf
 
 
 def number(value: Any) -> float | None:
@@ -39,6 +40,12 @@ def number(value: Any) -> float | None:
     except OverflowError:
         return None
     return out if math.isfinite(out) else None
+
+
+def _is_nonfinite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return isinstance(value, str) and value.strip().lower() in ("nan", "inf", "-inf", "infinity", "-infinity")
 
 
 def setting(value: Any) -> tuple[bool, Any]:
@@ -69,6 +76,9 @@ def parse_rows(data: bytes) -> Parsed:
         step = int(step) if step is not None and abs(step) < 2 ** 63 else None
         ts = number(doc.pop("ts", None))
         ts = time.time() if ts is None else ts
+        bad = doc.pop("nonfinite", None)
+        if isinstance(bad, dict):
+            out.nonfinite.update({k: ts for k in bad if isinstance(k, str) and metric_key_ok(k)})
         for name, kind in (("config", "config"), ("summary", "summary"), ("metrics", "metrics")):
             part = doc.get(name)
             if not isinstance(part, dict):
@@ -86,6 +96,8 @@ def parse_rows(data: bytes) -> Parsed:
                 doc.update(part)  # grouped metrics are metrics like the flat ones
         for key, value in doc.items():
             n = number(value)
+            if n is None and _is_nonfinite(value) and metric_key_ok(key):
+                out.nonfinite[key] = ts  # NaN written by a script's own json.dumps, or as text
             if n is None or not metric_key_ok(key):
                 continue
             out.rows.append((step, key, n, ts))

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from core import paths
 from core.config.request import JobRequest
+from core.engine import checkpoints
 from core.engine.states import LAUNCHED, TERMINAL, State
 from core.engine.store import Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
@@ -254,15 +255,21 @@ def request_from_json(doc: dict) -> JobRequest:
     return JobRequest(**fields)
 
 
-def replan(store: Store, job: Job, why: str) -> Job:
-    """Route a placed-but-not-started job again; a plan that changed needs a new approval."""
+def replan(store: Store, job: Job, why: str, exclude: dict[str, str] | None = None) -> Job:
+    """Route a job again (placed but not started, or moving after its session ended); a plan
+    that changed needs a new approval. `exclude` names targets not to use, with why."""
     from core.config import user as userconfig
     from core.engine import targets
     from core.planning.plan import digest
 
     cfg = userconfig.load()
     req = request_from_json(job.request)
-    chosen = route(req, targets.infos(store, cfg))
+    infos = targets.infos(store, cfg)
+    for name, reason in (exclude or {}).items():
+        if name in infos:
+            infos[name].available = False
+            infos[name].why_unavailable = reason
+    chosen = route(req, infos)
     plan = {**job.plan, "target": chosen.target, "gpu": chosen.gpu, "reasons": chosen.reasons,
             "passed_over": chosen.passed_over}
     plan.pop("offer", None)
@@ -408,6 +415,9 @@ def job_report(store: Store, job: Job, verbose: bool = False) -> dict[str, Any]:
         if value or verbose:
             doc[key] = value
     doc.update(estimate_and_actual(store, job))
+    ckpt = checkpoints.summary(job.id)
+    if ckpt is not None:
+        doc["checkpoint"] = ckpt  # the last complete checkpoint at home: age_s, bytes, files
     return doc
 
 

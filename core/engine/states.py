@@ -33,7 +33,9 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     S.PROVISIONING: frozenset({S.RUNNING, S.MIGRATING, S.DONE, S.FAILED, S.CANCELLED}),
     S.RUNNING: frozenset({S.CHECKPOINTING, S.MIGRATING, S.AWAITING_APPROVAL, S.DONE, S.FAILED, S.CANCELLED}),
     S.CHECKPOINTING: frozenset({S.RUNNING, S.MIGRATING, S.AWAITING_APPROVAL, S.DONE, S.FAILED, S.CANCELLED}),
-    S.MIGRATING: frozenset({S.PROVISIONING, S.ROUTING, S.FAILED, S.CANCELLED}),
+    # a moved job is planned again: it starts on its new target, or waits for a person when
+    # the new plan needs approval
+    S.MIGRATING: frozenset({S.PROVISIONING, S.ROUTING, S.AWAITING_APPROVAL, S.FAILED, S.CANCELLED}),
     S.DONE: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),

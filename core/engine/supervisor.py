@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from core import paths
@@ -23,10 +24,12 @@ from core.display.sanitize import printable
 from core.engine.daemon import try_lock
 from core.engine import storage
 from core.engine.metricfile import parse_metrics, parse_rows  # noqa: F401 - parse_metrics lived here
+from core.engine import checkpoints
 from core.engine.service import bring_home, hold, replan, write_job_json
 from core.engine.states import ACTIVE, LAUNCHED, SUPERVISED, State
 from core.engine.store import Job, Store
 from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
+from core.planning import killrules
 from core.planning.plan import digest
 from core.planning.usage import job_hours
 from core.providers import registry
@@ -41,6 +44,10 @@ CANCEL_GRACE_S = 10.0
 UNREACHABLE_GRACE_S = 600.0  # a host away longer than this has lost the job's session
 MAX_RESUMES = 3  # session ends (time limits, preemption) resumed on the same target
 IDLE_EXIT_S = 60.0
+MIGRATE_RETRY_S = 15.0  # a moving job with no target that fits plans again this often
+RULES_EVERY_S = 5.0  # kill rules that read a metric's history look this often
+# what a job's handle keeps from one attempt to the next (counters, and where it came from)
+CARRIED = ("resumes", "retries", "migrations", "migrated_from", "restore_checkpoint", "log_base")
 
 
 # -- the loop ------------------------------------------------------------------------------
@@ -61,6 +68,9 @@ class Supervisor:
         self.verified: set[str] = set()
         self.stopping = False
         self._gc_task: asyncio.Task | None = None
+        self._mirrored: dict[str, float] = {}  # job id -> when its checkpoint was last looked at
+        self._rules_at: dict[str, float] = {}  # job id -> when its kill rules last read history
+        self._background: set[asyncio.Task] = set()
 
     @property
     def providers(self) -> dict[str, Any]:
@@ -216,6 +226,8 @@ class Supervisor:
         await self._ingest_metrics(job, provider)
         if hasattr(provider, "sync_log"):  # remote targets mirror the log into the job folder
             await provider.sync_log(job)
+        if job.state in (State.RUNNING, State.CHECKPOINTING):
+            await self._mirror(job, provider)
         poll = await provider.poll(job)
         if poll.phase == "unreachable":
             await self._unreachable(job, poll, provider)
@@ -239,7 +251,21 @@ class Supervisor:
             await self._ingest_metrics(self.store.get(job.id), provider)
             await self._finish(self.store.get(job.id), provider, poll)
         elif poll.phase == "running":
-            await self._check_overrun(job, provider)
+            await self._check_kill_rules(self.store.get(job.id), provider)
+            await self._check_overrun(self.store.get(job.id), provider)
+
+    async def _mirror(self, job: Job, provider: Any, force: bool = False) -> None:
+        """Bring the job's last complete checkpoint home (rate-limited; never fails the job)."""
+        if not checkpoints.due(job.id, self._mirrored, force):
+            return
+        try:
+            doc = await checkpoints.mirror(job, provider)
+        except Exception as exc:  # noqa: BLE001 - the host may be away: the next look retries
+            log.info("job %s: checkpoint not mirrored: %s", job.short_id, exc)
+            return
+        if doc is not None:
+            log.info("job %s: checkpoint %s came home (%d bytes moved)", job.short_id,
+                     doc.get("generation"), doc.get("last_moved", 0))
 
     async def _unreachable(self, job: Job, poll: Poll, provider: Any) -> None:
         """A dropped connection is not a failed job: wait, and only after the grace call the
@@ -249,10 +275,12 @@ class Supervisor:
         waited = time.time() - since
         if waited > grace and job.state != State.MIGRATING:
             self.store.usage_end(job.id, job.attempt)
+            why = f"{job.provider} unreachable for {_ago(waited)} ({poll.detail})"
             self.store.transition(job.id, State.MIGRATING,
-                                  f"session lost: {job.provider} unreachable for {waited / 60:.0f} min "
-                                  f"({poll.detail}); the job waits to be moved",
-                                  handle={**job.handle, "unreachable_since": since, "session_lost": True})
+                                  f"session lost: {why}; moving it to another target",
+                                  handle={**job.handle, "unreachable_since": since, "session_lost": True,
+                                          "resume_same_target": False, "move_why": why,
+                                          "lost_target": job.provider})
             return
         reason = f"{job.provider} unreachable for {waited:.0f}s ({poll.detail}); retrying"
         self.store.update(job.id, handle={**job.handle, "unreachable_since": since}, reason=reason)
@@ -265,10 +293,18 @@ class Supervisor:
             await self._finish(job, provider, Poll("exited", exit_code=None, detail=poll.detail))
             return
         limit = int(getattr(provider, "max_resumes", MAX_RESUMES))
-        self.store.transition(job.id, State.MIGRATING,
-                              f"session ended on {provider.name}: {poll.detail}",
-                              handle={**job.handle, "resume_same_target": resumes < limit,
-                                      "resumes": resumes, "max_resumes": limit})
+        # the target is still there: its newest checkpoint comes home before anything moves
+        await self._mirror(job, provider, force=True)
+        requeue = (getattr(provider, "options", None) or {}).get("requeue", True)
+        same = bool(requeue) and resumes < limit
+        why = f"session ended on {provider.name}: {poll.detail}"
+        if not same:
+            why += (f" ({provider.name} is set not to requeue)" if not requeue
+                    else f" (resumed there {resumes} times already)")
+        self.store.transition(job.id, State.MIGRATING, why + ("" if same else "; moving it to another target"),
+                              handle={**job.handle, "resume_same_target": same, "resumes": resumes,
+                                      "max_resumes": limit, "move_why": why,
+                                      "lost_target": provider.name})
 
     async def _resume(self, job: Job) -> None:
         """A migrating job whose target can take it back starts its next attempt there."""
@@ -276,28 +312,115 @@ class Supervisor:
             self.store.transition(job.id, State.CANCELLED, "cancelled while between sessions")
             return
         if not job.handle.get("resume_same_target"):
-            limit = int(job.handle.get("max_resumes", MAX_RESUMES))
-            if job.handle.get("resumes", 0) >= limit and not job.handle.get("session_lost"):
-                self._fail(job, f"its session ended {limit + 1} times; not resuming again")
-            return  # a lost session waits to be moved to another target
+            await self._migrate(job)
+            return
         provider = self.providers.get(job.provider or "")
         if provider is None:
             return
-        job = self.store.transition(job.id, State.PROVISIONING,
-                                    f"resuming on {provider.name} from its last checkpoint",
+        retry = job.handle.get("retry_exit")
+        carried = _carried(job.handle)
+        carried.pop("restore_checkpoint", None)  # the target's own ckpt/ is the newest
+        if retry is not None:
+            carried["retries"] = int(job.handle.get("retries", 0)) + 1
+            text = f"retrying on {provider.name} after exit status {retry} (retry {carried['retries']})"
+        else:
+            carried["resumes"] = int(job.handle.get("resumes", 0)) + 1
+            text = f"resuming on {provider.name} from its last checkpoint"
+        job = self.store.transition(job.id, State.PROVISIONING, text,
                                     expect=[State.MIGRATING], attempt=job.attempt + 1,
-                                    handle={"resumes": int(job.handle.get("resumes", 0)) + 1},
-                                    exit_code=None)
+                                    handle=carried, exit_code=None)
         await self._start_attempt(job, provider)
+
+    async def _migrate(self, job: Job) -> None:
+        """Move a job whose session ended to another target: plan again without the lost one,
+        under the approval rules again, and resume it there from the checkpoint at home."""
+        if time.time() < float(job.handle.get("migrate_retry_at") or 0):
+            return
+        rules = self.rules()
+        moves = int(job.handle.get("migrations", 0))
+        src = job.handle.get("lost_target") or job.provider or "?"
+        why = job.handle.get("move_why") or f"its session on {src} ended"
+        if moves >= rules.max_migrations:
+            self._fail(job, f"{why}; it was moved {moves} times already (rules.max_migrations), "
+                            "not moving it again")
+            return
+        ckpt = checkpoints.summary(job.id)
+        restart = job.request.get("restart", "never")
+        if ckpt is None and restart != "allow":
+            self._fail(job, f"{why}; no complete checkpoint came home, and it would start again "
+                            "from the beginning, which its request does not allow "
+                            "(set restart: allow in gpu.yaml to allow it)")
+            return
+        exclude = {src: f"{src} lost the job's session ({why})"} if src else {}
+        try:
+            moved = await asyncio.to_thread(replan, self.store, job, why, exclude)
+        except UserError as exc:
+            wait = f"{why}; waiting for a target that fits: {exc.what}"
+            self.store.update(job.id, reason=wait[:2000], handle={
+                **job.handle, "migrate_retry_at": time.time() + MIGRATE_RETRY_S})
+            return
+        if moved.state == State.AWAITING_APPROVAL:
+            # the hold keeps where it came from; the approval resumes it through _launch
+            self.store.update(job.id, handle={**_carried(job.handle), "migrations": moves + 1,
+                                              "migrated_from": src, "moving": True,
+                                              "restore_checkpoint": ckpt is not None})
+            return
+        if moved.cancel_requested or self.store.get(job.id).cancel_requested:
+            self.store.transition(job.id, State.CANCELLED, "cancelled while it was moving")
+            return
+        provider = self.providers.get(moved.provider or "")
+        if provider is None:
+            self.reload_providers()
+            provider = self.providers.get(moved.provider or "")
+        if provider is None:
+            return  # the next tick tries again
+        self._abandon(job, src)
+        start = "from " + checkpoints.describe(ckpt) if ckpt else "from the beginning (restart: allow)"
+        text = f"migrating from {src} to {provider.name}: {why}, {start}"
+        job = self.store.transition(
+            job.id, State.PROVISIONING, text, expect=[State.MIGRATING], attempt=job.attempt + 1,
+            exit_code=None, metrics_offset=0,  # the new target's metrics file starts empty
+            data={"from": src, "to": provider.name, "why": why, "checkpoint": ckpt},
+            handle={**_carried(job.handle), "migrations": moves + 1, "migrated_from": src,
+                    "restore_checkpoint": ckpt is not None, "resumes": 0,
+                    "log_base": _log_mark(job, f"moved from {src} to {provider.name}: {why}")})
+        await self._start_attempt(job, provider)
+
+    def _abandon(self, job: Job, target: str) -> None:
+        """The attempt left behind on the lost target is stopped, in the background, where that
+        target answers (a Slurm job past its limit is gone already; a host away stays away)."""
+        old = self.providers.get(target)
+        if old is None or not job.handle.get("attempt_dir"):
+            return
+
+        async def stop() -> None:
+            try:
+                await asyncio.wait_for(old.cancel(job, force=True), 30)
+            except Exception as exc:  # noqa: BLE001 - the host is away: that is why it moves
+                log.info("job %s: could not stop attempt %d on %s: %s", job.short_id, job.attempt,
+                         target, exc)
+
+        task = asyncio.get_running_loop().create_task(stop())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _launch(self, job: Job) -> None:
         provider = self.providers[job.provider]
         if job.plan.get("holds") and job.approved_digest != job.digest:
             hold(self.store, job, job.plan["holds"], kind=job.plan.get("hold_kind", "rules"))
             return
-        job = self.store.transition(job.id, State.PROVISIONING,
-                                    f"placed on {provider.name}", expect=[State.ROUTING],
-                                    attempt=job.attempt + 1, handle={}, exit_code=None)
+        carried = _carried(job.handle)  # a job moved here after an approval keeps its counters
+        text = f"placed on {provider.name}"
+        if job.handle.get("moving"):
+            ckpt = checkpoints.summary(job.id) if carried.get("restore_checkpoint") else None
+            text = (f"migrating from {carried['migrated_from']} to {provider.name} (approved), from "
+                    + (checkpoints.describe(ckpt) if ckpt else "the beginning"))
+        moved = {}
+        if job.handle.get("moving"):  # held while it moved, now approved: it starts afresh there
+            moved = {"metrics_offset": 0}
+            carried["log_base"] = _log_mark(job, f"moved from {carried['migrated_from']} to {provider.name}")
+        job = self.store.transition(job.id, State.PROVISIONING, text, expect=[State.ROUTING],
+                                    attempt=job.attempt + 1, handle=carried, exit_code=None, **moved)
         await self._start_attempt(job, provider)
 
     async def _start_attempt(self, job: Job, provider: Any) -> None:
@@ -315,7 +438,7 @@ class Supervisor:
             log.exception("job %s: launch failed", job.short_id)
             self._fail(job, f"could not start on {provider.name}: {exc}")
             return
-        self.store.update(job.id, handle=handle)
+        self.store.update(job.id, handle={**_carried(job.handle), **handle})
         self.store.add_event(job.id, f"attempt {job.attempt} started on {provider.name}",
                              data={"attempt": job.attempt})
 
@@ -337,6 +460,13 @@ class Supervisor:
         self.store.add_metrics(job.id, parsed.rows, offset,
                                {**job.last_metric, **parsed.last} if parsed.last else {},
                                config=parsed.config, final=parsed.final)
+        if parsed.nonfinite:  # kept for the nan_metric rule: NaN is never stored as a number
+            seen = dict(job.handle.get("nonfinite") or {})
+            for key, ts in parsed.nonfinite.items():
+                if len(seen) < 20:
+                    seen.setdefault(key, ts)
+            fresh = self.store.get(job.id)
+            self.store.update(job.id, handle={**fresh.handle, "nonfinite": seen})
 
     async def _check_overrun(self, job: Job, provider: Any) -> None:
         """Past hours x overrun_factor: ask for a checkpoint, then stop it, then hold it."""
@@ -351,14 +481,62 @@ class Supervisor:
                     f"ran {used:.3g} h, past its {hours:g} h estimate (x{rules.overrun_factor:g}): "
                     f"asked to checkpoint and stop", expect=[State.RUNNING],
                     handle={**job.handle, "overrun_at": time.time()})
-        elif job.state == State.CHECKPOINTING and job.handle.get("overrun_at"):
-            waited = time.time() - job.handle["overrun_at"]
+        elif job.state == State.CHECKPOINTING and (job.handle.get("overrun_at") or job.handle.get("kill")):
+            asked = job.handle.get("overrun_at") or job.handle["kill"]["at"]
+            waited = time.time() - asked
             if waited > rules.checkpoint_grace_s and not job.handle.get("overrun_stop_sent"):
                 await provider.cancel(job)
                 self.store.update(job.id, handle={**job.handle, "overrun_stop_sent": time.time()})
             elif waited > rules.checkpoint_grace_s + CANCEL_GRACE_S and not job.handle.get("cancel_forced"):
                 await provider.cancel(job, force=True)
                 self.store.update(job.id, handle={**job.handle, "cancel_forced": True})
+
+    async def _check_kill_rules(self, job: Job, provider: Any) -> None:
+        """The user's kill rules and the job's own: the first that fires asks the job to
+        checkpoint; after the checkpoint grace it is stopped (`_check_overrun`'s second half),
+        its outputs come home and it ends failed with the rule as its reason (`_finish`)."""
+        if job.state != State.RUNNING or job.handle.get("kill"):
+            return
+        rules = self.rules()
+        try:
+            own = killrules.parse(job.request.get("kill_rules") or [])
+        except ValueError:
+            own = []
+        active = killrules.combined(rules.kill_rules, own)
+        if not active:
+            return
+        now = time.time()
+        facts = killrules.Facts(now=now, nonfinite=dict(job.handle.get("nonfinite") or {}),
+                                budget_per_job=rules.budget_per_job)
+        wanted = killrules.needs_series(active)
+        slow = bool(wanted) or any(r.kind == "over_budget" for r in active)
+        if slow:
+            if now - self._rules_at.get(job.id, 0.0) < RULES_EVERY_S and not facts.nonfinite:
+                return
+            self._rules_at[job.id] = now
+            if any(r.kind == "over_budget" for r in active):
+                facts.spent = job_hours(self.store, job.id) * float(job.plan.get("price_per_hour") or 0)
+            points = await asyncio.to_thread(self._series, job.id, wanted)
+            facts.series = points
+        fired = killrules.evaluate(active, facts)
+        if fired is None:
+            return
+        rule, why = fired
+        try:
+            await provider.request_checkpoint(job)
+        except Exception as exc:  # noqa: BLE001 - it is stopped after the grace all the same
+            log.info("job %s: checkpoint request failed: %s", job.short_id, exc)
+        self.store.transition(job.id, State.CHECKPOINTING,
+                              f"kill rule {rule.text()} fired: {why}; asked to checkpoint, then it stops",
+                              expect=[State.RUNNING], data={"rule": rule.text(), "why": why},
+                              handle={**job.handle, "kill": {"rule": rule.text(), "why": why, "at": now}})
+
+    def _series(self, job_id: str, keys: set[str]) -> dict[str, list[tuple[float, float]]]:
+        out: dict[str, list[tuple[float, float]]] = {}
+        for key in keys:
+            rows = self.store.metrics(job_id, key).get(key, [])
+            out[key] = [(ts, value) for _step, value, ts in rows]
+        return out
 
     def rules(self):
         """The user's rules, read once per change of the config file (not once per job)."""
@@ -384,9 +562,16 @@ class Supervisor:
             notes = await bring_home(self.store, job, provider)
             self._hold_overrun(job, notes)
             return
+        kill = job.handle.get("kill")
         if job.cancel_requested:
             dst, reason = State.CANCELLED, "cancelled by request"
             await self._final_sweep(job, provider)
+        elif kill:
+            dst, reason = State.FAILED, f"stopped by kill rule {kill['rule']}: {kill['why']}"
+            await self._final_sweep(job, provider)
+        elif self._retry_wanted(job, poll):
+            await self._retry(job, provider, poll)
+            return
         elif says_disk_full(poll.detail):  # said by the launcher, or the disk checked after a loss
             dst, reason = State.FAILED, poll.detail
         elif poll.phase == "lost":
@@ -399,6 +584,10 @@ class Supervisor:
             dst, reason = State.FAILED, (f"exited with status {poll.exit_code}"
                                          + (f": {poll.detail}" if poll.detail else ""))
         notes = await bring_home(self.store, job, provider)
+        await self._mirror(job, provider, force=True)  # its last checkpoint, kept as an output
+        kept = await asyncio.to_thread(checkpoints.settle, job.id, Path(job.outputs_dir))
+        if kept:
+            notes = [*notes, kept]
         stayed = await self._stayed(job, provider)
         self.store.transition(job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
                               data={"notes": notes} if notes else None)
@@ -407,6 +596,21 @@ class Supervisor:
             self.store.add_event(job.id, stayed, actor="supervisor")
         await asyncio.to_thread(write_job_json, self.store, self.store.get(job.id))
         self._enforce_caps(provider)
+
+    def _retry_wanted(self, job: Job, poll: Poll) -> bool:
+        """A non-zero exit the request lists in retry_on_exit_codes, with retries left."""
+        codes = job.request.get("retry_on_exit_codes") or []
+        if poll.phase != "exited" or poll.exit_code in (None, 0) or poll.exit_code not in codes:
+            return False
+        return int(job.handle.get("retries", 0)) < int(job.request.get("max_retries") or 1)
+
+    async def _retry(self, job: Job, provider: Any, poll: Poll) -> None:
+        self.store.transition(
+            job.id, State.MIGRATING,
+            f"exited with status {poll.exit_code}, which its request lists in retry_on_exit_codes: "
+            f"trying again ({int(job.handle.get('retries', 0)) + 1} of {int(job.request.get('max_retries') or 1)})",
+            expect=LAUNCHED, exit_code=poll.exit_code,
+            handle={**job.handle, "resume_same_target": True, "retry_exit": poll.exit_code})
 
     async def _stayed(self, job: Job, provider: Any) -> str | None:
         """What the launcher counted of the job's undeclared work, as a sentence, or None."""
@@ -472,6 +676,24 @@ class Supervisor:
             self.store.transition(job.id, State.FAILED, reason)
         except IllegalTransition:
             log.info("job %s: could not fail it from %s", job.short_id, job.state)
+
+
+def _carried(handle: dict) -> dict:
+    return {k: handle[k] for k in CARRIED if k in handle}
+
+
+def _log_mark(job: Job, text: str) -> int:
+    """A line in the job's log saying it moved; returns the log's size after it, where the
+    new target's own log begins in the local mirror (RemoteProvider.sync_log)."""
+    path = paths.jobs_dir() / job.id / "job.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        f.write(f"\n[gpu-router] {printable(text)}\n".encode())
+        return f.tell()
+
+
+def _ago(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 class _PrintableFormatter(logging.Formatter):

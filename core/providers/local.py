@@ -24,9 +24,10 @@ from core.errors import disk_full_guard
 from core.packaging.bundle import extract
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
 from core.providers.gpuprobe import local_gpus
-from core.runtime import diskspace, jobprocs
+from core.runtime import ckptscan, diskspace, jobprocs
 from core.runtime import workdir as workdir_files
 from core.runtime import files as runtime_files
+from core.engine import checkpoints
 from core.engine.store import Job
 from core.providers.base import Poll, TargetInfo
 from core.providers.spec import launch_spec, local_data
@@ -130,6 +131,8 @@ class LocalProvider:
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
         (dirs["ctl"] / "checkpoint").unlink(missing_ok=True)
+        if job.handle.get("restore_checkpoint") and not (self.attempt_dir(job) / "started").exists():
+            checkpoints.restore_local(job.id, dirs["ckpt"])  # moved here: from the home copy
         for item in local_data(job):
             link = dirs["data"] / item["name"]
             if not link.is_symlink():
@@ -253,6 +256,13 @@ class LocalProvider:
         notes += safe_copy_tree(jdir, dest, caps=self.caps, only=("job.log", "metrics.jsonl"))
         return notes
 
+
+    async def checkpoint_scan(self, job: Job) -> dict:
+        """The job's ckpt/ listed with hashes, by the same code a remote host runs."""
+        return await asyncio.to_thread(ckptscan.scan, str(self.job_dir(job) / "ckpt"))
+
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
+        return await asyncio.to_thread(ckptscan.pack, str(self.job_dir(job) / "ckpt"), str(archive), rels)
 
     async def fetch_paths(self, job: Job, rels: list[str], archive: Path, caps: OutputCaps) -> dict:
         """`gpu fetch`: the named paths of the job's working folder, packed by the same code

@@ -41,6 +41,7 @@ from core.runtime import RUNTIME_DIR as runtime_dir_path
 from core.runtime import files as runtime_files
 from core.packaging.bundle import DataListing, list_data
 from core.packaging.safe_extract import OutputCaps, safe_extract
+from core.engine import checkpoints
 from core.engine.store import Job
 from core.providers.spec import launch_spec, local_data
 from core.transport.base import HostKeyError, Transport, TransportError, Unreachable, quote, remote_path_expr
@@ -414,6 +415,7 @@ printf '%s\\n' "$py"
                     "venvs_dir": f"{remote['root']}/venvs"}
         spec = launch_spec(job, job_dir=jd, attempt_dir=ad, workdir=workdir, runtime_dir=runtime,
                            python=python, deps=deps, env_secrets=env_secrets)
+        restore, sent_c = await self._restore_checkpoint(job)
         setup = [
             "set -e", f"J={quote(jd)}", f"A={quote(ad)}",
             'mkdir -p "$J/out" "$J/ckpt" "$J/ctl" "$J/data" "$A"',
@@ -421,6 +423,7 @@ printf '%s\\n' "$py"
             f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code"; mkdir -p "$J/code"; '
             f'tar -xzf {quote(bundle)} -C "$J/code"; : > "$J/.code-ready"; fi',
             'rm -f "$J/ctl/checkpoint"',
+            *([restore] if restore else []),
             *[f'ln -sfn {quote(target)} "$J/data/"{quote(name)}' for name, target in links.items()],
             'cat > "$A/spec.json.tmp"', 'mv -f "$A/spec.json.tmp" "$A/spec.json"',
         ]
@@ -428,7 +431,8 @@ printf '%s\\n' "$py"
         await self.transport.run("\n".join(setup), input=spec_bytes,
                                  check=f"preparing job {job.short_id} on {self.name}")
         return {"spec": f"{ad}/spec.json", "runtime": runtime, "adir": ad, "jdir": jd,
-                "sent": sent_rt + sent_b + sent_d + len(spec_bytes), "python": python}
+                "sent": sent_rt + sent_b + sent_d + sent_c + len(spec_bytes), "python": python,
+                "checkpoint_bytes": sent_c}
 
     # -- stopping the job -------------------------------------------------------------------
 
@@ -462,6 +466,8 @@ printf '%s\\n' "$py"
             offset = local.stat().st_size
         except FileNotFoundError:
             offset = 0
+        # a job moved here: the local mirror holds the earlier targets' logs up to log_base
+        offset = max(0, offset - int(job.handle.get("log_base") or 0))
         try:
             await self.remote()
             data, _ = await self.transport.read_from(f"{self.job_dir(job)}/job.log", offset, LOG_CHUNK)
@@ -555,6 +561,47 @@ printf '%s\\n' "$py"
         finally:
             await self.transport.run(f"rm -f {quote(packed)}")
         return doc
+
+    # -- checkpoints (core.engine.checkpoints) ----------------------------------------------
+
+    async def checkpoint_scan(self, job: Job) -> dict:
+        """The job's ckpt/ on the host, listed with hashes there (core/runtime/ckptscan.py)."""
+        await self.remote()
+        return await self._run_runtime("ckptscan.py", ["scan", f"{self.job_dir(job)}/ckpt"],
+                                       check=f"listing the checkpoint of job {job.short_id} on {self.name}")
+
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
+        """Only the named files of the job's ckpt/, packed on the host and copied home."""
+        await self.remote()
+        jd = self.job_dir(job)
+        packed = f"{jd}/ckpt-{uuid.uuid4().hex[:12]}.tar.gz"
+        doc = await self._run_runtime("ckptscan.py", ["pack", f"{jd}/ckpt", packed, *rels],
+                                      input=None, check=f"packing the checkpoint of job {job.short_id}")
+        try:
+            await self.transport.get_file(packed, archive, max_bytes=1 << 40)
+        finally:
+            await self.transport.run(f"rm -f {quote(packed)}")
+        return doc
+
+    async def _restore_checkpoint(self, job: Job) -> tuple[str, int]:
+        """A moved job's checkpoint from home, uploaded beside its job folder; returns the shell
+        line that puts it into ckpt/ before the launcher starts, and the bytes sent."""
+        if not job.handle.get("restore_checkpoint"):
+            return "", 0
+        archive = await asyncio.to_thread(checkpoints.restore_archive, job.id)
+        if archive is None:
+            return "", 0
+        try:
+            remote_archive = f"{self.job_dir(job)}.ckpt-restore.tar.gz"
+            await self.transport.run(f"mkdir -p {quote(self._root() + '/jobs')}")
+            sent = await self.transport.put_file(archive, remote_archive)
+        finally:
+            archive.unlink(missing_ok=True)
+        # never under an attempt that started (a restarted supervisor preparing it again)
+        line = (f'if [ ! -e "$A/started" ]; then rm -rf "$J/ckpt"; mkdir -p "$J/ckpt"; '
+                f'tar -xzf {quote(remote_archive)} -C "$J/ckpt"; rm -f "$J/.ckpt-hashes.json"; fi; '
+                f'rm -f {quote(remote_archive)}')
+        return line, sent
 
     # -- probing ----------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ class SSHProvider(RemoteProvider):
             input=json.dumps(env_secrets).encode(), check=f"starting job {job.short_id} on {self.name}")
         return {"attempt": job.attempt, "attempt_dir": prep["adir"], "launched_at": time.time(),
                 "uploaded_bytes": prep["sent"] + len(json.dumps(env_secrets)),
+                "checkpoint_bytes": prep.get("checkpoint_bytes", 0),
                 "launch_s": round(time.monotonic() - started, 3)}
 
     async def poll(self, job: Job) -> Poll:

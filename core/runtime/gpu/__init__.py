@@ -32,7 +32,9 @@ from pathlib import Path
 from types import ModuleType
 
 __all__ = ["job_id", "attempt", "output_dir", "data_dir", "checkpoint_dir", "log",
-           "should_checkpoint"]
+           "should_checkpoint", "checkpoint_saved"]
+
+COMPLETE_MARKER = ".complete"  # in checkpoint_dir(); core/runtime/ckptscan.py reads it
 
 _checkpoint_requested = threading.Event()
 _metrics_lock = threading.Lock()
@@ -97,6 +99,9 @@ def log(step: int | None = None, **metrics: float) -> None:
     if step is not None:
         row["step"] = int(step)
     row.update(_numbers(metrics))
+    bad = _nonfinite(metrics)
+    if bad:
+        row["nonfinite"] = bad  # kill rules (nan_metric) see them; they are never stored as numbers
     row = _without_secrets(row)
     if row is not None:
         _append(row)
@@ -115,6 +120,19 @@ def _numbers(metrics: dict) -> dict[str, float]:
             continue  # only numbers are metrics; ignore the rest rather than crash a run
         if math.isfinite(number):
             out[key] = number  # nan and inf are not stored: JSON has no number for them
+    return out
+
+
+def _nonfinite(metrics: dict) -> dict[str, str]:
+    """The metrics whose value is a float NaN or infinity, as text ("nan", "inf", "-inf")."""
+    out: dict[str, str] = {}
+    for key, value in metrics.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if not math.isfinite(number) and _redact.metric_key_ok(key):
+            out[key] = str(number)
     return out
 
 
@@ -200,6 +218,40 @@ def should_checkpoint() -> bool:
         _checkpoint_requested.set()
         return True
     return False
+
+
+def checkpoint_saved() -> int:
+    """Mark the files now in checkpoint_dir() as one complete checkpoint; returns its number.
+
+    gpu-router mirrors the folder home while the job runs and resumes a moved job from the
+    last complete checkpoint: call this after the last file of a save is written (and closed).
+    The marker lists each file's size and modification time, so a save that has begun to
+    overwrite them is never taken for this one. Without calls to it, a folder that stops
+    changing between two looks counts as complete."""
+    folder = checkpoint_dir()
+    marker = folder / COMPLETE_MARKER
+    try:
+        generation = int(json.loads(marker.read_text()).get("generation", 0)) + 1
+    except (OSError, ValueError, AttributeError):
+        generation = 1
+    files: dict[str, list[int]] = {}
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+        for name in names:
+            full = os.path.join(root, name)
+            rel = os.path.relpath(full, folder).replace(os.sep, "/")
+            if rel == COMPLETE_MARKER or rel.startswith(COMPLETE_MARKER + ".") or os.path.islink(full):
+                continue
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            files[rel] = [st.st_size, st.st_mtime_ns]
+    doc = {"generation": generation, "at": round(time.time(), 3), "attempt": attempt(), "files": files}
+    tmp = folder / f"{COMPLETE_MARKER}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(doc, separators=(",", ":")))
+    os.replace(tmp, marker)  # the marker appears whole, after the files it names
+    return generation
 
 
 def _on_usr1(signum, frame) -> None:  # noqa: ARG001 - signal handler signature

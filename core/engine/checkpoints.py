@@ -1,0 +1,268 @@
+"""Checkpoints come home while a job runs, so a lost session can resume somewhere else.
+
+The supervisor calls `mirror` for each running job, at most every `MIRROR_EVERY_S` seconds:
+the target lists its `ckpt/` folder with hashes (core/runtime/ckptscan.py, on the host), and
+only once that listing is one complete checkpoint are the files home lacks packed there,
+brought home and unpacked through `safe_extract`. "Complete" is what `gpu.checkpoint_saved()`
+marked (its marker names every file's size and mtime: a save already overwriting them waits
+for the next look), or, for a job that never calls it, a listing that did not change between
+two looks. Home keeps exactly one checkpoint, the last complete one:
+
+    jobs/<id>/ckpt-home/        its files (the job's own layout)
+    jobs/<id>/ckpt-home.json    manifest: {path: {size, mtime_ns, sha256}}, generation, when,
+                                from which target and attempt, bytes moved so far
+
+A new version is assembled beside the old one (unchanged files copied from it) and swapped in
+by renames, so a crash never leaves home with half a checkpoint. At a resume on another
+target, `restore_archive` packs it for the provider to place into that target's `ckpt/`
+before the launcher starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from core import paths
+from core.engine.store import Job
+from core.packaging.safe_extract import OutputCaps, safe_extract
+
+MIRROR_EVERY_S = float(os.environ.get("GPU_ROUTER_CKPT_EVERY_S", 15.0))
+MARKER = ".complete"
+
+
+def home_dir(job_id: str) -> Path:
+    return paths.jobs_dir() / job_id / "ckpt-home"
+
+
+def _manifest_path(job_id: str) -> Path:
+    return paths.jobs_dir() / job_id / "ckpt-home.json"
+
+
+def _look_path(job_id: str) -> Path:
+    return paths.jobs_dir() / job_id / "ckpt-look.json"
+
+
+def manifest(job_id: str) -> dict | None:
+    try:
+        doc = json.loads(_manifest_path(job_id).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and home_dir(job_id).is_dir() else None
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def summary(job_id: str, now: float | None = None) -> dict[str, Any] | None:
+    """The last checkpoint at home, for `gpu status`: age, size, files, from where."""
+    doc = manifest(job_id)
+    if doc is None:
+        return None
+    now = time.time() if now is None else now
+    return {"age_s": round(max(0.0, now - float(doc.get("at", now))), 1),
+            "bytes": int(doc.get("bytes", 0)), "files": len(doc.get("files", {})),
+            "generation": doc.get("generation"), "target": doc.get("target"),
+            "attempt": doc.get("attempt"), "moved_bytes": int(doc.get("moved_bytes", 0))}
+
+
+def describe(info: dict | None) -> str:
+    """"checkpoint 3 (12.4 MB, 40 s old)": how events and `gpu status` name it."""
+    if not info:
+        return "no checkpoint"
+    gen = f" {info['generation']}" if info.get("generation") else ""
+    return f"checkpoint{gen} ({human_bytes(info['bytes'])}, {human_age(info['age_s'])} old)"
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} B"
+
+
+def human_age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _complete_set(scan: dict, look: dict) -> tuple[dict | None, int | None]:
+    """The files of a complete checkpoint in this listing, and its generation, or (None, None)."""
+    files = scan.get("files") or {}
+    if not files:
+        return None, None
+    marker = scan.get("marker")
+    if isinstance(marker, dict) and isinstance(marker.get("files"), dict):
+        named = marker["files"]
+        if all(rel in files and [files[rel][0], files[rel][1]] == list(v)[:2]
+               for rel, v in named.items()):
+            return {rel: files[rel] for rel in named}, int(marker.get("generation") or 0)
+        return None, None  # a save is under way: the marked files are changing
+    signature = {rel: v[:3] for rel, v in files.items()}
+    if look.get("signature") == signature:
+        return files, None  # settled: the same listing twice
+    return None, None
+
+
+def due(job_id: str, seen: dict[str, float], force: bool = False) -> bool:
+    now = time.monotonic()
+    if not force and now - seen.get(job_id, -1e9) < MIRROR_EVERY_S:
+        return False
+    seen[job_id] = now
+    return True
+
+
+async def mirror(job: Job, provider: Any) -> dict | None:
+    """One look at the target's checkpoint folder; brings home a new complete checkpoint.
+    Returns the new manifest when one came home, else None. Raises what the transport raises
+    (the caller logs it: mirroring never fails a job)."""
+    if not hasattr(provider, "checkpoint_scan"):
+        return None  # a target without a shell (kaggle) keeps its checkpoints in its sessions
+    scan = await provider.checkpoint_scan(job)
+    look_file = _look_path(job.id)
+    try:
+        look = json.loads(look_file.read_text())
+    except (OSError, ValueError):
+        look = {}
+    files, generation = _complete_set(scan, look)
+    signature = {rel: v[:3] for rel, v in (scan.get("files") or {}).items()}
+    look_file.parent.mkdir(parents=True, exist_ok=True)
+    _write_json(look_file, {"signature": signature, "at": time.time()})
+    if files is None:
+        return None
+    old = manifest(job.id) or {}
+    have = old.get("files", {})
+    wanted = {rel: {"size": v[0], "mtime_ns": v[1], "sha256": v[2]} for rel, v in files.items()}
+    if {r: w["sha256"] for r, w in wanted.items()} == {r: h.get("sha256") for r, h in have.items()} \
+            and (generation is None or generation == old.get("generation")):
+        return None  # home has this one already
+    changed = sorted(rel for rel, w in wanted.items() if have.get(rel, {}).get("sha256") != w["sha256"])
+    moved = 0
+    staging = Path(tempfile.mkdtemp(prefix=".ckpt-new-", dir=home_dir(job.id).parent))
+    try:
+        if changed:
+            fd, name = tempfile.mkstemp(prefix=".ckpt-", suffix=".tar.gz", dir=staging.parent)
+            os.close(fd)
+            archive = Path(name)
+            try:
+                await provider.checkpoint_pack(job, changed, archive)
+                moved = archive.stat().st_size
+                caps = OutputCaps(max_bytes=1 << 40, max_files=200_000)
+                await asyncio.to_thread(safe_extract, archive, staging / "new", caps=caps)
+            finally:
+                archive.unlink(missing_ok=True)
+        new_manifest = await asyncio.to_thread(_assemble, job.id, staging, wanted, changed, old)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if new_manifest is None:
+        return None
+    new_manifest.update(generation=generation if generation is not None else int(old.get("generation") or 0) + 1,
+                        at=time.time(), target=provider.name, attempt=job.attempt,
+                        moved_bytes=int(old.get("moved_bytes", 0)) + moved, last_moved=moved,
+                        bytes=sum(w["size"] for w in wanted.values()))
+    _write_json(_manifest_path(job.id), new_manifest)
+    return new_manifest
+
+
+def _assemble(job_id: str, staging: Path, wanted: dict, changed: list[str], old: dict) -> dict | None:
+    """The new version beside the old one (unchanged files copied from it, the rest from what
+    came home), checked against the listing's hashes, then swapped in by renames."""
+    import hashlib
+
+    version = staging / "version"
+    version.mkdir()
+    current = home_dir(job_id)
+    for rel, w in wanted.items():
+        src = (staging / "new" / rel) if rel in changed else (current / rel)
+        if not src.is_file() or src.is_symlink() or src.stat().st_size != w["size"]:
+            return None  # it changed again while it was packed: the next look takes it
+        h = hashlib.sha256()
+        with open(src, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != w["sha256"]:
+            return None
+        dst = version / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    marker = staging / "new" / MARKER
+    if marker.is_file():
+        shutil.copy2(marker, version / MARKER)
+    elif (current / MARKER).is_file() and not changed:
+        shutil.copy2(current / MARKER, version / MARKER)
+    retired = staging / "old"
+    if current.exists():
+        os.replace(current, retired)
+    os.replace(version, current)
+    return {"files": wanted}
+
+
+def restore_archive(job_id: str) -> Path | None:
+    """The home checkpoint as a temporary tar.gz for a new target, or None when there is none
+    (the caller removes the file)."""
+    if manifest(job_id) is None:
+        return None
+    src = home_dir(job_id)
+    fd, name = tempfile.mkstemp(prefix=".ckpt-restore-", suffix=".tar.gz", dir=paths.cache_dir())
+    os.close(fd)
+    with tarfile.open(name, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(src.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                tar.add(path, arcname=path.relative_to(src).as_posix(), recursive=False)
+    return Path(name)
+
+
+def restore_local(job_id: str, dest: Path) -> bool:
+    """Replace `dest` (a ckpt/ folder on this machine) with the home checkpoint."""
+    if manifest(job_id) is None:
+        return False
+    tmp = dest.with_name(dest.name + ".restore")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(home_dir(job_id), tmp, symlinks=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return True
+
+
+def settle(job_id: str, outputs: Path) -> str | None:
+    """The job ended: its last checkpoint becomes an output (`runs/<id>/checkpoint/`), moved
+    there rather than copied where home and the project share a disk. Returns a note when it
+    could not be kept."""
+    src = home_dir(job_id)
+    if manifest(job_id) is None:
+        discard(job_id)
+        return None
+    dest = outputs / "checkpoint"
+    note = None
+    try:
+        if dest.exists():
+            note = f"the last checkpoint was not kept: {dest} already holds the job's own files"
+        else:
+            outputs.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(src), str(dest))
+    except OSError as exc:
+        note = f"the last checkpoint could not be kept in {dest}: {exc}"
+    discard(job_id)
+    return note
+
+
+def discard(job_id: str) -> None:
+    """The job ended: its checkpoint now lives with its outputs or is cleaned by the caps."""
+    shutil.rmtree(home_dir(job_id), ignore_errors=True)
+    for p in (_manifest_path(job_id), _look_path(job_id)):
+        p.unlink(missing_ok=True)

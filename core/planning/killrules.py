@@ -1,0 +1,217 @@
+"""Kill rules: when a running job is stopped for its own good, read in one place.
+
+They come from the user's config (`rules: kill_rules:`) and from the job's gpu.yaml
+(`kill_rules:`); the job's list only adds to the user's (every rule added is stricter, none can
+be taken away). Each rule is a one-key mapping:
+
+    kill_rules:
+      - nan_metric: true                   # any metric that becomes NaN or infinite
+      - nan_metric: [loss, val/loss]       # only these
+      - no_improvement: {metric: val/loss, minutes: 30, mode: min}
+      - gpu_util_below: {percent: 10, minutes: 15}
+      - over_budget: true                  # spend past budget.per_job while it runs
+      - over_budget: {dollars: 2.5}        # or a lower limit of the job's own
+
+`gpu_util_below` reads the metric `gpu/util` (percent, 0 to 100): gpu-router has no
+utilisation source of its own on any target yet, so the rule fires only for jobs that log it
+(a job that logs nothing of it is never stopped by it).
+
+`parse` raises ValueError with the problem (the callers add where); `evaluate` is pure: the
+supervisor hands it what it knows of the job and gets the first rule that fires, as text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from core.runtime.redact import metric_key_ok
+
+KINDS = ("nan_metric", "no_improvement", "gpu_util_below", "over_budget")
+UTIL_METRIC = "gpu/util"
+MAX_RULES = 20
+MAX_MINUTES = 7 * 24 * 60
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str
+    metrics: tuple[str, ...] = ()  # nan_metric: empty means any
+    metric: str = ""
+    minutes: float = 0.0
+    mode: str = "min"
+    percent: float = 0.0
+    dollars: float | None = None
+
+    def text(self) -> str:
+        if self.kind == "nan_metric":
+            return "nan_metric" + (f" ({', '.join(self.metrics)})" if self.metrics else "")
+        if self.kind == "no_improvement":
+            return f"no_improvement ({self.metric}, {self.mode}, {self.minutes:g} min)"
+        if self.kind == "gpu_util_below":
+            return f"gpu_util_below ({self.percent:g}% for {self.minutes:g} min)"
+        return "over_budget" + (f" (${self.dollars:g})" if self.dollars is not None else "")
+
+
+@dataclass
+class Facts:
+    """What the supervisor knows of a running job when it asks."""
+
+    now: float
+    started_at: float | None = None  # when this attempt began running
+    nonfinite: dict[str, float] = field(default_factory=dict)  # metric -> when it was seen
+    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # name -> [(ts, value)]
+    spent: float = 0.0  # dollars so far
+    budget_per_job: float | None = None
+
+
+def _minutes(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or not 0 < v <= MAX_MINUTES:
+        raise ValueError(f"{what} must be a number of minutes above 0, at most {MAX_MINUTES}")
+    return float(v)
+
+
+def _metric(v: Any, what: str) -> str:
+    if not isinstance(v, str) or not metric_key_ok(v):
+        raise ValueError(f"{what} must be a metric name like loss or val/acc")
+    return v
+
+
+def parse_one(item: Any) -> Rule:
+    if not isinstance(item, dict) or len(item) != 1:
+        raise ValueError("each kill rule is a one-key mapping, e.g. {nan_metric: true}")
+    kind, body = next(iter(item.items()))
+    if kind not in KINDS:
+        raise ValueError(f"unknown kill rule {str(kind)[:40]!r}: rules are {', '.join(KINDS)}")
+    if kind == "nan_metric":
+        if body is True:
+            return Rule(kind)
+        if isinstance(body, str):
+            body = [body]
+        if not isinstance(body, list) or not body:
+            raise ValueError("nan_metric is true (any metric) or a list of metric names")
+        return Rule(kind, metrics=tuple(_metric(m, "nan_metric") for m in body))
+    if kind == "over_budget":
+        if body is True:
+            return Rule(kind)
+        if isinstance(body, dict) and set(body) == {"dollars"}:
+            d = body["dollars"]
+            if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
+                raise ValueError("over_budget.dollars must be a number above 0")
+            return Rule(kind, dollars=float(d))
+        raise ValueError("over_budget is true (budget.per_job) or {dollars: N}")
+    if not isinstance(body, dict):
+        raise ValueError(f"{kind} takes a mapping, e.g. "
+                         + ("{metric: loss, minutes: 30, mode: min}" if kind == "no_improvement"
+                            else "{percent: 10, minutes: 15}"))
+    if kind == "no_improvement":
+        if set(body) - {"metric", "minutes", "mode"} or not {"metric", "minutes"} <= set(body):
+            raise ValueError("no_improvement takes metric, minutes and mode (min or max)")
+        mode = body.get("mode", "min")
+        if mode not in ("min", "max"):
+            raise ValueError("no_improvement.mode is min (lower is better) or max")
+        return Rule(kind, metric=_metric(body["metric"], "no_improvement.metric"),
+                    minutes=_minutes(body["minutes"], "no_improvement.minutes"), mode=mode)
+    if set(body) != {"percent", "minutes"}:
+        raise ValueError("gpu_util_below takes percent and minutes")
+    p = body["percent"]
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 100:
+        raise ValueError("gpu_util_below.percent must be a number above 0, at most 100")
+    return Rule(kind, percent=float(p), minutes=_minutes(body["minutes"], "gpu_util_below.minutes"))
+
+
+def parse(value: Any) -> list[Rule]:
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        value = [{k: v} for k, v in value.items()]
+    if not isinstance(value, list):
+        raise ValueError("kill_rules is a list of rules, e.g. [{nan_metric: true}]")
+    if len(value) > MAX_RULES:
+        raise ValueError(f"at most {MAX_RULES} kill rules")
+    return [parse_one(item) for item in value]
+
+
+def to_json(rules: Iterable[Rule]) -> list[dict]:
+    out = []
+    for r in rules:
+        if r.kind == "nan_metric":
+            out.append({r.kind: list(r.metrics) if r.metrics else True})
+        elif r.kind == "over_budget":
+            out.append({r.kind: {"dollars": r.dollars} if r.dollars is not None else True})
+        elif r.kind == "no_improvement":
+            out.append({r.kind: {"metric": r.metric, "minutes": r.minutes, "mode": r.mode}})
+        else:
+            out.append({r.kind: {"percent": r.percent, "minutes": r.minutes}})
+    return out
+
+
+def combined(user: Iterable[Rule], job: Iterable[Rule]) -> list[Rule]:
+    """The user's rules, then the job's additions (duplicates once)."""
+    return list(dict.fromkeys([*user, *job]))
+
+
+def _nan(rule: Rule, facts: Facts) -> str | None:
+    hit = sorted(k for k in facts.nonfinite if not rule.metrics or k in rule.metrics)
+    return f"metric {hit[0]} became NaN or infinite" if hit else None
+
+
+def _no_improvement(rule: Rule, facts: Facts) -> str | None:
+    points = facts.series.get(rule.metric) or []
+    if not points:
+        return None
+    best, best_at = None, None
+    for ts, value in points:
+        if best is None or (value < best if rule.mode == "min" else value > best):
+            best, best_at = value, ts
+    if best_at is not None and facts.now - best_at > rule.minutes * 60:
+        return (f"{rule.metric} has not improved for {rule.minutes:g} min "
+                f"(best {best:.6g}, {'lowest' if rule.mode == 'min' else 'highest'})")
+    return None
+
+
+def _util(rule: Rule, facts: Facts) -> str | None:
+    points = facts.series.get(UTIL_METRIC) or []
+    window = rule.minutes * 60
+    if not points or points[0][0] > facts.now - window:
+        return None  # no samples, or none as old as the window: never a false alarm
+    recent = [v for ts, v in points if ts >= facts.now - window]
+    if recent and max(recent) < rule.percent:
+        return f"GPU utilisation stayed below {rule.percent:g}% for {rule.minutes:g} min"
+    return None
+
+
+def _budget(rule: Rule, facts: Facts) -> str | None:
+    limits = [x for x in (rule.dollars, facts.budget_per_job) if x is not None]
+    if not limits:
+        return None
+    limit = min(limits)
+    if facts.spent > limit:
+        return f"it spent ${facts.spent:.2f}, past its ${limit:.2f} budget"
+    return None
+
+
+CHECKS = {"nan_metric": _nan, "no_improvement": _no_improvement, "gpu_util_below": _util,
+          "over_budget": _budget}
+
+
+def evaluate(rules: Iterable[Rule], facts: Facts) -> tuple[Rule, str] | None:
+    """The first rule that fires and why, or None."""
+    for rule in rules:
+        why = CHECKS[rule.kind](rule, facts)
+        if why:
+            return rule, why
+    return None
+
+
+def needs_series(rules: Iterable[Rule]) -> set[str]:
+    """The metrics whose history the rules read."""
+    out = set()
+    for r in rules:
+        if r.kind == "no_improvement":
+            out.add(r.metric)
+        elif r.kind == "gpu_util_below":
+            out.add(UTIL_METRIC)
+    return out

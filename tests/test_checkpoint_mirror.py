@@ -1,0 +1,85 @@
+"""Checkpoints come home incrementally and only when complete (core/engine/checkpoints.py),
+read from a real job folder by the local target's provider and the runtime's own marker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from core.engine import checkpoints
+from core.providers.local import LocalProvider
+from core.runtime import RUNTIME_DIR
+
+
+class _Job:
+    def __init__(self, job_id: str) -> None:
+        self.id = job_id
+        self.short_id = job_id[:8]
+        self.attempt = 1
+        self.handle: dict = {}
+
+
+def _saved(ckpt: Path) -> int:
+    """gpu.checkpoint_saved() as a job calls it: in its own process, with its environment."""
+    out = subprocess.run([sys.executable, "-c", "import gpu; print(gpu.checkpoint_saved())"],
+                         env={**os.environ, "PYTHONPATH": str(RUNTIME_DIR),
+                              "GPU_ROUTER_CHECKPOINT_DIR": str(ckpt)},
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def test_a_marked_checkpoint_comes_home_and_only_changed_files_move(home: Path) -> None:
+    job = _Job("cd" * 16)
+    provider = LocalProvider()
+    ckpt = provider.job_dir(job) / "ckpt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "big.bin").write_bytes(os.urandom(200_000))
+    (ckpt / "step.json").write_text(json.dumps({"step": 1}))
+    assert _saved(ckpt) == 1
+    doc = asyncio.run(checkpoints.mirror(job, provider))
+    assert doc is not None and doc["generation"] == 1 and doc["last_moved"] > 150_000
+    home_copy = checkpoints.home_dir(job.id)
+    assert (home_copy / "big.bin").read_bytes() == (ckpt / "big.bin").read_bytes()
+
+    # a second save changes only step.json: only it moves
+    (ckpt / "step.json").write_text(json.dumps({"step": 2}))
+    assert _saved(ckpt) == 2
+    doc = asyncio.run(checkpoints.mirror(job, provider))
+    assert doc["generation"] == 2 and doc["last_moved"] < 10_000, doc
+    assert json.loads((home_copy / "step.json").read_text()) == {"step": 2}
+    assert (home_copy / "big.bin").stat().st_size == 200_000
+
+    # a save under way (marked files changing) never replaces the complete one at home
+    (ckpt / "big.bin").write_bytes(b"half")
+    assert asyncio.run(checkpoints.mirror(job, provider)) is None
+    assert (home_copy / "big.bin").stat().st_size == 200_000
+    info = checkpoints.summary(job.id)
+    assert info["generation"] == 2 and info["bytes"] > 200_000 and info["files"] == 2
+    assert "checkpoint 2" in checkpoints.describe(info)
+
+
+def test_without_a_marker_a_folder_counts_once_it_settles(home: Path) -> None:
+    job = _Job("ef" * 16)
+    provider = LocalProvider()
+    ckpt = provider.job_dir(job) / "ckpt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.pt").write_bytes(b"a" * 1000)
+    assert asyncio.run(checkpoints.mirror(job, provider)) is None  # first look: not yet
+    (ckpt / "model.pt").write_bytes(b"b" * 2000)
+    assert asyncio.run(checkpoints.mirror(job, provider)) is None  # it changed: not yet
+    doc = asyncio.run(checkpoints.mirror(job, provider))  # the same listing twice: settled
+    assert doc is not None and (checkpoints.home_dir(job.id) / "model.pt").read_bytes() == b"b" * 2000
+    assert asyncio.run(checkpoints.mirror(job, provider)) is None  # nothing new to move
+
+    # restored into a fresh ckpt/ (what a new target gets), and kept as an output at the end
+    dest = home / "elsewhere" / "ckpt"
+    dest.parent.mkdir()
+    assert checkpoints.restore_local(job.id, dest)
+    assert (dest / "model.pt").read_bytes() == b"b" * 2000
+    runs = home / "runs" / "x"
+    assert checkpoints.settle(job.id, runs) is None
+    assert (runs / "checkpoint" / "model.pt").exists() and checkpoints.summary(job.id) is None

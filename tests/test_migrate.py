@@ -1,0 +1,232 @@
+"""A job whose session ends resumes elsewhere from the checkpoint that came home.
+
+Two real OpenSSH servers on 127.0.0.1 (tests/services.Sshd, twice: two ports, two roots) play
+two GPU boxes; the real one-node Slurm (the session's `slurm` fixture) plays a cluster. Host A
+is killed outright (its sshd and every process of the job), the supervisor waits out A's
+`unreachable_grace_s` and moves the job to B, where it goes on from its last checkpoint.
+Nothing here mocks SSH, Slurm or the supervisor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (gpu_json, kill_remote_jobs, make_git_project, run_gpu, wait_state,
+                            write_user_config)
+
+pytestmark = pytest.mark.slow
+
+PYTHON = getattr(__import__("sys"), "_base_executable", None) or __import__("sys").executable
+STEPS = 40
+EVERY = 5  # the job saves a checkpoint every EVERY steps
+
+TRAIN = f"""
+import json, time
+import gpu
+
+ckpt = gpu.checkpoint_dir() / "state.json"
+start = json.loads(ckpt.read_text())["step"] + 1 if ckpt.exists() else 0
+print(f"attempt {{gpu.attempt()}} starts at step {{start}}", flush=True)
+for step in range(start, {STEPS}):
+    time.sleep(0.4)
+    gpu.log(step=step, x=float(step))
+    with open(gpu.output_dir() / "steps.log", "a") as f:
+        f.write(f"{{gpu.attempt()}} {{step}}\\n")
+    if step % {EVERY} == {EVERY} - 1:
+        ckpt.write_text(json.dumps({{"step": step}}))
+        (gpu.checkpoint_dir() / "weights.bin").write_bytes(bytes([step % 256]) * 4096)
+        gpu.checkpoint_saved()
+(gpu.output_dir() / "result.json").write_text(json.dumps({{"start": start, "attempt": gpu.attempt()}}))
+"""
+
+
+@pytest.fixture
+def two_hosts(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch):
+    """Hosts `a` and `b` (a is chosen first: same price, earlier name), local disabled."""
+    from tests.conftest import _stop_world
+    from tests.services import Sshd
+
+    monkeypatch.setenv("GPU_ROUTER_CKPT_EVERY_S", "0.3")
+    hosts = {n: Sshd(tmp_path / f"sshd-{n}") for n in ("a", "b")}
+    lines = ["targets:", "  local: {kind: local, enabled: false}"]
+    for name, server in hosts.items():
+        o = server.target_options(tmp_path / f"remote-{name}", PYTHON)
+        lines.append(f"  {name}: {{kind: ssh, host: {o['host']}, port: {o['port']}, user: {o['user']}, "
+                     f"key: {o['key']}, known_hosts: {o['known_hosts']}, root: {o['root']}, "
+                     f"python: {o['python']}, unreachable_grace_s: 3, connect_timeout_s: 2}}")
+    write_user_config("\n".join(lines) + "\n")
+    yield hosts
+    _stop_world(home)
+    for name, server in hosts.items():
+        server.close()
+        kill_remote_jobs(tmp_path / f"remote-{name}")
+
+
+def _project(tmp_path: Path) -> Path:
+    return make_git_project(tmp_path / "p", {"train.py": TRAIN, "gpu.yaml": "script: train.py\n"})
+
+
+def _store_job(job_id: str):
+    from core.engine.store import Store
+
+    return Store().get(job_id)
+
+
+def _wait_checkpoint(short: str, generation: int, timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        doc = gpu_json("status", short)
+        ckpt = doc.get("checkpoint")
+        if ckpt and ckpt["generation"] >= generation:
+            return doc
+        assert doc["state"] in ("provisioning", "running"), doc
+        time.sleep(0.1)
+    raise AssertionError(f"no checkpoint {generation} came home")
+
+
+def _steps_on(root: Path, job_id: str) -> list[int]:
+    path = root / "jobs" / job_id / "out" / "steps.log"
+    return [int(line.split()[1]) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _kill_host(server, root: Path) -> None:
+    """The host goes away: its sshd, its connections and every process of the job."""
+    server.stop()
+    kill_remote_jobs(root)
+
+
+def test_a_lost_host_moves_the_job_to_the_other_host_from_its_last_checkpoint(
+        two_hosts, home: Path, tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    sub = gpu_json("submit", "--hours", "0.1", "--wait-s", "10", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    assert sub["job"]["provider"] == "a", sub
+    wait_state(short, {"running"}, timeout=120)
+    status = _wait_checkpoint(short, 2)
+    assert status["checkpoint"]["bytes"] > 4096 and status["checkpoint"]["files"] == 2, status
+    text = run_gpu("status", short).stdout
+    assert "checkpoint" in text and "old" in text and "from a" in text, text
+
+    _kill_host(two_hosts["a"], tmp_path / "remote-a")
+    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
+    doc = gpu_json("status", short, "--verbose")
+    assert done["state"] == "done", (doc["reason"], run_gpu("logs", short).stdout)
+    assert doc["id"] == job_id and doc["provider"] == "b" and doc["attempt"] == 2
+
+    # the events tell the story: lost on a, moved to b, from which checkpoint
+    reasons = [e["reason"] for e in doc["events"]]
+    lost = next(r for r in reasons if r.startswith("session lost"))
+    assert "a unreachable" in lost
+    moved = next(e for e in doc["events"] if e["reason"].startswith("migrating from a to b"))
+    assert moved["from"] == "migrating" and moved["to"] == "provisioning"
+    assert "unreachable" in moved["reason"] and "from checkpoint" in moved["reason"]
+    assert moved["data"]["checkpoint"]["generation"] >= 2
+
+    # every step done, none lost beyond one checkpoint interval
+    on_a = _steps_on(tmp_path / "remote-a", job_id)
+    on_b = _steps_on(tmp_path / "remote-b", job_id)
+    result = json.loads((Path(doc["outputs_dir"]) / "result.json").read_text())
+    assert result["attempt"] == 2 and result["start"] == on_b[0] > 0
+    assert result["start"] % EVERY == 0  # it began right after a saved checkpoint
+    assert max(on_a) - (result["start"] - 1) <= EVERY, (max(on_a), result)
+    assert sorted(set(on_a) | set(on_b)) == list(range(STEPS))
+    assert on_b == list(range(result["start"], STEPS))
+    # the checkpoint placed on b was the one that came home (b never wrote the first ones)
+    assert json.loads((tmp_path / "remote-b" / "jobs" / job_id / "ckpt" / "state.json").read_text())["step"] == STEPS - 1
+    # outputs home: b's outputs, and the last checkpoint as an output
+    out = Path(doc["outputs_dir"])
+    assert (out / "steps.log").read_text().split("\n")[0].startswith("2 ")
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == STEPS - 1
+    log = run_gpu("logs", short).stdout
+    assert f"attempt 2 starts at step {result['start']}" in log
+
+
+def test_kill_9_of_the_supervisor_mid_migration_leaves_exactly_one_copy(
+        two_hosts, home: Path, tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    sub = gpu_json("submit", "--hours", "0.1", "--wait-s", "10", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    wait_state(short, {"running"}, timeout=120)
+    _wait_checkpoint(short, 1)
+    _kill_host(two_hosts["a"], tmp_path / "remote-a")
+    # kill the supervisor the moment the job is between its targets
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job = _store_job(job_id)
+        if job.state.value == "migrating" or (job.state.value == "provisioning" and job.attempt == 2):
+            break
+        time.sleep(0.02)
+    pid = int((home / "supervisor.lock").read_text().strip())
+    os.kill(pid, signal.SIGKILL)
+    killed_in = _store_job(job_id).state.value
+    assert killed_in in ("migrating", "provisioning", "running"), killed_in
+    time.sleep(0.5)
+    gpu_json("daemon", "--detach")
+    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
+    assert done["state"] == "done", gpu_json("status", short)
+    doc = gpu_json("status", short, "--verbose")
+    assert doc["provider"] == "b" and doc["attempt"] == 2
+    attempts = sorted((tmp_path / "remote-b" / "jobs" / job_id / "attempts").iterdir())
+    assert [p.name for p in attempts] == ["2"]  # one attempt started on b, once
+    starts = [r for r in run_gpu("logs", short).stdout.splitlines() if r.startswith("attempt 2 starts")]
+    assert len(starts) == 1, starts
+    on_b = _steps_on(tmp_path / "remote-b", job_id)
+    assert len(on_b) == len(set(on_b)), "a step ran twice on b: two copies"
+
+
+@pytest.fixture
+def lab_and_box(slurm, sshd, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`lab`, the real Slurm on this machine, set not to requeue, and `ssh-box`; lab first."""
+    monkeypatch.setenv("GPU_ROUTER_CKPT_EVERY_S", "0.5")
+    o = sshd.target_options(tmp_path / "remote", PYTHON)
+    write_user_config(
+        "targets:\n  local: {kind: local, enabled: false}\n"
+        f"  lab: {{kind: slurm, local: true, root: {tmp_path / 'slurm-root'}, python: {PYTHON},\n"
+        f"        requeue: false, env: {{SLURM_CONF: {slurm.conf}}}}}\n"
+        f"  ssh-box: {{kind: ssh, host: {o['host']}, port: {o['port']}, user: {o['user']}, key: {o['key']},\n"
+        f"            known_hosts: {o['known_hosts']}, root: {o['root']}, python: {o['python']}}}\n")
+    yield
+    slurm.run("scancel", "-u", pwd.getpwuid(os.getuid()).pw_name)
+
+
+def test_a_slurm_time_limit_on_a_target_set_not_to_requeue_moves_the_job_to_ssh(
+        slurm, lab_and_box, tmp_path: Path) -> None:
+    """TIMEOUT on `lab` (requeue: false): the job resumes on the ssh host from the checkpoint
+    it saved when Slurm's signal came. About 80 s (Slurm's limits are whole minutes)."""
+    project = make_git_project(tmp_path / "p", {
+        "gpu.yaml": "script: limit.py\ntime_minutes: 1\ngpus: 0\n",
+        "limit.py": (
+            "import time\nimport gpu\n"
+            "state = gpu.checkpoint_dir() / 'state'\n"
+            "if gpu.attempt() > 1:\n"
+            "    print('resumed from', state.read_text(), flush=True)\n"
+            "    (gpu.output_dir() / 'resumed.txt').write_text(state.read_text())\n"
+            "    raise SystemExit(0)\n"
+            "saved = False\n"
+            "while True:  # Slurm's time limit ends it\n"
+            "    if gpu.should_checkpoint() and not saved:\n"
+            "        state.write_text('step-7')\n"
+            "        gpu.checkpoint_saved()\n"
+            "        print('checkpoint saved', flush=True)\n"
+            "        saved = True\n"
+            "    time.sleep(0.5)\n"),
+    })
+    sub = gpu_json("submit", "--hours", "0.1", "--wait-s", "10", cwd=project)
+    short = sub["job"]["short_id"]
+    assert sub["job"]["provider"] == "lab", sub
+    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=200)
+    doc = gpu_json("status", short, "--verbose")
+    assert done["state"] == "done", (doc["reason"], run_gpu("logs", short).stdout)
+    assert doc["provider"] == "ssh-box" and doc["attempt"] == 2
+    reasons = [e["reason"] for e in doc["events"]]
+    ended = next(r for r in reasons if r.startswith("session ended on lab"))
+    assert "TIMEOUT" in ended and "not to requeue" in ended
+    assert any(r.startswith("migrating from lab to ssh-box") and "from checkpoint" in r for r in reasons)
+    assert (Path(doc["outputs_dir"]) / "resumed.txt").read_text() == "step-7"
