@@ -43,6 +43,7 @@ class FakeProvider:
         self.key = key
         self.expired = False
         self.stall_s = 0.0
+        self.overrides: dict[str, Any] = {}  # fixture name -> the body to serve instead
         self.requests: list[dict[str, Any]] = []
         self._release = threading.Event()
         fake = self
@@ -88,7 +89,7 @@ class FakeProvider:
         if self.expired or not record["authorized"]:
             doc = fixture(self.provider, "error-401")
             return self._send(h, doc["status"], doc["body"])
-        doc = fixture(self.provider, route)["body"]
+        doc = self.overrides.get(route) or fixture(self.provider, route)["body"]
         if self.provider == "runpod":
             doc = self._graphql(body, doc)
         self._send(h, 200, doc)
