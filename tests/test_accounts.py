@@ -428,3 +428,28 @@ def test_bad_accounts_config_is_a_clear_error(home, text: str, what: str) -> Non
     assert proc.returncode == 2 and what in proc.stderr, proc.stderr
 
 
+
+
+# -- the dashboard ----------------------------------------------------------------------------
+
+
+async def test_dashboard_targets_pane_shows_offers_and_instances(accounts) -> None:
+    from tui.dash.app import DashApp
+    from tui.dash.widgets import TargetsTable
+
+    accounts["runpod"].overrides["graphql"] = evil = json.loads(
+        (DATA / "runpod" / "graphql.json").read_text())["body"]
+    evil["data"]["myself"]["pods"][0]["name"] = "sweep\x1b]0;PWNED\x07-7"
+    gpu_json("accounts", "--refresh")
+    app = DashApp(live=False, bell=False)  # a still picture: everything read in order, now
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.2)
+        table = app.query_one(TargetsTable)
+        keys = [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+        assert {f"account:{p}" for p in PROVIDERS} <= set(keys)
+        assert "instance:runpod:50qynxzilsxoey" in keys and "instance:vast:4242424" in keys
+        row = [str(c) for c in table.get_row("account:vast")]
+        assert row[1:3] == ["account", "Tesla T4 15G"] and row[4] == "$23" and row[5] == "$0.11"
+        pod = [str(c) for c in table.get_row("instance:runpod:50qynxzilsxoey")]
+        assert pod[0] == " └ sweep-7"  # the title escape, payload and all, is gone
+        assert pod[1:4] == ["instance", "RTX 4090", "RUNNING"] and pod[4] == "$1.38 so far"
