@@ -164,15 +164,15 @@ class TargetsTable(DataTable):
         bal = (a.get("account") or {}).get("balance")
         instances = a.get("instances") or []
         self.add_row(Text(safe(a["provider"], single_line=True)), "account", Text(safe(gpu, single_line=True)),
-                     status, f"${bal:.0f}" if isinstance(bal, (int, float)) else "-",
-                     money(best["price_per_hour"]) if best else "-", f"{len(instances)} run",
+                     status, Text(f"${bal:.0f}") if isinstance(bal, (int, float)) else "-",
+                     money(best["price_per_hour"]) if best else "-", Text(f"{len(instances)} run"),
                      key=f"account:{a['provider']}")
         for inst in instances[: self.ACCOUNT_INSTANCES]:
             cost = inst.get("cost_so_far")
             self.add_row(Text(safe(f" └ {inst.get('name') or inst['id']}", single_line=True)), "instance",
                          Text(safe(inst.get("gpu") or "?", single_line=True)),
                          Text(safe(inst.get("status") or "?", single_line=True)),
-                         f"{money(cost)} so far" if cost is not None else "-",
+                         Text(f"{money(cost)} so far") if cost is not None else "-",
                          money(inst.get("price_per_hour")), "",
                          key=f"instance:{a['provider']}:{inst['id']}")
 
