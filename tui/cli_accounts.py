@@ -125,10 +125,10 @@ def age(seconds: float | None) -> str:
     if seconds is None:
         return "never read"
     if seconds < 90:
-        return f"{seconds:.0f} s ago"
+        return f"read {seconds:.0f} s ago"
     if seconds < 5400:
-        return f"{seconds / 60:.0f} min ago"
-    return f"{seconds / 3600:.1f} h ago"
+        return f"read {seconds / 60:.0f} min ago"
+    return f"read {seconds / 3600:.1f} h ago"
 
 
 STATE_STYLE = {"fresh": "green", "cached": "green", "stale": "yellow", "failed": "red", "no_key": "red"}
@@ -146,7 +146,7 @@ def account_lines(a: dict[str, Any], offers: int = 8) -> list[Any]:
     from rich.text import Text
 
     state = Text(safe(a["state"], single_line=True), style=STATE_STYLE.get(a["state"], ""))
-    out: list[Any] = [markup("[bold]{title}[/] ({p}): {balance}{spend}  [dim]read {age}[/] {state}",
+    out: list[Any] = [markup("[bold]{title}[/] ({p}): {balance}{spend}  [dim]{age}[/] {state}",
                              title=a.get("title", a["provider"]), p=a["provider"], balance=balance,
                              spend=f", spending ${spend:.2f}/h" if spend else "", age=age(a.get("age_s")),
                              state=state)]

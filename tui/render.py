@@ -302,7 +302,7 @@ def elsewhere_panel(doc: dict) -> Any:
     parts: list[Any] = []
     if best:
         hours = best.get("hours")
-        cost = (markup(" : about [bold]${cost:.2f}[/] for {hours:g} h", cost=best["estimated_cost"], hours=hours)
+        cost = (markup(", about [bold]${cost:.2f}[/] for {hours:g} h", cost=best["estimated_cost"], hours=hours)
                 if best.get("estimated_cost") is not None else markup(" [dim](no hours given: no estimate)[/]"))
         parts.append(markup("[bold]elsewhere now[/]  {gpu}{vram} on {provider}{where} at ${price:.2f}/hour",
                             gpu=best["gpu"], vram=f" {best['vram_gb']:g} GB" if best.get("vram_gb") else "",

@@ -146,9 +146,8 @@ def read_all(settings: list[Settings], key_for: Callable[[str], str | None], *,
         else:
             why = str(result)
         refused = isinstance(result, readonly.KeyRefused)
-        title = PROVIDERS[s.provider].TITLE
         out[s.provider] = Status(
-            s.provider, "stale" if cached else "failed", cached, error=f"{title}: {why}",
+            s.provider, "stale" if cached else "failed", cached, error=why,
             fix=(f"the key may have expired or been revoked: gpu accounts add {s.provider}" if refused
                  else "showing the last figures read" if cached else None),
             key_refused=refused)
