@@ -146,6 +146,13 @@ def _ask_at_submit(result, actor) -> int:
     say(markup("[bold]job {short}[/] ({name}) needs your approval before it runs:",
                short=job.short_id, name=job.name))
     say(plan_panel(job.plan, result.bundle))
+    from core.engine.accounts import elsewhere
+    from tui.render import elsewhere_panel
+
+    req = job.request
+    other = elsewhere(req.get("gpu"), req.get("vram_gb"), req.get("hours"))
+    if other is not None:  # what it would cost elsewhere, before the person says yes
+        say(elsewhere_panel(other))
     say(bundle_panel(result.bundle))
     answer = ask(markup("Approve job {short}? \\[y = approve, n = deny, enter = decide later] ",
                         short=job.short_id)).strip().lower()
@@ -172,14 +179,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     req = build_request(args.project_dir or os.getcwd(), _request_overrides(args))
     bundle, plan = _confirm_broad(args, lambda allow: prepare(
         req, interactive=_interactive(args), allow_large_project=allow))
+    from core.engine.accounts import elsewhere
+
+    other = elsewhere(req.gpu, req.vram_gb, req.hours)  # None (and nothing read) without accounts
     if args.json:
         from core.engine.reports import plan_doc
 
-        emit_json(plan_doc(bundle.summary(), plan))
+        emit_json(plan_doc(bundle.summary(), plan, other))
         return 0
-    from tui.render import bundle_panel, plan_panel
+    from tui.render import bundle_panel, elsewhere_panel, plan_panel
 
     say(plan_panel(plan))
+    if other is not None:
+        say(elsewhere_panel(other))
     say(bundle_panel(bundle.summary()))
     return 0
 
@@ -669,6 +681,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_target_commands(p, cmd_targets)
+
+    from tui.cli_accounts import add_accounts_command
+
+    add_accounts_command(add)  # gpu accounts [list | add PROVIDER | rm PROVIDER]
 
     p = add("secrets", cmd_secrets, "keychain secrets for jobs: set NAME (hidden or stdin), list, rm NAME")
     p.add_argument("action", choices=["set", "list", "rm"], help="what to do")

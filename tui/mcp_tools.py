@@ -102,7 +102,10 @@ def gpu_plan(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]
     req = build_request(project, submit_overrides(args), argument=argument("gpu_plan"))
     bundle, plan = prepare(req, interactive=False, store=engine.store(supervise=False),
                            progress=stage(call))
-    return {**plan_doc(bundle.summary(), plan), "digest": plan["digest"]}
+    from core.engine.accounts import elsewhere
+
+    other = elsewhere(req.gpu, req.vram_gb, req.hours)
+    return {**plan_doc(bundle.summary(), plan, other), "digest": plan["digest"]}
 
 
 def gpu_status(engine: Engine, args: dict[str, Any], call: Call, front: str = "gpu") -> dict[str, Any]:

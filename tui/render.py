@@ -305,6 +305,33 @@ def plan_panel(plan: dict, bundle: dict | None = None, state: str | None = None)
     return _group(*parts)
 
 
+def elsewhere_panel(doc: dict) -> Any:
+    """Beside a plan: the cheapest current offer for the job's GPU and VRAM across the user's
+    GPU cloud accounts, what the job would cost there, and how old each account's figures are.
+    Informational: it is not part of the plan or its digest."""
+    best = doc.get("cheapest")
+    parts: list[Any] = []
+    if best:
+        hours = best.get("hours")
+        cost = (markup(", about [bold]${cost:.2f}[/] for {hours:g} h", cost=best["estimated_cost"], hours=hours)
+                if best.get("estimated_cost") is not None else markup(" [dim](no hours given: no estimate)[/]"))
+        parts.append(markup("[bold]elsewhere now[/]  {gpu}{vram} on {provider}{where} at ${price:.2f}/hour",
+                            gpu=best["gpu"], vram=f" {best['vram_gb']:g} GB" if best.get("vram_gb") else "",
+                            provider=best["provider"], where=f" ({best['region']})" if best.get("region") else "",
+                            price=best["price_per_hour"]) + cost
+                     + markup("  [dim]read {age:.0f} s ago[/]", age=best.get("age_s") or 0))
+    else:
+        req = doc.get("request") or {}
+        asked = joined([x for x in (req.get("gpu"), f"{req['vram_gb']:g} GB" if req.get("vram_gb") else None) if x]) or "a GPU"
+        parts.append(markup("[bold]elsewhere now[/]  no offer in your accounts matches {asked}", asked=asked))
+    for a in doc.get("accounts") or []:
+        if a.get("state") in ("stale", "failed", "no_key"):
+            seen = f"last read {a['age_s']:.0f} s ago" if a.get("age_s") is not None else "nothing known"
+            parts.append(markup("  [yellow]{title}: {state}[/] ({seen}): {error}", title=a.get("title") or a["provider"],
+                                state=a["state"], seen=seen, error=a.get("error") or ""))
+    return _group(*parts)
+
+
 def targets_table(infos: list) -> Any:
     from rich.table import Table
 

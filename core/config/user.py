@@ -28,6 +28,9 @@ stricter than the defaults; a looser value is an error that says so.
     approvals:
       agent_markers: [MY_AGENT]   # more environment variables that mark a run as an agent's
       pin: {scheme: scrypt, ...}  # written by `gpu approvals pin set`, never by hand
+    accounts:                     # GPU cloud accounts read (never written): `gpu accounts add`
+      runpod: {}                  # its key lives in the keychain only (account:runpod)
+      lambda: {timeout_s: 3, base_url: https://cloud.lambda.ai}   # both optional
 """
 
 from __future__ import annotations
@@ -45,7 +48,10 @@ from core.errors import UserError, shorten
 from core.planning import killrules
 
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs", "kaggle", "modal")
-SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals")
+SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals", "accounts")
+# the GPU cloud accounts gpu-router can read (core/providers/accounts; a test keeps them equal)
+ACCOUNT_PROVIDERS = ("tensorpool", "lambda", "primeintellect", "vast", "runpod")
+ACCOUNT_KEYS = ("base_url", "timeout_s")
 _PIN_KEYS = ("scheme", "salt", "n", "r", "p", "hash")
 _HEX = re.compile(r"[0-9a-f]+")
 # caches (bundles, venvs, data) are freed least-recently-used above these caps, in GB;
@@ -100,6 +106,7 @@ class UserConfig:
     storage: dict[str, float] = field(default_factory=lambda: dict(STORAGE_DEFAULTS))
     approval_pin: dict[str, Any] | None = None  # the PIN's scrypt record (core.secrets.pin)
     agent_markers: list[str] = field(default_factory=list)
+    accounts: dict[str, dict[str, Any]] = field(default_factory=dict)  # NAME -> {base_url?, timeout_s?}
 
 
 def _number(value: Any, where: str, what: str, *, minimum: float = 0.0, allow_zero: bool = True) -> float:
@@ -234,8 +241,44 @@ def load() -> UserConfig:
     for key, value in section.items():
         storage[key] = _number(value, where, f"storage.{key}", allow_zero=False)
     pin, markers = _approvals(_section(raw, "approvals", where, "approvals:\n  agent_markers: [MY_AGENT]"), where)
+    accounts = check_accounts(_section(raw, "accounts", where, "accounts:\n  runpod: {}"), where)
     return UserConfig(path=path, targets=targets, rules=rules, raw=raw, bell=bool(bell),
-                      storage=storage, approval_pin=pin, agent_markers=markers)
+                      storage=storage, approval_pin=pin, agent_markers=markers, accounts=accounts)
+
+
+def check_accounts(section: dict, where: str) -> dict[str, dict[str, Any]]:
+    """accounts.NAME: {base_url, timeout_s}, both optional. A base_url must be https, or plain
+    http to this machine only (a test's fake): the account's key travels with every request."""
+    from urllib.parse import urlsplit
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, body in section.items():
+        w = f"accounts.{name}"
+        if name not in ACCOUNT_PROVIDERS:
+            raise UserError(f"unknown account {shorten(name)}", where=where,
+                            fix=f"accounts: {', '.join(ACCOUNT_PROVIDERS)}")
+        body = {} if body is None else body
+        if not isinstance(body, dict) or set(body) - set(ACCOUNT_KEYS):
+            raise UserError(f"{w} takes {', '.join(ACCOUNT_KEYS)} (got {shorten(body)})", where=where,
+                            fix=f"accounts:\n  {name}: {{timeout_s: 3}}   # the key itself: gpu accounts add {name}")
+        entry: dict[str, Any] = {}
+        if body.get("base_url") is not None:
+            url = body["base_url"]
+            parts = urlsplit(url) if isinstance(url, str) else None
+            host = parts.hostname if parts else None
+            local = host in ("127.0.0.1", "::1", "localhost")
+            if not parts or not host or parts.scheme not in ("http", "https") or (parts.scheme == "http" and not local):
+                raise UserError(f"{w}.base_url must be an https URL (plain http only to this machine); "
+                                f"got {shorten(url)}", where=where,
+                                fix=f"leave it out to use {name}'s own API")
+            entry["base_url"] = url.rstrip("/")
+        if body.get("timeout_s") is not None:
+            t = _number(body["timeout_s"], where, f"{w}.timeout_s", allow_zero=False)
+            if t > 30:
+                raise UserError(f"{w}.timeout_s is at most 30 seconds (a plan waits for it)", where=where)
+            entry["timeout_s"] = t
+        out[name] = entry
+    return out
 
 
 def _approvals(section: dict, where: str) -> tuple[dict | None, list[str]]:

@@ -162,9 +162,15 @@ def targets_doc(store: Store) -> dict[str, Any]:
     return {"targets": [i.to_json() for i in targets.infos(store).values()]}
 
 
-def plan_doc(bundle_summary: dict, plan: dict) -> dict[str, Any]:
-    """`gpu plan --json`: {plan, bundle, needs_approval}; the plan holds its digest."""
-    return {"plan": plan, "bundle": bundle_summary, "needs_approval": bool(plan["holds"])}
+def plan_doc(bundle_summary: dict, plan: dict, elsewhere: dict | None = None) -> dict[str, Any]:
+    """`gpu plan --json`: {plan, bundle, needs_approval}; the plan holds its digest. With GPU
+    cloud accounts configured, `elsewhere` too (`core.engine.accounts.elsewhere`): the cheapest
+    current offer for the job's GPU and VRAM and what it would cost there. It sits beside the
+    plan, not in it, so it never changes the digest a person approves."""
+    doc = {"plan": plan, "bundle": bundle_summary, "needs_approval": bool(plan["holds"])}
+    if elsewhere is not None:
+        doc["elsewhere"] = elsewhere
+    return doc
 
 
 def job_only(job: Job) -> dict[str, Any]:

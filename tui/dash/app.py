@@ -53,9 +53,21 @@ class MetricsRead(Message):
 
 
 class TargetsRead(Message):
-    def __init__(self, infos: list) -> None:
+    def __init__(self, infos: list, accounts: list | None = None) -> None:
         super().__init__()
         self.infos = infos
+        self.accounts = accounts or []  # the GPU cloud accounts' documents (core.engine.accounts)
+
+
+def read_accounts() -> list:
+    """The accounts' offers and instances for the targets pane: cached figures, or a read that
+    waits at most each provider's timeout (a worker runs it); none configured reads nothing."""
+    from core.engine import accounts
+
+    try:
+        return accounts.snapshot()["accounts"]
+    except UserError:
+        return []
 
 
 class JobCommands(Provider):
@@ -189,7 +201,8 @@ class DashApp(App):
             # so what is drawn never depends on which worker finished first
             from core.engine import targets
 
-            self.on_targets_read(TargetsRead(list(targets.infos(Store(self.store.path)).values())))
+            self.on_targets_read(TargetsRead(list(targets.infos(Store(self.store.path)).values()),
+                                             read_accounts()))
             self.on_jobs_changed(JobsChanged(self.watcher.initial(), initial=True))
             return
         self.load_initial()
@@ -235,7 +248,7 @@ class DashApp(App):
         except UserError as exc:
             self.call_from_thread(self.tell, exc.message(), severity="error", title="config")
             return
-        self.post_message(TargetsRead(infos))
+        self.post_message(TargetsRead(infos, read_accounts()))
 
     @work(thread=True, exclusive=True, group="log")
     def poll_log(self) -> None:
@@ -314,7 +327,7 @@ class DashApp(App):
                 table.remove_row(job.id)
 
     def on_targets_read(self, message: TargetsRead) -> None:
-        self.query_one(TargetsTable).show(message.infos)
+        self.query_one(TargetsTable).show(message.infos, message.accounts, now=self.clock())
 
     def on_log_lines(self, message: LogLines) -> None:
         if message.job_id != self.selected:
