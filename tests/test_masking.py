@@ -282,7 +282,8 @@ def test_gpu_log_keeps_names_short_and_plain(tmp_path: Path) -> None:
         gpu.log(step=1, **{"loss": 1.0, "val/acc": 0.5, "x" * 65: 1.0, "bad\x1b]0;t": 2.0,
                            "has space": 3.0, "note": "text", "n": float("nan")})
     row = json.loads(metrics.read_text())
-    assert set(row) == {"ts", "step", "loss", "val/acc"}
+    assert set(row) == {"ts", "step", "loss", "val/acc", "nonfinite"}
+    assert row["nonfinite"] == {"n": "nan"}  # named for the nan_metric kill rule, never stored as a number
     assert err.getvalue().count("[gpu] metric") == 3 and "\x1b" not in err.getvalue()
 
 
@@ -337,3 +338,12 @@ def test_a_secret_popped_from_the_environment_is_still_kept_out_of_metrics(tmp_p
                                "GPU_ROUTER_METRICS_FILE": str(metrics)})
     assert proc.returncode == 0, proc.stderr
     assert b"popped-secret-1".hex() not in metrics.read_text() and "loss" in metrics.read_text()
+
+
+def test_a_value_ending_in_percent_is_masked_whole_when_url_encoded() -> None:
+    """`%` is a prefix of its own escape `%25`: the escape must win, or `25` is left shown."""
+    secret = "pw-0-0-%"
+    for written in (b"pw-0-0-%25", b"pw%2D0-0-%25", b"pw-0-0-%"):
+        masker = Masker([secret])
+        out = masker.feed(b"token=" + written + b" done\n") + masker.flush()
+        assert out == b"token=" + MASK.encode() + b" done\n", (written, out)

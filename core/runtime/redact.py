@@ -73,10 +73,13 @@ def fixed_forms(value: str) -> set[bytes]:
 
 
 def _url_byte(b: int) -> list[bytes]:
-    """One byte as a URL may carry it: literally, %XX in either hex case, `+` for a space."""
+    """One byte as a URL may carry it: %XX in either hex case, literally, `+` for a space.
+
+    The escape comes first: for `%` itself the literal is a prefix of its own escape `%25`,
+    and an alternation takes the first branch that matches, which would leave the `25` shown."""
     hi, lo = f"{b:02X}"
     hexes = [f"[{c}{c.lower()}]" if c.isalpha() else c for c in (hi, lo)]
-    alts = [re.escape(bytes([b])), ("%" + hexes[0] + hexes[1]).encode()]
+    alts = [("%" + hexes[0] + hexes[1]).encode(), re.escape(bytes([b]))]
     return alts + [rb"\+"] if b == 0x20 else alts
 
 
@@ -127,7 +130,7 @@ class SecretPattern:
         alternatives = [re.escape(f) for f in ordered] + patterns
         self.regex = re.compile(b"|".join(alternatives)) if alternatives else None
         self.anchors = _minimal(anchors | fixed)
-        self.escape = re.compile(b"%(?:" + b"|".join(_url_byte(b)[1][1:] for b in sorted(escapes))
+        self.escape = re.compile(b"%(?:" + b"|".join(_url_byte(b)[0][1:] for b in sorted(escapes))
                                  + b")") if escapes else None
         # a value with a bracket, or a form inside MASK, could be re-formed by a replacement
         self.reforms = bool(self.regex) and (any(c in f for f in fixed for c in b"[]")
