@@ -127,7 +127,9 @@ class SecretPattern:
             longest = max(longest, 3 * len(raw))
         ordered = sorted(fixed, key=len, reverse=True)  # at one position the longest form wins
         self.longest = max([longest, *map(len, ordered)])  # the most text one match can span
-        alternatives = [re.escape(f) for f in ordered] + patterns
+        # the URL forms first: they also match the value as written, byte for byte, and take
+        # an escape over the literal byte (`%25` over `%`), so a match runs to its longest end
+        alternatives = patterns + [re.escape(f) for f in ordered]
         self.regex = re.compile(b"|".join(alternatives)) if alternatives else None
         self.anchors = _minimal(anchors | fixed)
         self.escape = re.compile(b"%(?:" + b"|".join(_url_byte(b)[0][1:] for b in sorted(escapes))
