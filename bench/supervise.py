@@ -179,6 +179,9 @@ def main() -> int:
     counts_after = jobs_by_state(world)
     metric_rows = _metric_rows(world)
 
+    from core.engine import looplag
+
+    lag = looplag.read(Path(world.env()["GPU_ROUTER_HOME"]) / "supervisor-lag.json") or {}
     sup_pct = 100 * (own1 - own0) / wall
     kids_pct = 100 * (kids1 - kids0) / wall
     ncpu = os.cpu_count() or 1
@@ -221,6 +224,11 @@ def main() -> int:
     print(f"supervisor pid {pid}: {own1 - own0:.2f} s CPU in {wall:.1f} s = {sup_pct:.1f}% of one core"
           f"   (5 s slices: {', '.join(f'{x:.1f}' for x in samples)})")
     print(f"its reaped children (ps, launchers) in the window: {kids_pct:.1f}% of one core")
+    if lag:
+        print(f"event loop lag (the supervisor's own watchdog, last {lag['samples']} samples every "
+              f"{lag['interval_ms']:.0f} ms): p50 {lag['p50_ms']:.1f} ms, p99 {lag['p99_ms']:.1f} ms, "
+              f"max {lag['max_ms']:.1f} ms; {lag['stalls_over_100ms']} stalls over 100 ms "
+              f"(target p99 under 50 ms: {'PASS' if lag['p99_ms'] < 50 else 'FAIL'})")
     print(f"whole machine in the window: {sys_pct:.0f}% of one core ({ncpu} cores; jobs and launchers included)")
     if metric_rows is not None:
         print(f"metric rows in the store after the window: {metric_rows}")

@@ -570,11 +570,21 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             import signal
 
             os.kill(pid, signal.SIGTERM)
+        from core import paths
+        from core.engine import looplag
+
         doc = {"running": pid is not None, "pid": pid, "stopped": bool(args.stop and pid)}
+        lag = looplag.read(paths.home() / "supervisor-lag.json")
+        if lag and lag.get("pid") == pid:
+            doc["loop_lag"] = lag  # how late its event loop ran (p50/p99/max, stalls over 100 ms)
         if args.json:
             emit_json(doc)
         else:
             say(f"supervisor {'pid %d %s' % (pid, 'stopping' if args.stop else 'running') if pid else 'not running'}")
+            if "loop_lag" in doc:
+                say(f"event loop lag: p50 {lag['p50_ms']:.1f} ms, p99 {lag['p99_ms']:.1f} ms, max "
+                    f"{lag['max_ms']:.1f} ms over {lag['samples']} samples; "
+                    f"{lag['stalls_over_100ms']} stalls over 100 ms")
         return 0
     if args.detach:
         pid = daemon.ensure_running(wait_s=10)

@@ -27,7 +27,9 @@ from core.engine.metricfile import parse_metrics, parse_rows  # noqa: F401 - par
 from core.engine import checkpoints
 from core.engine.service import bring_home, hold, replan, write_job_json
 from core.engine.states import ACTIVE, LAUNCHED, SUPERVISED, State
+from core.engine.looplag import LagWatch
 from core.engine.store import Job, Store
+from core.engine.storethread import StoreThread
 from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
 from core.planning import killrules
 from core.planning.plan import digest
@@ -57,6 +59,8 @@ class Supervisor:
     def __init__(self, store: Store | None = None, providers: dict[str, Any] | None = None,
                  tick_s: float = 1.0, idle_exit_s: float = IDLE_EXIT_S) -> None:
         self.store = store or Store()
+        self.db = StoreThread()  # every store call from the loop runs on the store's own thread
+        self.lag = LagWatch(paths.home() / "supervisor-lag.json")
         self._providers = providers
         self._own_providers = providers is None
         self._config_stamp: int | None = None
@@ -87,6 +91,7 @@ class Supervisor:
             loop.add_signal_handler(sig, self._stop)
         loop.add_signal_handler(signal.SIGUSR2, self.wakeup.set)
         log.info("supervisor %d started", os.getpid())
+        watch = asyncio.create_task(self.lag.run())  # logs any stall of the loop over 100 ms
         quiet_since = time.monotonic()
         tasks: set[asyncio.Task] = set()
         while not self.stopping:
@@ -107,6 +112,8 @@ class Supervisor:
             self.wakeup.clear()
         if tasks:
             await asyncio.wait(tasks, timeout=30)
+        watch.cancel()
+        self.lag._write()
 
     def _stop(self) -> None:
         self.stopping = True
@@ -127,7 +134,7 @@ class Supervisor:
         if self._config_changed():
             self._providers = None if self._own_providers else self._providers
             self._rules = None
-        jobs = self.store.jobs(states=ACTIVE)
+        jobs = await self.db(self.store.jobs, states=ACTIVE)
         jobs.sort(key=lambda j: j.created_at)  # first come, first placed
         load: dict[str, int] = {}
         for job in jobs:
@@ -139,11 +146,11 @@ class Supervisor:
             if job.state == State.ROUTING:
                 provider = self.providers.get(job.provider or "")
                 if provider is None or not getattr(provider, "enabled", True):
-                    self._replan(job, f"target {job.provider!r} is no longer "
+                    await self.db(self._replan, job, f"target {job.provider!r} is no longer "
                                       + ("configured" if provider is None else "enabled"))
                     continue
                 if load.get(job.provider, 0) >= provider.max_jobs:
-                    self._note_waiting(job, provider, load.get(job.provider, 0))
+                    await self.db(self._note_waiting, job, provider, load.get(job.provider, 0))
                     continue
                 load[job.provider] = load.get(job.provider, 0) + 1
             elif job.state not in LAUNCHED and job.state != State.MIGRATING:
@@ -169,13 +176,13 @@ class Supervisor:
             log.info("job %s: %s", job.short_id, exc)
         except DiskFull as exc:  # gpu-router's home filled up: say so where the user looks
             log.warning("job %s: %s", job.short_id, exc.what)
-            self._say_disk_full(job, exc)
+            await self.db(self._say_disk_full, job, exc)
         except Exception as exc:  # noqa: BLE001
             log.exception("job %s: step failed", job.short_id)
             try:
-                fresh = self.store.get(job.id)
+                fresh = await self.db(self.store.get, job.id)
                 if fresh.state not in LAUNCHED:
-                    self._fail(fresh, f"gpu-router could not start it: {exc}")
+                    await self.db(self._fail, fresh, f"gpu-router could not start it: {exc}")
             except Exception:  # noqa: BLE001
                 log.exception("job %s: could not record the failure", job.short_id)
         finally:
@@ -195,7 +202,7 @@ class Supervisor:
             log.exception("job %s: could not record the full disk", job.short_id)
 
     async def step(self, job: Job) -> None:
-        job = self.store.get(job.id)  # the freshest copy: others write too
+        job = await self.db(self.store.get, job.id)  # the freshest copy: others write too
         if job.state == State.ROUTING:
             await self._launch(job)
             return
@@ -206,7 +213,7 @@ class Supervisor:
             return
         provider = self.providers.get(job.provider or "")
         if provider is None:
-            self._fail(job, f"target {job.provider!r} is no longer configured")
+            await self.db(self._fail, job, f"target {job.provider!r} is no longer configured")
             return
         if job.state == State.PROVISIONING and not job.handle.get("launched_at"):
             # the supervisor died between placing the job and starting it: start it now
@@ -233,26 +240,26 @@ class Supervisor:
             await self._unreachable(job, poll, provider)
             return
         if job.handle.get("unreachable_since"):
-            self.store.update(job.id, handle={k: v for k, v in job.handle.items() if k != "unreachable_since"},
+            await self.db(self.store.update, job.id, handle={k: v for k, v in job.handle.items() if k != "unreachable_since"},
                               reason=f"{provider.name} is reachable again")
-            job = self.store.get(job.id)
+            job = await self.db(self.store.get, job.id)
         if poll.phase == "session_ended":
             await self._session_ended(job, provider, poll)
             return
         if poll.phase == "running" and job.state == State.PROVISIONING:
-            self.store.usage_start(job.id, job.attempt, provider.name,
+            await self.db(self.store.usage_start, job.id, job.attempt, provider.name,
                                    float(job.plan.get("price_per_hour") or 0))
-            self.store.transition(job.id, State.RUNNING, "started", expect=[State.PROVISIONING])
+            await self.db(self.store.transition, job.id, State.RUNNING, "started", expect=[State.PROVISIONING])
         elif poll.phase == "provisioning" and poll.detail and poll.detail != job.reason:
-            self.store.update(job.id, reason=poll.detail)  # why it waits: "queued: Resources"
+            await self.db(self.store.update, job.id, reason=poll.detail)  # why it waits: "queued: Resources"
         elif poll.phase in ("exited", "lost", "cancelled"):
             if hasattr(provider, "sync_log"):  # what it wrote between the mirror above and its end
                 await provider.sync_log(job)
-            await self._ingest_metrics(self.store.get(job.id), provider)
-            await self._finish(self.store.get(job.id), provider, poll)
+            await self._ingest_metrics(await self.db(self.store.get, job.id), provider)
+            await self._finish(await self.db(self.store.get, job.id), provider, poll)
         elif poll.phase == "running":
-            await self._check_kill_rules(self.store.get(job.id), provider)
-            await self._check_overrun(self.store.get(job.id), provider)
+            await self._check_kill_rules(await self.db(self.store.get, job.id), provider)
+            await self._check_overrun(await self.db(self.store.get, job.id), provider)
 
     async def _mirror(self, job: Job, provider: Any, force: bool = False) -> None:
         """Bring the job's last complete checkpoint home (rate-limited; never fails the job)."""
@@ -274,20 +281,20 @@ class Supervisor:
         grace = float(getattr(provider, "unreachable_grace_s", None) or UNREACHABLE_GRACE_S)
         waited = time.time() - since
         if waited > grace and job.state != State.MIGRATING:
-            self.store.usage_end(job.id, job.attempt)
+            await self.db(self.store.usage_end, job.id, job.attempt)
             why = f"{job.provider} unreachable for {_ago(waited)} ({poll.detail})"
-            self.store.transition(job.id, State.MIGRATING,
+            await self.db(self.store.transition, job.id, State.MIGRATING,
                                   f"session lost: {why}; moving it to another target",
                                   handle={**job.handle, "unreachable_since": since, "session_lost": True,
                                           "resume_same_target": False, "move_why": why,
                                           "lost_target": job.provider})
             return
         reason = f"{job.provider} unreachable for {waited:.0f}s ({poll.detail}); retrying"
-        self.store.update(job.id, handle={**job.handle, "unreachable_since": since}, reason=reason)
+        await self.db(self.store.update, job.id, handle={**job.handle, "unreachable_since": since}, reason=reason)
 
     async def _session_ended(self, job: Job, provider: Any, poll: Poll) -> None:
         """The target ended the session (a time limit, preemption): resume from the checkpoint."""
-        self.store.usage_end(job.id, job.attempt)
+        await self.db(self.store.usage_end, job.id, job.attempt)
         resumes = int(job.handle.get("resumes", 0))
         if job.cancel_requested:
             await self._finish(job, provider, Poll("exited", exit_code=None, detail=poll.detail))
@@ -301,7 +308,7 @@ class Supervisor:
         if not same:
             why += (f" ({provider.name} is set not to requeue)" if not requeue
                     else f" (resumed there {resumes} times already)")
-        self.store.transition(job.id, State.MIGRATING, why + ("" if same else "; moving it to another target"),
+        await self.db(self.store.transition, job.id, State.MIGRATING, why + ("" if same else "; moving it to another target"),
                               handle={**job.handle, "resume_same_target": same, "resumes": resumes,
                                       "max_resumes": limit, "move_why": why,
                                       "lost_target": provider.name})
@@ -309,7 +316,7 @@ class Supervisor:
     async def _resume(self, job: Job) -> None:
         """A migrating job whose target can take it back starts its next attempt there."""
         if job.cancel_requested:
-            self.store.transition(job.id, State.CANCELLED, "cancelled while between sessions")
+            await self.db(self.store.transition, job.id, State.CANCELLED, "cancelled while between sessions")
             return
         if not job.handle.get("resume_same_target"):
             await self._migrate(job)
@@ -326,7 +333,7 @@ class Supervisor:
         else:
             carried["resumes"] = int(job.handle.get("resumes", 0)) + 1
             text = f"resuming on {provider.name} from its last checkpoint"
-        job = self.store.transition(job.id, State.PROVISIONING, text,
+        job = await self.db(self.store.transition, job.id, State.PROVISIONING, text,
                                     expect=[State.MIGRATING], attempt=job.attempt + 1,
                                     handle=carried, exit_code=None)
         await self._start_attempt(job, provider)
@@ -341,13 +348,13 @@ class Supervisor:
         src = job.handle.get("lost_target") or job.provider or "?"
         why = job.handle.get("move_why") or f"its session on {src} ended"
         if moves >= rules.max_migrations:
-            self._fail(job, f"{why}; it was moved {moves} times already (rules.max_migrations), "
+            await self.db(self._fail, job, f"{why}; it was moved {moves} times already (rules.max_migrations), "
                             "not moving it again")
             return
         ckpt = checkpoints.summary(job.id)
         restart = job.request.get("restart", "never")
         if ckpt is None and restart != "allow":
-            self._fail(job, f"{why}; no complete checkpoint came home, and it would start again "
+            await self.db(self._fail, job, f"{why}; no complete checkpoint came home, and it would start again "
                             "from the beginning, which its request does not allow "
                             "(set restart: allow in gpu.yaml to allow it)")
             return
@@ -356,17 +363,17 @@ class Supervisor:
             moved = await asyncio.to_thread(replan, self.store, job, why, exclude)
         except UserError as exc:
             wait = f"{why}; waiting for a target that fits: {exc.what}"
-            self.store.update(job.id, reason=wait[:2000], handle={
+            await self.db(self.store.update, job.id, reason=wait[:2000], handle={
                 **job.handle, "migrate_retry_at": time.time() + MIGRATE_RETRY_S})
             return
         if moved.state == State.AWAITING_APPROVAL:
             # the hold keeps where it came from; the approval resumes it through _launch
-            self.store.update(job.id, handle={**_carried(job.handle), "migrations": moves + 1,
+            await self.db(self.store.update, job.id, handle={**_carried(job.handle), "migrations": moves + 1,
                                               "migrated_from": src, "moving": True,
                                               "restore_checkpoint": ckpt is not None})
             return
-        if moved.cancel_requested or self.store.get(job.id).cancel_requested:
-            self.store.transition(job.id, State.CANCELLED, "cancelled while it was moving")
+        if moved.cancel_requested or (await self.db(self.store.get, job.id)).cancel_requested:
+            await self.db(self.store.transition, job.id, State.CANCELLED, "cancelled while it was moving")
             return
         provider = self.providers.get(moved.provider or "")
         if provider is None:
@@ -377,7 +384,7 @@ class Supervisor:
         self._abandon(job, src)
         start = "from " + checkpoints.describe(ckpt) if ckpt else "from the beginning (restart: allow)"
         text = f"migrating from {src} to {provider.name}: {why}, {start}"
-        job = self.store.transition(
+        job = await self.db(self.store.transition,
             job.id, State.PROVISIONING, text, expect=[State.MIGRATING], attempt=job.attempt + 1,
             exit_code=None, metrics_offset=0,  # the new target's metrics file starts empty
             data={"from": src, "to": provider.name, "why": why, "checkpoint": ckpt},
@@ -407,7 +414,7 @@ class Supervisor:
     async def _launch(self, job: Job) -> None:
         provider = self.providers[job.provider]
         if job.plan.get("holds") and job.approved_digest != job.digest:
-            hold(self.store, job, job.plan["holds"], kind=job.plan.get("hold_kind", "rules"))
+            await self.db(hold, self.store, job, job.plan["holds"], kind=job.plan.get("hold_kind", "rules"))
             return
         carried = _carried(job.handle)  # a job moved here after an approval keeps its counters
         text = f"placed on {provider.name}"
@@ -419,7 +426,7 @@ class Supervisor:
         if job.handle.get("moving"):  # held while it moved, now approved: it starts afresh there
             moved = {"metrics_offset": 0}
             carried["log_base"] = _log_mark(job, f"moved from {carried['migrated_from']} to {provider.name}")
-        job = self.store.transition(job.id, State.PROVISIONING, text, expect=[State.ROUTING],
+        job = await self.db(self.store.transition, job.id, State.PROVISIONING, text, expect=[State.ROUTING],
                                     attempt=job.attempt + 1, handle=carried, exit_code=None, **moved)
         await self._start_attempt(job, provider)
 
@@ -427,19 +434,19 @@ class Supervisor:
         try:
             env_secrets = secrets_for_launch(job)
         except UserError as exc:
-            self._fail(job, exc.message())
+            await self.db(self._fail, job, exc.message())
             return
         try:
             handle = await provider.launch(job, env_secrets)
         except DiskFull as exc:
-            self._fail(job, exc.what)
+            await self.db(self._fail, job, exc.what)
             return
         except Exception as exc:  # noqa: BLE001
             log.exception("job %s: launch failed", job.short_id)
-            self._fail(job, f"could not start on {provider.name}: {exc}")
+            await self.db(self._fail, job, f"could not start on {provider.name}: {exc}")
             return
-        self.store.update(job.id, handle={**_carried(job.handle), **handle})
-        self.store.add_event(job.id, f"attempt {job.attempt} started on {provider.name}",
+        await self.db(self.store.update, job.id, handle={**_carried(job.handle), **handle})
+        await self.db(self.store.add_event, job.id, f"attempt {job.attempt} started on {provider.name}",
                              data={"attempt": job.attempt})
 
     async def _cancel(self, job: Job, provider: Any) -> None:
@@ -447,17 +454,17 @@ class Supervisor:
         now = time.time()
         if sent is None:
             await provider.cancel(job)
-            self.store.update(job.id, handle={**job.handle, "cancel_sent_at": now})
+            await self.db(self.store.update, job.id, handle={**job.handle, "cancel_sent_at": now})
         elif now - sent > CANCEL_GRACE_S and not job.handle.get("cancel_forced"):
             await provider.cancel(job, force=True)
-            self.store.update(job.id, handle={**job.handle, "cancel_forced": True})
+            await self.db(self.store.update, job.id, handle={**job.handle, "cancel_forced": True})
 
     async def _ingest_metrics(self, job: Job, provider: Any) -> None:
         data, offset = await provider.read_metrics(job, job.metrics_offset)
         if offset == job.metrics_offset and not data:
             return
         parsed = parse_rows(data)
-        self.store.add_metrics(job.id, parsed.rows, offset,
+        await self.db(self.store.add_metrics, job.id, parsed.rows, offset,
                                {**job.last_metric, **parsed.last} if parsed.last else {},
                                config=parsed.config, final=parsed.final)
         if parsed.nonfinite:  # kept for the nan_metric rule: NaN is never stored as a number
@@ -465,18 +472,18 @@ class Supervisor:
             for key, ts in parsed.nonfinite.items():
                 if len(seen) < 20:
                     seen.setdefault(key, ts)
-            fresh = self.store.get(job.id)
-            self.store.update(job.id, handle={**fresh.handle, "nonfinite": seen})
+            fresh = await self.db(self.store.get, job.id)
+            await self.db(self.store.update, job.id, handle={**fresh.handle, "nonfinite": seen})
 
     async def _check_overrun(self, job: Job, provider: Any) -> None:
         """Past hours x overrun_factor: ask for a checkpoint, then stop it, then hold it."""
         hours = job.plan.get("hours")
         rules = self.rules()
         if job.state == State.RUNNING and hours:
-            used = job_hours(self.store, job.id)
+            used = await self.db(job_hours, self.store, job.id)
             if used > hours * rules.overrun_factor:
                 await provider.request_checkpoint(job)
-                self.store.transition(
+                await self.db(self.store.transition,
                     job.id, State.CHECKPOINTING,
                     f"ran {used:.3g} h, past its {hours:g} h estimate (x{rules.overrun_factor:g}): "
                     f"asked to checkpoint and stop", expect=[State.RUNNING],
@@ -486,10 +493,10 @@ class Supervisor:
             waited = time.time() - asked
             if waited > rules.checkpoint_grace_s and not job.handle.get("overrun_stop_sent"):
                 await provider.cancel(job)
-                self.store.update(job.id, handle={**job.handle, "overrun_stop_sent": time.time()})
+                await self.db(self.store.update, job.id, handle={**job.handle, "overrun_stop_sent": time.time()})
             elif waited > rules.checkpoint_grace_s + CANCEL_GRACE_S and not job.handle.get("cancel_forced"):
                 await provider.cancel(job, force=True)
-                self.store.update(job.id, handle={**job.handle, "cancel_forced": True})
+                await self.db(self.store.update, job.id, handle={**job.handle, "cancel_forced": True})
 
     async def _check_kill_rules(self, job: Job, provider: Any) -> None:
         """The user's kill rules and the job's own: the first that fires asks the job to
@@ -515,7 +522,7 @@ class Supervisor:
                 return
             self._rules_at[job.id] = now
             if any(r.kind == "over_budget" for r in active):
-                facts.spent = job_hours(self.store, job.id) * float(job.plan.get("price_per_hour") or 0)
+                facts.spent = await self.db(job_hours, self.store, job.id) * float(job.plan.get("price_per_hour") or 0)
             points = await asyncio.to_thread(self._series, job.id, wanted)
             facts.series = points
         fired = killrules.evaluate(active, facts)
@@ -526,7 +533,7 @@ class Supervisor:
             await provider.request_checkpoint(job)
         except Exception as exc:  # noqa: BLE001 - it is stopped after the grace all the same
             log.info("job %s: checkpoint request failed: %s", job.short_id, exc)
-        self.store.transition(job.id, State.CHECKPOINTING,
+        await self.db(self.store.transition, job.id, State.CHECKPOINTING,
                               f"kill rule {rule.text()} fired: {why}; asked to checkpoint, then it stops",
                               expect=[State.RUNNING], data={"rule": rule.text(), "why": why},
                               handle={**job.handle, "kill": {"rule": rule.text(), "why": why, "at": now}})
@@ -552,15 +559,15 @@ class Supervisor:
         if job.handle.get("launched_at"):
             # an attempt that ended before a poll saw it run still ran: count it from its
             # launch (a no-op when its usage row exists), so its hours and cost are not zero
-            self.store.usage_start(job.id, job.attempt, provider.name,
+            await self.db(self.store.usage_start, job.id, job.attempt, provider.name,
                                    float(job.plan.get("price_per_hour") or 0),
                                    at=job.handle["launched_at"])
-        self.store.usage_end(job.id, job.attempt)
+        await self.db(self.store.usage_end, job.id, job.attempt)
         if job.handle.get("overrun_at") and not job.cancel_requested and (
                 poll.exit_code == 0 or job.handle.get("overrun_stop_sent")):
             # what it wrote so far comes home now: a person may deny it and never resume it
             notes = await bring_home(self.store, job, provider)
-            self._hold_overrun(job, notes)
+            await self.db(self._hold_overrun, job, notes)
             return
         kill = job.handle.get("kill")
         if job.cancel_requested:
@@ -589,12 +596,12 @@ class Supervisor:
         if kept:
             notes = [*notes, kept]
         stayed = await self._stayed(job, provider)
-        self.store.transition(job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
+        await self.db(self.store.transition, job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
                               data={"notes": notes} if notes else None)
         if stayed:
-            self.store.update(job.id, handle={**self.store.get(job.id).handle, "stayed": stayed})
-            self.store.add_event(job.id, stayed, actor="supervisor")
-        await asyncio.to_thread(write_job_json, self.store, self.store.get(job.id))
+            await self.db(self.store.update, job.id, handle={**(await self.db(self.store.get, job.id)).handle, "stayed": stayed})
+            await self.db(self.store.add_event, job.id, stayed, actor="supervisor")
+        await asyncio.to_thread(write_job_json, self.store, await self.db(self.store.get, job.id))
         self._enforce_caps(provider)
 
     def _retry_wanted(self, job: Job, poll: Poll) -> bool:
@@ -605,7 +612,7 @@ class Supervisor:
         return int(job.handle.get("retries", 0)) < int(job.request.get("max_retries") or 1)
 
     async def _retry(self, job: Job, provider: Any, poll: Poll) -> None:
-        self.store.transition(
+        await self.db(self.store.transition,
             job.id, State.MIGRATING,
             f"exited with status {poll.exit_code}, which its request lists in retry_on_exit_codes: "
             f"trying again ({int(job.handle.get('retries', 0)) + 1} of {int(job.request.get('max_retries') or 1)})",
