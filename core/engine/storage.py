@@ -131,7 +131,8 @@ async def target(store: Store, name: str, provider: Any, cap: int | None, *,
     loc = Location(name, cap)
     try:
         doc = await asyncio.wait_for(provider.cache_scan(), timeout)
-        loc.entries = judge(doc["entries"], needed(store, name), {}, doc["now"])
+        needs = await asyncio.to_thread(needed, store, name)  # a store read: off the event loop
+        loc.entries = judge(doc["entries"], needs, {}, doc["now"])
         choose(loc, everything=everything)
         if loc.evict and not dry_run:
             _settle(loc, await asyncio.wait_for(provider.cache_evict([e.path for e in loc.evict]), timeout))
