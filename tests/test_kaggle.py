@@ -187,6 +187,9 @@ def test_a_session_at_its_time_limit_resumes_from_its_checkpoint(kaggle: FakeKag
     assert done["state"] == "done", run_gpu("logs", short).stdout
     steps = json.loads((Path(sub["job"]["outputs_dir"]) / "steps.json").read_text())
     assert steps == list(range(30))
+    # the first session's checkpoint came home from its output (where a move elsewhere reads it)
+    kept = Path(sub["job"]["outputs_dir"]) / "checkpoint" / "steps.json"  # mirrored home, then an output
+    assert json.loads(kept.read_text()) == list(range(30))
     pushes = kaggle.bodies("SaveKernel")
     assert len(pushes) >= 2 and pushes[1]["kernelDataSources"] == [f"alice/gr-{short}-a1"]
     assert all(p["sessionTimeoutSeconds"] <= 13 for p in pushes)

@@ -114,8 +114,8 @@ def _complete_set(scan: dict, look: dict) -> tuple[dict | None, int | None]:
             return {rel: files[rel] for rel in named}, int(marker.get("generation") or 0)
         return None, None  # a save is under way: the marked files are changing
     signature = {rel: v[:3] for rel, v in files.items()}
-    if look.get("signature") == signature:
-        return files, None  # settled: the same listing twice
+    if look.get("signature") == signature or scan.get("final"):
+        return files, None  # settled: the same listing twice, or a listing that cannot change
     return None, None
 
 
@@ -132,7 +132,7 @@ async def mirror(job: Job, provider: Any) -> dict | None:
     Returns the new manifest when one came home, else None. Raises what the transport raises
     (the caller logs it: mirroring never fails a job)."""
     if not hasattr(provider, "checkpoint_scan"):
-        return None  # a target without a shell (kaggle) keeps its checkpoints in its sessions
+        return None  # a target that can show none (modal keeps them on its own volume)
     scan = await provider.checkpoint_scan(job)
     look_file = _look_path(job.id)
     try:

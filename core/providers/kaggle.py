@@ -33,6 +33,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import tarfile
 import tempfile
 import time
@@ -541,6 +542,63 @@ class KaggleProvider:
             return b"", offset
         end = data.rfind(b"\n") + 1
         return data[:end], offset + end
+
+    # -- checkpoints (core.engine.checkpoints mirrors them home) ----------------------------------
+
+    def _ckpt_cache(self, job: Job) -> Path:
+        return paths.cache_dir() / "kaggle-ckpt" / job.id / str(job.attempt)
+
+    def _checkpoint_scan(self, job: Job) -> dict:
+        """The attempt's checkpoint folder as the session's output holds it. Kaggle lists a
+        session's output only once the session has ended, so what is listed is final: it is
+        downloaded once (within the output caps) into a cache here and listed with hashes by
+        the same code as on every host, its files' times set back to what the job's marker
+        recorded, so a checkpoint marked complete there is complete here."""
+        from core.packaging.safe_extract import _clean_name
+        from core.runtime import ckptscan
+
+        cache = self._ckpt_cache(job)
+        folder = cache / "ckpt"
+        if not (cache / ".done").exists():
+            prefix = "gpu-router/job/ckpt/"
+            files = [(name.removeprefix(prefix), url) for name, url in self._output(job)[0]
+                     if name.startswith(prefix)]
+            if not files:
+                return {"exists": False, "files": {}, "marker": None}
+            shutil.rmtree(cache, ignore_errors=True)
+            folder.mkdir(parents=True)
+            size = 0
+            for rel, url in files:
+                clean = _clean_name(rel)
+                if not clean:
+                    continue
+                data = self._download(url, self.caps.max_bytes - size)
+                size += len(data)
+                target = folder / clean
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            marker = folder / ckptscan.MARKER
+            try:
+                named = json.loads(marker.read_text()).get("files") or {}
+            except (OSError, ValueError, AttributeError):
+                named = {}
+            for rel, meta in named.items():
+                path = folder / rel
+                if isinstance(meta, (list, tuple)) and len(meta) >= 2 and path.is_file() \
+                        and path.stat().st_size == meta[0]:
+                    os.utime(path, ns=(int(meta[1]), int(meta[1])))
+            (cache / ".done").touch()
+        doc = ckptscan.scan(str(folder))
+        doc["final"] = True  # a session's output does not change once listed
+        return doc
+
+    async def checkpoint_scan(self, job: Job) -> dict:
+        return await asyncio.to_thread(self._checkpoint_scan, job)
+
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
+        from core.runtime import ckptscan
+
+        return await asyncio.to_thread(ckptscan.pack, str(self._ckpt_cache(job) / "ckpt"), str(archive), rels)
 
     # -- ending -------------------------------------------------------------------------------
 
