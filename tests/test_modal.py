@@ -166,3 +166,6 @@ def test_a_call_at_its_timeout_resumes_from_the_checkpoint_on_the_volume(modal_f
     events = gpu_json("status", short, "--verbose")["events"]
     assert any("session ended on md" in e["reason"] for e in events)
     assert "resuming from the last checkpoint" in run_gpu("logs", short).stdout
+    # a copy came home with the calls' results (where a move to another target reads it)
+    kept = Path(sub["job"]["outputs_dir"]) / "checkpoint" / "steps.json"
+    assert json.loads(kept.read_text()) == list(range(24))

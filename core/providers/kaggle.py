@@ -551,9 +551,8 @@ class KaggleProvider:
     def _checkpoint_scan(self, job: Job) -> dict:
         """The attempt's checkpoint folder as the session's output holds it. Kaggle lists a
         session's output only once the session has ended, so what is listed is final: it is
-        downloaded once (within the output caps) into a cache here and listed with hashes by
-        the same code as on every host, its files' times set back to what the job's marker
-        recorded, so a checkpoint marked complete there is complete here."""
+        downloaded once (within the output caps) into a cache here and listed by the same code
+        as on every host (`ckptscan.scan_copy`)."""
         from core.packaging.safe_extract import _clean_name
         from core.runtime import ckptscan
 
@@ -577,20 +576,8 @@ class KaggleProvider:
                 target = folder / clean
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
-            marker = folder / ckptscan.MARKER
-            try:
-                named = json.loads(marker.read_text()).get("files") or {}
-            except (OSError, ValueError, AttributeError):
-                named = {}
-            for rel, meta in named.items():
-                path = folder / rel
-                if isinstance(meta, (list, tuple)) and len(meta) >= 2 and path.is_file() \
-                        and path.stat().st_size == meta[0]:
-                    os.utime(path, ns=(int(meta[1]), int(meta[1])))
             (cache / ".done").touch()
-        doc = ckptscan.scan(str(folder))
-        doc["final"] = True  # a session's output does not change once listed
-        return doc
+        return ckptscan.scan_copy(str(folder))
 
     async def checkpoint_scan(self, job: Job) -> dict:
         return await asyncio.to_thread(self._checkpoint_scan, job)

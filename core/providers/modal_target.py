@@ -39,6 +39,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -439,6 +440,39 @@ class ModalProvider:
             return b"", offset
         end = data.rfind(b"\n") + 1
         return data[:end], offset + end
+
+    # -- checkpoints (core.engine.checkpoints mirrors them home) ----------------------------------
+
+    def _ckpt_cache(self, job: Job) -> Path:
+        return paths.cache_dir() / "modal-ckpt" / job.id / str(job.attempt)
+
+    def _checkpoint_scan(self, job: Job) -> dict:
+        """The checkpoint a call handed back with its result (the volume keeps the original for
+        the next call here): unpacked once by the shared writer and listed as a final copy."""
+        from core.runtime import ckptscan
+
+        cache = self._ckpt_cache(job)
+        if not (cache / ".done").exists():
+            state, value = self._results.get((job.id, job.attempt), ("running", None))
+            archive = value.get("ckpt") if state == "done" and isinstance(value, dict) else None
+            if not archive:
+                return {"exists": False, "files": {}, "marker": None}
+            shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir(parents=True)
+            tmp = cache / "ckpt.tar.gz"
+            tmp.write_bytes(bytes(archive))
+            safe_extract(tmp, cache / "ckpt", caps=self.caps)
+            tmp.unlink()
+            (cache / ".done").touch()
+        return ckptscan.scan_copy(str(cache / "ckpt"))
+
+    async def checkpoint_scan(self, job: Job) -> dict:
+        return await asyncio.to_thread(self._checkpoint_scan, job)
+
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
+        from core.runtime import ckptscan
+
+        return await asyncio.to_thread(ckptscan.pack, str(self._ckpt_cache(job) / "ckpt"), str(archive), rels)
 
     # -- ending -------------------------------------------------------------------------------
 

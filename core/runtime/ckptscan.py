@@ -87,6 +87,30 @@ def scan(folder: str) -> dict:
     return {"exists": True, "files": files, "marker": marker}
 
 
+def scan_copy(folder: str) -> dict:
+    """`scan` of a copy of a checkpoint folder made after its session ended (a Kaggle session's
+    output, a Modal call's result): the copy's files get back the times the job's marker
+    recorded (sizes are checked first), so a checkpoint marked complete there is complete
+    here, and the listing is final: it cannot change any more."""
+    marker = os.path.join(folder, MARKER)
+    try:
+        with open(marker) as f:
+            named = json.load(f).get("files") or {}
+    except (OSError, ValueError, AttributeError):
+        named = {}
+    for rel, meta in named.items() if isinstance(named, dict) else ():
+        path = os.path.join(folder, rel)
+        try:
+            if (isinstance(meta, (list, tuple)) and len(meta) >= 2 and os.path.isfile(path)
+                    and not os.path.islink(path) and os.path.getsize(path) == meta[0]):
+                os.utime(path, ns=(int(meta[1]), int(meta[1])))
+        except (OSError, ValueError, TypeError):
+            continue
+    doc = scan(folder)
+    doc["final"] = True
+    return doc
+
+
 def pack(folder: str, archive: str, rels: list[str]) -> dict:
     """The named regular files of `folder` (and the marker, if any) as a tar.gz."""
     count = size = 0

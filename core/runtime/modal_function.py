@@ -31,6 +31,7 @@ import threading
 import time
 
 METRIC_MARK = "@@gpu-router-metric@@ "
+CKPT_RESULT_MAX = 256 << 20  # a checkpoint up to this size also comes back with the result
 
 
 def _unpack(archive: str, dest: str) -> None:
@@ -134,8 +135,12 @@ def run(spec: dict) -> dict:
     # when its result is there, and the result is what the supervisor reads last
     appended = {key: _tail(path, starts[key]) for key, path in
                 (("log", spec["log"]), ("metrics", spec["env"]["GPU_ROUTER_METRICS_FILE"]))}
+    ckpt = os.path.join(job, "ckpt")  # on the volume for the next call here; a copy goes home
+    ckpt_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(ckpt) for f in fs
+                     if os.path.isfile(os.path.join(d, f)) and not os.path.islink(os.path.join(d, f)))
     return {"code": launcher.returncode, "exit": exit_doc, "time_signal": asked,
-            "outputs": b"" if ended_for_time else _pack(os.path.join(job, "out")), **appended}
+            "outputs": b"" if ended_for_time else _pack(os.path.join(job, "out")),
+            "ckpt": _pack(ckpt) if 0 < ckpt_bytes <= CKPT_RESULT_MAX else b"", **appended}
 
 
 def _size(path: str) -> int:
