@@ -50,6 +50,7 @@ from core.providers.base import Poll, TargetInfo
 from core.providers.remote import requirement_lines, runtime_archive
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
+from core.runtime.relay import METRIC_MARK
 
 ACCELERATORS = {  # targetopts.KAGGLE_ACCELERATORS -> (Kaggle's machine shape, GPUs the router sees)
     "t4x2": ("NvidiaTeslaT4", [{"name": "T4", "memory_gb": 15.0}] * 2),
@@ -58,7 +59,6 @@ ACCELERATORS = {  # targetopts.KAGGLE_ACCELERATORS -> (Kaggle's machine shape, G
 SESSION_LIMIT_HOURS = 12.0  # Kaggle's limit for a GPU session
 WEEKLY_HOURS = 30.0  # what Kaggle grants a verified account, when its quota cannot be read
 CHECKPOINT_LEAD_S = 600.0  # ask the job to save this long before the session ends
-METRIC_MARK = "@@gpu-router-metric@@ "
 PROBE_TTL_S = 60.0
 API_TIMEOUT_S = 60.0  # one API call; uploads have upload_timeout_s
 SCRATCH_VENVS = "/tmp/gpu-router/venvs"  # outside /kaggle/working: scratch, not the session's output

@@ -57,6 +57,7 @@ from core.providers.base import Poll, TargetInfo
 from core.providers.remote import requirement_lines
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
+from core.runtime.relay import METRIC_MARK
 
 # USD per GPU-hour, on demand, from https://modal.com/pricing (Modal bills per second; these are
 # its per-second rates x 3600). Read 2026-05 through techbytes.app's table ("prices verified on
@@ -73,7 +74,6 @@ MAX_TIMEOUT_S = 24 * 3600  # Modal's cap on a function's timeout
 MARGIN_FACTOR, MARGIN_S = 1.25, 600  # the function's timeout: hours x 1.25 + 10 minutes
 MAX_HOURS = (MAX_TIMEOUT_S - MARGIN_S) / MARGIN_FACTOR / 3600
 CHECKPOINT_LEAD_S = 600.0
-METRIC_MARK = "@@gpu-router-metric@@ "
 PROBE_TTL_S = 60.0
 FUNCTION_FILE = RUNTIME_DIR / "modal_function.py"
 REMOTE = "/root/gr"  # where the function finds its files (modal_function.py sits in /root)

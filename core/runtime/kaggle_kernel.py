@@ -22,14 +22,9 @@ Standard library only.
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tarfile
-import threading
-import time
 
-METRIC_MARK = "@@gpu-router-metric@@ "
 SPEC: dict = globals().get("SPEC", {})  # the provider's first line sets it
 
 
@@ -52,27 +47,6 @@ def _unpack(archive: str, dest: str) -> None:
     os.makedirs(dest, exist_ok=True)
     with tarfile.open(archive, "r:*") as tar:
         tar.extractall(dest, filter="data")  # no links out, no devices, no absolute names
-
-
-def _follow(path: str, stop: threading.Event, mark: str = "") -> None:
-    """Copy new lines of `path` to this kernel's output until `stop`, then the rest."""
-    offset = 0
-    while True:
-        done = stop.is_set()
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-        except OSError:
-            chunk = b""
-        if chunk:
-            whole = chunk[: chunk.rfind(b"\n") + 1] if not done else chunk
-            offset += len(whole)
-            for line in whole.decode("utf-8", "replace").splitlines():
-                print(mark + line, flush=True)
-        if done:
-            return
-        stop.wait(1.0)
 
 
 def main() -> int:
@@ -107,32 +81,13 @@ def main() -> int:
     spec_path = os.path.join(spec["attempt_dir"], "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
-    stop = threading.Event()
-    followers = [threading.Thread(target=_follow, args=(spec["log"], stop), daemon=True),
-                 threading.Thread(target=_follow, args=(spec["env"]["GPU_ROUTER_METRICS_FILE"], stop,
-                                                        METRIC_MARK), daemon=True)]
-    for t in followers:
-        t.start()
-    launcher = subprocess.Popen([sys.executable, os.path.join(root, "runtime", "launch.py"), "--foreground",
-                                 spec_path])
-    deadline = time.monotonic() + float(kaggle.get("checkpoint_after_s") or 1e12)
-    asked = False
-    while launcher.poll() is None:
-        if not asked and time.monotonic() >= deadline:
-            asked = True
-            open(os.path.join(spec["attempt_dir"], "time-signal"), "w").close()
-            open(os.path.join(job, "ctl", "checkpoint"), "w").close()
-            print("[gpu-router] session time limit near: asking the job to checkpoint", flush=True)
-            try:
-                os.killpg(launcher.pid, signal.SIGUSR1)  # the launcher leads the job's group
-            except OSError:
-                pass
-        time.sleep(0.5)
-    stop.set()
-    for t in followers:
-        t.join(timeout=10)
+    sys.path.insert(0, os.path.join(root, "runtime"))
+    import relay  # the runtime just unpacked: how every foreground attempt runs and reports
+
+    code, _ = relay.run(spec, spec_path, os.path.join(root, "runtime", "launch.py"),
+                        kaggle.get("checkpoint_after_s"), "session time limit")
     shutil.rmtree(os.path.join(root, "runtime"), ignore_errors=True)  # not output: it came in
-    return launcher.returncode
+    return code
 
 
 if __name__ == "__main__":

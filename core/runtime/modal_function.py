@@ -23,14 +23,9 @@ import io
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tarfile
-import threading
-import time
 
-METRIC_MARK = "@@gpu-router-metric@@ "
 CKPT_RESULT_MAX = 256 << 20  # a checkpoint up to this size also comes back with the result
 
 
@@ -38,30 +33,6 @@ def _unpack(archive: str, dest: str) -> None:
     os.makedirs(dest, exist_ok=True)
     with tarfile.open(archive, "r:*") as tar:
         tar.extractall(dest, filter="data")  # no links out, no devices, no absolute names
-
-
-def _follow(path: str, stop: threading.Event, mark: str = "") -> None:
-    """Copy the lines `path` gains from now on to standard output until `stop`, then the rest."""
-    try:
-        offset = os.path.getsize(path)  # an earlier attempt's lines were relayed by that attempt
-    except OSError:
-        offset = 0
-    while True:
-        done = stop.is_set()
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-        except OSError:
-            chunk = b""
-        if chunk:
-            whole = chunk[: chunk.rfind(b"\n") + 1] if not done else chunk
-            offset += len(whole)
-            for line in whole.decode("utf-8", "replace").splitlines():
-                print(mark + line, flush=True)
-        if done:
-            return
-        stop.wait(0.5)
 
 
 def _pack(folder: str) -> bytes:
@@ -99,32 +70,13 @@ def run(spec: dict) -> dict:
     spec_path = os.path.join(spec["attempt_dir"], "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
-    starts = {key: _size(path) for key, path in (("log", spec["log"]),
-                                                  ("metrics", spec["env"]["GPU_ROUTER_METRICS_FILE"]))}
-    stop = threading.Event()
-    followers = [threading.Thread(target=_follow, args=(spec["log"], stop), daemon=True),
-                 threading.Thread(target=_follow, args=(spec["env"]["GPU_ROUTER_METRICS_FILE"], stop,
-                                                        METRIC_MARK), daemon=True)]
-    for t in followers:
-        t.start()
-    launcher = subprocess.Popen([sys.executable, os.path.join(base, "runtime", "launch.py"), "--foreground",
-                                 spec_path])
-    deadline = time.monotonic() + float(modal.get("checkpoint_after_s") or 1e12)
-    asked = False
-    while launcher.poll() is None:
-        if not asked and time.monotonic() >= deadline:
-            asked = True
-            open(os.path.join(spec["attempt_dir"], "time-signal"), "w").close()
-            open(os.path.join(job, "ctl", "checkpoint"), "w").close()
-            print("[gpu-router] function timeout near: asking the job to checkpoint", flush=True)
-            try:
-                os.killpg(launcher.pid, signal.SIGUSR1)  # the launcher leads the job's group
-            except OSError:
-                pass
-        time.sleep(0.25)
-    stop.set()
-    for t in followers:
-        t.join(timeout=10)
+    sys.path.insert(0, os.path.join(base, "runtime"))
+    import relay  # the runtime mounted with the function: how every foreground attempt runs
+
+    starts = {key: relay.size(path) for key, path in (("log", spec["log"]),
+                                                       ("metrics", spec["env"]["GPU_ROUTER_METRICS_FILE"]))}
+    code, asked = relay.run(spec, spec_path, os.path.join(base, "runtime", "launch.py"),
+                            modal.get("checkpoint_after_s"), "function timeout")
     try:
         with open(os.path.join(spec["attempt_dir"], "exit.json")) as f:
             exit_doc = json.load(f)
@@ -138,23 +90,16 @@ def run(spec: dict) -> dict:
     ckpt = os.path.join(job, "ckpt")  # on the volume for the next call here; a copy goes home
     ckpt_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(ckpt) for f in fs
                      if os.path.isfile(os.path.join(d, f)) and not os.path.islink(os.path.join(d, f)))
-    return {"code": launcher.returncode, "exit": exit_doc, "time_signal": asked,
+    return {"code": code, "exit": exit_doc, "time_signal": asked,
             "outputs": b"" if ended_for_time else _pack(os.path.join(job, "out")),
             "ckpt": _pack(ckpt) if 0 < ckpt_bytes <= CKPT_RESULT_MAX else b"", **appended}
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
 
 
 def _tail(path: str, start: int, cap: int = 32 << 20) -> bytes:
     """What `path` gained since `start`, at most `cap` bytes (the last of them)."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(start, _size(path) - cap))
+            f.seek(max(start, os.path.getsize(path) - cap))
             return f.read(cap)
     except OSError:
         return b""

@@ -1,0 +1,76 @@
+"""One attempt run in the foreground where only standard output reaches home (a Kaggle kernel,
+a Modal function): the launcher runs the job, its already masked log lines and its metric rows
+(behind METRIC_MARK) are copied to standard output as they are written, and before the
+session's time limit the job is asked to checkpoint, with a `time-signal` marker saying that a
+clean exit then means "resume", not "done" (as Slurm's batch script does).
+
+Standard library only: the kernel or the function imports it from the unpacked runtime.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+METRIC_MARK = "@@gpu-router-metric@@ "
+
+
+def size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def follow(path: str, stop: threading.Event, mark: str = "") -> None:
+    """Copy the lines `path` gains from now on to standard output until `stop`, then the rest
+    (an earlier attempt's lines, in a file that outlives attempts, were relayed by that one)."""
+    offset = size(path)
+    while True:
+        done = stop.is_set()
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except OSError:
+            chunk = b""
+        if chunk:
+            whole = chunk[: chunk.rfind(b"\n") + 1] if not done else chunk
+            offset += len(whole)
+            for line in whole.decode("utf-8", "replace").splitlines():
+                print(mark + line, flush=True)
+        if done:
+            return
+        stop.wait(0.5)
+
+
+def run(spec: dict, spec_path: str, launcher_py: str, checkpoint_after_s: float | None,
+        limit_text: str) -> tuple[int, bool]:
+    """Run the launcher on `spec_path`, relaying; (its exit status, whether the job was asked
+    to checkpoint for the time limit)."""
+    stop = threading.Event()
+    followers = [threading.Thread(target=follow, args=(spec["log"], stop), daemon=True),
+                 threading.Thread(target=follow, args=(spec["env"]["GPU_ROUTER_METRICS_FILE"], stop,
+                                                       METRIC_MARK), daemon=True)]
+    for t in followers:
+        t.start()
+    launcher = subprocess.Popen([sys.executable, launcher_py, "--foreground", spec_path])
+    deadline = time.monotonic() + float(checkpoint_after_s or 1e12)
+    asked = False
+    while launcher.poll() is None:
+        if not asked and time.monotonic() >= deadline:
+            asked = True
+            open(os.path.join(spec["attempt_dir"], "time-signal"), "w").close()
+            open(os.path.join(spec["env"]["GPU_ROUTER_CONTROL_DIR"], "checkpoint"), "w").close()
+            print(f"[gpu-router] {limit_text} near: asking the job to checkpoint", flush=True)
+            try:
+                os.killpg(launcher.pid, signal.SIGUSR1)  # the launcher leads the job's group
+            except OSError:
+                pass
+        time.sleep(0.25)
+    stop.set()
+    for t in followers:
+        t.join(timeout=10)
+    return launcher.returncode, asked
