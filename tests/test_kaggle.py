@@ -187,6 +187,7 @@ def test_a_session_at_its_time_limit_resumes_from_its_checkpoint(kaggle: FakeKag
     assert done["state"] == "done", run_gpu("logs", short).stdout
     steps = json.loads((Path(sub["job"]["outputs_dir"]) / "steps.json").read_text())
     assert steps == list(range(30))
+    assert gpu_json("metrics", short)["metrics"]["loss"]["points"] == 30  # every session's rows, once
     # the first session's checkpoint came home from its output (where a move elsewhere reads it)
     kept = Path(sub["job"]["outputs_dir"]) / "checkpoint" / "steps.json"  # mirrored home, then an output
     assert json.loads(kept.read_text()) == list(range(30))

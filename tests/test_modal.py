@@ -159,7 +159,8 @@ def test_a_call_at_its_timeout_resumes_from_the_checkpoint_on_the_volume(modal_f
     done = wait_state(short, {"done", "failed"}, timeout=240)
     assert done["state"] == "done", run_gpu("logs", short).stdout
     steps = json.loads((Path(sub["job"]["outputs_dir"]) / "steps.json").read_text())
-    assert steps == list(range(24))  # every step once, across the calls
+    assert steps == list(range(24))
+    assert gpu_json("metrics", short)["metrics"]["loss"]["points"] == 24  # every session's rows, once  # every step once, across the calls
     created = modal_fake.requests("FunctionCreate")
     assert len(created) >= 2 and all(c.function.timeout_secs <= 10 for c in created)
     assert len({c.function.volume_mounts[0].volume_id for c in created}) == 1  # one volume, every attempt

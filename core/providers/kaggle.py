@@ -46,11 +46,12 @@ from core.engine.store import Job
 from core.errors import UserError
 from core.packaging.bundle import list_data
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
+from core.providers import logmirror
 from core.providers.base import Poll, TargetInfo
+from core.providers.logmirror import MirroredLog
 from core.providers.remote import requirement_lines, runtime_archive
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
-from core.runtime.relay import METRIC_MARK
 
 ACCELERATORS = {  # targetopts.KAGGLE_ACCELERATORS -> (Kaggle's machine shape, GPUs the router sees)
     "t4x2": ("NvidiaTeslaT4", [{"name": "T4", "memory_gb": 15.0}] * 2),
@@ -96,7 +97,7 @@ def _seconds(value: Any) -> float:
     return float(value or 0)
 
 
-class KaggleProvider:
+class KaggleProvider(MirroredLog):
     kind = "kaggle"
 
     def __init__(self, name: str, options: dict | None = None, max_jobs: int = 1,
@@ -496,12 +497,6 @@ class KaggleProvider:
 
     # -- logs and metrics ---------------------------------------------------------------------
 
-    def local_dir(self, job: Job) -> Path:
-        return paths.jobs_dir() / job.id
-
-    def log_path(self, job: Job) -> Path:
-        return self.local_dir(job) / "job.log"
-
     def _sync(self, job: Job) -> None:
         """The kernel's log, split into the job's log and its metric rows, mirrored locally."""
         _, raw = self._output(job)
@@ -512,36 +507,7 @@ class KaggleProvider:
         except ValueError:
             entries = [{"data": raw}]
         text = "".join(str(e.get("data", "")) for e in entries if isinstance(e, dict))
-        text = text[: text.rfind("\n") + 1]  # a line still being written is read next time
-        lines, metrics = [], []
-        for line in text.splitlines():
-            (metrics if line.startswith(METRIC_MARK) else lines).append(line.removeprefix(METRIC_MARK))
-        d = self.local_dir(job)
-        d.mkdir(parents=True, exist_ok=True)
-        for name, rows in (("job.log", lines), ("metrics.jsonl", metrics)):
-            body = ("\n".join(rows) + "\n").encode() if rows else b""
-            path = d / name
-            if not path.exists() or path.stat().st_size < len(body):
-                tmp = path.with_suffix(".part")
-                tmp.write_bytes(body)
-                os.replace(tmp, path)
-
-    async def sync_log(self, job: Job) -> None:
-        try:
-            await asyncio.to_thread(self._sync, job)
-        except Exception:  # noqa: BLE001 - a log that cannot be read now is read next tick
-            pass
-
-    async def read_metrics(self, job: Job, offset: int) -> tuple[bytes, int]:
-        path = self.local_dir(job) / "metrics.jsonl"
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-        except OSError:
-            return b"", offset
-        end = data.rfind(b"\n") + 1
-        return data[:end], offset + end
+        logmirror.store(self.local_dir(job), job.attempt, logmirror.split(text))
 
     # -- checkpoints (core.engine.checkpoints mirrors them home) ----------------------------------
 

@@ -53,11 +53,12 @@ from core.engine.store import Job
 from core.errors import UserError
 from core.packaging.bundle import list_data
 from core.packaging.safe_extract import OutputCaps, safe_extract
+from core.providers import logmirror
 from core.providers.base import Poll, TargetInfo
+from core.providers.logmirror import MirroredLog
 from core.providers.remote import requirement_lines
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
-from core.runtime.relay import METRIC_MARK
 
 # USD per GPU-hour, on demand, from https://modal.com/pricing (Modal bills per second; these are
 # its per-second rates x 3600). Read 2026-05 through techbytes.app's table ("prices verified on
@@ -111,7 +112,7 @@ def timeout_for(hours: float) -> int:
     return int(min(hours * MARGIN_FACTOR * 3600 + MARGIN_S, MAX_TIMEOUT_S))
 
 
-class ModalProvider:
+class ModalProvider(MirroredLog):
     kind = "modal"
 
     def __init__(self, name: str, options: dict | None = None, max_jobs: int = 4,
@@ -380,12 +381,6 @@ class ModalProvider:
 
     # -- logs and metrics ---------------------------------------------------------------------
 
-    def local_dir(self, job: Job) -> Path:
-        return paths.jobs_dir() / job.id
-
-    def log_path(self, job: Job) -> Path:
-        return self.local_dir(job) / "job.log"
-
     def _sync(self, job: Job) -> None:
         """The call's log, split into the job's lines and metric rows, per attempt; job.log and
         metrics.jsonl are the attempts' files end to end (they only grow)."""
@@ -400,46 +395,8 @@ class ModalProvider:
         else:
             call = modal.FunctionCall.from_id(job.handle["call_id"], client=self.client())
             since = datetime.fromtimestamp(float(job.handle.get("launched_at") or time.time()) - 120, timezone.utc)
-            text = "".join(e.message for e in call.logs.fetch(since=since))
-            text = text[: text.rfind("\n") + 1]  # a line still being written is read next time
-            lines, metrics = [], []
-            for line in text.splitlines():
-                (metrics if line.startswith(METRIC_MARK) else lines).append(line.removeprefix(METRIC_MARK))
-            bodies = {name: ("\n".join(rows) + "\n").encode() if rows else b""
-                      for name, rows in (("log", lines), ("metrics", metrics))}
-        d = self.local_dir(job) / "modal"
-        d.mkdir(parents=True, exist_ok=True)
-        for name, body in bodies.items():
-            path = d / f"{job.attempt}.{name}"
-            if not path.exists() or path.stat().st_size < len(body):
-                tmp = path.with_suffix(".part")
-                tmp.write_bytes(body)
-                os.replace(tmp, path)
-        for name, out in (("log", "job.log"), ("metrics", "metrics.jsonl")):
-            whole = b"".join((d / f"{a}.{name}").read_bytes() for a in range(1, job.attempt + 1)
-                             if (d / f"{a}.{name}").exists())
-            path = self.local_dir(job) / out
-            if not path.exists() or path.stat().st_size < len(whole):
-                tmp = path.with_suffix(".part")
-                tmp.write_bytes(whole)
-                os.replace(tmp, path)
-
-    async def sync_log(self, job: Job) -> None:
-        try:
-            await asyncio.to_thread(self._sync, job)
-        except Exception:  # noqa: BLE001 - a log that cannot be read now is read next tick
-            pass
-
-    async def read_metrics(self, job: Job, offset: int) -> tuple[bytes, int]:
-        path = self.local_dir(job) / "metrics.jsonl"
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-        except OSError:
-            return b"", offset
-        end = data.rfind(b"\n") + 1
-        return data[:end], offset + end
+            bodies = logmirror.split("".join(e.message for e in call.logs.fetch(since=since)))
+        logmirror.store(self.local_dir(job), job.attempt, bodies)
 
     # -- checkpoints (core.engine.checkpoints mirrors them home) ----------------------------------
 
