@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import git, gpu_entry_point, log, private_world  # noqa: E402
+from _common import gpu_doc as gpu, log, make_code_project, private_world  # noqa: E402
 
 JOB = """import time, gpu
 gpu.log(step=0, ok=1)
@@ -34,29 +32,6 @@ time.sleep(1)
 (gpu.output_dir() / "done.txt").write_text("ok")
 """
 TOKEN = "ak-bench0id as-bench0secret"
-
-
-def gpu(*args: str, input: str | None = None) -> dict:
-    out = subprocess.run(gpu_entry_point() + list(args), capture_output=True, text=True, timeout=600,
-                         input=input)
-    if out.returncode != 0:
-        raise SystemExit(f"gpu {' '.join(args)} failed: {out.stderr}")
-    return json.loads(out.stdout) if out.stdout.strip().startswith("{") else {}
-
-
-def make_project(root: Path, files: int, mb: float) -> Path:
-    root.mkdir(parents=True)
-    per = int(mb * 1024 * 1024 / files)
-    for i in range(files):
-        d = root / "pkg" / f"m{i % 40}"
-        d.mkdir(parents=True, exist_ok=True)
-        body = os.urandom(per // 2).hex() if i % 2 else ("x = 1\n" * (per // 6))
-        (d / f"f{i}.py").write_text(f"# file {i}\n{body}\n")
-    (root / "job.py").write_text(JOB)
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "bench")
-    return root
 
 
 def main() -> None:
@@ -76,7 +51,7 @@ def main() -> None:
                       MODAL_CONFIG_PATH=str(world.tmp / "no-modal.toml"))
     try:
         gpu("targets", "add", "modal", "md", "--token-stdin", "--json", input=TOKEN + "\n")
-        project = make_project(world.tmp / "project", a.files, a.mb)
+        project = make_code_project(world.tmp / "project", a.files, a.mb, JOB)
         log(f"project: {a.files} files, ~{a.mb:g} MB")
         rows = []
         for run in (1, 2):

@@ -16,9 +16,7 @@ sends only the attempt's spec (a few KB) and nothing of the bundle, runtime or d
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path

@@ -241,3 +241,26 @@ def write_user_config(text: str) -> Path:
     path = Path(os.environ["GPU_ROUTER_CONFIG"])
     path.write_text(text)
     return path
+
+
+def resumable_script(steps: int) -> str:
+    """A job of `steps` half-second steps that saves every step to gpu.checkpoint_dir(), stops
+    when asked to checkpoint, resumes from what it saved, and at the end writes the steps it
+    did to its outputs: "every step done once" is what a resume test checks."""
+    return f'''
+import json, time
+import gpu
+ckpt = gpu.checkpoint_dir() / "steps.json"
+done = json.loads(ckpt.read_text()) if ckpt.exists() else []
+print(f"attempt {{gpu.attempt()}} starts after {{len(done)}} steps", flush=True)
+for step in range(len(done), {steps}):
+    if gpu.should_checkpoint():
+        print(f"checkpointing at step {{step}}", flush=True)
+        break
+    time.sleep(0.5)
+    done.append(step)
+    ckpt.write_text(json.dumps(done))
+    gpu.log(step=step, loss=1.0 / (step + 1))
+else:
+    (gpu.output_dir() / "steps.json").write_text(json.dumps(done))
+'''

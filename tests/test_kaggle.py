@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import copy_example, gpu_json, make_git_project, run_gpu, wait_state
+from tests.conftest import copy_example, gpu_json, make_git_project, resumable_script, run_gpu, wait_state
 from tests.fake_kaggle import FakeKaggle
 
 pytestmark = pytest.mark.slow
@@ -152,23 +152,7 @@ def test_no_quota_left_routes_elsewhere_with_the_reason(kaggle: FakeKaggle, home
     assert listed["kg"]["available"] is False and "no Kaggle GPU quota left" in listed["kg"]["why_unavailable"]
 
 
-RESUMABLE = '''
-import json, time
-import gpu
-ckpt = gpu.checkpoint_dir() / "steps.json"
-done = json.loads(ckpt.read_text()) if ckpt.exists() else []
-print(f"attempt {gpu.attempt()} starts after {len(done)} steps", flush=True)
-for step in range(len(done), 30):
-    if gpu.should_checkpoint():
-        print(f"checkpointing at step {step}", flush=True)
-        break
-    time.sleep(0.5)
-    done.append(step)
-    ckpt.write_text(json.dumps(done))
-    gpu.log(step=step, loss=1.0 / (step + 1))
-else:
-    (gpu.output_dir() / "steps.json").write_text(json.dumps(done))
-'''
+RESUMABLE = resumable_script(30)
 
 
 def test_a_session_at_its_time_limit_resumes_from_its_checkpoint(kaggle: FakeKaggle, home: Path,

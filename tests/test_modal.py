@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import copy_example, gpu_json, make_git_project, run_gpu, wait_state
+from tests.conftest import copy_example, gpu_json, make_git_project, resumable_script, run_gpu, wait_state
 from tests.fake_modal import FakeModal
 
 pytestmark = pytest.mark.slow
@@ -127,23 +127,7 @@ def test_a_failing_job_shows_its_traceback_and_cancel_stops_the_call(modal_fake:
     assert call.proc.poll() is not None
 
 
-RESUMABLE = '''
-import json, time
-import gpu
-ckpt = gpu.checkpoint_dir() / "steps.json"
-done = json.loads(ckpt.read_text()) if ckpt.exists() else []
-print(f"attempt {gpu.attempt()} starts after {len(done)} steps", flush=True)
-for step in range(len(done), 24):
-    if gpu.should_checkpoint():
-        print(f"checkpointing at step {step}", flush=True)
-        break
-    time.sleep(0.5)
-    done.append(step)
-    ckpt.write_text(json.dumps(done))
-    gpu.log(step=step, loss=1.0 / (step + 1))
-else:
-    (gpu.output_dir() / "steps.json").write_text(json.dumps(done))
-'''
+RESUMABLE = resumable_script(24)
 
 
 def test_a_call_at_its_timeout_resumes_from_the_checkpoint_on_the_volume(modal_fake: FakeModal, home: Path,

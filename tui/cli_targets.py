@@ -233,9 +233,11 @@ def cmd_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kaggle_credentials(args: argparse.Namespace) -> str:
-    """The credentials' text: standard input, a kaggle.json, or typed (hidden) at a terminal.
-    Never an argument: a command line is visible to every process on the machine."""
+def _secret_text(args: argparse.Namespace, *, given: str | None, default: str, what: str, stdin_fix: str,
+                 prompt: str, file_fix: str) -> str:
+    """A service's credentials as text: standard input (--token-stdin), its own file (`given`,
+    else `default` under the home folder), or typed hidden at a terminal. Never an argument:
+    a command line is visible to every process on the machine."""
     import os
 
     from tui.output import ask_hidden
@@ -243,43 +245,33 @@ def _kaggle_credentials(args: argparse.Namespace) -> str:
     if args.token_stdin:
         text = sys.stdin.read(1 << 16)
         if not text.strip():
-            raise UserError("nothing on standard input", fix="pipe the token in: gpu targets add kaggle NAME --token-stdin < token.txt")
+            raise UserError("nothing on standard input", fix=stdin_fix)
         return text
-    path = os.path.expanduser(args.kaggle_json or os.path.join("~", ".kaggle", "kaggle.json"))
+    path = os.path.expanduser(given or default)
     if os.path.isfile(path):
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read(1 << 16)
-    if args.kaggle_json:
-        raise UserError(f"no file {shorten(args.kaggle_json)}", fix="give the path of your kaggle.json")
+    if given:
+        raise UserError(f"no file {shorten(given)}", fix=file_fix)
     if sys.stdin.isatty():
-        return ask_hidden("Kaggle API token (kaggle.com > Settings > API; not shown): ")
-    raise UserError("no Kaggle credentials: no ~/.kaggle/kaggle.json and no terminal to type a token",
-                    fix=f"gpu targets add kaggle {args.name} --kaggle-json PATH, or --token-stdin < token.txt")
+        return ask_hidden(prompt)
+    raise UserError(f"no {what}: no {default} and no terminal to type one", fix=stdin_fix)
+
+
+def _kaggle_credentials(args: argparse.Namespace) -> str:
+    return _secret_text(args, given=args.kaggle_json, default="~/.kaggle/kaggle.json", what="Kaggle credentials",
+                        stdin_fix=f"gpu targets add kaggle {args.name} --kaggle-json PATH, or --token-stdin < token.txt",
+                        prompt="Kaggle API token (kaggle.com > Settings > API; not shown): ",
+                        file_fix="give the path of your kaggle.json")
 
 
 def _modal_token(args: argparse.Namespace) -> str:
-    """The token's text: standard input, a ~/.modal.toml, or typed (hidden) at a terminal.
-    Never an argument: a command line is visible to every process on the machine."""
-    import os
-
-    from tui.output import ask_hidden
-
-    if args.token_stdin:
-        text = sys.stdin.read(1 << 16)
-        if not text.strip():
-            raise UserError("nothing on standard input",
-                            fix="pipe it in: printf 'ak-... as-...' | gpu targets add modal NAME --token-stdin")
-        return text
-    path = os.path.expanduser(args.modal_toml or os.path.join("~", ".modal.toml"))
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(1 << 16)
-    if args.modal_toml:
-        raise UserError(f"no file {shorten(args.modal_toml)}", fix="give the path of your .modal.toml")
-    if sys.stdin.isatty():
-        return ask_hidden("Modal token id and secret, separated by a space (modal.com > Settings > API Tokens; not shown): ")
-    raise UserError("no Modal token: no ~/.modal.toml and no terminal to type one",
-                    fix=f"gpu targets add modal {args.name} --modal-toml PATH, or --token-stdin < token.txt")
+    return _secret_text(args, given=args.modal_toml, default="~/.modal.toml", what="Modal token",
+                        stdin_fix=f"gpu targets add modal {args.name} --modal-toml PATH, or "
+                                  "printf 'ak-... as-...' | gpu targets add modal NAME --token-stdin",
+                        prompt="Modal token id and secret, separated by a space (modal.com > Settings > "
+                               "API Tokens; not shown): ",
+                        file_fix="give the path of your .modal.toml")
 
 
 def cmd_probe(args: argparse.Namespace) -> int:

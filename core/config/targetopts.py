@@ -51,46 +51,32 @@ def check_output_caps(name: str, options: dict[str, Any], where: str) -> None:
 
 
 KAGGLE_ACCELERATORS = ("t4x2", "p100")  # core/providers/kaggle.py maps them to Kaggle's machine shapes
-KAGGLE_OPTIONS = {"accelerator", "internet", "max_resumes", "checkpoint_lead_s", "upload_timeout_s", "api_timeout_s",
-                  "max_output_bytes", "max_output_files"}
-
-
-def validate_kaggle(name: str, options: dict[str, Any], where: str) -> dict[str, Any]:
-    """A kaggle target's options (its credentials are in the keychain, never here)."""
-    for key in options:
-        if key not in KAGGLE_OPTIONS:
-            _fail(f"targets.{name}: unknown option {shorten(key)} for a kaggle target", where,
-                  f"options: {', '.join(sorted(KAGGLE_OPTIONS))}")
-    if options.get("accelerator", "t4x2") not in KAGGLE_ACCELERATORS:
-        _fail(f"targets.{name}.accelerator must be one of {', '.join(KAGGLE_ACCELERATORS)} "
-              f"(got {shorten(options.get('accelerator'))})", where)
-    if not isinstance(options.get("internet", False), bool):
-        _fail(f"targets.{name}.internet must be true or false", where)
-    for key, lo, hi in (("max_resumes", 0, 100), ("checkpoint_lead_s", 0, 86_400),
-                        ("upload_timeout_s", 1, 86_400), ("api_timeout_s", 0.1, 3600)):
-        v = options.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
-            _fail(f"targets.{name}.{key} must be a number from {lo} to {hi} (got {shorten(v)})", where)
-    check_output_caps(name, options, where)
-    return options
-
-
 MODAL_GPUS = ("T4", "L4", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100", "H200", "B200")  # modal_target.PRICES
-MODAL_OPTIONS = {"gpu", "internet", "max_resumes", "checkpoint_lead_s", "connect_timeout_s",
-                 "max_output_bytes", "max_output_files"}
+# a service target (credentials in the keychain, never here): (its GPU key, the choices, the
+# default; its numeric options and their ranges)
+SERVICE_KINDS = {
+    "kaggle": (("accelerator", KAGGLE_ACCELERATORS, "t4x2"),
+               {"max_resumes": (0, 100), "checkpoint_lead_s": (0, 86_400), "upload_timeout_s": (1, 86_400),
+                "api_timeout_s": (0.1, 3600)}),
+    "modal": (("gpu", MODAL_GPUS, "T4"),
+              {"max_resumes": (0, 100), "checkpoint_lead_s": (0, 86_400), "connect_timeout_s": (1, 600)}),
+}
 
 
-def validate_modal(name: str, options: dict[str, Any], where: str) -> dict[str, Any]:
-    """A modal target's options (its token is in the keychain, never here)."""
+def validate_service(name: str, kind: str, options: dict[str, Any], where: str) -> dict[str, Any]:
+    """A kaggle or modal target's options, by SERVICE_KINDS."""
+    (gpu_key, choices, default), numbers = SERVICE_KINDS[kind]
+    allowed = {gpu_key, "internet", *numbers, "max_output_bytes", "max_output_files"}
     for key in options:
-        if key not in MODAL_OPTIONS:
-            _fail(f"targets.{name}: unknown option {shorten(key)} for a modal target", where,
-                  f"options: {', '.join(sorted(MODAL_OPTIONS))}")
-    if options.get("gpu", "T4") not in MODAL_GPUS:
-        _fail(f"targets.{name}.gpu must be one of {', '.join(MODAL_GPUS)} (got {shorten(options.get('gpu'))})", where)
+        if key not in allowed:
+            _fail(f"targets.{name}: unknown option {shorten(key)} for a {kind} target", where,
+                  f"options: {', '.join(sorted(allowed))}")
+    if options.get(gpu_key, default) not in choices:
+        _fail(f"targets.{name}.{gpu_key} must be one of {', '.join(choices)} "
+              f"(got {shorten(options.get(gpu_key))})", where)
     if not isinstance(options.get("internet", False), bool):
         _fail(f"targets.{name}.internet must be true or false", where)
-    for key, lo, hi in (("max_resumes", 0, 100), ("checkpoint_lead_s", 0, 86_400), ("connect_timeout_s", 1, 600)):
+    for key, (lo, hi) in numbers.items():
         v = options.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
             _fail(f"targets.{name}.{key} must be a number from {lo} to {hi} (got {shorten(v)})", where)
@@ -100,10 +86,8 @@ def validate_modal(name: str, options: dict[str, Any], where: str) -> dict[str, 
 
 def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[str, Any]:
     """Check a remote target's options; returns them unchanged when they are fine."""
-    if kind == "kaggle":
-        return validate_kaggle(name, options, where)
-    if kind == "modal":
-        return validate_modal(name, options, where)
+    if kind in SERVICE_KINDS:
+        return validate_service(name, kind, options, where)
     allowed = ALLOWED[kind]
     for key in options:
         if key not in allowed:

@@ -32,7 +32,6 @@ import asyncio
 import hashlib
 import io
 import json
-import os
 import shutil
 import tarfile
 import tempfile
@@ -49,6 +48,8 @@ from core.packaging.safe_extract import OutputCaps, safe_copy_tree
 from core.providers import logmirror
 from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
+from core.providers.service import ServiceTarget
+from core.providers.service import secret_name as _secret_name
 from core.providers.remote import requirement_lines, runtime_archive
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
@@ -60,7 +61,6 @@ ACCELERATORS = {  # targetopts.KAGGLE_ACCELERATORS -> (Kaggle's machine shape, G
 SESSION_LIMIT_HOURS = 12.0  # Kaggle's limit for a GPU session
 WEEKLY_HOURS = 30.0  # what Kaggle grants a verified account, when its quota cannot be read
 CHECKPOINT_LEAD_S = 600.0  # ask the job to save this long before the session ends
-PROBE_TTL_S = 60.0
 API_TIMEOUT_S = 60.0  # one API call; uploads have upload_timeout_s
 SCRATCH_VENVS = "/tmp/gpu-router/venvs"  # outside /kaggle/working: scratch, not the session's output
 KERNEL_CODE = RUNTIME_DIR / "kaggle_kernel.py"
@@ -68,7 +68,7 @@ STATES = {"QUEUED": "provisioning", "NEW_SCRIPT": "provisioning", "RUNNING": "ru
 
 
 def secret_name(target: str) -> str:
-    return f"kaggle:{target}"
+    return _secret_name("kaggle", target)
 
 
 def parse_credentials(text: str) -> dict[str, str]:
@@ -97,7 +97,10 @@ def _seconds(value: Any) -> float:
     return float(value or 0)
 
 
-class KaggleProvider(MirroredLog):
+class KaggleProvider(ServiceTarget, MirroredLog):
+    credentials_name = "Kaggle credentials"
+    credentials_from = "kaggle.json or a token"
+
     kind = "kaggle"
 
     def __init__(self, name: str, options: dict | None = None, max_jobs: int = 1,
@@ -112,7 +115,6 @@ class KaggleProvider(MirroredLog):
         self.session_limit_h = min(float(session_limit_hours or SESSION_LIMIT_HOURS), SESSION_LIMIT_HOURS)
         self.caps = OutputCaps.from_options(self.options)
         self.max_resumes = int(self.options.get("max_resumes", 3))
-        self._creds: dict[str, str] | None = None
         self._user: str | None = None
 
     @classmethod
@@ -120,17 +122,6 @@ class KaggleProvider(MirroredLog):
         return cls(t.name, t.options, max_jobs=t.max_jobs, session_limit_hours=t.session_limit_hours)
 
     # -- the client ---------------------------------------------------------------------------
-
-    def _credentials(self) -> dict[str, str]:
-        if self._creds is None:
-            from core.secrets import keychain
-
-            raw = keychain.get(secret_name(self.name))
-            if not raw:
-                raise UserError(f"no Kaggle credentials for target {self.name} in the keychain",
-                                fix=f"run `gpu targets add kaggle {self.name}` (it reads kaggle.json or a token)")
-            self._creds = json.loads(raw)
-        return self._creds
 
     def _client(self):
         from kagglesdk import KaggleClient
@@ -232,32 +223,6 @@ class KaggleProvider(MirroredLog):
         info.details = {"user": user, "quota": quota, "accelerator": self.machine_shape}
         self._store_probe(info)
         return info
-
-    def _probe_file(self) -> Path:
-        return paths.cache_dir() / f"probe-kaggle-{self.name}.json"
-
-    def _cached_probe(self) -> TargetInfo | None:
-        try:
-            doc = json.loads(self._probe_file().read_text())
-        except (OSError, ValueError):
-            return None
-        if time.time() - float(doc.get("at", 0)) > PROBE_TTL_S:
-            return None
-        info = self._info(bool(doc["available"]), doc.get("why"))
-        info.quota_hours_left = doc.get("quota_hours_left")
-        info.details = doc.get("details") or {}
-        return info
-
-    def _store_probe(self, info: TargetInfo) -> None:
-        path = self._probe_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".part")
-        tmp.write_text(json.dumps({"at": time.time(), "available": info.available, "why": info.why_unavailable,
-                                   "quota_hours_left": info.quota_hours_left, "details": info.details}))
-        os.replace(tmp, path)
-
-    def forget_probe(self) -> None:
-        self._probe_file().unlink(missing_ok=True)
 
     def _info(self, available: bool, why: str | None = None) -> TargetInfo:
         return TargetInfo(name=self.name, kind=self.kind, available=available, why_unavailable=why,

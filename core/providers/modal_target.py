@@ -37,7 +37,6 @@ import gzip
 import hashlib
 import importlib.util
 import io
-import json
 import os
 import shutil
 import sys
@@ -56,6 +55,8 @@ from core.packaging.safe_extract import OutputCaps, safe_extract
 from core.providers import logmirror
 from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
+from core.providers.service import ServiceTarget
+from core.providers.service import secret_name as _secret_name
 from core.providers.remote import requirement_lines
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
@@ -75,13 +76,12 @@ MAX_TIMEOUT_S = 24 * 3600  # Modal's cap on a function's timeout
 MARGIN_FACTOR, MARGIN_S = 1.25, 600  # the function's timeout: hours x 1.25 + 10 minutes
 MAX_HOURS = (MAX_TIMEOUT_S - MARGIN_S) / MARGIN_FACTOR / 3600
 CHECKPOINT_LEAD_S = 600.0
-PROBE_TTL_S = 60.0
 FUNCTION_FILE = RUNTIME_DIR / "modal_function.py"
 REMOTE = "/root/gr"  # where the function finds its files (modal_function.py sits in /root)
 
 
 def secret_name(target: str) -> str:
-    return f"modal:{target}"
+    return _secret_name("modal", target)
 
 
 def parse_token(text: str) -> dict[str, str]:
@@ -112,7 +112,10 @@ def timeout_for(hours: float) -> int:
     return int(min(hours * MARGIN_FACTOR * 3600 + MARGIN_S, MAX_TIMEOUT_S))
 
 
-class ModalProvider(MirroredLog):
+class ModalProvider(ServiceTarget, MirroredLog):
+    credentials_name = "Modal token"
+    credentials_from = "the token id and secret"
+
     kind = "modal"
 
     def __init__(self, name: str, options: dict | None = None, max_jobs: int = 4,
@@ -125,7 +128,6 @@ class ModalProvider(MirroredLog):
         self.session_limit_h = session_limit_hours
         self.caps = OutputCaps.from_options(self.options)
         self.max_resumes = int(self.options.get("max_resumes", 3))
-        self._token: dict[str, str] | None = None
         self._client_obj: Any = None
         self._results: dict[tuple[str, int], Any] = {}
 
@@ -134,17 +136,6 @@ class ModalProvider(MirroredLog):
         return cls(t.name, t.options, max_jobs=t.max_jobs, session_limit_hours=t.session_limit_hours)
 
     # -- the client ---------------------------------------------------------------------------
-
-    def _credentials(self) -> dict[str, str]:
-        if self._token is None:
-            from core.secrets import keychain
-
-            raw = keychain.get(secret_name(self.name))
-            if not raw:
-                raise UserError(f"no Modal token for target {self.name} in the keychain",
-                                fix=f"run `gpu targets add modal {self.name}` (it reads the token id and secret)")
-            self._token = json.loads(raw)
-        return self._token
 
     def client(self):
         """One client per provider object, built from the token in memory (no environment)."""
@@ -183,28 +174,6 @@ class ModalProvider(MirroredLog):
         info = self._info(True)
         self._store_probe(info)
         return info
-
-    def _probe_file(self) -> Path:
-        return paths.cache_dir() / f"probe-modal-{self.name}.json"
-
-    def _cached_probe(self) -> TargetInfo | None:
-        try:
-            doc = json.loads(self._probe_file().read_text())
-        except (OSError, ValueError):
-            return None
-        if time.time() - float(doc.get("at", 0)) > PROBE_TTL_S:
-            return None
-        return self._info(bool(doc["available"]), doc.get("why"))
-
-    def _store_probe(self, info: TargetInfo) -> None:
-        path = self._probe_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".part")
-        tmp.write_text(json.dumps({"at": time.time(), "available": info.available, "why": info.why_unavailable}))
-        os.replace(tmp, path)
-
-    def forget_probe(self) -> None:
-        self._probe_file().unlink(missing_ok=True)
 
     def _info(self, available: bool, why: str | None = None) -> TargetInfo:
         order = sorted(PRICES, key=lambda g: (g != self.gpu, PRICES[g]))  # the configured one, then by price
