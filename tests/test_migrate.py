@@ -181,6 +181,57 @@ def test_kill_9_of_the_supervisor_mid_migration_leaves_exactly_one_copy(
     assert len(on_b) == len(set(on_b)), "a step ran twice on b: two copies"
 
 
+def _alive_on(root: Path, job_id: str, attempt: int) -> bool:
+    pid_file = root / "jobs" / job_id / "attempts" / str(attempt) / "pid"
+    try:
+        os.kill(int(json.loads(pid_file.read_text())["pid"]), 0)
+    except (OSError, ValueError, KeyError):
+        return False
+    return True
+
+
+def test_the_copy_left_on_a_host_that_comes_back_is_stopped_then(
+        two_hosts, home: Path, tmp_path: Path) -> None:
+    """Host A is only cut off (its sshd stops, the job's processes go on): the job moves to B,
+    and the copy still running on A is stopped once A answers again, not left to run."""
+    slow = TRAIN.replace(f"range(start, {STEPS})", "range(start, 150)").replace("time.sleep(0.4)", "time.sleep(0.2)")
+    project = make_git_project(tmp_path / "p", {"train.py": slow, "gpu.yaml": "script: train.py\n"})
+    sub = gpu_json("submit", "--hours", "0.1", "--wait-s", "10", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    assert sub["job"]["provider"] == "a", sub
+    wait_state(short, {"running"}, timeout=120)
+    _wait_checkpoint(short, 1)
+    root_a = tmp_path / "remote-a"
+    two_hosts["a"].stop()  # cut off, not dead: the copy on A keeps running
+    deadline = time.monotonic() + 90
+    while _store_job(job_id).provider != "b" or _store_job(job_id).state.value != "running":
+        assert time.monotonic() < deadline, gpu_json("status", short)
+        time.sleep(0.2)
+    assert _alive_on(root_a, job_id, 1), "the copy on a should still run while a is cut off"
+    steps_before = len(_steps_on(root_a, job_id))
+    two_hosts["a"].start()  # a answers again: its copy is found and stopped
+    deadline = time.monotonic() + 90
+    while _alive_on(root_a, job_id, 1):
+        assert time.monotonic() < deadline, "the copy on a was never stopped"
+        time.sleep(0.2)
+    deadline = time.monotonic() + 30  # the sweep looks once more, then says so in the events
+    while True:
+        reasons = [e["reason"] for e in gpu_json("status", short, "--verbose")["events"]]
+        if any("attempt 1 left on a" in r and "stopped once a answered again" in r for r in reasons):
+            break
+        assert time.monotonic() < deadline, reasons
+        time.sleep(0.3)
+    assert _store_job(job_id).state.value in ("running", "done")  # the job on b is untouched
+    settled = len(_steps_on(root_a, job_id))
+    assert settled >= steps_before
+    time.sleep(1)
+    assert len(_steps_on(root_a, job_id)) == settled, "a still makes steps after its stop"
+    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
+    assert done["state"] == "done", gpu_json("status", short)
+    from core.engine.store import Store
+    assert Store().strays() == []  # nothing left to sweep
+
+
 @pytest.fixture
 def lab_and_box(slurm, sshd, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """`lab`, the real Slurm on this machine, set not to requeue, and `ssh-box`; lab first."""

@@ -571,12 +571,13 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 
             os.kill(pid, signal.SIGTERM)
         from core import paths
-        from core.engine import looplag
+        from core.engine import looplag, strays
 
         doc = {"running": pid is not None, "pid": pid, "stopped": bool(args.stop and pid)}
         lag = looplag.read(paths.home() / "supervisor-lag.json")
         if lag and lag.get("pid") == pid:
             doc["loop_lag"] = lag  # how late its event loop ran (p50/p99/max, stalls over 100 ms)
+        doc["strays"] = strays.pending(_store())  # copies left on lost targets, to be stopped
         if args.json:
             emit_json(doc)
         else:
@@ -585,6 +586,10 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                 say(f"event loop lag: p50 {lag['p50_ms']:.1f} ms, p99 {lag['p99_ms']:.1f} ms, max "
                     f"{lag['max_ms']:.1f} ms over {lag['samples']} samples; "
                     f"{lag['stalls_over_100ms']} stalls over 100 ms")
+            for s in doc["strays"]:
+                say(f"attempt {s['attempt']} of job {s['job'][:8]} left on {s['target']} when it moved: "
+                    + ("stop sent, confirming" if s["stop_sent"] else
+                       f"{s['target']} not answering; next look in {s['next_look_in_s']:.0f} s"))
         return 0
     if args.detach:
         pid = daemon.ensure_running(wait_s=10)

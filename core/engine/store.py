@@ -108,6 +108,21 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN config_json TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE jobs ADD COLUMN final_json TEXT NOT NULL DEFAULT '{}';
     """,
+    # 5: attempts left behind on a target that was lost (the job moved on): stopped when the
+    # target answers again, however long that takes and whichever supervisor is running then
+    """
+    CREATE TABLE strays (
+        job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        attempt INTEGER NOT NULL,
+        target TEXT NOT NULL,
+        handle_json TEXT NOT NULL,
+        since REAL NOT NULL,
+        tries INTEGER NOT NULL DEFAULT 0,
+        next_try REAL NOT NULL,
+        stop_sent REAL,
+        PRIMARY KEY (job_id, attempt)
+    );
+    """,
 ]
 
 _NEXT_REV = "(SELECT COALESCE(MAX(rev), 0) + 1 FROM jobs)"
@@ -207,6 +222,19 @@ class Event:
     def to_json(self) -> dict[str, Any]:
         return {"ts": _iso(self.ts), "from": self.src, "to": self.dst, "reason": self.reason,
                 "actor": self.actor, **({"data": self.data} if self.data else {})}
+
+
+@dataclass
+class Stray:
+    """An attempt left running (perhaps) on a target the job moved away from."""
+    job_id: str
+    attempt: int
+    target: str
+    handle: dict
+    since: float
+    tries: int
+    next_try: float
+    stop_sent: float | None
 
 
 def _merged(old: dict, new: dict) -> dict:
@@ -380,9 +408,12 @@ class Store:
                   data: dict | None = None) -> None:
         """A note in a job's history that does not change its state."""
         with self.write() as db:
-            self._event(db, job_id, None, None, reason, actor, data or {}, time.time())
-            db.execute(f"UPDATE jobs SET updated_at = ?, rev = {_NEXT_REV} WHERE id = ?",
-                       (time.time(), job_id))
+            self._note(db, job_id, reason, actor, data or {})
+
+    def _note(self, db: sqlite3.Connection, job_id: str, reason: str, actor: str, data: dict) -> None:
+        self._event(db, job_id, None, None, reason, actor, data, time.time())
+        db.execute(f"UPDATE jobs SET updated_at = ?, rev = {_NEXT_REV} WHERE id = ?",
+                   (time.time(), job_id))
 
     def _update(self, db: sqlite3.Connection, job_id: str, sets: dict[str, Any]) -> None:
         for col in _JSON_COLUMNS:
@@ -531,6 +562,42 @@ class Store:
             args.append(since)
         with self._lock:
             return self.conn.execute(sql, args).fetchall()
+
+    # -- attempts left behind ------------------------------------------------------------
+
+    def add_stray(self, job_id: str, attempt: int, target: str, handle: dict) -> None:
+        """Remember an attempt the job moved away from; recording it twice (a supervisor that
+        died mid-move and tried again) keeps the first record."""
+        now = time.time()
+        with self.write() as db:
+            db.execute("INSERT OR IGNORE INTO strays (job_id, attempt, target, handle_json, since, "
+                       "next_try) VALUES (?, ?, ?, ?, ?, ?)",
+                       (job_id, attempt, target, json.dumps(handle, sort_keys=True), now, now))
+
+    def strays(self, due_by: float | None = None) -> list[Stray]:
+        sql, args = "SELECT * FROM strays", []
+        if due_by is not None:
+            sql += " WHERE next_try <= ?"
+            args.append(due_by)
+        with self._lock:
+            rows = self.conn.execute(sql + " ORDER BY since", args).fetchall()
+        return [Stray(job_id=r["job_id"], attempt=r["attempt"], target=r["target"],
+                      handle=json.loads(r["handle_json"]), since=r["since"], tries=r["tries"],
+                      next_try=r["next_try"], stop_sent=r["stop_sent"]) for r in rows]
+
+    def stray_tried(self, job_id: str, attempt: int, next_try: float,
+                    stop_sent: float | None = None) -> None:
+        with self.write() as db:
+            db.execute("UPDATE strays SET tries = tries + 1, next_try = ?, "
+                       "stop_sent = COALESCE(?, stop_sent) WHERE job_id = ? AND attempt = ?",
+                       (next_try, stop_sent, job_id, attempt))
+
+    def drop_stray(self, job_id: str, attempt: int, note: str | None = None) -> None:
+        """Forget a stray attempt (it is stopped, or given up on), saying so in the job's events."""
+        with self.write() as db:
+            db.execute("DELETE FROM strays WHERE job_id = ? AND attempt = ?", (job_id, attempt))
+            if note:
+                self._note(db, job_id, note, "supervisor", {"attempt": attempt})
 
     # -- metrics ------------------------------------------------------------------------
 

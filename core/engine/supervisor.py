@@ -30,6 +30,7 @@ from core.engine.states import ACTIVE, LAUNCHED, SUPERVISED, State
 from core.engine.looplag import LagWatch
 from core.engine.store import Job, Store
 from core.engine.storethread import StoreThread
+from core.engine import strays
 from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
 from core.planning import killrules
 from core.planning.plan import digest
@@ -74,7 +75,7 @@ class Supervisor:
         self._gc_task: asyncio.Task | None = None
         self._mirrored: dict[str, float] = {}  # job id -> when its checkpoint was last looked at
         self._rules_at: dict[str, float] = {}  # job id -> when its kill rules last read history
-        self._background: set[asyncio.Task] = set()
+        self._sweep: asyncio.Task | None = None
 
     @property
     def providers(self) -> dict[str, Any]:
@@ -112,6 +113,8 @@ class Supervisor:
             self.wakeup.clear()
         if tasks:
             await asyncio.wait(tasks, timeout=30)
+        if self._sweep is not None:
+            self._sweep.cancel()  # its rows stay: the next supervisor sweeps them
         watch.cancel()
         self.lag._write()
 
@@ -159,9 +162,10 @@ class Supervisor:
             task = asyncio.create_task(self._step_guarded(job))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
+        self._sweep_strays()
         if tasks:
             await asyncio.wait(set(tasks), timeout=self.tick_s)
-        return bool(jobs)
+        return bool(jobs) or strays.keeps_alive(await self.db(self.store.strays), time.time())
 
     def _note_waiting(self, job: Job, provider: Any, running: int) -> None:
         reason = f"waiting for a free slot on {provider.name} ({running} of {provider.max_jobs} in use)"
@@ -381,7 +385,7 @@ class Supervisor:
             provider = self.providers.get(moved.provider or "")
         if provider is None:
             return  # the next tick tries again
-        self._abandon(job, src)
+        await self._abandon(job, src)
         start = "from " + checkpoints.describe(ckpt) if ckpt else "from the beginning (restart: allow)"
         text = f"migrating from {src} to {provider.name}: {why}, {start}"
         job = await self.db(self.store.transition,
@@ -393,23 +397,18 @@ class Supervisor:
                     "log_base": _log_mark(job, f"moved from {src} to {provider.name}: {why}")})
         await self._start_attempt(job, provider)
 
-    def _abandon(self, job: Job, target: str) -> None:
-        """The attempt left behind on the lost target is stopped, in the background, where that
-        target answers (a Slurm job past its limit is gone already; a host away stays away)."""
-        old = self.providers.get(target)
-        if old is None or not job.handle.get("attempt_dir"):
-            return
+    async def _abandon(self, job: Job, target: str) -> None:
+        """The attempt left behind on the lost target is stopped where that target answers,
+        now or whenever it comes back (core/engine/strays.py sweeps it)."""
+        if target in self.providers and job.handle.get("attempt_dir"):
+            await self.db(self.store.add_stray, job.id, job.attempt, target, job.handle)
+            self._sweep_strays()
 
-        async def stop() -> None:
-            try:
-                await asyncio.wait_for(old.cancel(job, force=True), 30)
-            except Exception as exc:  # noqa: BLE001 - the host is away: that is why it moves
-                log.info("job %s: could not stop attempt %d on %s: %s", job.short_id, job.attempt,
-                         target, exc)
-
-        task = asyncio.get_running_loop().create_task(stop())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    def _sweep_strays(self) -> None:
+        """One sweep of the due strays in the background (a target away must not hold a tick)."""
+        if self._sweep is None or self._sweep.done():
+            self._sweep = asyncio.get_running_loop().create_task(
+                strays.sweep(self.db, self.store, self.providers))
 
     async def _launch(self, job: Job) -> None:
         provider = self.providers[job.provider]
