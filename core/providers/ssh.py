@@ -9,8 +9,8 @@ on stdin (`--secrets-stdin`): inside the encrypted channel, never on the host's 
 on a command line where `ps` would show them. The attempt's spec path (job id and attempt) is
 its tag, checked with `ps` when a restarted supervisor re-adopts it.
 
-Exit status, pid and phase are files in the attempt folder on the host, so `poll` is one short
-command; a dropped connection makes it answer "unreachable" and the supervisor carries on once
+Exit status, pid and phase are files in the attempt folder on the host, so `poll` is a short
+look at them, and the looks at every job on the host go as one command (lookbatch.py); a dropped connection makes it answer "unreachable" and the supervisor carries on once
 the host answers again. `cancel` runs the launcher's kill routine on the host (`launch.py --kill`),
 which ends every process the job started, also those that left its process group.
 """
@@ -24,9 +24,18 @@ import time
 from core.engine.store import Job
 from core.transport.base import Transport, TransportError, quote
 from core.providers.base import Poll, TargetInfo
+from core.providers.lookbatch import LookBatch
 from core.providers.remote import PGID_OF, START_GRACE_S, RemoteProvider
 
 _PID = "sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p'"
+# where an attempt stands, from the files in its folder ($1); `poll` runs it batched (lookbatch.py)
+LOOK = f"""A=$1
+if [ -s "$A/exit.json" ]; then echo exit; cat "$A/exit.json"; return 0; fi
+if [ ! -s "$A/pid" ]; then echo nopid; return 0; fi
+pid=$({_PID} "$A/pid")
+if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo alive; cat "$A/phase" 2>/dev/null; echo; return 0; fi
+if [ -s "$A/exit.json" ]; then echo exit; cat "$A/exit.json"; return 0; fi
+echo dead"""
 
 
 class SSHProvider(RemoteProvider):
@@ -34,6 +43,7 @@ class SSHProvider(RemoteProvider):
 
     def __init__(self, name: str, transport: Transport, **kw) -> None:
         super().__init__(name, transport, **kw)
+        self._look_batch: tuple[asyncio.AbstractEventLoop, LookBatch] | None = None
 
     async def probe_fresh(self) -> TargetInfo:
         facts = await self.host_facts()
@@ -61,16 +71,23 @@ class SSHProvider(RemoteProvider):
         self._loop = asyncio.get_running_loop()
         try:
             await self.remote()
-            r = await self.transport.run(f"""A={quote(self._adir(job))}
-if [ -s "$A/exit.json" ]; then echo exit; cat "$A/exit.json"; exit 0; fi
-if [ ! -s "$A/pid" ]; then echo nopid; exit 0; fi
-pid=$({_PID} "$A/pid")
-if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo alive; cat "$A/phase" 2>/dev/null; echo; exit 0; fi
-if [ -s "$A/exit.json" ]; then echo exit; cat "$A/exit.json"; exit 0; fi
-echo dead""", timeout=60)
+            out = await self._looks().ask(self._adir(job))
         except TransportError as exc:
             return Poll("unreachable", detail=str(exc).splitlines()[0])
-        head, _, rest = r.out.partition("\n")
+        except ValueError as exc:  # a garbled answer: ask again next time
+            return Poll("unreachable", detail=f"unexpected answer from {self.name}: {exc}")
+        return self._poll_answer(job, out)
+
+    def _looks(self) -> LookBatch:
+        """One batch of looks per host and loop: every live job's poll in one command."""
+        if self._look_batch is None or self._look_batch[0] is not self._loop:
+            async def run(script: str):
+                return await self.transport.run(script, timeout=60)
+            self._look_batch = (self._loop, LookBatch(run, LOOK))
+        return self._look_batch[1]
+
+    def _poll_answer(self, job: Job, out: str) -> Poll:
+        head, _, rest = out.partition("\n")
         if head == "exit":
             try:
                 doc = json.loads(rest)
@@ -86,7 +103,7 @@ echo dead""", timeout=60)
             return Poll("provisioning", detail="starting")
         if head == "dead":
             return Poll("lost", detail=f"the job's process on {self.name} ended without recording an exit status")
-        return Poll("unreachable", detail=f"unexpected answer from {self.name}: {r.out[:100]!r}")
+        return Poll("unreachable", detail=f"unexpected answer from {self.name}: {out[:100]!r}")
 
     def is_ours(self, job: Job) -> bool:
         """Is the recorded pid on the host still this attempt's launcher? Called from a worker
