@@ -94,8 +94,9 @@ def jobs_table(jobs: list, width: int | None = None) -> Any:
     now = time.time()
     rows = []
     for job in jobs:
-        metric = {k: v for k, v in job.last_metric.items() if not k.startswith("_")}
-        last = ", ".join(f"{safe(k, single_line=True)}={v:.4g}" for k, v in list(metric.items())[:2])
+        metric = sorted(((k, v) for k, v in job.last_metric.items() if not k.startswith("_")),
+                        key=lambda kv: kv[0].startswith("gpu/"))  # the job's own before the samples
+        last = ", ".join(f"{safe(k, single_line=True)}={v:.4g}" for k, v in metric[:2])
         hours = job.request.get("hours")
         rows.append([job.short_id, safe(job.name, single_line=True), state_text(job.state.value).plain,
                      safe(job.provider or "-", single_line=True), duration(elapsed(job)),

@@ -3,7 +3,8 @@
 Each line is one JSON object. `gpu.log` writes flat rows, `{"ts", "step", NAME: NUMBER...}`;
 the tracking APIs (`openscience_track`, the `wandb` stand-in and the hook on the real wandb,
 see core/runtime/gpu/tracking.py) also group metrics under "metrics" and write the run's
-settings under "config" and its final numbers under "summary".
+settings under "config" and its final numbers under "summary". The launcher's GPU sampler
+(core/runtime/gpuutil.py) writes flat rows without a step: `{"ts", "gpu/util", "gpu/mem_gb"}`.
 
 The job can write this file without any of them, so every rule holds here again: names are
 `metric_key_ok` (no pasted value, no terminal codes), metric and summary values are finite

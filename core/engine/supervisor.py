@@ -38,6 +38,7 @@ from core.planning.usage import job_hours
 from core.providers import registry
 from core.providers.base import Poll
 from core.runtime.diskspace import says_disk_full
+from core.runtime.gpuutil import interval_s
 from core.runtime import workdir
 from core.secrets.launch import secrets_for_launch
 
@@ -524,6 +525,8 @@ class Supervisor:
                 facts.spent = await self.db(job_hours, self.store, job.id) * float(job.plan.get("price_per_hour") or 0)
             points = await asyncio.to_thread(self._series, job.id, wanted)
             facts.series = points
+            if killrules.UTIL_METRIC in wanted and not points.get(killrules.UTIL_METRIC):
+                await self._note_no_util(job, active, now)
         fired = killrules.evaluate(active, facts)
         if fired is None:
             return
@@ -536,6 +539,23 @@ class Supervisor:
                               f"kill rule {rule.text()} fired: {why}; asked to checkpoint, then it stops",
                               expect=[State.RUNNING], data={"rule": rule.text(), "why": why},
                               handle={**job.handle, "kill": {"rule": rule.text(), "why": why, "at": now}})
+
+    async def _note_no_util(self, job: Job, active: list, now: float) -> None:
+        """Once per attempt, in the job's events: a gpu_util_below rule that has had no gpu/util
+        figure for its whole window (and two sampling intervals more) cannot fire, because the
+        target has no working nvidia-smi (its job log says why) and the job logs none."""
+        rule = next(r for r in active if r.kind == "gpu_util_below")
+        since = job.handle.get("launched_at")
+        wait = rule.minutes * 60 + 2 * interval_s(os.environ)
+        if not since or now - since < wait or job.handle.get("util_note") == job.attempt:
+            return
+        fresh = await self.db(self.store.get, job.id)
+        await self.db(self.store.update, job.id, handle={**fresh.handle, "util_note": job.attempt})
+        await self.db(self.store.add_event, job.id,
+                      f"kill rule {rule.text()} has had no gpu/util figure in the "
+                      f"{_ago(now - since)} since attempt {job.attempt} started: this target has no "
+                      "working nvidia-smi (the job log says why) and the job logs no gpu/util, "
+                      "so the rule cannot fire unless one arrives", actor="supervisor")
 
     def _series(self, job_id: str, keys: set[str]) -> dict[str, list[tuple[float, float]]]:
         out: dict[str, list[tuple[float, float]]] = {}

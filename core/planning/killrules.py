@@ -12,9 +12,13 @@ be taken away). Each rule is a one-key mapping:
       - over_budget: true                  # spend past budget.per_job while it runs
       - over_budget: {dollars: 2.5}        # or a lower limit of the job's own
 
-`gpu_util_below` reads the metric `gpu/util` (percent, 0 to 100): gpu-router has no
-utilisation source of its own on any target yet, so the rule fires only for jobs that log it
-(a job that logs nothing of it is never stopped by it).
+`gpu_util_below` reads the metric `gpu/util` (percent, 0 to 100). The launcher writes it on
+every target (core/runtime/gpuutil.py: `nvidia-smi` once per GPU_ROUTER_UTIL_INTERVAL_S, default
+30 s, the mean over the job's GPUs by CUDA_VISIBLE_DEVICES), unless the job logs `gpu/util`
+itself, whose figure then wins. Where there is no working nvidia-smi there is no figure and the
+rule cannot fire: the job log says why sampling stopped, and the supervisor notes once in the
+job's events that the rule has had no figure for its window. It never fires on fewer samples
+than its window holds.
 
 `parse` raises ValueError with the problem (the callers add where); `evaluate` is pure: the
 supervisor hands it what it knows of the job and gets the first rule that fires, as text.

@@ -6,7 +6,10 @@ job.log under the job's folder); only where that folder is differs.
 
 from __future__ import annotations
 
+import os
+
 from core.engine.store import Job
+from core.runtime.gpuutil import interval_s
 from core.runtime.jobprocs import MARKER_VAR, marker_for
 
 
@@ -21,6 +24,7 @@ def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runti
         "runtime_dir": runtime_dir, "base_python": python, "command": command, "deps": deps,
         "secret_env": sorted(env_secrets),  # names only: values travel in memory
         "outputs": list(job.request.get("outputs") or []),  # brought into out/ when it ends
+        "util_interval_s": interval_s(os.environ),  # how often gpuutil asks nvidia-smi
         "env": {
             **job.request.get("env", {}),
             "GPU_ROUTER_JOB_ID": job.id,

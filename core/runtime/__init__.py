@@ -1,5 +1,6 @@
 """Files that travel with every job: the `gpu` module, the launcher, its text filter
-(textsafe.py), what may leave the job (redact.py: secret masking, metric names), and the
+(textsafe.py), what may leave the job (redact.py: secret masking, metric names), the GPU
+utilisation sampler the launcher runs beside the job (gpuutil.py), and the
 tracking APIs: `openscience_track`, the `wandb` stand-in (shims/) and the job's sitecustomize
 (jobsite/) that puts the stand-in on the path where wandb is missing and follows it where not.
 

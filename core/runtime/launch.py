@@ -10,8 +10,10 @@ project's dependencies into a venv cached by their hash (a marker written last m
 broken install is never reused); runs the job in its own process group with SIGUSR1 ignored
 unless the job's `gpu` module asks for it; writes everything into the job log through one
 filter (`JobLog` and its `Masker`: secret values masked in any form, terminal codes removed,
-masked again as displayed), its own lines, pip's output and the job's alike; and writes
-exit.json atomically when the job ends.
+masked again as displayed), its own lines, pip's output and the job's alike; samples the
+job's GPUs with nvidia-smi while it runs (gpuutil.py: `gpu/util` and `gpu/mem_gb` rows in its
+metrics file, for the `gpu_util_below` kill rule); and writes exit.json atomically when the
+job ends.
 
 Every process the job starts is tracked (core/runtime/jobprocs.py: a cgroup where the host lets
 us make one, and always the GPU_ROUTER_JOB marker in the environment): when the job's main
@@ -43,9 +45,10 @@ import threading
 import time
 
 if __package__:  # imported as core.runtime.launch (the engine, tests)
-    from . import diskspace, jobprocs, redact, textsafe, workdir
+    from . import diskspace, gpuutil, jobprocs, redact, textsafe, workdir
 else:  # run as a script on the target, beside its sibling files
     import diskspace
+    import gpuutil
     import jobprocs
     import redact
     import textsafe
@@ -179,35 +182,42 @@ class Masker:
 
 class JobLog:
     """The job log, opened for appending: every byte the launcher writes there (setup lines,
-    pip's output, the job's output, gpu-router's own lines) goes through `write`."""
+    pip's output, the job's output, gpu-router's own lines) goes through `write`. One lock
+    serialises them: the GPU sampler's thread (gpuutil) writes a line while the job's output
+    is pumped, and the filter's state (a line held back) is one."""
 
     def __init__(self, path: str, masker: Masker) -> None:
         self.fd = _open_log(path)
         self.masker = masker
         self.mid_line = False  # the last byte written was not a newline
+        self.lock = threading.RLock()
 
     def write(self, data: bytes) -> None:
-        self._put(self.masker.feed(data))
+        with self.lock:
+            self._put(self.masker.feed(data))
 
     def line(self, text: str) -> None:
         """One of gpu-router's own lines, on a line of its own. One that cannot be written (a
         full disk) must not stop the launcher from recording how the attempt ended."""
-        pending = self.mid_line or self.masker.line or self.masker.shown
-        start = "\n" if pending else ""
-        try:
-            self.write(f"{start}[gpu-router] {text}\n".encode("utf-8", "surrogateescape"))
-        except OSError:
-            pass
+        with self.lock:
+            pending = self.mid_line or self.masker.line or self.masker.shown
+            start = "\n" if pending else ""
+            try:
+                self.write(f"{start}[gpu-router] {text}\n".encode("utf-8", "surrogateescape"))
+            except OSError:
+                pass
 
     def idle(self) -> None:
-        self._put(self.masker.idle())
+        with self.lock:
+            self._put(self.masker.idle())
 
     def close(self) -> None:
-        try:
-            self._put(self.masker.flush())
-        except OSError:
-            pass
-        os.close(self.fd)
+        with self.lock:
+            try:
+                self._put(self.masker.flush())
+            except OSError:
+                pass
+            os.close(self.fd)
 
     def _put(self, data: bytes) -> None:
         if data:
@@ -364,6 +374,7 @@ def run(spec: dict) -> int:
     enospc = False
     box: dict = {}
     before = None
+    sampler = None
     if _TRACK.get("marker"):
         os.environ[jobprocs.MARKER_VAR] = _TRACK["marker"]  # pip and the job
         log.line(jobprocs.describe(_TRACK))
@@ -378,11 +389,14 @@ def run(spec: dict) -> int:
         _write_atomic(phase_file, "running")
         log.line(f"attempt {spec['attempt']}: running "
                  f"{' '.join(command[1:] if command[0] == python else command)}")
+        sampler = _start_sampler(spec, env, log)
         code = _run_logged(command, log, box, cwd=spec["workdir"], env=env)
     except Exception as exc:  # noqa: BLE001 - any failure here must reach exit.json
         error = masker.text(str(exc))
         enospc = diskspace.is_enospc(exc)
         code = code if code is not None else _end_child(box.get("child"))
+    if sampler is not None:
+        sampler.stop()
     left = _stop_leftovers(box)
     if left:
         log.line(f"stopped {left} process(es) the job left running")
@@ -404,6 +418,17 @@ def run(spec: dict) -> int:
     if _TRACK.get("cgroup"):
         jobprocs.cgroup_remove(_TRACK["cgroup"])
     return 0
+
+
+def _start_sampler(spec: dict, env: dict[str, str], log: JobLog) -> "gpuutil.Sampler | None":
+    """GPU utilisation rows (gpu/util, gpu/mem_gb) while the job runs (core/runtime/gpuutil.py);
+    the job never depends on it: a sampler that cannot start is one line in the log."""
+    tool_env = {k: v for k, v in os.environ.items() if k != jobprocs.MARKER_VAR}  # not the job's
+    try:
+        return gpuutil.start(spec, env, log.line, tool_env)
+    except Exception as exc:  # noqa: BLE001 - a thread that cannot start changes nothing else
+        log.line(f"GPU utilisation: not sampled ({type(exc).__name__}: {exc})")
+        return None
 
 
 def _bring_declared(spec: dict, before: dict | None, log: JobLog) -> dict | None:

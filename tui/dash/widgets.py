@@ -31,10 +31,11 @@ LAST_WIDTH = min(w for key, _, w in COMPACT_COLUMNS if key == "metric")
 
 
 def last_metric_text(last: dict, width: int = LAST_WIDTH) -> str:
-    """The job's headline metric (a loss first) for the LAST column: `loss=0.1234` when it fits,
-    else the value first (`0.1234 train/lo…`), so the number is never the part that is cut."""
+    """The job's headline metric (a loss first, gpu-router's own gpu/util and gpu/mem_gb
+    samples last) for the LAST column: `loss=0.1234` when it fits, else the value first
+    (`0.1234 train/lo…`), so the number is never the part that is cut."""
     items = [(k, v) for k, v in last.items() if not k.startswith("_")]
-    items.sort(key=lambda kv: (0 if "loss" in kv[0] else 1, kv[0]))
+    items.sort(key=lambda kv: (0 if "loss" in kv[0] else 2 if kv[0].startswith("gpu/") else 1, kv[0]))
     if not items:
         return ""
     k, v = items[0]
