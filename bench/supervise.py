@@ -1,6 +1,10 @@
-"""The supervisor's own CPU while it watches 100 running local jobs that log a metric each second.
+"""The supervisor's own CPU and loop lag while it watches running jobs that log a metric each second.
 
     python bench/supervise.py [--jobs 100] [--window 20] [--job-s 240]
+    python bench/supervise.py --jobs 1000 --ssh-hosts 2 --parallel 3 --profile-ticks 0
+
+With --ssh-hosts N the jobs are spread over the local target and N private OpenSSH servers on
+127.0.0.1 (tests/services.Sshd), round robin, each target taking them all at once (max_jobs).
 
 Writes a private user config with `targets: {local: {kind: local, max_jobs: N}}`, submits N
 distinct jobs (`--env I=i`, `--wait-s 0`) that call `gpu.log` once a second, waits until all
@@ -108,6 +112,9 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=20.0)
     ap.add_argument("--job-s", type=float, default=240.0)
     ap.add_argument("--profile-ticks", type=int, default=5)
+    ap.add_argument("--ssh-hosts", type=int, default=0,
+                    help="spread the jobs over local and this many loopback sshd hosts")
+    ap.add_argument("--parallel", type=int, default=1, help="submits run this many at a time")
     ap.add_argument("--full-config", action="store_true",
                     help="write the fuller user config documented in core/config/user.py "
                          "(targets, rules, budget, dashboard) instead of the 4-line one")
@@ -115,6 +122,9 @@ def main() -> int:
 
     world = private_world("supervise")
     world.write_config((FULL_CONFIG if a.full_config else SMALL_CONFIG).format(n=a.jobs))
+    targets = ["local"]
+    if a.ssh_hosts:
+        targets += _ssh_hosts(world, a.ssh_hosts, a.jobs)
     proj = world.tmp / "project"
     proj.mkdir()
     (proj / "beat.py").write_text(JOB)
@@ -124,27 +134,36 @@ def main() -> int:
     log(f"config ({'full, ' if a.full_config else ''}{len(world.config.read_text().splitlines())} lines): "
         f"max_jobs {a.jobs}; tick: default (GPU_ROUTER_TICK_S unset -> 1.0 s)")
 
-    log(f"submitting {a.jobs} jobs (--wait-s 0, --env I=i) ...")
+    log(f"submitting {a.jobs} jobs (--wait-s 0, --env I=i) to {', '.join(targets)}, "
+        f"{a.parallel} at a time ...")
     t0 = time.perf_counter()
     submit_times = []
-    for i in range(a.jobs):
+
+    def submit(i: int) -> float:
         dt, out = timed(gpu_entry_point() + ["submit", "beat.py", "--json", "--wait-s", "0",
-                                             "--hours", "0.1", "--provider", "local",
+                                             "--hours", "0.1", "--provider", targets[i % len(targets)],
                                              "--env", f"I={i}",
                                              "--env", f"JOB_S={a.job_s:g}"],
                         cwd=proj, env=world.env())
         if not json.loads(out.stdout)["submitted"]:
             raise RuntimeError(f"submit {i} returned an existing job")
-        submit_times.append(dt)
-        if (i + 1) % 20 == 0:
-            log(f"  {i + 1}/{a.jobs} submitted ({time.perf_counter() - t0:.0f}s)")
+        return dt
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, a.parallel)) as pool:
+        for i, dt in enumerate(pool.map(submit, range(a.jobs))):
+            submit_times.append(dt)
+            if (i + 1) % 50 == 0:
+                log(f"  {i + 1}/{a.jobs} submitted ({time.perf_counter() - t0:.0f}s)")
     submit_s = time.perf_counter() - t0
 
     pid = world.supervisor_pid()
     if not pid:
         raise RuntimeError("no supervisor is running after the submits")
     log(f"supervisor pid {pid}; waiting until all {a.jobs} jobs are running ...")
-    deadline = time.monotonic() + 180
+    wait_s = max(180.0, a.jobs * 0.6)
+    deadline = time.monotonic() + wait_s
     while True:
         counts = jobs_by_state(world)
         log(f"  states: {counts}")
@@ -153,7 +172,7 @@ def main() -> int:
         if any(counts.get(s, 0) for s in ("failed", "done", "cancelled")):
             raise RuntimeError(f"jobs ended before the measurement: {counts}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"not all jobs running after 180 s: {counts}")
+            raise RuntimeError(f"not all jobs running after {wait_s:.0f} s: {counts}")
         time.sleep(2)
     all_running_s = time.perf_counter() - t0
     log(f"all {a.jobs} running {all_running_s:.0f}s after the first submit; settling 3 s ...")
@@ -193,9 +212,11 @@ def main() -> int:
     stop_deadline = time.monotonic() + 30
     while world.supervisor_pid() and time.monotonic() < stop_deadline:
         time.sleep(0.1)
-    log(f"profiling supervisor ticks in-process ({a.profile_ticks} plain, "
-        f"{a.profile_ticks} profiled, {a.profile_ticks} with the rules cached) ...")
-    profile_text, tick_ms, cached_ms = _profile_ticks(a.profile_ticks)
+    profile_text, tick_ms, cached_ms = "  (not profiled: --profile-ticks 0)", [], []
+    if a.profile_ticks:
+        log(f"profiling supervisor ticks in-process ({a.profile_ticks} plain, "
+            f"{a.profile_ticks} profiled, {a.profile_ticks} with the rules cached) ...")
+        profile_text, tick_ms, cached_ms = _profile_ticks(a.profile_ticks)
 
     log("SIGTERM to every job's process group ...")
     pgids = {d["pgid"] for d in world.job_pids() if d.get("pgid", 0) > 1}
@@ -214,7 +235,7 @@ def main() -> int:
     # World.cleanup (atexit) SIGKILLs any group still alive and removes the temp dir
 
     print()
-    print(f"== supervisor CPU: {a.jobs} running local jobs, gpu.log once a second, "
+    print(f"== supervisor CPU: {a.jobs} running jobs on {', '.join(targets)}, gpu.log once a second, "
           f"default tick 1.0 s, {wall:.1f} s window, "
           f"{'full' if a.full_config else '4-line'} user config ==")
     print(f"submitting {a.jobs} jobs: {submit_s:.1f} s (median "
@@ -246,6 +267,32 @@ def main() -> int:
     verdict = "PASS" if sup_pct < TARGET_PCT else "FAIL"
     print(f"target: under {TARGET_PCT:.0f}% of one core -> {sup_pct:.1f}%: {verdict}")
     return 0
+
+
+def _ssh_hosts(world, n: int, jobs: int) -> list[str]:
+    """Start n private sshd hosts on 127.0.0.1 and add them to the user config as ssh targets;
+    their servers and their jobs go when the script ends."""
+    import atexit
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.conftest import kill_remote_jobs
+    from tests.services import Sshd
+
+    python = getattr(sys, "_base_executable", sys.executable)
+    lines, names = [], []
+    for k in range(1, n + 1):
+        name = f"h{k}"
+        server = Sshd(world.tmp / f"sshd-{name}")
+        root = world.tmp / f"remote-{name}"
+        atexit.register(server.close)
+        atexit.register(kill_remote_jobs, root)
+        o = server.target_options(root, python)
+        lines.append(f"  {name}: {{kind: ssh, host: {o['host']}, port: {o['port']}, user: {o['user']}, "
+                     f"key: {o['key']}, known_hosts: {o['known_hosts']}, root: {o['root']}, "
+                     f"python: {o['python']}, max_jobs: {jobs}}}")
+        names.append(name)
+    world.write_config(world.config.read_text().replace("targets:\n", "targets:\n" + "\n".join(lines) + "\n", 1))
+    return names
 
 
 def _metric_rows(world) -> int | None:

@@ -120,10 +120,12 @@ def _complete_set(scan: dict, look: dict) -> tuple[dict | None, int | None]:
 
 
 def due(job_id: str, seen: dict[str, float], force: bool = False) -> bool:
-    now = time.monotonic()
-    if not force and now - seen.get(job_id, -1e9) < MIRROR_EVERY_S:
+    """Once per MIRROR_EVERY_S window of the clock, the same window for every job, so the
+    listings a host is asked for arrive on one tick and go as one command (remote.py)."""
+    window = float(time.monotonic() // MIRROR_EVERY_S)
+    if not force and seen.get(job_id) == window:
         return False
-    seen[job_id] = now
+    seen[job_id] = window
     return True
 
 

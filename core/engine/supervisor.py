@@ -74,7 +74,7 @@ class Supervisor:
         self.verified: set[str] = set()
         self.stopping = False
         self._gc_task: asyncio.Task | None = None
-        self._mirrored: dict[str, float] = {}  # job id -> when its checkpoint was last looked at
+        self._mirrored: dict[str, float] = {}  # job id -> the window its checkpoint was last looked at in
         self._rules_at: dict[str, float] = {}  # job id -> when its kill rules last read history
         self._sweep: asyncio.Task | None = None
 

@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from core import paths
 from core.runtime import RUNTIME_DIR as runtime_dir_path
@@ -47,7 +47,9 @@ from core.providers.spec import launch_spec, local_data
 from core.transport.base import HostKeyError, Transport, TransportError, Unreachable, quote, remote_path_expr
 from core.transport.local import LocalTransport
 from core.providers.base import TargetInfo
+from core.providers.lookbatch import Gather
 
+G = TypeVar("G")
 LOG_CHUNK = 4 << 20
 METRICS_CHUNK = 8 << 20
 PROBE_TTL_S = 30.0
@@ -191,6 +193,7 @@ class RemoteProvider(ABC):
         self.declared_gpus = gpus
         self.options = dict(options or {})
         self.enabled = True
+        self._gathers: dict[str, tuple[asyncio.AbstractEventLoop, Any]] = {}
         # how long the host may be unreachable before the job's session counts as lost
         grace = self.options.get("unreachable_grace_s", 600)
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace <= 0:
@@ -565,10 +568,25 @@ printf '%s\\n' "$py"
     # -- checkpoints (core.engine.checkpoints) ----------------------------------------------
 
     async def checkpoint_scan(self, job: Job) -> dict:
-        """The job's ckpt/ on the host, listed with hashes there (core/runtime/ckptscan.py)."""
+        """The job's ckpt/ on the host, listed with hashes there (core/runtime/ckptscan.py);
+        the listings asked for together (the supervisor asks for every job's on the same
+        tick) are made by one process on the host."""
         await self.remote()
-        return await self._run_runtime("ckptscan.py", ["scan", f"{self.job_dir(job)}/ckpt"],
-                                       check=f"listing the checkpoint of job {job.short_id} on {self.name}")
+
+        async def scan_many(folders: list[str]) -> list[dict]:
+            doc = await self._run_runtime("ckptscan.py", ["scan-many", *folders],
+                                          check=f"listing checkpoints on {self.name}")
+            return doc["scans"]
+        return await self.gathered("ckptscan", lambda: Gather(scan_many)).ask(f"{self.job_dir(job)}/ckpt")
+
+    def gathered(self, key: str, make: Callable[[], G]) -> G:
+        """This host's batch `key` (lookbatch.py) for the running loop: one per loop, since
+        its futures belong to the loop that made them."""
+        loop = asyncio.get_running_loop()
+        held = self._gathers.get(key)
+        if held is None or held[0] is not loop:
+            held = self._gathers[key] = (loop, make())
+        return held[1]
 
     async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
         """Only the named files of the job's ckpt/, packed on the host and copied home."""

@@ -43,7 +43,6 @@ class SSHProvider(RemoteProvider):
 
     def __init__(self, name: str, transport: Transport, **kw) -> None:
         super().__init__(name, transport, **kw)
-        self._look_batch: tuple[asyncio.AbstractEventLoop, LookBatch] | None = None
 
     async def probe_fresh(self) -> TargetInfo:
         facts = await self.host_facts()
@@ -79,12 +78,10 @@ class SSHProvider(RemoteProvider):
         return self._poll_answer(job, out)
 
     def _looks(self) -> LookBatch:
-        """One batch of looks per host and loop: every live job's poll in one command."""
-        if self._look_batch is None or self._look_batch[0] is not self._loop:
-            async def run(script: str):
-                return await self.transport.run(script, timeout=60)
-            self._look_batch = (self._loop, LookBatch(run, LOOK))
-        return self._look_batch[1]
+        """Every live job's poll on this host in one command."""
+        async def run(script: str):
+            return await self.transport.run(script, timeout=60)
+        return self.gathered("look", lambda: LookBatch(run, LOOK))
 
     def _poll_answer(self, job: Job, out: str) -> Poll:
         head, _, rest = out.partition("\n")

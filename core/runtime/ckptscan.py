@@ -8,6 +8,7 @@ plus the completion marker `gpu.checkpoint_saved()` wrote; `pack` puts only the 
 (the ones home lacks) into one tar.gz. Links are never followed and never packed.
 
     ckptscan.py scan DIR
+    ckptscan.py scan-many DIR...     (one listing per folder, in order: a host's jobs at once)
     ckptscan.py pack DIR ARCHIVE REL...
 """
 
@@ -131,10 +132,13 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "scan":
         print(json.dumps(scan(argv[1])))
         return 0
+    if argv and argv[0] == "scan-many":  # every job's folder on a host, in one process
+        print(json.dumps({"scans": [scan(folder) for folder in argv[1:]]}))
+        return 0
     if len(argv) >= 3 and argv[0] == "pack":
         print(json.dumps(pack(argv[1], argv[2], argv[3:])))
         return 0
-    print("usage: ckptscan.py scan DIR | pack DIR ARCHIVE REL...", file=sys.stderr)
+    print("usage: ckptscan.py scan DIR | scan-many DIR... | pack DIR ARCHIVE REL...", file=sys.stderr)
     return 2
 
 

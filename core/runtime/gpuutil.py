@@ -12,9 +12,9 @@ travel as the job's own do (the supervisor reads the file; Kaggle and Modal rela
 reach the store, `gpu metrics`, the charts and the kill rule on every target.
 
 It never hurts the job: each call is bounded (CALL_TIMEOUT_S, after which its process group
-is killed), and the first thing that goes wrong (no nvidia-smi, a non-zero exit, a hang,
-output it cannot read, none of the job's GPUs among the rows) ends sampling with one line in
-the job's log. A figure the job logs itself wins: once the job's own rows hold `gpu/util` (or
+is killed), and the first thing that goes wrong (a non-zero exit, a hang, output it cannot
+read, none of the job's GPUs among the rows) ends sampling with one line in the job's log; no
+nvidia-smi at all (a host without NVIDIA GPUs) ends it silently. A figure the job logs itself wins: once the job's own rows hold `gpu/util` (or
 `gpu/mem_gb`), the sampler writes that key no more.
 
 Standard library only: it runs with the target's Python, inside the launcher.
@@ -134,6 +134,12 @@ class Stop(Exception):
     """Sampling ends, with the reason for the job's log."""
 
 
+class NoTool(Stop):
+    """No nvidia-smi: a host without NVIDIA GPUs, the usual case for a CPU job. Nothing goes in
+    the job's log (every CPU job would carry the line); a gpu_util_below rule that therefore
+    has no figure is said once in the job's events by the supervisor."""
+
+
 class Sampler:
     """The thread that samples while the job runs: `start` when the job starts, `stop` when it
     has ended (that also ends a call in flight)."""
@@ -171,7 +177,7 @@ class Sampler:
             try:
                 self._tick()
             except Stop as why:
-                if not self.done.is_set():
+                if not self.done.is_set() and not isinstance(why, NoTool):
                     self.say(f"GPU utilisation: {why}")
                 return
             except Exception as exc:  # noqa: BLE001 - the job goes on whatever happens here
@@ -208,8 +214,7 @@ class Sampler:
         if self.exe is None:
             self.exe = shutil.which("nvidia-smi", path=self.path)
             if self.exe is None:
-                raise Stop("no nvidia-smi on this host; gpu/util is not sampled (a "
-                           "gpu_util_below kill rule cannot fire unless the job logs gpu/util)")
+                raise NoTool("no nvidia-smi on this host")
         with self.lock:
             if self.done.is_set():
                 return ""
