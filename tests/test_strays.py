@@ -102,10 +102,12 @@ def test_a_target_away_for_days_is_given_up_on_and_a_removed_target_is_waited_fo
 
 
 def test_strays_show_in_daemon_status(home: Path) -> None:
+    from core.engine.states import State
     from tests.conftest import gpu_json, run_gpu
 
     store = Store()
     job_id = _job(store)
+    store.transition(job_id, State.CANCELLED, "ended: its stray outlives it")  # no supervisor starts
     store.add_stray(job_id, 1, "a", {"attempt_dir": "/r"})
     doc = gpu_json("daemon", "--status")
     assert [(s["job"], s["attempt"], s["target"], s["stop_sent"]) for s in doc["strays"]] == [(job_id, 1, "a", False)]
