@@ -12,6 +12,14 @@ with the pickled input; standard output is the call's log (AppFetchLogs), the pi
 value its result (FunctionGetOutputs). The function's timeout is enforced (the result is then
 GENERIC_STATUS_TIMEOUT), and FunctionCallCancel stops the process (GENERIC_STATUS_TERMINATED).
 
+A volume is read from outside as the client reads it: VolumeListFiles (VolumeListFiles2 for a
+v2 volume) lists a folder with paths relative to the volume's root, and VolumeGetFile2 answers
+with one URL per 8 MiB block (the client's BLOCK_SIZE), which a loopback HTTP server serves
+with a `Repr-Digest`, as Modal's presigned block URLs are. `volume_extra` adds entries a real
+folder cannot hold (a hostile server's names: `job/ckpt/../x`, `/etc/x`) to a volume's listing,
+with the bytes their URLs serve; `block_gets` records each block served, by volume path;
+`refuse_reads` makes every read fail.
+
 Every call is recorded (`calls`: method, request, whether it carried the token) so tests assert
 what was asked: GPU type, timeout, image packages, network blocked, bytes sent. Files over the
 client's 4 MiB blob limit go through an HTTP blob store this fake does not serve.
@@ -20,7 +28,10 @@ client's 4 MiB blob limit go through an HTTP blob store this fake does not serve
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import http.server
+import secrets
 import itertools
 import os
 import pickle
@@ -83,6 +94,10 @@ class FakeModal:
         self.functions: dict[str, Any] = {}
         self.function_calls: dict[str, Call] = {}
         self.call_app: dict[str, str] = {}
+        self.volume_extra: dict[str, dict[str, bytes]] = {}  # volume name -> {listed path: content}
+        self.block_gets: list[str] = []  # the volume path of each block served
+        self.refuse_reads = False  # VolumeGetFile2 answers PERMISSION_DENIED (a read that fails)
+        self._blocks: dict[str, tuple[str, Any, int, int]] = {}  # token -> (path, source, start, length)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         with socket.socket() as s:
@@ -94,6 +109,10 @@ class FakeModal:
         self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
         self._thread.start()
         ready.wait(10)
+        self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._block_handler())
+        self._http.daemon_threads = True
+        self.blocks_url = f"http://127.0.0.1:{self._http.server_address[1]}"
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
 
     # -- serving ------------------------------------------------------------------------------
 
@@ -107,6 +126,8 @@ class FakeModal:
     def close(self) -> None:
         for call in self.function_calls.values():
             self._kill(call)
+        self._http.shutdown()
+        self._http.server_close()
         self._loop.call_soon_threadsafe(self._server.close)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
@@ -192,6 +213,9 @@ class FakeModal:
                                                 handle_metadata=api_pb2.MountHandleMetadata(content_checksum_sha256_hex=key))
 
     def _m_VolumeGetOrCreate(self, req):
+        if req.deployment_name not in self.volumes and \
+                req.object_creation_type != api_pb2.OBJECT_CREATION_TYPE_CREATE_IF_MISSING:
+            raise GRPCError(Status.NOT_FOUND, f"Volume '{req.deployment_name}' not found")
         vid = self.volumes.setdefault(req.deployment_name, self._id("vo"))
         return api_pb2.VolumeGetOrCreateResponse(volume_id=vid, metadata=api_pb2.VolumeMetadata(
             name=req.deployment_name, version=api_pb2.VOLUME_FS_VERSION_V1))
@@ -202,6 +226,110 @@ class FakeModal:
                 del self.volumes[name]
         from google.protobuf import empty_pb2
         return empty_pb2.Empty()
+
+    # -- reading a volume from outside (Volume.listdir / read_file) ---------------------------
+
+    def volume_dir(self, name: str) -> Path:
+        """Where volume `name` keeps its files (the folder its mounts link to)."""
+        return self.root / "volumes" / self.volumes[name]
+
+    def _volume_name(self, volume_id: str) -> str:
+        for name, vid in self.volumes.items():
+            if vid == volume_id:
+                return name
+        raise GRPCError(Status.NOT_FOUND, f"no volume {volume_id}")
+
+    def _m_VolumeListFiles(self, req):
+        name = self._volume_name(req.volume_id)
+        store = self.volume_dir(name)
+        want = req.path.strip("/")
+        top = store / want if want else store
+        if not (top.exists() or top.is_symlink()) or not top.resolve().is_relative_to(store.resolve()):
+            raise GRPCError(Status.NOT_FOUND, f"No such file or directory: {req.path}")
+        rep = api_pb2.VolumeListFilesResponse()
+        FE = api_pb2.FileEntry
+
+        def add(path: Path) -> None:
+            st = path.lstat()
+            kind = FE.SYMLINK if path.is_symlink() else FE.DIRECTORY if path.is_dir() else FE.FILE
+            rep.entries.add(path=path.relative_to(store).as_posix(), type=kind, mtime=int(st.st_mtime),
+                            size=st.st_size if kind == FE.FILE else 0)
+
+        if top.is_dir() and not top.is_symlink():
+            for here, dirs, files in os.walk(top):  # links are listed, never followed
+                for n in sorted(dirs) + sorted(files):
+                    add(Path(here) / n)
+                if not req.recursive:
+                    break
+        else:
+            add(top)
+        for path, data in self.volume_extra.get(name, {}).items():  # listed whatever was asked
+            rep.entries.add(path=path, type=FE.FILE, mtime=int(time.time()), size=len(data))
+        if req.max_entries:
+            del rep.entries[req.max_entries:]
+        return rep
+
+    def _m_VolumeListFiles2(self, req):
+        rep = api_pb2.VolumeListFiles2Response()
+        rep.entries.extend(self._m_VolumeListFiles(req).entries)
+        return rep
+
+    def _m_VolumeGetFile2(self, req):
+        from modal._utils.blob_utils import BLOCK_SIZE
+
+        if self.refuse_reads:
+            raise GRPCError(Status.PERMISSION_DENIED, "reads of this volume are refused")
+        name = self._volume_name(req.volume_id)
+        extra = self.volume_extra.get(name, {})
+        if req.path in extra:
+            source: Any = extra[req.path]
+            size = len(source)
+        else:
+            store = self.volume_dir(name)
+            path = store / req.path.strip("/")
+            if not path.is_file() or not path.resolve().is_relative_to(store.resolve()):
+                raise GRPCError(Status.NOT_FOUND, f"No such file: {req.path}")
+            source, size = path, path.stat().st_size
+        start = min(int(req.start), size)
+        length = size - start if not req.len else min(int(req.len), size - start)
+        rep = api_pb2.VolumeGetFile2Response(size=size, start=start, len=length)
+        pos, end = start, start + length
+        while pos < end:  # one URL per BLOCK_SIZE-aligned block, as the client expects
+            stop = min(end, (pos // BLOCK_SIZE + 1) * BLOCK_SIZE)
+            token = secrets.token_hex(12)
+            self._blocks[token] = (req.path, source, pos, stop - pos)
+            rep.get_urls.append(f"{self.blocks_url}/block/{token}")
+            pos = stop
+        return rep
+
+    def _block_handler(self):
+        fake = self
+
+        class Blocks(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server hook
+                entry = fake._blocks.get(self.path.rsplit("/", 1)[-1])
+                if entry is None:
+                    self.send_error(404)
+                    return
+                path, source, start, length = entry
+                if isinstance(source, bytes):
+                    body = source[start:start + length]
+                else:
+                    with open(source, "rb") as f:
+                        f.seek(start)
+                        body = f.read(length)
+                fake.block_gets.append(path)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                digest = base64.b64encode(hashlib.sha256(body).digest()).decode()
+                self.send_header("Repr-Digest", f"sha-256=:{digest}:")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        return Blocks
 
     def _m_FunctionCreate(self, req):
         fid = req.existing_function_id or self._id("fu")  # the id FunctionPrecreate gave

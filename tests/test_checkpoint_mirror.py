@@ -83,3 +83,21 @@ def test_without_a_marker_a_folder_counts_once_it_settles(home: Path) -> None:
     runs = home / "runs" / "x"
     assert checkpoints.settle(job.id, runs) is None
     assert (runs / "checkpoint" / "model.pt").exists() and checkpoints.summary(job.id) is None
+
+
+def test_a_copied_checkpoint_whose_marker_names_a_path_outside_touches_nothing_there(tmp_path: Path) -> None:
+    """scan_copy gives a copy's files the marker's times; the marker is the job's word, so a
+    name out of the folder (a Modal volume's or a Kaggle output's marker) is left alone."""
+    from core.runtime import ckptscan
+
+    folder = tmp_path / "copy" / "ckpt"
+    folder.mkdir(parents=True)
+    (folder / "model.pt").write_bytes(b"m" * 10)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"v" * 4)
+    before = victim.stat().st_mtime_ns
+    (folder / checkpoints.MARKER).write_text(json.dumps({"generation": 2, "files": {
+        "model.pt": [10, 1_000_000_000], "../../victim": [4, 5_000_000_000], str(victim): [4, 5_000_000_000]}}))
+    doc = ckptscan.scan_copy(str(folder))
+    assert doc["final"] and doc["files"]["model.pt"][1] == 1_000_000_000
+    assert victim.stat().st_mtime_ns == before

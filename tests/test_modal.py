@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,147 @@ def test_a_call_at_its_timeout_resumes_from_the_checkpoint_on_the_volume(modal_f
     # a copy came home with the calls' results (where a move to another target reads it)
     kept = Path(sub["job"]["outputs_dir"]) / "checkpoint" / "steps.json"
     assert json.loads(kept.read_text()) == list(range(24))
+
+
+def _held_script(total: int, holds: tuple[int, ...], marked: bool) -> str:
+    """A job of `total` steps that saves each one to its checkpoint (with gpu.checkpoint_saved()
+    when `marked`, beside a 1 MB file written once) and, before each step in `holds`, waits
+    until the test's go file for it exists, deaf to should_checkpoint: on Modal the call is
+    then stopped at its timeout, and hands no result back."""
+    return f'''
+import json, os, time
+import gpu
+ckpt = gpu.checkpoint_dir()
+done = json.loads((ckpt / "steps.json").read_text()) if (ckpt / "steps.json").exists() else []
+print(f"attempt {{gpu.attempt()}} starts after {{len(done)}} steps", flush=True)
+if {marked!r} and not (ckpt / "big.bin").exists():
+    (ckpt / "big.bin").write_bytes(bytes(range(1, 256)) * 4112)
+for step in range(len(done), {total}):
+    while step in {holds!r} and not os.path.exists(os.path.join(os.environ["GO_DIR"], f"go-{{step}}")):
+        time.sleep(0.1)
+    done.append(step)
+    (ckpt / "steps.json").write_text(json.dumps(done))
+    if {marked!r}:
+        gpu.checkpoint_saved()
+    gpu.log(step=step, loss=1.0 / (step + 1))
+(gpu.output_dir() / "steps.json").write_text(json.dumps(done))
+'''
+
+
+def _short_calls(home: Path, targets: dict | None = None, **options) -> None:
+    """Calls of 6 s (Modal stops them there), md's `options`, and other `targets`."""
+    cfg = Path(home).parent / "user-config.yaml"
+    doc = yaml.safe_load(cfg.read_text())
+    doc["targets"]["md"].update(session_limit_hours=0.00167, checkpoint_lead_s=2, **options)
+    doc["targets"].update(targets or {})
+    cfg.write_text(yaml.safe_dump(doc))
+
+
+def _wait_home_checkpoint(short: str, test, timeout: float = 120) -> dict:
+    """`gpu status --json` until its home checkpoint passes `test`."""
+    deadline = time.monotonic() + timeout
+    doc: dict = {}
+    while time.monotonic() < deadline:
+        doc = gpu_json("status", short)
+        if doc.get("checkpoint") and test(doc["checkpoint"]):
+            return doc
+        assert doc["state"] not in ("done", "failed", "cancelled"), doc
+        time.sleep(0.2)
+    raise AssertionError(f"no such checkpoint came home in {timeout}s: {doc}")
+
+
+def test_a_call_stopped_at_its_timeout_brings_its_checkpoint_home_from_the_volume(
+        modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
+    add_modal()
+    _short_calls(home, max_resumes=10)
+    go = tmp_path / "go"
+    go.mkdir()
+    project = make_git_project(tmp_path / "h", {"train.py": _held_script(7, (3, 5), marked=True)})
+    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--provider", "md", "--env", f"GO_DIR={go}",
+                   "--wait-s", "0", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+
+    # the first call saved checkpoint 3, then Modal stopped it: no result, yet 3 is home
+    status = _wait_home_checkpoint(short, lambda c: True)
+    assert status["checkpoint"]["generation"] == 3 and status["checkpoint"]["files"] == 2, status
+    assert json.loads((home / "jobs" / job_id / "ckpt-home" / "steps.json").read_text()) == [0, 1, 2]
+    events = gpu_json("status", short, "--verbose")["events"]
+    assert any("Modal stopped the function at its timeout" in e["reason"] for e in events), events
+    assert all(c.status in (None, 4) for c in modal_fake.function_calls.values())  # 4: TIMEOUT, no result
+    (go / "go-3").touch()
+
+    # the next call resumes from 3 on the volume, saves 5 and is stopped too: 5 comes home,
+    # and the 1 MB file that did not change is not downloaded again
+    status = _wait_home_checkpoint(short, lambda c: c["generation"] == 5)
+    assert json.loads((home / "jobs" / job_id / "ckpt-home" / "steps.json").read_text()) == [0, 1, 2, 3, 4]
+    assert modal_fake.block_gets.count("job/ckpt/big.bin") == 1, modal_fake.block_gets
+    assert modal_fake.block_gets.count("job/ckpt/steps.json") == 2, modal_fake.block_gets
+    (go / "go-5").touch()
+
+    done = wait_state(short, {"done", "failed"}, timeout=180)
+    assert done["state"] == "done", run_gpu("logs", short).stdout
+    assert json.loads((Path(sub["job"]["outputs_dir"]) / "steps.json").read_text()) == list(range(7))
+    assert gpu_json("metrics", short)["metrics"]["loss"]["points"] == 7  # every step once
+    log = run_gpu("logs", short).stdout
+    assert "starts after 3 steps" in log and "starts after 5 steps" in log
+
+
+def test_a_job_leaving_modal_after_a_timeout_resumes_elsewhere_from_the_volume_checkpoint(
+        modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
+    add_modal()
+    # no resume on md: the job moves, to this machine (dearer than md, so md ran it first)
+    _short_calls(home, {"local": {"kind": "local", "price_per_hour": 50}}, max_resumes=0)
+    go = tmp_path / "go"
+    go.mkdir()
+    project = make_git_project(tmp_path / "m", {"train.py": _held_script(6, (3,), marked=False)})
+    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--env", f"GO_DIR={go}", "--wait-s", "0",
+                   cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    assert sub["job"]["provider"] == "md", sub
+    # a hostile server lists names outside the checkpoint folder beside the job's own file
+    hostile = {"job/ckpt/../x": b"evil", "job/ckpt/../../../../escape": b"evil", "/abs-evil": b"evil",
+               "job/ckpt/sub/../../../y": b"evil"}
+    modal_fake.volume_extra[f"gr-job-{job_id}"] = hostile
+
+    moved = _wait_home_checkpoint(short, lambda c: True)
+    assert moved["checkpoint"]["files"] == 1 and moved["checkpoint"]["target"] == "md", moved
+    (go / "go-3").touch()
+    done = wait_state(short, {"done", "failed"}, timeout=180)
+    doc = gpu_json("status", short, "--verbose")
+    assert done["state"] == "done", (doc["reason"], run_gpu("logs", short).stdout)
+    assert doc["provider"] == "local" and doc["attempt"] == 2
+    move = next(e for e in doc["events"] if e["reason"].startswith("migrating from md to local"))
+    assert "from checkpoint" in move["reason"] and move["data"]["checkpoint"]["files"] == 1
+    assert json.loads((Path(doc["outputs_dir"]) / "steps.json").read_text()) == list(range(6))
+    assert "attempt 2 starts after 3 steps" in run_gpu("logs", short).stdout
+
+    # the hostile names were refused: never asked for, nothing written anywhere for them
+    asked = [r.path for r in modal_fake.requests("VolumeGetFile2")]
+    assert asked and not set(asked) & set(hostile), asked
+    cache = home / "cache" / "modal-ckpt" / job_id / "1" / "ckpt"
+    for name in hostile:
+        assert not (cache / name).exists() and not Path(name).exists(), name
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.read_bytes() == b"evil"]
+
+
+def test_a_volume_read_that_fails_is_logged_and_the_job_goes_on(modal_fake: FakeModal, home: Path,
+                                                                 tmp_path: Path) -> None:
+    add_modal()
+    _short_calls(home)
+    modal_fake.refuse_reads = True
+    go = tmp_path / "go"
+    go.mkdir()
+    project = make_git_project(tmp_path / "f", {"train.py": _held_script(4, (2,), marked=True)})
+    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--provider", "md", "--env", f"GO_DIR={go}",
+                   "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    deadline = time.monotonic() + 120
+    while "could not be read" not in (home / "supervisor.log").read_text():
+        assert time.monotonic() < deadline, (home / "supervisor.log").read_text()
+        time.sleep(0.2)
+    assert "checkpoint" not in gpu_json("status", short)  # nothing came: home keeps what it had
+    (go / "go-2").touch()
+    done = wait_state(short, {"done", "failed"}, timeout=180)
+    assert done["state"] == "done", run_gpu("logs", short).stdout
+    assert json.loads((Path(sub["job"]["outputs_dir"]) / "steps.json").read_text()) == list(range(4))
+    assert "starts after 2 steps" in run_gpu("logs", short).stdout  # the volume itself still had it

@@ -14,7 +14,7 @@ import stat
 import tarfile
 from pathlib import Path
 
-from core.packaging.safe_extract import safe_extract
+from core.packaging.safe_extract import OutputCaps, safe_extract, write_files
 
 
 def _archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], gz: bool = True) -> Path:
@@ -162,3 +162,22 @@ class _Zeros(io.RawIOBase):
         n = self.left if n < 0 else min(n, self.left)
         self.left -= n
         return bytes(n)
+
+
+def test_files_named_by_a_listing_are_written_inside_only_and_capped(tmp_path: Path) -> None:
+    """write_files: names from someone else's listing (a Modal volume's), read only in turn."""
+    dest = tmp_path / "run" / "ckpt"
+    read: list[str] = []
+
+    def chunks(name: str, data: bytes):
+        read.append(name)
+        yield data
+
+    listing = [("../x", b"evil"), ("/abs-x", b"evil"), ("a/../../y", b"evil"), ("ok/a.bin", b"hi"),
+               ("b.bin", b"12345"), ("c.bin", b"over the cap")]
+    notes = write_files(dest, ((n, len(d), chunks(n, d)) for n, d in listing), caps=OutputCaps(max_bytes=8))
+    assert (dest / "ok" / "a.bin").read_bytes() == b"hi" and (dest / "b.bin").read_bytes() == b"12345"
+    assert not (dest / "c.bin").exists() and any("cap" in n for n in notes), notes
+    assert read == ["ok/a.bin", "b.bin"]  # a refused name is never read, nor anything past the cap
+    assert sum("leaves the folder" in n for n in notes) == 3, notes
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.bin", "b.bin", "ckpt", "ok", "run"]

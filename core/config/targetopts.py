@@ -59,7 +59,8 @@ SERVICE_KINDS = {
                {"max_resumes": (0, 100), "checkpoint_lead_s": (0, 86_400), "upload_timeout_s": (1, 86_400),
                 "api_timeout_s": (0.1, 3600)}),
     "modal": (("gpu", MODAL_GPUS, "T4"),
-              {"max_resumes": (0, 100), "checkpoint_lead_s": (0, 86_400), "connect_timeout_s": (1, 600)}),
+              {"max_resumes": (0, 100), "checkpoint_lead_s": (0, 86_400), "connect_timeout_s": (1, 600),
+               "volume_read_timeout_s": (1, 86_400)}),
 }
 
 

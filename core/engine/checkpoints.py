@@ -134,7 +134,7 @@ async def mirror(job: Job, provider: Any) -> dict | None:
     Returns the new manifest when one came home, else None. Raises what the transport raises
     (the caller logs it: mirroring never fails a job)."""
     if not hasattr(provider, "checkpoint_scan"):
-        return None  # a target that can show none (modal keeps them on its own volume)
+        return None  # a target that can show none
     scan = await provider.checkpoint_scan(job)
     look_file = _look_path(job.id)
     try:

@@ -62,7 +62,7 @@ class OutputCaps:
         return cls(int(o.get("max_output_bytes") or MAX_BYTES), int(o.get("max_output_files") or MAX_FILES))
 
 
-def _clean_name(name: str) -> str | None:
+def clean_name(name: str) -> str | None:
     """The member's relative path, or None when it is absolute or leaves the folder."""
     if not name or "\0" in name or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         return None
@@ -184,6 +184,26 @@ def safe_extract(archive: Path, dest: Path, *, max_bytes: int = MAX_BYTES,
         sink.close()
 
 
+def write_files(dest: Path, files: Iterable[tuple[str, int, Iterator[bytes]]], *,
+                caps: OutputCaps = OutputCaps()) -> list[str]:
+    """Write files named by someone else's listing (a Modal volume's) into `dest` by the rules
+    above: each `(name, size, chunks)` is written from its chunks (read only when its turn
+    comes) unless its name is absolute or leaves the folder; the caps stop the rest. An error
+    reading a file's chunks removes everything staged and reaches the caller. Returns notes."""
+    sink = _Staging(dest, caps)
+    try:
+        for name, size, chunks in files:
+            rel = clean_name(name)
+            if not rel:
+                sink.note(f"{name!r}: an absolute path or one that leaves the folder, not brought home")
+                continue
+            if not sink.add_file(rel, 0o644, size, chunks):
+                break
+        return sink.finish()
+    finally:
+        sink.close()
+
+
 def _extract_members(tar: tarfile.TarFile, sink: _Staging) -> None:
     entries = 0
     limit = sink.caps.max_files * 2 + 1000
@@ -199,7 +219,7 @@ def _extract_members(tar: tarfile.TarFile, sink: _Staging) -> None:
         if entries > limit:
             sink.note(f"stopped: the archive has more than {limit} entries")
             return
-        rel = _clean_name(member.name)
+        rel = clean_name(member.name)
         if rel is None:
             sink.note(f"{member.name!r}: an absolute path or one that leaves the folder, not brought home")
             continue

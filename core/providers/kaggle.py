@@ -484,7 +484,7 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         session's output only once the session has ended, so what is listed is final: it is
         downloaded once (within the output caps) into a cache here and listed by the same code
         as on every host (`ckptscan.scan_copy`)."""
-        from core.packaging.safe_extract import _clean_name
+        from core.packaging.safe_extract import clean_name
         from core.runtime import ckptscan
 
         cache = self._ckpt_cache(job)
@@ -499,7 +499,7 @@ class KaggleProvider(ServiceTarget, MirroredLog):
             folder.mkdir(parents=True)
             size = 0
             for rel, url in files:
-                clean = _clean_name(rel)
+                clean = clean_name(rel)
                 if not clean:
                     continue
                 data = self._download(url, self.caps.max_bytes - size)
@@ -550,7 +550,7 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         """Download the session's output files `wanted(name) -> rel or None` into a private
         folder (names checked as the shared writer checks them), then `finish(folder)`: the
         files are copied home by the same writer and caps as every target's."""
-        from core.packaging.safe_extract import _clean_name
+        from core.packaging.safe_extract import clean_name
 
         files, _ = self._output(job)
         notes: list[str] = []
@@ -558,7 +558,7 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         with tempfile.TemporaryDirectory(prefix=".kaggle-", dir=paths.home()) as tmp:
             for name, url in files:
                 rel = wanted(name)
-                clean = _clean_name(rel) if rel else None
+                clean = clean_name(rel) if rel else None
                 if rel and not clean:
                     notes.append(f"{name}: not a plain relative name; left on Kaggle")
                     continue

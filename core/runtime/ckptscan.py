@@ -24,6 +24,12 @@ MARKER = ".complete"  # written by gpu.checkpoint_saved()
 MAX_FILES = 100_000
 
 
+def _inside(rel: object) -> bool:
+    """Whether `rel` names something inside the folder (no absolute name, no `..` part)."""
+    return isinstance(rel, str) and bool(rel) and not rel.startswith(("/", "\\")) \
+        and "\0" not in rel and ".." not in rel.replace("\\", "/").split("/")
+
+
 def _hash(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -90,7 +96,7 @@ def scan(folder: str) -> dict:
 
 def scan_copy(folder: str) -> dict:
     """`scan` of a copy of a checkpoint folder made after its session ended (a Kaggle session's
-    output, a Modal call's result): the copy's files get back the times the job's marker
+    output, a Modal call's result or its volume): the copy's files get back the times the job's marker
     recorded (sizes are checked first), so a checkpoint marked complete there is complete
     here, and the listing is final: it cannot change any more."""
     marker = os.path.join(folder, MARKER)
@@ -100,6 +106,8 @@ def scan_copy(folder: str) -> dict:
     except (OSError, ValueError, AttributeError):
         named = {}
     for rel, meta in named.items() if isinstance(named, dict) else ():
+        if not _inside(rel):
+            continue  # the marker is the job's word: a name out of the folder touches nothing
         path = os.path.join(folder, rel)
         try:
             if (isinstance(meta, (list, tuple)) and len(meta) >= 2 and os.path.isfile(path)
@@ -117,7 +125,7 @@ def pack(folder: str, archive: str, rels: list[str]) -> dict:
     count = size = 0
     with tarfile.open(archive, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
         for rel in [*rels, MARKER]:
-            if rel.startswith("/") or ".." in rel.split("/"):
+            if not _inside(rel):
                 continue
             full = os.path.join(folder, rel)
             if os.path.islink(full) or not os.path.isfile(full):

@@ -14,7 +14,9 @@ already masked log lines and its metric rows (behind a marker) go to standard ou
 is the log Modal keeps and the supervisor follows.
 
 Before the function's timeout the job is asked to checkpoint (`gpu.should_checkpoint()`); a
-clean exit then means "resume", not "done". Outputs come back as a gzipped tar in the result.
+clean exit then means "resume", not "done". Outputs come back as a gzipped tar in the result,
+and so does the checkpoint folder (up to CKPT_RESULT_MAX); a call Modal stops at its timeout
+returns nothing, and the provider then reads the checkpoint from the volume (job/ckpt there).
 
 Standard library only.
 """
