@@ -586,6 +586,10 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                 say(f"event loop lag: p50 {lag['p50_ms']:.1f} ms, p99 {lag['p99_ms']:.1f} ms, max "
                     f"{lag['max_ms']:.1f} ms over {lag['samples']} samples; "
                     f"{lag['stalls_over_100ms']} stalls over 100 ms")
+                last = lag.get("last_minute")
+                if last:
+                    say(f"  in the last minute: p50 {last['p50_ms']:.1f} ms, p99 {last['p99_ms']:.1f} ms, "
+                        f"max {last['max_ms']:.1f} ms")
             for s in doc["strays"]:
                 say(f"attempt {s['attempt']} of job {s['job'][:8]} left on {s['target']} when it moved: "
                     + ("stop sent, confirming" if s["stop_sent"] else

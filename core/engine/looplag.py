@@ -22,6 +22,7 @@ from pathlib import Path
 INTERVAL_S = 0.05
 STALL_S = 0.1
 SAMPLES = 12_000  # ten minutes at INTERVAL_S
+RECENT_S = 60.0  # the figures also given for the last minute alone (now, not since the start)
 WRITE_EVERY_S = 5.0
 
 log = logging.getLogger("gpu-router.looplag")
@@ -33,6 +34,12 @@ def percentile(values: list[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def _figures(values: list[float]) -> dict:
+    return {"p50_ms": round(percentile(values, 50) * 1000, 2),
+            "p99_ms": round(percentile(values, 99) * 1000, 2),
+            "max_ms": round(max(values, default=0.0) * 1000, 2)}
 
 
 class LagWatch:
@@ -47,10 +54,9 @@ class LagWatch:
 
     def stats(self) -> dict:
         values = list(self.samples)
+        recent = values[-int(RECENT_S / self.interval_s):]
         return {"samples": len(values), "interval_ms": self.interval_s * 1000,
-                "p50_ms": round(percentile(values, 50) * 1000, 2),
-                "p99_ms": round(percentile(values, 99) * 1000, 2),
-                "max_ms": round(max(values, default=0.0) * 1000, 2),
+                **_figures(values), "last_minute": _figures(recent),
                 "stalls_over_100ms": self.stalls, "worst_ms": round(self.worst * 1000, 2),
                 "at": time.time(), "pid": os.getpid()}
 

@@ -480,6 +480,11 @@ class Store:
             raise UserError(f"{ref!r} matches several jobs", fix="give more characters of the id")
         return Job.from_row(rows[0])
 
+    def last_rev(self) -> int:
+        """The newest revision: read before a full read, `jobs_after` it then misses nothing."""
+        with self._lock:
+            return int(self.conn.execute("SELECT COALESCE(MAX(rev), 0) FROM jobs").fetchone()[0])
+
     def jobs_after(self, rev: int) -> list[Job]:
         """Jobs written after revision `rev` (each write takes the next revision number)."""
         with self._lock:
