@@ -198,6 +198,37 @@ def run_in_terminal(argv: list[str], answer: str, cwd: Path | None = None,
     return status, out.decode(errors="replace")
 
 
+def assert_stopped_by_rule(short: str, rule: str, why: str) -> dict:
+    """A job a kill rule stopped: failed with the rule and why as its reason, asked to
+    checkpoint first, never retried, its outputs home (partial.txt) and the reason in job.json."""
+    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=120)
+    assert done["state"] == "failed", done
+    assert f"stopped by kill rule {rule}" in done["reason"], done["reason"]
+    assert why in done["reason"], done["reason"]
+    doc = gpu_json("status", short, "--verbose")
+    fired = [e for e in doc["events"] if e["to"] == "checkpointing"]
+    assert fired and "asked to checkpoint" in fired[0]["reason"]
+    assert doc["attempt"] == 1  # a rule that fires is never retried
+    out = Path(doc["outputs_dir"])
+    assert (out / "partial.txt").exists()  # outputs came home
+    assert f"kill rule {rule.split()[0]}" in json.loads((out / "job.json").read_text())["job"]["reason"]
+    return doc
+
+
+def lay_out_attempt(tmp_path: Path, job: str) -> tuple[Path, Path, Path]:
+    """The runtime copied, the job's script written and its attempt folder made, as a target
+    lays them out before the launcher runs: (runtime, job folder, attempt folder)."""
+    from core.runtime import files as runtime_files
+
+    runtime, jdir, adir = tmp_path / "runtime", tmp_path / "job", tmp_path / "job" / "attempt"
+    for src, rel in runtime_files():
+        (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
+        (runtime / rel).write_bytes(src.read_bytes())
+    adir.mkdir(parents=True)
+    (jdir / "job.py").write_text(job)
+    return runtime, jdir, adir
+
+
 def kill_remote_jobs(root: Path) -> None:
     """SIGKILL the process group of every job a remote-style target started under `root`."""
     for pidfile in root.glob("jobs/*/attempts/*/pid"):

@@ -21,7 +21,8 @@ import pytest
 
 from core.engine.metricfile import parse_rows
 from core.runtime import gpuutil
-from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state, write_user_config
+from tests.conftest import (assert_stopped_by_rule, gpu_json, lay_out_attempt, make_git_project, run_gpu,
+                            wait_state, write_user_config)
 
 FORMAT = "--format=csv,noheader,nounits"
 STAND_IN = r'''#!{python}
@@ -112,14 +113,7 @@ def test_the_answer_is_read_and_cuda_visible_devices_picks_the_job_s_gpus(tmp_pa
 def _launch(tmp_path: Path, job: str, path: str, interval: float = 0.2,
             env: dict | None = None) -> tuple[str, dict, str]:
     """Run one attempt of `job` in the foreground with this PATH; (log, exit.json, metrics)."""
-    from core.runtime import files as runtime_files
-
-    runtime, jdir, adir = tmp_path / "runtime", tmp_path / "job", tmp_path / "job" / "attempt"
-    for src, rel in runtime_files():
-        (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
-        (runtime / rel).write_bytes(src.read_bytes())
-    adir.mkdir(parents=True)
-    (jdir / "job.py").write_text(job)
+    runtime, jdir, adir = lay_out_attempt(tmp_path, job)
     spec = {"job_id": "j", "attempt": 1, "tag": str(adir / "spec.json"), "attempt_dir": str(adir),
             "workdir": str(jdir), "log": str(jdir / "job.log"), "runtime_dir": str(runtime),
             "base_python": sys.executable, "command": ["{python}", "job.py"], "deps": None,
@@ -260,16 +254,8 @@ def _submit(tmp_path: Path, seconds: float, cuda_visible: str) -> str:
 
 def test_an_idle_gpu_stops_the_job_by_the_kill_rule(sampled: Path, tmp_path: Path) -> None:
     short = _submit(tmp_path, 60, "0")  # GPU 0 says 3%
-    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=60)
-    assert done["state"] == "failed", done
-    assert "stopped by kill rule gpu_util_below (10% for 0.05 min)" in done["reason"], done["reason"]
-    assert "GPU utilisation stayed below 10% for 0.05 min" in done["reason"]
-    doc = gpu_json("status", short, "--verbose")
-    fired = [e for e in doc["events"] if e["to"] == "checkpointing"]
-    assert fired and "asked to checkpoint" in fired[0]["reason"]
-    out = Path(doc["outputs_dir"])
-    assert (out / "partial.txt").exists()  # outputs came home
-    assert "kill rule gpu_util_below" in json.loads((out / "job.json").read_text())["job"]["reason"]
+    assert_stopped_by_rule(short, "gpu_util_below (10% for 0.05 min)",
+                           "GPU utilisation stayed below 10% for 0.05 min")
     util = gpu_json("metrics", short)["metrics"]["gpu/util"]
     assert util["min"] == util["max"] == 3.0 and util["points"] >= 2
     assert "checkpoint saved" in run_gpu("logs", short).stdout

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from core.engine.metricfile import parse_rows
 from core.planning import killrules
 from core.planning.killrules import Facts, Rule
-from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state, write_user_config
+from tests.conftest import (assert_stopped_by_rule, gpu_json, make_git_project, run_gpu,
+                            wait_state, write_user_config)
 
 NAN_JOB = """
 import time
@@ -37,17 +38,7 @@ def test_a_nan_kill_rule_stops_the_job_with_its_reason(home: Path, tmp_path: Pat
     project = make_git_project(tmp_path / "p", {"nan.py": NAN_JOB})
     sub = gpu_json("submit", "nan.py", "--hours", "0.1", "--wait-s", "10", cwd=project)
     short = sub["job"]["short_id"]
-    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=120)
-    assert done["state"] == "failed", done
-    assert "stopped by kill rule nan_metric (loss)" in done["reason"], done["reason"]
-    assert "loss became NaN or infinite" in done["reason"]
-    doc = gpu_json("status", short, "--verbose")
-    fired = [e for e in doc["events"] if e["to"] == "checkpointing"]
-    assert fired and "asked to checkpoint" in fired[0]["reason"]
-    assert doc["attempt"] == 1  # a rule that fires is never retried
-    out = Path(doc["outputs_dir"])
-    assert (out / "partial.txt").exists()  # outputs came home
-    assert "kill rule nan_metric" in json.loads((out / "job.json").read_text())["job"]["reason"]
+    assert_stopped_by_rule(short, "nan_metric (loss)", "loss became NaN or infinite")
     assert "kill rule nan_metric" in run_gpu("status", short).stdout
     # the NaN never became a stored number: only the five finite losses are there
     assert gpu_json("metrics", short)["metrics"]["loss"]["points"] >= 5

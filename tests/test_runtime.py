@@ -13,6 +13,7 @@ from pathlib import Path
 from core.runtime import GPU_MODULE_DIR
 from core.runtime.launch import MASK, Masker
 from core.engine.metricfile import parse_metrics
+from tests.conftest import lay_out_attempt
 
 
 def _run_job_code(code: str, env: dict) -> subprocess.CompletedProcess:
@@ -124,14 +125,7 @@ raise SystemExit("failing with " + v)
 
 def _launcher(tmp_path: Path, job: str, requirements: list[str] | None) -> tuple[str, dict, str]:
     """Run the launcher as a batch script would (--foreground), with one secret on stdin."""
-    from core.runtime import files as runtime_files
-
-    runtime, jdir, adir = tmp_path / "runtime", tmp_path / "job", tmp_path / "job" / "attempt"
-    for src, rel in runtime_files():
-        (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
-        (runtime / rel).write_bytes(src.read_bytes())
-    adir.mkdir(parents=True)
-    (jdir / "job.py").write_text(job)
+    runtime, jdir, adir = lay_out_attempt(tmp_path, job)
     deps = {"hash": "h" * 32, "requirements": requirements, "file": None,
             "venvs_dir": str(tmp_path / "venvs")} if requirements else None
     spec = {"job_id": "j", "attempt": 1, "tag": str(adir / "spec.json"), "attempt_dir": str(adir),
