@@ -155,14 +155,15 @@ def main() -> int:
     for held in (False, True):
         for name, way in ways.items():
             async def run() -> tuple[float, float, str]:
+                holder = _holder(path) if held else None  # started before the sampling
                 with LagSampler() as lag:
                     await asyncio.sleep(0.05)
-                    holder = _holder(path) if held else None
                     t, c = time.perf_counter(), time.process_time()
                     await way(1 if held else a.rounds)
                     wall, cpu = time.perf_counter() - t, time.process_time() - c
-                    if holder:
-                        holder.wait()
+                    await asyncio.sleep(0.05)  # the sampler records the wake-up a stall delayed
+                if holder:
+                    holder.wait()
                 return wall, cpu, lag.figures()
             wall, cpu, lag = asyncio.run(run())
             calls = 2 * a.jobs * (1 if held else a.rounds)
