@@ -104,37 +104,39 @@ def _person(args: argparse.Namespace) -> bool:
     return current(json=bool(args.json)).is_person
 
 
+# per service kind: the flags it refuses, the flags it keeps in its entry, and its usage
+SERVICE_FLAGS = {
+    "kaggle": (("host", "local", "partition", "env"), ("accelerator", "internet", "max_jobs"),
+               "[--kaggle-json PATH | --token-stdin]"),
+    "modal": (("host", "local", "partition", "env", "accelerator", "kaggle_json"),
+              ("gpu", "internet", "max_jobs", "price_per_hour"),
+              "[--gpu T4] [--internet] [--modal-toml PATH | --token-stdin]"),
+}
+
+
+def _service_body(args: argparse.Namespace) -> dict:
+    """A kaggle or modal target's entry: the flags it takes, refusing those of hosts."""
+    refused, kept, usage = SERVICE_FLAGS[args.kind]
+    if any(getattr(args, flag) for flag in refused):
+        names = [f"--{flag.replace('_', '-')}" for flag in refused]
+        raise UserError(f"a {args.kind} target takes no {', '.join(names[:-1])} or {names[-1]}",
+                        fix=f"gpu targets add {args.kind} {args.name} {usage}")
+    body: dict[str, Any] = {"kind": args.kind}
+    for flag in kept:
+        value = getattr(args, flag)
+        if value is not None and value is not False and value != "":
+            body[flag] = value
+    return body
+
+
 def _body(args: argparse.Namespace) -> dict:
     from core.config.request import NAME_RE
 
     if not NAME_RE.match(args.name) or args.name == "local":
         raise UserError(f"{shorten(args.name)} cannot name a target",
                         fix="letters, digits, '.', '_' or '-'; `local` is this machine")
-    if args.kind == "kaggle":
-        body: dict[str, Any] = {"kind": "kaggle"}
-        if args.host or args.local or args.partition or args.env:
-            raise UserError("a kaggle target takes no --host, --local, --partition or --env",
-                            fix=f"gpu targets add kaggle {args.name} [--kaggle-json PATH | --token-stdin]")
-        if args.accelerator:
-            body["accelerator"] = args.accelerator
-        if args.internet:
-            body["internet"] = True
-        if args.max_jobs is not None:
-            body["max_jobs"] = args.max_jobs
-        return body
-    if args.kind == "modal":
-        body = {"kind": "modal"}
-        if args.host or args.local or args.partition or args.env or args.accelerator or args.kaggle_json:
-            raise UserError("a modal target takes no --host, --local, --partition, --env, --accelerator or --kaggle-json",
-                            fix=f"gpu targets add modal {args.name} [--gpu T4] [--internet] [--modal-toml PATH | --token-stdin]")
-        if args.gpu:
-            body["gpu"] = args.gpu
-        if args.internet:
-            body["internet"] = True
-        for key in ("max_jobs", "price_per_hour"):
-            if getattr(args, key) is not None:
-                body[key] = getattr(args, key)
-        return body
+    if args.kind in SERVICE_FLAGS:
+        return _service_body(args)
     if args.gpu or args.modal_toml:
         raise UserError("--gpu and --modal-toml are for modal targets")
     if args.accelerator or args.internet or args.kaggle_json or args.token_stdin:

@@ -42,6 +42,7 @@ import gzip
 import hashlib
 import importlib.util
 import io
+import json
 import logging
 import os
 import shutil
@@ -126,8 +127,6 @@ def _file_chunks(path: Path) -> Iterator[bytes]:
 def _marked_files(raw: bytes) -> dict[str, list[int]] | None:
     """The files a `gpu.checkpoint_saved()` marker names, {rel: [size, mtime_ns]}, or None
     when there is no marker or it is not one (names are checked by the caller)."""
-    import json
-
     try:
         doc = json.loads(raw) if raw else None
     except ValueError:
@@ -489,7 +488,6 @@ class ModalProvider(ServiceTarget, MirroredLog):
         for note in notes:
             log.warning("job %s: checkpoint on Modal volume %s: %s", job.short_id, self.volume_name(job), note)
         await asyncio.to_thread(_adopt, folder.parent, cache if ok else None)
-
 
     def _read_volume_checkpoint(self, job: Job, folder: Path, stop: threading.Event) -> tuple[bool, list[str]]:
         """The job's last complete checkpoint from its volume into `folder`: (whether one came,

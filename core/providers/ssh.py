@@ -10,8 +10,9 @@ on a command line where `ps` would show them. The attempt's spec path (job id an
 its tag, checked with `ps` when a restarted supervisor re-adopts it.
 
 Exit status, pid and phase are files in the attempt folder on the host, so `poll` is a short
-look at them, and the looks at every job on the host go as one command (lookbatch.py); a dropped connection makes it answer "unreachable" and the supervisor carries on once
-the host answers again. `cancel` runs the launcher's kill routine on the host (`launch.py --kill`),
+look at them, and the looks at every job on the host go as one command (lookbatch.py); a
+dropped connection makes it answer "unreachable" and the supervisor carries on once the host
+answers again. `cancel` runs the launcher's kill routine on the host (`launch.py --kill`),
 which ends every process the job started, also those that left its process group.
 """
 
