@@ -34,6 +34,10 @@ TRACKING_VAR = "GPU_ROUTER_TRACKING"
 CGROUP_PREFIX = "gpu-router-"
 SWEEP_GRACE_S = 3.0
 STALE_CGROUP_S = 600.0
+# Inside a local job's sandbox (core/runtime/sandbox.py) this read-only file exists; the job
+# cannot remove it (its mount is locked in the job's namespaces). One of the facts by which a
+# process is judged to descend from a job (core/engine/jobguard.py).
+SANDBOX_MARK = "/run/gpu-router-job"
 
 
 def marker_for(job_id: str, attempt: int | str) -> str:
