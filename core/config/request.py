@@ -200,6 +200,7 @@ class JobRequest:
     modules: list[str] = field(default_factory=list)
     container: str | None = None
     # what happens when a session ends or the job fails (core.engine.supervisor)
+    network: bool = True  # False: the job runs with no network (the local sandbox has loopback only)
     restart: str = "never"  # "allow": a job with no checkpoint may start again from the top
     retry_on_exit_codes: list[int] = field(default_factory=list)
     max_retries: int = 1
@@ -497,6 +498,8 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "partition": (_safe_value, "the Slurm partition or PBS queue, e.g. gpu"),
     "modules": (_modules, "environment modules to load first, e.g. [cuda/12.1]"),
     "container": (_safe_value, "an Apptainer/Singularity image to run the job in"),
+    "network": (_bool, "false to run the job with no network (loopback only) where the target can "
+                       "(the local sandbox); true, the default, leaves it on"),
     "restart": (_restart, "allow or never (the default): whether a job that moves to another target "
                           "with no checkpoint at home starts again from the beginning"),
     "retry_on_exit_codes": (_exit_codes, "exit codes that mean 'try again', e.g. [75]; any other "

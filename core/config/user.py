@@ -47,6 +47,9 @@ from core.config.targetopts import check_output_caps, validate
 from core.errors import UserError, shorten
 from core.planning import killrules
 
+# a local target's own options (beside max_jobs, gpus, prices): the output caps, the Python to
+# run jobs with, and `network: false` (the sandbox then gives its jobs loopback only)
+LOCAL_OPTIONS = {"max_output_bytes", "max_output_files", "python", "network"}
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs", "kaggle", "modal")
 SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals", "accounts")
 # the GPU cloud accounts gpu-router can read (core/providers/accounts; a test keeps them equal)
@@ -172,6 +175,12 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
         validate(name, kind, t.options, where)
     else:
         check_output_caps(name, t.options, where)
+        for key in t.options:
+            if key not in LOCAL_OPTIONS:
+                raise UserError(f"targets.{name}: unknown option {shorten(key)} for a local target",
+                                where=where, fix=f"options: {', '.join(sorted(LOCAL_OPTIONS | known))}")
+        if not isinstance(t.options.get("network", True), bool):
+            raise UserError(f"targets.{name}.network must be true or false", where=where)
     return t
 
 

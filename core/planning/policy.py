@@ -15,7 +15,7 @@ from core.providers.base import TargetInfo
 
 @dataclass
 class Hold:
-    rule: str  # agent_hours | secrets | quota | budget_job | budget_week | overrun | everything
+    rule: str  # agent_hours | sandbox | secrets | quota | budget_job | budget_week | overrun | everything
     reason: str
 
     def to_json(self) -> dict:
@@ -36,6 +36,10 @@ def evaluate(*, hours: float | None, secrets: list[str], price: float, info: Tar
             holds.append(Hold("agent_hours", f"it was submitted by an agent (not a person at a "
                                              f"terminal) for {hours:g} hours, over the {rules.agent_max_hours:g}-hour "
                                              f"limit for unattended jobs"))
+    if info.unsandboxed_why and not interactive:
+        holds.append(Hold("sandbox", f"it was submitted by an agent and would run on {info.name} "
+                                     f"without a sandbox, where it could reach your keychain and "
+                                     f"gpu-router's own files ({info.unsandboxed_why})"))
     if secrets:
         holds.append(Hold("secrets", f"it reads {', '.join(sorted(secrets))} from your keychain"))
     if info.quota_hours_left is not None:

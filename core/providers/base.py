@@ -40,6 +40,8 @@ class TargetInfo:
     # the most hours one job may ask of this target (a provider's own cap), and why
     max_hours: float | None = None
     max_hours_why: str = ""
+    # a local target where no sandbox can be made: why (an agent's job there waits for a person)
+    unsandboxed_why: str | None = None
 
     def to_json(self) -> dict:
         doc = {"name": self.name, "kind": self.kind, "available": self.available,
@@ -48,6 +50,8 @@ class TargetInfo:
                "quota_hours_left": self.quota_hours_left, "credits_left": self.credits_left,
                "session_limit_hours": self.session_limit_hours, "max_jobs": self.max_jobs,
                "running": self.running}
+        if self.kind == "local":
+            doc["sandbox"] = {"ok": self.unsandboxed_why is None, "why": self.unsandboxed_why}
         if self.details:
             doc["details"] = self.details
         if self.offers:

@@ -24,7 +24,7 @@ from core.errors import disk_full_guard
 from core.packaging.bundle import extract
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
 from core.providers.gpuprobe import local_gpus
-from core.runtime import ckptscan, diskspace, jobprocs
+from core.runtime import boundary, ckptscan, diskspace, jobprocs
 from core.runtime import workdir as workdir_files
 from core.runtime import files as runtime_files
 from core.engine import checkpoints
@@ -72,12 +72,14 @@ class LocalProvider:
     kind = "local"
 
     def __init__(self, name: str = "local", max_jobs: int = 1, python: str | None = None,
-                 gpus: list[dict] | None = None, caps: OutputCaps | None = None) -> None:
+                 gpus: list[dict] | None = None, caps: OutputCaps | None = None,
+                 network: bool = True) -> None:
         self.name = name
         self.max_jobs = max_jobs
         self.python = python or base_python()
         self.declared_gpus = gpus  # from the user config; else probed
         self.caps = caps or OutputCaps()  # the same caps as every remote target
+        self.network = network  # `network: false` in the target's options: no job gets any
         self._pids: dict[Path, dict] = {}
         self._running: set[Path] = set()
 
@@ -105,8 +107,9 @@ class LocalProvider:
         gpus = self.declared_gpus
         if gpus is None:
             gpus = [{"name": g.name, "memory_gb": g.memory_gb} for g in local_gpus()]
+        sandbox = boundary.probe()
         return TargetInfo(name=self.name, kind=self.kind, available=True, gpus=gpus,
-                          max_jobs=self.max_jobs)
+                          max_jobs=self.max_jobs, unsandboxed_why=None if sandbox["ok"] else sandbox["why"])
 
     async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
         return await asyncio.to_thread(self._launch, job, env_secrets)
@@ -144,6 +147,7 @@ class LocalProvider:
         spec = launch_spec(job, job_dir=str(jdir), attempt_dir=str(adir), workdir=str(workdir),
                            runtime_dir=str(runtime), python=self.python,
                            deps=dependency_spec(workdir), env_secrets=env_secrets)
+        spec["sandbox"] = self.sandbox_request(job)
         spec_path = adir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=1))
         env = {**os.environ, **env_secrets}  # secret values travel in memory, never on disk
@@ -154,6 +158,22 @@ class LocalProvider:
         if proc.returncode != 0:
             raise RuntimeError(f"the launcher failed: {err.decode(errors='replace').strip()[-500:]}")
         return {"attempt": attempt, "attempt_dir": str(adir), "launched_at": time.time()}
+
+    def sandbox_request(self, job: Job) -> dict:
+        """What the launcher's sandbox (core/runtime/boundary.py) hides and lets through for
+        this job: gpu-router's home and config and the person's home are hidden wherever they
+        lie; local data sets are read in place, so their sources show (read-only); the network
+        is off where the request or this target says `network: false`. Where no sandbox can be
+        made, only a person's job, or one a person approved with that reason, runs without."""
+        hide = [str(paths.home()), str(paths.user_config_file().parent), os.path.expanduser("~")]
+        if os.environ.get("XDG_RUNTIME_DIR"):
+            hide.append(os.environ["XDG_RUNTIME_DIR"])
+        data = [os.path.realpath(item["source"]) for item in local_data(job)]
+        network = bool(job.request.get("network", True)) and self.network
+        held_for_it = any(h.get("rule") == "sandbox" for h in job.plan.get("holds") or [])
+        trusted = job.plan.get("submitted_by") == "person" or held_for_it
+        return {"hide": hide, "data": data, "network": network,
+                "fallback": "warn" if trusted else "refuse"}
 
     async def poll(self, job: Job) -> Poll:
         # a few stats and small reads of local files: cheaper inline than via a thread

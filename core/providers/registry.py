@@ -21,7 +21,8 @@ def build(cfg: UserConfig | None = None) -> dict[str, Any]:
     for name, t in cfg.targets.items():
         if t.kind == "local":
             out[name] = LocalProvider(name, max_jobs=t.max_jobs, python=t.options.get("python"),
-                                      gpus=t.gpus, caps=OutputCaps.from_options(t.options))
+                                      gpus=t.gpus, caps=OutputCaps.from_options(t.options),
+                                      network=t.options.get("network", True))
         elif t.kind == "ssh":
             from core.providers.ssh import SSHProvider
 

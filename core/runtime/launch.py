@@ -45,8 +45,9 @@ import threading
 import time
 
 if __package__:  # imported as core.runtime.launch (the engine, tests)
-    from . import diskspace, gpuutil, jobprocs, redact, textsafe, workdir
+    from . import boundary, diskspace, gpuutil, jobprocs, redact, textsafe, workdir
 else:  # run as a script on the target, beside its sibling files
+    import boundary
     import diskspace
     import gpuutil
     import jobprocs
@@ -240,12 +241,20 @@ def _pump(pipe: int, log: JobLog) -> None:
         log.write(block)
 
 
-def _run_logged(command: list[str], log: JobLog, box: dict | None = None, **popen: object) -> int:
+def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
+                sandbox: dict | None = None, **popen: object) -> int:
     """Run a command with its output (stdout and stderr) going through the job log's filter,
-    inside the attempt's cgroup. With `box` (the job itself), what it leaves running when its
-    main process ends is stopped after a grace, so the end of its output arrives."""
+    inside the attempt's cgroup, and inside the sandbox where one is given (the job itself, and
+    the install of its dependencies: pip runs the project's build code). With `box` (the job
+    itself), what it leaves running when its main process ends is stopped after a grace, so the
+    end of its output arrives."""
+    preexec = _in_job_cgroup
+    if sandbox is not None:
+        command = boundary.bwrap_argv(_SANDBOX["tool"], sandbox, command, _SANDBOX["features"])
+        if _SANDBOX.get("landlock"):
+            preexec = _in_job_cgroup_scoped
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, preexec_fn=_in_job_cgroup, **popen)
+                             stderr=subprocess.STDOUT, preexec_fn=preexec, **popen)
     if box is not None:
         box["child"] = child
         box["watch"] = _stop_leftovers_when_main_exits(child, box)
@@ -299,7 +308,11 @@ def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, py
         f.write("\n".join(deps["requirements"]) + "\n")
     cmd = [python, "-m", "pip", "install", "--disable-pip-version-check",
            "--no-input", "--progress-bar", "off", "-r", req_file]
-    status = _run_logged(cmd, log, cwd=spec["workdir"])
+    sandbox = _sandbox_plan(spec, python, writable=[venv])
+    env = _job_env(spec, python, sandbox)  # pip runs the project's build code: the job's rules
+    env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH", "")])
+    env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})  # the index to use
+    status = _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox)
     if status != 0:
         shutil.rmtree(venv, ignore_errors=True)
         raise RuntimeError(f"pip install failed with status {status} (see the lines above)")
@@ -308,12 +321,17 @@ def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, py
     return python
 
 
-def _job_env(spec: dict, python: str) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in list(env):
-        if name.startswith("GPU_ROUTER_") and name not in spec["env"]:
-            del env[name]  # the supervisor's own settings are not the job's
-    env.update(spec["env"])
+def _job_env(spec: dict, python: str, sandbox: dict | None = None) -> dict[str, str]:
+    """What the job starts with: its declared variables and secrets, the machine's few
+    allowed ones (boundary.job_environ), never the supervisor's or the person's session."""
+    declared = dict(spec["env"])
+    for name in spec.get("secret_env", []):
+        if name in os.environ:
+            declared[name] = os.environ[name]  # approved to read: it arrived in memory
+    env = boundary.job_environ(dict(os.environ), declared)
+    if sandbox is not None:
+        env["HOME"] = sandbox["home"]
+        env["TMPDIR"] = sandbox["tmpdir"]
     if _TRACK.get("marker"):
         env[jobprocs.MARKER_VAR] = _TRACK["marker"]
     env["GPU_ROUTER_SECRET_ENV"] = ",".join(spec.get("secret_env", []))  # names: gpu.log checks
@@ -339,11 +357,50 @@ def _wandb_env(spec: dict) -> dict[str, str]:
 
 
 _TRACK: dict = {}  # this attempt's tracking record (marker, cgroup), set by _claim
+_SANDBOX: dict = {}  # boundary.probe()'s verdict, where the spec asks for a sandbox
 
 
 def _in_job_cgroup() -> None:
     """Each process the launcher starts joins the attempt's cgroup before it runs (preexec)."""
     jobprocs.cgroup_join(_TRACK.get("cgroup"))
+
+
+def _in_job_cgroup_scoped() -> None:
+    """The cgroup, then the Landlock scopes (no abstract sockets or signals outside), in the
+    child that becomes bubblewrap."""
+    jobprocs.cgroup_join(_TRACK.get("cgroup"))
+    boundary.restrict_self()
+
+
+def _decide_sandbox(spec: dict, log: JobLog) -> None:
+    """Whether this attempt runs sandboxed: the spec asks for one (the local target does);
+    where none can be made, a person's (or an approved) job runs with one warning line, and
+    any other job does not run at all."""
+    want = spec.get("sandbox")
+    if not want:
+        return
+    found = boundary.probe()
+    if found["ok"]:
+        _SANDBOX.update(found)
+        if found["features"].get("landlock_scopes") and not boundary.setuid_binary(found["tool"]):
+            _SANDBOX["landlock"] = True
+        net = "with network" if want.get("network", True) else "without network"
+        log.line(f"sandbox: bubblewrap ({net}; only the job's folders writable; no keychain, "
+                 f"no gpu-router home)")
+        return
+    if want.get("fallback") == "warn":
+        log.line(f"WARNING: running without a sandbox: {found['why']}")
+        return
+    raise RuntimeError(f"no sandbox could be made ({found['why']}), and this job may only run in "
+                       "one: a person approves it to run unsandboxed, or installs bubblewrap")
+
+
+def _sandbox_plan(spec: dict, python: str, writable: list[str] = ()) -> dict | None:
+    if not _SANDBOX:
+        return None
+    plan = boundary.plan_for(spec, python)
+    plan["rw"] = plan["rw"] + list(writable)
+    return plan
 
 
 def _open_log(path: str) -> int:
@@ -380,17 +437,19 @@ def run(spec: dict) -> int:
         log.line(jobprocs.describe(_TRACK))
     try:
         _write_atomic(phase_file, "installing")
+        _decide_sandbox(spec, log)
         python = _ensure_venv(spec, log)
         if ended["signal"]:
             raise RuntimeError("cancelled before the job started")
-        env = _job_env(spec, python)
+        sandbox = _sandbox_plan(spec, python)
+        env = _job_env(spec, python, sandbox)
         command = [python if part == "{python}" else part for part in spec["command"]]
         before = workdir.snapshot(spec["workdir"])  # to tell, at the end, what the job wrote
         _write_atomic(phase_file, "running")
         log.line(f"attempt {spec['attempt']}: running "
                  f"{' '.join(command[1:] if command[0] == python else command)}")
         sampler = _start_sampler(spec, env, log)
-        code = _run_logged(command, log, box, cwd=spec["workdir"], env=env)
+        code = _run_logged(command, log, box, cwd=spec["workdir"], env=env, sandbox=sandbox)
     except Exception as exc:  # noqa: BLE001 - any failure here must reach exit.json
         error = masker.text(str(exc))
         enospc = diskspace.is_enospc(exc)
