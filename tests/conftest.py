@@ -92,6 +92,41 @@ def wait_state(job: str, states: set[str], timeout: float = 120, cwd: Path | Non
     raise AssertionError(f"job {job} did not reach {states} in {timeout}s; last: {doc}")
 
 
+def host_pids(ns_pids: list[int], marker: str) -> list[int]:
+    """This machine's pids of processes a sandboxed local job reported by its own pids: the job
+    runs in a pid namespace of its own, so what it prints is the number inside it. Matched by
+    NSpid inside the namespace of the job's marked processes (found before they may leave)."""
+    from core.runtime import jobprocs
+
+    def nspid(pid: int) -> list[int]:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("NSpid:"):
+                    return [int(x) for x in line.split()[1:]]
+        except (OSError, ValueError):
+            pass
+        return []
+
+    def ns(pid: int) -> str | None:
+        try:
+            return os.readlink(f"/proc/{pid}/ns/pid")
+        except OSError:
+            return None
+
+    spaces = {ns(p) for p in jobprocs.marked_pids(marker) if len(nspid(p)) > 1} - {None}
+    assert spaces, "no process of the job runs in a pid namespace of its own"
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            pid = int(entry.name)
+            inner = nspid(pid)
+            if len(inner) > 1 and inner[-1] in ns_pids and ns(pid) in spaces:
+                found[inner[-1]] = pid
+    missing = [p for p in ns_pids if p not in found]
+    assert not missing, f"no process on this machine is the job's pid {missing}"
+    return [found[p] for p in ns_pids]
+
+
 def wait_process_gone(pid: int, timeout: float, message: str) -> None:
     """Fail with `message` unless process `pid` is gone within `timeout` seconds."""
     deadline = time.monotonic() + timeout

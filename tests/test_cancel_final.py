@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.runtime import jobprocs
-from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state
+from core import paths
+from tests.conftest import host_pids, gpu_json, make_git_project, run_gpu, wait_state
 from tests.test_slurm import lab  # noqa: F401 - the slurm target fixture
 
 ESCAPER = """\
@@ -94,15 +95,24 @@ def _wait_for(predicate, timeout: float, message: str):
     pytest.fail(message)
 
 
-def _submit_and_cancel(project: Path, pids_file: Path, env: list[str], provider: list[str]) -> tuple[dict, list[int], str]:
+def _submit_and_cancel(project: Path, pids_file: Path | None, env: list[str], provider: list[str]) -> tuple[dict, list[int], str]:
+    """pids_file None: the local target, whose sandboxed job writes pids.txt in its own
+    working folder (nothing else is writable) and numbers them in its own pid namespace."""
     flags = [x for e in env for x in ("--env", e)]
+    if pids_file is None:
+        flags += ["--env", "PIDS_FILE=pids.txt"]
     sub = gpu_json("submit", "escape.py", "--hours", "0.1", "--wait-s", "10", *provider, *flags, cwd=project)
     short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    marker = f"{job_id}:1"
+    local = pids_file is None
+    if local:
+        pids_file = paths.jobs_dir() / job_id / "code" / "pids.txt"
     wait_state(short, {"running"}, timeout=120)
     _wait_for(lambda: pids_file.exists() and pids_file.read_text().strip(), 60,
               "the job never wrote its grandchildren's pids")
     escaped = [int(p) for p in pids_file.read_text().split()]
-    marker = f"{job_id}:1"
+    if local:
+        escaped = host_pids(escaped, marker)
     assert all(_alive(p) for p in escaped), "the grandchildren should run before the cancel"
     assert len(marked(marker)) >= 3, "the job and its grandchildren carry the marker"
     res = gpu_json("cancel", short, timeout=60)
@@ -118,10 +128,9 @@ def test_cancel_leaves_no_process_behind_on_the_local_target(tracking: str, home
         pytest.skip("no writable cgroup v2 on this machine: only the marker can be tested here")
     if tracking == "marker":
         monkeypatch.setenv("GPU_ROUTER_TRACKING", "marker")
-    pids_file = tmp_path / "pids.txt"
     project = make_git_project(tmp_path / "p", {"escape.py": ESCAPER})
-    env = [f"PIDS_FILE={pids_file}"] + (["WIPE_ENV=1"] if tracking == "cgroup" else [])
-    sub, escaped, marker = _submit_and_cancel(project, pids_file, env, [])
+    env = ["WIPE_ENV=1"] if tracking == "cgroup" else []
+    sub, escaped, marker = _submit_and_cancel(project, None, env, [])
     for pid in escaped:
         wait_process_gone_or_zombie(pid, 10, f"grandchild {pid} survived gpu cancel")
     assert marked(marker) == [], "a process with the job's marker survived gpu cancel"
@@ -168,16 +177,21 @@ def test_cancel_leaves_no_process_behind_on_a_slurm_target(slurm, lab, home: Pat
 @pytest.mark.slow
 def test_a_job_that_ends_leaves_nothing_running(home: Path, tmp_path: Path) -> None:
     """Not only cancel: when the job's main process exits, what it left running is stopped."""
-    pids_file = tmp_path / "pids.txt"
     project = make_git_project(tmp_path / "p", {"escape.py": ESCAPER})
-    sub = gpu_json("submit", "escape.py", "--hours", "0.1", "--wait-s", "10", "--env", f"PIDS_FILE={pids_file}",
-                   "--env", "MAIN_SLEEP=0", cwd=project)
+    sub = gpu_json("submit", "escape.py", "--hours", "0.1", "--wait-s", "10", "--env", "PIDS_FILE=pids.txt",
+                   "--env", "MAIN_SLEEP=2", cwd=project)
+    marker = f"{sub['job']['id']}:1"
+    pids_file = paths.jobs_dir() / sub["job"]["id"] / "code" / "pids.txt"
+    _wait_for(lambda: pids_file.exists() and pids_file.read_text().strip(), 60,
+              "the job never wrote its grandchildren's pids")
+    escaped = host_pids([int(p) for p in pids_file.read_text().split()], marker)
     doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=120)
     assert doc["state"] == "done"
-    for pid in [int(p) for p in pids_file.read_text().split()]:
+    for pid in escaped:
         assert not _alive(pid), f"process {pid} outlived its job"
     assert marked(f"{sub['job']['id']}:1") == []
-    assert "the job left running" in run_gpu("logs", sub["job"]["short_id"]).stdout
+    # in the sandbox the kernel ends them with the job's pid namespace, before the launcher looks
+    assert "sandbox: bubblewrap" in run_gpu("logs", sub["job"]["short_id"]).stdout
 
 
 def test_a_recorded_pid_now_used_by_another_program_is_not_signalled(tmp_path: Path) -> None:
