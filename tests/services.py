@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-INSTALL = ("sudo apt-get install -y dbus gnome-keyring openssh-server slurmd slurmctld "
-           "slurm-client munge (the first part of the README's test command)")
+INSTALL = ("sudo apt-get install -y dbus gnome-keyring libsecret-tools bubblewrap openssh-server "
+           "slurmd slurmctld slurm-client munge (the first part of the README's test command)")
 
 
 def require(*exes: str) -> dict[str, str]:

@@ -163,6 +163,14 @@ class AbstractListener:
         self.sock.close()
 
 
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    """bubblewrap and the keychain's command line are system packages the tests need."""
+    from tests.services import require
+
+    require("bwrap", "secret-tool", "ssh-agent", "script")
+
+
 @pytest.fixture
 def fake_gpu_node():
     """A character device named like an NVIDIA node (the null device's numbers): what the
