@@ -31,10 +31,10 @@ QUICK = "print('ran', flush=True)\n"
 ATTACK = textwrap.dedent('''
     import json, os, pty, select, sys, time
 
-    GPU, HELD, MODE = sys.argv[1:4]
-    KEEP = ("PATH", "HOME", "GPU_ROUTER_HOME", "GPU_ROUTER_CONFIG", "PYTHONPATH", "LANG")
+    GPU, HELD, MODE, HOME, CONFIG = sys.argv[1:6]  # the person's gpu-router home: a job can know it
+    KEEP = ("PATH", "HOME", "PYTHONPATH", "LANG")
     ENV = {k: os.environ[k] for k in KEEP if k in os.environ}
-    ENV.update(TERM="xterm", COLUMNS="160")
+    ENV.update(TERM="xterm", COLUMNS="160", GPU_ROUTER_HOME=HOME, GPU_ROUTER_CONFIG=CONFIG)
     assert "GPU_ROUTER_JOB" not in ENV
 
     def in_pty(verb):
@@ -78,6 +78,7 @@ ATTACK = textwrap.dedent('''
         while not os.path.exists(result) and time.time() < deadline:
             time.sleep(0.2)
         doc = json.load(open(result))
+        doc["main_sid"] = os.getsid(0)
     else:
         doc = attack()
     print("ATTACK " + json.dumps(doc), flush=True)
@@ -94,7 +95,8 @@ def _run_attack(project: Path, held: str, mode: str) -> tuple[dict, dict]:
     """Run the attack as a local job (under an hour: it runs without anyone's yes); return
     (the job's status, what its `gpu approve` and `gpu deny` said)."""
     sub = gpu_json("submit", "attack.py", "--hours", "0.2", "--wait-s", "0", "--name", f"attack-{mode}",
-                   "--", gpu_exe(), held, mode, cwd=project)["job"]
+                   "--", gpu_exe(), held, mode, os.environ["GPU_ROUTER_HOME"],
+                   os.environ["GPU_ROUTER_CONFIG"], cwd=project)["job"]
     done = wait_state(sub["short_id"], {"done", "failed", "cancelled"}, timeout=240)
     log = run_gpu("logs", sub["short_id"]).stdout
     line = next((ln for ln in log.splitlines() if ln.startswith("ATTACK ")), None)
@@ -121,14 +123,25 @@ def _assert_refused(doc: dict, attacker: dict, held: str) -> None:
     assert any(f"approval of job {held} refused" in e["reason"] for e in own), own
 
 
+def _facts(monkeypatch: pytest.MonkeyPatch, tracking: str) -> str:
+    """`cgroup`: the host's default tracking (a cgroup where one can be made: then the cgroup is
+    the fact found first); `marker`: no cgroup, so the parent chain alone must tell."""
+    if tracking == "marker":
+        monkeypatch.setenv("GPU_ROUTER_TRACKING", "marker")  # read by the launcher
+        return "descends from the job launcher"
+    return ""
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("tracking", ["cgroup", "marker"])
 def test_a_job_in_a_pty_without_markers_cannot_approve_or_deny_but_a_person_can(
-        home: Path, tmp_path: Path) -> None:
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking: str) -> None:
+    fact = _facts(monkeypatch, tracking)
     project = make_git_project(tmp_path / "p", {"a.py": QUICK, "attack.py": ATTACK})
     held = _held(project)["short_id"]
     attacker, doc = _run_attack(project, held, "direct")
     _assert_refused(doc, attacker, held)
-    assert "descends from the job launcher" in doc["approve"]["out"].replace("\r\n", " ")
+    assert fact in " ".join(doc["approve"]["out"].split())
     # no false positive: the person's own terminal (this test, on a pty) approves it
     status, out = run_in_terminal([gpu_exe(), "approve", held], held)
     assert status == 0 and "approved plan" in out, out
@@ -137,12 +150,16 @@ def test_a_job_in_a_pty_without_markers_cannot_approve_or_deny_but_a_person_can(
 
 
 @pytest.mark.slow
-def test_a_job_that_double_forks_into_its_own_session_is_still_refused(home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("tracking", ["cgroup", "marker"])
+def test_a_job_that_double_forks_into_its_own_session_is_still_refused(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking: str) -> None:
+    fact = _facts(monkeypatch, tracking)
     project = make_git_project(tmp_path / "p", {"a.py": QUICK, "attack.py": ATTACK})
     held = _held(project)["short_id"]
     attacker, doc = _run_attack(project, held, "detached")
-    assert doc["approve"]["sid"] != 0
+    assert doc["approve"]["sid"] != doc["main_sid"]  # it left the job's session
     _assert_refused(doc, attacker, held)
+    assert fact in " ".join(doc["approve"]["out"].split())
 
 
 # -- one process's facts, without a whole job ------------------------------------------------
