@@ -140,7 +140,7 @@ def _ask_at_submit(result, actor) -> int:
     from core.engine.approvals import approve, deny, require_person
     from tui.render import bundle_panel, plan_panel
 
-    require_person(actor, result.job.short_id)  # never reached by an agent; the gate says so
+    require_person(actor, result.job.short_id, store=_store(), job=result.job)  # never reached by an agent
 
     job = result.job
     say(markup("[bold]job {short}[/] ({name}) needs your approval before it runs:",
@@ -158,7 +158,7 @@ def _ask_at_submit(result, actor) -> int:
                         short=job.short_id)).strip().lower()
     store = _store()
     if answer in ("y", "yes"):
-        checked = _pin_at_terminal(job, "at submit")
+        checked = _pin_at_terminal(job, "terminal, at submit", actor)
         job = approve(store, job.id, digest=job.digest, actor=actor.label("terminal, at submit"),
                       pin_checked=checked)
         say(markup("approved: job [bold]{short}[/] will run.  follow: [bold]gpu logs -f {short}[/]",
@@ -196,7 +196,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pin_at_terminal(job, where: str) -> bool:
+def _pin_at_terminal(job, where: str, actor=None) -> bool:
     """With an approval PIN set, ask for it (hidden) and check it; True when one was. Only a
     person at a terminal gets here (require_person), so the PIN is never read from a pipe."""
     from core.engine.approvals import pin_is_set, require_pin
@@ -207,7 +207,8 @@ def _pin_at_terminal(job, where: str) -> bool:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError("the approval PIN is only read at a terminal", fix="run it in a terminal")
     entered = ask_hidden(f"approval PIN for job {job.short_id} (hidden): ")
-    return require_pin(entered, where=f"gpu approve {job.short_id} ({where})")
+    return require_pin(entered, where=f"gpu approve {job.short_id} ({where})", store=_store(), job=job,
+                       actor=actor.label(where) if actor is not None else "")
 
 
 def _approve_on_terminal(job, actor) -> bool:
@@ -217,7 +218,7 @@ def _approve_on_terminal(job, actor) -> bool:
 
     require_person(actor, job.short_id)
     if pin_is_set():
-        return _pin_at_terminal(job, "terminal")
+        return _pin_at_terminal(job, "terminal", actor)
     _confirm_on_terminal(job, "approve")
     return False
 
@@ -240,7 +241,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
     actor = _actor(args)
     store = _store()
     job = store.resolve(args.id, _here())
-    require_person(actor, job.short_id)  # an agent is refused before it is shown or asked anything
+    # a job's process, then an agent, is refused before it is shown or asked anything
+    require_person(actor, job.short_id, store=store, job=job)
     if job.state != State.AWAITING_APPROVAL:
         raise UserError(f"job {job.short_id} is {job.state.value}, not awaiting approval",
                         fix="see `gpu jobs --state awaiting_approval`")
@@ -256,10 +258,11 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 def cmd_deny(args: argparse.Namespace) -> int:
-    from core.engine.approvals import deny
+    from core.engine.approvals import deny, require_not_job
 
     store = _store()
     job = store.resolve(args.id, _here())
+    require_not_job("denial", store=store, job=job, undone="nothing was denied")  # before any prompt
     _confirm_on_terminal(job, "deny")
     # a no spends nothing: an agent at a pty may give it, and is recorded as the agent it is
     job = deny(store, job.id, actor=_actor(args).label("terminal"), reason=args.reason)

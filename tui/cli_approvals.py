@@ -80,6 +80,9 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 def _require_person(command: str, args: argparse.Namespace) -> None:
     from core.engine.actor import current
+    from core.secrets.pin import refuse_in_job
+
+    refuse_in_job(f"`{command}`")  # a job's process first: it says which fact showed it
 
     actor = current(json=args.json)
     if not actor.is_person:

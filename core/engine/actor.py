@@ -4,6 +4,8 @@ Why it is more than `isatty()`: an agent can run `gpu` inside a pseudo-terminal 
 tool shell often is one), and then stdin and stdout look like a person's. So a run is an
 agent's when any of these holds, checked in this order:
 
+0. the process runs inside a gpu-router job (core.engine.jobguard: its ancestors, cgroup or
+   namespaces, never its environment): a job is not the person, whatever its terminal says;
 1. `GPU_ROUTER_ACTOR` is set to anything but `person` (`agent` is the documented value; a
    typo fails closed). `GPU_ROUTER_ACTOR=person` does nothing: an agent could set it, so no
    variable can make a run a person's;
@@ -133,8 +135,12 @@ def agent_marker(env: Mapping[str, str], extra: Iterable[str] = ()) -> Marker | 
 
 
 def decide(*, stdin_tty: bool, stdout_tty: bool, json: bool = False,
-           env: Mapping[str, str] | None = None, extra_markers: Iterable[str] = ()) -> Actor:
-    """Person or agent, from the channel's facts and the environment (see the module doc)."""
+           env: Mapping[str, str] | None = None, extra_markers: Iterable[str] = (),
+           in_job: str | None = None) -> Actor:
+    """Person or agent, from the channel's facts, the environment and `in_job` (why this
+    process is a job's, from core.engine.jobguard; see the module doc)."""
+    if in_job:
+        return Actor("agent", f"it runs inside a gpu-router job ({in_job})")
     env = os.environ if env is None else env
     forced = env.get(FORCE_VAR, "")
     if forced and forced.strip().lower() != "person":
@@ -158,7 +164,10 @@ def current(*, json: bool = False, terminal: bool | None = None) -> Actor:
         stdin_tty, stdout_tty = _isatty(sys.stdin), _isatty(sys.stdout)
     else:
         stdin_tty = stdout_tty = terminal
-    return decide(stdin_tty=stdin_tty, stdout_tty=stdout_tty, json=json, extra_markers=_extra())
+    from core.engine.jobguard import job_origin
+
+    return decide(stdin_tty=stdin_tty, stdout_tty=stdout_tty, json=json, extra_markers=_extra(),
+                  in_job=job_origin())
 
 
 def mcp() -> Actor:

@@ -87,6 +87,27 @@ def supervise_live(store) -> int | None:
     return ensure_running()
 
 
+def log_line(level: str, text: str, now: float | None = None) -> None:
+    """Append one line to the supervisor's log, in its own format (`gpu daemon` and its log
+    show it beside the supervisor's lines), from any process. One O_APPEND write, so lines
+    from several processes never interleave; a log that cannot be written is skipped."""
+    from core.display.sanitize import printable
+
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
+    line = f"{stamp} {level} {printable(text, single_line=True)}\n".encode()
+    try:
+        fd = os.open(paths.daemon_log_file(), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError:
+        return
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _package_parent() -> str:
     parent = str(Path(__file__).resolve().parents[2])
     existing = os.environ.get("PYTHONPATH")

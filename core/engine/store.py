@@ -123,6 +123,17 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (job_id, attempt)
     );
     """,
+    # 6: wrong approval-PIN tries and lockouts (core/secrets/pin.py), one row per PIN (keyed by
+    # its salt): kept here, not in a process, so starting a new process resets nothing
+    """
+    CREATE TABLE pin_tries (
+        pin TEXT PRIMARY KEY,
+        wrong INTEGER NOT NULL DEFAULT 0,
+        locked_until REAL,
+        lockouts INTEGER NOT NULL DEFAULT 0,
+        last_wrong REAL
+    );
+    """,
 ]
 
 _NEXT_REV = "(SELECT COALESCE(MAX(rev), 0) + 1 FROM jobs)"
@@ -409,6 +420,12 @@ class Store:
         """A note in a job's history that does not change its state."""
         with self.write() as db:
             self._note(db, job_id, reason, actor, data or {})
+
+    def note_in(self, db: sqlite3.Connection, job_id: str, reason: str, *, actor: str,
+                data: dict | None = None) -> None:
+        """`add_event` inside a write transaction the caller holds (`with store.write() as db`),
+        so the note commits or rolls back with the rest of it."""
+        self._note(db, job_id, reason, actor, data or {})
 
     def _note(self, db: sqlite3.Connection, job_id: str, reason: str, actor: str, data: dict) -> None:
         self._event(db, job_id, None, None, reason, actor, data, time.time())

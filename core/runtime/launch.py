@@ -591,6 +591,7 @@ def main(argv: list[str]) -> int:
     os.setsid()  # own session and process group: cancel kills the group, terminals don't
     if not _claim(spec):  # a second launcher for this attempt stops here
         os._exit(0)
+    _adopt_orphans()
     devnull = os.open(os.devnull, os.O_RDWR)
     for std in (0, 1, 2):
         os.dup2(devnull, std)
@@ -598,6 +599,21 @@ def main(argv: list[str]) -> int:
         run(spec)
     finally:
         os._exit(0)
+
+
+def _adopt_orphans() -> None:
+    """Linux: become the job's child subreaper, so a process the job double-forks away from
+    its parent chain is re-parented to this launcher, not to init: it still descends from the
+    launcher, which is how `gpu approve` tells it is a job's (core/engine/jobguard.py) where no
+    cgroup or sandbox says so. Elsewhere, or without ctypes, nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (ImportError, OSError, AttributeError):
+        pass
 
 
 def _kill(attempt_dir: str, force: bool) -> int:
@@ -643,6 +659,7 @@ def _foreground(spec: dict) -> int:
     if not _claim(spec):
         print("this attempt already ran; not starting it twice", file=sys.stderr)
         return 3
+    _adopt_orphans()
     run(spec)
     try:
         with open(os.path.join(attempt_dir, "exit.json")) as f:

@@ -5,8 +5,18 @@ one that strips them from its environment looks like a person. A PIN it was neve
 closes that gap: with one set, `gpu approve` and the dashboard ask for it before approving.
 
 Only a salted scrypt hash is kept, in the user's config (`approvals: {pin: {...}}`), never
-the PIN: not in the store, a log, an error or argv. Compared in constant time; a wrong PIN
-costs a short wait, so guessing at a terminal is slow.
+the PIN: not in the store, a log, an error or argv. Compared in constant time.
+
+A PIN is 6 to 128 digits (ASCII 0-9; the issue asks for at least six digits). Guessing is
+bounded, across processes: after MAX_WRONG (5) wrong tries in a row the PIN locks for
+LOCK_S (15 minutes), each further lockout twice as long as the one before (30, 60, ...);
+while locked even the right PIN is refused, with the local time it opens again; a right PIN
+resets the count and the doubling. The count lives in the store (table pin_tries, one row per
+PIN, keyed by its salt), and each try is decided inside one write transaction (BEGIN
+IMMEDIATE: the check of the lock, scrypt, and the new count), so parallel processes cannot
+share out more tries than five. Every wrong try is an event on the job being approved and a
+line in the supervisor's log (core.engine.daemon.log_line), without the PIN. Setting and
+clearing a PIN are refused to a job's process (core.engine.jobguard), here at the bottom.
 """
 
 from __future__ import annotations
@@ -14,17 +24,26 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import time
+from typing import TYPE_CHECKING, Callable
 
 from core.errors import UserError
+
+if TYPE_CHECKING:
+    from core.engine.store import Job, Store
 
 SCHEME = "scrypt"
 N, R, P = 2 ** 14, 8, 1  # about 16 MiB and tens of milliseconds per try
 SALT_BYTES = 16
 HASH_BYTES = 32
-MIN_LENGTH = 4
+MIN_LENGTH = 6
 MAX_LENGTH = 128
 WRONG_DELAY_S = 1.0
+MAX_WRONG = 5  # wrong tries in a row before the PIN locks
+LOCK_S = 15 * 60.0  # the first lockout; each further one doubles
+MAX_DOUBLINGS = 16  # 15 minutes * 2**16 is over a year: the doubling stops there
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def _derive(pin: str, salt: bytes, n: int, r: int, p: int, length: int) -> bytes:
@@ -33,15 +52,15 @@ def _derive(pin: str, salt: bytes, n: int, r: int, p: int, length: int) -> bytes
 
 
 def check_strength(pin: str) -> None:
-    """A PIN worth having; the error never repeats it."""
+    """A PIN worth having: MIN_LENGTH to MAX_LENGTH ASCII digits. The error never repeats it."""
+    if not _DIGITS.fullmatch(pin):
+        raise UserError("an approval PIN is digits only (0-9)",
+                        fix=f"choose {MIN_LENGTH} or more digits")
     if len(pin) < MIN_LENGTH:
-        raise UserError(f"the PIN is too short ({len(pin)} characters; at least {MIN_LENGTH})",
-                        fix="choose a longer one; six or more characters slow guessing further")
+        raise UserError(f"the PIN is too short ({len(pin)} digits; at least {MIN_LENGTH})",
+                        fix=f"choose {MIN_LENGTH} or more digits")
     if len(pin) > MAX_LENGTH:
-        raise UserError(f"the PIN is longer than {MAX_LENGTH} characters", fix="choose a shorter one")
-    if not pin.isprintable() or pin.strip() != pin:
-        raise UserError("the PIN has spaces at its ends or characters that cannot be typed",
-                        fix="use letters, digits and punctuation")
+        raise UserError(f"the PIN is longer than {MAX_LENGTH} digits", fix="choose a shorter one")
 
 
 def make(pin: str, *, n: int = N, r: int = R, p: int = P) -> dict:
@@ -67,32 +86,126 @@ def stored() -> dict | None:
     return userconfig.load().approval_pin
 
 
-def require(entered: str | None, *, where: str, undone: str = "nothing was approved") -> bool:
-    """Pass if no PIN is set, or `entered` is it; True when a PIN was checked. A missing or
-    wrong PIN is refused after a short wait; `where` names the front, for the fix."""
+def lock_seconds(lockouts: int) -> float:
+    """How long the `lockouts`-th lockout lasts (1: LOCK_S, then doubling)."""
+    return LOCK_S * 2 ** min(max(lockouts - 1, 0), MAX_DOUBLINGS)
+
+
+def local_time(ts: float, now: float) -> str:
+    """A lock's end as a person reads it: local time, with the date when it is not today."""
+    when = time.localtime(ts)
+    fmt = "%H:%M:%S %Z" if time.localtime(now)[:3] == when[:3] else "%Y-%m-%d %H:%M:%S %Z"
+    return time.strftime(fmt, when)
+
+
+def require(entered: str | None, *, where: str, undone: str = "nothing was approved",
+            store: "Store | None" = None, job: "Job | None" = None, actor: str = "",
+            clock: Callable[[], float] = time.time,
+            sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Pass if no PIN is set, or `entered` is it and the PIN is not locked; True when a PIN
+    was checked. A missing, wrong or locked-out try is refused (a wrong one after a short
+    wait); `where` names the front, `job` (the held job, if any) gets an event for each
+    wrong try, `actor` says who typed it. `clock` and `sleep` are for tests."""
     record = stored()
     if record is None:
         return False
     if entered is None:
         raise UserError("approving needs your approval PIN, and none was given", where=where,
                         fix="a person runs `gpu approve ID` in their own terminal and types it")
-    if not matches(record, entered):
-        time.sleep(WRONG_DELAY_S)
-        raise UserError(f"wrong approval PIN: {undone}", where=where,
-                        fix="try again; a forgotten PIN is removed by deleting approvals.pin "
-                            "from your user config by hand")
-    return True
+    from core.engine.store import Store
+
+    store = store or Store()
+    key = record["salt"]
+    with store.write() as db:
+        now = clock()
+        row = db.execute("SELECT wrong, locked_until, lockouts FROM pin_tries WHERE pin = ?",
+                         (key,)).fetchone()
+        wrong, locked_until, lockouts = (row[0], row[1], row[2]) if row else (0, None, 0)
+        if locked_until is not None and now < locked_until:
+            _note(store, db, job, f"approval PIN refused: locked until {local_time(locked_until, now)} "
+                                  f"after {MAX_WRONG} wrong tries ({where})", actor,
+                  {"pin": "locked", "locked_until": locked_until})
+            verdict: str | None = "locked"
+        elif matches(record, entered):
+            db.execute("DELETE FROM pin_tries WHERE pin = ?", (key,))
+            return True
+        else:
+            wrong += 1
+            verdict = "wrong"
+            locked_until = None
+            if wrong >= MAX_WRONG:
+                lockouts += 1
+                locked_until = now + lock_seconds(lockouts)
+                verdict = "locks"
+            db.execute("INSERT INTO pin_tries (pin, wrong, locked_until, lockouts, last_wrong) "
+                       "VALUES (?, ?, ?, ?, ?) ON CONFLICT(pin) DO UPDATE SET wrong = excluded.wrong, "
+                       "locked_until = excluded.locked_until, lockouts = excluded.lockouts, "
+                       "last_wrong = excluded.last_wrong",
+                       (key, 0 if locked_until else wrong, locked_until, lockouts, now))
+            text = f"wrong approval PIN (try {wrong} of {MAX_WRONG}; {where})"
+            if locked_until:
+                text += (f": the PIN is locked until {local_time(locked_until, now)} "
+                         f"(lockout {lockouts}, {lock_seconds(lockouts) / 60:.0f} minutes)")
+            _note(store, db, job, text, actor, {"pin": "wrong", "try": wrong,
+                                                "locked_until": locked_until, "lockouts": lockouts})
+    _log(job, text if verdict != "locked" else f"approval PIN refused while locked ({where})",
+         actor, now)
+    if verdict == "locked":
+        raise UserError(f"the approval PIN is locked until {local_time(locked_until, now)} (local "
+                        f"time), after {MAX_WRONG} wrong tries in a row; even the right PIN is "
+                        f"refused until then: {undone}", where=where,
+                        fix="wait until then and try at a terminal of your own; if the wrong tries "
+                            "were not yours, something is guessing your PIN: see the job's "
+                            "events and the supervisor's log")
+    sleep(WRONG_DELAY_S)
+    if verdict == "locks":
+        raise UserError(f"wrong approval PIN, {MAX_WRONG} times in a row: {undone}; the PIN is "
+                        f"now locked until {local_time(locked_until, now)} (local time)", where=where,
+                        fix="wait until then; each further lockout lasts twice as long")
+    raise UserError(f"wrong approval PIN: {undone} ({MAX_WRONG - wrong} tries left before it "
+                    f"locks for a while)", where=where,
+                    fix="try again; a forgotten PIN is removed by deleting approvals.pin "
+                        "from your user config by hand")
+
+
+def _note(store: "Store", db, job: "Job | None", text: str, actor: str, data: dict) -> None:
+    """An event on the held job, inside the try's transaction."""
+    if job is not None:
+        store.note_in(db, job.id, text, actor=actor or "someone at a terminal", data=data)
+
+
+def _log(job: "Job | None", text: str, actor: str, now: float) -> None:
+    from core.engine.daemon import log_line
+
+    on = f"job {job.short_id}: " if job is not None else ""
+    log_line("WARNING", f"{on}{text}" + (f" by {actor}" if actor else ""), now)
+
+
+def refuse_in_job(what: str) -> None:
+    """Setting or clearing the PIN from a job's process is refused (core.engine.jobguard)."""
+    from core.engine.jobguard import job_origin
+
+    why = job_origin()
+    if why:
+        raise UserError(f"{what} refused: this process runs inside a gpu-router job ({why}); "
+                        "nothing was changed",
+                        fix="a person sets or clears the approval PIN from a terminal of their own")
 
 
 def save(pin: str) -> str:
     """Store a new PIN's hash; returns the config file's path."""
     from core.config import edit
 
+    refuse_in_job("setting the approval PIN")
+
     return str(edit.save_section_key("approvals", "pin", make(pin)))
 
 
 def clear() -> str:
+    """Remove the PIN from the user config; returns the config file's path."""
     from core.config import edit
+
+    refuse_in_job("clearing the approval PIN")
 
     return str(edit.save_section_key("approvals", "pin", None))
 

@@ -589,7 +589,8 @@ class DashApp(App):
             self.tell(f"job {job.short_id} no longer awaits approval", severity="information")
             return
         try:
-            require_person(_actor(), job.short_id)  # an agent driving the dashboard is never asked
+            # a job's process or an agent driving the dashboard is never asked
+            require_person(_actor(), job.short_id, store=Store(self.store.path), job=job)
             needs_pin = pin_is_set()
         except UserError as exc:
             self.tell(exc.message(), severity="error", title="approve")
@@ -614,7 +615,15 @@ class DashApp(App):
         self.open_deny(job.id)
 
     def open_deny(self, job_id: str) -> None:
-        job = Store(self.store.path).get(job_id)
+        from core.engine.approvals import require_not_job
+
+        store = Store(self.store.path)
+        job = store.get(job_id)
+        try:
+            require_not_job("denial", store=store, job=job, undone="nothing was denied")
+        except UserError as exc:
+            self.tell(exc.message(), severity="error", title="deny")
+            return
 
         def reasoned(reason: str | None) -> None:
             if reason is not None:
@@ -651,8 +660,9 @@ class DashApp(App):
         actor = _actor()
         try:
             if what == "approve":
-                require_person(actor, job.short_id)
-                checked = require_pin(pin, where="gpu dash")  # a wrong one waits, here in the worker
+                require_person(actor, job.short_id, store=store, job=job)
+                checked = require_pin(pin, where="gpu dash", store=store, job=job,
+                                      actor=actor.label("dashboard"))  # a wrong one waits, in the worker
                 done = approve(store, job.id, digest=job.digest or "", actor=actor.label("dashboard"),
                                pin_checked=checked)
                 text = f"approved job {done.short_id}: it will run"
