@@ -139,11 +139,16 @@ def _char_escapes(ch: str) -> list[bytes]:
     return alts
 
 
-def _char_pattern(ch: str) -> bytes:
-    """One character of a value in any of its printed spellings."""
+def _char_alternatives(ch: str, tail: bytes = b"") -> list[bytes]:
+    """One character of a value in each of its printed spellings, each followed by `tail`.
+
+    Every branch starts with a literal byte: the regex engine then skips in C to the positions
+    where one of those bytes is (a branch that starts with a group defeats that)."""
     raw = _utf8(ch)
-    bytewise = _SOFT_BREAK.join(b"(?:" + b"|".join(_url_byte(b)) + b")" for b in raw)
-    return b"(?:" + b"|".join([*_char_escapes(ch), bytewise]) + b")"
+    rest = b"".join(_SOFT_BREAK + b"(?:" + b"|".join(_url_byte(b)) + b")" for b in raw[1:])
+    if 0xDC80 <= ord(ch) <= 0xDCFF:  # a raw byte os.environ could not decode: byte-wise only
+        return [alt + tail for alt in _url_byte(ord(ch) - 0xDC00)]
+    return [alt + tail for alt in [*_char_escapes(ch), *(alt + rest for alt in _url_byte(raw[0]))]]
 
 
 def _char_reach(ch: str) -> int:
@@ -151,17 +156,11 @@ def _char_reach(ch: str) -> int:
     return max(8 * len(_utf8(ch)), 14) + 3
 
 
-def _text_pattern(value: str) -> bytes:
-    """The value as written or with any of its characters escaped, in any mix of spellings.
-
-    `_utf8` keeps an undecodable byte (surrogateescape) as itself: those are byte-wise only."""
-    parts = []
-    for ch in value:
-        if 0xDC80 <= ord(ch) <= 0xDCFF:  # a raw byte os.environ could not decode
-            parts.append(b"(?:" + b"|".join(_url_byte(ord(ch) - 0xDC00)) + b")")
-        else:
-            parts.append(_char_pattern(ch))
-    return _SOFT_BREAK.join(parts)
+def _text_patterns(value: str) -> list[bytes]:
+    """The value as written or with any of its characters escaped, in any mix of spellings: one
+    branch per spelling of its first character (so each starts with a literal, see above)."""
+    rest = b"".join(_SOFT_BREAK + b"(?:" + b"|".join(_char_alternatives(ch)) + b")" for ch in value[1:])
+    return _char_alternatives(value[0], rest)
 
 
 def _escape_finder(values: list[str]) -> re.Pattern[bytes] | None:
@@ -226,7 +225,7 @@ class SecretPattern:
         for value in values:
             raw = _utf8(value)
             fixed |= fixed_forms(value)
-            patterns.append(_text_pattern(value))
+            patterns += _text_patterns(value)
             anchors.add(max(raw.split(b" "), key=len))
             longest = max(longest, sum(_char_reach(c) for c in value))
             for form in _base64_cores(raw):
