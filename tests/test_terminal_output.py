@@ -177,10 +177,13 @@ def test_held_submit_status_jobs_plan_and_errors_show_hostile_args_as_text(home:
     text = assert_inert(out, "gpu jobs (argparse error)")
     assert status == 2 and f"unrecognized arguments:  {LINK}" in text, text
 
-    # machine output: every control and non-ASCII character arrives as \\uXXXX
+    # machine output: every string through the same filter (nothing a parser would hand back
+    # to an agent as a control or invisible character), and ASCII only
+    from core.display.sanitize import printable
+
     proc = subprocess.run([gpu_exe(), "status", short, "--json", "--verbose"], capture_output=True, cwd=project, timeout=60)
     assert proc.returncode == 0 and proc.stdout.isascii() and b"\x1b" not in proc.stdout
-    assert json.loads(proc.stdout)["request"]["args"] == HOSTILE_ARGS  # escaped, not lost
+    assert json.loads(proc.stdout)["request"]["args"] == [printable(a) for a in HOSTILE_ARGS]
 
 
 HOSTILE_JOB = r'''
