@@ -31,6 +31,7 @@ from mcp.server.stdio import stdio_server
 
 from core import __version__
 from core.errors import UserError, clip, shorten
+from core.display.sanitize import printable_doc
 from core.runtime.textsafe import printable
 from tui.mcp_compute import compute_job
 from tui.mcp_schema import TOOLS
@@ -99,21 +100,8 @@ def check_arguments(tool: str, schema: dict[str, Any], raw: dict[str, Any] | Non
 
 
 def clean(value: Any) -> Any:
-    """A document as an agent may read it: every string (and log bytes) reduced to printable
-    characters, tab and newline; numbers that JSON cannot hold as text."""
-    if isinstance(value, str):
-        return printable(value)
-    if isinstance(value, bytes):
-        return printable(value)
-    if isinstance(value, dict):
-        return {printable(str(k)): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return printable(str(value))
+    """A document as an agent may read it: the one filter of machine output (printable_doc)."""
+    return printable_doc(value)
 
 
 def _result(doc: dict[str, Any], *, error: bool = False, text: str | None = None) -> types.CallToolResult:

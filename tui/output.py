@@ -25,6 +25,7 @@ import string
 import sys
 from typing import IO, Any
 
+from core.display.sanitize import printable_doc
 from core.runtime.textsafe import printable
 
 _FIELD = "\ue000"  # stands for a value while the template's markup is parsed: private use
@@ -153,10 +154,11 @@ def ask_hidden(prompt: object) -> str:
 
 
 def json_text(doc: Any, *, indent: int | None = 2) -> str:
-    """Machine output as text: ensure_ascii writes every non-ASCII or control character as
+    """Machine output as text: every string through `printable_doc` (no invisible or control
+    character reaches the reader, not even escaped); ensure_ascii writes every non-ASCII or control character as
     \\uXXXX, so a U+009B, a bidi override or an ESC in a job's name is inert in a terminal
     too (and in whatever an MCP client shows of a tool's result)."""
-    return json.dumps(doc, indent=indent, default=str, ensure_ascii=True)
+    return json.dumps(printable_doc(doc), indent=indent, default=str, ensure_ascii=True)
 
 
 def emit_json(doc: Any) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import select
 import signal
@@ -59,6 +60,7 @@ MASK = redact.MASK.decode()
 IDLE_FLUSH_S = 0.5  # a partial line (a prompt, a progress dot) shows after this long a pause
 LINE_CAP = 1 << 16  # a line longer than this is written in pieces
 _PLAIN = bytes([0x09, 0x0A, *range(0x20, 0x7F)])  # printable ASCII, tab, newline
+_WRAPPED_LINE = re.compile(rb"[A-Za-z0-9+/_-]{%d,}" % redact.WRAPPED_MIN_LINE)  # MIME, PEM
 RESERVE_BYTES = 256 * 1024  # room kept in the attempt folder for exit.json on a full disk
 LEFTOVER_GRACE_S = 2.0  # after the job's main process ends, before what it left is stopped
 
@@ -132,6 +134,7 @@ class Masker:
     def feed(self, data: bytes) -> bytes:
         buf = self.line + data
         cut = self._line_end(buf, len(self.line))
+        cut = self._before_continued(buf, cut)
         if cut:
             self.line = buf[cut:]
             return self._emit(buf[:cut], whole=True)
@@ -156,6 +159,20 @@ class Masker:
         filter turns a CR inside a line into a space, so the text on both sides of it is one
         line on screen and must be masked as one."""
         return buf.rfind(b"\n", max(0, seen - 1)) + 1
+
+    def _before_continued(self, buf: bytes, cut: int) -> int:
+        """`cut`, moved back before the last lines when they may go on in the next read: a line
+        that ends in a quoted-printable soft break (`=`), or a full line of base64 (what MIME
+        and PEM writers wrap at 64 or 76 characters). A value split over those lines is then
+        masked with both of its halves at hand; no more than `keep` bytes are held."""
+        end = cut
+        while cut:
+            start = buf.rfind(b"\n", 0, cut - 1) + 1
+            line = buf[start:cut].rstrip(b"\r\n")
+            if end - start > self.keep or not (line.endswith(b"=") or _WRAPPED_LINE.fullmatch(line)):
+                return cut
+            cut = start
+        return cut
 
     def _piece(self) -> bytes:
         """The unfinished line up to where a value could still be cut off; keep the rest."""

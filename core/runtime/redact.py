@@ -1,16 +1,26 @@
-"""What may leave a job: secret values masked in every form they take, metric keys kept short.
+r"""What may leave a job: secret values masked in every form they take, metric keys kept short.
 
 Shipped beside the launcher (standard library only). The launcher masks every byte it writes
 to the job log with `SecretPattern`; the `gpu` module checks metric names and values with it
-before they are written; the supervisor applies `metric_key_ok` again where it ingests metrics.
+before they are written; home masks the names of outputs and checkpoints with it
+(core/packaging/safe_extract.py) and the `gpu` module the names in its checkpoint marker.
+
+Masking guards against accidental display (a library that prints its config, a traceback
+that shows a header); a job that holds a secret can always leak it on purpose, which is why
+the sandbox and approvals exist.
 
 A secret is looked for in the forms a program prints it in:
-- as written, and URL-encoded with any set of characters left unescaped (each character
-  literally or as %XX in either hex case, `+` for a space): one pattern covers both;
+- as written, and with any of its characters escaped, each in any of these spellings (one
+  pattern covers every mix, with QP soft line breaks `=\n` allowed anywhere): URL `%XX`
+  (either hex case, `+` for a space) and double URL `%25XX`; quoted-printable `=XX`; JSON and
+  Python `\uXXXX` (surrogate pairs for characters past U+FFFF), `\UXXXXXXXX`, `\xXX`, `\/`,
+  `\"`, `\\`; HTML `&#NN;`, `&#xHH;` (up to 4 leading zeros, `;` optional as browsers
+  allow) and `&amp;` `&lt;` `&gt;` `&quot;` `&apos;`;
 - base64, standard and URL-safe, padded or not, and inside the base64 of a longer string
   (an HTTP Basic header is base64 of `user:secret`): for each of the three byte alignments,
-  the base64 characters that depend on the secret's bytes alone;
-- hex, lower and upper case; JSON and Python string escapes when they differ from the value.
+  the base64 characters that depend on the secret's bytes alone; also wrapped into lines
+  (`\n` or `\r\n` anywhere inside), as MIME and PEM writers print base64;
+- hex, lower and upper case; JSON and Python string escapes of the whole value.
 A multi-line secret (a PEM key) is also looked for line by line, since logs are read by line.
 """
 
@@ -58,6 +68,20 @@ def _base64_forms(raw: bytes) -> set[bytes]:
     return forms
 
 
+def _base64_cores(raw: bytes) -> set[bytes]:
+    """The base64 characters that depend on the secret's bytes alone, for each alphabet and
+    byte alignment (what any base64 text that holds the secret contains)."""
+    cores: set[bytes] = set()
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        for offset in range(3):
+            text = encode(bytes(offset) + raw).rstrip(b"=")
+            ragged = 1 if (offset + len(raw)) % 3 else 0
+            core = text[_B64_SKIP[offset]:len(text) - ragged]
+            if len(core) >= 2:
+                cores.add(core)
+    return cores
+
+
 def _escaped_forms(value: str) -> set[bytes]:
     """How JSON and Python's repr spell the value, when that differs from the value itself."""
     forms = {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1]}
@@ -72,24 +96,101 @@ def fixed_forms(value: str) -> set[bytes]:
     return {f for f in forms if len(f) >= MIN_SECRET_LEN}
 
 
-def _url_byte(b: int) -> list[bytes]:
-    """One byte as a URL may carry it: %XX in either hex case, literally, `+` for a space.
+_SOFT_BREAK = rb"(?:=\r?\n)?"  # a quoted-printable soft line break, allowed between any two bytes
+_NAMED = {"&": [b"&amp;?"], "<": [b"&lt;?"], ">": [b"&gt;?"], '"': [b"&quot;?"], "'": [b"&apos;"]}
+_SHORT = {"/": b"/", '"': b'"', "\\": b"\\", "'": b"'", "\b": b"b", "\f": b"f", "\n": b"n",
+          "\r": b"r", "\t": b"t"}  # one-letter backslash escapes (JSON, Python)
+WRAPPED_MIN_LINE = 64  # base64 is wrapped at 64 (PEM) or 76 (MIME) characters a line
 
-    The escape comes first: for `%` itself the literal is a prefix of its own escape `%25`,
+
+def _hex(n: int, width: int) -> bytes:
+    """`n` in hex of this width, each letter in either case."""
+    return b"".join(f"[{c}{c.lower()}]".encode() if c.isalpha() else c.encode()
+                    for c in f"{n:0{width}X}")
+
+
+def _url_byte(b: int) -> list[bytes]:
+    """One byte as it may be printed: %25XX (URL-encoded twice), %XX, =XX (quoted-printable),
+    literally, `+` for a space.
+
+    The escapes come first: for `%` itself the literal is a prefix of its own escape `%25`,
     and an alternation takes the first branch that matches, which would leave the `25` shown."""
-    hi, lo = f"{b:02X}"
-    hexes = [f"[{c}{c.lower()}]" if c.isalpha() else c for c in (hi, lo)]
-    alts = [("%" + hexes[0] + hexes[1]).encode(), re.escape(bytes([b]))]
+    hexed = _hex(b, 2)
+    alts = [b"%25" + hexed, b"%" + hexed, b"=" + hexed, re.escape(bytes([b]))]
     return alts + [rb"\+"] if b == 0x20 else alts
 
 
-def _url_alternatives(raw: bytes) -> list[bytes]:
-    """The value as written or URL-encoded with any characters left unescaped.
+def _char_escapes(ch: str) -> list[bytes]:
+    """One character as JSON, Python or HTML escape it (whole-character escapes)."""
+    code = ord(ch)
+    digits = str(code).encode()
+    alts = [b"&#0{0,4}" + digits + b";?", b"&#[xX]0{0,4}" + _hex(code, 1) + b";?"]
+    alts += _NAMED.get(ch, [])
+    if code <= 0xFFFF:
+        alts.append(rb"\\u" + _hex(code, 4))
+    else:  # UTF-16 surrogate pair, as JSON writes it
+        hi, lo = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+        alts.append(rb"\\u" + _hex(hi, 4) + rb"\\u" + _hex(lo, 4))
+    alts.append(rb"\\U" + _hex(code, 8))
+    if code <= 0xFF:
+        alts.append(rb"\\x" + _hex(code, 2))
+    if ch in _SHORT:
+        alts.append(rb"\\" + re.escape(_SHORT[ch]))
+    return alts
 
-    Split on the first byte so that every alternative starts with a literal: the regex engine
-    then skips ahead to candidate positions in C instead of trying every position."""
-    rest = b"".join(b"(?:" + b"|".join(_url_byte(b)) + b")" for b in raw[1:])
-    return [alt + rest for alt in _url_byte(raw[0])]
+
+def _char_alternatives(ch: str, tail: bytes = b"") -> list[bytes]:
+    """One character of a value in each of its printed spellings, each followed by `tail`.
+
+    Every branch starts with a literal byte: the regex engine then skips in C to the positions
+    where one of those bytes is (a branch that starts with a group defeats that)."""
+    raw = _utf8(ch)
+    rest = b"".join(_SOFT_BREAK + b"(?:" + b"|".join(_url_byte(b)) + b")" for b in raw[1:])
+    if 0xDC80 <= ord(ch) <= 0xDCFF:  # a raw byte os.environ could not decode: byte-wise only
+        return [alt + tail for alt in _url_byte(ord(ch) - 0xDC00)]
+    return [alt + tail for alt in [*_char_escapes(ch), *(alt + rest for alt in _url_byte(raw[0]))]]
+
+
+def _char_reach(ch: str) -> int:
+    """The most bytes one character's spelling can take, a soft break after it included."""
+    return max(8 * len(_utf8(ch)), 14) + 3
+
+
+def _text_patterns(value: str) -> list[bytes]:
+    """The value as written or with any of its characters escaped, in any mix of spellings: one
+    branch per spelling of its first character (so each starts with a literal, see above)."""
+    rest = b"".join(_SOFT_BREAK + b"(?:" + b"|".join(_char_alternatives(ch)) + b")" for ch in value[1:])
+    return _char_alternatives(value[0], rest)
+
+
+def _escape_finder(values: list[str]) -> re.Pattern[bytes] | None:
+    """A pattern for every escape some value's character can take: each match of the full
+    pattern that is not one of the anchors (see SecretPattern) contains one of these."""
+    raws = {b for v in values for b in _utf8(v)}
+    chars = {c for v in values for c in v}
+    if not raws:
+        return None
+    hexes = b"|".join(_hex(b, 2) for b in sorted(raws))
+    alts = [b"%(?:25)?(?:" + hexes + b")", b"=(?:" + hexes + b"|\r?\n)", rb"&#", rb"\\[uUx]"]
+    alts += [n[:-2] if n.endswith(b";?") else n for c in sorted(chars & set(_NAMED)) for n in _NAMED[c]]
+    alts += [rb"\\" + re.escape(_SHORT[c]) for c in sorted(chars & set(_SHORT))]
+    return re.compile(b"|".join(alts))
+
+
+def _wrapped(form: bytes) -> bytes:
+    """A base64 form with a line break (\n or \r\n) allowed between any two characters."""
+    return rb"(?:\r?\n)?".join(re.escape(bytes([c])) for c in form)
+
+
+def _wrapped_anchors(form: bytes) -> list[bytes]:
+    """Pieces of a base64 form one of which survives any wrapping: line breaks are at least
+    WRAPPED_MIN_LINE characters apart, so of two neighbouring pieces of half that length at
+    most one holds a break (and a short form breaks at most once: one half is whole)."""
+    if len(form) <= WRAPPED_MIN_LINE:
+        half = -(-len(form) // 2)
+        return [form[:half], form[len(form) - half:]]
+    size = WRAPPED_MIN_LINE // 2
+    return [form[i:i + size] for i in range(0, len(form) - size + 1, size)]
 
 
 def secret_values(values: list[str]) -> list[str]:
@@ -106,34 +207,40 @@ class SecretPattern:
     """One compiled pattern for all of a job's secrets in all their forms, and a cheap way to
     find where it can match.
 
-    Every match contains either one of `anchors` (a fixed form, or the longest run without a
-    space of a value, which a URL form without escapes keeps literally) or a %XX escape of a
-    byte some value has. `mask` finds those with `bytes.find` and one regex that starts with
-    a literal `%` (both scan in C at memory speed) and runs the full pattern only on windows
-    around them: a log of ordinary lines costs a few fast scans per chunk, not a regex walk."""
+    Every match contains either one of `anchors` (a fixed form, the longest run without a
+    space of a value, which a URL form without escapes keeps literally, or a piece of a base64
+    form that survives its wrapping) or an escape of a character some value has (`%XX`,
+    `=XX`, a QP soft break, `&#`, `\\u`...). `mask` finds those with `bytes.find` and one
+    regex whose branches start with a literal (both scan in C at memory speed) and runs the
+    full pattern only on windows around them: a log of ordinary lines costs a few fast scans
+    per chunk, not a regex walk."""
 
     def __init__(self, values: list[str]) -> None:
         fixed: set[bytes] = set()
         patterns: list[bytes] = []
+        wrapped: set[bytes] = set()
         anchors: set[bytes] = set()
-        escapes: set[int] = set()
         longest = 0
-        for value in secret_values(values):
+        values = secret_values(values)
+        for value in values:
             raw = _utf8(value)
             fixed |= fixed_forms(value)
-            patterns += _url_alternatives(raw)
+            patterns += _text_patterns(value)
             anchors.add(max(raw.split(b" "), key=len))
-            escapes |= set(raw)
-            longest = max(longest, 3 * len(raw))
+            longest = max(longest, sum(_char_reach(c) for c in value))
+            for form in _base64_cores(raw):
+                wrapped.add(form)
+                anchors.update(_wrapped_anchors(form))
         ordered = sorted(fixed, key=len, reverse=True)  # at one position the longest form wins
-        self.longest = max([longest, *map(len, ordered)])  # the most text one match can span
-        # the URL forms first: they also match the value as written, byte for byte, and take
-        # an escape over the literal byte (`%25` over `%`), so a match runs to its longest end
+        self.longest = max([longest, *(2 * len(f) for f in wrapped), *map(len, ordered)])
+        # the text forms first: they also match the value as written, byte for byte, and take
+        # an escape over the literal byte (`%25` over `%`), so a match runs to its longest end;
+        # a wrapped base64 form last: unwrapped, the fixed forms (padding included) match first
         alternatives = patterns + [re.escape(f) for f in ordered]
+        alternatives += [_wrapped(f) for f in sorted(wrapped, key=len, reverse=True)]
         self.regex = re.compile(b"|".join(alternatives)) if alternatives else None
         self.anchors = _minimal(anchors | fixed)
-        self.escape = re.compile(b"%(?:" + b"|".join(_url_byte(b)[0][1:] for b in sorted(escapes))
-                                 + b")") if escapes else None
+        self.escape = _escape_finder(values)
         # a value with a bracket, or a form inside MASK, could be re-formed by a replacement
         self.reforms = bool(self.regex) and (any(c in f for f in fixed for c in b"[]")
                                              or self.regex.search(MASK) is not None)
@@ -187,10 +294,15 @@ class SecretPattern:
         """Every match replaced; again while a replacement joins its neighbours into a new
         match (only possible for values with a bracket or inside MASK)."""
         for _ in range(4):
-            data, count = self.regex.subn(MASK, data)
+            data, count = self.regex.subn(_replacement, data)
             if not count or not self.reforms or self.regex.search(data) is None:
                 return data
         return b"" if self.regex.search(WITHHELD) else WITHHELD
+
+
+def _replacement(match: re.Match[bytes]) -> bytes:
+    """MASK, and the line breaks a wrapped form spanned: the log keeps its lines."""
+    return MASK + b"\n" * match.group().count(b"\n")
 
 
 def _minimal(strings: set[bytes]) -> list[bytes]:

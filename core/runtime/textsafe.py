@@ -10,6 +10,14 @@ Three promises hold for any input (tests/test_sanitize.py checks them with hypot
 - nothing that drives a terminal survives: no ESC, no C0 control but tab and newline, no C1
   control, no bidi override or mark, no lone surrogate (which a surrogateescape stream would
   write back as the raw byte it came from);
+- nothing invisible that a reader (a person, or an agent reading `gpu logs`) could be told
+  something by without seeing it: no format character (Unicode category Cf: tag characters
+  U+E0000-E007F that spell hidden ASCII, zero-width U+200B-200D, U+2060-2064, the BOM
+  U+FEFF, soft hyphen U+00AD, U+180E), no private-use (Co) or unassigned (Cn) code point, and
+  no variation selector but one U+FE0E/U+FE0F after a visible character (emoji and text
+  presentation, which is what they are printed for; runs of selectors, and VS1-14 and
+  VS17-256, can carry a hidden byte string after an emoji). The line and paragraph
+  separators go too;
 - the lines stay the lines the job wrote: the output has exactly as many newlines as the
   input. A string sequence (OSC, DCS, SOS, PM, APC) that never ends drops its introducer and
   at most the rest of its own line, so one stray `ESC ]` cannot hide the lines after it,
@@ -22,6 +30,7 @@ Standard library only: the job-side launcher ships this file to every target.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # A string sequence ends at BEL or ST (ESC \ or 0x9c); it is cut short by a newline (which it
 # never swallows) or by any other ESC (which starts a sequence of its own).
@@ -35,6 +44,10 @@ _SEQUENCES = re.compile(f"{_STRING}|{_CSI}|{_OTHER_ESCAPE}")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
                       "\u202a-\u202e\u2066-\u2069]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_INVISIBLE_CATEGORIES = {"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"}
+# VS1-14 and VS17-256 always; VS15/16 (text/emoji presentation) when another selector precedes
+_SELECTORS = re.compile("[\ufe00-\ufe0d\U000e0100-\U000e01ef]|(?<=[\ufe00-\ufe0f])[\ufe0e\ufe0f]+"
+                        "|(?<=[\U000e0100-\U000e01ef])[\ufe0e\ufe0f]+|^[\ufe0e\ufe0f]+", re.M)
 _CR_AT_LINE_END = re.compile(r"\r+(?=\n|\Z)")
 
 
@@ -43,6 +56,17 @@ def _from_surrogate(m: re.Match) -> str:
     characters, so the sequences they start are removed whole; any other becomes U+FFFD."""
     code = ord(m.group()) - 0xDC00
     return chr(code) if 0x80 <= code < 0xA0 else "\ufffd"
+
+
+def _visible(text: str) -> str:
+    """Without the invisible characters above. Categories are looked up once per distinct
+    character (a set, built in C), so a long non-ASCII log costs a few passes, not a lookup
+    per character."""
+    gone = {ord(c): None for c in set(text)
+            if not c.isascii() and unicodedata.category(c) in _INVISIBLE_CATEGORIES}
+    if gone:
+        text = text.translate(gone)
+    return _SELECTORS.sub("", text)
 
 
 def printable(text: str | bytes, *, single_line: bool = False) -> str:
@@ -62,6 +86,8 @@ def printable(text: str | bytes, *, single_line: bool = False) -> str:
         text = _CR_AT_LINE_END.sub("", text).replace("\r", " ")
     text = _SEQUENCES.sub("", text)
     text = _CONTROL.sub("", text)
+    if not text.isascii():
+        text = _visible(text)
     if single_line:
         text = text.replace("\n", " ").replace("\t", " ")
     return text
