@@ -91,12 +91,25 @@ def _held(project: Path) -> dict:
     return job
 
 
+@pytest.fixture
+def unsandboxed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No sandbox can be made (bubblewrap missing): the case where these facts are what stands
+    between a job and an approval. (Inside the sandbox the job cannot even start `gpu`: no
+    gpu-router home, no code of it; tests/test_sandbox.py tries that.)"""
+    from core.runtime.boundary import BWRAP_ENV
+
+    monkeypatch.setenv(BWRAP_ENV, str(tmp_path / "no-bwrap-here"))
+
+
 def _run_attack(project: Path, held: str, mode: str) -> tuple[dict, dict]:
-    """Run the attack as a local job (under an hour: it runs without anyone's yes); return
-    (the job's status, what its `gpu approve` and `gpu deny` said)."""
+    """Run the attack as a local job that a person let run without a sandbox; return (the
+    job's status, what its `gpu approve` and `gpu deny` said)."""
     sub = gpu_json("submit", "attack.py", "--hours", "0.2", "--wait-s", "0", "--name", f"attack-{mode}",
                    "--", gpu_exe(), held, mode, os.environ["GPU_ROUTER_HOME"],
                    os.environ["GPU_ROUTER_CONFIG"], cwd=project)["job"]
+    assert [h for h in sub["reason"].split(";") if "without a sandbox" in h], sub
+    status, out = run_in_terminal([gpu_exe(), "approve", sub["short_id"]], sub["short_id"])
+    assert status == 0, out
     done = wait_state(sub["short_id"], {"done", "failed", "cancelled"}, timeout=240)
     log = run_gpu("logs", sub["short_id"]).stdout
     line = next((ln for ln in log.splitlines() if ln.startswith("ATTACK ")), None)
@@ -135,7 +148,7 @@ def _facts(monkeypatch: pytest.MonkeyPatch, tracking: str) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("tracking", ["cgroup", "marker"])
 def test_a_job_in_a_pty_without_markers_cannot_approve_or_deny_but_a_person_can(
-        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking: str) -> None:
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking: str, unsandboxed) -> None:
     fact = _facts(monkeypatch, tracking)
     project = make_git_project(tmp_path / "p", {"a.py": QUICK, "attack.py": ATTACK})
     held = _held(project)["short_id"]
@@ -152,7 +165,7 @@ def test_a_job_in_a_pty_without_markers_cannot_approve_or_deny_but_a_person_can(
 @pytest.mark.slow
 @pytest.mark.parametrize("tracking", ["cgroup", "marker"])
 def test_a_job_that_double_forks_into_its_own_session_is_still_refused(
-        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking: str) -> None:
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking: str, unsandboxed) -> None:
     fact = _facts(monkeypatch, tracking)
     project = make_git_project(tmp_path / "p", {"a.py": QUICK, "attack.py": ATTACK})
     held = _held(project)["short_id"]
