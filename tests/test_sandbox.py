@@ -390,5 +390,35 @@ def test_the_macos_profile_denies_the_keychain_and_writes_outside(tmp_path: Path
     assert profile.index("(deny file-write*)") < profile.index('(allow file-read* file-write* (subpath "/Users/me/gr/jobs/j/out"))')
     assert "(deny network*)" in profile
     assert profile.count("(") == profile.count(")")
+    argv = boundary.wrap({"kind": "seatbelt", "tool": "/usr/bin/sandbox-exec"},
+                         {"rw": ["/Users/me/gr/jobs/j/out"], "hide": ["/Users/me"]}, ["python3", "train.py"])
+    assert argv[:2] == ["/usr/bin/sandbox-exec", "-p"] and argv[3:] == ["python3", "train.py"]
     tricky = boundary.seatbelt_profile({"rw": ['/tmp/a"b) (allow default'], "hide": []})
     assert '(subpath "/tmp/a\\"b) (allow default")' in tricky
+
+
+@pytest.mark.slow
+def test_a_remote_job_gets_only_what_it_declared(sshd, home: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over SSH there is no sandbox, but the job's environment is still its own: no SSH
+    session variables of the connection, none of the person's, only what it declared plus the
+    machine's allow-list."""
+    from tests.test_ssh import add_box
+
+    monkeypatch.setenv("PERSONAL_TOKEN_OF_THE_SHELL", "x" * 24)  # in the supervisor's environment
+    add_box(sshd, tmp_path)
+    project = make_git_project(tmp_path / "p", {
+        "env.py": "import json, os\nprint('ENV ' + json.dumps(sorted(os.environ)))\n"})
+    sub = gpu_json("submit", "env.py", "--provider", "box", "--hours", "0.1", "--wait-s", "10",
+                   "--env", "MY_SETTING=1", cwd=project)
+    wait_state(sub["job"]["short_id"], {"done"}, timeout=180)
+    log = run_gpu("logs", sub["job"]["short_id"]).stdout
+    names = json.loads(next(ln for ln in log.splitlines() if ln.startswith("ENV "))[4:])
+    assert "MY_SETTING" in names
+    for name in ("SSH_CONNECTION", "SSH_CLIENT", "SSH_AUTH_SOCK", "PERSONAL_TOKEN_OF_THE_SHELL",
+                 "GPU_ROUTER_HOME", "GPU_ROUTER_CONFIG"):
+        assert name not in names, names
+    ours = {"MY_SETTING", "PYTHONPATH", "PYTHONUNBUFFERED", "PWD", "WANDB_DIR", "WANDB_MODE",
+            "WANDB_SILENT", "GPU_ROUTER_SECRET_ENV"}
+    for name in names:
+        assert name in ours or name.startswith("GPU_ROUTER_") or boundary.passes(name), name

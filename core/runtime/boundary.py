@@ -170,21 +170,27 @@ _PROBED: dict[str, dict] = {}
 
 
 def probe(bwrap: str | None = None) -> dict:
-    """Can a sandbox be made here? {"ok": bool, "why": text, "tool": path, "features": {...}}.
+    """Can a sandbox be made here? {"ok": bool, "why": text, "kind": "bubblewrap" | "seatbelt",
+    "tool": path, "features": {...}}.
 
-    Tried for real once per process (a few milliseconds): bubblewrap is installed but user
-    namespaces may be off (a kernel setting, a container's seccomp), which only a start shows."""
+    Tried for real once per process (a few milliseconds): bubblewrap may be installed while user
+    namespaces are off (a kernel setting, a container's seccomp), which only a start shows; on
+    macOS the profile itself is tried, so a profile the system rejects means no sandbox (and the
+    rules that follow from that), never a job that cannot start."""
+    if sys.platform == "darwin":
+        return _probe_seatbelt()
     if sys.platform != "linux":
-        return {"ok": False, "why": f"no sandbox is built for {sys.platform} yet "
-                                    "(bubblewrap is Linux only)", "tool": None, "features": {}}
+        return {"ok": False, "why": f"no sandbox is built for {sys.platform}", "kind": None,
+                "tool": None, "features": {}}
     bwrap = bwrap or bwrap_path()
     if not bwrap:
         return {"ok": False, "why": "bubblewrap is not installed (Debian/Ubuntu: `sudo apt-get "
                                     "install bubblewrap`; Fedora: `sudo dnf install bubblewrap`)",
-                "tool": None, "features": {}}
+                "kind": "bubblewrap", "tool": None, "features": {}}
     if bwrap in _PROBED:
         return _PROBED[bwrap]
     features = {"disable_userns": False, "landlock_scopes": landlock_abi() >= 6}
+    base = {"kind": "bubblewrap", "tool": bwrap, "features": features}
     try:
         helptext = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
         features["disable_userns"] = "--disable-userns" in helptext
@@ -194,19 +200,48 @@ def probe(bwrap: str | None = None) -> dict:
              "/bin/sh", "-c", "exit 0"],
             capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        result = {"ok": False, "why": f"bubblewrap could not start ({exc})", "tool": bwrap,
-                  "features": features}
+        result = {**base, "ok": False, "why": f"bubblewrap could not start ({exc})"}
     else:
         if trial.returncode == 0:
-            result = {"ok": True, "why": "", "tool": bwrap, "features": features}
+            result = {**base, "ok": True, "why": ""}
         else:
             said = " ".join(trial.stderr.split())[:200] or f"status {trial.returncode}"
-            result = {"ok": False, "tool": bwrap, "features": features,
+            result = {**base, "ok": False,
                       "why": f"bubblewrap cannot make a sandbox here ({said}); user namespaces "
                              "may be off (`sysctl kernel.unprivileged_userns_clone=1`, or "
                              "`kernel.apparmor_restrict_unprivileged_userns=0` on Ubuntu 24.04)"}
     _PROBED[bwrap] = result
     return result
+
+
+SANDBOX_EXEC = "/usr/bin/sandbox-exec"
+
+
+def _probe_seatbelt() -> dict:
+    if "seatbelt" in _PROBED:
+        return _PROBED["seatbelt"]
+    base = {"kind": "seatbelt", "tool": SANDBOX_EXEC, "features": {}}
+    if not os.path.exists(SANDBOX_EXEC):
+        result = {**base, "ok": False, "why": "sandbox-exec is not on this Mac"}
+    else:
+        home = os.path.expanduser("~")
+        profile = seatbelt_profile({"ro": [], "rw": [], "hide": [home], "network": False})
+        try:
+            trial = subprocess.run([SANDBOX_EXEC, "-p", profile, "/usr/bin/true"],
+                                   capture_output=True, text=True, timeout=20)
+            ok, said = trial.returncode == 0, " ".join(trial.stderr.split())[:200]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            ok, said = False, str(exc)
+        result = {**base, "ok": ok, "why": "" if ok else f"sandbox-exec refused the profile ({said})"}
+    _PROBED["seatbelt"] = result
+    return result
+
+
+def wrap(found: dict, plan: dict, command: list[str]) -> list[str]:
+    """`command` inside the sandbox `probe` found: bubblewrap, or sandbox-exec on macOS."""
+    if found.get("kind") == "seatbelt":
+        return [found["tool"], "-p", seatbelt_profile(plan), *command]
+    return bwrap_argv(found["tool"], plan, command, found.get("features"))
 
 
 def forget_probe() -> None:

@@ -267,7 +267,7 @@ def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
     end of its output arrives."""
     preexec = _in_job_cgroup
     if sandbox is not None:
-        command = boundary.bwrap_argv(_SANDBOX["tool"], sandbox, command, _SANDBOX["features"])
+        command = boundary.wrap(_SANDBOX, sandbox, command)
         if _SANDBOX.get("landlock"):
             preexec = _in_job_cgroup_scoped
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -402,7 +402,7 @@ def _decide_sandbox(spec: dict, log: JobLog) -> None:
         if found["features"].get("landlock_scopes") and not boundary.setuid_binary(found["tool"]):
             _SANDBOX["landlock"] = True
         net = "with network" if want.get("network", True) else "without network"
-        log.line(f"sandbox: bubblewrap ({net}; only the job's folders writable; no keychain, "
+        log.line(f"sandbox: {found['kind']} ({net}; only the job's folders writable; no keychain, "
                  f"no gpu-router home)")
         return
     if want.get("fallback") == "warn":
