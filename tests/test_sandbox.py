@@ -422,3 +422,27 @@ def test_a_remote_job_gets_only_what_it_declared(sshd, home: Path, tmp_path: Pat
             "WANDB_SILENT", "GPU_ROUTER_SECRET_ENV"}
     for name in names:
         assert name in ours or name.startswith("GPU_ROUTER_") or boundary.passes(name), name
+
+
+@pytest.mark.slow
+def test_local_data_reached_through_a_link_is_readable_and_read_only(home: Path, tmp_path: Path) -> None:
+    real = tmp_path / "disk" / "set"
+    real.mkdir(parents=True)
+    (real / "rows.csv").write_text("a,b\n1,2\n")
+    link = tmp_path / "datasets"
+    link.symlink_to(tmp_path / "disk")
+    project = make_git_project(tmp_path / "p", {"read.py": (
+        "import gpu\n"
+        "p = gpu.data_dir() / 'set' / 'rows.csv'\n"
+        "print('DATA', p.read_text().splitlines()[1])\n"
+        "try:\n"
+        "    p.write_text('changed')\n"
+        "    print('WROTE')\n"
+        "except OSError as exc:\n"
+        "    print('READ-ONLY', exc.errno)\n")})
+    sub = gpu_json("submit", "read.py", "--hours", "0.1", "--wait-s", "10",
+                   "--data", f"set={link / 'set'}", cwd=project)
+    wait_state(sub["job"]["short_id"], {"done"}, timeout=120)
+    log = run_gpu("logs", sub["job"]["short_id"]).stdout
+    assert "DATA 1,2" in log and "READ-ONLY" in log and "WROTE" not in log, log
+    assert (real / "rows.csv").read_text() == "a,b\n1,2\n"

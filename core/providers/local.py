@@ -168,7 +168,7 @@ class LocalProvider:
         hide = [str(paths.home()), str(paths.user_config_file().parent), os.path.expanduser("~")]
         if os.environ.get("XDG_RUNTIME_DIR"):
             hide.append(os.environ["XDG_RUNTIME_DIR"])
-        data = [os.path.realpath(item["source"]) for item in local_data(job)]
+        data = [item["source"] for item in local_data(job)]
         network = bool(job.request.get("network", True)) and self.network
         held_for_it = any(h.get("rule") == "sandbox" for h in job.plan.get("holds") or [])
         trusted = job.plan.get("submitted_by") == "person" or held_for_it

@@ -108,7 +108,7 @@ def gpu_devices(dev: str = "/dev") -> list[str]:
 def bwrap_argv(bwrap: str, plan: dict, command: list[str], features: dict | None = None) -> list[str]:
     """bubblewrap's command line for `command` under `plan`:
 
-    plan = {"ro": [paths], "rw": [paths], "hide": [paths], "home": path, "tmpdir": path,
+    plan = {"ro": [paths], "ro_at": [(source, place)], "rw": [paths], "hide": [paths], "home": path, "tmpdir": path,
             "workdir": path, "mark": file, "network": bool, "devices": [paths]}
 
     Each path is bound at its own place, so every path the job was told about holds inside.
@@ -137,10 +137,12 @@ def bwrap_argv(bwrap: str, plan: dict, command: list[str], features: dict | None
     for path in _outermost(plan.get("hide", [])):
         if _under_any(path, SYSTEM_RO) and os.path.isdir(path):
             args += ["--tmpfs", path]
-    binds = [(p, "--ro-bind") for p in plan.get("ro", [])] + [(p, "--bind") for p in plan.get("rw", [])]
-    for path, how in sorted(binds, key=lambda b: (_depth(b[0]), b[1] == "--bind")):
-        if os.path.lexists(path):
-            args += [how, path, path]
+    binds = ([(p, p, "--ro-bind") for p in plan.get("ro", [])]
+             + [(src, dest, "--ro-bind") for src, dest in plan.get("ro_at", [])]
+             + [(p, p, "--bind") for p in plan.get("rw", [])])
+    for src, dest, how in sorted(binds, key=lambda b: (_depth(b[1]), b[2] == "--bind")):
+        if os.path.lexists(src):
+            args += [how, src, dest]
     if plan.get("mark"):
         args += ["--ro-bind", plan["mark"], SANDBOX_MARK]
     args += ["--chdir", plan["workdir"], "--"]
@@ -326,7 +328,7 @@ def seatbelt_profile(plan: dict) -> str:
              ' (global-name "com.apple.security.agent")'
              ' (global-name-regex #"^com\\.openssh\\.")'
              ' (global-name-regex #"^com\\.apple\\.security\\."))']
-    ro = plan.get("ro", [])
+    ro = plan.get("ro", []) + [p for pair in plan.get("ro_at", []) for p in pair]
     rw = plan.get("rw", [])
     for path in _outermost(plan.get("hide", [])):
         lines.append(f"(deny file-read* file-write* (subpath {_sb_quote(path)}))")
@@ -384,8 +386,10 @@ def plan_for(spec: dict, python: str) -> dict:
         open(metrics, "a").close()  # a file is bound only where it exists
     code_root = os.path.join(job_dir, "code")
     ro = [code_root, spec["runtime_dir"], env.get("GPU_ROUTER_DATA_DIR", ""),
-          env.get("GPU_ROUTER_CONTROL_DIR", ""), *box.get("data", []),
-          *python_roots(python, spec.get("base_python", ""))]
+          env.get("GPU_ROUTER_CONTROL_DIR", ""), *python_roots(python, spec.get("base_python", ""))]
+    # local data is read in place through data/NAME links to the path as given: bound there,
+    # from wherever it really lies (the path may pass through links of its own)
+    ro_at = [(os.path.realpath(d), os.path.abspath(d)) for d in box.get("data", [])]
     deps = spec.get("deps")
     if deps:
         ro.append(os.path.join(deps["venvs_dir"], deps["hash"]))
@@ -394,6 +398,6 @@ def plan_for(spec: dict, python: str) -> dict:
     mark = os.path.join(spec["attempt_dir"], "sandbox-mark")
     with open(mark, "w") as f:
         f.write(f"{spec['job_id']}:{spec['attempt']}\n")
-    return {"ro": [p for p in ro if p], "rw": [p for p in rw if p], "hide": box.get("hide", []),
+    return {"ro": [p for p in ro if p], "ro_at": ro_at, "rw": [p for p in rw if p], "hide": box.get("hide", []),
             "home": home, "tmpdir": tmpdir, "workdir": spec["workdir"], "mark": mark,
             "network": box.get("network", True), "devices": gpu_devices()}
