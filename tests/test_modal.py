@@ -248,8 +248,9 @@ def test_a_job_leaving_modal_after_a_timeout_resumes_elsewhere_from_the_volume_c
     go = tmp_path / "go"
     go.mkdir()
     project = make_git_project(tmp_path / "m", {"train.py": _held_script(6, (3,), marked=False)})
-    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--env", f"GO_DIR={go}", "--wait-s", "0",
-                   cwd=project)
+    # the go folder is also a data set: the local sandbox then shows it, live, at its own path
+    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--env", f"GO_DIR={go}", "--data", f"go={go}",
+                   "--wait-s", "0", cwd=project)
     short, job_id = sub["job"]["short_id"], sub["job"]["id"]
     assert sub["job"]["provider"] == "md", sub
     # a hostile server lists names outside the checkpoint folder beside the job's own file

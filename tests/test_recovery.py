@@ -48,10 +48,17 @@ def _kill_supervisor(home: Path) -> int:
     raise AssertionError("the killed supervisor still holds its lock")
 
 
-def _project(tmp_path: Path) -> tuple[Path, Path]:
-    starts = tmp_path / "starts.txt"
+def _project(tmp_path: Path) -> tuple[Path, str]:
+    """The project, and STARTS_FILE's value: a file in the job's own working folder (a local
+    job's sandbox lets it write nowhere else), which every attempt of the job shares."""
     project = make_git_project(tmp_path / "p", {"count.py": COUNTING_JOB})
-    return project, starts
+    return project, "starts.txt"
+
+
+def _starts(job_id: str) -> list[str]:
+    from core import paths
+
+    return (paths.jobs_dir() / job_id / "code" / "starts.txt").read_text().splitlines()
 
 
 def test_kill_9_mid_run_neither_loses_nor_reruns_the_job(home: Path, tmp_path: Path) -> None:
@@ -66,7 +73,7 @@ def test_kill_9_mid_run_neither_loses_nor_reruns_the_job(home: Path, tmp_path: P
     assert started["pid"] != old
     doc = wait_state(short, {"done", "failed"}, timeout=60)
     assert doc["state"] == "done"
-    lines = starts.read_text().splitlines()
+    lines = _starts(sub["job"]["id"])
     assert len(lines) == 1, f"the job started {len(lines)} times: {lines}"
     assert (project / "runs" / short / "finished.txt").read_text() == "yes"
     metrics = gpu_json("metrics", short)["metrics"]
@@ -91,7 +98,7 @@ def test_a_job_that_ends_while_the_supervisor_is_down_is_recorded(home: Path, tm
     gpu_json("daemon", "--detach")
     doc = wait_state(short, {"done", "failed"}, timeout=30)
     assert doc["state"] == "done" and doc["exit_code"] == 0
-    assert len(starts.read_text().splitlines()) == 1
+    assert len(_starts(job_id)) == 1
     assert (project / "runs" / short / "job.json").exists()
 
 
@@ -108,7 +115,7 @@ def test_a_job_whose_process_vanished_is_failed_not_rerun(home: Path, tmp_path: 
     gpu_json("daemon", "--detach")
     doc = wait_state(short, {"done", "failed"}, timeout=30)
     assert doc["state"] == "failed" and "lost" in doc["reason"]
-    assert len(starts.read_text().splitlines()) == 1
+    assert len(_starts(job_id)) == 1
 
 
 def test_an_attempt_is_never_started_twice(home: Path, tmp_path: Path) -> None:
@@ -139,7 +146,7 @@ def test_an_attempt_is_never_started_twice(home: Path, tmp_path: Path) -> None:
 
     asyncio.run(drive())
     assert store.get(job.id).state == State.DONE
-    assert len(starts.read_text().splitlines()) == 1
+    assert len(_starts(job.id)) == 1
 
 
 def test_only_one_supervisor_runs(home: Path) -> None:
