@@ -259,7 +259,7 @@ class LocalProvider:
 
     async def checkpoint_scan(self, job: Job) -> dict:
         """The job's ckpt/ listed with hashes, by the same code a remote host runs."""
-        return await asyncio.to_thread(ckptscan.scan, str(self.job_dir(job) / "ckpt"))
+        return await asyncio.to_thread(ckptscan.scan, str(self.job_dir(job) / "ckpt"), self.caps.max_bytes)
 
     async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
         return await asyncio.to_thread(ckptscan.pack, str(self.job_dir(job) / "ckpt"), str(archive), rels)

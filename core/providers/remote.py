@@ -595,7 +595,8 @@ printf '%s\\n' "$py"
         await self.remote()
 
         async def scan_many(folders: list[str]) -> list[dict]:
-            doc = await self._run_runtime("ckptscan.py", ["scan-many", *folders],
+            cap = OutputCaps.from_options(self.options).max_bytes  # nothing over it is hashed
+            doc = await self._run_runtime("ckptscan.py", ["scan-many", "--max-bytes", str(cap), *folders],
                                           check=f"listing checkpoints on {self.name}")
             return doc["scans"]
         return await self.gathered("ckptscan", lambda: Gather(scan_many)).ask(f"{self.job_dir(job)}/ckpt")

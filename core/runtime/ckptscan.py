@@ -10,7 +10,8 @@ links are never followed, FIFOs, sockets and devices never opened (listed as ski
 can say so once), and a sparse file's cost is its full length.
 
     ckptscan.py scan DIR
-    ckptscan.py scan-many DIR...     (one listing per folder, in order: a host's jobs at once)
+    ckptscan.py scan-many [--max-bytes N] DIR...   (one listing per folder, in order: a host's
+                                                    jobs at once; N: the target's output cap)
     ckptscan.py pack DIR ARCHIVE REL...
 """
 
@@ -64,12 +65,14 @@ def _split(folder: str) -> tuple[str, str]:
     return os.path.dirname(full), os.path.basename(full)
 
 
-def scan(folder: str) -> dict:
+def scan(folder: str, max_bytes: int | None = None) -> dict:
     """{"exists", "files": {rel: [size, mtime_ns, sha256, cost]}, "marker": the marker or None,
     "skipped": [[rel, what]...] (links, FIFOs, sockets, devices: never opened), "skipped_more"}.
     `cost` is what the file counts against the caps (nofollow.cost: its full length, so a
     sparse file counts what a copy of it writes). Everything is read through nofollow.py from
-    the job's folder: a ckpt/ replaced by a link lists as not there, with the reason."""
+    the job's folder: a ckpt/ replaced by a link lists as not there, with the reason. Once the
+    costs pass `max_bytes` (the target's output cap) no further file is hashed (its sha256 is
+    ""): such a listing is refused at home anyway, and a 1 TB sparse file is not read."""
     base, name = _split(folder)
     empty: dict = {"exists": False, "files": {}, "marker": None, "skipped": [], "skipped_more": 0}
     try:
@@ -84,14 +87,14 @@ def scan(folder: str) -> dict:
         except nofollow.Refused as exc:
             return {**empty, "skipped": [[name + "/", exc.why]]}
         try:
-            return _scan_open(base_fd, top)
+            return _scan_open(base_fd, top, max_bytes)
         finally:
             os.close(top)
     finally:
         os.close(base_fd)
 
 
-def _scan_open(base_fd: int, top: int) -> dict:
+def _scan_open(base_fd: int, top: int, max_bytes: int | None) -> dict:
     own = nofollow.owner(base_fd)
     try:
         cache = json.loads(_read_small(base_fd, CACHE, own) or b"{}")
@@ -103,6 +106,7 @@ def _scan_open(base_fd: int, top: int) -> dict:
     skipped: list[list[str]] = []
     more = 0
     marker = None
+    spent = 0
     for entry in nofollow.walk(top):
         if entry.why is not None:
             if len(skipped) < MAX_SKIPPED:
@@ -121,8 +125,11 @@ def _scan_open(base_fd: int, top: int) -> dict:
             continue
         if len(files) >= MAX_FILES:
             break
+        spent += nofollow.cost(st)
         known = cache.get(rel)
-        if isinstance(known, list) and len(known) >= 3 and known[0] == st.st_size and known[1] == st.st_mtime_ns:
+        if max_bytes is not None and spent > max_bytes:
+            digest = ""  # over the cap: listed, not read
+        elif isinstance(known, list) and len(known) >= 3 and known[0] == st.st_size and known[1] == st.st_mtime_ns:
             digest = known[2]
         else:
             try:
@@ -150,7 +157,7 @@ def _write_cache(base_fd: int, files: dict) -> None:
     try:
         fd = nofollow.create_file(base_fd, tmp, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump(files, f)
+            json.dump({rel: v for rel, v in files.items() if v[2]}, f)
         os.replace(tmp, CACHE, src_dir_fd=base_fd, dst_dir_fd=base_fd)
     except (OSError, nofollow.Refused):
         pass  # an unwritable cache only costs hashing again
@@ -227,7 +234,10 @@ def main(argv: list[str]) -> int:
         print(json.dumps(scan(argv[1])))
         return 0
     if argv and argv[0] == "scan-many":  # every job's folder on a host, in one process
-        print(json.dumps({"scans": [scan(folder) for folder in argv[1:]]}))
+        cap = None
+        if len(argv) >= 3 and argv[1] == "--max-bytes":
+            cap, argv = int(argv[2]), argv[2:]
+        print(json.dumps({"scans": [scan(folder, cap) for folder in argv[1:]]}))
         return 0
     if len(argv) >= 3 and argv[0] == "pack":
         print(json.dumps(pack(argv[1], argv[2], argv[3:])))
