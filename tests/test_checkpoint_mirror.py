@@ -101,3 +101,70 @@ def test_a_copied_checkpoint_whose_marker_names_a_path_outside_touches_nothing_t
     doc = ckptscan.scan_copy(str(folder))
     assert doc["final"] and doc["files"]["model.pt"][1] == 1_000_000_000
     assert victim.stat().st_mtime_ns == before
+
+
+# -- what home takes: special files, sparse files, a full disk --------------------------------
+
+def _mirror(job, provider, notes: list[str], now: float | None = None):
+    async def say(text: str) -> None:
+        notes.append(text)
+    return asyncio.run(checkpoints.mirror(job, provider, say=say, now=now))
+
+
+def test_fifos_sockets_devices_and_links_are_skipped_said_once_never_opened(home: Path, tmp_path: Path) -> None:
+    """A FIFO blocks whoever opens it: this test would hang if the listing opened one."""
+    import socket
+
+    job = _Job("a1" * 16)
+    provider = LocalProvider()
+    ckpt = provider.job_dir(job) / "ckpt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.pt").write_bytes(b"w" * 5000)
+    os.mkfifo(ckpt / "pipe")
+    sock = socket.socket(socket.AF_UNIX)
+    here = os.getcwd()
+    os.chdir(ckpt)  # a socket's path must be short: bound by its name from inside
+    try:
+        sock.bind("sock")
+    finally:
+        os.chdir(here)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET")
+    os.symlink(secret, ckpt / "link.pt")
+    if os.geteuid() == 0:
+        os.mknod(ckpt / "dev", 0o600 | __import__("stat").S_IFCHR, os.makedev(1, 3))
+    notes: list[str] = []
+    try:
+        assert _mirror(job, provider, notes) is None  # first look
+        doc = _mirror(job, provider, notes)  # settled: comes home without them
+        assert _mirror(job, provider, notes) is None
+    finally:
+        sock.close()
+    assert doc is not None and set(doc["files"]) == {"model.pt"}
+    assert len(notes) == 1, notes
+    for name in ("pipe (a FIFO)", "sock (a socket)", "link.pt (a link)"):
+        assert name in notes[0]
+    assert sorted(p.name for p in checkpoints.home_dir(job.id).iterdir()) == ["model.pt"]
+
+
+def test_a_sparse_file_counts_its_full_length_and_is_never_read(home: Path) -> None:
+    """A 1 TiB sparse file (no block written) is 1 TiB to the caps: said once, nothing moves,
+    and it is not even hashed (that would take many minutes)."""
+    import time
+
+    job = _Job("b2" * 16)
+    provider = LocalProvider()
+    ckpt = provider.job_dir(job) / "ckpt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "step.json").write_text("{}")
+    with open(ckpt / "huge.bin", "wb") as f:
+        f.truncate(1 << 40)
+    assert (ckpt / "huge.bin").stat().st_blocks == 0
+    notes: list[str] = []
+    start = time.monotonic()
+    for _ in range(3):
+        assert _mirror(job, provider, notes) is None
+    assert time.monotonic() - start < 10
+    assert len(notes) == 1 and "over the 21.5 GB output cap" in notes[0] and "sparse" in notes[0], notes
+    assert checkpoints.manifest(job.id) is None
+    assert not [p for p in checkpoints.home_dir(job.id).parent.glob(".ckpt-*") if p.name.startswith((".ckpt-new-", ".ckpt-") ) and not p.name.startswith(".ckpt-hashes")]

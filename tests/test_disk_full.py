@@ -8,6 +8,7 @@ CAP_SYS_ADMIN); where that is not allowed they fail saying so rather than skip s
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import sqlite3
@@ -214,3 +215,94 @@ def test_the_phrase_says_the_path_and_whole_megabytes(free: int, path: str) -> N
     text = disk_full_text(path, free)
     assert text == f"disk full at {path} ({free // (1 << 20)} MB free)"
     assert says_disk_full(text) and not says_disk_full("lost: " + text)
+
+
+class _CheckpointsElsewhere:
+    """The local target's checkpoint calls (the real ckptscan) on a folder off the small disk,
+    counting how often the target was asked: a paused mirror asks nothing."""
+
+    name = "local"
+
+    def __init__(self, ckpt: Path) -> None:
+        from core.packaging.safe_extract import OutputCaps
+
+        self.ckpt, self.caps, self.asked = ckpt, OutputCaps(), 0
+
+    async def checkpoint_scan(self, job) -> dict:
+        from core.runtime import ckptscan
+
+        self.asked += 1
+        return ckptscan.scan(str(self.ckpt))
+
+    async def checkpoint_pack(self, job, rels: list[str], archive: Path) -> dict:
+        from core.runtime import ckptscan
+
+        self.asked += 1
+        return ckptscan.pack(str(self.ckpt), str(archive), rels)
+
+
+def test_a_full_home_pauses_checkpoint_mirroring_said_once_then_it_resumes(
+        small_home: Path, small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from core.engine import checkpoints
+    from core.engine.store import Event
+    from tui.render import status_panel
+
+    monkeypatch.setattr(checkpoints, "RESERVE_BYTES", 1 << 20)
+    ckpt = tmp_path / "job" / "ckpt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.pt").write_bytes(os.urandom(4 << 20))  # 4 MB: home needs 8 MB + the reserve
+
+    class Job:
+        id, short_id, attempt, handle = "f0" * 16, "f0f0f0f0", 1, {}
+
+    provider = _CheckpointsElsewhere(ckpt)
+    notes: list[str] = []
+
+    def look(now: float):
+        async def say(text: str) -> None:
+            notes.append(text)
+        return asyncio.run(checkpoints.mirror(Job(), provider, say=say, now=now))
+
+    filler = fill(small_disk)
+    os.truncate(filler, filler.stat().st_size - (6 << 20))  # 6 MB free: not enough
+    assert look(1000.0) is None  # first look: the listing settles
+    assert look(1001.0) is None  # complete, but home has no room: paused, said once
+    assert len(notes) == 1 and notes[0].startswith(checkpoints.PAUSED), notes
+    assert re.search(DISK_FULL_RE, notes[0]) and "resumes by itself" in notes[0]
+    asked = provider.asked
+    for now in (1002.0, 1010.0, 1031.0, 1050.0):  # the back-off: the target is not asked, nothing said
+        assert look(now) is None
+    assert provider.asked == asked and len(notes) == 1
+    paused = json.loads((small_home / "jobs" / Job.id / "ckpt-look.json").read_text())["paused"]
+    assert paused["wait_s"] == 60.0  # looked once at 1031 (still full), then waits twice as long
+    # gpu status says it, from the job's events
+    events = [Event(1, Job.id, 1001.0, None, None, notes[0], "supervisor", {})]
+    assert checkpoints.paused_note(events) == notes[0]
+    from rich.console import Console
+
+    console = Console(width=300, record=True)
+    console.print(status_panel(_status_job(), events, {}, mirroring=checkpoints.paused_note(events)))
+    assert "checkpoint mirroring paused: disk full at" in console.export_text()
+    # room comes back: at the next look after the back-off it resumes, says so, and the checkpoint comes home
+    filler.unlink()
+    assert look(1060.0) is None and len(notes) == 1  # still within the back-off
+    doc = look(1100.0)
+    assert len(notes) == 2 and notes[1].startswith(checkpoints.RESUMED), notes
+    assert doc is not None and set(doc["files"]) == {"model.pt"}
+    assert (checkpoints.home_dir(Job.id) / "model.pt").read_bytes() == (ckpt / "model.pt").read_bytes()
+    events.append(Event(2, Job.id, 1100.0, None, None, notes[1], "supervisor", {}))
+    assert checkpoints.paused_note(events) is None
+
+
+def _status_job():
+    """A job as `gpu status` renders it (any live job will do)."""
+    from core.engine.states import State
+    from core.engine.store import Job
+
+    fields = {f: None for f in Job.__dataclass_fields__}
+    fields.update(id="f0" * 16, short_id="f0f0f0f0", name="train", state=State.RUNNING, reason="",
+                  provider="local", plan={}, request={}, bundle={}, attempt=1, created_at=0.0,
+                  updated_at=0.0, handle={}, last_metric={}, config={}, final={}, rev=0)
+    return Job(**{k: v for k, v in fields.items()})

@@ -126,3 +126,63 @@ def test_fetch_from_an_ssh_host_until_gc_frees_the_folder(sshd, home: Path, tmp_
     # ... after which fetch says the files are gone, and how to keep them next time
     proc = run_gpu("fetch", short, "notes.txt", cwd=project)
     assert proc.returncode == 2 and "was cleaned up" in proc.stderr and "outputs:" in proc.stderr
+
+
+REPLACER = '''
+import os
+here = os.getcwd()                               # the job's working folder (code/)
+open("notes.txt", "w").write("mine")
+os.makedirs("outputs", exist_ok=True)
+open("outputs/model.pkl", "w").write("weights")
+outside = os.environ["OUTSIDE"]
+os.symlink(outside, os.path.join(os.environ["GPU_ROUTER_OUTPUT_DIR"], "outputs"))  # out/outputs -> outside
+if os.environ.get("HARDLINK"):
+    os.link(os.environ["HARDLINK"], "stolen.txt")
+os.rename(here, here + ".moved")                 # and the whole working folder -> outside
+os.symlink(outside, here)
+print("replaced", flush=True)
+'''
+
+
+def test_a_working_folder_replaced_by_a_link_is_never_followed(home: Path, tmp_path: Path) -> None:
+    """The job swaps its whole working folder for a link to a folder of the person's (and
+    plants out/outputs -> that folder): `gpu fetch` refuses and says why, the declared outputs
+    are not written through the link, and nothing of the person's folder comes home."""
+    outside = tmp_path / "person-home"
+    outside.mkdir()
+    (outside / "notes.txt").write_text("PRIVATE-CONTENT")
+    (outside / ".bashrc").write_text("PRIVATE-CONTENT")
+    project = make_git_project(tmp_path / "w", {"train.py": REPLACER}, gitignore="runs/\n")
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", "--output", "outputs/",
+                   "--env", f"OUTSIDE={outside}", cwd=project)
+    short = sub["job"]["short_id"]
+    done = wait_state(short, {"done", "failed"}, timeout=180)
+    assert done["state"] == "done", run_gpu("logs", short).stdout
+    assert sorted(p.name for p in outside.iterdir()) == [".bashrc", "notes.txt"]  # nothing written there
+    assert "code/ is a link: the working folder was not read" in run_gpu("logs", short).stdout
+    for asked in (["notes.txt"], ["."], ["outputs/"]):
+        proc = run_gpu("fetch", short, *asked, cwd=project)
+        assert proc.returncode == 2 and "was replaced by the job" in proc.stderr, proc.stderr
+        assert "code is a link" in proc.stderr and "Traceback" not in proc.stderr
+    runs = project / "runs" / short
+    text = "".join(p.read_text(errors="replace") for p in runs.rglob("*") if p.is_file()) if runs.exists() else ""
+    assert "PRIVATE-CONTENT" not in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another owner needs root to make (chown)")
+def test_a_hard_link_to_another_owners_file_is_not_fetched(home: Path, tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign" / "id_ed25519"
+    foreign.parent.mkdir()
+    foreign.write_text("PRIVATE-KEY")
+    os.chown(foreign, 4242, 4242)
+    script = ('import os\nopen("mine.txt", "w").write("ok")\n'
+              'os.link(os.environ["HARDLINK"], "stolen.txt")\n')
+    project = make_git_project(tmp_path / "h", {"train.py": script}, gitignore="runs/\n")
+    short = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", "--env",
+                     f"HARDLINK={foreign}", cwd=project)["job"]["short_id"]
+    assert wait_state(short, {"done", "failed"}, timeout=180)["state"] == "done", run_gpu("logs", short).stdout
+    doc = gpu_json("fetch", short, "mine.txt", "stolen.txt", cwd=project)
+    assert doc["files"] == 1 and doc["refused"][0]["path"] == "stolen.txt"
+    assert "another owner" in doc["refused"][0]["why"]
+    runs = project / "runs" / short
+    assert (runs / "mine.txt").read_text() == "ok" and not (runs / "stolen.txt").exists()

@@ -407,12 +407,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         emit_json(status_doc(store, job, verbose=args.verbose))
         return 0
     from core.engine.checkpoints import summary
+    from core.engine.service import mirroring_paused
     from core.planning.usage import estimate_and_actual
     from tui.render import status_panel
 
     events = store.events(job.id)
     say(status_panel(job, events, store.metrics_summary(job.id), verbose=args.verbose,
-                     usage=estimate_and_actual(store, job), checkpoint=summary(job.id)))
+                     usage=estimate_and_actual(store, job), checkpoint=summary(job.id),
+                     mirroring=mirroring_paused(store, job)))
     return 0
 
 

@@ -116,10 +116,12 @@ def jobs_table(jobs: list, width: int | None = None) -> Any:
 
 
 def status_panel(job, events: list, metrics: dict, verbose: bool = False,
-                 usage: dict | None = None, checkpoint: dict | None = None) -> Any:
+                 usage: dict | None = None, checkpoint: dict | None = None,
+                 mirroring: str | None = None) -> Any:
     """One job; `verbose` adds every event (not the last 12), every setting, the plan and the
     bundle report. `usage` is `estimate_and_actual`: hours and cost, expected and taken;
-    `checkpoint` the last complete checkpoint at home (core.engine.checkpoints.summary)."""
+    `checkpoint` the last complete checkpoint at home (core.engine.checkpoints.summary);
+    `mirroring` why checkpoints stopped coming home (a full disk at home), if they did."""
     from rich.table import Table
 
     info = Table.grid(padding=(0, 2))
@@ -145,6 +147,8 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
     if checkpoint:
         rows.append(("checkpoint", f"{checkpoint_text(checkpoint)} from {checkpoint.get('target') or '-'} "
                                    f"(attempt {checkpoint.get('attempt') or '-'})"))
+    if mirroring:
+        rows.append(("mirroring", mirroring))
     rows += tracked_rows(job, None if verbose else CONFIG_SHOWN)
     for k, v in rows:
         _row(info, k, v)

@@ -13,7 +13,15 @@ two looks. Home keeps exactly one checkpoint, the last complete one:
                                 from which target and attempt, bytes moved so far
 
 A new version is assembled beside the old one (unchanged files copied from it) and swapped in
-by renames, so a crash never leaves home with half a checkpoint. At a resume on another
+by renames, so a crash never leaves home with half a checkpoint.
+
+What home takes is bounded before anything moves: every file counts its full length (a sparse
+file too: the copy, the archive and the hashing handle its full length), the checkpoint must
+fit the target's output cap (`max_output_bytes`: it becomes an output when the job ends), and
+home must keep RESERVE_BYTES free after it. FIFOs, sockets, devices and links in ckpt/ are
+never opened (ckptscan) and said once. A full disk at home is said once (an event, and a line
+in `gpu status`), and mirroring pauses: it looks at the free space again after BACKOFF_S,
+doubling, and says when it resumes; it never retries into the full disk every tick. At a resume on another
 target, `restore_archive` packs it for the provider to place into that target's `ckpt/`
 before the launcher starts.
 """
@@ -28,14 +36,22 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from core import paths
-from core.engine.store import Job
+from core.engine.store import Event, Job
 from core.packaging.safe_extract import OutputCaps, safe_extract
+from core.runtime.diskspace import DISK_FULL, disk_full_text, free_bytes, is_enospc
 
 MIRROR_EVERY_S = float(os.environ.get("GPU_ROUTER_CKPT_EVERY_S", 15.0))
 MARKER = ".complete"
+# what a checkpoint coming home must leave free at home (the store, logs, other jobs' outputs)
+RESERVE_BYTES = int(os.environ.get("GPU_ROUTER_CKPT_RESERVE_BYTES", 256 << 20))
+BACKOFF_S = (30.0, 600.0)  # a paused mirror looks at the free space again after 30 s, doubling to 10 min
+PAUSED = "checkpoint mirroring paused: "
+RESUMED = "checkpoint mirroring resumed: "
+Say = Callable[[str], Awaitable[None]]
+_LOOKS: dict[tuple[str, str], dict] = {}  # the last look per job, kept here too: a full disk may refuse the file
 
 
 def home_dir(job_id: str) -> Path:
@@ -129,22 +145,116 @@ def due(job_id: str, seen: dict[str, float], force: bool = False) -> bool:
     return True
 
 
-async def mirror(job: Job, provider: Any) -> dict | None:
+def _look_key(job_id: str) -> tuple[str, str]:
+    return (str(paths.jobs_dir()), job_id)
+
+
+def _read_look(job_id: str) -> dict:
+    held = _LOOKS.get(_look_key(job_id))
+    if held is not None:
+        return held
+    try:
+        doc = json.loads(_look_path(job_id).read_text())
+    except (OSError, ValueError):
+        doc = {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _save_look(job_id: str, look: dict) -> None:
+    """Kept in memory and, where the disk lets it, in ckpt-look.json (so a restarted
+    supervisor neither says a pause again nor retries into the full disk at once)."""
+    _LOOKS[_look_key(job_id)] = look
+    try:
+        _look_path(job_id).parent.mkdir(parents=True, exist_ok=True)
+        _write_json(_look_path(job_id), look)
+    except OSError:
+        pass
+
+
+def _cost(v: list) -> int:
+    """A listed file's cost against the caps (ckptscan: its full length), its size if unlisted."""
+    return int(v[3]) if len(v) > 3 else int(v[0])
+
+
+async def _say(say: Say | None, text: str) -> None:
+    if say is not None:
+        await say(text)
+
+
+def paused_note(events: list[Event]) -> str | None:
+    """The pause `gpu status` shows: the last mirroring event, when it says paused."""
+    for e in reversed(events):
+        if e.reason.startswith(PAUSED):
+            return e.reason
+        if e.reason.startswith(RESUMED):
+            return None
+    return None
+
+
+async def _pause(job: Job, look: dict, say: Say | None, need: int, now: float, why: str) -> None:
+    """Stop mirroring until home has room again; said once (the caller's event)."""
+    first = "paused" not in look
+    look["paused"] = {"since": now, "need": need, "wait_s": BACKOFF_S[0], "next_try": now + BACKOFF_S[0]}
+    _save_look(job.id, look)
+    if first:
+        await _say(say, f"{PAUSED}{why}; it needs {human_bytes(need + RESERVE_BYTES)} free (with the "
+                        f"{human_bytes(RESERVE_BYTES)} reserve) and resumes by itself when there is room "
+                        "(free space at home, or set max_output_bytes lower)")
+
+
+async def _still_paused(job: Job, look: dict, say: Say | None, now: float) -> bool:
+    """While paused: True until the back-off has passed and home has room again (then it says
+    it resumes). Only free space is looked at: nothing is tried on the full disk."""
+    held = look["paused"]
+    if now < float(held.get("next_try", 0)):
+        return True
+    where = home_dir(job.id).parent
+    free = free_bytes(where)
+    if free is not None and free < int(held.get("need", 0)) + RESERVE_BYTES:
+        held["wait_s"] = min(float(held.get("wait_s", BACKOFF_S[0])) * 2, BACKOFF_S[1])
+        held["next_try"] = now + held["wait_s"]
+        _save_look(job.id, look)
+        return True
+    look.pop("paused")
+    _save_look(job.id, look)
+    free_text = f"{human_bytes(free)} free at {where}" if free is not None else f"room at {where}"
+    await _say(say, f"{RESUMED}{free_text}")
+    return False
+
+
+async def _note_skipped(job: Job, scan: dict, look: dict, say: Say | None) -> None:
+    """Links, FIFOs, sockets, devices in ckpt/: named once (new ones only), never opened."""
+    skipped = [tuple(x) for x in scan.get("skipped") or [] if isinstance(x, (list, tuple)) and len(x) == 2]
+    said = set(look.get("skipped_said") or [])
+    new = [(rel, why) for rel, why in skipped if rel not in said]
+    if not new:
+        return
+    look["skipped_said"] = sorted(said | {rel for rel, _ in new})[:500]
+    more = int(scan.get("skipped_more") or 0)
+    names = ", ".join(f"{rel} ({why})" for rel, why in new[:5])
+    rest = len(new) - 5 + more
+    await _say(say, f"checkpoint folder: not mirrored, only regular files are: {names}"
+                    + (f" and {rest} more" if rest > 0 else ""))
+
+
+async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | None = None) -> dict | None:
     """One look at the target's checkpoint folder; brings home a new complete checkpoint.
-    Returns the new manifest when one came home, else None. Raises what the transport raises
-    (the caller logs it: mirroring never fails a job)."""
+    Returns the new manifest when one came home, else None. `say` records a note on the job
+    (an event): skipped entries, a checkpoint over the cap, a pause for a full disk at home and
+    its end, each said once. Raises what the transport raises (the caller logs it: mirroring
+    never fails a job)."""
     if not hasattr(provider, "checkpoint_scan"):
         return None  # a target that can show none
+    now = time.time() if now is None else now
+    look = _read_look(job.id)
+    if look.get("paused") and await _still_paused(job, look, say, now):
+        return None
     scan = await provider.checkpoint_scan(job)
-    look_file = _look_path(job.id)
-    try:
-        look = json.loads(look_file.read_text())
-    except (OSError, ValueError):
-        look = {}
+    await _note_skipped(job, scan, look, say)
     files, generation = _complete_set(scan, look)
     signature = {rel: v[:3] for rel, v in (scan.get("files") or {}).items()}
-    look_file.parent.mkdir(parents=True, exist_ok=True)
-    _write_json(look_file, {"signature": signature, "at": time.time()})
+    look.update(signature=signature, at=now)
+    _save_look(job.id, look)
     if files is None:
         return None
     old = manifest(job.id) or {}
@@ -154,8 +264,51 @@ async def mirror(job: Job, provider: Any) -> dict | None:
             and (generation is None or generation == old.get("generation")):
         return None  # home has this one already
     changed = sorted(rel for rel, w in wanted.items() if have.get(rel, {}).get("sha256") != w["sha256"])
+    caps = getattr(provider, "caps", None) or OutputCaps.from_options(getattr(provider, "options", None))
+    total = sum(_cost(v) for v in files.values())
+    if total > caps.max_bytes:
+        key = json.dumps([generation, sorted(w["sha256"] for w in wanted.values())])
+        if look.get("over_cap") != key:
+            look["over_cap"] = key
+            _save_look(job.id, look)
+            await _say(say, f"checkpoint not mirrored: {human_bytes(total)} (every file at its full length, "
+                            f"sparse ones too) is over the {human_bytes(caps.max_bytes)} output cap of "
+                            f"{provider.name} (max_output_bytes); home keeps "
+                            + describe(summary(job.id)))
+        return None
+    need = total + sum(_cost(files[rel]) for rel in changed)  # the new version, and what comes over
+    where = home_dir(job.id).parent
+    where.mkdir(parents=True, exist_ok=True)
+    free = free_bytes(where)
+    if free is not None and free < need + RESERVE_BYTES:
+        await _pause(job, look, say, need, now, disk_full_text(where, free))
+        return None
+    try:
+        new_manifest, moved = await _bring(job, provider, where, wanted, changed, old, caps)
+    except OSError as exc:
+        if not is_enospc(exc):
+            raise
+        await _pause(job, look, say, need, now, disk_full_text(where))
+        return None
+    if new_manifest is None:
+        return None
+    if isinstance(new_manifest, str):  # the copy home stopped at a full disk
+        await _pause(job, look, say, need, now, new_manifest)
+        return None
+    new_manifest.update(generation=generation if generation is not None else int(old.get("generation") or 0) + 1,
+                        at=time.time(), target=provider.name, attempt=job.attempt,
+                        moved_bytes=int(old.get("moved_bytes", 0)) + moved, last_moved=moved,
+                        bytes=sum(w["size"] for w in wanted.values()))
+    _write_json(_manifest_path(job.id), new_manifest)
+    return new_manifest
+
+
+async def _bring(job: Job, provider: Any, where: Path, wanted: dict, changed: list[str], old: dict,
+                 caps: OutputCaps) -> tuple[dict | str | None, int]:
+    """Pack the changed files there, unpack them here, assemble the new version: (its
+    manifest, or None when a file changed meanwhile, or the disk-full text; bytes moved)."""
     moved = 0
-    staging = Path(tempfile.mkdtemp(prefix=".ckpt-new-", dir=home_dir(job.id).parent))
+    staging = Path(tempfile.mkdtemp(prefix=".ckpt-new-", dir=where))
     try:
         if changed:
             fd, name = tempfile.mkstemp(prefix=".ckpt-", suffix=".tar.gz", dir=staging.parent)
@@ -164,21 +317,15 @@ async def mirror(job: Job, provider: Any) -> dict | None:
             try:
                 await provider.checkpoint_pack(job, changed, archive)
                 moved = archive.stat().st_size
-                caps = OutputCaps(max_bytes=1 << 40, max_files=200_000)
-                await asyncio.to_thread(safe_extract, archive, staging / "new", caps=caps)
+                notes = await asyncio.to_thread(safe_extract, archive, staging / "new", caps=caps)
             finally:
                 archive.unlink(missing_ok=True)
-        new_manifest = await asyncio.to_thread(_assemble, job.id, staging, wanted, changed, old)
+            full = next((n for n in notes if DISK_FULL in n), None)
+            if full is not None:
+                return full[full.index(DISK_FULL):], moved
+        return await asyncio.to_thread(_assemble, job.id, staging, wanted, changed, old), moved
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    if new_manifest is None:
-        return None
-    new_manifest.update(generation=generation if generation is not None else int(old.get("generation") or 0) + 1,
-                        at=time.time(), target=provider.name, attempt=job.attempt,
-                        moved_bytes=int(old.get("moved_bytes", 0)) + moved, last_moved=moved,
-                        bytes=sum(w["size"] for w in wanted.values()))
-    _write_json(_manifest_path(job.id), new_manifest)
-    return new_manifest
 
 
 def _assemble(job_id: str, staging: Path, wanted: dict, changed: list[str], old: dict) -> dict | None:
@@ -266,5 +413,6 @@ def settle(job_id: str, outputs: Path) -> str | None:
 def discard(job_id: str) -> None:
     """The job ended: its checkpoint now lives with its outputs or is cleaned by the caps."""
     shutil.rmtree(home_dir(job_id), ignore_errors=True)
+    _LOOKS.pop(_look_key(job_id), None)
     for p in (_manifest_path(job_id), _look_path(job_id)):
         p.unlink(missing_ok=True)

@@ -3,7 +3,9 @@
 Undeclared work stays on the target (the job's last log line and `gpu status` name it) until
 the storage clean-up frees the job's folder. This brings named paths of that folder home, into
 `runs/<id>/` at the same relative paths a declared output would have, by the same rules as
-every output: packed on the target without following a link, unpacked at home by
+every output: packed on the target without following a link (core/runtime/nofollow.py, from
+the job's folder down: a working folder, `code/` or a folder on the way that the job replaced
+with a link is refused, never read through), unpacked at home by
 `safe_extract` (no link, no `..`, within the target's output caps).
 """
 
@@ -87,6 +89,11 @@ def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
                             "(storage cap or `gpu gc`): its undeclared files are gone",
                             fix="declare such files with `outputs:` in gpu.yaml so they come home "
                                 "when a job ends")
+        if doc.get("replaced"):
+            raise UserError(f"job {job.short_id}'s working folder on {job.provider} was replaced by the "
+                            f"job ({shorten(doc['replaced'])}): nothing fetched, no link is followed",
+                            fix="declare the files with `outputs:` in gpu.yaml (or write them to "
+                                "gpu.output_dir()) so they come home when the job ends")
         notes = list(doc.get("notes") or []) + (safe_extract(archive, dest, caps=caps) if doc.get("files") else [])
     finally:
         archive.unlink(missing_ok=True)

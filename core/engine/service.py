@@ -418,7 +418,19 @@ def job_report(store: Store, job: Job, verbose: bool = False) -> dict[str, Any]:
     ckpt = checkpoints.summary(job.id)
     if ckpt is not None:
         doc["checkpoint"] = ckpt  # the last complete checkpoint at home: age_s, bytes, files
+    paused = mirroring_paused(store, job)
+    if paused:
+        doc["checkpoint_mirroring"] = paused  # "checkpoint mirroring paused: disk full at ..."
     return doc
+
+
+def mirroring_paused(store: Store, job: Job) -> str | None:
+    """Why checkpoints stopped coming home (a full disk at home), while the job is live."""
+    from core.engine.states import TERMINAL
+
+    if job.state in TERMINAL:
+        return None
+    return checkpoints.paused_note(store.events(job.id))
 
 
 def job_document(store: Store, job: Job) -> dict[str, Any]:

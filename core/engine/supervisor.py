@@ -310,8 +310,12 @@ class Supervisor:
         """Bring the job's last complete checkpoint home (rate-limited; never fails the job)."""
         if not checkpoints.due(job.id, self._mirrored, force):
             return
+        async def say(text: str) -> None:  # once per fact (checkpoints.mirror keeps count)
+            log.info("job %s: %s", job.short_id, text)
+            await self.db(self.store.add_event, job.id, text)
+
         try:
-            doc = await checkpoints.mirror(job, provider)
+            doc = await checkpoints.mirror(job, provider, say=say)
         except Exception as exc:  # noqa: BLE001 - the host may be away: the next look retries
             log.info("job %s: checkpoint not mirrored: %s", job.short_id, exc)
             return

@@ -7,8 +7,10 @@ or left a 100 GB sparse file in it). `tarfile.extractall` or `shutil.copytree` w
 link out of the folder, write through `..`, create devices, and fill the disk. Here:
 
 - only regular files and folders are created; links (symbolic and hard), devices, FIFOs and
-  anything else are left out, each with a note; a local folder is read through file
-  descriptors opened with O_NOFOLLOW, the out/ folder itself included, so no link is followed;
+  anything else are left out, each with a note; a local folder is read through
+  core/runtime/nofollow.py (folder descriptors opened with O_NOFOLLOW from the job's folder
+  down, the out/ folder itself included), so no link is followed, no FIFO or device is
+  opened, and a file hard-linked in from another owner is refused;
 - absolute names, `..` parts and names that leave the folder are rejected;
 - everything is written into a fresh, private staging folder that only this code has
   populated (so no link can exist in it), with O_EXCL|O_NOFOLLOW, then moved into place;
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator
 
+from core.runtime import nofollow
 from core.runtime.diskspace import disk_full_text, is_enospc
 
 MAX_BYTES = 20 * 1024**3  # 20 GiB of outputs
@@ -43,8 +46,6 @@ _CHUNK = 1 << 20
 _BROKEN = (tarfile.TarError, EOFError, zlib.error, OSError)  # a damaged or cut-off archive
 _OPEN = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_READ_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW
-_READ_FILE = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
 
 
 @dataclass(frozen=True)
@@ -253,79 +254,78 @@ def _chunks(src) -> Iterator[bytes]:
 def safe_copy_tree(src: Path, dest: Path, *, caps: OutputCaps = OutputCaps(),
                    only: Iterable[str] | None = None) -> list[str]:
     """Copy the folder a job wrote into `dest` by the rules above (no link followed, the folder
-    itself included; caps); `only` limits it to those top-level names. Returns notes."""
+    itself included; caps); `only` limits it to those top-level names. Returns notes. `src`'s
+    parent is the job's folder, made by gpu-router; everything from `src` down is read through
+    core/runtime/nofollow.py, the one reader of a job's folders."""
     sink = _Staging(dest, caps)
     try:
+        src = Path(src)
         try:
-            top = os.open(src, _READ_DIR)
+            top = nofollow.open_root(str(src.parent), src.name)
         except FileNotFoundError:
             return sink.finish()
-        except OSError as exc:
-            kind = "a link" if os.path.islink(src) else f"not a readable folder ({exc.strerror})"
-            sink.note(f"{Path(src).name}/: {kind}, not brought home")
+        except nofollow.Refused as exc:
+            sink.note(f"{src.name}/: {exc.why}, not brought home")
             return sink.finish()
-        _copy_from(top, sink, set(only) if only is not None else None)
+        except OSError as exc:
+            sink.note(f"{src.name}/: not a readable folder ({exc.strerror}), not brought home")
+            return sink.finish()
+        try:
+            _copy_from(top, sink, set(only) if only is not None else None)
+        finally:
+            os.close(top)
         return sink.finish()
     finally:
         sink.close()
 
 
 def _copy_from(top: int, sink: _Staging, only: set[str] | None) -> None:
-    """Depth first through folder descriptors (never a path that a link could redirect)."""
-    stack: list[tuple[int, str, Iterator[str]]] = [(top, "", iter(_names(top, only)))]
+    """Every regular file under `top` (or under the `only` names in it), through nofollow."""
+    own = nofollow.owner(top)
+    for entry in _entries(top, only, sink):
+        if entry.why is not None:
+            sink.note(f"{entry.rel}: {entry.why}, not brought home")
+            continue
+        if not _copy_file(entry.dir_fd, entry.name, entry.rel, own, sink):
+            return
+
+
+def _entries(top: int, only: set[str] | None, sink: _Staging) -> Iterator[nofollow.Entry]:
+    if only is None:
+        yield from nofollow.walk(top, max_depth=MAX_DEPTH)
+        return
+    for name in sorted(only):
+        try:
+            st = os.stat(name, dir_fd=top, follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            yield nofollow.Entry(name, top, name, st, None if stat.S_ISREG(st.st_mode) else _kind(st.st_mode))
+            continue
+        try:
+            fd = nofollow.open_dir_at(top, name, name)
+        except nofollow.Refused as exc:
+            yield nofollow.Entry(name, top, name, None, exc.why)
+            continue
+        except OSError:
+            continue
+        try:
+            if sink.mkdir(name):
+                yield from nofollow.walk(fd, name, max_depth=MAX_DEPTH)
+        finally:
+            os.close(fd)
+
+
+def _copy_file(dfd: int, name: str, rel: str, own: int, sink: _Staging) -> bool:
     try:
-        while stack:
-            dfd, rel, names = stack[-1]
-            name = next(names, None)
-            if name is None:
-                os.close(dfd)
-                stack.pop()
-                continue
-            child = f"{rel}/{name}" if rel else name
-            try:
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            except OSError:
-                continue  # gone meanwhile
-            if stat.S_ISDIR(st.st_mode):
-                if len(stack) > MAX_DEPTH:
-                    sink.note(f"{child}/: more than {MAX_DEPTH} folders deep, not brought home")
-                    continue
-                try:
-                    fd = os.open(name, _READ_DIR, dir_fd=dfd)
-                except OSError as exc:
-                    sink.note(f"{child}/: could not be read ({exc.strerror})")
-                    continue
-                if sink.mkdir(child):
-                    stack.append((fd, child, iter(_names(fd, None))))
-                else:
-                    os.close(fd)
-            elif stat.S_ISREG(st.st_mode):
-                if not _copy_file(dfd, name, child, sink):
-                    return
-            else:
-                sink.note(f"{child}: {_kind(st.st_mode)}, not brought home")
-    finally:
-        for dfd, _, _ in stack:
-            os.close(dfd)
-
-
-def _names(dfd: int, only: set[str] | None) -> list[str]:
-    with os.scandir(dfd) as it:
-        names = sorted(e.name for e in it)
-    return [n for n in names if only is None or n in only]
-
-
-def _copy_file(dfd: int, name: str, rel: str, sink: _Staging) -> bool:
-    try:
-        fd = os.open(name, _READ_FILE, dir_fd=dfd)
-    except OSError as exc:  # a link swapped in after the stat: ELOOP
+        fd, st = nofollow.open_file(dfd, name, rel, own)
+    except nofollow.Refused as exc:  # a link swapped in after the lstat, a foreign hard link
+        sink.note(f"{rel}: {exc.why}, not brought home")
+        return True
+    except OSError as exc:
         sink.note(f"{rel}: could not be read ({exc.strerror}), not brought home")
         return True
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            sink.note(f"{rel}: {_kind(st.st_mode)}, not brought home")
-            return True
         try:
             return sink.add_file(rel, st.st_mode, st.st_size, _fd_chunks(fd, st.st_size))
         except OSError as exc:

@@ -279,7 +279,7 @@ class LocalProvider:
 
     async def checkpoint_scan(self, job: Job) -> dict:
         """The job's ckpt/ listed with hashes, by the same code a remote host runs."""
-        return await asyncio.to_thread(ckptscan.scan, str(self.job_dir(job) / "ckpt"))
+        return await asyncio.to_thread(ckptscan.scan, str(self.job_dir(job) / "ckpt"), self.caps.max_bytes)
 
     async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
         return await asyncio.to_thread(ckptscan.pack, str(self.job_dir(job) / "ckpt"), str(archive), rels)
@@ -287,10 +287,11 @@ class LocalProvider:
     async def fetch_paths(self, job: Job, rels: list[str], archive: Path, caps: OutputCaps) -> dict:
         """`gpu fetch`: the named paths of the job's working folder, packed by the same code
         as on a remote host, so home unpacks both by one set of rules."""
-        workdir = self.job_dir(job) / "code" / job.plan.get("workdir", "")
-        if not workdir.is_dir():
+        jdir = self.job_dir(job)
+        if not jdir.is_dir():
             return {"gone": True}
-        return await asyncio.to_thread(workdir_files.pack, str(workdir), rels, str(archive),
+        inner = f"code/{job.plan.get('workdir') or ''}".rstrip("/")
+        return await asyncio.to_thread(workdir_files.pack, str(jdir), inner, rels, str(archive),
                                        caps.max_bytes, caps.max_files)
 
 

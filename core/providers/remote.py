@@ -80,6 +80,27 @@ _DEPS_CACHE: dict[tuple[str, str], list[str] | None] = {}
 _DEPS_LOCK = threading.Lock()
 
 
+# the runtime's sibling modules a script sent as source imports (`import nofollow`)
+RUNTIME_NEEDS = {"workdir.py": ("nofollow",), "ckptscan.py": ("nofollow",)}
+
+
+def runtime_source(module: str) -> str:
+    """The source of a runtime script to run as `python -c`, with the sibling modules it
+    imports registered first (each executed as its own module), so one choke point
+    (nofollow.py) serves the host as it serves this machine, with no upload."""
+    source = (runtime_dir_path / module).read_text()
+    needs = RUNTIME_NEEDS.get(module, ())
+    if not needs:
+        return source
+    lines = ["import sys as _s, types as _t"]
+    for name in needs:
+        text = (runtime_dir_path / f"{name}.py").read_text()
+        lines += [f"_m = _t.ModuleType({name!r}); _s.modules[{name!r}] = _m",
+                  f"exec(compile({text!r}, {name + '.py'!r}, 'exec'), _m.__dict__)"]
+    lines.append(f"exec(compile({source!r}, {module!r}, 'exec'), {{'__name__': '__main__'}})")
+    return "\n".join(lines) + "\n"
+
+
 def requirement_lines(bundle: Path, workdir: str) -> list[str] | None:
     """The project's dependencies, read from its bundle: requirements.txt, else pyproject.toml
     ([project].dependencies); the same rule as the local target, for a host we cannot read."""
@@ -288,7 +309,7 @@ printf '%s\\n' "$py"
         """Run one of the runtime's stdlib scripts on the host (sent as its source, so it needs
         no upload) and read the JSON it prints."""
         remote = await self.remote()
-        source = (runtime_dir_path / module).read_text()
+        source = runtime_source(module)
         r = await self.transport.run(f"{quote(remote['python'])} -c {quote(source)} "
                                      + " ".join(quote(a) for a in args), input=input, check=check)
         return json.loads(r.out.strip().splitlines()[-1])
@@ -552,12 +573,12 @@ printf '%s\\n' "$py"
         Returns the packer's account ({"gone": true} when the folder was cleaned up)."""
         await self.remote()
         jd = self.job_dir(job)
-        workdir = f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/")
+        inner = f"code/{job.plan.get('workdir') or ''}".rstrip("/")
         packed = f"{jd}/fetch-{uuid.uuid4().hex[:12]}.tar.gz"
         doc = await self._run_runtime(
-            "workdir.py", ["pack", workdir, packed, str(caps.max_bytes), str(caps.max_files), *rels],
+            "workdir.py", ["pack", jd, inner, packed, str(caps.max_bytes), str(caps.max_files), *rels],
             check=f"packing {len(rels)} path(s) of job {job.short_id} on {self.name}")
-        if doc.get("gone"):
+        if doc.get("gone") or doc.get("replaced"):
             return doc
         try:
             await self.transport.get_file(packed, archive, max_bytes=caps.max_bytes + (64 << 20))
@@ -574,7 +595,8 @@ printf '%s\\n' "$py"
         await self.remote()
 
         async def scan_many(folders: list[str]) -> list[dict]:
-            doc = await self._run_runtime("ckptscan.py", ["scan-many", *folders],
+            cap = OutputCaps.from_options(self.options).max_bytes  # nothing over it is hashed
+            doc = await self._run_runtime("ckptscan.py", ["scan-many", "--max-bytes", str(cap), *folders],
                                           check=f"listing checkpoints on {self.name}")
             return doc["scans"]
         return await self.gathered("ckptscan", lambda: Gather(scan_many)).ask(f"{self.job_dir(job)}/ckpt")

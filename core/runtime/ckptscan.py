@@ -2,13 +2,16 @@
 
 Run where the job runs (on a remote host as `python3 -c <this file> ...` through the target's
 shell; on this machine imported), stdlib only. The supervisor mirrors the folder home
-incrementally: `scan` lists every regular file with its size, mtime and sha256 (hashes are
-cached by size and mtime beside the folder, so a large unchanged checkpoint is read once),
-plus the completion marker `gpu.checkpoint_saved()` wrote; `pack` puts only the named files
-(the ones home lacks) into one tar.gz. Links are never followed and never packed.
+incrementally: `scan` lists every regular file with its size, mtime, sha256 and cost (hashes
+are cached by size and mtime beside the folder, so a large unchanged checkpoint is read once),
+plus the completion marker `gpu.checkpoint_saved()` wrote and what it skipped; `pack` puts only
+the named files (the ones home lacks) into one tar.gz. Everything is read through nofollow.py:
+links are never followed, FIFOs, sockets and devices never opened (listed as skipped, so home
+can say so once), and a sparse file's cost is its full length.
 
     ckptscan.py scan DIR
-    ckptscan.py scan-many DIR...     (one listing per folder, in order: a host's jobs at once)
+    ckptscan.py scan-many [--max-bytes N] DIR...   (one listing per folder, in order: a host's
+                                                    jobs at once; N: the target's output cap)
     ckptscan.py pack DIR ARCHIVE REL...
 """
 
@@ -20,8 +23,15 @@ import os
 import sys
 import tarfile
 
+if __package__:  # imported as core.runtime.ckptscan (the engine, tests)
+    from . import nofollow
+else:  # sent as source with nofollow.py registered before it (remote.py runtime_source)
+    import nofollow
+
 MARKER = ".complete"  # written by gpu.checkpoint_saved()
+CACHE = ".ckpt-hashes.json"  # beside the folder, in the job's folder
 MAX_FILES = 100_000
+MAX_SKIPPED = 20  # named in a listing; the rest counted
 
 
 def _inside(rel: object) -> bool:
@@ -30,68 +40,127 @@ def _inside(rel: object) -> bool:
         and "\0" not in rel and ".." not in rel.replace("\\", "/").split("/")
 
 
-def _hash(path: str) -> str:
+def _hash_fd(fd: int) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    for block in iter(lambda: os.read(fd, 1 << 20), b""):
+        h.update(block)
     return h.hexdigest()
 
 
-def _cache_path(folder: str) -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(folder)), ".ckpt-hashes.json")
-
-
-def scan(folder: str) -> dict:
-    """{"exists", "files": {rel: [size, mtime_ns, sha256]}, "marker": the marker or None}."""
-    if not os.path.isdir(folder) or os.path.islink(folder):
-        return {"exists": False, "files": {}, "marker": None}
+def _read_small(dir_fd: int, name: str, own: int | None) -> bytes | None:
+    """A small regular file read through nofollow (the hash cache, the marker), or None."""
     try:
-        with open(_cache_path(folder)) as f:
-            cache = json.load(f)
-    except (OSError, ValueError):
+        fd, st = nofollow.open_file(dir_fd, name, name, own)
+    except (OSError, nofollow.Refused):
+        return None
+    try:
+        return os.read(fd, min(st.st_size, 64 << 20))
+    finally:
+        os.close(fd)
+
+
+def _split(folder: str) -> tuple[str, str]:
+    """The job's folder (trusted: gpu-router made it) and the checkpoint folder's name in it."""
+    full = os.path.abspath(folder)
+    return os.path.dirname(full), os.path.basename(full)
+
+
+def scan(folder: str, max_bytes: int | None = None) -> dict:
+    """{"exists", "files": {rel: [size, mtime_ns, sha256, cost]}, "marker": the marker or None,
+    "skipped": [[rel, what]...] (links, FIFOs, sockets, devices: never opened), "skipped_more"}.
+    `cost` is what the file counts against the caps (nofollow.cost: its full length, so a
+    sparse file counts what a copy of it writes). Everything is read through nofollow.py from
+    the job's folder: a ckpt/ replaced by a link lists as not there, with the reason. Once the
+    costs pass `max_bytes` (the target's output cap) no further file is hashed (its sha256 is
+    ""): such a listing is refused at home anyway, and a 1 TB sparse file is not read."""
+    base, name = _split(folder)
+    empty: dict = {"exists": False, "files": {}, "marker": None, "skipped": [], "skipped_more": 0}
+    try:
+        base_fd = os.open(base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return empty
+    try:
+        try:
+            top = nofollow.open_dir_at(base_fd, name, name)
+        except FileNotFoundError:
+            return empty
+        except nofollow.Refused as exc:
+            return {**empty, "skipped": [[name + "/", exc.why]]}
+        try:
+            return _scan_open(base_fd, top, max_bytes)
+        finally:
+            os.close(top)
+    finally:
+        os.close(base_fd)
+
+
+def _scan_open(base_fd: int, top: int, max_bytes: int | None) -> dict:
+    own = nofollow.owner(base_fd)
+    try:
+        cache = json.loads(_read_small(base_fd, CACHE, own) or b"{}")
+    except ValueError:
+        cache = {}
+    if not isinstance(cache, dict):
         cache = {}
     files: dict[str, list] = {}
+    skipped: list[list[str]] = []
+    more = 0
     marker = None
-    for root, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
-        for name in sorted(names):
-            full = os.path.join(root, name)
-            rel = os.path.relpath(full, folder).replace(os.sep, "/")
-            if rel.startswith(MARKER + "."):
-                continue  # the marker's temporary file
+    spent = 0
+    for entry in nofollow.walk(top):
+        if entry.why is not None:
+            if len(skipped) < MAX_SKIPPED:
+                skipped.append([entry.rel, entry.why])
+            else:
+                more += 1
+            continue
+        rel, st = entry.rel, entry.st
+        if rel.startswith(MARKER + "."):
+            continue  # the marker's temporary file
+        if rel == MARKER:
             try:
-                st = os.lstat(full)
+                marker = json.loads(_read_small(entry.dir_fd, entry.name, own) or b"null")
+            except ValueError:
+                marker = None
+            continue
+        if len(files) >= MAX_FILES:
+            break
+        spent += nofollow.cost(st)
+        known = cache.get(rel)
+        if max_bytes is not None and spent > max_bytes:
+            digest = ""  # over the cap: listed, not read
+        elif isinstance(known, list) and len(known) >= 3 and known[0] == st.st_size and known[1] == st.st_mtime_ns:
+            digest = known[2]
+        else:
+            try:
+                fd, _ = nofollow.open_file(entry.dir_fd, entry.name, rel, own)
+            except nofollow.Refused as exc:
+                if len(skipped) < MAX_SKIPPED:
+                    skipped.append([rel, exc.why])
+                continue
             except OSError:
                 continue
-            if not os.path.isfile(full) or os.path.islink(full):
+            try:
+                digest = _hash_fd(fd)
+            except OSError:
                 continue
-            if rel == MARKER:
-                try:
-                    with open(full) as f:
-                        marker = json.load(f)
-                except (OSError, ValueError):
-                    marker = None
-                continue
-            if len(files) >= MAX_FILES:
-                break
-            known = cache.get(rel)
-            if known and known[0] == st.st_size and known[1] == st.st_mtime_ns:
-                digest = known[2]
-            else:
-                try:
-                    digest = _hash(full)
-                except OSError:
-                    continue
-            files[rel] = [st.st_size, st.st_mtime_ns, digest]
+            finally:
+                os.close(fd)
+        files[rel] = [st.st_size, st.st_mtime_ns, digest, nofollow.cost(st)]
+    _write_cache(base_fd, files)
+    return {"exists": True, "files": files, "marker": marker, "skipped": skipped, "skipped_more": more}
+
+
+def _write_cache(base_fd: int, files: dict) -> None:
+    """The hash cache, written into a fresh file (never through a link the job left there)."""
+    tmp = f"{CACHE}.tmp{os.getpid()}"
     try:
-        tmp = _cache_path(folder) + f".tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(files, f)
-        os.replace(tmp, _cache_path(folder))
-    except OSError:
+        fd = nofollow.create_file(base_fd, tmp, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({rel: v for rel, v in files.items() if v[2]}, f)
+        os.replace(tmp, CACHE, src_dir_fd=base_fd, dst_dir_fd=base_fd)
+    except (OSError, nofollow.Refused):
         pass  # an unwritable cache only costs hashing again
-    return {"exists": True, "files": files, "marker": marker}
 
 
 def scan_copy(folder: str) -> dict:
@@ -112,7 +181,7 @@ def scan_copy(folder: str) -> dict:
         try:
             if (isinstance(meta, (list, tuple)) and len(meta) >= 2 and os.path.isfile(path)
                     and not os.path.islink(path) and os.path.getsize(path) == meta[0]):
-                os.utime(path, ns=(int(meta[1]), int(meta[1])))
+                os.utime(path, ns=(int(meta[1]), int(meta[1])), follow_symlinks=False)
         except (OSError, ValueError, TypeError):
             continue
     doc = scan(folder)
@@ -121,18 +190,42 @@ def scan_copy(folder: str) -> dict:
 
 
 def pack(folder: str, archive: str, rels: list[str]) -> dict:
-    """The named regular files of `folder` (and the marker, if any) as a tar.gz."""
+    """The named regular files of `folder` (and the marker, if any) as a tar.gz, each opened
+    through nofollow from the job's folder (a name through a link, a FIFO, a device is left
+    out, never opened)."""
     count = size = 0
+    base, name = _split(folder)
     with tarfile.open(archive, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
-        for rel in [*rels, MARKER]:
-            if not _inside(rel):
-                continue
-            full = os.path.join(folder, rel)
-            if os.path.islink(full) or not os.path.isfile(full):
-                continue
-            tar.add(full, arcname=rel, recursive=False)
-            count += 1
-            size += os.path.getsize(full)
+        try:
+            top = nofollow.open_root(base, name)
+        except (OSError, nofollow.Refused):
+            top = -1
+        try:
+            own = nofollow.owner(top) if top >= 0 else None
+            for rel in [*rels, MARKER] if top >= 0 else []:
+                if not _inside(rel):
+                    continue
+                try:
+                    parent, last = nofollow.parent_of(top, rel)
+                except (OSError, nofollow.Refused):
+                    continue
+                try:
+                    fd, st = nofollow.open_file(parent, last, rel, own)
+                except (OSError, nofollow.Refused):
+                    continue
+                finally:
+                    os.close(parent)
+                try:
+                    info = tarfile.TarInfo(rel)
+                    info.size, info.mode, info.mtime = st.st_size, st.st_mode & 0o755, int(st.st_mtime)
+                    tar.addfile(info, nofollow.ExactReader(fd, st.st_size))
+                finally:
+                    os.close(fd)
+                count += 1
+                size += st.st_size
+        finally:
+            if top >= 0:
+                os.close(top)
     return {"files": count, "bytes": size, "packed": os.path.getsize(archive)}
 
 
@@ -141,7 +234,10 @@ def main(argv: list[str]) -> int:
         print(json.dumps(scan(argv[1])))
         return 0
     if argv and argv[0] == "scan-many":  # every job's folder on a host, in one process
-        print(json.dumps({"scans": [scan(folder) for folder in argv[1:]]}))
+        cap = None
+        if len(argv) >= 3 and argv[1] == "--max-bytes":
+            cap, argv = int(argv[2]), argv[2:]
+        print(json.dumps({"scans": [scan(folder, cap) for folder in argv[1:]]}))
         return 0
     if len(argv) >= 3 and argv[0] == "pack":
         print(json.dumps(pack(argv[1], argv[2], argv[3:])))

@@ -519,6 +519,8 @@ def _bring_declared(spec: dict, before: dict | None, log: JobLog) -> dict | None
     if produced["declared"]:
         n = produced["declared"]
         log.line(f"outputs: {n} declared file{'s' * (n != 1)} brought into the output folder")
+    for path, why in produced.get("refused") or []:
+        log.line(f"outputs: {path} is {why}: not copied (no link is followed)")
     return produced
 
 

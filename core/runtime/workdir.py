@@ -8,11 +8,13 @@ job created or changed that were not declared are counted, so the job's last log
 status` and the next submit can say which work stayed on the target instead of losing it quietly.
 
 `gpu fetch ID PATH` brings such work home later: `pack` archives the named paths of the working
-folder on the target (run there as `python workdir.py pack WORKDIR ARCHIVE MAX_BYTES MAX_FILES
-PATH...`), and home unpacks the archive by the same rules as every output.
+folder on the target (run there as `python workdir.py pack JOB_DIR INNER ARCHIVE MAX_BYTES
+MAX_FILES PATH...`, INNER being `code/<workdir>`), and home unpacks the archive by the same rules
+as every output.
 
-Standard library only: this runs beside the launcher on every target. No link is followed, and
-only regular files are read.
+Standard library only: this runs beside the launcher on every target. Every read and write goes
+through nofollow.py from the job's folder down: no link is followed (the working folder, `code/`
+and out/ included), only regular files are read, and nothing is written through a link.
 """
 
 from __future__ import annotations
@@ -24,28 +26,46 @@ import stat
 import sys
 import tarfile
 
+if __package__:  # imported as core.runtime.workdir (the engine, tests)
+    from . import nofollow
+else:  # beside the launcher, or sent as source with nofollow.py registered before it
+    import nofollow
+
 MAX_FILES = 200_000  # a working folder bigger than this is not watched (said in the log)
-SKIP_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints"}
+SKIP_DIRS = frozenset({"__pycache__", ".git", ".ipynb_checkpoints"})
 
 Snapshot = dict[str, tuple[int, int]]
 
 
-def snapshot(workdir: str) -> Snapshot | None:
+def _split(workdir: str, job_dir: str | None) -> tuple[str, str]:
+    """(trusted base, parts walked without following a link): the job's folder and the path
+    of the working folder inside it (`code/<workdir>`), which the job may have replaced."""
+    if job_dir:
+        base = os.path.abspath(job_dir)
+        full = os.path.abspath(workdir)
+        if full.startswith(base + os.sep):
+            return base, os.path.relpath(full, base).replace(os.sep, "/")
+    return workdir, ""
+
+
+def snapshot(workdir: str, job_dir: str | None = None,
+             skip_ids: frozenset[tuple[int, int]] = frozenset()) -> Snapshot | None:
     """{relative path: (size, mtime_ns)} of the regular files under `workdir`, or None when it
-    holds more than MAX_FILES (watching it would cost more than it tells)."""
+    holds more than MAX_FILES (watching it would cost more than it tells). No link is followed,
+    the working folder itself included when `job_dir` (the folder holding it) is given."""
     out: Snapshot = {}
-    for top, dirs, files in os.walk(workdir):  # os.walk does not descend into linked folders
-        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-        for name in files:
-            path = os.path.join(top, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                out[os.path.relpath(path, workdir)] = (st.st_size, st.st_mtime_ns)
+    try:
+        top = nofollow.open_root(*_split(workdir, job_dir))
+    except (OSError, nofollow.Refused):
+        return out
+    try:
+        for entry in nofollow.walk(top, skip_names=SKIP_DIRS, skip_ids=skip_ids):
+            if entry.why is None:
+                out[entry.rel] = (entry.st.st_size, entry.st.st_mtime_ns)
                 if len(out) > MAX_FILES:
                     return None
+    finally:
+        os.close(top)
     return out
 
 
@@ -62,21 +82,33 @@ def declared(rel: str, patterns: list[str]) -> bool:
     return False
 
 
-def _copy_file(src: str, dest: str) -> int:
-    """Copy one regular file without following a link; bytes copied."""
-    fd = os.open(src, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+def _copy_into(src_top: int, rel: str, out_top: int, own: int) -> int:
+    """Copy `rel` from the working folder into the output folder, both walked through folder
+    descriptors (no link followed on either side; whatever had the name in out/ is replaced
+    by a fresh file, never written through). Bytes copied; Refused or OSError on the way."""
+    src_dir, name = nofollow.parent_of(src_top, rel)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return 0
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        fd, st = nofollow.open_file(src_dir, name, rel, own)
+    finally:
+        os.close(src_dir)
+    try:
+        parent, _, base = rel.rpartition("/")
+        dest_dir = nofollow.makedirs_at(out_top, parent) if parent else os.dup(out_top)
+        try:
+            out = nofollow.create_file(dest_dir, base, 0o755 if st.st_mode & 0o111 else 0o644)
+        finally:
+            os.close(dest_dir)
         copied = 0
-        with open(dest, "wb") as out:
+        try:
+            reader = nofollow.ExactReader(fd, st.st_size)
             while True:
-                block = os.read(fd, 1 << 20)
+                block = reader.read(1 << 20)
                 if not block:
                     break
-                out.write(block)
+                os.write(out, block)
                 copied += len(block)
+        finally:
+            os.close(out)
         return copied
     finally:
         os.close(fd)
@@ -84,30 +116,62 @@ def _copy_file(src: str, dest: str) -> int:
 
 def collect(workdir: str, out_dir: str, patterns: list[str], before: Snapshot | None) -> dict:
     """Copy the declared outputs into `out_dir` (same relative paths) and count what the job
-    wrote that was not declared: {"declared": n, "stayed": n, "folders": {folder: n}, "sample"}."""
-    after = snapshot(workdir)
-    result: dict = {"declared": 0, "stayed": 0, "folders": {}, "sample": [], "watched": after is not None}
-    if after is None:
-        return result
-    real_out = os.path.realpath(out_dir)
-    for rel in sorted(after):
-        full = os.path.join(workdir, rel)
-        if os.path.realpath(full).startswith(real_out + os.sep):
-            continue  # already in the output folder (gpu.output_dir() inside the working folder)
-        if patterns and declared(rel, patterns):
-            try:
-                _copy_file(full, os.path.join(out_dir, rel))
-                result["declared"] += 1
-            except OSError:
-                pass
-            continue
-        if before is None or before.get(rel) == after[rel]:
-            continue  # shipped with the bundle and untouched (or the job never started)
-        folder = rel.split("/", 1)[0] + "/" if "/" in rel else "./"
-        result["stayed"] += 1
-        result["folders"][folder] = result["folders"].get(folder, 0) + 1
-        if len(result["sample"]) < 10:
-            result["sample"].append(rel)
+    wrote that was not declared: {"declared": n, "stayed": n, "folders": {folder: n}, "sample",
+    "refused": [[path, why]...]}. Both folders are read and written through nofollow from the
+    job's folder (the parent of `out_dir`), so a job that replaced its working folder, out/ or
+    any folder in them with a link has nothing read or written through it."""
+    job_dir = os.path.dirname(os.path.abspath(out_dir))
+    result: dict = {"declared": 0, "stayed": 0, "folders": {}, "sample": [], "watched": False,
+                    "refused": []}
+    try:
+        out_top = nofollow.open_root(job_dir, os.path.basename(os.path.abspath(out_dir)))
+    except FileNotFoundError:
+        os.makedirs(out_dir, exist_ok=True)
+        out_top = nofollow.open_root(job_dir, os.path.basename(os.path.abspath(out_dir)))
+    except nofollow.Refused as exc:
+        result["refused"].append([exc.rel + "/", exc.why])
+        out_top = -1
+    try:
+        base, inner = _split(workdir, job_dir)
+        try:
+            src_top = nofollow.open_root(base, inner)
+        except nofollow.Refused as exc:
+            result["refused"].append([exc.rel + "/", exc.why + ": the working folder was not read"])
+            return result
+        except FileNotFoundError:
+            return result
+        try:
+            skip = frozenset() if out_top < 0 else frozenset({(os.fstat(out_top).st_dev, os.fstat(out_top).st_ino)})
+            after = snapshot(workdir, job_dir, skip_ids=skip)  # gpu.output_dir() inside it: not again
+            result["watched"] = after is not None
+            if after is None:
+                return result
+            own = nofollow.owner(src_top)
+            for rel in sorted(after):
+                if patterns and declared(rel, patterns):
+                    if out_top < 0:
+                        continue
+                    try:
+                        _copy_into(src_top, rel, out_top, own)
+                        result["declared"] += 1
+                    except nofollow.Refused as exc:
+                        if len(result["refused"]) < 20:
+                            result["refused"].append([exc.rel, exc.why])
+                    except OSError:
+                        pass
+                    continue
+                if before is None or before.get(rel) == after[rel]:
+                    continue  # shipped with the bundle and untouched (or the job never started)
+                folder = rel.split("/", 1)[0] + "/" if "/" in rel else "./"
+                result["stayed"] += 1
+                result["folders"][folder] = result["folders"].get(folder, 0) + 1
+                if len(result["sample"]) < 10:
+                    result["sample"].append(rel)
+        finally:
+            os.close(src_top)
+    finally:
+        if out_top >= 0:
+            os.close(out_top)
     return result
 
 
@@ -130,87 +194,121 @@ def stayed_text(result: dict, short_id: str | None = None) -> str | None:
     return text
 
 
-def _through_link(workdir: str, rel: str) -> str | None:
-    """The first part of `rel` (a folder on the way, or the path itself) that is not a plain
-    folder or file of the working folder: a link, a device; None when the path is clean."""
-    here = workdir
-    for part in rel.split("/"):
-        here = os.path.join(here, part)
-        try:
-            st = os.lstat(here)
-        except FileNotFoundError:
-            return None  # missing: said as missing by the caller
-        if stat.S_ISLNK(st.st_mode):
-            return os.path.relpath(here, workdir)
-        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-            return os.path.relpath(here, workdir)
-    return None
-
-
-def pack(workdir: str, rels: list[str], archive: str, max_bytes: int, max_files: int) -> dict:
-    """Archive the regular files under each of `rels` (relative to `workdir`, already checked
-    to stay inside it) without following a link; say what was missing, refused or capped."""
+def pack(job_dir: str, inner: str, rels: list[str], archive: str, max_bytes: int,
+         max_files: int) -> dict:
+    """Archive the regular files under each of `rels` (relative to the working folder
+    `job_dir/inner`, already checked to stay inside it), every part opened through nofollow
+    from the job's folder; say what was missing, refused or capped. {"gone": true} when the
+    working folder is not there; {"replaced": why} when it (or `code/`) is a link."""
+    try:
+        top = nofollow.open_root(job_dir, inner)
+    except FileNotFoundError:
+        return {"gone": True}
+    except nofollow.Refused as exc:
+        return {"files": 0, "bytes": 0, "missing": [], "refused": [], "capped": None,
+                "replaced": f"{exc.rel} is {exc.why}"}
     doc: dict = {"files": 0, "bytes": 0, "missing": [], "refused": [], "capped": None}
     tmp = archive + ".part"
-    with tarfile.open(tmp, "w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for rel in rels:
-            full = os.path.join(workdir, rel) if rel != "." else workdir
-            if not os.path.lexists(full):
-                doc["missing"].append(rel)
-                continue
-            bad = _through_link(workdir, rel) if rel != "." else None
-            if bad:
-                doc["refused"].append({"path": rel, "why": f"{bad} is a link or special file: not followed"})
-                continue
-            for path in _files_under(full):
+    try:
+        own = nofollow.owner(top)
+        with tarfile.open(tmp, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+            for rel in rels:
                 if doc["capped"]:
                     break
-                _add(tar, workdir, path, doc, max_bytes, max_files)
+                _pack_one(tar, top, own, rel, doc, max_bytes, max_files)
+    finally:
+        os.close(top)
     os.replace(tmp, archive)
     return doc
 
 
-def _files_under(full: str):
-    """`full` itself, or the files under it in a stable order (os.walk enters no linked folder)."""
-    if not os.path.isdir(full):
-        yield full
-        return
-    for top, dirs, files in os.walk(full):
-        dirs.sort()
-        for name in sorted(files):
-            yield os.path.join(top, name)
+def _pack_one(tar: tarfile.TarFile, top: int, own: int, rel: str, doc: dict, max_bytes: int,
+              max_files: int) -> None:
+    """One named path: a file, or every file under a folder; refused as a whole when a part
+    of its own name is a link or special file, file by file for what lies under it."""
+    def refuse(path: str, why: str) -> None:
+        if len(doc["refused"]) < 50:
+            doc["refused"].append({"path": path, "why": why})
 
-
-def _add(tar: tarfile.TarFile, workdir: str, path: str, doc: dict, max_bytes: int,
-         max_files: int) -> None:
-    """One regular file into the archive, read through a descriptor that follows no link."""
+    if rel in ("", "."):
+        folder, name = os.dup(top), None
+    else:
+        try:
+            folder, name = nofollow.parent_of(top, rel)
+        except FileNotFoundError:
+            doc["missing"].append(rel)
+            return
+        except nofollow.Refused as exc:
+            refuse(rel, f"{exc.rel} is {exc.why}: not followed")
+            return
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        if name is not None:
+            try:
+                st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                doc["missing"].append(rel)
+                return
+            if stat.S_ISREG(st.st_mode):
+                _add(tar, folder, name, rel, own, doc, max_bytes, max_files, refuse)
+                return
+            if not stat.S_ISDIR(st.st_mode):
+                refuse(rel, f"{rel} is {nofollow.kind(st.st_mode)}: not followed or opened")
+                return
+            try:
+                sub = nofollow.open_dir_at(folder, name, rel)
+            except FileNotFoundError:
+                doc["missing"].append(rel)
+                return
+            except nofollow.Refused as exc:
+                refuse(rel, f"{exc.rel} is {exc.why}: not followed")
+                return
+            os.close(folder)
+            folder = sub
+        prefix = "" if name is None else rel
+        for entry in nofollow.walk(folder, prefix):
+            if doc["capped"]:
+                break
+            if entry.why is not None:
+                refuse(entry.rel, f"{entry.rel} is {entry.why}: not followed or opened")
+                continue
+            _add(tar, entry.dir_fd, entry.name, entry.rel, own, doc, max_bytes, max_files, refuse)
+    finally:
+        os.close(folder)
+
+
+def _add(tar: tarfile.TarFile, dir_fd: int, name: str, rel: str, own: int, doc: dict,
+         max_bytes: int, max_files: int, refuse) -> None:
+    """One regular file into the archive, read through a descriptor that follows no link; a
+    sparse file counts its full length against the byte cap (nofollow.cost)."""
+    try:
+        fd, st = nofollow.open_file(dir_fd, name, rel, own)
+    except nofollow.Refused as exc:
+        refuse(rel, f"{rel} is {exc.why}: not read")
+        return
     except OSError:
-        return  # a link, or gone meanwhile
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        return  # gone meanwhile
+    try:
+        if doc["files"] >= max_files or doc["bytes"] + nofollow.cost(st) > max_bytes:
+            doc["capped"] = rel
             return
-        if doc["files"] >= max_files or doc["bytes"] + st.st_size > max_bytes:
-            doc["capped"] = os.path.relpath(path, workdir)
-            return
-        info = tarfile.TarInfo(os.path.relpath(path, workdir))
+        info = tarfile.TarInfo(rel)
         info.size, info.mode, info.mtime = st.st_size, st.st_mode & 0o755, int(st.st_mtime)
-        tar.addfile(info, f)
+        tar.addfile(info, nofollow.ExactReader(fd, st.st_size))
         doc["files"] += 1
-        doc["bytes"] += st.st_size
+        doc["bytes"] += nofollow.cost(st)
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 6 or argv[1] != "pack":
-        sys.stderr.write("usage: workdir.py pack WORKDIR ARCHIVE MAX_BYTES MAX_FILES PATH...\n")
+    if len(argv) < 7 or argv[1] != "pack":
+        sys.stderr.write("usage: workdir.py pack JOB_DIR INNER ARCHIVE MAX_BYTES MAX_FILES PATH...\n")
         return 2
-    workdir = os.path.expanduser(argv[2])
-    if not os.path.isdir(workdir):
+    job_dir = os.path.expanduser(argv[2])
+    if not os.path.isdir(job_dir):
         sys.stdout.write(json.dumps({"gone": True}) + "\n")
         return 0
-    doc = pack(workdir, argv[6:], argv[3], int(argv[4]), int(argv[5]))
+    doc = pack(job_dir, argv[3], argv[7:], argv[4], int(argv[5]), int(argv[6]))
     sys.stdout.write(json.dumps(doc) + "\n")
     return 0
 
