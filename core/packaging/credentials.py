@@ -20,9 +20,12 @@ Deliberate exceptions (false positives cost a job its code, so each is a decisio
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import re
+
+from core.secrets import tokens
 
 # -- names ---------------------------------------------------------------------------------
 
@@ -270,6 +273,11 @@ def _suffix_reason(forms: list[frozenset[str]]) -> str | None:
 CONTENT_MAX_FILE = 1 << 20  # files up to 1 MiB are read; bigger ones are judged by name only
 CONTENT_HEAD = 64 << 10  # and of those, at most the first 64 KiB
 
+# A password that is only a placeholder, and hosts that are only local (in examples and READMEs).
+_NOT_PLACEHOLDER = (rb"(?!(?:password|passwd|pass|pwd|secret|token|changeme|username|user|x+|\*+)@)"
+                    rb"(?![$<{%*])")
+_NOT_LOCAL = rb"(?!localhost|127\.|0\.0\.0\.0|example\.|\[::1\])"
+
 # (a word the text must hold, lower-cased; regexes that must all match; what it is). One kind
 # a line. The word is a cheap first look (bytes.find runs at memory speed; a regex over 64 KiB
 # of ordinary text costs far more), so most files are cleared without a regex.
@@ -303,6 +311,28 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
     # netrc entries with a password
     (b"machine", (rb"^[ \t]*machine[ \t]+\S+\s+(?:login[ \t]+\S+\s+)?password[ \t]+\S+",),
      "netrc password"),
+    # git-credential store lines (`https://user:token@host`, a line to itself), and a package
+    # index, registry or git URL with a password set in a config (pip.conf, uv.toml, .condarc,
+    # requirements.txt); placeholders (`password`, `$TOKEN`, `<token>`, `***`) and local hosts
+    # (`postgres:postgres@localhost` in a README) are not credentials
+    (b"://", (rb"^[ \t]*https?://[^\s:/@]+:" + _NOT_PLACEHOLDER + rb"[^\s/@]+@[^\s/@]+/?[ \t]*\r?$",),
+     "git credentials (a URL with a password)"),
+    (b"://", (rb"(?i)(?:index[-_]url|find[-_]links|extra[-_]index|registry|channel_alias|\burl)[\"']?"
+              rb"[ \t]*[=:][ \t]*[\"']?(?:git\+)?https?://[^\s:/@\"']+:" + _NOT_PLACEHOLDER
+              + rb"[^\s/@\"']+@" + _NOT_LOCAL,),
+     "package index URL with a password"),
+    # npm scoped auth lines (`//registry.npmjs.org/:_authToken=...`, `:_password=`, `:_auth=`)
+    (b":_", (rb"(?i)^[ \t]*//[^\s]+:_(?:authtoken|auth|password)[ \t]*=[ \t]*[\"']?[^\s$\"'{]{8,}",),
+     "npm registry token"),
+    # .pypirc with a password under an index section
+    (b"password", (rb"(?i)^\[(?:pypi|testpypi|distutils|server-login)\]",
+                   rb"(?i)^[ \t]*password[ \t]*[=:][ \t]*[^\s$<{]\S{3,}"),
+     "package registry password"),
+    # docker config.json logins
+    (b'"auths"', (rb"\"auth\"\s*:\s*\"[A-Za-z0-9+/=]{8,}\"",), "Docker registry login"),
+    # WireGuard configs: an [Interface] with its PrivateKey (a VPN's key)
+    (b"privatekey", (rb"(?i)^[ \t]*\[Interface\]", rb"(?i)^[ \t]*PrivateKey[ \t]*=[ \t]*[A-Za-z0-9+/]{42,43}="),
+     "WireGuard private key"),
 )
 
 _CONTENT = [(word, [re.compile(rx, re.MULTILINE) for rx in rxs], what)
@@ -312,17 +342,140 @@ _CONTENT = [(word, [re.compile(rx, re.MULTILINE) for rx in rxs], what)
 _EMPTY_ASSIGNMENT = re.compile(
     rb"^\s*(?:#.*|(?:export\s+)?[A-Za-z_][A-Za-z0-9_.-]*\s*[=:]\s*(?:\"\"|'')?\s*(?:#.*)?)?$")
 
+# Binary key stores by their first bytes: Java (JKS, JCEKS), KeePass (kdbx and kdb).
+BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\xfe\xed\xfe\xed", "Java key store"),
+    (b"\xce\xce\xce\xce", "Java key store (JCEKS)"),
+    (b"\x03\xd9\xa2\x9a\x67\xfb\x4b\xb5", "KeePass database"),
+    (b"\x03\xd9\xa2\x9a\x65\xfb\x4b\xb5", "KeePass database"),
+)
+# Encrypted PKCS#8 keys start SEQUENCE { SEQUENCE { OID pbes2 or a PKCS#12 PBE, ... } ... }
+_ENCRYPTED_KEY_OIDS = (b"\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x05\x0d",  # PBES2
+                       b"\x06\x0a\x2a\x86\x48\x86\xf7\x0d\x01\x0c\x01")  # pkcs-12PbeIds
+# Text a base64 blob of a credential holds: a key's PEM armour, a key file's JSON field.
+_WRAPPED = (b"PRIVATE KEY-----", b'"private_key"', b'"service_account"', b'"refresh_token"')
+_B64_CHARS = bytes(0x62 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "+/=-_\r\n")
+                   else 0x20 for i in range(256))
+
+
+def _b64_markers(text: bytes) -> list[bytes]:
+    """What `text` looks like inside base64 at each of the three alignments (standard and
+    URL-safe alphabets): only the characters that `text` alone decides."""
+    out = []
+    for i in range(3):
+        enc = base64.b64encode(b"\0" * i + text + b"\0\0\0")
+        core_chars = enc[-(-4 * i // 3):(4 * (i + len(text))) // 3]
+        out += [core_chars, core_chars.replace(b"+", b"-").replace(b"/", b"_")]
+    return out
+
+
+_WRAPPED_MARKERS = tuple(dict.fromkeys(m for t in _WRAPPED for m in _b64_markers(t)))
+
 # Changes to the content rules change this id, so cached verdicts are taken again.
 CONTENT_RULES_ID = hashlib.sha256(repr((CONTENT_RULES, ENV_TEMPLATE.pattern, CONTENT_MAX_FILE,
-                                        CONTENT_HEAD)).encode()).hexdigest()[:16]
+                                        CONTENT_HEAD, BINARY_MAGIC, _WRAPPED, tokens.DETECT_SECRETS_PLUGINS,
+                                        tokens.SUPPLEMENT, tokens.detect_secrets_version(), 2))
+                                  .encode()).hexdigest()[:16]
 
 
-def content_reason(head: bytes) -> str | None:
-    """Why these first bytes of a file are a credential, whatever the file's name, or None."""
-    lowered = head.lower()
+def content_reason(head: bytes, size: int | None = None) -> str | None:
+    """Why these first bytes of a file are a credential, whatever the file's name, or None.
+
+    `size` is the file's whole size (None: `head` is the whole file). Judged: the text rules
+    and vendor tokens; the same over the text again when it is UTF-16 (with or without a BOM,
+    either byte order); a DER private key or a binary key store; base64 that wraps a key."""
+    what = _text_what(head, head.lower())
+    if what is None and b"\0" in head:
+        what = _utf16_what(head)
+    if what is None:
+        what = _binary_what(head, len(head) if size is None else size)
+    if what is None:
+        what = _wrapped_what(head)
+    return f"withheld: content is a credential ({what})" if what else None
+
+
+def _text_what(head: bytes, lowered: bytes) -> str | None:
     for word, regexes, what in _CONTENT:
         if word in lowered and all(rx.search(head) for rx in regexes):
-            return f"withheld: content is a credential ({what})"
+            return what
+    return tokens.find_token(head, lowered)
+
+
+def _utf16_what(head: bytes) -> str | None:
+    """The text rules over `head` read as UTF-16: a BOM says the byte order; without one, both
+    are tried (ASCII in UTF-16 is every other byte NUL, LE or BE by the side)."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        orders = ["utf-16"]
+    else:
+        orders = ["utf-16-le", "utf-16-be"]
+    for order in orders:
+        text = head[:len(head) & ~1].decode(order, "replace").encode("utf-8", "replace")
+        what = _text_what(text, text.lower())
+        if what:
+            return f"{what}, in UTF-16 text"
+    return None
+
+
+def _der_length(data: bytes, i: int) -> tuple[int, int] | None:
+    """(length, index after it) of the DER length at data[i], or None."""
+    if i >= len(data):
+        return None
+    first = data[i]
+    if first < 0x80:
+        return first, i + 1
+    n = first & 0x7F
+    if not 1 <= n <= 4 or i + 1 + n > len(data):
+        return None
+    return int.from_bytes(data[i + 1:i + 1 + n], "big"), i + 1 + n
+
+
+def _binary_what(head: bytes, size: int) -> str | None:
+    """A key store by its magic, or a whole file that is one DER private key: PKCS#1 (RSA),
+    DSA, SEC1 (EC), PKCS#8 (any algorithm, encrypted or not), PKCS#12. Public keys and
+    certificates do not start with a version INTEGER and are not matched."""
+    for magic, what in BINARY_MAGIC:
+        if head.startswith(magic):
+            return what
+    if len(head) < 8 or head[0] != 0x30 or size != len(head):
+        return None
+    outer = _der_length(head, 1)
+    if outer is None or outer[1] + outer[0] != len(head.rstrip(b"\r\n")) and outer[1] + outer[0] != len(head):
+        return None
+    i = outer[1]
+    if head[i] == 0x30 and any(oid in head[i:i + 16] for oid in _ENCRYPTED_KEY_OIDS):
+        return "encrypted PKCS#8 private key (DER)"
+    if head[i:i + 2] != b"\x02\x01" or i + 3 >= len(head):
+        return None
+    version, following = head[i + 2], head[i + 3]
+    if version in (0, 1) and following in (0x02, 0x30, 0x04):
+        return "private key (DER)"
+    if version == 3 and following == 0x30:
+        return "PKCS#12 key store (DER)"
+    return None
+
+
+def _wrapped_what(head: bytes) -> str | None:
+    """A credential wrapped in base64 (a service-account JSON or a PEM key in a CI variable,
+    MIME-wrapped or not): the blob around a marker is decoded and judged as text."""
+    for marker in _WRAPPED_MARKERS:
+        hit = head.find(marker)
+        if hit == -1:
+            continue
+        mask = head.translate(_B64_CHARS)
+        start = mask.rfind(b" ", 0, hit) + 1
+        start = max(start, head.rfind(b"=", start, hit) + 1)  # `NAME=` or padding: not this blob
+        end = mask.find(b" ", hit)
+        blob = re.sub(rb"[\r\n]", b"", head[start:len(head) if end == -1 else end])
+        blob = blob.replace(b"-", b"+").replace(b"_", b"/")
+        for shift in range(4):  # a word glued in front shifts the alignment
+            part = blob[shift:]
+            try:
+                decoded = base64.b64decode(part[:len(part) & ~3] or b"", validate=False)
+            except ValueError:
+                continue
+            what = _text_what(decoded, decoded.lower())
+            if what:
+                return f"{what}, base64-wrapped"
     return None
 
 
@@ -348,7 +501,7 @@ def content_verdict(name: str, head: bytes, size: int) -> str | None:
         if reason:
             return reason
     if size <= CONTENT_MAX_FILE:
-        return content_reason(head)
+        return content_reason(head, size)
     return None
 
 
