@@ -96,6 +96,28 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     (r".+\.kdbx?|.+\.ovpn", "password database or VPN profile"),
     # GnuPG secret keyrings
     (r"secring\.gpg|secring\.kbx", "GnuPG secret keyring"),
+    # OAuth token caches: google-auth quickstart flows (`token.json`, `token.pickle`), gcloud's
+    # databases, Azure CLI service principals, Firebase and GitHub Copilot sign-ins
+    (r"token\.(?:json|pickle|pkl)|(?:.+[._-])?oauth[._-]?tokens?\.(?:json|pickle|pkl|db)", "OAuth token cache"),
+    (r"service_principal_entries\.json|msal_http_cache\.bin|firebase-tools\.json", "OAuth token cache"),
+    # cloud console key exports: GCP service-account keys (`project-1a2b3c4d5e6f.json`),
+    # Firebase admin SDK keys, AWS root keys, Azure publish settings and SDK auth files
+    (r".+-[0-9a-f]{12}\.json", "Google Cloud service-account key export"),
+    (r".*firebase-adminsdk.*\.json", "Firebase admin key"),
+    (r"rootkey\.csv", "AWS root access keys"),
+    (r".+\.publishsettings|.+\.azureauth", "Azure credentials"),
+    # VPN and network configs: WireGuard (`wg0.conf`), NetworkManager, IPsec, Wi-Fi
+    (r"wg(?:\d+|[-_][0-9a-z_-]+)?\.conf|.+\.nmconnection|ipsec\.secrets|wpa_supplicant\.conf", "VPN or network credentials"),
+    # package-manager rc files that hold tokens (.npmrc and .pypirc above)
+    (r"\.yarnrc(?:\.yml)?|\.sentryclirc|ngrok\.yml", "package registry or service token"),
+    # MCP client configs: their servers' `env` holds API keys (Claude, Cursor, VS Code, Windsurf, Cline)
+    (r"\.?mcp\.json|mcp_config\.json|(?:cline_)?mcp_settings\.json|claude_desktop_config\.json"
+     r"|\.claude\.json", "MCP client config"),
+    # framework dev-variable files: Cloudflare Wrangler (`.dev.vars`, `.dev.vars.staging`),
+    # Azure Functions, Firebase runtime config, Rails and SOPS encrypted YAML (`config/master.key`
+    # is a .key above). Deliberately not: `.flaskenv`, which Flask documents as public and committed
+    (r"\.dev\.vars(?:\..+)?|local\.settings\.json|\.runtimeconfig\.json"
+     r"|.+\.ya?ml\.enc", "framework secrets file"),
     # shell and REPL histories: tokens typed on command lines
     (r"\.(?:bash|zsh|sh|python|psql|mysql|sqlite|node_repl|rediscli)_history|\.history"
      r"|fish_history", "shell history"),
@@ -119,6 +141,8 @@ DIR_RULES: tuple[tuple[str, str], ...] = (
     (".password-store", "pass password store"),
     (".secrets", "secrets folder"),
     (".envs", "dotenv folder"),
+    (".credentials", "OAuth credentials folder"),  # googleapis quickstarts: ~/.credentials/*.json
+    (".cloudflared", "Cloudflare tunnel credentials"),
 )
 
 # (path suffix of two or more parts, what it is): the folder's well-known credential files
@@ -139,6 +163,20 @@ SUFFIX_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
     ((".gradle", "gradle.properties"), "Gradle signing and repository credentials"),
     ((".config", "doctl"), "DigitalOcean token"),
     ((".local", "share", "keyrings"), "desktop keyring"),
+    ((".composer", "auth.json"), "Composer registry tokens"),
+    (("composer", "auth.json"), "Composer registry tokens"),
+    (("pypoetry", "auth.toml"), "Poetry registry credentials"),
+    ((".nuget", "nuget", "nuget.config"), "NuGet credentials"),
+    ((".codex", "auth.json"), "Codex sign-in"),
+    (("github-copilot", "hosts.json"), "GitHub Copilot token"),
+    (("github-copilot", "apps.json"), "GitHub Copilot token"),
+    ((".cursor", "mcp.json"), "MCP client config"),
+    ((".snowflake", "connections.toml"), "Snowflake credentials"),
+    ((".dbt", "profiles.yml"), "dbt database credentials"),
+    ((".fly", "config.yml"), "Fly.io token"),
+    ((".wrangler", "config"), "Cloudflare Wrangler token"),
+    ((".circleci", "cli.yml"), "CircleCI token"),
+    (("sops", "age", "keys.txt"), "SOPS age keys"),
 )
 
 # Never shipped, but not secrets: git's own folder.
@@ -154,6 +192,9 @@ NAME_KEYWORDS: tuple[str, ...] = (
     "client_secret", "account", "accesstokens", "msal_token", "azureprofile", "s3cfg", ".boto",
     "databrickscfg", "rclone", "kubeconfig", "dockercfg", "vault", "tfstate", "terraform",
     "kaggle", ".modal", "secret", "htpasswd", "htdigest", ".kdb", ".ovpn", "secring", "history",
+    "token", "service_principal", "msal_http", "firebase", ".json", "rootkey", "publishsettings",
+    "azureauth", "wg", "nmconnection", "wpa_supplicant", "yarnrc", "sentryclirc", "ngrok", "mcp",
+    "claude", ".dev.vars", "local.settings", "runtimeconfig", ".yml.enc", ".yaml.enc",
 )
 
 _NAME = re.compile("|".join(f"(?P<n{i}>{rx})" for i, (rx, _) in enumerate(NAME_RULES)))
