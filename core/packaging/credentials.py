@@ -24,6 +24,7 @@ import base64
 import functools
 import hashlib
 import re
+from typing import Callable
 
 from core.secrets import tokens
 
@@ -533,17 +534,44 @@ def env_template_reason(head: bytes, whole: bool) -> str | None:
     return None
 
 
-def content_verdict(name: str, head: bytes, size: int) -> str | None:
+# Verdicts by content within this process: the packer's second look at the bytes it packed
+# costs one hash, not a scan (the gate also keeps them across runs, `FileHashCache`).
+_MEMO: dict[str, str] = {}
+MEMO_CAP = 200_000
+
+
+def content_key(head: bytes, size: int) -> str:
+    """The key of a content verdict: the bytes judged, whether they are the whole file (a DER
+    key is judged whole), and the rules' id."""
+    whole = "w" if size == len(head) else "h"
+    return f"{hashlib.blake2b(head, digest_size=20).hexdigest()}{whole}{CONTENT_RULES_ID}"
+
+
+def content_verdict(name: str, head: bytes, size: int, known: dict[str, str] | None = None,
+                    learned: Callable[[str, str], None] | None = None) -> str | None:
     """Why a file with this name, first bytes and size is withheld for what it holds, or None.
 
-    One rule for the listing and for the packer, which re-checks the bytes it actually packed."""
+    One rule for the listing and for the packer, which re-checks the bytes it actually packed.
+    The name-free part is cached by content: `known` holds verdicts by `content_key` (from the
+    cache file), `learned(key, reason)` is told each fresh one ('' when clean)."""
     if is_env_template(name):
         reason = env_template_reason(head, whole=size <= CONTENT_HEAD)
         if reason:
             return reason
-    if size <= CONTENT_MAX_FILE:
-        return content_reason(head, size)
-    return None
+    if size > CONTENT_MAX_FILE:
+        return None
+    key = content_key(head, size)
+    reason = _MEMO.get(key)
+    if reason is None and known is not None:
+        reason = known.get(key)
+    if reason is None:
+        reason = content_reason(head, size) or ""
+        if learned is not None:
+            learned(key, reason)
+    if len(_MEMO) >= MEMO_CAP:
+        _MEMO.clear()
+    _MEMO[key] = reason
+    return reason or None
 
 
 def needs_content_check(name: str, size: int) -> bool:
