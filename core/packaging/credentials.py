@@ -330,13 +330,14 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
     (b"private key", (rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[ \t]*\r?\n"
                       rb"(?:[A-Za-z][A-Za-z0-9-]*:[^\n]*\r?\n)*(?:[ \t]*\r?\n)?[ \t]*"
                       rb"[A-Za-z0-9+/=]{4,}[ \t]*\r?$",), "PEM private key"),
-    (b"private key", (rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----\\n[A-Za-z0-9+/=]{4,}",),
+    (b"private key", (rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:\\r)?\\n"
+                      rb"(?:[A-Za-z][A-Za-z0-9-]*:[^\\\n]*(?:\\r)?\\n)*(?:(?:\\r)?\\n)?[A-Za-z0-9+/=]{4,}",),
      "PEM private key in an escaped string"),
     # PuTTY private keys
     (b"putty-user-key-file-", (rb"PuTTY-User-Key-File-\d+:[^\n]*\n(?:[^\n]*\n){0,6}Private-Lines:",),
      "PuTTY private key"),
     # Google service-account (and any JSON) key: a "private_key" with a value
-    (b'"private_key"', (rb"\"private_key\"\s*:\s*\"(?:-----BEGIN|[A-Za-z0-9+/=\\]{40,})",),
+    (b'"private_key"', (rb"\"private_key\"\s*:\s*\"(?:\\[rnt]|\s)*(?:-----BEGIN|[A-Za-z0-9+/=\\]{40,})",),
      "JSON key file with a private_key"),
     # Google user credentials (gcloud application-default login)
     (b"authorized_user", (rb"\"type\"\s*:\s*\"authorized_user\"",), "Google user credentials"),
