@@ -396,8 +396,8 @@ BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
 _ENCRYPTED_KEY_OIDS = (b"\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x05\x0d",  # PBES2
                        b"\x06\x0a\x2a\x86\x48\x86\xf7\x0d\x01\x0c\x01")  # pkcs-12PbeIds
 # Text a base64 blob of a credential holds: a key's PEM armour, a key file's JSON field.
-_WRAPPED = (b"PRIVATE KEY-----", b'"private_key"', b'"service_account"', b'"refresh_token"')
-_B64_CHARS = bytes(0x62 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "+/=-_\r\n")
+_WRAPPED = (b"PRIVATE KEY", b'"private_key"', b'"service_account"', b'"refresh_token"')
+_B64_CHARS = bytes(0x62 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "+/=-_")
                    else 0x20 for i in range(256))
 
 
@@ -500,15 +500,16 @@ def _binary_what(head: bytes, size: int) -> str | None:
 def _wrapped_what(head: bytes) -> str | None:
     """A credential wrapped in base64 (a service-account JSON or a PEM key in a CI variable,
     MIME-wrapped or not): the blob around a marker is decoded and judged as text."""
+    flat = head.replace(b"\n", b"").replace(b"\r", b"") if b"\n" in head else head  # MIME lines
     for marker in _WRAPPED_MARKERS:
-        hit = head.find(marker)
+        hit = flat.find(marker)
         if hit == -1:
             continue
-        mask = head.translate(_B64_CHARS)
+        mask = flat.translate(_B64_CHARS)
         start = mask.rfind(b" ", 0, hit) + 1
-        start = max(start, head.rfind(b"=", start, hit) + 1)  # `NAME=` or padding: not this blob
+        start = max(start, flat.rfind(b"=", start, hit) + 1)  # `NAME=` or padding: not this blob
         end = mask.find(b" ", hit)
-        blob = re.sub(rb"[\r\n]", b"", head[start:len(head) if end == -1 else end])
+        blob = flat[start:len(flat) if end == -1 else end]
         blob = blob.replace(b"-", b"+").replace(b"_", b"/")
         for shift in range(4):  # a word glued in front shifts the alignment
             part = blob[shift:]
