@@ -352,18 +352,8 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
     (b"aws_secret_access_key", (rb"(?i)^[ \t]*aws_secret_access_key[ \t]*[=:][ \t]*[\"']?[A-Za-z0-9/+=]{30,}",),
      "AWS secret access key"),
     # netrc entries with a password
-    (b"machine", (rb"^[ \t]*machine[ \t]+\S+\s+(?:login[ \t]+\S+\s+)?password[ \t]+\S+",),
+    (b"password", (rb"^[ \t]*machine[ \t]+\S+\s+(?:login[ \t]+\S+\s+)?password[ \t]+\S+",),
      "netrc password"),
-    # git-credential store lines (`https://user:token@host`, a line to itself), and a package
-    # index, registry or git URL with a password set in a config (pip.conf, uv.toml, .condarc,
-    # requirements.txt); placeholders (`password`, `$TOKEN`, `<token>`, `***`) and local hosts
-    # (`postgres:postgres@localhost` in a README) are not credentials
-    (b"://", (rb"^[ \t]*https?://[^\s:/@]+:" + _NOT_PLACEHOLDER + rb"[^\s/@]+@[^\s/@]+/?[ \t]*\r?$",),
-     "git credentials (a URL with a password)"),
-    (b"://", (rb"(?i)(?:index[-_]url|find[-_]links|extra[-_]index|registry|channel_alias|\burl)[\"']?"
-              rb"[ \t]*[=:][ \t]*[\"']?(?:git\+)?https?://[^\s:/@\"']+:" + _NOT_PLACEHOLDER
-              + rb"[^\s/@\"']+@" + _NOT_LOCAL,),
-     "package index URL with a password"),
     # npm scoped auth lines (`//registry.npmjs.org/:_authToken=...`, `:_password=`, `:_auth=`)
     (b":_", (rb"(?i)^[ \t]*//[^\s]+:_(?:authtoken|auth|password)[ \t]*=[ \t]*[\"']?[^\s$\"'{]{8,}",),
      "npm registry token"),
@@ -378,8 +368,45 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
      "WireGuard private key"),
 )
 
-_CONTENT = [(word, [re.compile(rx, re.MULTILINE) for rx in rxs], what)
-            for word, rxs, what in CONTENT_RULES]
+# The rules by word, each word looked for once, and the words behind a shorter gate word they
+# share ("private" for three of them): a file without the gate word costs one search, not three.
+_GATES = (b"private", b"secret", b"auth", b"putty", b"password")
+
+
+def _group_rules() -> tuple[tuple[bytes, tuple[tuple[bytes, tuple], ...]], ...]:
+    by_word: dict[bytes, list] = {}
+    for word, rxs, what in CONTENT_RULES:
+        by_word.setdefault(word, []).append((tuple(re.compile(rx, re.MULTILINE) for rx in rxs), what))
+    by_gate: dict[bytes, list] = {}
+    for word, rules in by_word.items():
+        gate = next((g for g in _GATES if g in word), word)
+        by_gate.setdefault(gate, []).append((word, tuple(rules)))
+    return tuple((gate, tuple(words)) for gate, words in by_gate.items())
+
+
+_CONTENT = _group_rules()
+
+# A URL with a password: a git-credential store line (`https://user:token@host` alone on its
+# line), or a package index, registry or git URL set in a config (pip.conf, uv.toml, .condarc,
+# requirements.txt). Placeholders (`password`, `$TOKEN`, `<token>`, `***`) and local hosts
+# (`postgres:postgres@localhost` in a README) are not credentials.
+_URL_WITH_PASSWORD = re.compile(rb"https?://[^\s:/@\"'<>]+:" + _NOT_PLACEHOLDER
+                                + rb"[^\s/@\"'<>]+@" + _NOT_LOCAL + rb"[^\s/\"'<>]*")
+_URL_SETTING = re.compile(rb"(?i)(?:index[-_]url|find[-_]links|extra[-_]index|registry|channel_alias"
+                          rb"|\burl)[\"']?[ \t]*[=:][ \t]*[\"']?(?:git\+)?$")
+
+
+def _url_password_what(head: bytes) -> str | None:
+    for m in _URL_WITH_PASSWORD.finditer(head):
+        line_start = head.rfind(b"\n", 0, m.start()) + 1
+        line_end = head.find(b"\n", m.end())
+        before = head[line_start:m.start()]
+        after = head[m.end():len(head) if line_end == -1 else line_end]
+        if not before.strip() and not after.strip(b" \t\r/"):
+            return "git credentials (a URL with a password)"
+        if _URL_SETTING.search(before[-60:]):
+            return "package index URL with a password"
+    return None
 
 # An env template line that sets nothing: blank, comment, or NAME= with an empty value.
 _EMPTY_ASSIGNMENT = re.compile(
@@ -412,11 +439,13 @@ def _b64_markers(text: bytes) -> list[bytes]:
     return out
 
 
+_B64_RUN = b"b" * 64
 _WRAPPED_MARKERS = tuple(dict.fromkeys(m for t in _WRAPPED for m in _b64_markers(t)))
 
 # Changes to the content rules change this id, so cached verdicts are taken again.
 CONTENT_RULES_ID = hashlib.sha256(repr((CONTENT_RULES, ENV_TEMPLATE.pattern, CONTENT_MAX_FILE,
-                                        CONTENT_HEAD, BINARY_MAGIC, _WRAPPED, tokens.DETECT_SECRETS_PLUGINS,
+                                        CONTENT_HEAD, BINARY_MAGIC, _URL_WITH_PASSWORD.pattern,
+                                        _URL_SETTING.pattern, _WRAPPED, tokens.DETECT_SECRETS_PLUGINS,
                                         tokens.SUPPLEMENT, tokens.detect_secrets_version(), 2))
                                   .encode()).hexdigest()[:16]
 
@@ -438,8 +467,16 @@ def content_reason(head: bytes, size: int | None = None) -> str | None:
 
 
 def _text_what(head: bytes, lowered: bytes) -> str | None:
-    for word, regexes, what in _CONTENT:
-        if word in lowered and all(rx.search(head) for rx in regexes):
+    for gate, words in _CONTENT:
+        if gate in lowered:
+            for word, rules in words:
+                if word in lowered:
+                    for regexes, what in rules:
+                        if all(rx.search(head) for rx in regexes):
+                            return what
+    if b"://" in lowered:
+        what = _url_password_what(head)
+        if what:
             return what
     return tokens.find_token(head, lowered)
 
@@ -500,6 +537,8 @@ def _binary_what(head: bytes, size: int) -> str | None:
 def _wrapped_what(head: bytes) -> str | None:
     """A credential wrapped in base64 (a service-account JSON or a PEM key in a CI variable,
     MIME-wrapped or not): the blob around a marker is decoded and judged as text."""
+    if head.translate(_B64_CHARS).find(_B64_RUN) == -1:
+        return None  # no base64 long enough to hold a key (MIME lines are 76)
     flat = head.replace(b"\n", b"").replace(b"\r", b"") if b"\n" in head else head  # MIME lines
     for marker in _WRAPPED_MARKERS:
         hit = flat.find(marker)
@@ -550,19 +589,21 @@ def content_key(head: bytes, size: int) -> str:
 
 
 def content_verdict(name: str, head: bytes, size: int, known: dict[str, str] | None = None,
-                    learned: Callable[[str, str], None] | None = None) -> str | None:
+                    learned: Callable[[str, str], None] | None = None,
+                    key: str | None = None) -> str | None:
     """Why a file with this name, first bytes and size is withheld for what it holds, or None.
 
     One rule for the listing and for the packer, which re-checks the bytes it actually packed.
     The name-free part is cached by content: `known` holds verdicts by `content_key` (from the
-    cache file), `learned(key, reason)` is told each fresh one ('' when clean)."""
+    cache file), `learned(key, reason)` is told each fresh one ('' when clean); `key` is the
+    `content_key` when the caller has it already."""
     if is_env_template(name):
         reason = env_template_reason(head, whole=size <= CONTENT_HEAD)
         if reason:
             return reason
     if size > CONTENT_MAX_FILE:
         return None
-    key = content_key(head, size)
+    key = key or content_key(head, size)
     reason = _MEMO.get(key)
     if reason is None and known is not None:
         reason = known.get(key)

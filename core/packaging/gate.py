@@ -123,7 +123,7 @@ class Gate:
     _aliases: dict[FileId, list[str]] | None = None
     _verdicts: dict[str, str] = field(default_factory=dict)
     _named: dict[str, str | None] = field(default_factory=dict)
-    _heads: dict[str, bytes | None] = field(default_factory=dict)
+    _heads: dict[str, tuple[bytes | None, str | None]] = field(default_factory=dict)
     _by_content: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -289,9 +289,11 @@ class Gate:
                     or not cred.needs_content_check(rel.rpartition("/")[2], st.st_size)):
                 continue
             head = read_head(full, expect=st)
-            self._heads[full] = head
+            key = None
             if head is not None and st.st_size <= cred.CONTENT_MAX_FILE:
-                keys.append(cred.content_key(head, st.st_size))
+                key = cred.content_key(head, st.st_size)
+                keys.append(key)
+            self._heads[full] = (head, key)
         if self.cache is not None and keys:
             self._by_content.update(self.cache.lookup_content(keys))
 
@@ -303,11 +305,11 @@ class Gate:
         cached = self._verdicts.get(full)
         if cached is not None:
             return cached or None
-        head = self._heads.pop(full) if full in self._heads else read_head(full, expect=st)
+        head, key = self._heads.pop(full) if full in self._heads else (read_head(full, expect=st), None)
         if head is None:
             return None  # unreadable now: packing it fails with its own clear error
         learned = self.cache.remember_content if self.cache is not None else None
-        reason = cred.content_verdict(name, head, st.st_size, self._by_content, learned)
+        reason = cred.content_verdict(name, head, st.st_size, self._by_content, learned, key)
         if self.cache is not None:
             self.cache.remember_verdict(full, self._signature(st), reason or "")
         return reason

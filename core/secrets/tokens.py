@@ -16,33 +16,41 @@ textual, rich, wandb: 1,849 files):
   IBM, Softlayer and Cloudant are keyword rules. Private keys are judged by our own PEM, DER
   and PuTTY rules, which ask for a key body, not a mention.
 
-Speed: a tree's files are not searched with one big regex (5 MB/s). Most tokens are runs of
-`[A-Za-z0-9_-]` at least RUN_MIN long holding their anchor (`ghp_`, `akia`): the text is mapped
-to a mask once (`bytes.translate`), each such run is searched for the anchors, and a rule's
-regex runs only over a run holding its anchor. The few rules whose match reaches outside one run
-(webhook URLs, `SG.x.y`, `aws_secret_access_key = '...'`) are asked only when their anchor is
-anywhere in the text.
+Speed: a tree's files are not searched with one big regex (5 MB/s). Every token but three
+holds a run of `[A-Za-z0-9_-]` at least RUN_MIN long: the text is mapped to a mask once
+(`bytes.translate`), and only such runs (RUN rules) or the window before and through them
+(WINDOW rules: webhook URLs, `SG.x.y`, `ya29.x`) are searched, for the anchors first, then with
+the regexes whose anchor is there. Text without such a run (prose, CSV, most code) costs the
+mask and three substring searches for the WHOLE rules (an AWS secret key beside its name, an
+Azure AccountKey, a Stripe webhook secret, whose base64 '/' and '+' cut into short pieces).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 import re
 from dataclasses import dataclass
 
 RUN_MIN = 20  # the shortest token in the table (an AWS key id) is 20 characters
 
 
+RUN, WINDOW, WHOLE = "run", "window", "whole"
+WINDOW_BEFORE = 160  # a URL or `key=` before the run a match ends in (hooks.slack.com/services/T../B../)
+
+
 @dataclass(frozen=True)
 class TokenRule:
-    """A kind of token: what it is, a literal (lower-cased) that any match contains, the regex,
-    and whether a match can hold characters outside `[A-Za-z0-9_-]` runs (then it is looked
-    for in the whole text, only when its anchor is there)."""
+    """A kind of token: what it is, literals (lower-cased) one of which any match contains, the
+    regex, and where a match lies: RUN, inside one run of `[A-Za-z0-9_-]` (most tokens);
+    WINDOW, ending in such a run with a URL or `key=` before it; WHOLE, anywhere (its token may
+    be cut by '/' and '+' into short pieces: looked for only when its anchor is in the text)."""
 
     what: str
     anchors: tuple[bytes, ...]
     regex: re.Pattern[bytes]
-    whole_text: bool = False
+    reach: str = RUN
 
 
 # (detect-secrets plugin module, class, anchors per pattern (lower-cased), what it is).
@@ -66,8 +74,9 @@ DETECT_SECRETS_PLUGINS: tuple[tuple[str, str, tuple[tuple[bytes, ...], ...], str
     ("square_oauth", "SquareOAuthDetector", ((b"sq0csp-",),), "a Square OAuth secret"),
     ("mailchimp", "MailchimpDetector", ((b"-us",),), "a Mailchimp key"),
 )
-# Patterns of theirs whose matches hold '/', '+', '=' or spaces (not one run): whole text.
-_DS_WHOLE_TEXT = {("aws", 1), ("azure_storage_key", 0), ("npm", 0), ("slack", 1), ("sendgrid", 0)}
+# Patterns of theirs whose matches reach outside one run (RUN for the rest).
+_DS_REACH = {("aws", 1): "whole", ("azure_storage_key", 0): "whole", ("npm", 0): "window",
+             ("slack", 1): "window", ("sendgrid", 0): "window"}
 
 # Well-known prefixes, a token's first characters: (prefix, shortest body, what it is). An `env`
 # value holding one is refused in this short form (a value may be a truncated or older token);
@@ -91,63 +100,88 @@ PREFIXES: tuple[tuple[str, int, str], ...] = (
 )
 
 _B = r"(?<![A-Za-z0-9])"  # not glued to a longer word on the left
-# (anchors, regex, what, whole text?): formats detect-secrets does not know. One a line.
-SUPPLEMENT: tuple[tuple[tuple[bytes, ...], str, str, bool], ...] = (
-    ((b"github_pat_",), r"github_pat_[A-Za-z0-9_]{40,}", "a GitHub fine-grained token", False),
-    ((b"sk-ant-",), r"sk-ant-[A-Za-z0-9_-]{32,}", "an Anthropic API key", False),
-    ((b"sk-",), _B + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{40,}", "an OpenAI API key", False),
-    ((b"hf_",), _B + r"hf_[A-Za-z0-9]{30,}", "a Hugging Face token", False),
-    ((b"aiza",), r"AIza[0-9A-Za-z_-]{35}", "a Google API key", False),
-    ((b"ya29.",), r"ya29\.[0-9A-Za-z_-]{30,}", "a Google OAuth access token", True),
-    ((b"1//0",), r"1//0[0-9A-Za-z_-]{40,}", "a Google OAuth refresh token", True),
-    ((b"gocspx-",), r"GOCSPX-[0-9A-Za-z_-]{28}", "a Google OAuth client secret", False),
-    ((b"npm_",), _B + r"npm_[A-Za-z0-9]{36}", "an npm token", False),
-    ((b"_test_",), r"(?:sk|rk)_test_[0-9a-zA-Z]{24,}", "a Stripe test key", False),
-    ((b"whsec_",), r"whsec_[A-Za-z0-9+/]{32,}", "a Stripe webhook secret", True),
-    ((b"xapp-",), r"xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]{20,}", "a Slack app token", False),
+# (anchors, regex, what, reach): formats detect-secrets does not know. One a line.
+SUPPLEMENT: tuple[tuple[tuple[bytes, ...], str, str, str], ...] = (
+    ((b"github_pat_",), r"github_pat_[A-Za-z0-9_]{40,}", "a GitHub fine-grained token", RUN),
+    ((b"sk-ant-",), r"sk-ant-[A-Za-z0-9_-]{32,}", "an Anthropic API key", RUN),
+    ((b"sk-",), _B + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{40,}", "an OpenAI API key", RUN),
+    ((b"hf_",), _B + r"hf_[A-Za-z0-9]{30,}", "a Hugging Face token", RUN),
+    ((b"aiza",), r"AIza[0-9A-Za-z_-]{35}", "a Google API key", RUN),
+    ((b"ya29.",), r"ya29\.[0-9A-Za-z_-]{30,}", "a Google OAuth access token", WINDOW),
+    ((b"1//0",), r"1//0[0-9A-Za-z_-]{40,}", "a Google OAuth refresh token", WINDOW),
+    ((b"gocspx-",), r"GOCSPX-[0-9A-Za-z_-]{28}", "a Google OAuth client secret", RUN),
+    ((b"npm_",), _B + r"npm_[A-Za-z0-9]{36}", "an npm token", RUN),
+    ((b"_test_",), r"(?:sk|rk)_test_[0-9a-zA-Z]{24,}", "a Stripe test key", RUN),
+    ((b"whsec_",), r"whsec_[A-Za-z0-9+/]{32,}", "a Stripe webhook secret", WHOLE),
+    ((b"xapp-",), r"xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]{20,}", "a Slack app token", RUN),
     ((b"hooks.slack.com",), r"https://hooks\.slack\.com/(?:workflows|triggers)/T[A-Za-z0-9]+/[A-Za-z0-9_/]{10,}",
-     "a Slack webhook", True),
+     "a Slack webhook", WINDOW),
     ((b"discord",), r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_-]{20,}",
-     "a Discord webhook", True),
+     "a Discord webhook", WINDOW),
     ((b"webhook.office.com",), r"https://[A-Za-z0-9-]+\.webhook\.office\.com/webhookb2/[A-Za-z0-9@/_-]{20,}",
-     "a Microsoft Teams webhook", True),
+     "a Microsoft Teams webhook", WINDOW),
     ((b"chat.googleapis.com",), r"https://chat\.googleapis\.com/v1/spaces/[^/\s]+/messages\?[^\s\"']*token=",
-     "a Google Chat webhook", True),
-    ((b"dapi",), _B + r"dapi[0-9a-f]{32}", "a Databricks token", False),
-    ((b"r8_",), _B + r"r8_[A-Za-z0-9]{37}", "a Replicate token", False),
-    ((b"gsk_",), _B + r"gsk_[A-Za-z0-9]{48,}", "a Groq key", False),
-    ((b"dop_v1_", b"doo_v1_", b"dor_v1_"), r"do[opr]_v1_[a-f0-9]{64}", "a DigitalOcean token", False),
-    ((b"hvs.", b"hvb."), r"hv[sb]\.[A-Za-z0-9_-]{24,}", "a Vault token", True),
-    ((b"age-secret-key-1",), r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}", "an age secret key", False),
-    ((b"shpat_", b"shpca_", b"shppa_", b"shpss_"), r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}", "a Shopify token", False),
-    ((b"lin_api_",), r"lin_api_[A-Za-z0-9]{40}", "a Linear key", False),
-    ((b"ntn_",), _B + r"ntn_[A-Za-z0-9]{40,}", "a Notion token", False),
-    ((b"pmak-",), r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}", "a Postman key", False),
-    ((b"atlasv1.",), r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_-]{60,}", "a Terraform Cloud token", True),
-    ((b"glsa_",), r"glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}", "a Grafana service-account token", False),
+     "a Google Chat webhook", WINDOW),
+    ((b"dapi",), _B + r"dapi[0-9a-f]{32}", "a Databricks token", RUN),
+    ((b"r8_",), _B + r"r8_[A-Za-z0-9]{37}", "a Replicate token", RUN),
+    ((b"gsk_",), _B + r"gsk_[A-Za-z0-9]{48,}", "a Groq key", RUN),
+    ((b"dop_v1_", b"doo_v1_", b"dor_v1_"), r"do[opr]_v1_[a-f0-9]{64}", "a DigitalOcean token", RUN),
+    ((b"hvs.", b"hvb."), r"hv[sb]\.[A-Za-z0-9_-]{24,}", "a Vault token", WINDOW),
+    ((b"age-secret-key-1",), r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}", "an age secret key", RUN),
+    ((b"shpat_", b"shpca_", b"shppa_", b"shpss_"), r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}", "a Shopify token", RUN),
+    ((b"lin_api_",), r"lin_api_[A-Za-z0-9]{40}", "a Linear key", RUN),
+    ((b"ntn_",), _B + r"ntn_[A-Za-z0-9]{40,}", "a Notion token", RUN),
+    ((b"pmak-",), r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}", "a Postman key", RUN),
+    ((b"atlasv1.",), r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_-]{60,}", "a Terraform Cloud token", WINDOW),
+    ((b"glsa_",), r"glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}", "a Grafana service-account token", RUN),
 )
 
 
 @functools.cache
 def rules() -> tuple[TokenRule, ...]:
-    """detect-secrets' selected regex plugins, then the supplement (imported on first use: the
-    plugins pull in `requests`, and a warm verdict cache never needs them)."""
-    import importlib
-
+    """detect-secrets' selected regex plugins, then the supplement."""
     out: list[TokenRule] = []
-    for module, cls_name, anchors, what in DETECT_SECRETS_PLUGINS:
-        cls = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), cls_name)
-        patterns = list(cls.denylist)
+    for (module, cls_name, anchors, what), patterns in zip(DETECT_SECRETS_PLUGINS,
+                                                           _detect_secrets_patterns()):
         if len(patterns) != len(anchors):
             raise RuntimeError(f"detect-secrets {cls_name} has {len(patterns)} patterns, expected "
                                f"{len(anchors)}: review core/secrets/tokens.py for this version")
-        for i, (pattern, anchor) in enumerate(zip(patterns, anchors)):
-            flags = pattern.flags & (re.IGNORECASE | re.VERBOSE | re.MULTILINE | re.DOTALL)
-            out.append(TokenRule(what, anchor, re.compile(pattern.pattern.encode(), flags),
-                                 (module, i) in _DS_WHOLE_TEXT))
-    for anchors, rx, what, whole in SUPPLEMENT:
-        out.append(TokenRule(what, anchors, re.compile(rx.encode()), whole))
+        for i, ((pattern, flags), anchor) in enumerate(zip(patterns, anchors)):
+            out.append(TokenRule(what, anchor, re.compile(pattern.encode(), flags),
+                                 _DS_REACH.get((module, i), RUN)))
+    for anchors, rx, what, reach in SUPPLEMENT:
+        out.append(TokenRule(what, anchors, re.compile(rx.encode()), reach))
     return tuple(out)
+
+
+def _detect_secrets_patterns() -> list[list[tuple[str, int]]]:
+    """[(pattern, flags), ...] per plugin of DETECT_SECRETS_PLUGINS, read from the plugins once
+    per detect-secrets version and kept in the cache folder: importing them pulls in `requests`
+    (0.2 s), which every submit that changed a file would otherwise pay."""
+    import json
+
+    from core import paths
+
+    key = hashlib.sha256(repr((detect_secrets_version(), DETECT_SECRETS_PLUGINS)).encode()).hexdigest()[:16]
+    cached = paths.cache_dir() / f"detect-secrets-patterns-{key}.json"
+    try:
+        return [[(p, f) for p, f in plugin] for plugin in json.loads(cached.read_text())]
+    except (OSError, ValueError, TypeError):
+        pass
+    import importlib
+
+    keep = re.IGNORECASE | re.VERBOSE | re.MULTILINE | re.DOTALL
+    found = []
+    for module, cls_name, _, _ in DETECT_SECRETS_PLUGINS:
+        cls = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), cls_name)
+        found.append([(p.pattern, p.flags & keep) for p in cls.denylist])
+    try:
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(found))
+        os.replace(tmp, cached)
+    except OSError:
+        pass  # a cache: the plugins are read again next time
+    return found
 
 
 _RUN_CHARS = bytes(0x61 if (chr(i).isascii() and chr(i).isalnum()) or chr(i) in "_-" else 0x20
@@ -156,30 +190,43 @@ _RUN = b"a" * RUN_MIN
 
 
 @functools.cache
-def _compiled() -> tuple[tuple[TokenRule, ...], tuple[TokenRule, ...], re.Pattern[bytes]]:
-    """(whole-text rules, run rules, one regex of every run rule's anchors)."""
-    whole = tuple(r for r in rules() if r.whole_text)
-    runs = tuple(r for r in rules() if not r.whole_text)
-    anchors = sorted({a for r in runs for a in r.anchors}, key=len, reverse=True)
-    return whole, runs, re.compile(b"|".join(re.escape(a) for a in anchors))
+def _compiled() -> tuple[tuple[tuple[bytes, re.Pattern[bytes], str], ...], tuple[TokenRule, ...],
+                         re.Pattern[bytes], tuple[TokenRule, ...], re.Pattern[bytes]]:
+    """The rules by reach, with one regex of the anchors of each of RUN and WINDOW. Flat
+    tuples: this runs once per file of a 20,000-file tree."""
+    whole = tuple((a, r.regex, r.what) for r in rules() if r.reach == WHOLE for a in r.anchors)
+
+    def anchors_of(rs: tuple[TokenRule, ...]) -> re.Pattern[bytes]:
+        found = sorted({a for r in rs for a in r.anchors}, key=len, reverse=True)
+        return re.compile(b"|".join(re.escape(a) for a in found))
+
+    runs = tuple(r for r in rules() if r.reach == RUN)
+    windows = tuple(r for r in rules() if r.reach == WINDOW)
+    return whole, runs, anchors_of(runs), windows, anchors_of(windows)
 
 
 def find_token(text: bytes, lowered: bytes | None = None) -> str | None:
     """What vendor token `text` holds, anywhere in it, or None."""
     lowered = text.lower() if lowered is None else lowered
-    whole, runs, anchors = _compiled()
-    for rule in whole:
-        if any(a in lowered for a in rule.anchors) and rule.regex.search(text):
-            return rule.what
+    whole, runs, run_anchors, windows, window_anchors = _compiled()
+    for anchor, regex, what in whole:
+        if anchor in lowered and regex.search(text):
+            return what
     mask = text.translate(_RUN_CHARS)
     pos = mask.find(_RUN)
     while pos != -1:
         end = mask.find(b" ", pos)
         end = len(mask) if end == -1 else end
-        if anchors.search(lowered, pos, end):
+        if run_anchors.search(lowered, pos, end):
             run_low = lowered[pos:end]
             for rule in runs:
                 if any(a in run_low for a in rule.anchors) and rule.regex.search(text, pos, end):
+                    return rule.what
+        start = max(0, pos - WINDOW_BEFORE)
+        if window_anchors.search(lowered, start, end):
+            window_low = lowered[start:end]
+            for rule in windows:
+                if any(a in window_low for a in rule.anchors) and rule.regex.search(text, start, end + 1):
                     return rule.what
         pos = mask.find(_RUN, end)
     return None
@@ -195,11 +242,19 @@ def value_token(value: str) -> str | None:
     return None
 
 
+@functools.cache
 def detect_secrets_version() -> str:
-    """The installed detect-secrets' version (part of the cache key of content verdicts)."""
-    from importlib import metadata
+    """The installed detect-secrets' version, read from its `__version__.py` without importing
+    it (part of the key of cached patterns and content verdicts)."""
+    import importlib.util
+    from pathlib import Path
 
-    try:
-        return metadata.version("detect-secrets")
-    except metadata.PackageNotFoundError:
+    spec = importlib.util.find_spec("detect_secrets")
+    if spec is None or not spec.origin:
         return "absent"
+    try:
+        text = (Path(spec.origin).parent / "__version__.py").read_text()
+    except OSError:
+        return "unknown"
+    m = re.search(r"VERSION\s*=\s*['\"]([^'\"]+)", text)
+    return m.group(1) if m else "unknown"
