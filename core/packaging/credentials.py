@@ -439,7 +439,8 @@ def _b64_markers(text: bytes) -> list[bytes]:
     return out
 
 
-_B64_RUN = b"b" * 64
+_B64_RUN = b"b" * 64  # a wrapped key is longer (MIME lines are 76)
+_TOKEN_RUN = b"b" * tokens.RUN_MIN
 _WRAPPED_MARKERS = tuple(dict.fromkeys(m for t in _WRAPPED for m in _b64_markers(t)))
 
 # Changes to the content rules change this id, so cached verdicts are taken again.
@@ -456,17 +457,19 @@ def content_reason(head: bytes, size: int | None = None) -> str | None:
     `size` is the file's whole size (None: `head` is the whole file). Judged: the text rules
     and vendor tokens; the same over the text again when it is UTF-16 (with or without a BOM,
     either byte order); a DER private key or a binary key store; base64 that wraps a key."""
-    what = _text_what(head, head.lower())
+    mask = head.translate(_B64_CHARS)
+    what = _text_what(head, head.lower(), mask)
     if what is None and b"\0" in head:
         what = _utf16_what(head)
     if what is None:
         what = _binary_what(head, len(head) if size is None else size)
-    if what is None:
+    if what is None and mask.find(_B64_RUN) != -1:  # base64 long enough to hold a key
         what = _wrapped_what(head)
     return f"withheld: content is a credential ({what})" if what else None
 
 
-def _text_what(head: bytes, lowered: bytes) -> str | None:
+def _text_what(head: bytes, lowered: bytes, mask: bytes | None = None) -> str | None:
+    """The text rules and vendor tokens over `head`; `mask` is `head` through _B64_CHARS."""
     for gate, words in _CONTENT:
         if gate in lowered:
             for word, rules in words:
@@ -478,6 +481,10 @@ def _text_what(head: bytes, lowered: bytes) -> str | None:
         what = _url_password_what(head)
         if what:
             return what
+    # every vendor token is a run of 20 or more base64 characters (its own run is narrower)
+    mask = head.translate(_B64_CHARS) if mask is None else mask
+    if mask.find(_TOKEN_RUN) == -1:
+        return None
     return tokens.find_token(head, lowered)
 
 
@@ -537,8 +544,6 @@ def _binary_what(head: bytes, size: int) -> str | None:
 def _wrapped_what(head: bytes) -> str | None:
     """A credential wrapped in base64 (a service-account JSON or a PEM key in a CI variable,
     MIME-wrapped or not): the blob around a marker is decoded and judged as text."""
-    if head.translate(_B64_CHARS).find(_B64_RUN) == -1:
-        return None  # no base64 long enough to hold a key (MIME lines are 76)
     flat = head.replace(b"\n", b"").replace(b"\r", b"") if b"\n" in head else head  # MIME lines
     for marker in _WRAPPED_MARKERS:
         hit = flat.find(marker)
