@@ -726,3 +726,11 @@ def test_flaskenv_ships_and_tokenizer_files_ship(home: Path, tmp_path: Path) -> 
         write(tmp_path / "p" / rel, "FLASK_APP=app.py\n")
     listing = list_project(tmp_path / "p")
     assert {".flaskenv", "tokenizer.json", "wgan_config.conf", "mcp_server.py"} <= set(listing.entries)
+
+
+def test_vendor_documented_example_keys_ship_and_real_shaped_ones_do_not(home: Path, tmp_path: Path) -> None:
+    """AWS's own docs use AKIAIOSFODNN7EXAMPLE: a README quoting it ships; any other key id not."""
+    write(tmp_path / "p" / "README.md", "export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE\n")
+    write(tmp_path / "p" / "notes.md", "export AWS_ACCESS_KEY_ID=AKIAI44QH8DHBF3KP2XY\n")
+    listing = list_project(tmp_path / "p")
+    assert "README.md" in listing.entries and "notes.md" not in listing.entries

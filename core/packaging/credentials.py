@@ -447,7 +447,7 @@ _WRAPPED_MARKERS = tuple(dict.fromkeys(m for t in _WRAPPED for m in _b64_markers
 CONTENT_RULES_ID = hashlib.sha256(repr((CONTENT_RULES, ENV_TEMPLATE.pattern, CONTENT_MAX_FILE,
                                         CONTENT_HEAD, BINARY_MAGIC, _URL_WITH_PASSWORD.pattern,
                                         _URL_SETTING.pattern, _WRAPPED, tokens.DETECT_SECRETS_PLUGINS,
-                                        tokens.SUPPLEMENT, tokens.detect_secrets_version(), 2))
+                                        tokens.SUPPLEMENT, tokens.detect_secrets_version(), 3))
                                   .encode()).hexdigest()[:16]
 
 

@@ -205,12 +205,21 @@ def _compiled() -> tuple[tuple[tuple[bytes, re.Pattern[bytes], str], ...], tuple
     return whole, runs, anchors_of(runs), windows, anchors_of(windows)
 
 
+def _found(regex: re.Pattern[bytes], text: bytes, start: int = 0, end: int | None = None) -> bool:
+    """A match that is not a vendor's documented example (AWS documents AKIAIOSFODNN7EXAMPLE
+    and wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY; its CLI and SDK docs are full of them)."""
+    for m in regex.finditer(text, start, len(text) if end is None else end):
+        if b"EXAMPLE" not in m.group(0):
+            return True
+    return False
+
+
 def find_token(text: bytes, lowered: bytes | None = None) -> str | None:
     """What vendor token `text` holds, anywhere in it, or None."""
     lowered = text.lower() if lowered is None else lowered
     whole, runs, run_anchors, windows, window_anchors = _compiled()
     for anchor, regex, what in whole:
-        if anchor in lowered and regex.search(text):
+        if anchor in lowered and _found(regex, text):
             return what
     mask = text.translate(_RUN_CHARS)
     pos = mask.find(_RUN)
@@ -220,13 +229,13 @@ def find_token(text: bytes, lowered: bytes | None = None) -> str | None:
         if run_anchors.search(lowered, pos, end):
             run_low = lowered[pos:end]
             for rule in runs:
-                if any(a in run_low for a in rule.anchors) and rule.regex.search(text, pos, end):
+                if any(a in run_low for a in rule.anchors) and _found(rule.regex, text, pos, end):
                     return rule.what
         start = max(0, pos - WINDOW_BEFORE)
         if window_anchors.search(lowered, start, end):
             window_low = lowered[start:end]
             for rule in windows:
-                if any(a in window_low for a in rule.anchors) and rule.regex.search(text, start, end + 1):
+                if any(a in window_low for a in rule.anchors) and _found(rule.regex, text, start, end + 1):
                     return rule.what
         pos = mask.find(_RUN, end)
     return None
@@ -237,7 +246,7 @@ def value_token(value: str) -> str | None:
     data = value.encode("utf-8", "surrogateescape")
     lowered = data.lower()
     for rule in rules():
-        if any(a in lowered for a in rule.anchors) and rule.regex.search(data):
+        if any(a in lowered for a in rule.anchors) and _found(rule.regex, data):
             return rule.what
     return None
 
