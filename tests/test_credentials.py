@@ -654,3 +654,83 @@ def test_credentials_inside_a_data_folder_are_not_uploaded(home: Path, user_home
             assert sorted(tar.getnames()) == ["a.csv", "sub/b.csv"]
     finally:
         archive.unlink()
+
+
+# -- second round: content verdicts cached by content, ordinary content still ships -----------
+
+def test_content_verdicts_are_reused_by_content_under_other_paths(home: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of the project (new paths, inodes and mtimes) is read but not scanned again, and
+    the packer's second look at the bytes it packed costs a hash, not a scan."""
+    import shutil
+
+    from core.packaging import credentials
+
+    scans: list[int] = []
+    real = credentials.content_reason
+    monkeypatch.setattr(credentials, "content_reason",
+                        lambda head, size=None: scans.append(len(head)) or real(head, size))
+    first = tmp_path / "first"
+    files = {f"src/m{i}.py": f"x = {i}\n" for i in range(40)}
+    files["notes.txt"] = "push with ghp_" + "A1b2" * 9 + "\n"
+    for rel, text in files.items():
+        write(first / rel, text)
+    credentials._MEMO.clear()
+    listing = list_project(first)
+    assert "notes.txt" not in listing.entries and len(scans) == len(files)
+    scans.clear()
+    build(listing)
+    assert scans == [], "the packer scanned again what the listing had judged"
+
+    credentials._MEMO.clear()  # as a new process would start
+    second = tmp_path / "second"
+    shutil.copytree(first, second)
+    listing = list_project(second)
+    assert scans == [], f"{len(scans)} files scanned again though their content was judged before"
+    reasons = {w["path"]: w["reason"] for w in listing.withheld}
+    assert "GitHub token" in reasons["notes.txt"] and "src/m0.py" in listing.entries
+
+
+@pytest.mark.parametrize("text", [
+    # code and data that look near a credential and are not one
+    "DATABASE_URL = 'postgres://postgres:postgres@localhost:5432/app'\n",
+    "see https://user:password@example.com for the format\n",
+    "model = hf_AutoModel\nclass NormalizationLayerBlock: pass\nweights = state['NormalizationLayerBlock.weight.running_mean_of_the_batch']\n",
+    "index-url = https://user:$PIP_TOKEN@pypi.corp.example/simple\n",
+    "sha = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'\nts = 1700000000\n",
+    "def connect(self):\n    self._auth = token\n    return 'BEGIN RSA PRIVATE KEY is parsed here'\n",
+    "tokenizer = AutoTokenizer.from_pretrained(name, token=os.environ['HF_TOKEN'])\n",
+])
+def test_ordinary_code_near_a_credential_ships(home: Path, tmp_path: Path, text: str) -> None:
+    write(tmp_path / "p" / "app.py", text)
+    listing = list_project(tmp_path / "p")
+    assert "app.py" in listing.entries, listing.withheld
+
+
+def test_public_keys_and_certificates_in_der_ship(home: Path, tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    pub = key.public_key().public_bytes(ser.Encoding.DER, ser.PublicFormat.SubjectPublicKeyInfo)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "server_pub.der").write_bytes(pub)
+    (tmp_path / "p" / "a.py").write_text("print(1)\n")
+    assert "server_pub.der" in list_project(tmp_path / "p").entries
+
+
+def test_flaskenv_ships_and_tokenizer_files_ship(home: Path, tmp_path: Path) -> None:
+    """Deliberate: Flask documents .flaskenv as public and committed; tokenizers are data."""
+    for rel in (".flaskenv", "tokenizer.json", "special_tokens_map.json", "added_tokens.json",
+                "wgan_config.conf", "mcp_server.py", "results-2024.json"):
+        write(tmp_path / "p" / rel, "FLASK_APP=app.py\n")
+    listing = list_project(tmp_path / "p")
+    assert {".flaskenv", "tokenizer.json", "wgan_config.conf", "mcp_server.py"} <= set(listing.entries)
+
+
+def test_vendor_documented_example_keys_ship_and_real_shaped_ones_do_not(home: Path, tmp_path: Path) -> None:
+    """AWS's own docs use AKIAIOSFODNN7EXAMPLE: a README quoting it ships; any other key id not."""
+    write(tmp_path / "p" / "README.md", "export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE\n")
+    write(tmp_path / "p" / "notes.md", "export AWS_ACCESS_KEY_ID=AKIAI44QH8DHBF3KP2XY\n")
+    listing = list_project(tmp_path / "p")
+    assert "README.md" in listing.entries and "notes.md" not in listing.entries

@@ -49,11 +49,30 @@ WELL_KNOWN = st.sampled_from([
     ".vault-token", "htpasswd", ".htpasswd", "kaggle.json", "credentials.json", "credentials",
     "application_default_credentials.json", "terraform.tfstate", "deploy_key", ".dockercfg",
     ".s3cfg", ".boto", ".databrickscfg", ".modal.toml", "kubeconfig", ".terraformrc",
+    # OAuth token caches
+    "token.json", "token.pickle", "credentials.db", "access_tokens.db", "msal_token_cache.json",
+    "accessTokens.json", "service_principal_entries.json",
+    # cloud console key exports
+    "my-project-123456-1a2b3c4d5e6f.json", "prod_accessKeys.csv", "credentials.csv", "rootkey.csv",
+    "MySub-1-2-2024-credentials.publishsettings", "acme-firebase-adminsdk-x1y2z-0a1b2c3d4e.json",
+    # VPN and network
+    "office.ovpn", "wg0.conf", "wg-home.conf", "Home WiFi.nmconnection", "ipsec.secrets",
+    # package-manager rc files
+    ".yarnrc.yml", ".yarnrc", ".sentryclirc",
+    # MCP client configs
+    "mcp.json", ".mcp.json", "claude_desktop_config.json", "mcp_config.json", "cline_mcp_settings.json",
+    # framework dev-variable files
+    ".dev.vars", ".dev.vars.production", ".envrc", ".env.staging", "secrets.toml",
+    "local.settings.json", ".runtimeconfig.json", "credentials.yml.enc", "production.yml.enc",
 ])
 TFSTATE = st.builds(lambda w: f"{w}.tfstate", word)
 IN_PLACE = st.one_of(  # credential folders: anything inside them
     st.builds(lambda d, w: f"{d}/{w}", st.sampled_from([".ssh", ".aws", ".gnupg", ".kaggle", ".azure", ".kube"]), word),
-    st.sampled_from([".kube/config", ".docker/config.json", ".config/gh/hosts.yml", ".huggingface/token"]),
+    st.sampled_from([".kube/config", ".docker/config.json", ".config/gh/hosts.yml", ".huggingface/token",
+                     ".gem/credentials", ".cargo/credentials", ".cargo/credentials.toml",
+                     ".composer/auth.json", ".m2/settings.xml", ".gradle/gradle.properties",
+                     ".cursor/mcp.json", ".streamlit/secrets.toml", ".config/pypoetry/auth.toml",
+                     ".codex/auth.json", ".config/github-copilot/hosts.json", ".dbt/profiles.yml"]),
     st.builds(lambda w: f".config/gcloud/{w}", word),
 )
 FAMILY_NAME = st.one_of(DOTENV, SSH_KEY, KEY_FILE, SECRETS, WELL_KNOWN, TFSTATE, IN_PLACE)
@@ -173,3 +192,103 @@ def test_every_name_a_rule_matches_passes_the_quick_look(data) -> None:
     assert might_be_credential_name(name), (rule, name)
     if name == name.lower():
         assert name_reason(name) is not None or "env" in name  # an env template is judged by content
+
+
+# -- content: vendor tokens anywhere, in UTF-8 or UTF-16 --------------------------------------
+
+ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+URLSAFE = ALNUM + "_-"
+
+
+def _chars(alphabet: str, n: int, m: int | None = None):
+    return st.text(st.sampled_from(alphabet), min_size=n, max_size=m or n)
+
+
+# Tokens as the vendors issue them (their documented or observed shapes), not as the rules say.
+TOKENS = st.one_of(
+    st.builds(lambda k, b: f"gh{k}_{b}", st.sampled_from("pousr"), _chars(ALNUM, 36)),
+    st.builds(lambda a, b: f"github_pat_{a}_{b}", _chars(ALNUM, 22), _chars(ALNUM, 59)),
+    st.builds(lambda b: f"glpat-{b}", _chars(URLSAFE, 20)),
+    st.builds(lambda k, a, b, c: f"xox{k}-{a}-{b}-{c}", st.sampled_from("bpa"), _chars("0123456789", 10, 13),
+              _chars("0123456789", 10, 13), _chars("abcdefghijklmnopqrstuvwxyz0123456789", 24)),
+    st.builds(lambda b: f"sk-ant-api03-{b}AA", _chars(URLSAFE, 93)),
+    st.builds(lambda b: f"sk-proj-{b}", _chars(URLSAFE, 100, 160)),
+    st.builds(lambda a, b: f"sk-{a}T3BlbkFJ{b}", _chars(ALNUM, 20), _chars(ALNUM, 20)),
+    st.builds(lambda b: f"hf_{b}", _chars(ALNUM[:52], 34)),
+    st.builds(lambda p, b: f"{p}{b}", st.sampled_from(["AKIA", "ASIA"]), _chars("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)),
+    st.builds(lambda b: f"AIza{b}", _chars(URLSAFE, 35)),
+    st.builds(lambda b: f"npm_{b}", _chars(ALNUM, 36)),
+    st.builds(lambda b: f"pypi-AgEIcHlwaS5vcmc{b}", _chars(URLSAFE, 70, 180)),
+    st.builds(lambda k, b: f"{k}k_live_{b}", st.sampled_from("sr"), _chars(ALNUM, 24, 99)),
+    st.builds(lambda t, b, c: f"https://hooks.slack.com/services/T{t}/B{b}/{c}",
+              _chars("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 8, 10),
+              _chars("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 8, 10), _chars(ALNUM, 24)),
+    st.builds(lambda i, b: f"https://discord.com/api/webhooks/{i}/{b}", _chars("0123456789", 17, 19),
+              _chars(URLSAFE, 68)),
+)
+SEP = st.sampled_from([" ", "\n", "=", ": ", '"', "'", "(", "\t", "Bearer ", "\r\n", ",", "> "])
+any_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
+
+
+@SETTINGS
+@given(name=safe_name, token=TOKENS, before=any_text, after=any_text, seps=st.tuples(SEP, SEP),
+       encoding=st.sampled_from(["utf-8", "utf-16", "utf-16-le", "utf-16-be"]))
+def test_any_text_holding_a_vendor_token_is_withheld(home: Path, name: str, token: str, before: str,
+                                                     after: str, seps: tuple[str, str],
+                                                     encoding: str) -> None:
+    document = (before + seps[0] + token + seps[1] + after).encode(encoding, "surrogatepass")
+    listing = _listing_with({name: document})
+    _assert_withheld(listing, name)
+
+
+def _der_keys() -> list[tuple[str, bytes]]:
+    """Private keys in DER as tools write them: PKCS#1/SEC1 ('traditional'), PKCS#8, encrypted
+    PKCS#8, PKCS#12; for RSA, DSA, EC (P-256, P-384) and Ed25519."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed25519, rsa
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    keys = [rsa.generate_private_key(65537, 1024), dsa.generate_private_key(1024),
+            ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP384R1()),
+            ed25519.Ed25519PrivateKey.generate()]
+    out = []
+    for key in keys:
+        kind = type(key).__name__
+        out.append((f"{kind} PKCS#8", key.private_bytes(ser.Encoding.DER, ser.PrivateFormat.PKCS8,
+                                                        ser.NoEncryption())))
+        out.append((f"{kind} encrypted PKCS#8", key.private_bytes(
+            ser.Encoding.DER, ser.PrivateFormat.PKCS8, ser.BestAvailableEncryption(b"pw"))))
+        if not isinstance(key, ed25519.Ed25519PrivateKey):
+            out.append((f"{kind} traditional", key.private_bytes(
+                ser.Encoding.DER, ser.PrivateFormat.TraditionalOpenSSL, ser.NoEncryption())))
+    out.append(("PKCS#12", pkcs12.serialize_key_and_certificates(b"k", keys[0], None, None,
+                                                                 ser.NoEncryption())))
+    return out
+
+
+DER_KEYS = _der_keys()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=safe_name, key=st.sampled_from(DER_KEYS))
+def test_any_der_private_key_under_any_name_is_withheld(home: Path, name: str,
+                                                        key: tuple[str, bytes]) -> None:
+    listing = _listing_with({name: key[1]})
+    _assert_withheld(listing, name)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=safe_name, document=pem_documents(), prefix=st.sampled_from(["", "GOOGLE_CREDENTIALS=", "key: ", "x", "ab"]),
+       mime=st.booleans(), urlsafe=st.booleans(), service_account=st.booleans())
+def test_base64_wrapped_keys_are_withheld(home: Path, name: str, document: bytes, prefix: str,
+                                          mime: bool, urlsafe: bool, service_account: bool) -> None:
+    import json
+
+    if service_account:  # a service-account key file, as CI variables hold it
+        document = json.dumps({"type": "service_account", "project_id": "p", "private_key_id": "0a",
+                               "private_key": document.decode("utf-8", "replace"),
+                               "client_email": "x@p.iam.gserviceaccount.com"}, indent=2).encode()
+    blob = (base64.encodebytes(document) if mime else
+            base64.urlsafe_b64encode(document) if urlsafe else base64.b64encode(document))
+    listing = _listing_with({name: prefix.encode() + blob + b"\n"})
+    _assert_withheld(listing, name)

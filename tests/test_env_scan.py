@@ -122,3 +122,76 @@ def test_an_env_argument_is_blamed_on_the_argument(tmp_path: Path) -> None:
     with pytest.raises(UserError) as err:
         build_request(project, {"env": ["MODE=slow", "X=sk_live_abcdefghijklmnop"]})
     assert err.value.where == "argument --env" and "Stripe" in err.value.what
+
+
+# -- second round: whole-word secret names, ordinary ML names, webhooks, AWS secret keys ------
+
+# Names real training jobs set (PyTorch, HF, W&B, NCCL, MPI, JAX); none may be refused.
+BENIGN_NAMES = [
+    "BATCH_SIZE", "LR", "EPOCHS", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "WANDB_MODE",
+    "HF_HUB_OFFLINE", "SPINE", "OPTION", "OPTIONS", "OPTIMIZER", "SPINE_DEPTH", "PIN_MEMORY",
+    "I_MPI_PIN_DOMAIN", "I_MPI_PIN_PROCESSOR_LIST", "NCCL_DEBUG", "NCCL_P2P_DISABLE", "MASTER_ADDR",
+    "MASTER_PORT", "WORLD_SIZE", "LOCAL_RANK", "PYTHONHASHSEED", "TOKENIZERS_PARALLELISM",
+    "HF_DATASETS_CACHE", "TRANSFORMERS_CACHE", "XLA_FLAGS", "JAX_PLATFORMS", "MKL_NUM_THREADS",
+    "NUM_WORKERS", "WARMUP_STEPS", "WEIGHT_DECAY", "GRAD_ACCUM", "MAX_SEQ_LEN", "DROPOUT",
+    "SCHEDULER", "NUM_KEYPOINTS", "SEED", "RUN_NAME", "DATA_DIR", "OUTPUT_DIR", "CKPT_DIR",
+    "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG", "ACCELERATE_MIXED_PRECISION",
+    "DEEPSPEED_ZERO_STAGE", "PINN_LAYERS", "COOKIECUTTER_DIR", "SASS_PATH", "DSNAME", "PWM_FREQ",
+    "TOPK", "SPINNER", "SNAPSHOT_EVERY", "EMBED_DIM", "STEP_SIZE", "MODEL_NAME", "COMPILE",
+]
+SECRET_WORDS = ["PW", "PIN", "PINCODE", "JWT", "BEARER", "COOKIE", "DSN", "SAS", "OTP", "TOTP",
+                "MFA", "WEBHOOK", "CONN_STR", "CONNECTION_STRING"]
+PINNING = {"MEMORY", "THREADS", "CPU", "MPI", "DOMAIN", "PROCESSOR", "NUMA", "GPU", "CORES", "NODE"}
+
+
+@FAST
+@given(names=st.lists(st.sampled_from(BENIGN_NAMES), min_size=1, max_size=3),
+       case=st.sampled_from([str.upper, str.lower]))
+def test_ordinary_ml_names_are_never_refused(names: list[str], case) -> None:
+    name = case("_".join(names))
+    assert env_problem(name, "1") is None, name
+
+
+@FAST
+@given(word=st.sampled_from(SECRET_WORDS), around=st.lists(st.sampled_from(BENIGN_NAMES), max_size=2),
+       data=st.data(), case=st.sampled_from([str.upper, str.lower]))
+def test_a_secret_word_as_a_whole_part_is_refused(word: str, around: list[str], data, case) -> None:
+    parts = list(around)
+    parts.insert(data.draw(st.integers(0, len(parts))), word)
+    name = case("_".join(parts))
+    if word == "PIN" and PINNING & set("_".join(parts).split("_")):
+        return  # PIN beside a word of pinning is pinning (PIN_MEMORY)
+    why = env_problem(name, "1")
+    assert why is not None and "looks like a secret" in why, name
+
+
+@pytest.mark.parametrize("value, what", [
+    ("https://hooks.slack.com/services/T0ABCDEFG/B0ABCDEFG/abcdefghijklmnopqrstuvwx", "Slack"),
+    ("https://discord.com/api/webhooks/123456789012345678/" + "a" * 68, "Discord"),
+    ("https://acme.webhook.office.com/webhookb2/1234abcd-12ab@5678/IncomingWebhook/abcdef0123456789", "Teams"),
+    ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "AWS secret access key"),
+    ("Kx9/pQ2+vL7mN4/rT8sW1zY6bC3dF5gH0jA2eU4i", "AWS secret access key"),
+    ("AIzaSyA-1234567890abcdefghijklmnopqrstu", "Google API key"),
+])
+def test_webhooks_vendor_tokens_and_aws_secret_keys_are_refused(value: str, what: str) -> None:
+    why = env_problem("NOTIFY", value)
+    assert why is not None and what in why, (value, why)
+
+
+@pytest.mark.parametrize("value", [
+    "data/ImageNet2012/train/Class001/images1", "runs/Exp12/Checkpoints/Model/Step1000AB0",
+    "meta-llama/Llama-2-7b-hf", "/scratch/user/cache", "cosine", "bf16", "0.0003",
+    "https://huggingface.co/datasets/imagenet-1k",
+])
+def test_paths_and_settings_of_that_shape_are_not_aws_keys(value: str) -> None:
+    assert env_problem("WHERE", value) is None
+
+
+def test_a_refused_webhook_says_where_it_should_go(tmp_path: Path) -> None:
+    project = _project(tmp_path, "script: a.py\nenv:\n  MODE: fast\n  SLACK_URL: "
+                                 "https://hooks.slack.com/services/T0ABCDEFG/B0ABCDEFG/abcdefghijklmnopqrstuvwx\n")
+    with pytest.raises(UserError) as err:
+        build_request(project, {})
+    assert "Slack" in err.value.what and err.value.where.endswith("gpu.yaml:4")
+    assert "gpu secrets set SLACK_URL" in err.value.fix and "secrets:" in err.value.fix
+    assert "abcdefghijklmnop" not in err.value.message()

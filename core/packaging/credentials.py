@@ -20,9 +20,13 @@ Deliberate exceptions (false positives cost a job its code, so each is a decisio
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import re
+from typing import Callable
+
+from core.secrets import tokens
 
 # -- names ---------------------------------------------------------------------------------
 
@@ -93,6 +97,28 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     (r".+\.kdbx?|.+\.ovpn", "password database or VPN profile"),
     # GnuPG secret keyrings
     (r"secring\.gpg|secring\.kbx", "GnuPG secret keyring"),
+    # OAuth token caches: google-auth quickstart flows (`token.json`, `token.pickle`), gcloud's
+    # databases, Azure CLI service principals, Firebase and GitHub Copilot sign-ins
+    (r"token\.(?:json|pickle|pkl)|(?:.+[._-])?oauth[._-]?tokens?\.(?:json|pickle|pkl|db)", "OAuth token cache"),
+    (r"service_principal_entries\.json|msal_http_cache\.bin|firebase-tools\.json", "OAuth token cache"),
+    # cloud console key exports: GCP service-account keys (`project-1a2b3c4d5e6f.json`),
+    # Firebase admin SDK keys, AWS root keys, Azure publish settings and SDK auth files
+    (r".+-[0-9a-f]{12}\.json", "Google Cloud service-account key export"),
+    (r".*firebase-adminsdk.*\.json", "Firebase admin key"),
+    (r"rootkey\.csv", "AWS root access keys"),
+    (r".+\.publishsettings|.+\.azureauth", "Azure credentials"),
+    # VPN and network configs: WireGuard (`wg0.conf`), NetworkManager, IPsec, Wi-Fi
+    (r"wg(?:\d+|[-_][0-9a-z_-]+)?\.conf|.+\.nmconnection|ipsec\.secrets|wpa_supplicant\.conf", "VPN or network credentials"),
+    # package-manager rc files that hold tokens (.npmrc and .pypirc above)
+    (r"\.yarnrc(?:\.yml)?|\.sentryclirc|ngrok\.yml", "package registry or service token"),
+    # MCP client configs: their servers' `env` holds API keys (Claude, Cursor, VS Code, Windsurf, Cline)
+    (r"\.?mcp\.json|mcp_config\.json|(?:cline_)?mcp_settings\.json|claude_desktop_config\.json"
+     r"|\.claude\.json", "MCP client config"),
+    # framework dev-variable files: Cloudflare Wrangler (`.dev.vars`, `.dev.vars.staging`),
+    # Azure Functions, Firebase runtime config, Rails and SOPS encrypted YAML (`config/master.key`
+    # is a .key above). Deliberately not: `.flaskenv`, which Flask documents as public and committed
+    (r"\.dev\.vars(?:\..+)?|local\.settings\.json|\.runtimeconfig\.json"
+     r"|.+\.ya?ml\.enc", "framework secrets file"),
     # shell and REPL histories: tokens typed on command lines
     (r"\.(?:bash|zsh|sh|python|psql|mysql|sqlite|node_repl|rediscli)_history|\.history"
      r"|fish_history", "shell history"),
@@ -116,6 +142,8 @@ DIR_RULES: tuple[tuple[str, str], ...] = (
     (".password-store", "pass password store"),
     (".secrets", "secrets folder"),
     (".envs", "dotenv folder"),
+    (".credentials", "OAuth credentials folder"),  # googleapis quickstarts: ~/.credentials/*.json
+    (".cloudflared", "Cloudflare tunnel credentials"),
 )
 
 # (path suffix of two or more parts, what it is): the folder's well-known credential files
@@ -136,6 +164,20 @@ SUFFIX_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
     ((".gradle", "gradle.properties"), "Gradle signing and repository credentials"),
     ((".config", "doctl"), "DigitalOcean token"),
     ((".local", "share", "keyrings"), "desktop keyring"),
+    ((".composer", "auth.json"), "Composer registry tokens"),
+    (("composer", "auth.json"), "Composer registry tokens"),
+    (("pypoetry", "auth.toml"), "Poetry registry credentials"),
+    ((".nuget", "nuget", "nuget.config"), "NuGet credentials"),
+    ((".codex", "auth.json"), "Codex sign-in"),
+    (("github-copilot", "hosts.json"), "GitHub Copilot token"),
+    (("github-copilot", "apps.json"), "GitHub Copilot token"),
+    ((".cursor", "mcp.json"), "MCP client config"),
+    ((".snowflake", "connections.toml"), "Snowflake credentials"),
+    ((".dbt", "profiles.yml"), "dbt database credentials"),
+    ((".fly", "config.yml"), "Fly.io token"),
+    ((".wrangler", "config"), "Cloudflare Wrangler token"),
+    ((".circleci", "cli.yml"), "CircleCI token"),
+    (("sops", "age", "keys.txt"), "SOPS age keys"),
 )
 
 # Never shipped, but not secrets: git's own folder.
@@ -151,6 +193,9 @@ NAME_KEYWORDS: tuple[str, ...] = (
     "client_secret", "account", "accesstokens", "msal_token", "azureprofile", "s3cfg", ".boto",
     "databrickscfg", "rclone", "kubeconfig", "dockercfg", "vault", "tfstate", "terraform",
     "kaggle", ".modal", "secret", "htpasswd", "htdigest", ".kdb", ".ovpn", "secring", "history",
+    "token", "service_principal", "msal_http", "firebase", ".json", "rootkey", "publishsettings",
+    "azureauth", "wg", "nmconnection", "wpa_supplicant", "yarnrc", "sentryclirc", "ngrok", "mcp",
+    "claude", ".dev.vars", "local.settings", "runtimeconfig", ".yml.enc", ".yaml.enc",
 )
 
 _NAME = re.compile("|".join(f"(?P<n{i}>{rx})" for i, (rx, _) in enumerate(NAME_RULES)))
@@ -270,6 +315,11 @@ def _suffix_reason(forms: list[frozenset[str]]) -> str | None:
 CONTENT_MAX_FILE = 1 << 20  # files up to 1 MiB are read; bigger ones are judged by name only
 CONTENT_HEAD = 64 << 10  # and of those, at most the first 64 KiB
 
+# A password that is only a placeholder, and hosts that are only local (in examples and READMEs).
+_NOT_PLACEHOLDER = (rb"(?!(?:password|passwd|pass|pwd|secret|token|changeme|username|user|x+|\*+)@)"
+                    rb"(?![$<{%*])")
+_NOT_LOCAL = rb"(?!localhost|127\.|0\.0\.0\.0|example\.|\[::1\])"
+
 # (a word the text must hold, lower-cased; regexes that must all match; what it is). One kind
 # a line. The word is a cheap first look (bytes.find runs at memory speed; a regex over 64 KiB
 # of ordinary text costs far more), so most files are cleared without a regex.
@@ -280,13 +330,14 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
     (b"private key", (rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[ \t]*\r?\n"
                       rb"(?:[A-Za-z][A-Za-z0-9-]*:[^\n]*\r?\n)*(?:[ \t]*\r?\n)?[ \t]*"
                       rb"[A-Za-z0-9+/=]{4,}[ \t]*\r?$",), "PEM private key"),
-    (b"private key", (rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----\\n[A-Za-z0-9+/=]{4,}",),
+    (b"private key", (rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:\\r)?\\n"
+                      rb"(?:[A-Za-z][A-Za-z0-9-]*:[^\\\n]*(?:\\r)?\\n)*(?:(?:\\r)?\\n)?[A-Za-z0-9+/=]{4,}",),
      "PEM private key in an escaped string"),
     # PuTTY private keys
     (b"putty-user-key-file-", (rb"PuTTY-User-Key-File-\d+:[^\n]*\n(?:[^\n]*\n){0,6}Private-Lines:",),
      "PuTTY private key"),
     # Google service-account (and any JSON) key: a "private_key" with a value
-    (b'"private_key"', (rb"\"private_key\"\s*:\s*\"(?:-----BEGIN|[A-Za-z0-9+/=\\]{40,})",),
+    (b'"private_key"', (rb"\"private_key\"\s*:\s*\"(?:\\[rnt]|\s)*(?:-----BEGIN|[A-Za-z0-9+/=\\]{40,})",),
      "JSON key file with a private_key"),
     # Google user credentials (gcloud application-default login)
     (b"authorized_user", (rb"\"type\"\s*:\s*\"authorized_user\"",), "Google user credentials"),
@@ -301,28 +352,218 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
     (b"aws_secret_access_key", (rb"(?i)^[ \t]*aws_secret_access_key[ \t]*[=:][ \t]*[\"']?[A-Za-z0-9/+=]{30,}",),
      "AWS secret access key"),
     # netrc entries with a password
-    (b"machine", (rb"^[ \t]*machine[ \t]+\S+\s+(?:login[ \t]+\S+\s+)?password[ \t]+\S+",),
+    (b"password", (rb"^[ \t]*machine[ \t]+\S+\s+(?:login[ \t]+\S+\s+)?password[ \t]+\S+",),
      "netrc password"),
+    # npm scoped auth lines (`//registry.npmjs.org/:_authToken=...`, `:_password=`, `:_auth=`)
+    (b":_", (rb"(?i)^[ \t]*//[^\s]+:_(?:authtoken|auth|password)[ \t]*=[ \t]*[\"']?[^\s$\"'{]{8,}",),
+     "npm registry token"),
+    # .pypirc with a password under an index section
+    (b"password", (rb"(?i)^\[(?:pypi|testpypi|distutils|server-login)\]",
+                   rb"(?i)^[ \t]*password[ \t]*[=:][ \t]*[^\s$<{]\S{3,}"),
+     "package registry password"),
+    # docker config.json logins
+    (b'"auths"', (rb"\"auth\"\s*:\s*\"[A-Za-z0-9+/=]{8,}\"",), "Docker registry login"),
+    # WireGuard configs: an [Interface] with its PrivateKey (a VPN's key)
+    (b"privatekey", (rb"(?i)^[ \t]*\[Interface\]", rb"(?i)^[ \t]*PrivateKey[ \t]*=[ \t]*[A-Za-z0-9+/]{42,43}="),
+     "WireGuard private key"),
 )
 
-_CONTENT = [(word, [re.compile(rx, re.MULTILINE) for rx in rxs], what)
-            for word, rxs, what in CONTENT_RULES]
+# The rules by word, each word looked for once, and the words behind a shorter gate word they
+# share ("private" for three of them): a file without the gate word costs one search, not three.
+_GATES = (b"private", b"secret", b"auth", b"putty", b"password")
+
+
+def _group_rules() -> tuple[tuple[bytes, tuple[tuple[bytes, tuple], ...]], ...]:
+    by_word: dict[bytes, list] = {}
+    for word, rxs, what in CONTENT_RULES:
+        by_word.setdefault(word, []).append((tuple(re.compile(rx, re.MULTILINE) for rx in rxs), what))
+    by_gate: dict[bytes, list] = {}
+    for word, rules in by_word.items():
+        gate = next((g for g in _GATES if g in word), word)
+        by_gate.setdefault(gate, []).append((word, tuple(rules)))
+    return tuple((gate, tuple(words)) for gate, words in by_gate.items())
+
+
+_CONTENT = _group_rules()
+
+# A URL with a password: a git-credential store line (`https://user:token@host` alone on its
+# line), or a package index, registry or git URL set in a config (pip.conf, uv.toml, .condarc,
+# requirements.txt). Placeholders (`password`, `$TOKEN`, `<token>`, `***`) and local hosts
+# (`postgres:postgres@localhost` in a README) are not credentials.
+_URL_WITH_PASSWORD = re.compile(rb"https?://[^\s:/@\"'<>]+:" + _NOT_PLACEHOLDER
+                                + rb"[^\s/@\"'<>]+@" + _NOT_LOCAL + rb"[^\s/\"'<>]*")
+_URL_SETTING = re.compile(rb"(?i)(?:index[-_]url|find[-_]links|extra[-_]index|registry|channel_alias"
+                          rb"|\burl)[\"']?[ \t]*[=:][ \t]*[\"']?(?:git\+)?$")
+
+
+def _url_password_what(head: bytes) -> str | None:
+    for m in _URL_WITH_PASSWORD.finditer(head):
+        line_start = head.rfind(b"\n", 0, m.start()) + 1
+        line_end = head.find(b"\n", m.end())
+        before = head[line_start:m.start()]
+        after = head[m.end():len(head) if line_end == -1 else line_end]
+        if not before.strip() and not after.strip(b" \t\r/"):
+            return "git credentials (a URL with a password)"
+        if _URL_SETTING.search(before[-60:]):
+            return "package index URL with a password"
+    return None
 
 # An env template line that sets nothing: blank, comment, or NAME= with an empty value.
 _EMPTY_ASSIGNMENT = re.compile(
     rb"^\s*(?:#.*|(?:export\s+)?[A-Za-z_][A-Za-z0-9_.-]*\s*[=:]\s*(?:\"\"|'')?\s*(?:#.*)?)?$")
 
+# Binary key stores by their first bytes: Java (JKS, JCEKS), KeePass (kdbx and kdb).
+BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\xfe\xed\xfe\xed", "Java key store"),
+    (b"\xce\xce\xce\xce", "Java key store (JCEKS)"),
+    (b"\x03\xd9\xa2\x9a\x67\xfb\x4b\xb5", "KeePass database"),
+    (b"\x03\xd9\xa2\x9a\x65\xfb\x4b\xb5", "KeePass database"),
+)
+# Encrypted PKCS#8 keys start SEQUENCE { SEQUENCE { OID pbes2 or a PKCS#12 PBE, ... } ... }
+_ENCRYPTED_KEY_OIDS = (b"\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x05\x0d",  # PBES2
+                       b"\x06\x0a\x2a\x86\x48\x86\xf7\x0d\x01\x0c\x01")  # pkcs-12PbeIds
+# Text a base64 blob of a credential holds: a key's PEM armour, a key file's JSON field.
+_WRAPPED = (b"PRIVATE KEY", b'"private_key"', b'"service_account"', b'"refresh_token"')
+_B64_CHARS = bytes(0x62 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "+/=-_")
+                   else 0x20 for i in range(256))
+
+
+def _b64_markers(text: bytes) -> list[bytes]:
+    """What `text` looks like inside base64 at each of the three alignments (standard and
+    URL-safe alphabets): only the characters that `text` alone decides."""
+    out = []
+    for i in range(3):
+        enc = base64.b64encode(b"\0" * i + text + b"\0\0\0")
+        core_chars = enc[-(-4 * i // 3):(4 * (i + len(text))) // 3]
+        out += [core_chars, core_chars.replace(b"+", b"-").replace(b"/", b"_")]
+    return out
+
+
+_B64_RUN = b"b" * 64  # a wrapped key is longer (MIME lines are 76)
+_TOKEN_RUN = b"b" * tokens.RUN_MIN
+_WRAPPED_MARKERS = tuple(dict.fromkeys(m for t in _WRAPPED for m in _b64_markers(t)))
+
 # Changes to the content rules change this id, so cached verdicts are taken again.
 CONTENT_RULES_ID = hashlib.sha256(repr((CONTENT_RULES, ENV_TEMPLATE.pattern, CONTENT_MAX_FILE,
-                                        CONTENT_HEAD)).encode()).hexdigest()[:16]
+                                        CONTENT_HEAD, BINARY_MAGIC, _URL_WITH_PASSWORD.pattern,
+                                        _URL_SETTING.pattern, _WRAPPED, tokens.DETECT_SECRETS_PLUGINS,
+                                        tokens.SUPPLEMENT, tokens.detect_secrets_version(), 3))
+                                  .encode()).hexdigest()[:16]
 
 
-def content_reason(head: bytes) -> str | None:
-    """Why these first bytes of a file are a credential, whatever the file's name, or None."""
-    lowered = head.lower()
-    for word, regexes, what in _CONTENT:
-        if word in lowered and all(rx.search(head) for rx in regexes):
-            return f"withheld: content is a credential ({what})"
+def content_reason(head: bytes, size: int | None = None) -> str | None:
+    """Why these first bytes of a file are a credential, whatever the file's name, or None.
+
+    `size` is the file's whole size (None: `head` is the whole file). Judged: the text rules
+    and vendor tokens; the same over the text again when it is UTF-16 (with or without a BOM,
+    either byte order); a DER private key or a binary key store; base64 that wraps a key."""
+    mask = head.translate(_B64_CHARS)
+    what = _text_what(head, head.lower(), mask)
+    if what is None and b"\0" in head:
+        what = _utf16_what(head)
+    if what is None:
+        what = _binary_what(head, len(head) if size is None else size)
+    if what is None and mask.find(_B64_RUN) != -1:  # base64 long enough to hold a key
+        what = _wrapped_what(head)
+    return f"withheld: content is a credential ({what})" if what else None
+
+
+def _text_what(head: bytes, lowered: bytes, mask: bytes | None = None) -> str | None:
+    """The text rules and vendor tokens over `head`; `mask` is `head` through _B64_CHARS."""
+    for gate, words in _CONTENT:
+        if gate in lowered:
+            for word, rules in words:
+                if word in lowered:
+                    for regexes, what in rules:
+                        if all(rx.search(head) for rx in regexes):
+                            return what
+    if b"://" in lowered:
+        what = _url_password_what(head)
+        if what:
+            return what
+    # every vendor token is a run of 20 or more base64 characters (its own run is narrower)
+    mask = head.translate(_B64_CHARS) if mask is None else mask
+    if mask.find(_TOKEN_RUN) == -1:
+        return None
+    return tokens.find_token(head, lowered)
+
+
+def _utf16_what(head: bytes) -> str | None:
+    """The text rules over `head` read as UTF-16: a BOM says the byte order; without one, both
+    are tried (ASCII in UTF-16 is every other byte NUL, LE or BE by the side)."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        orders = ["utf-16"]
+    else:
+        orders = ["utf-16-le", "utf-16-be"]
+    for order in orders:
+        text = head[:len(head) & ~1].decode(order, "replace").encode("utf-8", "replace")
+        what = _text_what(text, text.lower())
+        if what:
+            return f"{what}, in UTF-16 text"
+    return None
+
+
+def _der_length(data: bytes, i: int) -> tuple[int, int] | None:
+    """(length, index after it) of the DER length at data[i], or None."""
+    if i >= len(data):
+        return None
+    first = data[i]
+    if first < 0x80:
+        return first, i + 1
+    n = first & 0x7F
+    if not 1 <= n <= 4 or i + 1 + n > len(data):
+        return None
+    return int.from_bytes(data[i + 1:i + 1 + n], "big"), i + 1 + n
+
+
+def _binary_what(head: bytes, size: int) -> str | None:
+    """A key store by its magic, or a whole file that is one DER private key: PKCS#1 (RSA),
+    DSA, SEC1 (EC), PKCS#8 (any algorithm, encrypted or not), PKCS#12. Public keys and
+    certificates do not start with a version INTEGER and are not matched."""
+    for magic, what in BINARY_MAGIC:
+        if head.startswith(magic):
+            return what
+    if len(head) < 8 or head[0] != 0x30 or size != len(head):
+        return None
+    outer = _der_length(head, 1)
+    if outer is None or outer[1] + outer[0] != len(head.rstrip(b"\r\n")) and outer[1] + outer[0] != len(head):
+        return None
+    i = outer[1]
+    if head[i] == 0x30 and any(oid in head[i:i + 16] for oid in _ENCRYPTED_KEY_OIDS):
+        return "encrypted PKCS#8 private key (DER)"
+    if head[i:i + 2] != b"\x02\x01" or i + 3 >= len(head):
+        return None
+    version, following = head[i + 2], head[i + 3]
+    if version in (0, 1) and following in (0x02, 0x30, 0x04):
+        return "private key (DER)"
+    if version == 3 and following == 0x30:
+        return "PKCS#12 key store (DER)"
+    return None
+
+
+def _wrapped_what(head: bytes) -> str | None:
+    """A credential wrapped in base64 (a service-account JSON or a PEM key in a CI variable,
+    MIME-wrapped or not): the blob around a marker is decoded and judged as text."""
+    flat = head.replace(b"\n", b"").replace(b"\r", b"") if b"\n" in head else head  # MIME lines
+    for marker in _WRAPPED_MARKERS:
+        hit = flat.find(marker)
+        if hit == -1:
+            continue
+        mask = flat.translate(_B64_CHARS)
+        start = mask.rfind(b" ", 0, hit) + 1
+        start = max(start, flat.rfind(b"=", start, hit) + 1)  # `NAME=` or padding: not this blob
+        end = mask.find(b" ", hit)
+        blob = flat[start:len(flat) if end == -1 else end]
+        blob = blob.replace(b"-", b"+").replace(b"_", b"/")
+        for shift in range(4):  # a word glued in front shifts the alignment
+            part = blob[shift:]
+            try:
+                decoded = base64.b64decode(part[:len(part) & ~3] or b"", validate=False)
+            except ValueError:
+                continue
+            what = _text_what(decoded, decoded.lower())
+            if what:
+                return f"{what}, base64-wrapped"
     return None
 
 
@@ -339,17 +580,46 @@ def env_template_reason(head: bytes, whole: bool) -> str | None:
     return None
 
 
-def content_verdict(name: str, head: bytes, size: int) -> str | None:
+# Verdicts by content within this process: the packer's second look at the bytes it packed
+# costs one hash, not a scan (the gate also keeps them across runs, `FileHashCache`).
+_MEMO: dict[str, str] = {}
+MEMO_CAP = 200_000
+
+
+def content_key(head: bytes, size: int) -> str:
+    """The key of a content verdict: the bytes judged, whether they are the whole file (a DER
+    key is judged whole), and the rules' id."""
+    whole = "w" if size == len(head) else "h"
+    return f"{hashlib.blake2b(head, digest_size=20).hexdigest()}{whole}{CONTENT_RULES_ID}"
+
+
+def content_verdict(name: str, head: bytes, size: int, known: dict[str, str] | None = None,
+                    learned: Callable[[str, str], None] | None = None,
+                    key: str | None = None) -> str | None:
     """Why a file with this name, first bytes and size is withheld for what it holds, or None.
 
-    One rule for the listing and for the packer, which re-checks the bytes it actually packed."""
+    One rule for the listing and for the packer, which re-checks the bytes it actually packed.
+    The name-free part is cached by content: `known` holds verdicts by `content_key` (from the
+    cache file), `learned(key, reason)` is told each fresh one ('' when clean); `key` is the
+    `content_key` when the caller has it already."""
     if is_env_template(name):
         reason = env_template_reason(head, whole=size <= CONTENT_HEAD)
         if reason:
             return reason
-    if size <= CONTENT_MAX_FILE:
-        return content_reason(head)
-    return None
+    if size > CONTENT_MAX_FILE:
+        return None
+    key = key or content_key(head, size)
+    reason = _MEMO.get(key)
+    if reason is None and known is not None:
+        reason = known.get(key)
+    if reason is None:
+        reason = content_reason(head, size) or ""
+        if learned is not None:
+            learned(key, reason)
+    if len(_MEMO) >= MEMO_CAP:
+        _MEMO.clear()
+    _MEMO[key] = reason
+    return reason or None
 
 
 def needs_content_check(name: str, size: int) -> bool:

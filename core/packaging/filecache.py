@@ -3,7 +3,9 @@
 Kept in its own SQLite file under the cache dir so that hashing never contends with the
 store's writer. A file is re-read when its size, mtime, ctime or inode change. The same file holds the verdicts
 of the credential content check (`core.packaging.gate`), keyed by the same signature plus the
-content rules' id, so an unchanged tree is not read again to be judged either.
+content rules' id, so an unchanged tree is not read again to be judged either; and the verdicts
+by content (a hash of the bytes judged), so a copy, a fresh checkout or a touched file is read
+but not scanned again.
 
 SQLite text is UTF-8; a path that is not (a non-UTF-8 file name, kept by Python as surrogate
 escapes) is keyed by its bytes in hex, which no absolute path can collide with.
@@ -21,6 +23,7 @@ from pathlib import Path
 from core import paths
 
 CHUNK = 1 << 20
+CONTENT_ROWS = 500_000  # content verdicts kept (about 100 bytes each)
 RACY_NS = 2_000_000_000
 
 
@@ -40,8 +43,11 @@ class FileHashCache:
         self.conn.execute(
             "CREATE TABLE IF NOT EXISTS verdicts (path TEXT PRIMARY KEY, sig TEXT NOT NULL, "
             "reason TEXT NOT NULL)")
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS content_verdicts (key TEXT PRIMARY KEY, reason TEXT NOT NULL)")
         self._pending: list[tuple[str, str, str]] = []
         self._pending_verdicts: list[tuple[str, str, str]] = []
+        self._pending_content: list[tuple[str, str]] = []
 
     @staticmethod
     def signature(st: os.stat_result) -> str:
@@ -54,6 +60,21 @@ class FileHashCache:
     def lookup_verdicts(self, items: list[tuple[str, str]]) -> dict[str, str]:
         """{path: reason ('' when clean)} for pairs whose cached verdict still holds."""
         return self._lookup("verdicts", "reason", items)
+
+    def lookup_content(self, keys: list[str]) -> dict[str, str]:
+        """{key: reason ('' when clean)} for the content keys (`credentials.content_key`) judged
+        before, under any path: a copy, a checkout or a touched file is not scanned again."""
+        found: dict[str, str] = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):
+                chunk = keys[start:start + 500]
+                found.update(self.conn.execute(
+                    f"SELECT key, reason FROM content_verdicts WHERE key IN ({','.join('?' * len(chunk))})",
+                    chunk).fetchall())
+        return found
+
+    def remember_content(self, key: str, reason: str) -> None:
+        self._pending_content.append((key, reason))
 
     def _lookup(self, table: str, column: str, items: list[tuple[str, str]]) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -81,7 +102,7 @@ class FileHashCache:
             self._pending_verdicts.append((_key(path), sig, reason))
 
     def flush(self) -> None:
-        if not self._pending and not self._pending_verdicts:
+        if not self._pending and not self._pending_verdicts and not self._pending_content:
             return
         with self._lock:
             try:
@@ -92,6 +113,13 @@ class FileHashCache:
                 self.conn.executemany(
                     "INSERT OR REPLACE INTO verdicts (path, sig, reason) VALUES (?, ?, ?)",
                     self._pending_verdicts)
+                if self._pending_content:
+                    self.conn.executemany(
+                        "INSERT OR REPLACE INTO content_verdicts (key, reason) VALUES (?, ?)",
+                        self._pending_content)
+                    self.conn.execute(  # a cache: the oldest verdicts go past CONTENT_ROWS
+                        "DELETE FROM content_verdicts WHERE rowid <= "
+                        "(SELECT max(rowid) FROM content_verdicts) - ?", (CONTENT_ROWS,))
                 self.conn.execute("COMMIT")
             except sqlite3.OperationalError:
                 if self.conn.in_transaction:
@@ -99,6 +127,7 @@ class FileHashCache:
                 return  # a cache: losing an update costs only a re-read next time
             self._pending.clear()
             self._pending_verdicts.clear()
+            self._pending_content.clear()
 
     def close(self) -> None:
         self.flush()

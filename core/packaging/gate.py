@@ -13,7 +13,8 @@ copy of a key under any name is still a key. So a file is withheld when
 - its first bytes are a credential (`credentials.content_verdict`), for files up to 1 MiB.
 
 Reading is kept cheap: content verdicts are cached by the file's signature (size, mtime, ctime,
-inode) in the hash cache, and the home folder and the project are searched for other names of a
+inode) in the hash cache, and by content (a hash of the bytes judged: a copy or a touched file
+is read but not scanned, and the packer's second look costs a hash), and the home folder and the project are searched for other names of a
 file only when a file with more than one name is about to ship.
 """
 
@@ -30,6 +31,7 @@ from core.packaging.filecache import FileHashCache
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 ALIAS_WALK_CAP = 500_000  # entries searched for a hard link's other names in the project
+HEADS_PER_CHUNK = 256  # heads held at once while their content verdicts are looked up (16 MiB at most)
 
 FileId = tuple[int, int]
 
@@ -121,6 +123,8 @@ class Gate:
     _aliases: dict[FileId, list[str]] | None = None
     _verdicts: dict[str, str] = field(default_factory=dict)
     _named: dict[str, str | None] = field(default_factory=dict)
+    _heads: dict[str, tuple[bytes | None, str | None]] = field(default_factory=dict)
+    _by_content: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._root_prefix = str(self.root).rstrip("/") + "/"
@@ -195,13 +199,19 @@ class Gate:
         return self._content_reason(rel, st)
 
     def judge_many(self, items: list[tuple[str, os.stat_result]]) -> dict[str, str]:
-        """{rel: reason} for the files that may not ship (cached verdicts looked up at once)."""
+        """{rel: reason} for the files that may not ship (cached verdicts looked up at once:
+        by signature for the whole list, by content a chunk of read heads at a time)."""
         self._prefetch(items)
         out = {}
-        for rel, st in items:
-            reason = self.judge(rel, st)
-            if reason:
-                out[rel] = reason
+        for start in range(0, len(items), HEADS_PER_CHUNK):
+            chunk = items[start:start + HEADS_PER_CHUNK]
+            self._read_heads(chunk)
+            for rel, st in chunk:
+                reason = self.judge(rel, st)
+                if reason:
+                    out[rel] = reason
+            self._heads.clear()
+            self._by_content.clear()
         if self.cache is not None:
             self.cache.flush()
         return out
@@ -269,6 +279,24 @@ class Gate:
                   if cred.needs_content_check(rel.rpartition("/")[2], st.st_size)]
         self._verdicts.update(self.cache.lookup_verdicts(wanted))
 
+    def _read_heads(self, chunk: list[tuple[str, os.stat_result]]) -> None:
+        """Read the heads this chunk's content check needs and look their verdicts up by
+        content at once (a file judged under another path or signature is not scanned)."""
+        keys = []
+        for rel, st in chunk:
+            full = self.full(rel)
+            if (full in self._verdicts or self.path_reason(rel)
+                    or not cred.needs_content_check(rel.rpartition("/")[2], st.st_size)):
+                continue
+            head = read_head(full, expect=st)
+            key = None
+            if head is not None and st.st_size <= cred.CONTENT_MAX_FILE:
+                key = cred.content_key(head, st.st_size)
+                keys.append(key)
+            self._heads[full] = (head, key)
+        if self.cache is not None and keys:
+            self._by_content.update(self.cache.lookup_content(keys))
+
     def _content_reason(self, rel: str, st: os.stat_result) -> str | None:
         name = rel.rpartition("/")[2]
         if not cred.needs_content_check(name, st.st_size):
@@ -277,10 +305,11 @@ class Gate:
         cached = self._verdicts.get(full)
         if cached is not None:
             return cached or None
-        head = read_head(full, expect=st)
+        head, key = self._heads.pop(full) if full in self._heads else (read_head(full, expect=st), None)
         if head is None:
             return None  # unreadable now: packing it fails with its own clear error
-        reason = cred.content_verdict(name, head, st.st_size)
+        learned = self.cache.remember_content if self.cache is not None else None
+        reason = cred.content_verdict(name, head, st.st_size, self._by_content, learned, key)
         if self.cache is not None:
             self.cache.remember_verdict(full, self._signature(st), reason or "")
         return reason

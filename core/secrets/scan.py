@@ -7,8 +7,12 @@ Names: split into word parts on `_`, `-`, `.` and camelCase (`DB_PASSWORD` -> DB
 `apiKey` -> api, Key); a part that contains one of SECRET_STEMS makes the name a secret's,
 unless that part is one of the few ordinary words in ALLOWED_PARTS. An allowed part never
 clears the rest of the name (TOKENIZERS_SECRET is still refused), and no other word does
-either. Values: private key blocks, well-known token prefixes and URLs with a password are
-refused under any name, and so is a long random-looking token.
+either. Short words (PW, PIN, JWT, COOKIE, DSN, SAS, OTP ...) count only as whole parts
+(SECRET_WORDS, SECRET_PAIRS): SPINE_DEPTH and OPTIMIZER are ordinary; PIN next to a word of
+pinning (PIN_MEMORY, I_MPI_PIN_DOMAIN) means pinning, not a PIN.
+Values: private key blocks, vendor tokens and webhook URLs (`core.secrets.tokens`, the table
+credential files are judged by), URLs with a password, AWS secret access keys (40 characters
+that may hold '/') are refused under any name, and so is a long random-looking token.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+
+from core.secrets import tokens
 
 SECRET_STEMS = ("PASS", "PWD", "SECRET", "TOKEN", "KEY", "CRED", "AUTH")
 
@@ -28,20 +34,28 @@ ALLOWED_PARTS = frozenset({
     "KEYPOINT", "KEYPOINTS",    # NUM_KEYPOINTS (pose models)
 })
 
+# Whole word parts that name a secret (a substring is not enough: SPINE, OPTIMIZER, PWM).
+SECRET_WORDS = frozenset({
+    "PW", "PIN", "PINCODE", "JWT", "BEARER", "COOKIE", "COOKIES", "DSN", "SAS", "OTP", "TOTP",
+    "HOTP", "MFA", "WEBHOOK", "WEBHOOKS", "CONNSTR",
+})
+# Two adjacent parts that name a secret together (CONN_STR, ConnectionString, 2FA_SEED).
+SECRET_PAIRS = frozenset({("CONN", "STR"), ("CONN", "STRING"), ("CONNECTION", "STR"),
+                          ("CONNECTION", "STRING"), ("2", "FA")})
+# A secret word that means something else beside these parts (PIN_MEMORY pins memory).
+WORD_CLEARED_BY = {
+    "PIN": frozenset({"MEMORY", "MEM", "CPU", "CPUS", "CORE", "CORES", "THREAD", "THREADS",
+                      "DOMAIN", "PROCESSOR", "NUMA", "AFFINITY", "MPI", "GPU", "GPUS", "NODE"}),
+}
+
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 SECRET_VALUES: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-"),
      "a private key block"),
     (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "an AWS access key"),
-    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), "a GitHub token"),
-    (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), "a GitLab token"),
-    (re.compile(r"\bnpm_[A-Za-z0-9]{30,}"), "an npm token"),
-    (re.compile(r"\bxox[a-z]-[A-Za-z0-9-]{10,}"), "a Slack token"),
-    (re.compile(r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}"), "a Stripe key"),
-    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), "a Hugging Face token"),
-    (re.compile(r"\bsk-ant-[A-Za-z0-9_-]{10,}"), "an Anthropic API key"),
-    (re.compile(r"\bsk-(?:proj-)?[A-Za-z0-9_-]{16,}"), "an OpenAI API key (sk-...)"),
+    *((re.compile(rf"(?<![A-Za-z0-9]){re.escape(prefix)}[A-Za-z0-9_-]{{{n},}}"), what)
+      for prefix, n, what in tokens.PREFIXES),
     (re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s/?#@:]*:[^\s/?#@]+@", re.IGNORECASE),
      "a URL with a password"),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"), "a JSON web token"),
@@ -55,10 +69,16 @@ def name_parts(name: str) -> list[str]:
 
 def secret_name_part(name: str) -> str | None:
     """The word part of `name` that makes it a secret's name, or None."""
-    for part in name_parts(name):
-        upper = part.upper()
+    parts = name_parts(name)
+    uppers = [p.upper() for p in parts]
+    for part, upper in zip(parts, uppers):
         if upper not in ALLOWED_PARTS and any(stem in upper for stem in SECRET_STEMS):
             return part
+        if upper in SECRET_WORDS and WORD_CLEARED_BY.get(upper, frozenset()).isdisjoint(uppers):
+            return part
+    for (a, b), (pa, pb) in zip(zip(uppers, uppers[1:]), zip(parts, parts[1:])):
+        if (a, b) in SECRET_PAIRS:
+            return f"{pa}_{pb}"
     return None
 
 
@@ -81,11 +101,32 @@ def looks_random(value: str) -> bool:
     return False
 
 
+_WORDS = re.compile(r"[A-Z]?[a-z]{3,}")
+
+
+def looks_like_aws_secret(value: str) -> bool:
+    """An AWS secret access key: 40 characters of base64 that may hold '/' (which the random-token
+    check passes over as a path). A path of that length reads as words: `data/ImageNet2012/..`
+    has most of its characters in words of three or more lower-case letters; a key has few."""
+    for token in re.split(r"[\s,;=:\"']+", value):
+        if (re.fullmatch(r"[A-Za-z0-9/+]{40}", token) and "/" in token.strip("/")
+                and not token.startswith("/") and "//" not in token
+                and all(re.search(p, token) for p in (r"[a-z]", r"[A-Z]", r"[0-9]"))
+                and sum(len(w) for w in _WORDS.findall(token)) < 0.5 * len(token)):
+            return True
+    return False
+
+
 def value_problem(value: str) -> str | None:
     """What a value looks like when it looks like a secret, or None."""
     for pattern, what in SECRET_VALUES:
         if pattern.search(value):
             return what
+    what = tokens.value_token(value)
+    if what:
+        return what
+    if looks_like_aws_secret(value):
+        return "an AWS secret access key"
     if looks_random(value):
         return "a key (long and random)"
     return None
