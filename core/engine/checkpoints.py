@@ -16,11 +16,22 @@ A new version is assembled beside the old one (unchanged files copied from it) a
 by renames, so a crash never leaves home with half a checkpoint. At a resume on another
 target, `restore_archive` packs it for the provider to place into that target's `ckpt/`
 before the launcher starts.
+
+A job that holds secrets may name a checkpoint file after one (core/secrets/names.py). Home
+then keeps it under the masked name, in ckpt-home/, in the manifest's keys and in the copy of
+the marker, and the real name only sealed (`"sealed"` in its manifest entry, readable with the
+job's secret values alone). The look file keeps a digest of the listing, not its names. The
+job's own marker and listing are compared with each other as they are (real names, in memory
+only), so what is complete does not change. A restore unseals the names with the values the
+launch read, so the job finds its files under the names it wrote; a seal that no longer opens
+(the value changed) restores that file under its masked name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import json
 import os
 import shutil
@@ -28,11 +39,12 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from core import paths
 from core.engine.store import Job
-from core.packaging.safe_extract import OutputCaps, safe_extract
+from core.packaging.safe_extract import OutputCaps, masked_names, safe_extract
+from core.secrets import names
 
 MIRROR_EVERY_S = float(os.environ.get("GPU_ROUTER_CKPT_EVERY_S", 15.0))
 MARKER = ".complete"
@@ -113,8 +125,7 @@ def _complete_set(scan: dict, look: dict) -> tuple[dict | None, int | None]:
                for rel, v in named.items()):
             return {rel: files[rel] for rel in named}, int(marker.get("generation") or 0)
         return None, None  # a save is under way: the marked files are changing
-    signature = {rel: v[:3] for rel, v in files.items()}
-    if look.get("signature") == signature or scan.get("final"):
+    if look.get("signature") == _signature(scan) or scan.get("final"):
         return files, None  # settled: the same listing twice, or a listing that cannot change
     return None, None
 
@@ -142,14 +153,25 @@ async def mirror(job: Job, provider: Any) -> dict | None:
     except (OSError, ValueError):
         look = {}
     files, generation = _complete_set(scan, look)
-    signature = {rel: v[:3] for rel, v in (scan.get("files") or {}).items()}
     look_file.parent.mkdir(parents=True, exist_ok=True)
-    _write_json(look_file, {"signature": signature, "at": time.time()})
+    _write_json(look_file, {"signature": _signature(scan), "at": time.time()})
     if files is None:
         return None
+    mask = await asyncio.to_thread(names.for_job, job) if getattr(job, "request", None) else None
+    shown: Callable[[str], str] = mask.mask if mask else (lambda rel: rel)
     old = manifest(job.id) or {}
     have = old.get("files", {})
-    wanted = {rel: {"size": v[0], "mtime_ns": v[1], "sha256": v[2]} for rel, v in files.items()}
+    wanted: dict[str, dict] = {}
+    real: dict[str, str] = {}  # the name home shows -> the name the job wrote
+    for rel, v in sorted(files.items()):
+        name = shown(rel)
+        if name in real:
+            raise ValueError(f"two checkpoint files ({name}) differ only in a secret value in their "
+                             "names; home cannot keep both under masked names")
+        real[name] = rel
+        wanted[name] = {"size": v[0], "mtime_ns": v[1], "sha256": v[2]}
+        if mask and name != rel:
+            wanted[name]["sealed"] = mask.seal(rel)
     if {r: w["sha256"] for r, w in wanted.items()} == {r: h.get("sha256") for r, h in have.items()} \
             and (generation is None or generation == old.get("generation")):
         return None  # home has this one already
@@ -162,12 +184,15 @@ async def mirror(job: Job, provider: Any) -> dict | None:
             os.close(fd)
             archive = Path(name)
             try:
-                await provider.checkpoint_pack(job, changed, archive)
+                await provider.checkpoint_pack(job, [real[n] for n in changed], archive)
                 moved = archive.stat().st_size
                 caps = OutputCaps(max_bytes=1 << 40, max_files=200_000)
-                await asyncio.to_thread(safe_extract, archive, staging / "new", caps=caps)
+                with masked_names(mask.mask if mask else None):
+                    await asyncio.to_thread(safe_extract, archive, staging / "new", caps=caps)
             finally:
                 archive.unlink(missing_ok=True)
+            if mask:
+                await asyncio.to_thread(_rename_marker, staging / "new" / MARKER, shown)
         new_manifest = await asyncio.to_thread(_assemble, job.id, staging, wanted, changed, old)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -179,6 +204,27 @@ async def mirror(job: Job, provider: Any) -> dict | None:
                         bytes=sum(w["size"] for w in wanted.values()))
     _write_json(_manifest_path(job.id), new_manifest)
     return new_manifest
+
+
+def _signature(scan: dict) -> str:
+    """A digest of the listing (names, sizes, times, hashes): two looks compare by it, and the
+    look file holds no name a job chose."""
+    listing = {rel: v[:3] for rel, v in (scan.get("files") or {}).items()}
+    return hashlib.sha256(json.dumps(listing, sort_keys=True).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _rename_marker(marker: Path, rename: Callable[[str], str]) -> None:
+    """The marker's file names through `rename` (masked coming home, real going out); a marker
+    that is not one (the job's own bytes) is dropped rather than kept with names unchecked."""
+    try:
+        doc = json.loads(marker.read_text(encoding="utf-8", errors="surrogateescape"))
+        doc["files"] = {rename(str(rel)): v for rel, v in dict(doc["files"]).items()}
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        marker.unlink(missing_ok=True)
+        return
+    marker.write_text(json.dumps(doc, separators=(",", ":")))
 
 
 def _assemble(job_id: str, staging: Path, wanted: dict, changed: list[str], old: dict) -> dict | None:
@@ -214,28 +260,79 @@ def _assemble(job_id: str, staging: Path, wanted: dict, changed: list[str], old:
     return {"files": wanted}
 
 
-def restore_archive(job_id: str) -> Path | None:
-    """The home checkpoint as a temporary tar.gz for a new target, or None when there is none
-    (the caller removes the file)."""
+def real_names(job_id: str, secrets: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The home checkpoint's names -> the names the job wrote: sealed ones opened with the
+    job's secret values (those its launch just read); one that does not open keeps its masked
+    name. Only in memory, and only on the way to the target."""
+    doc = manifest(job_id) or {}
+    sealed = {rel: e["sealed"] for rel, e in (doc.get("files") or {}).items()
+              if isinstance(e, dict) and e.get("sealed")}
+    if not sealed:
+        return {}
+    mask = names.for_restore(job_id, secrets)
+    out = {}
+    for rel, token in sealed.items():
+        name = mask.unseal(token) if mask else None
+        if name is not None and name != rel and "/".join(p for p in name.split("/") if p not in ("", ".", "..")) == name:
+            out[rel] = name
+    return out
+
+
+def _marker_bytes(src: Path, rename: dict[str, str]) -> bytes | None:
+    """The home copy of the marker with the job's own names back, or None when there is none."""
+    try:
+        doc = json.loads((src / MARKER).read_text())
+        doc["files"] = {rename.get(rel, rel): v for rel, v in dict(doc["files"]).items()}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def restore_archive(job_id: str, secrets: Mapping[str, str] | None = None) -> Path | None:
+    """The home checkpoint as a temporary tar.gz for a new target, under the names the job
+    wrote (`real_names`), or None when there is none (the caller removes the file)."""
     if manifest(job_id) is None:
         return None
     src = home_dir(job_id)
+    rename = real_names(job_id, secrets)
     fd, name = tempfile.mkstemp(prefix=".ckpt-restore-", suffix=".tar.gz", dir=paths.cache_dir())
     os.close(fd)
     with tarfile.open(name, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(src.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                tar.add(path, arcname=path.relative_to(src).as_posix(), recursive=False)
+            rel = path.relative_to(src).as_posix()
+            if path.is_file() and not path.is_symlink() and rel != MARKER:
+                tar.add(path, arcname=rename.get(rel, rel), recursive=False)
+        marker = _marker_bytes(src, rename)
+        if marker is not None:
+            info = tarfile.TarInfo(MARKER)
+            info.size, info.mtime, info.mode = len(marker), int(time.time()), 0o644
+            tar.addfile(info, io.BytesIO(marker))
     return Path(name)
 
 
-def restore_local(job_id: str, dest: Path) -> bool:
-    """Replace `dest` (a ckpt/ folder on this machine) with the home checkpoint."""
+def restore_local(job_id: str, dest: Path, secrets: Mapping[str, str] | None = None) -> bool:
+    """Replace `dest` (a ckpt/ folder on this machine) with the home checkpoint, under the
+    names the job wrote (`real_names`)."""
     if manifest(job_id) is None:
         return False
+    src = home_dir(job_id)
+    rename = real_names(job_id, secrets)
     tmp = dest.with_name(dest.name + ".restore")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(home_dir(job_id), tmp, symlinks=True)
+    tmp.mkdir(parents=True)
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src).as_posix()
+        if not path.is_file() or path.is_symlink() or rel == MARKER:
+            continue
+        target = tmp / rename.get(rel, rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    marker = _marker_bytes(src, rename)
+    if marker is not None:
+        (tmp / MARKER).write_bytes(marker)
+        os.utime(tmp / MARKER, ns=((src / MARKER).stat().st_atime_ns, (src / MARKER).stat().st_mtime_ns))
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)
     return True

@@ -6,6 +6,7 @@ plan and the guidance an agent relays are decided in one place.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from core.engine.states import LAUNCHED, TERMINAL, State
 from core.engine.store import Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
 from core.packaging.bundle import Bundle, FileHashCache, build, list_data, list_project
+from core.packaging.safe_extract import masked_names
 from core.packaging.report import left_out_hint, ship_warnings
 from core.planning.plan import build_plan, canonical_bytes, data_hash
 from core.planning.router import route
@@ -396,10 +398,16 @@ def ignore_runs(runs: Path) -> None:
 
 
 async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
+    """The job's outputs into runs/<id>/; for a job that holds secrets, under names masked
+    with their values, read from the keychain now (core/secrets/names.py)."""
+    from core.secrets import names
+
     dest = runs_folder(job)
     try:
-        with disk_full_guard(dest.parent):
-            return await provider.fetch_outputs(job, dest)
+        mask = await asyncio.to_thread(names.for_job, job)
+        with disk_full_guard(dest.parent), masked_names(mask.mask if mask else None):
+            notes = await provider.fetch_outputs(job, dest)
+        return [mask.mask(n) for n in notes] if mask else notes  # a provider's own notes too
     except UserError as exc:
         return [f"outputs could not be brought home to {dest}: {exc.what}"]
     except OSError as exc:
