@@ -20,8 +20,9 @@ link out of the folder, write through `..`, create devices, and fill the disk. H
 - names are masked: inside `masked_names(mask)` (the engine wraps every bringing home of a job
   that holds secrets in it, core/secrets/names.py) every file and folder name, and every note,
   has each form of the job's secret values replaced by `[secret]` before anything is created,
-  so no secret is ever written into a name at home, not even in the staging folder. Two names
-  that mask alike keep the first file, with a note.
+  so no secret is ever written into a name at home, not even in the staging folder; a file's
+  whole path is masked (a value with a '/' spans folders), and folders are made only as the
+  parents of masked paths. Two names that mask alike keep the first file, with a note.
 
 The result is a list of notes for the job's record; nothing is raised for a hostile member.
 """
@@ -104,7 +105,9 @@ class _Staging:
     def __init__(self, dest: Path, caps: OutputCaps) -> None:
         self.dest = Path(dest)
         self.caps = caps
-        self.shown: Callable[[str], str] = _NAME_MASK.get() or (lambda name: name)
+        mask = _NAME_MASK.get()
+        self.masking = mask is not None
+        self.shown: Callable[[str], str] = mask or (lambda name: name)
         self.dest.parent.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.extract-", dir=self.dest.parent))
         self.notes: list[str] = []
@@ -119,7 +122,11 @@ class _Staging:
             self.dropped += 1
 
     def mkdir(self, rel: str) -> bool:
-        rel = self.shown(rel)
+        if self.masking:
+            # under a mask a folder is made only as the parent of a file, from the file's whole
+            # masked path: a secret with a '/' in it spans folders, and a folder named after its
+            # first half would show most of it (an empty folder stays behind)
+            return True
         try:
             _mkdirs(self.root, rel)
             return True
