@@ -314,3 +314,7 @@ async def test_a_hidden_instruction_in_a_job_s_output_reaches_no_agent(home: Pat
         assert "visible-start visible-end" in json.dumps(out)
         arts, _ = await _agent_reads(s, "compute_job", action="artifacts", job=short)
         assert "out.txt" in {f["path"] for f in arts["files"]}, arts
+        # job.json, the record an agent may open among the artifacts, parsed as it would be
+        record = json.loads((project / "runs" / short / "job.json").read_text())
+        assert record["job"]["config"]["note"] == "cfgx"
+        assert not _hidden(json.dumps(record, ensure_ascii=False))

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from core import paths
 from core.config.request import JobRequest
+from core.display.sanitize import printable_doc
 from core.engine import checkpoints
 from core.engine.states import LAUNCHED, TERMINAL, State
 from core.engine.store import Job, Store
@@ -438,7 +439,9 @@ def job_document(store: Store, job: Job) -> dict[str, Any]:
 def write_job_json(store: Store, job: Job) -> Path:
     path = runs_folder(job) / "job.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(job_document(store, job), indent=2, sort_keys=True))
+    # read by people and agents alike: the one filter of machine output (no tag character or
+    # other invisible one a job printed into its config or a reason comes back from \u escapes)
+    tmp.write_text(json.dumps(printable_doc(job_document(store, job)), indent=2, sort_keys=True))
     os.replace(tmp, path)
     return path
 
