@@ -157,10 +157,13 @@ async def mirror(job: Job, provider: Any) -> dict | None:
     _write_json(look_file, {"signature": _signature(scan), "at": time.time()})
     if files is None:
         return None
-    mask = await asyncio.to_thread(names.for_job, job) if getattr(job, "request", None) else None
-    shown: Callable[[str], str] = mask.mask if mask else (lambda rel: rel)
     old = manifest(job.id) or {}
     have = old.get("files", {})
+    if {r: v[2] for r, v in files.items()} == {r: h.get("sha256") for r, h in have.items()} \
+            and generation in (None, old.get("generation")):
+        return None  # home has this one, under the same names: no keychain asked (the usual look)
+    mask = await asyncio.to_thread(names.for_job, job) if getattr(job, "request", None) else None
+    shown: Callable[[str], str] = mask.mask if mask else (lambda rel: rel)
     wanted: dict[str, dict] = {}
     real: dict[str, str] = {}  # the name home shows -> the name the job wrote
     for rel, v in sorted(files.items()):
