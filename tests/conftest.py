@@ -127,6 +127,23 @@ def host_pids(ns_pids: list[int], marker: str) -> list[int]:
     return [found[p] for p in ns_pids]
 
 
+@pytest.fixture
+def unsandboxed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No sandbox can be made here (bubblewrap missing): local jobs then run as they would on a
+    machine without one, once a person lets them (`let_run`). For the defences that must hold
+    there too, and on remote hosts: inside the sandbox most attacks cannot even be set up."""
+    from core.runtime.boundary import BWRAP_ENV
+
+    monkeypatch.setenv(BWRAP_ENV, str(tmp_path / "no-bwrap-here"))
+
+
+def let_run(job: dict) -> None:
+    """A person approves an agent's local job held because no sandbox can be made."""
+    assert job["state"] == "awaiting_approval" and "without a sandbox" in job["reason"], job
+    status, out = run_in_terminal([gpu_exe(), "approve", job["short_id"]], job["short_id"])
+    assert status == 0, out
+
+
 def wait_process_gone(pid: int, timeout: float, message: str) -> None:
     """Fail with `message` unless process `pid` is gone within `timeout` seconds."""
     deadline = time.monotonic() + timeout

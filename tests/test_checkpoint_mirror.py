@@ -168,3 +168,98 @@ def test_a_sparse_file_counts_its_full_length_and_is_never_read(home: Path) -> N
     assert len(notes) == 1 and "over the 21.5 GB output cap" in notes[0] and "sparse" in notes[0], notes
     assert checkpoints.manifest(job.id) is None
     assert not [p for p in checkpoints.home_dir(job.id).parent.glob(".ckpt-*") if p.name.startswith((".ckpt-new-", ".ckpt-") ) and not p.name.startswith(".ckpt-hashes")]
+
+# -- a checkpoint file named after a secret --------------------------------------------------
+
+TOKEN = "hf_Zq8xTOKENvalue/77+x"
+
+
+class _SecretJob(_Job):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id)
+        self.request = {"secrets": ["MY_TOKEN"]}
+
+
+def _names_and_bytes(root: Path) -> list[tuple[str, bytes]]:
+    return [(p.relative_to(root).as_posix(), p.read_bytes() if p.is_file() else b"")
+            for p in root.rglob("*")]
+
+
+def test_a_checkpoint_named_after_a_secret_comes_home_masked_and_resumes_under_its_name(
+        keychain, home: Path) -> None:
+    """A real keychain holds the job's token; the job names a checkpoint file after it (as is,
+    and its hex in a folder name) and marks the save. Home (ckpt-home, the manifest, the look
+    file, the marker's copy) holds no form of the token in any name or byte; a restore with
+    the value the launch reads puts every file back under the name the job wrote, the marker
+    naming them; a restore after the token changed keeps the masked name (the job then sees a
+    checkpoint without that file, never a wrong one). The token holds a '/', so the name the
+    job wrote spans a folder: the whole path is what is masked."""
+    import base64
+
+    from core.runtime.redact import SecretPattern
+    from core.secrets import keychain as kc
+
+    kc.set("MY_TOKEN", TOKEN)
+    job = _SecretJob("ab" * 16)
+    provider = LocalProvider()
+    ckpt = provider.job_dir(job) / "ckpt"
+    (ckpt / f"{TOKEN.encode().hex()}.d").mkdir(parents=True)
+    (ckpt / f"tok_{TOKEN}.pt").parent.mkdir(parents=True)  # its '/' makes a folder of half of it
+    (ckpt / f"tok_{TOKEN}.pt").write_bytes(b"weights" * 100)
+    (ckpt / f"{TOKEN.encode().hex()}.d" / "opt.bin").write_bytes(b"optimizer")
+    (ckpt / "step.json").write_text('{"step": 7}')
+    assert _saved(ckpt) == 1
+    doc = asyncio.run(checkpoints.mirror(job, provider))
+    assert doc is not None and doc["generation"] == 1
+
+    # nothing at home holds the token: names, manifest, look file, marker copy
+    pattern = SecretPattern([TOKEN])
+    forms = [TOKEN, TOKEN.encode().hex(), base64.b64encode(TOKEN.encode()).decode()]
+    jobs_home = home / "jobs" / job.id
+    for name, data in _names_and_bytes(jobs_home):
+        if name.startswith("ckpt/") or name == "ckpt" or name.startswith(".ckpt-hashes"):
+            continue  # the local target's own job folder: the job's files as it wrote them
+        assert not pattern.holds(name), name
+        for form in forms:
+            assert form.encode() not in data, (name, form)
+    home_copy = checkpoints.home_dir(job.id)
+    shown = sorted(n for n, _ in _names_and_bytes(home_copy))
+    assert "tok_[secret].pt" in shown and "[secret].d/opt.bin" in shown, shown
+    marker = json.loads((home_copy / checkpoints.MARKER).read_text())
+    assert sorted(marker["files"]) == ["[secret].d/opt.bin", "step.json", "tok_[secret].pt"]
+    manifest = checkpoints.manifest(job.id)
+    assert set(manifest["files"]) == {"[secret].d/opt.bin", "step.json", "tok_[secret].pt"}
+    assert manifest["files"]["tok_[secret].pt"]["sealed"] and "sealed" not in manifest["files"]["step.json"]
+    # an unchanged second look moves nothing (masked names compare alike from look to look)
+    assert asyncio.run(checkpoints.mirror(job, provider)) is None
+
+    # restore onto a "new target": the job's names are back, the marker names them
+    dest = home / "elsewhere" / "ckpt"
+    dest.parent.mkdir()
+    assert checkpoints.restore_local(job.id, dest, {"MY_TOKEN": TOKEN})
+    assert (dest / f"tok_{TOKEN}.pt").read_bytes() == b"weights" * 100
+    assert (dest / f"{TOKEN.encode().hex()}.d" / "opt.bin").read_bytes() == b"optimizer"
+    back = json.loads((dest / checkpoints.MARKER).read_text())
+    assert sorted(back["files"]) == sorted(marker_name for marker_name in json.loads(
+        (ckpt / checkpoints.MARKER).read_text())["files"])
+    # the archive a remote target gets holds the same names
+    import tarfile
+
+    archive = checkpoints.restore_archive(job.id, {"MY_TOKEN": TOKEN})
+    try:
+        with tarfile.open(archive) as tar:
+            assert f"tok_{TOKEN}.pt" in tar.getnames()
+    finally:
+        archive.unlink()
+
+    # the token was rotated: the seal does not open, the masked name is kept
+    other = home / "rotated" / "ckpt"
+    other.parent.mkdir()
+    assert checkpoints.restore_local(job.id, other, {"MY_TOKEN": "a-new-token-value"})
+    assert (other / "tok_[secret].pt").exists() and (other / "step.json").exists()
+    assert not any(TOKEN.replace("/", "_") in n for n, _ in _names_and_bytes(other))
+
+    # the job ends: its checkpoint is kept with the outputs, masked
+    runs = home / "runs" / "x"
+    assert checkpoints.settle(job.id, runs) is None
+    assert (runs / "checkpoint" / "tok_[secret].pt").exists()

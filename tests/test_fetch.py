@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from core.engine.fetch import clean_path
 from core.errors import UserError
-from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state
+from tests.conftest import gpu_json, let_run, make_git_project, run_gpu, wait_state
 
 pytestmark = pytest.mark.slow
 
@@ -144,10 +144,12 @@ print("replaced", flush=True)
 '''
 
 
-def test_a_working_folder_replaced_by_a_link_is_never_followed(home: Path, tmp_path: Path) -> None:
+def test_a_working_folder_replaced_by_a_link_is_never_followed(home: Path, tmp_path: Path, unsandboxed) -> None:
     """The job swaps its whole working folder for a link to a folder of the person's (and
     plants out/outputs -> that folder): `gpu fetch` refuses and says why, the declared outputs
-    are not written through the link, and nothing of the person's folder comes home."""
+    are not written through the link, and nothing of the person's folder comes home. (In the
+    local sandbox the working folder is a mount the job cannot move: this is the unsandboxed
+    case, as on a remote host.)"""
     outside = tmp_path / "person-home"
     outside.mkdir()
     (outside / "notes.txt").write_text("PRIVATE-CONTENT")
@@ -156,6 +158,7 @@ def test_a_working_folder_replaced_by_a_link_is_never_followed(home: Path, tmp_p
     sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", "--output", "outputs/",
                    "--env", f"OUTSIDE={outside}", cwd=project)
     short = sub["job"]["short_id"]
+    let_run(sub["job"])
     done = wait_state(short, {"done", "failed"}, timeout=180)
     assert done["state"] == "done", run_gpu("logs", short).stdout
     assert sorted(p.name for p in outside.iterdir()) == [".bashrc", "notes.txt"]  # nothing written there
@@ -170,7 +173,7 @@ def test_a_working_folder_replaced_by_a_link_is_never_followed(home: Path, tmp_p
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a file of another owner needs root to make (chown)")
-def test_a_hard_link_to_another_owners_file_is_not_fetched(home: Path, tmp_path: Path) -> None:
+def test_a_hard_link_to_another_owners_file_is_not_fetched(home: Path, tmp_path: Path, unsandboxed) -> None:
     foreign = tmp_path / "foreign" / "id_ed25519"
     foreign.parent.mkdir()
     foreign.write_text("PRIVATE-KEY")
@@ -178,8 +181,10 @@ def test_a_hard_link_to_another_owners_file_is_not_fetched(home: Path, tmp_path:
     script = ('import os\nopen("mine.txt", "w").write("ok")\n'
               'os.link(os.environ["HARDLINK"], "stolen.txt")\n')
     project = make_git_project(tmp_path / "h", {"train.py": script}, gitignore="runs/\n")
-    short = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", "--env",
-                     f"HARDLINK={foreign}", cwd=project)["job"]["short_id"]
+    job = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", "--env",
+                   f"HARDLINK={foreign}", cwd=project)["job"]
+    let_run(job)  # in the sandbox the file is not even visible: the unsandboxed case
+    short = job["short_id"]
     assert wait_state(short, {"done", "failed"}, timeout=180)["state"] == "done", run_gpu("logs", short).stdout
     doc = gpu_json("fetch", short, "mine.txt", "stolen.txt", cwd=project)
     assert doc["files"] == 1 and doc["refused"][0]["path"] == "stolen.txt"

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from core.engine import jobguard
 from core.runtime.jobprocs import CGROUP_PREFIX, MARKER_VAR, SANDBOX_MARK
-from tests.conftest import gpu_exe, gpu_json, make_git_project, run_gpu, run_in_terminal, wait_state
+from tests.conftest import let_run, gpu_exe, gpu_json, make_git_project, run_gpu, run_in_terminal, wait_state
 
 QUICK = "print('ran', flush=True)\n"
 
@@ -91,25 +91,13 @@ def _held(project: Path) -> dict:
     return job
 
 
-@pytest.fixture
-def unsandboxed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No sandbox can be made (bubblewrap missing): the case where these facts are what stands
-    between a job and an approval. (Inside the sandbox the job cannot even start `gpu`: no
-    gpu-router home, no code of it; tests/test_sandbox.py tries that.)"""
-    from core.runtime.boundary import BWRAP_ENV
-
-    monkeypatch.setenv(BWRAP_ENV, str(tmp_path / "no-bwrap-here"))
-
-
 def _run_attack(project: Path, held: str, mode: str) -> tuple[dict, dict]:
     """Run the attack as a local job that a person let run without a sandbox; return (the
     job's status, what its `gpu approve` and `gpu deny` said)."""
     sub = gpu_json("submit", "attack.py", "--hours", "0.2", "--wait-s", "0", "--name", f"attack-{mode}",
                    "--", gpu_exe(), held, mode, os.environ["GPU_ROUTER_HOME"],
                    os.environ["GPU_ROUTER_CONFIG"], cwd=project)["job"]
-    assert [h for h in sub["reason"].split(";") if "without a sandbox" in h], sub
-    status, out = run_in_terminal([gpu_exe(), "approve", sub["short_id"]], sub["short_id"])
-    assert status == 0, out
+    let_run(sub)
     done = wait_state(sub["short_id"], {"done", "failed", "cancelled"}, timeout=240)
     log = run_gpu("logs", sub["short_id"]).stdout
     line = next((ln for ln in log.splitlines() if ln.startswith("ATTACK ")), None)

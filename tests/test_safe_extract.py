@@ -181,3 +181,96 @@ def test_files_named_by_a_listing_are_written_inside_only_and_capped(tmp_path: P
     assert read == ["ok/a.bin", "b.bin"]  # a refused name is never read, nor anything past the cap
     assert sum("leaves the folder" in n for n in notes) == 3, notes
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.bin", "b.bin", "ckpt", "ok", "run"]
+
+
+# -- names masked with a job's secrets -------------------------------------------------------
+
+import base64  # noqa: E402
+import urllib.parse  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from core.packaging.safe_extract import masked_names, safe_copy_tree  # noqa: E402
+from core.runtime.redact import SecretPattern  # noqa: E402
+
+NAME_SECRETS = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="/\\"),
+                       min_size=8, max_size=24)
+NAME_PARTS = st.text(st.characters(min_codepoint=0x30, max_codepoint=0x7A, exclude_characters="/\\[]"),
+                     max_size=8)
+
+
+def _name_forms(value: str) -> list[str]:
+    """How code names a file after a token: as it is, hex, URL-safe base64, URL-quoted
+    (computed here, apart from redact.py)."""
+    raw = value.encode()
+    return [value, raw.hex(), base64.urlsafe_b64encode(raw).decode().rstrip("="),
+            urllib.parse.quote(value, safe="")]
+
+
+def _all_names(root: Path) -> list[str]:
+    return [p.relative_to(root).as_posix() for p in root.rglob("*")]
+
+
+def _mask_of(value: str):
+    pattern = SecretPattern([value])
+    return lambda name: pattern.mask(name.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=NAME_SECRETS, form=st.integers(0, 3), before=NAME_PARTS, after=NAME_PARTS, way=st.integers(0, 2))
+def test_no_name_that_comes_home_holds_a_secret_by_any_entry(tmp_path_factory, value: str, form: int,
+                                                              before: str, after: str, way: int) -> None:
+    """Whichever way outputs come home (an archive, a job's folder, a listing), a name that
+    holds a secret value in a form code names files with comes home masked, its bytes intact;
+    the same name inside a folder name too; a plain neighbour is untouched."""
+    tmp = tmp_path_factory.mktemp("names")
+    spelled = _name_forms(value)[form]
+    leaf = f"{before}{spelled}{after}".replace("/", "_")
+    plain = "plain.txt"
+    files = {f"cache/{leaf}": b"cached", f"{leaf}.d/inner.bin": b"inner", plain: b"kept"}
+    dest = tmp / "runs" / "x"
+    with masked_names(_mask_of(value)):
+        if way == 0:
+            notes = safe_extract(_archive(tmp / "o.tar.gz", [_file(n, d) for n, d in files.items()]), dest)
+        elif way == 1:
+            src = tmp / "out"
+            for n, d in files.items():
+                (src / n).parent.mkdir(parents=True, exist_ok=True)
+                (src / n).write_bytes(d)
+            notes = safe_copy_tree(src, dest)
+        else:
+            notes = write_files(dest, ((n, len(d), iter([d])) for n, d in files.items()))
+    names = _all_names(dest)
+    for name in names + notes:
+        for f in _name_forms(value):
+            assert f not in name, (name, f)
+    assert (dest / plain).read_bytes() == b"kept"
+    got = sorted((dest / n).read_bytes() for n in names if (dest / n).is_file())
+    assert got == sorted(files.values()), (names, notes)
+    assert any("[secret]" in n for n in names)
+    # nothing was ever written under the real name beside dest (the staging folder is gone)
+    for left in _all_names(tmp / "runs"):
+        assert spelled not in left
+
+
+def test_names_outside_masked_names_are_kept_as_the_job_wrote_them(tmp_path: Path) -> None:
+    """No secrets, no mask: a job's own naming is not second-guessed."""
+    archive = _archive(tmp_path / "o.tar.gz", [_file("tok_abcdefgh.bin", b"x")])
+    assert safe_extract(archive, tmp_path / "d") == []
+    assert (tmp_path / "d" / "tok_abcdefgh.bin").exists()
+
+
+def test_a_secret_with_a_slash_spanning_folders_leaves_no_half_of_it_in_a_folder_name(tmp_path: Path) -> None:
+    """`out/tok_<value>.bin` where the value holds a '/': the job made a folder named after
+    the value's first half. Home masks the file's whole path and makes no such folder."""
+    value = "AKIAxx/Zq8SECRETtail99"
+    src = tmp_path / "out"
+    (src / f"tok_{value}.bin").parent.mkdir(parents=True)
+    (src / f"tok_{value}.bin").write_bytes(b"cached")
+    (src / "empty").mkdir()
+    dest = tmp_path / "runs" / "x"
+    with masked_names(_mask_of(value)):
+        notes = safe_copy_tree(src, dest)
+    assert notes == [] and (dest / "tok_[secret].bin").read_bytes() == b"cached"
+    assert not any("AKIAxx" in n or "Zq8SECRET" in n for n in _all_names(tmp_path / "runs"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import sqlite3
 import urllib.parse
@@ -268,3 +269,59 @@ def test_secrets_list_without_a_keychain_is_an_error_with_the_fix(home: Path) ->
     proc = run_gpu("secrets", "list", env=env)
     assert proc.returncode == 2
     assert "no native keychain is available" in proc.stderr and "gnome-keyring-daemon" in proc.stderr
+
+
+NAMER = (
+    "import base64, json, os, gpu\n"
+    "v = os.environ['MY_TOKEN']\n"
+    "out, ckpt = gpu.output_dir(), gpu.checkpoint_dir()\n"
+    "(out / ('cache_' + v.replace('/', '_') + '.json')).write_text('{\"hit\": 1}')\n"
+    "(out / ('key-' + v.encode().hex())).mkdir()\n"
+    "(out / ('key-' + v.encode().hex()) / 'data.bin').write_bytes(b'payload')\n"
+    "(out / 'plain.txt').write_text('ok')\n"
+    "(ckpt / ('tok_' + base64.urlsafe_b64encode(v.encode()).decode().rstrip('=') + '.pt')).write_bytes(b'w' * 64)\n"
+    "(ckpt / 'step.json').write_text(json.dumps({'step': 3}))\n"
+    "print('saved', gpu.checkpoint_saved())\n"
+)
+
+
+@pytest.mark.slow
+def test_a_job_that_names_files_after_its_secret_brings_them_home_masked(keychain, home: Path,
+                                                                       tmp_path: Path) -> None:
+    """A real sandboxed job on the local target reads its keychain secret and names an output
+    after it (the value, its hex in a folder name) and a checkpoint file after its base64; it
+    marks the save. runs/<id>/ (outputs, the kept checkpoint, job.json) holds the files with
+    their bytes under masked names, and no name or byte at home outside the local target's
+    own job folder holds a form of the value."""
+    value = "ghp_" + uuid.uuid4().hex[:20]  # a token whose name forms are plain file names
+    assert run_gpu("secrets", "set", "MY_TOKEN", input=value + "\n").returncode == 0
+    project = make_git_project(tmp_path / "p", {"namer.py": NAMER})
+    sub = gpu_json("submit", "namer.py", "--secret", "MY_TOKEN", "--hours", "0.1", "--wait-s", "0",
+                   cwd=project)
+    from core.engine.approvals import approve
+    from core.engine.store import Store
+
+    approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
+    short = sub["job"]["short_id"]
+    doc = wait_state(short, {"done", "failed"}, timeout=120)
+    assert doc["state"] == "done", run_gpu("logs", short).stdout
+    runs = project / "runs" / short
+    names = sorted(p.relative_to(runs).as_posix() for p in runs.rglob("*"))
+    assert (runs / "cache_[secret].json").read_text() == '{"hit": 1}', names
+    assert (runs / "key-[secret]" / "data.bin").read_bytes() == b"payload", names
+    assert (runs / "plain.txt").read_text() == "ok"
+    assert (runs / "checkpoint" / "tok_[secret].pt").read_bytes() == b"w" * 64, names
+    marker = json.loads((runs / "checkpoint" / ".complete").read_text())
+    assert sorted(marker["files"]) == ["step.json", "tok_[secret].pt"]
+    forms = _spellings(value) + [base64.urlsafe_b64encode(value.encode()).rstrip(b"="),
+                                 value.encode().hex().encode()]
+    local_job = home / "jobs" / sub["job"]["id"]
+    Store().conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for root in (home, project / "runs"):
+        for path in root.rglob("*"):
+            if path == local_job or local_job in path.parents:
+                continue  # the local target's job folder: the job's own files, as it wrote them
+            rel = path.relative_to(root).as_posix().encode()
+            data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+            for form in forms:
+                assert form not in rel and form not in data, (path, form)

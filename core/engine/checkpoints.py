@@ -24,11 +24,22 @@ in `gpu status`), and mirroring pauses: it looks at the free space again after B
 doubling, and says when it resumes; it never retries into the full disk every tick. At a resume on another
 target, `restore_archive` packs it for the provider to place into that target's `ckpt/`
 before the launcher starts.
+
+A job that holds secrets may name a checkpoint file after one (core/secrets/names.py). Home
+then keeps it under the masked name, in ckpt-home/, in the manifest's keys and in the copy of
+the marker, and the real name only sealed (`"sealed"` in its manifest entry, readable with the
+job's secret values alone). The look file keeps a digest of the listing, not its names. The
+job's own marker and listing are compared with each other as they are (real names, in memory
+only), so what is complete does not change. A restore unseals the names with the values the
+launch read, so the job finds its files under the names it wrote; a seal that no longer opens
+(the value changed) restores that file under its masked name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import json
 import os
 import shutil
@@ -36,11 +47,12 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from core import paths
 from core.engine.store import Event, Job
-from core.packaging.safe_extract import OutputCaps, safe_extract
+from core.packaging.safe_extract import OutputCaps, masked_names, safe_extract
+from core.secrets import names
 from core.runtime.diskspace import DISK_FULL, disk_full_text, free_bytes, is_enospc
 
 MIRROR_EVERY_S = float(os.environ.get("GPU_ROUTER_CKPT_EVERY_S", 15.0))
@@ -129,8 +141,7 @@ def _complete_set(scan: dict, look: dict) -> tuple[dict | None, int | None]:
                for rel, v in named.items()):
             return {rel: files[rel] for rel in named}, int(marker.get("generation") or 0)
         return None, None  # a save is under way: the marked files are changing
-    signature = {rel: v[:3] for rel, v in files.items()}
-    if look.get("signature") == signature or scan.get("final"):
+    if look.get("signature") == _signature(scan) or scan.get("final"):
         return files, None  # settled: the same listing twice, or a listing that cannot change
     return None, None
 
@@ -231,9 +242,9 @@ async def _note_skipped(job: Job, scan: dict, look: dict, say: Say | None) -> No
         return
     look["skipped_said"] = sorted(said | {rel for rel, _ in new})[:500]
     more = int(scan.get("skipped_more") or 0)
-    names = ", ".join(f"{rel} ({why})" for rel, why in new[:5])
+    listed = ", ".join(f"{rel} ({why})" for rel, why in new[:5])
     rest = len(new) - 5 + more
-    await _say(say, f"checkpoint folder: not mirrored, only regular files are: {names}"
+    await _say(say, f"checkpoint folder: not mirrored, only regular files are: {listed}"
                     + (f" and {rest} more" if rest > 0 else ""))
 
 
@@ -252,14 +263,28 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
     scan = await provider.checkpoint_scan(job)
     await _note_skipped(job, scan, look, say)
     files, generation = _complete_set(scan, look)
-    signature = {rel: v[:3] for rel, v in (scan.get("files") or {}).items()}
-    look.update(signature=signature, at=now)
+    look.update(signature=_signature(scan), at=now)
     _save_look(job.id, look)
     if files is None:
         return None
     old = manifest(job.id) or {}
     have = old.get("files", {})
-    wanted = {rel: {"size": v[0], "mtime_ns": v[1], "sha256": v[2]} for rel, v in files.items()}
+    if {r: v[2] for r, v in files.items()} == {r: h.get("sha256") for r, h in have.items()} \
+            and generation in (None, old.get("generation")):
+        return None  # home has this one, under the same names: no keychain asked (the usual look)
+    mask = await asyncio.to_thread(names.for_job, job) if getattr(job, "request", None) else None
+    shown: Callable[[str], str] = mask.mask if mask else (lambda rel: rel)
+    wanted: dict[str, dict] = {}
+    real: dict[str, str] = {}  # the name home shows -> the name the job wrote
+    for rel, v in sorted(files.items()):
+        name = shown(rel)
+        if name in real:
+            raise ValueError(f"two checkpoint files ({name}) differ only in a secret value in their "
+                             "names; home cannot keep both under masked names")
+        real[name] = rel
+        wanted[name] = {"size": v[0], "mtime_ns": v[1], "sha256": v[2]}
+        if mask and name != rel:
+            wanted[name]["sealed"] = mask.seal(rel)
     if {r: w["sha256"] for r, w in wanted.items()} == {r: h.get("sha256") for r, h in have.items()} \
             and (generation is None or generation == old.get("generation")):
         return None  # home has this one already
@@ -276,7 +301,7 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
                             f"{provider.name} (max_output_bytes); home keeps "
                             + describe(summary(job.id)))
         return None
-    need = total + sum(_cost(files[rel]) for rel in changed)  # the new version, and what comes over
+    need = total + sum(_cost(files[real[rel]]) for rel in changed)  # the new version, and what comes over
     where = home_dir(job.id).parent
     where.mkdir(parents=True, exist_ok=True)
     free = free_bytes(where)
@@ -284,7 +309,7 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
         await _pause(job, look, say, need, now, disk_full_text(where, free))
         return None
     try:
-        new_manifest, moved = await _bring(job, provider, where, wanted, changed, old, caps)
+        new_manifest, moved = await _bring(job, provider, where, wanted, changed, old, caps, real, mask)
     except OSError as exc:
         if not is_enospc(exc):
             raise
@@ -304,9 +329,10 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
 
 
 async def _bring(job: Job, provider: Any, where: Path, wanted: dict, changed: list[str], old: dict,
-                 caps: OutputCaps) -> tuple[dict | str | None, int]:
-    """Pack the changed files there, unpack them here, assemble the new version: (its
-    manifest, or None when a file changed meanwhile, or the disk-full text; bytes moved)."""
+                 caps: OutputCaps, real: dict[str, str], mask: Any) -> tuple[dict | str | None, int]:
+    """Pack the changed files there (by the names the job wrote: `real`), unpack them here
+    (under the names home shows: `mask`), assemble the new version: (its manifest, or None
+    when a file changed meanwhile, or the disk-full text; bytes moved)."""
     moved = 0
     staging = Path(tempfile.mkdtemp(prefix=".ckpt-new-", dir=where))
     try:
@@ -315,17 +341,41 @@ async def _bring(job: Job, provider: Any, where: Path, wanted: dict, changed: li
             os.close(fd)
             archive = Path(name)
             try:
-                await provider.checkpoint_pack(job, changed, archive)
+                await provider.checkpoint_pack(job, [real[n] for n in changed], archive)
                 moved = archive.stat().st_size
-                notes = await asyncio.to_thread(safe_extract, archive, staging / "new", caps=caps)
+                with masked_names(mask.mask if mask else None):
+                    notes = await asyncio.to_thread(safe_extract, archive, staging / "new", caps=caps)
             finally:
                 archive.unlink(missing_ok=True)
             full = next((n for n in notes if DISK_FULL in n), None)
             if full is not None:
                 return full[full.index(DISK_FULL):], moved
+            if mask:
+                await asyncio.to_thread(_rename_marker, staging / "new" / MARKER, mask.mask)
         return await asyncio.to_thread(_assemble, job.id, staging, wanted, changed, old), moved
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _signature(scan: dict) -> str:
+    """A digest of the listing (names, sizes, times, hashes): two looks compare by it, and the
+    look file holds no name a job chose."""
+    listing = {rel: v[:3] for rel, v in (scan.get("files") or {}).items()}
+    return hashlib.sha256(json.dumps(listing, sort_keys=True).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _rename_marker(marker: Path, rename: Callable[[str], str]) -> None:
+    """The marker's file names through `rename` (masked coming home, real going out); a marker
+    that is not one (the job's own bytes) is dropped rather than kept with names unchecked."""
+    try:
+        doc = json.loads(marker.read_text(encoding="utf-8", errors="surrogateescape"))
+        doc["files"] = {rename(str(rel)): v for rel, v in dict(doc["files"]).items()}
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        marker.unlink(missing_ok=True)
+        return
+    marker.write_text(json.dumps(doc, separators=(",", ":")))
 
 
 def _assemble(job_id: str, staging: Path, wanted: dict, changed: list[str], old: dict) -> dict | None:
@@ -361,28 +411,79 @@ def _assemble(job_id: str, staging: Path, wanted: dict, changed: list[str], old:
     return {"files": wanted}
 
 
-def restore_archive(job_id: str) -> Path | None:
-    """The home checkpoint as a temporary tar.gz for a new target, or None when there is none
-    (the caller removes the file)."""
+def real_names(job_id: str, secrets: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The home checkpoint's names -> the names the job wrote: sealed ones opened with the
+    job's secret values (those its launch just read); one that does not open keeps its masked
+    name. Only in memory, and only on the way to the target."""
+    doc = manifest(job_id) or {}
+    sealed = {rel: e["sealed"] for rel, e in (doc.get("files") or {}).items()
+              if isinstance(e, dict) and e.get("sealed")}
+    if not sealed:
+        return {}
+    mask = names.for_restore(job_id, secrets)
+    out = {}
+    for rel, token in sealed.items():
+        name = mask.unseal(token) if mask else None
+        if name is not None and name != rel and "/".join(p for p in name.split("/") if p not in ("", ".", "..")) == name:
+            out[rel] = name
+    return out
+
+
+def _marker_bytes(src: Path, rename: dict[str, str]) -> bytes | None:
+    """The home copy of the marker with the job's own names back, or None when there is none."""
+    try:
+        doc = json.loads((src / MARKER).read_text())
+        doc["files"] = {rename.get(rel, rel): v for rel, v in dict(doc["files"]).items()}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def restore_archive(job_id: str, secrets: Mapping[str, str] | None = None) -> Path | None:
+    """The home checkpoint as a temporary tar.gz for a new target, under the names the job
+    wrote (`real_names`), or None when there is none (the caller removes the file)."""
     if manifest(job_id) is None:
         return None
     src = home_dir(job_id)
+    rename = real_names(job_id, secrets)
     fd, name = tempfile.mkstemp(prefix=".ckpt-restore-", suffix=".tar.gz", dir=paths.cache_dir())
     os.close(fd)
     with tarfile.open(name, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(src.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                tar.add(path, arcname=path.relative_to(src).as_posix(), recursive=False)
+            rel = path.relative_to(src).as_posix()
+            if path.is_file() and not path.is_symlink() and rel != MARKER:
+                tar.add(path, arcname=rename.get(rel, rel), recursive=False)
+        marker = _marker_bytes(src, rename)
+        if marker is not None:
+            info = tarfile.TarInfo(MARKER)
+            info.size, info.mtime, info.mode = len(marker), int(time.time()), 0o644
+            tar.addfile(info, io.BytesIO(marker))
     return Path(name)
 
 
-def restore_local(job_id: str, dest: Path) -> bool:
-    """Replace `dest` (a ckpt/ folder on this machine) with the home checkpoint."""
+def restore_local(job_id: str, dest: Path, secrets: Mapping[str, str] | None = None) -> bool:
+    """Replace `dest` (a ckpt/ folder on this machine) with the home checkpoint, under the
+    names the job wrote (`real_names`)."""
     if manifest(job_id) is None:
         return False
+    src = home_dir(job_id)
+    rename = real_names(job_id, secrets)
     tmp = dest.with_name(dest.name + ".restore")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(home_dir(job_id), tmp, symlinks=True)
+    tmp.mkdir(parents=True)
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src).as_posix()
+        if not path.is_file() or path.is_symlink() or rel == MARKER:
+            continue
+        target = tmp / rename.get(rel, rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    marker = _marker_bytes(src, rename)
+    if marker is not None:
+        (tmp / MARKER).write_bytes(marker)
+        os.utime(tmp / MARKER, ns=((src / MARKER).stat().st_atime_ns, (src / MARKER).stat().st_mtime_ns))
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)
     return True

@@ -23,7 +23,8 @@ from core.config.user import load
 from core.engine.service import runs_folder
 from core.engine.store import Store
 from core.errors import UserError, shorten
-from core.packaging.safe_extract import OutputCaps, safe_extract
+from core.packaging.safe_extract import OutputCaps, masked_names, safe_extract
+from core.secrets import names
 from core.providers import registry
 from core.providers.remote import run_sync
 from core.transport.base import TransportError, Unreachable
@@ -94,7 +95,10 @@ def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
                             f"job ({shorten(doc['replaced'])}): nothing fetched, no link is followed",
                             fix="declare the files with `outputs:` in gpu.yaml (or write them to "
                                 "gpu.output_dir()) so they come home when the job ends")
-        notes = list(doc.get("notes") or []) + (safe_extract(archive, dest, caps=caps) if doc.get("files") else [])
+        mask = names.for_job(job)  # a job holding secrets: names come home masked
+        with masked_names(mask.mask if mask else None):
+            notes = [mask.mask(n) if mask else n for n in doc.get("notes") or []]
+            notes += (safe_extract(archive, dest, caps=caps) if doc.get("files") else [])
     finally:
         archive.unlink(missing_ok=True)
     if not doc.get("files") and not doc.get("refused") and len(doc.get("missing", [])) == len(rels):

@@ -6,6 +6,7 @@ plan and the guidance an agent relays are decided in one place.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -17,11 +18,13 @@ from typing import Any, Callable
 
 from core import paths
 from core.config.request import JobRequest
+from core.display.sanitize import printable_doc
 from core.engine import checkpoints
 from core.engine.states import LAUNCHED, TERMINAL, State
 from core.engine.store import Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
 from core.packaging.bundle import Bundle, FileHashCache, build, list_data, list_project
+from core.packaging.safe_extract import masked_names
 from core.packaging.report import left_out_hint, ship_warnings
 from core.planning.plan import build_plan, canonical_bytes, data_hash
 from core.planning.router import route
@@ -396,10 +399,16 @@ def ignore_runs(runs: Path) -> None:
 
 
 async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
+    """The job's outputs into runs/<id>/; for a job that holds secrets, under names masked
+    with their values, read from the keychain now (core/secrets/names.py)."""
+    from core.secrets import names
+
     dest = runs_folder(job)
     try:
-        with disk_full_guard(dest.parent):
-            return await provider.fetch_outputs(job, dest)
+        mask = await asyncio.to_thread(names.for_job, job)
+        with disk_full_guard(dest.parent), masked_names(mask.mask if mask else None):
+            notes = await provider.fetch_outputs(job, dest)
+        return [mask.mask(n) for n in notes] if mask else notes  # a provider's own notes too
     except UserError as exc:
         return [f"outputs could not be brought home to {dest}: {exc.what}"]
     except OSError as exc:
@@ -442,7 +451,9 @@ def job_document(store: Store, job: Job) -> dict[str, Any]:
 def write_job_json(store: Store, job: Job) -> Path:
     path = runs_folder(job) / "job.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(job_document(store, job), indent=2, sort_keys=True))
+    # read by people and agents alike: the one filter of machine output (no tag character or
+    # other invisible one a job printed into its config or a reason comes back from \u escapes)
+    tmp.write_text(json.dumps(printable_doc(job_document(store, job)), indent=2, sort_keys=True))
     os.replace(tmp, path)
     return path
 

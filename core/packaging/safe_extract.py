@@ -18,7 +18,13 @@ link out of the folder, write through `..`, create devices, and fill the disk. H
   word) and one file-count cap (`OutputCaps`, the same for every target: `max_output_bytes`,
   `max_output_files` in a target's options) stop a bomb; the file being written when a cap is
   hit is removed; runs of zeros are written as holes, so a sparse file stays sparse;
-- a full disk at home stops the copy with "disk full at PATH (N MB free)".
+- a full disk at home stops the copy with "disk full at PATH (N MB free)";
+- names are masked: inside `masked_names(mask)` (the engine wraps every bringing home of a job
+  that holds secrets in it, core/secrets/names.py) every file and folder name, and every note,
+  has each form of the job's secret values replaced by `[secret]` before anything is created,
+  so no secret is ever written into a name at home, not even in the staging folder; a file's
+  whole path is masked (a value with a '/' spans folders), and folders are made only as the
+  parents of masked paths. Two names that mask alike keep the first file, with a note.
 
 The result is a list of notes for the job's record; nothing is raised for a hostile member.
 """
@@ -31,9 +37,11 @@ import stat
 import tarfile
 import tempfile
 import zlib
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from core.runtime import nofollow
 from core.runtime.diskspace import disk_full_text, is_enospc
@@ -73,12 +81,34 @@ def clean_name(name: str) -> str | None:
     return "/".join(parts)
 
 
+_NAME_MASK: ContextVar[Callable[[str], str] | None] = ContextVar("gpu_router_name_mask", default=None)
+
+
+@contextmanager
+def masked_names(mask: Callable[[str], str] | None) -> Iterator[None]:
+    """Every staging made inside (in this task, and in threads `asyncio.to_thread` starts from
+    it) writes names through `mask`: the one rule for what a name at home may hold."""
+    token = _NAME_MASK.set(mask)
+    try:
+        yield
+    finally:
+        _NAME_MASK.reset(token)
+
+
+def current_name_mask() -> Callable[[str], str] | None:
+    return _NAME_MASK.get()
+
+
 class _Staging:
-    """The one writer: a private folder beside `dest`, the caps, the notes; merged at the end."""
+    """The one writer: a private folder beside `dest`, the caps, the notes; merged at the end.
+    Every name (file, folder, note) passes the mask in force when it was made."""
 
     def __init__(self, dest: Path, caps: OutputCaps) -> None:
         self.dest = Path(dest)
         self.caps = caps
+        mask = _NAME_MASK.get()
+        self.masking = mask is not None
+        self.shown: Callable[[str], str] = mask or (lambda name: name)
         self.dest.parent.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.extract-", dir=self.dest.parent))
         self.notes: list[str] = []
@@ -88,11 +118,16 @@ class _Staging:
 
     def note(self, text: str) -> None:
         if len(self.notes) < MAX_NOTES:
-            self.notes.append(text)
+            self.notes.append(self.shown(text))
         else:
             self.dropped += 1
 
     def mkdir(self, rel: str) -> bool:
+        if self.masking:
+            # under a mask a folder is made only as the parent of a file, from the file's whole
+            # masked path: a secret with a '/' in it spans folders, and a folder named after its
+            # first half would show most of it (an empty folder stays behind)
+            return True
         try:
             _mkdirs(self.root, rel)
             return True
@@ -103,6 +138,7 @@ class _Staging:
     def add_file(self, rel: str, mode: int, size: int, chunks: Iterator[bytes]) -> bool:
         """Write one file; False when a cap (or a full disk) stops everything after it. An
         error reading `chunks` removes the partial file and reaches the caller."""
+        rel = self.shown(rel)
         if self.files >= self.caps.max_files:
             self.note(f"stopped: more than {self.caps.max_files} files; the rest stayed behind")
             return False

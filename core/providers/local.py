@@ -135,7 +135,7 @@ class LocalProvider:
             d.mkdir(parents=True, exist_ok=True)
         (dirs["ctl"] / "checkpoint").unlink(missing_ok=True)
         if job.handle.get("restore_checkpoint") and not (self.attempt_dir(job) / "started").exists():
-            checkpoints.restore_local(job.id, dirs["ckpt"])  # moved here: from the home copy
+            checkpoints.restore_local(job.id, dirs["ckpt"], env_secrets)  # moved here: from the home copy
         for item in local_data(job):
             link = dirs["data"] / item["name"]
             if not link.is_symlink():

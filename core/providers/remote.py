@@ -439,7 +439,7 @@ printf '%s\\n' "$py"
                     "venvs_dir": f"{remote['root']}/venvs"}
         spec = launch_spec(job, job_dir=jd, attempt_dir=ad, workdir=workdir, runtime_dir=runtime,
                            python=python, deps=deps, env_secrets=env_secrets)
-        restore, sent_c = await self._restore_checkpoint(job)
+        restore, sent_c = await self._restore_checkpoint(job, env_secrets)
         setup = [
             "set -e", f"J={quote(jd)}", f"A={quote(ad)}",
             'mkdir -p "$J/out" "$J/ckpt" "$J/ctl" "$J/data" "$A"',
@@ -623,12 +623,13 @@ printf '%s\\n' "$py"
             await self.transport.run(f"rm -f {quote(packed)}")
         return doc
 
-    async def _restore_checkpoint(self, job: Job) -> tuple[str, int]:
+    async def _restore_checkpoint(self, job: Job, env_secrets: dict[str, str]) -> tuple[str, int]:
         """A moved job's checkpoint from home, uploaded beside its job folder; returns the shell
-        line that puts it into ckpt/ before the launcher starts, and the bytes sent."""
+        line that puts it into ckpt/ before the launcher starts, and the bytes sent. Names home
+        masked are unsealed with the secret values this launch read (checkpoints.real_names)."""
         if not job.handle.get("restore_checkpoint"):
             return "", 0
-        archive = await asyncio.to_thread(checkpoints.restore_archive, job.id)
+        archive = await asyncio.to_thread(checkpoints.restore_archive, job.id, env_secrets)
         if archive is None:
             return "", 0
         try:
