@@ -300,3 +300,39 @@ def test_a_volume_read_that_fails_is_logged_and_the_job_goes_on(modal_fake: Fake
     assert done["state"] == "done", run_gpu("logs", short).stdout
     assert json.loads((Path(sub["job"]["outputs_dir"]) / "steps.json").read_text()) == list(range(4))
     assert "starts after 2 steps" in run_gpu("logs", short).stdout  # the volume itself still had it
+
+
+def test_rows_a_lost_call_wrote_after_the_streams_last_read_come_from_the_volume(
+        modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
+    """Modal stopped a call (no result): the rows its job wrote in the last half second never
+    reached the log stream, but they are in the job's metrics file on its volume. Home adds the
+    ones it lacks, once, at the end of what it keeps (the supervisor reads by byte offset)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import modal
+
+    from core.config import user as userconfig
+    from core.providers import logmirror
+    from core.providers.modal_target import VOLUME_METRICS, ModalProvider
+
+    add_modal()
+    provider = ModalProvider.from_config(userconfig.load().targets["md"])
+    job = SimpleNamespace(id="0123456789abcdef0123456789abcdef", short_id="01234567", attempt=2)
+    name = provider.volume_name(job)
+    modal.Volume.from_name(name, create_if_missing=True, client=provider.client()).hydrate()
+    rows = [json.dumps({"_step": i, "loss": 1 / (i + 1)}).encode() for i in range(5)]
+    on_volume = modal_fake.volume_dir(name) / VOLUME_METRICS
+    on_volume.parent.mkdir(parents=True, exist_ok=True)
+    on_volume.write_bytes(b"\n".join(rows) + b"\n" + b'{"_step": 5, "lo')  # the last row half written
+    local = provider.local_dir(job)
+    logmirror.store(local, 1, {"metrics": b"\n".join(rows[:2]) + b"\n"})  # attempt 1: all streamed
+    logmirror.store(local, 2, {"metrics": rows[2] + b"\n"})  # attempt 2: its last two rows were not
+    before = (local / "metrics.jsonl").read_bytes()
+
+    asyncio.run(provider._metrics_from_volume(job, 30))
+    after = (local / "metrics.jsonl").read_bytes()
+    assert after.startswith(before) and after[len(before):] == rows[3] + b"\n" + rows[4] + b"\n"
+    asyncio.run(provider._metrics_from_volume(job, 30))  # a second read adds nothing
+    assert (local / "metrics.jsonl").read_bytes() == after
+    assert any(r.path.endswith("metrics.jsonl") for r in modal_fake.requests("VolumeGetFile2"))

@@ -67,6 +67,28 @@ def store(local_dir: Path, attempt: int, bodies: dict[str, bytes]) -> None:
         _grow(local_dir / out, whole)
 
 
+def add_missing(local_dir: Path, rows: bytes) -> int:
+    """Metric rows the job's own file has (read from the target after a session ended without
+    handing its output back: rows written in its last moments never reached the stream) that
+    no attempt's kept text has, appended to the newest attempt's text, so the joined file only
+    grows at its end. Returns how many were added."""
+    d = local_dir / "mirror"
+    kept: set[bytes] = set()
+    newest = 0
+    for f in d.glob("*.metrics") if d.is_dir() else []:
+        kept.update(f.read_bytes().splitlines())
+        stem = f.name.split(".", 1)[0]
+        newest = max(newest, int(stem) if stem.isdigit() else 0)
+    extra = [line for line in rows.splitlines() if line.strip() and line not in kept]
+    if not extra or newest == 0:
+        return 0
+    path = d / f"{newest}.metrics"
+    old = path.read_bytes()
+    store(local_dir, newest, {"metrics": old + (b"" if not old or old.endswith(b"\n") else b"\n")
+                              + b"\n".join(extra) + b"\n"})
+    return len(extra)
+
+
 class MirroredLog:
     """`log_path`, `sync_log` and `read_metrics` for a provider whose `_sync(job)` (run in a
     thread) reads the attempt's output and calls `store`."""

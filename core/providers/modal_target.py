@@ -90,6 +90,8 @@ REMOTE = "/root/gr"  # where the function finds its files (modal_function.py sit
 # the job's volume is mounted at REMOTE/state and modal_function keeps the job folder in its
 # job/: the checkpoint folder, as the volume names it from outside
 VOLUME_CKPT = "job/ckpt"
+VOLUME_METRICS = "job/metrics.jsonl"
+METRICS_READ_MAX = 32 << 20  # the most of the volume's metrics file read after a lost call
 NO_RESULT = ("timeout", "error", "cancelled")  # a call that ended and handed nothing back
 VOLUME_READ_TIMEOUT_S = 600.0
 MARKER_MAX = 64 << 20  # a completion marker names every file: large for 100k files, not more
@@ -488,6 +490,41 @@ class ModalProvider(ServiceTarget, MirroredLog):
         for note in notes:
             log.warning("job %s: checkpoint on Modal volume %s: %s", job.short_id, self.volume_name(job), note)
         await asyncio.to_thread(_adopt, folder.parent, cache if ok else None)
+        await self._metrics_from_volume(job, limit)
+
+    async def _metrics_from_volume(self, job: Job, limit: float) -> None:
+        """The rows the job wrote in the call's last moments (after the stream's last read,
+        before Modal stopped it) are only in its metrics file on the volume: the rows home
+        lacks are added (logmirror.add_missing). Bounded like the checkpoint's read."""
+        stop = threading.Event()
+        try:
+            rows = await asyncio.wait_for(asyncio.to_thread(self._read_volume_metrics, job, stop), limit)
+            added = await asyncio.to_thread(logmirror.add_missing, self.local_dir(job), rows)
+        except (asyncio.TimeoutError, TimeoutError):
+            stop.set()
+            log.warning("job %s: the metrics on Modal volume %s were not read within %g s",
+                        job.short_id, self.volume_name(job), limit)
+            return
+        except Exception as exc:  # noqa: BLE001 - a failed read never fails the job
+            log.warning("job %s: the metrics on Modal volume %s could not be read (%s: %s)",
+                        job.short_id, self.volume_name(job), type(exc).__name__, exc)
+            return
+        if added:
+            log.info("job %s: %d metric row(s) the call's stream had not carried came from volume %s",
+                     job.short_id, added, self.volume_name(job))
+
+    def _read_volume_metrics(self, job: Job, stop: threading.Event) -> bytes:
+        import modal
+
+        vol = modal.Volume.from_name(self.volume_name(job), client=self.client())
+        path = VOLUME_METRICS
+        for entry in vol.iterdir("/" + path.rsplit("/", 1)[0]):
+            if entry.path.strip("/") == path:
+                if int(entry.size) > METRICS_READ_MAX:
+                    raise ValueError(f"{entry.size} bytes, over the {METRICS_READ_MAX} read after a lost call")
+                data = b"".join(_bounded(vol.read_file(entry.path), int(entry.size), stop))
+                return data[: data.rfind(b"\n") + 1]  # whole rows only
+        return b""
 
     def _read_volume_checkpoint(self, job: Job, folder: Path, stop: threading.Event) -> tuple[bool, list[str]]:
         """The job's last complete checkpoint from its volume into `folder`: (whether one came,
