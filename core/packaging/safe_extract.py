@@ -336,7 +336,7 @@ def _entries(top: int, only: set[str] | None, sink: _Staging) -> Iterator[nofoll
         except OSError:
             continue
         if not stat.S_ISDIR(st.st_mode):
-            yield nofollow.Entry(name, top, name, st, None if stat.S_ISREG(st.st_mode) else _kind(st.st_mode))
+            yield nofollow.Entry(name, top, name, st, None if stat.S_ISREG(st.st_mode) else nofollow.kind(st.st_mode))
             continue
         try:
             fd = nofollow.open_dir_at(top, name, name)
@@ -380,18 +380,6 @@ def _fd_chunks(fd: int, size: int) -> Iterator[bytes]:
             return
         left -= len(block)
         yield block
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a link"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
 
 
 def _mkdirs(root: Path, rel: str) -> Path:

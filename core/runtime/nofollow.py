@@ -114,9 +114,15 @@ def open_root(base: str, inner: str = "") -> int:
     job cannot replace), each part of `inner` without following a link. FileNotFoundError when
     a part is missing; Refused (naming the part, relative to `base`) when one is a link."""
     fd = os.open(base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    return _descend(fd, [p for p in inner.split("/") if p not in ("", ".")])
+
+
+def _descend(fd: int, parts: list[str]) -> int:
+    """From the open folder `fd` (taken over: closed on the way) down through `parts`, each
+    opened without following a link; the last folder's descriptor."""
     rel = ""
     try:
-        for part in [p for p in inner.split("/") if p not in ("", ".")]:
+        for part in parts:
             rel = _join(rel, part)
             nxt = open_dir_at(fd, part, rel)
             os.close(fd)
@@ -170,18 +176,7 @@ def parent_of(top_fd: int, rel: str) -> tuple[int, str]:
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     if not parts or ".." in parts:
         raise Refused(rel, "not a path inside the folder")
-    fd = os.dup(top_fd)
-    here = ""
-    try:
-        for part in parts[:-1]:
-            here = _join(here, part)
-            nxt = open_dir_at(fd, part, here)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, parts[-1]
+    return _descend(os.dup(top_fd), parts[:-1]), parts[-1]
 
 
 def walk(top_fd: int, prefix: str = "", *, skip_names: frozenset[str] = frozenset(),
