@@ -22,6 +22,8 @@ COUNTING_JOB = (
     "for step in range(int(os.environ.get('STEPS', '40'))):\n"
     "    gpu.log(step=step, loss=1.0 / (step + 1))\n"
     "    time.sleep(0.1)\n"
+    "while os.environ.get('GATE') and not os.path.exists(os.environ['GATE']):\n"
+    "    time.sleep(0.05)  # the test lets it end\n"
     "(gpu.output_dir() / 'finished.txt').write_text('yes')\n"
     "print('finished', flush=True)\n"
 )
@@ -85,10 +87,11 @@ def test_kill_9_mid_run_neither_loses_nor_reruns_the_job(home: Path, tmp_path: P
 def test_a_job_that_ends_while_the_supervisor_is_down_is_recorded(home: Path, tmp_path: Path) -> None:
     project, starts = _project(tmp_path)
     sub = gpu_json("submit", "count.py", "--hours", "0.1", "--env", f"STARTS_FILE={starts}", "--env", "STEPS=10",
-                   "--wait-s", "10", cwd=project)
+                   "--env", "GATE=go", "--wait-s", "10", cwd=project)
     short, job_id = sub["job"]["short_id"], sub["job"]["id"]
     wait_state(short, {"running"}, timeout=60)
     _kill_supervisor(home)
+    (home / "jobs" / job_id / "code" / "go").touch()  # only now may it end: nobody is watching
     exit_file = home / "jobs" / job_id / "attempts" / "1" / "exit.json"
     deadline = time.monotonic() + 60
     while not exit_file.exists():
