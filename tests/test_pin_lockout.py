@@ -34,7 +34,7 @@ class Clock:
 @pytest.fixture
 def held(home: Path, monkeypatch: pytest.MonkeyPatch):
     """A PIN set, a store with a held job (the dashboard's demo state)."""
-    from core.engine.store import Store
+    from core.jobs.store import Store
     from tui.dash.demo import _id, seed
 
     monkeypatch.setenv("GPU_ROUTER_IDLE_EXIT_S", "5")
@@ -197,7 +197,7 @@ def _model(steps: list[tuple[bool, int]]) -> list[str]:
                       max_size=30))
 def test_the_lock_follows_the_rule_for_any_sequence(tmp_path_factory, steps) -> None:
     """A fast stand-in for scrypt; the store, the transaction and the clock are the real code."""
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     home = tmp_path_factory.mktemp("h")
     store = Store(home / "db.sqlite")

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from core.engine import jobguard
 from core.engine.actor import FORCE_VAR, Actor
-from core.engine.states import State
-from core.engine.store import Job, Store
+from core.jobs.states import State
+from core.jobs.store import Job, Store
 from core.errors import NotFound, UserError
 
 HOW_A_PERSON_APPROVES = ("a person runs `gpu approve {ref}` in a terminal of their own, or presses "

@@ -24,12 +24,12 @@ from core.display.sanitize import printable
 from core.engine.daemon import try_lock
 from core.engine import storage
 from core.engine.metricfile import parse_metrics, parse_rows  # noqa: F401 - parse_metrics lived here
-from core.engine import checkpoints
+from core.packaging import checkpoints
 from core.engine.service import bring_home, hold, replan, write_job_json
-from core.engine.states import ACTIVE, LAUNCHED, SUPERVISED, State
+from core.jobs.states import ACTIVE, LAUNCHED, SUPERVISED, State
 from core.engine.looplag import LagWatch
-from core.engine.store import Job, Store
-from core.engine.storethread import StoreThread
+from core.jobs.store import Job, Store
+from core.jobs.storethread import StoreThread
 from core.engine import strays
 from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
 from core.planning import killrules

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable
 from core.errors import UserError
 
 if TYPE_CHECKING:
-    from core.engine.store import Job, Store
+    from core.jobs.store import Job, Store
 
 SCHEME = "scrypt"
 N, R, P = 2 ** 14, 8, 1  # about 16 MiB and tens of milliseconds per try
@@ -112,7 +112,7 @@ def require(entered: str | None, *, where: str, undone: str = "nothing was appro
     if entered is None:
         raise UserError("approving needs your approval PIN, and none was given", where=where,
                         fix="a person runs `gpu approve ID` in their own terminal and types it")
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     store = store or Store()
     key = record["salt"]
