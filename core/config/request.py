@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.errors import UserError, shorten
-from core.planning import killrules
+from core.config import killrules
 
 PROJECT_FILE = "gpu.yaml"
 # `\Z`, not `$`: `$` also matches before a final newline, which would let "gpu\n" through
@@ -204,7 +204,7 @@ class JobRequest:
     restart: str = "never"  # "allow": a job with no checkpoint may start again from the top
     retry_on_exit_codes: list[int] = field(default_factory=list)
     max_retries: int = 1
-    kill_rules: list[dict] = field(default_factory=list)  # core.planning.killrules, as JSON
+    kill_rules: list[dict] = field(default_factory=list)  # core.config.killrules, as JSON
 
     def resources(self) -> dict[str, Any]:
         """The scheduler resources that were asked for (none: an empty dict)."""

@@ -32,7 +32,8 @@ from core.jobs.store import Job, Store
 from core.jobs.storethread import StoreThread
 from core.engine import strays
 from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
-from core.planning import killrules
+from core.config import killrules
+from core.planning import killjudge
 from core.planning.plan import digest
 from core.planning.usage import job_hours
 from core.providers import registry
@@ -557,9 +558,9 @@ class Supervisor:
         if not active:
             return
         now = time.time()
-        facts = killrules.Facts(now=now, nonfinite=dict(job.handle.get("nonfinite") or {}),
+        facts = killjudge.Facts(now=now, nonfinite=dict(job.handle.get("nonfinite") or {}),
                                 budget_per_job=rules.budget_per_job)
-        wanted = killrules.needs_series(active)
+        wanted = killjudge.needs_series(active)
         slow = bool(wanted) or any(r.kind == "over_budget" for r in active)
         if slow:
             if now - self._rules_at.get(job.id, 0.0) < RULES_EVERY_S and not facts.nonfinite:
@@ -571,7 +572,7 @@ class Supervisor:
             facts.series = points
             if killrules.UTIL_METRIC in wanted and not points.get(killrules.UTIL_METRIC):
                 await self._note_no_util(job, active, now)
-        fired = killrules.evaluate(active, facts)
+        fired = killjudge.evaluate(active, facts)
         if fired is None:
             return
         rule, why = fired
