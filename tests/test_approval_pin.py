@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from core.engine.actor import FORCE_VAR, MARKERS, agent_marker, decide
 from core.errors import UserError
-from core.secrets import pin as pinmod
+from core.engine import pin as pinmod
 from tests.test_dash import _settle  # the dashboard tests' own settling
 from tests.conftest import gpu_exe, gpu_json, make_git_project, pty_session, run_gpu, write_user_config
 

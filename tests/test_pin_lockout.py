@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import UserError
-from core.secrets import pin as pinmod
+from core.engine import pin as pinmod
 
 PIN = "48213579"
 WRONG = "48210000"
@@ -132,7 +132,7 @@ def test_every_wrong_try_is_a_line_in_the_supervisors_log_without_the_pin(held) 
 TRIES = textwrap.dedent('''
     import sys
     from core.errors import UserError
-    from core.secrets import pin
+    from core.engine import pin
     for _ in range(int(sys.argv[2])):
         try:
             pin.require(sys.argv[1], where="process", sleep=lambda s: None)

@@ -325,3 +325,13 @@ def test_a_job_that_names_files_after_its_secret_brings_them_home_masked(keychai
             data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
             for form in forms:
                 assert form not in rel and form not in data, (path, form)
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "_x", "a1", "1A", "A-B", "A B", "A\n", "", "Ä", "x.y"])
+def test_a_secret_is_named_by_the_same_rule_as_a_job_env_entry(name: str) -> None:
+    """The secret store (a floor below the config) keeps its own copy of the env-name rule; the
+    two never disagree, or a stored secret could not reach its job's environment."""
+    from core.config.request import ENV_NAME_RE
+    from core.secrets.store import NAME_RE
+
+    assert bool(NAME_RE.match(name)) == bool(ENV_NAME_RE.match(name))

@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 def _here() -> str | None:
     """The project the command runs in, for `last`: the git work tree holding the current
     folder, or the folder itself if it has a gpu.yaml; None outside any project."""
-    from core.packaging.bundle import find_root
+    from core.config.gitroot import find_root
 
     cwd = os.getcwd()
     root, in_git = find_root(Path(cwd))

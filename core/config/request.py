@@ -16,8 +16,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from core.errors import UserError, shorten
 from core.config import killrules
+from core.config.gitroot import find_root
+from core.errors import UserError, shorten
+from core.secrets.scan import check_env
 
 PROJECT_FILE = "gpu.yaml"
 # `\Z`, not `$`: `$` also matches before a final newline, which would let "gpu\n" through
@@ -642,8 +644,6 @@ def _refuse_secret_env(env: dict[str, str], origin: dict[str, str], lines: dict[
                        path: Path) -> None:
     """A secret-looking `env` entry is refused where it was written: gpu.yaml's file and the
     entry's line, or the --env argument."""
-    from core.secrets.scan import check_env
-
     where = {name: origin.get(name) or f"{path}:{lines.get(f'env:{name}', lines.get('env', 0))}"
              for name in env}
     check_env(env, where)
@@ -689,7 +689,5 @@ def _check_script(req: JobRequest, project: Path, where: str) -> None:
 
 
 def _inside_git_root(project: Path, target: str) -> bool:
-    from core.packaging.bundle import find_root
-
     root, _ = find_root(project)
     return os.path.commonpath([str(root), target]) == str(root)

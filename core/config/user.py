@@ -107,7 +107,7 @@ class UserConfig:
     raw: dict[str, Any]
     bell: bool = True
     storage: dict[str, float] = field(default_factory=lambda: dict(STORAGE_DEFAULTS))
-    approval_pin: dict[str, Any] | None = None  # the PIN's scrypt record (core.secrets.pin)
+    approval_pin: dict[str, Any] | None = None  # the PIN's scrypt record (core.engine.pin)
     agent_markers: list[str] = field(default_factory=list)
     accounts: dict[str, dict[str, Any]] = field(default_factory=dict)  # NAME -> {base_url?, timeout_s?}
 

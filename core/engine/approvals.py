@@ -80,15 +80,15 @@ def require_person(actor: Actor, ref: str = "ID", *, store: Store | None = None,
 def require_pin(entered: str | None, *, where: str, store: Store | None = None,
                 job: Job | None = None, actor: str = "") -> bool:
     """With an approval PIN set, `entered` must be it and the PIN not locked (see
-    core.secrets.pin: each wrong try is counted in the store, an event on `job` and a line in
+    core.engine.pin: each wrong try is counted in the store, an event on `job` and a line in
     the supervisor's log); True when one was checked."""
-    from core.secrets import pin
+    from core.engine import pin
 
     return pin.require(entered, where=where, store=store, job=job, actor=actor)
 
 
 def pin_is_set() -> bool:
-    from core.secrets import pin
+    from core.engine import pin
 
     return pin.stored() is not None
 

@@ -123,7 +123,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (job_id, attempt)
     );
     """,
-    # 6: wrong approval-PIN tries and lockouts (core/secrets/pin.py), one row per PIN (keyed by
+    # 6: wrong approval-PIN tries and lockouts (core/engine/pin.py), one row per PIN (keyed by
     # its salt): kept here, not in a process, so starting a new process resets nothing
     """
     CREATE TABLE pin_tries (
