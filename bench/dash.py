@@ -30,7 +30,7 @@ def ms(seconds: float) -> str:
 
 
 def seed_jobs(n: int) -> list[str]:
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     store = Store()
     now = time.time()
@@ -51,7 +51,7 @@ def seed_jobs(n: int) -> list[str]:
 
 
 async def bench_table(n: int) -> dict:
-    from core.engine.store import Store
+    from core.jobs.store import Store
     from tui.dash.app import DashApp, JobsChanged
     from tui.dash.widgets import JobsTable
 

@@ -29,7 +29,7 @@ DAY = 86400
 
 
 def fill(home: Path, n: int, kb: int, live: int) -> int:
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     bundles = home / "bundles"
     bundles.mkdir(parents=True, exist_ok=True)

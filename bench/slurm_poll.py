@@ -75,8 +75,8 @@ def run(world, cluster, a) -> None:
 
     from core.config.request import build_request
     from core.engine.service import submit
-    from core.engine.states import State
-    from core.engine.store import Store
+    from core.jobs.states import State
+    from core.jobs.store import Store
     from core.engine.supervisor import Supervisor
 
     store = Store()

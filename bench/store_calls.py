@@ -7,7 +7,7 @@ Each round does, for every job at once (asyncio.gather), what a supervisor tick 
 running job: read the job, then append 5 metric rows and move its read offset in one write
 transaction. Three ways:
   - loop: the Store's own methods called on the event loop (what the supervisor did before);
-  - thread: the same methods through core/engine/storethread.py (what it does now: one thread
+  - thread: the same methods through core/jobs/storethread.py (what it does now: one thread
     owns the connection, one hop per call, the store's rules unchanged);
   - aiosqlite: the same SQL through aiosqlite 0.22 (its thread, one hop per statement; the
     transition rules would have to be written a second time in this form).
@@ -84,7 +84,7 @@ async def way_loop(store, ids: list[str], rounds: int) -> None:
 
 
 async def way_thread(store, ids: list[str], rounds: int) -> None:
-    from core.engine.storethread import StoreThread
+    from core.jobs.storethread import StoreThread
 
     db = StoreThread()
 
@@ -142,7 +142,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     a = ap.parse_args()
     world = private_world("store-calls")
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     store = Store()
     ids = _jobs(store, a.jobs)

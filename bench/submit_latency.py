@@ -77,7 +77,7 @@ from core.engine import service
 from core.packaging.bundle import list_project, build, FileHashCache
 from core.providers.registry import build as providers
 from core.planning.router import route
-from core.engine.store import Store
+from core.jobs.store import Store
 t_import = time.perf_counter() - t0
 proj = sys.argv[1]
 t = time.perf_counter(); req = build_request(proj, {"script": "a.py", "hours": 0.1, "wait_s": 0,

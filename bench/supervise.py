@@ -364,7 +364,7 @@ def _profile_ticks(n: int):
     show up (cProfile sees one thread only); and, where the supervisor has a `rules()` method
     that re-reads the user config, `n` ticks with it answered from a cache (an A/B for the fix).
     """
-    from core.engine.states import ACTIVE
+    from core.jobs.states import ACTIVE
     from core.engine.supervisor import Supervisor
 
     sup = Supervisor(tick_s=1.0)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from core.engine.actor import FORCE_VAR, MARKERS, agent_marker, decide
 from core.errors import UserError
-from core.secrets import pin as pinmod
+from core.engine import pin as pinmod
 from tests.test_dash import _settle  # the dashboard tests' own settling
 from tests.conftest import gpu_exe, gpu_json, make_git_project, pty_session, run_gpu, write_user_config
 
@@ -347,8 +347,8 @@ def _app():
 
 async def test_the_dashboard_refuses_an_agent_before_opening_the_approval(
         demo, monkeypatch: pytest.MonkeyPatch) -> None:
-    from core.engine.states import State
-    from core.engine.store import Store
+    from core.jobs.states import State
+    from core.jobs.store import Store
     from tui.dash.demo import _id
     from tui.dash.screens import ApprovalScreen
 
@@ -367,8 +367,8 @@ async def test_the_dashboard_refuses_an_agent_before_opening_the_approval(
 
 
 async def test_the_dashboard_asks_for_the_pin_and_checks_it(demo) -> None:
-    from core.engine.states import State
-    from core.engine.store import Store
+    from core.jobs.states import State
+    from core.jobs.store import Store
     from textual.widgets import Input
     from tui.dash.demo import _id
     from tui.dash.screens import ApprovalScreen

@@ -113,7 +113,7 @@ def test_approve_and_deny_need_a_terminal_and_a_typed_id(home: Path, tmp_path: P
 def test_an_approval_binds_to_the_plan_it_saw(home: Path, tmp_path: Path) -> None:
     from core.engine.approvals import approve
     from core.errors import UserError
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     project = make_git_project(tmp_path / "p", {"a.py": QUICK})
     _config(home, "targets:\n  local: {kind: local}\n  spare: {kind: local}\n")
@@ -137,7 +137,7 @@ def test_an_approval_binds_to_the_plan_it_saw(home: Path, tmp_path: Path) -> Non
 
 def test_overrun_checkpoints_holds_and_resumes_from_the_checkpoint(home: Path, tmp_path: Path) -> None:
     from core.engine.approvals import approve
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     project = copy_example(tmp_path / "quickstart")
     # 0.001 h = 3.6 s; stopped at x1.25 = 4.5 s of running, with ~100 steps of 0.06 s to do
@@ -167,7 +167,7 @@ def test_overrun_checkpoints_holds_and_resumes_from_the_checkpoint(home: Path, t
 
 def test_denying_an_overrun_job_cancels_it(home: Path, tmp_path: Path) -> None:
     from core.engine.approvals import deny
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     project = make_git_project(tmp_path / "p", {"slow.py": (
         "import sys, time, gpu\n"
@@ -196,7 +196,7 @@ def test_usage_is_recorded_and_quota_goes_down(home: Path, tmp_path: Path) -> No
     assert wait_state(sub["short_id"], {"done", "failed"}, timeout=60)["state"] == "done"
     after = {t["name"]: t for t in gpu_json("targets")["targets"]}["local"]["quota_hours_left"]
     assert before == 10 and 10 - 0.0004 > after > 10 - 0.003  # about 2 s were used
-    from core.engine.store import Store
+    from core.jobs.store import Store
     from core.planning.usage import job_cost, weekly_spend
 
     cost = job_cost(Store(), sub["id"])
@@ -208,8 +208,8 @@ def test_the_paragraph_an_agent_relays_is_plain_text_even_when_stored_raw(home: 
     """guidance.tell_user is safe to print as is: also for a hold recorded by an older
     version (no filtered paragraph in the plan, only the raw reason)."""
     from core.engine.service import guidance
-    from core.engine.states import State
-    from core.engine.store import Store
+    from core.jobs.states import State
+    from core.jobs.store import Store
 
     store = Store()
     store.insert_job({"id": "ab" * 16, "short_id": "abababab", "name": "t", "provider": "local",

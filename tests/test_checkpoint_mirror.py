@@ -1,4 +1,4 @@
-"""Checkpoints come home incrementally and only when complete (core/engine/checkpoints.py),
+"""Checkpoints come home incrementally and only when complete (core/packaging/checkpoints.py),
 read from a real job folder by the local target's provider and the runtime's own marker."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.engine import checkpoints
+from core.packaging import checkpoints
 from core.providers.local import LocalProvider
 from core.runtime import RUNTIME_DIR
 

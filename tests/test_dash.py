@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.engine.states import State
-from core.engine.store import Store
+from core.jobs.states import State
+from core.jobs.store import Store
 from tui.dash.app import DashApp
 from tui.dash.demo import NOW, _id, seed
 from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
@@ -355,7 +355,7 @@ async def test_a_hidden_instruction_in_a_real_job_s_log_never_reaches_the_log_pa
     # the launcher already filters what it writes; a log mirrored from a host whose launcher is
     # not ours arrives as the host sent it: the pane must filter it itself
     from core.engine.service import log_path
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     with open(log_path(Store().resolve(sub["short_id"])), "ab") as f:
         f.write(("mirrored-start" + TAG_INSTRUCTION + "\u200b\u202e\ufeff mirrored-end\n").encode())

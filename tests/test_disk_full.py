@@ -121,7 +121,7 @@ def test_a_job_that_fills_its_disk_fails_saying_so_not_lost(small_home: Path, tm
     sub = gpu_json("submit", "big.py", "--hours", "0.1", "--wait-s", "10", cwd=project)
     job_id = sub["job"]["id"]
     deadline = time.monotonic() + 120
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     while time.monotonic() < deadline:
         job = Store().get(job_id)
@@ -142,8 +142,8 @@ def test_a_job_that_fills_its_disk_fails_saying_so_not_lost(small_home: Path, tm
 
 def test_the_store_refuses_writes_on_a_full_disk_and_stays_whole(small_home: Path, small_disk: Path) -> None:
     """Writes that do not fit raise DiskFull; none is half-kept; the connection stays usable."""
-    from core.engine.states import State
-    from core.engine.store import Store
+    from core.jobs.states import State
+    from core.jobs.store import Store
 
     store = Store()
 
@@ -245,8 +245,8 @@ def test_a_full_home_pauses_checkpoint_mirroring_said_once_then_it_resumes(
         small_home: Path, small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
-    from core.engine import checkpoints
-    from core.engine.store import Event
+    from core.packaging import checkpoints
+    from core.jobs.store import Event
     from tui.render import status_panel
 
     monkeypatch.setattr(checkpoints, "RESERVE_BYTES", 1 << 20)
@@ -298,8 +298,8 @@ def test_a_full_home_pauses_checkpoint_mirroring_said_once_then_it_resumes(
 
 def _status_job():
     """A job as `gpu status` renders it (any live job will do)."""
-    from core.engine.states import State
-    from core.engine.store import Job
+    from core.jobs.states import State
+    from core.jobs.store import Job
 
     fields = {f: None for f in Job.__dataclass_fields__}
     fields.update(id="f0" * 16, short_id="f0f0f0f0", name="train", state=State.RUNNING, reason="",

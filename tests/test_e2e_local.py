@@ -262,7 +262,7 @@ def _first_lines(proc, until: str, timeout: float = 30) -> str:
 
 def test_logs_follow_of_a_held_job_says_why_and_how_then_follows(home: Path, tmp_path: Path) -> None:
     from core.engine.approvals import approve
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     project = make_git_project(tmp_path / "p", {"a.py": "print('the job ran')\n"})
     held = gpu_json("submit", "a.py", "--wait-s", "0", cwd=project)["job"]  # no hours: held

@@ -200,7 +200,7 @@ def test_a_private_data_set_takes_the_keychain_token_and_nothing_keeps_it(
     out = Path(sub["job"]["outputs_dir"])
     assert token not in json.loads((out / "env.json").read_text())  # the job never had it
 
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     Store().conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for root in (home, out, tmp_path / "hf-home"):

@@ -3,6 +3,9 @@
 - core/ is the engine: it never imports textual or anything under tui/ (and a run of every
   core module loads no UI module);
 - no import cycle anywhere in core/ or tui/, counting imports inside functions too;
+- no two packages of core/ import each other, however indirectly (the package graph is acyclic,
+  imports inside functions counted), and each package sits on a floor (FLOORS, bottom up) and
+  imports only packages on floors below its own;
 - providers never import tui/; the transport never imports a provider;
 - tui/ reaches the engine through its public functions: no core.providers or core.transport;
 - the job-side runtime (core/runtime, shipped to every target) imports only the standard
@@ -107,6 +110,59 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The floors of core/, bottom up (README, Architecture). A package imports only packages on the
+# floors below its own; two on one floor import neither the other. A new package is given a floor
+# here, where what it imports and what imports it put it.
+FLOORS: list[tuple[str, ...]] = [
+    ("runtime",),           # what runs beside the job on its target: the standard library only
+    ("errors", "paths"),    # the error every layer raises; where state lives
+    ("display",),           # text shown to people
+    ("jobs",),              # the job record: the store, the state table, events, metrics
+    ("secrets",),           # secret values: keychain, names index, env scan, launch-time read
+    ("config",),            # the job request and the user config, kill rules as read
+    ("packaging",),         # what ships and what comes home (bundle, safe unpacking, checkpoints)
+    ("transport",),         # commands and files over the local shell or SSH
+    ("providers",),         # one class per target kind, the registry, accounts
+    ("planning",),          # plan, router, policy, usage, the kill rules' judge
+    ("engine",),            # service, supervisor, approvals and the PIN, fetch, cache GC
+]
+
+
+def _package(mod: str) -> str | None:
+    """core.X.Y and core.X -> X (a subpackage, or errors / paths); core itself and tui -> None."""
+    parts = mod.split(".")
+    return parts[1] if parts[0] == "core" and len(parts) > 1 else None
+
+
+PACKAGES = {p for p in map(_package, MODULES) if p is not None}
+
+
+def _package_imports() -> dict[tuple[str, str], list[str]]:
+    """(importer, imported) package pairs of core/, each with the lines that make it, imports
+    inside functions included (one a function hides is still a door between two rooms)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for mod, path in MODULES.items():
+        src = _package(mod)
+        if src is None:
+            continue
+        for line, target in _imports(mod, path):
+            dst = _package(target)
+            if dst in PACKAGES and dst != src:
+                out.setdefault((src, dst), []).append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    return out
+
+
+def _floor_breaches(edges: dict[tuple[str, str], list[str]], floors: list[tuple[str, ...]]) -> list[str]:
+    """Every import of a package on the importer's own floor or one above, and every package
+    without a floor."""
+    level = {pkg: i for i, floor in enumerate(floors) for pkg in floor}
+    bad = [f"package {p} has no floor in FLOORS" for p in sorted({p for e in edges for p in e} - set(level))]
+    for (src, dst), where in sorted(edges.items()):
+        if src in level and dst in level and level[dst] >= level[src]:
+            bad += [f"{w} (floor {level[src]} {src} -> floor {level[dst]} {dst})" for w in where]
+    return bad
+
+
 def _offenders(prefix: str, banned: tuple[str, ...]) -> list[str]:
     out = []
     for mod, path in MODULES.items():
@@ -125,6 +181,45 @@ def test_the_cycle_finder_finds_cycles() -> None:
     """The check above can fail: a made-up graph with a cycle is caught."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_two_packages_of_core_import_each_other_however_indirectly() -> None:
+    edges = _package_imports()
+    graph: dict[str, set[str]] = {}
+    for src, dst in edges:
+        graph.setdefault(src, set()).add(dst)
+        graph.setdefault(dst, set())
+    knots = _cycles(graph)
+    doors = [w for knot in knots for (src, dst), where in sorted(edges.items())
+             if src in knot and dst in knot for w in where]
+    assert knots == [], doors
+
+
+def test_every_package_of_core_imports_only_the_floors_below_it() -> None:
+    assert PACKAGES == {p for floor in FLOORS for p in floor}, "give each package of core/ one floor"
+    assert _floor_breaches(_package_imports(), FLOORS) == []
+
+
+def test_the_floor_check_can_fail() -> None:
+    """An import upward, one sideways on a floor, and a package left off the floors are named."""
+    floors = [("low",), ("mid", "side"), ("top",)]
+    edges = {("top", "low"): ["t.py:1 imports core.low"], ("low", "top"): ["l.py:2 imports core.top"],
+             ("mid", "side"): ["m.py:3 imports core.side"], ("new", "low"): ["n.py:4 imports core.low"]}
+    assert _floor_breaches(edges, floors) == [
+        "package new has no floor in FLOORS",
+        "l.py:2 imports core.top (floor 0 low -> floor 2 top)",
+        "m.py:3 imports core.side (floor 1 mid -> floor 1 side)",
+    ]
+
+
+def test_the_record_is_a_floor_below_providers_and_engine() -> None:
+    """The knots issue 21 found, named: providers and engine, config and planning, config and
+    packaging, secrets and config, secrets and engine, planning and engine (each one way now)."""
+    edges = _package_imports()
+    assert ("providers", "engine") not in edges
+    assert ("config", "planning") not in edges and ("config", "packaging") not in edges
+    assert ("secrets", "engine") not in edges and ("secrets", "config") not in edges
+    assert ("planning", "engine") not in edges
 
 
 def test_no_core_module_imports_the_ui() -> None:

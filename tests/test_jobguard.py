@@ -341,7 +341,7 @@ def test_only_a_bwrap_that_binds_the_job_mark_is_a_jobs_sandbox() -> None:
 
 def test_pin_set_and_clear_refuse_a_jobs_process(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     from core.errors import UserError
-    from core.secrets import pin
+    from core.engine import pin
 
     monkeypatch.setattr(jobguard, "job_origin", lambda: "it descends from the job launcher (pid 7)")
     for call, words in ((lambda: pin.save("12345678"), "setting the approval PIN refused"),

@@ -1,5 +1,6 @@
 """Kill rules and retries by cause, on the local target through the installed `gpu`, and the
-rules' evaluation itself (core/planning/killrules.py) over arbitrary metric streams."""
+rules' evaluation itself (read by core/config/killrules.py, judged by core/planning/killjudge.py)
+over arbitrary metric streams."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.engine.metricfile import parse_rows
-from core.planning import killrules
-from core.planning.killrules import Facts, Rule
+from core.config import killrules
+from core.config.killrules import Rule
+from core.planning import killjudge
+from core.planning.killjudge import Facts
 from tests.conftest import (assert_stopped_by_rule, gpu_json, make_git_project, run_gpu,
                             wait_state, write_user_config)
 
@@ -91,11 +94,11 @@ def test_nan_is_caught_in_any_metric_stream_and_only_there(rows: list[dict]) -> 
     parsed = parse_rows(data)
     bad = {k for row in rows for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)}
     assert set(parsed.nonfinite) == bad
-    fired = killrules.evaluate([Rule("nan_metric")], Facts(now=time.time(), nonfinite=parsed.nonfinite))
+    fired = killjudge.evaluate([Rule("nan_metric")], Facts(now=time.time(), nonfinite=parsed.nonfinite))
     assert (fired is not None) == bool(bad)
     if fired:
         assert any(f"metric {k} became" in fired[1] for k in bad)
-    only_acc = killrules.evaluate([Rule("nan_metric", metrics=("acc",))],
+    only_acc = killjudge.evaluate([Rule("nan_metric", metrics=("acc",))],
                                   Facts(now=time.time(), nonfinite=parsed.nonfinite))
     assert (only_acc is not None) == ("acc" in bad)
     assert all(math.isfinite(v) for _, _, v, _ in parsed.rows)  # never stored as numbers
@@ -105,22 +108,22 @@ def test_no_improvement_gpu_util_and_budget() -> None:
     now = 10_000.0
     rule = killrules.parse([{"no_improvement": {"metric": "loss", "minutes": 1, "mode": "min"}}])[0]
     improving = [(now - 100 + i, 10.0 - i) for i in range(100)]
-    assert killrules.evaluate([rule], Facts(now=now, series={"loss": improving})) is None
+    assert killjudge.evaluate([rule], Facts(now=now, series={"loss": improving})) is None
     stuck = [(now - 100, 1.0)] + [(now - 99 + i, 2.0) for i in range(99)]
-    assert "has not improved for 1 min" in killrules.evaluate([rule], Facts(now=now, series={"loss": stuck}))[1]
+    assert "has not improved for 1 min" in killjudge.evaluate([rule], Facts(now=now, series={"loss": stuck}))[1]
     util = killrules.parse([{"gpu_util_below": {"percent": 10, "minutes": 1}}])[0]
-    assert killrules.evaluate([util], Facts(now=now)) is None  # no samples: never fires
+    assert killjudge.evaluate([util], Facts(now=now)) is None  # no samples: never fires
     short = [(now - 30, 1.0)]
-    assert killrules.evaluate([util], Facts(now=now, series={"gpu/util": short})) is None
+    assert killjudge.evaluate([util], Facts(now=now, series={"gpu/util": short})) is None
     idle = [(now - 70 + i, 2.0) for i in range(70)]
-    assert killrules.evaluate([util], Facts(now=now, series={"gpu/util": idle})) is not None
+    assert killjudge.evaluate([util], Facts(now=now, series={"gpu/util": idle})) is not None
     busy = idle[:-1] + [(now, 90.0)]
-    assert killrules.evaluate([util], Facts(now=now, series={"gpu/util": busy})) is None
+    assert killjudge.evaluate([util], Facts(now=now, series={"gpu/util": busy})) is None
     budget = killrules.parse([{"over_budget": True}])[0]
-    assert killrules.evaluate([budget], Facts(now=now, spent=9.0)) is None  # no budget set
-    assert killrules.evaluate([budget], Facts(now=now, spent=9.0, budget_per_job=5.0)) is not None
+    assert killjudge.evaluate([budget], Facts(now=now, spent=9.0)) is None  # no budget set
+    assert killjudge.evaluate([budget], Facts(now=now, spent=9.0, budget_per_job=5.0)) is not None
     own = killrules.parse([{"over_budget": {"dollars": 2}}])[0]
-    assert killrules.evaluate([own], Facts(now=now, spent=3.0, budget_per_job=5.0)) is not None
+    assert killjudge.evaluate([own], Facts(now=now, spent=3.0, budget_per_job=5.0)) is not None
 
 
 @pytest.mark.parametrize("bad,says", [

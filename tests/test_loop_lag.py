@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from core.engine.looplag import LagWatch, percentile
-from core.engine.store import Store
+from core.jobs.store import Store
 from core.engine.supervisor import Supervisor
 from tests.conftest import gpu_json, make_git_project
 

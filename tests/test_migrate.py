@@ -74,7 +74,7 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _store_job(job_id: str):
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     return Store().get(job_id)
 
@@ -228,7 +228,7 @@ def test_the_copy_left_on_a_host_that_comes_back_is_stopped_then(
     assert len(_steps_on(root_a, job_id)) == settled, "a still makes steps after its stop"
     done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
     assert done["state"] == "done", gpu_json("status", short)
-    from core.engine.store import Store
+    from core.jobs.store import Store
     assert Store().strays() == []  # nothing left to sweep
 
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import UserError
-from core.secrets import pin as pinmod
+from core.engine import pin as pinmod
 
 PIN = "48213579"
 WRONG = "48210000"
@@ -34,7 +34,7 @@ class Clock:
 @pytest.fixture
 def held(home: Path, monkeypatch: pytest.MonkeyPatch):
     """A PIN set, a store with a held job (the dashboard's demo state)."""
-    from core.engine.store import Store
+    from core.jobs.store import Store
     from tui.dash.demo import _id, seed
 
     monkeypatch.setenv("GPU_ROUTER_IDLE_EXIT_S", "5")
@@ -132,7 +132,7 @@ def test_every_wrong_try_is_a_line_in_the_supervisors_log_without_the_pin(held) 
 TRIES = textwrap.dedent('''
     import sys
     from core.errors import UserError
-    from core.secrets import pin
+    from core.engine import pin
     for _ in range(int(sys.argv[2])):
         try:
             pin.require(sys.argv[1], where="process", sleep=lambda s: None)
@@ -197,7 +197,7 @@ def _model(steps: list[tuple[bool, int]]) -> list[str]:
                       max_size=30))
 def test_the_lock_follows_the_rule_for_any_sequence(tmp_path_factory, steps) -> None:
     """A fast stand-in for scrypt; the store, the transaction and the clock are the real code."""
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     home = tmp_path_factory.mktemp("h")
     store = Store(home / "db.sqlite")

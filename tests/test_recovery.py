@@ -30,7 +30,7 @@ COUNTING_JOB = (
 
 
 def _state(job_id: str) -> str:
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     return Store().get(job_id).state.value
 
@@ -125,8 +125,8 @@ def test_an_attempt_is_never_started_twice(home: Path, tmp_path: Path) -> None:
     """Placed but not started when the supervisor died: a restart starts it once."""
     from core.config.request import build_request
     from core.engine.service import submit
-    from core.engine.states import State
-    from core.engine.store import Store
+    from core.jobs.states import State
+    from core.jobs.store import Store
     from core.engine.supervisor import Supervisor
 
     project, starts = _project(tmp_path)

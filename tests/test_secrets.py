@@ -54,7 +54,7 @@ def test_a_job_reads_its_secret_and_nothing_keeps_it(keychain, home: Path, tmp_p
     assert sub["job"]["state"] == "awaiting_approval"
     assert "reads MY_TOKEN from your keychain" in sub["guidance"]["tell_user"]
     from core.engine.approvals import approve
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
     doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=60)
@@ -87,7 +87,7 @@ def test_a_missing_secret_is_refused_at_submit_before_any_approval(keychain, hom
 def test_a_secret_removed_after_submit_fails_the_job_with_the_fix(keychain, home: Path,
                                                                  tmp_path: Path) -> None:
     from core.engine.approvals import approve
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     assert run_gpu("secrets", "set", "GONE_TOKEN", input="v-" + uuid.uuid4().hex).returncode == 0
     project = make_git_project(tmp_path / "p", {"show.py": PRINTER})
@@ -165,7 +165,7 @@ def test_ordinary_env_passes(home: Path, tmp_path: Path) -> None:
 
 
 def test_the_store_schema_has_no_place_for_values(home: Path) -> None:
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     Store()
     con = sqlite3.connect(home / "store.sqlite3")
@@ -234,7 +234,7 @@ def test_no_form_of_a_keychain_secret_is_stored_or_shown(keychain, home: Path, t
     sub = gpu_json("submit", "leak.py", "--secret", "MY_TOKEN", "--hours", "0.1", "--wait-s", "0",
                    cwd=project)
     from core.engine.approvals import approve
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
     short = sub["job"]["short_id"]
@@ -299,7 +299,7 @@ def test_a_job_that_names_files_after_its_secret_brings_them_home_masked(keychai
     sub = gpu_json("submit", "namer.py", "--secret", "MY_TOKEN", "--hours", "0.1", "--wait-s", "0",
                    cwd=project)
     from core.engine.approvals import approve
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
     short = sub["job"]["short_id"]
@@ -325,3 +325,13 @@ def test_a_job_that_names_files_after_its_secret_brings_them_home_masked(keychai
             data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
             for form in forms:
                 assert form not in rel and form not in data, (path, form)
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "_x", "a1", "1A", "A-B", "A B", "A\n", "", "Ä", "x.y"])
+def test_a_secret_is_named_by_the_same_rule_as_a_job_env_entry(name: str) -> None:
+    """The secret store (a floor below the config) keeps its own copy of the env-name rule; the
+    two never disagree, or a stored secret could not reach its job's environment."""
+    from core.config.request import ENV_NAME_RE
+    from core.secrets.store import NAME_RE
+
+    assert bool(NAME_RE.match(name)) == bool(ENV_NAME_RE.match(name))

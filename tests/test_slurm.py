@@ -190,7 +190,7 @@ def test_a_one_minute_limit_checkpoints_ends_the_session_and_resumes(slurm, lab:
 @pytest.mark.slow
 def test_secrets_need_pass_secrets_then_reach_the_job(slurm, lab: Path, keychain, tmp_path: Path) -> None:
     from core.engine.approvals import approve
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     value = "tok-" + uuid.uuid4().hex
     assert run_gpu("secrets", "set", "API_TOKEN", input=value).returncode == 0

@@ -234,7 +234,7 @@ def test_secrets_reach_the_job_but_never_the_hosts_disk_or_command_lines(
     short = sub["job"]["short_id"]
     assert sub["job"]["state"] == "awaiting_approval"  # secrets need a person's yes
     from core.engine.approvals import approve
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     approve(Store(), sub["job"]["id"], digest=sub["job"]["digest"], actor="test")
     wait_state(short, {"running", "done", "failed"}, timeout=120)

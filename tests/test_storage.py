@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from core.engine import storage
-from core.engine.states import State
-from core.engine.store import Store
+from core.jobs.states import State
+from core.jobs.store import Store
 from tests.conftest import gpu_json, run_gpu
 
 DAY = 86400.0

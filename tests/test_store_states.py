@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import IllegalTransition
-from core.engine.states import ACTIVE, TERMINAL, TRANSITIONS, State, can_move
-from core.engine.store import MIGRATIONS, Store
+from core.jobs.states import ACTIVE, TERMINAL, TRANSITIONS, State, can_move
+from core.jobs.store import MIGRATIONS, Store
 
 
 def _job(store: Store, n: int = 0):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from core.engine import strays
-from core.engine.store import Store
-from core.engine.storethread import StoreThread
+from core.jobs.store import Store
+from core.jobs.storethread import StoreThread
 from core.providers.base import Poll
 
 
@@ -102,7 +102,7 @@ def test_a_target_away_for_days_is_given_up_on_and_a_removed_target_is_waited_fo
 
 
 def test_strays_show_in_daemon_status(home: Path) -> None:
-    from core.engine.states import State
+    from core.jobs.states import State
     from tests.conftest import gpu_json, run_gpu
 
     store = Store()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from core.engine import daemon
-from core.engine.states import State
-from core.engine.store import Job, Store
+from core.jobs.states import State
+from core.jobs.store import Job, Store
 from tests.conftest import make_git_project, run_gpu
 
 pytestmark = pytest.mark.slow

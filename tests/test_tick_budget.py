@@ -11,8 +11,8 @@ import asyncio
 from pathlib import Path
 
 from core.engine import supervisor as sup_mod
-from core.engine.states import State
-from core.engine.store import Store
+from core.jobs.states import State
+from core.jobs.store import Store
 from core.engine.supervisor import Supervisor
 
 

@@ -394,7 +394,7 @@ def test_parse_rows_applies_the_stored_value_rules() -> None:
 
 
 def test_store_merges_config_and_final_with_a_cap(home: Path) -> None:
-    from core.engine import store as store_mod
+    from core.jobs import store as store_mod
 
     s = store_mod.Store()
     s.conn.execute("INSERT INTO jobs (id, short_id, name, state, created_at, updated_at, project_dir, "

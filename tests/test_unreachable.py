@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from core.providers.base import Poll
-from core.engine.states import State
-from core.engine.store import Store
+from core.jobs.states import State
+from core.jobs.store import Store
 from core.engine.supervisor import Supervisor
 
 

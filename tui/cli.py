@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 def _here() -> str | None:
     """The project the command runs in, for `last`: the git work tree holding the current
     folder, or the folder itself if it has a gpu.yaml; None outside any project."""
-    from core.packaging.bundle import find_root
+    from core.config.gitroot import find_root
 
     cwd = os.getcwd()
     root, in_git = find_root(Path(cwd))
@@ -49,7 +49,7 @@ def _store():
     """The store, for a command that reads jobs; live jobs that no supervisor drives (a submit
     killed after its commit, a supervisor killed) get one started on the way."""
     from core.engine.daemon import supervise_live
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     store = Store()
     supervise_live(store)
@@ -236,7 +236,7 @@ def _confirm_on_terminal(job, verb: str) -> None:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     from core.engine.approvals import approve, require_person
-    from core.engine.states import State
+    from core.jobs.states import State
 
     actor = _actor(args)
     store = _store()
@@ -364,7 +364,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     from core.engine.reports import jobs_doc, parse_states
-    from core.engine.states import ACTIVE
+    from core.jobs.states import ACTIVE
 
     store = _store()
     states = parse_states(args.state) if args.state else list(ACTIVE) if args.active else None
@@ -386,7 +386,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     store = _store()
     if not args.id:
-        from core.engine.states import ACTIVE
+        from core.jobs.states import ACTIVE
 
         pid = running_pid()
         if args.json:
@@ -406,7 +406,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         emit_json(status_doc(store, job, verbose=args.verbose))
         return 0
-    from core.engine.checkpoints import summary
+    from core.packaging.checkpoints import summary
     from core.engine.service import mirroring_paused
     from core.planning.usage import estimate_and_actual
     from tui.render import status_panel
@@ -441,7 +441,7 @@ def _follow_log(store, job, path, tail: int | None) -> int:
     """Print complete lines as they come (the dashboard's Follower: truncation and rotation
     handled, each line filtered), then gpu-router's own line saying how the job ended."""
     from core.display.logtail import Follower
-    from core.engine.states import TERMINAL
+    from core.jobs.states import TERMINAL
 
     follower = Follower(path)
     if tail is not None:
@@ -470,7 +470,7 @@ def _follow_log(store, job, path, tail: int | None) -> int:
 def _say_waiting(job, said: tuple | None) -> tuple | None:
     """While a followed job is not running, say once per change what it waits for: a person's
     approval (the rule, and how to give it), or a slot or a queue (why)."""
-    from core.engine.states import TERMINAL, State
+    from core.jobs.states import TERMINAL, State
 
     if job.state in (State.RUNNING, State.CHECKPOINTING) or job.state in TERMINAL:
         return None

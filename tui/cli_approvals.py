@@ -44,7 +44,7 @@ def cmd_approvals(args: argparse.Namespace) -> int:
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
-    from core.secrets import pin
+    from core.engine import pin
     from tui.output import emit_json, markup, say
 
     if args.action == "status":
@@ -80,7 +80,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 def _require_person(command: str, args: argparse.Namespace) -> None:
     from core.engine.actor import current
-    from core.secrets.pin import refuse_in_job
+    from core.engine.pin import refuse_in_job
 
     refuse_in_job(f"`{command}`")  # a job's process first: it says which fact showed it
 

@@ -29,7 +29,7 @@ def add_gc_command(add: Callable[..., argparse.ArgumentParser], epilog: str) -> 
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from core.engine import storage
-    from core.engine.store import Store
+    from core.jobs.store import Store
     from tui.output import emit_json, markup, say
     from tui.render import human_bytes
 

@@ -291,7 +291,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_rm(args: argparse.Namespace) -> int:
     from core.engine import target_setup as targets
-    from core.engine.store import Store
+    from core.jobs.store import Store
 
     path = targets.remove(args.name, Store(), force=args.force)
     if args.json:

@@ -45,7 +45,7 @@ class Engine:
     def store(self, supervise: bool = True):
         """The store; live jobs that no supervisor drives get one started, as in the CLI."""
         from core.engine.daemon import supervise_live
-        from core.engine.store import Store
+        from core.jobs.store import Store
 
         with self._lock:
             if self._store is None:
@@ -121,7 +121,7 @@ def gpu_wait(engine: Engine, args: dict[str, Any], call: Call, front: str = "gpu
     or it has ended, or the time is up; then its status. The supervisor is started first if
     live jobs have none, so a wait never waits on nobody."""
     from core.engine.reports import agent_status
-    from core.engine.states import TERMINAL
+    from core.jobs.states import TERMINAL
 
     store = engine.store()
     job = store.resolve(args["job"])

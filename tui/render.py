@@ -120,7 +120,7 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
                  mirroring: str | None = None) -> Any:
     """One job; `verbose` adds every event (not the last 12), every setting, the plan and the
     bundle report. `usage` is `estimate_and_actual`: hours and cost, expected and taken;
-    `checkpoint` the last complete checkpoint at home (core.engine.checkpoints.summary);
+    `checkpoint` the last complete checkpoint at home (core.packaging.checkpoints.summary);
     `mirroring` why checkpoints stopped coming home (a full disk at home), if they did."""
     from rich.table import Table
 
@@ -172,7 +172,7 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
 
 def checkpoint_text(info: dict) -> str:
     """"checkpoint 3, 1.2 MB, 40 s old": the last checkpoint at home."""
-    from core.engine.checkpoints import describe
+    from core.packaging.checkpoints import describe
 
     return describe(info)
 

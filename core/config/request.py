@@ -16,8 +16,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from core.config import killrules
+from core.config.gitroot import find_root
 from core.errors import UserError, shorten
-from core.planning import killrules
+from core.secrets.scan import check_env
 
 PROJECT_FILE = "gpu.yaml"
 # `\Z`, not `$`: `$` also matches before a final newline, which would let "gpu\n" through
@@ -204,7 +206,7 @@ class JobRequest:
     restart: str = "never"  # "allow": a job with no checkpoint may start again from the top
     retry_on_exit_codes: list[int] = field(default_factory=list)
     max_retries: int = 1
-    kill_rules: list[dict] = field(default_factory=list)  # core.planning.killrules, as JSON
+    kill_rules: list[dict] = field(default_factory=list)  # core.config.killrules, as JSON
 
     def resources(self) -> dict[str, Any]:
         """The scheduler resources that were asked for (none: an empty dict)."""
@@ -642,8 +644,6 @@ def _refuse_secret_env(env: dict[str, str], origin: dict[str, str], lines: dict[
                        path: Path) -> None:
     """A secret-looking `env` entry is refused where it was written: gpu.yaml's file and the
     entry's line, or the --env argument."""
-    from core.secrets.scan import check_env
-
     where = {name: origin.get(name) or f"{path}:{lines.get(f'env:{name}', lines.get('env', 0))}"
              for name in env}
     check_env(env, where)
@@ -689,7 +689,5 @@ def _check_script(req: JobRequest, project: Path, where: str) -> None:
 
 
 def _inside_git_root(project: Path, target: str) -> bool:
-    from core.packaging.bundle import find_root
-
     root, _ = find_root(project)
     return os.path.commonpath([str(root), target]) == str(root)

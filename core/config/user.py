@@ -16,7 +16,7 @@ stricter than the defaults; a looser value is an error that says so.
       checkpoint_grace_s: 60      # how long a stopped job gets to save before it is killed
       approve_everything: false   # true: every job waits for a person
       max_migrations: 3           # moves of one job to another target when its session ends
-      kill_rules: [{nan_metric: true}]  # see core/planning/killrules.py; gpu.yaml adds more
+      kill_rules: [{nan_metric: true}]  # see core/config/killrules.py; gpu.yaml adds more
     budget:
       per_job: 5.0                # dollars; a dearer job waits
       weekly: 20.0                # dollars over the last 7 days, all targets
@@ -45,7 +45,7 @@ from core import paths
 from core.config.request import ENV_NAME_RE, NAME_RE
 from core.config.targetopts import check_output_caps, validate
 from core.errors import UserError, shorten
-from core.planning import killrules
+from core.config import killrules
 
 # a local target's own options (beside max_jobs, gpus, prices): the output caps, the Python to
 # run jobs with, and `network: false` (the sandbox then gives its jobs loopback only)
@@ -72,7 +72,7 @@ class Rules:
     budget_per_job: float | None = None
     budget_weekly: float | None = None
     max_migrations: int = 3  # moves to another target per job (core.engine.supervisor)
-    kill_rules: list = field(default_factory=list)  # core.planning.killrules.Rule
+    kill_rules: list = field(default_factory=list)  # core.config.killrules.Rule
 
 
 # (key, default, "stricter" means: "lower" or "true")
@@ -107,7 +107,7 @@ class UserConfig:
     raw: dict[str, Any]
     bell: bool = True
     storage: dict[str, float] = field(default_factory=lambda: dict(STORAGE_DEFAULTS))
-    approval_pin: dict[str, Any] | None = None  # the PIN's scrypt record (core.secrets.pin)
+    approval_pin: dict[str, Any] | None = None  # the PIN's scrypt record (core.engine.pin)
     agent_markers: list[str] = field(default_factory=list)
     accounts: dict[str, dict[str, Any]] = field(default_factory=dict)  # NAME -> {base_url?, timeout_s?}
 

@@ -1,1 +1,5 @@
-"""The store, the state table, the submit/cancel service, the supervisor, approvals."""
+"""The top floor: the submit/cancel service, the supervisor, approvals, fetching, cache GC.
+
+The job record it drives lives a floor below, in core/jobs (so the providers read it without
+importing the engine).
+"""

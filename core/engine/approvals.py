@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from core.engine import jobguard
 from core.engine.actor import FORCE_VAR, Actor
-from core.engine.states import State
-from core.engine.store import Job, Store
+from core.jobs.states import State
+from core.jobs.store import Job, Store
 from core.errors import NotFound, UserError
 
 HOW_A_PERSON_APPROVES = ("a person runs `gpu approve {ref}` in a terminal of their own, or presses "
@@ -80,15 +80,15 @@ def require_person(actor: Actor, ref: str = "ID", *, store: Store | None = None,
 def require_pin(entered: str | None, *, where: str, store: Store | None = None,
                 job: Job | None = None, actor: str = "") -> bool:
     """With an approval PIN set, `entered` must be it and the PIN not locked (see
-    core.secrets.pin: each wrong try is counted in the store, an event on `job` and a line in
+    core.engine.pin: each wrong try is counted in the store, an event on `job` and a line in
     the supervisor's log); True when one was checked."""
-    from core.secrets import pin
+    from core.engine import pin
 
     return pin.require(entered, where=where, store=store, job=job, actor=actor)
 
 
 def pin_is_set() -> bool:
-    from core.secrets import pin
+    from core.engine import pin
 
     return pin.stored() is not None
 

@@ -78,7 +78,7 @@ def supervise_live(store) -> int | None:
     store calls this, so the next look at the jobs (`gpu status`, `gpu jobs`, `gpu logs -f`,
     the dashboard) starts one. Cheap: one indexed query, and one lock probe only when there
     are live jobs."""
-    from core.engine.states import SUPERVISED
+    from core.jobs.states import SUPERVISED
 
     if not store.jobs(states=SUPERVISED, limit=1):
         return None

@@ -21,7 +21,7 @@ from core import paths
 from core.config.request import path_problem
 from core.config.user import load
 from core.engine.service import runs_folder
-from core.engine.store import Store
+from core.jobs.store import Store
 from core.errors import UserError, shorten
 from core.packaging.safe_extract import OutputCaps, masked_names, safe_extract
 from core.secrets import names

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from core.engine.service import guidance, job_report, log_path
-from core.engine.states import ACTIVE, TERMINAL, State
-from core.engine.store import Job, Store
+from core.jobs.states import ACTIVE, TERMINAL, State
+from core.jobs.store import Job, Store
 from core.errors import UserError
 from core.planning.usage import job_cost
 

@@ -19,9 +19,9 @@ from typing import Any, Callable
 from core import paths
 from core.config.request import JobRequest
 from core.display.sanitize import printable_doc
-from core.engine import checkpoints
-from core.engine.states import LAUNCHED, TERMINAL, State
-from core.engine.store import Job, Store
+from core.packaging import checkpoints
+from core.jobs.states import LAUNCHED, TERMINAL, State
+from core.jobs.store import Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
 from core.packaging.bundle import Bundle, FileHashCache, build, list_data, list_project
 from core.packaging.safe_extract import masked_names
@@ -435,7 +435,7 @@ def job_report(store: Store, job: Job, verbose: bool = False) -> dict[str, Any]:
 
 def mirroring_paused(store: Store, job: Job) -> str | None:
     """Why checkpoints stopped coming home (a full disk at home), while the job is live."""
-    from core.engine.states import TERMINAL
+    from core.jobs.states import TERMINAL
 
     if job.state in TERMINAL:
         return None

@@ -17,8 +17,8 @@ from typing import Any
 
 from core import paths
 from core.config.user import UserConfig, load
-from core.engine.states import ACTIVE
-from core.engine.store import Store
+from core.jobs.states import ACTIVE
+from core.jobs.store import Store
 from core.errors import UserError
 from core.providers import registry
 from core.providers.remote import run_sync

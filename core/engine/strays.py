@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from core.engine.store import NotFound, Store, Stray
+from core.jobs.store import NotFound, Store, Stray
 
 log = logging.getLogger("gpu-router.supervisor")
 

@@ -24,15 +24,16 @@ from core.display.sanitize import printable
 from core.engine.daemon import try_lock
 from core.engine import storage
 from core.engine.metricfile import parse_metrics, parse_rows  # noqa: F401 - parse_metrics lived here
-from core.engine import checkpoints
+from core.packaging import checkpoints
 from core.engine.service import bring_home, hold, replan, write_job_json
-from core.engine.states import ACTIVE, LAUNCHED, SUPERVISED, State
+from core.jobs.states import ACTIVE, LAUNCHED, SUPERVISED, State
 from core.engine.looplag import LagWatch
-from core.engine.store import Job, Store
-from core.engine.storethread import StoreThread
+from core.jobs.store import Job, Store
+from core.jobs.storethread import StoreThread
 from core.engine import strays
 from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
-from core.planning import killrules
+from core.config import killrules
+from core.planning import killjudge
 from core.planning.plan import digest
 from core.planning.usage import job_hours
 from core.providers import registry
@@ -557,9 +558,9 @@ class Supervisor:
         if not active:
             return
         now = time.time()
-        facts = killrules.Facts(now=now, nonfinite=dict(job.handle.get("nonfinite") or {}),
+        facts = killjudge.Facts(now=now, nonfinite=dict(job.handle.get("nonfinite") or {}),
                                 budget_per_job=rules.budget_per_job)
-        wanted = killrules.needs_series(active)
+        wanted = killjudge.needs_series(active)
         slow = bool(wanted) or any(r.kind == "over_budget" for r in active)
         if slow:
             if now - self._rules_at.get(job.id, 0.0) < RULES_EVERY_S and not facts.nonfinite:
@@ -571,7 +572,7 @@ class Supervisor:
             facts.series = points
             if killrules.UTIL_METRIC in wanted and not points.get(killrules.UTIL_METRIC):
                 await self._note_no_util(job, active, now)
-        fired = killrules.evaluate(active, facts)
+        fired = killjudge.evaluate(active, facts)
         if fired is None:
             return
         rule, why = fired

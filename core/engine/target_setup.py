@@ -14,8 +14,8 @@ from typing import Any
 
 from core.config.edit import remove_target, save_target
 from core.config.user import load
-from core.engine.states import ACTIVE
-from core.engine.store import Store
+from core.jobs.states import ACTIVE
+from core.jobs.store import Store
 from core.errors import UserError, shorten
 from core.providers import registry
 from core.providers.base import TargetInfo

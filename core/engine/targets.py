@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from core.config.user import UserConfig, load
-from core.engine.states import LAUNCHED
-from core.engine.store import Store
+from core.jobs.states import LAUNCHED
+from core.jobs.store import Store
 from core.planning.usage import quota_left
 from core.providers import registry
 from core.providers.base import TargetInfo

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from core import paths
+from core.config.gitroot import GIT_SAFE as _GIT_SAFE, find_root
 from core.errors import UserError, disk_full_guard
 from core.packaging.credentials import (
     CONTENT_HEAD, NEVER_DIRS, content_verdict, place_reason, withheld_reason,
@@ -51,7 +52,6 @@ BROAD_FIX = ("run gpu from the project's own folder (or pass --project-dir DIR),
              "it so that .gitignore says what ships, or pass --allow-large-project to ship it "
              "anyway (credential files are still withheld)")
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-_GIT_SAFE = ("-c", "core.quotepath=off", "-c", "core.fsmonitor=false")
 
 # told (files read so far, files to read) while a bundle is hashed or packed, so a front can
 # show a long first pack moving (the MCP server sends these as progress notifications)
@@ -120,19 +120,6 @@ class Bundle:
 
 
 # -- finding the files ---------------------------------------------------------------------
-
-
-def find_root(project_dir: Path) -> tuple[Path, bool]:
-    """The bundle root: the git work tree holding the project, else the project itself."""
-    try:
-        out = subprocess.run(["git", "-C", str(project_dir), *_GIT_SAFE, "rev-parse", "--show-toplevel"],
-                             capture_output=True, timeout=30)
-    except FileNotFoundError:
-        return project_dir, False
-    top = os.fsdecode(out.stdout.rstrip(b"\n"))
-    if out.returncode == 0 and top:
-        return Path(top).resolve(), True
-    return project_dir, False
 
 
 class _GitFailed(Exception):

@@ -1,1 +1,2 @@
-"""Where a job runs and whether a person must say yes: plan, router, rules, usage."""
+"""Where a job runs, whether a person must say yes, and when a running one is stopped: plan,
+router, policy, usage, the kill rules' judge."""

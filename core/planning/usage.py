@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from core.engine.store import Store
+from core.jobs.store import Store
 
 WEEK_S = 7 * 24 * 3600
 

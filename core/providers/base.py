@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from core.engine.store import Job
+from core.jobs.store import Job
 
 
 @dataclass

@@ -21,7 +21,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from core.config.request import SAFE_VALUE_RE
-from core.engine.store import Job
+from core.jobs.store import Job
 from core.transport.base import check_name, quote, safe_name
 
 TIME_MARGIN = 1.25

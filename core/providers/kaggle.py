@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from core import paths
-from core.engine.store import Job
+from core.jobs.store import Job
 from core.errors import UserError
 from core.packaging.bundle import list_data
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
@@ -474,7 +474,7 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         text = "".join(str(e.get("data", "")) for e in entries if isinstance(e, dict))
         logmirror.store(self.local_dir(job), job.attempt, logmirror.split(text))
 
-    # -- checkpoints (core.engine.checkpoints mirrors them home) ----------------------------------
+    # -- checkpoints (core.packaging.checkpoints mirrors them home) ----------------------------------
 
     def _ckpt_cache(self, job: Job) -> Path:
         return paths.cache_dir() / "kaggle-ckpt" / job.id / str(job.attempt)

@@ -27,8 +27,8 @@ from core.providers.gpuprobe import local_gpus
 from core.runtime import boundary, ckptscan, diskspace, jobprocs
 from core.runtime import workdir as workdir_files
 from core.runtime import files as runtime_files
-from core.engine import checkpoints
-from core.engine.store import Job
+from core.packaging import checkpoints
+from core.jobs.store import Job
 from core.providers.base import Poll, TargetInfo
 from core.providers.spec import launch_spec, local_data
 

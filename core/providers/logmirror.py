@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from core import paths
-from core.engine.store import Job
+from core.jobs.store import Job
 from core.runtime.relay import METRIC_MARK
 
 NAMES = {"log": "job.log", "metrics": "metrics.jsonl"}

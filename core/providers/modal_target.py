@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from core import paths
-from core.engine import checkpoints
-from core.engine.store import Job
+from core.packaging import checkpoints
+from core.jobs.store import Job
 from core.errors import UserError
 from core.packaging.bundle import list_data
 from core.packaging.safe_extract import OutputCaps, clean_name, safe_extract, write_files
@@ -431,7 +431,7 @@ class ModalProvider(ServiceTarget, MirroredLog):
             bodies = logmirror.split("".join(e.message for e in call.logs.fetch(since=since)))
         logmirror.store(self.local_dir(job), job.attempt, bodies)
 
-    # -- checkpoints (core.engine.checkpoints mirrors them home) ----------------------------------
+    # -- checkpoints (core.packaging.checkpoints mirrors them home) ----------------------------------
 
     def _ckpt_cache(self, job: Job) -> Path:
         return paths.cache_dir() / "modal-ckpt" / job.id / str(job.attempt)

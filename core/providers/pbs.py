@@ -21,7 +21,7 @@ import base64
 import json
 import time
 
-from core.engine.store import Job
+from core.jobs.store import Job
 from core.transport.base import Transport, TransportError, quote
 from core.providers.base import Poll, TargetInfo
 from core.providers.batch import QueueCache, job_name, resources, script, signal_lead_s

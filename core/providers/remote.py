@@ -41,8 +41,8 @@ from core.runtime import RUNTIME_DIR as runtime_dir_path
 from core.runtime import files as runtime_files
 from core.packaging.bundle import DataListing, list_data
 from core.packaging.safe_extract import OutputCaps, safe_extract
-from core.engine import checkpoints
-from core.engine.store import Job
+from core.packaging import checkpoints
+from core.jobs.store import Job
 from core.providers.spec import launch_spec, local_data
 from core.transport.base import HostKeyError, Transport, TransportError, Unreachable, quote, remote_path_expr
 from core.transport.local import LocalTransport
@@ -586,7 +586,7 @@ printf '%s\\n' "$py"
             await self.transport.run(f"rm -f {quote(packed)}")
         return doc
 
-    # -- checkpoints (core.engine.checkpoints) ----------------------------------------------
+    # -- checkpoints (core.packaging.checkpoints) ----------------------------------------------
 
     async def checkpoint_scan(self, job: Job) -> dict:
         """The job's ckpt/ on the host, listed with hashes there (core/runtime/ckptscan.py);

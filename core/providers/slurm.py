@@ -33,7 +33,7 @@ from __future__ import annotations
 import base64
 import time
 
-from core.engine.store import Job
+from core.jobs.store import Job
 from core.transport.base import Transport, TransportError, quote
 from core.providers.base import Poll, TargetInfo
 from core.providers.batch import QueueCache, job_name, resources, script, signal_lead_s

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from core.engine.store import Job
+from core.jobs.store import Job
 from core.runtime.gpuutil import interval_s
 from core.runtime.jobprocs import MARKER_VAR, marker_for
 

@@ -22,7 +22,7 @@ import asyncio
 import json
 import time
 
-from core.engine.store import Job
+from core.jobs.store import Job
 from core.transport.base import Transport, TransportError, quote
 from core.providers.base import Poll, TargetInfo
 from core.providers.lookbatch import LookBatch

@@ -4,7 +4,7 @@ Shipped beside the launcher (standard library only). The launcher masks every by
 to the job log with `SecretPattern`; the `gpu` module checks metric names and values with it
 before they are written; home masks the names of outputs and checkpoints with it, and the
 names in its copy of the checkpoint marker (core/secrets/names.py, applied in
-core/packaging/safe_extract.py and core/engine/checkpoints.py; the job's own marker keeps the
+core/packaging/safe_extract.py and core/packaging/checkpoints.py; the job's own marker keeps the
 names it wrote, so that its listing and marker still agree).
 
 Masking guards against accidental display (a library that prints its config, a traceback

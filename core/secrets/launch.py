@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.engine.store import Job
+from core.jobs.store import Job
 from core.errors import UserError
 from core.secrets import keychain
 

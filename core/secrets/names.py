@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Mapping
 
-from core.engine.store import Job
+from core.jobs.store import Job
 from core.runtime.redact import SecretPattern
 from core.secrets import keychain
 

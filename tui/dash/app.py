@@ -20,8 +20,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from core.errors import UserError
-from core.engine.states import ACTIVE, State
-from core.engine.store import Job, Store
+from core.jobs.states import ACTIVE, State
+from core.jobs.store import Job, Store
 from tui.dash.filtering import JobFilter
 from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
 from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10_series

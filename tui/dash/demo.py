@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 from core import paths
-from core.engine.states import State
-from core.engine.store import Store
+from core.jobs.states import State
+from core.jobs.store import Store
 
 NOW = 1_796_000_000.0  # the demo's fixed "now" (2026-11-30)
 

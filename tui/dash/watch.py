@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.display.logtail import Follower
-from core.engine.store import Job, Store
+from core.jobs.store import Job, Store
 
 
 class StoreWatcher:

@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Log, Static
 from textual_plotext import PlotextPlot
 
-from core.engine.states import State
+from core.jobs.states import State
 from tui.output import markup, renderable, safe
 from tui.render import STATE_STYLE, duration, money
 

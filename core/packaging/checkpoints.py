@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping
 
 from core import paths
-from core.engine.store import Event, Job
+from core.jobs.store import Event, Job
 from core.packaging.safe_extract import OutputCaps, masked_names, safe_extract
 from core.secrets import names
 from core.runtime.diskspace import DISK_FULL, disk_full_text, free_bytes, is_enospc

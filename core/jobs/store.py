@@ -4,7 +4,7 @@ WAL mode so readers (the dashboard, `gpu status`) never block the writer; every 
 transaction starts with BEGIN IMMEDIATE because a read-then-write under DEFERRED fails with
 "database is locked" whatever the busy timeout. Schema changes are numbered migrations
 recorded in `PRAGMA user_version`. State changes go through `transition`, which consults
-`core.engine.states` and writes an event row, so a job's history is never lost.
+`core.jobs.states` and writes an event row, so a job's history is never lost.
 
 A full disk is a `DiskFull` error ("disk full at PATH (N MB free)"), never a half-written job:
 a transaction that fails is rolled back whole (also when SQLite already rolled it back itself,
@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator
 from core import paths
 from core.errors import DiskFull, IllegalTransition, NotFound, UserError, disk_full_guard
 from core.runtime import diskspace
-from core.engine.states import ACTIVE, TERMINAL, State, can_move
+from core.jobs.states import ACTIVE, TERMINAL, State, can_move
 
 MIGRATIONS: list[str] = [
     # 1: jobs, their events and metrics
@@ -123,7 +123,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (job_id, attempt)
     );
     """,
-    # 6: wrong approval-PIN tries and lockouts (core/secrets/pin.py), one row per PIN (keyed by
+    # 6: wrong approval-PIN tries and lockouts (core/engine/pin.py), one row per PIN (keyed by
     # its salt): kept here, not in a process, so starting a new process resets nothing
     """
     CREATE TABLE pin_tries (

@@ -26,12 +26,13 @@ import hmac
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
+from core.config import edit
+from core.config import user as userconfig
+from core.engine import daemon, jobguard
 from core.errors import UserError
-
-if TYPE_CHECKING:
-    from core.engine.store import Job, Store
+from core.jobs.store import Job, Store
 
 SCHEME = "scrypt"
 N, R, P = 2 ** 14, 8, 1  # about 16 MiB and tens of milliseconds per try
@@ -81,8 +82,6 @@ def matches(record: dict, pin: str) -> bool:
 def stored() -> dict | None:
     """The PIN record in the user's config, or None when no PIN is set. A config that does not
     load raises its error: an approval then fails closed."""
-    from core.config import user as userconfig
-
     return userconfig.load().approval_pin
 
 
@@ -99,7 +98,7 @@ def local_time(ts: float, now: float) -> str:
 
 
 def require(entered: str | None, *, where: str, undone: str = "nothing was approved",
-            store: "Store | None" = None, job: "Job | None" = None, actor: str = "",
+            store: Store | None = None, job: Job | None = None, actor: str = "",
             clock: Callable[[], float] = time.time,
             sleep: Callable[[float], None] = time.sleep) -> bool:
     """Pass if no PIN is set, or `entered` is it and the PIN is not locked; True when a PIN
@@ -112,8 +111,6 @@ def require(entered: str | None, *, where: str, undone: str = "nothing was appro
     if entered is None:
         raise UserError("approving needs your approval PIN, and none was given", where=where,
                         fix="a person runs `gpu approve ID` in their own terminal and types it")
-    from core.engine.store import Store
-
     store = store or Store()
     key = record["salt"]
     with store.write() as db:
@@ -168,24 +165,20 @@ def require(entered: str | None, *, where: str, undone: str = "nothing was appro
                         "from your user config by hand")
 
 
-def _note(store: "Store", db, job: "Job | None", text: str, actor: str, data: dict) -> None:
+def _note(store: Store, db, job: Job | None, text: str, actor: str, data: dict) -> None:
     """An event on the held job, inside the try's transaction."""
     if job is not None:
         store.note_in(db, job.id, text, actor=actor or "someone at a terminal", data=data)
 
 
-def _log(job: "Job | None", text: str, actor: str, now: float) -> None:
-    from core.engine.daemon import log_line
-
+def _log(job: Job | None, text: str, actor: str, now: float) -> None:
     on = f"job {job.short_id}: " if job is not None else ""
-    log_line("WARNING", f"{on}{text}" + (f" by {actor}" if actor else ""), now)
+    daemon.log_line("WARNING", f"{on}{text}" + (f" by {actor}" if actor else ""), now)
 
 
 def refuse_in_job(what: str) -> None:
     """Setting or clearing the PIN from a job's process is refused (core.engine.jobguard)."""
-    from core.engine.jobguard import job_origin
-
-    why = job_origin()
+    why = jobguard.job_origin()
     if why:
         raise UserError(f"{what} refused: this process runs inside a gpu-router job ({why}); "
                         "nothing was changed",
@@ -194,8 +187,6 @@ def refuse_in_job(what: str) -> None:
 
 def save(pin: str) -> str:
     """Store a new PIN's hash; returns the config file's path."""
-    from core.config import edit
-
     refuse_in_job("setting the approval PIN")
 
     return str(edit.save_section_key("approvals", "pin", make(pin)))
@@ -203,8 +194,6 @@ def save(pin: str) -> str:
 
 def clear() -> str:
     """Remove the PIN from the user config; returns the config file's path."""
-    from core.config import edit
-
     refuse_in_job("clearing the approval PIN")
 
     return str(edit.save_section_key("approvals", "pin", None))

@@ -1,0 +1,28 @@
+"""Where a project's files begin: the git work tree that holds it, else the project folder.
+
+Read when a request is built (a script outside the project but inside its git work tree may be
+run) and when a bundle is made (the work tree is what ships), so it lives with the config, a
+floor below the packaging that also reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+# quote no path, and never start a filesystem monitor the repository's config may name
+GIT_SAFE = ("-c", "core.quotepath=off", "-c", "core.fsmonitor=false")
+
+
+def find_root(project_dir: Path) -> tuple[Path, bool]:
+    """The bundle root: the git work tree holding the project, else the project itself."""
+    try:
+        out = subprocess.run(["git", "-C", str(project_dir), *GIT_SAFE, "rev-parse", "--show-toplevel"],
+                             capture_output=True, timeout=30)
+    except FileNotFoundError:
+        return project_dir, False
+    top = os.fsdecode(out.stdout.rstrip(b"\n"))
+    if out.returncode == 0 and top:
+        return Path(top).resolve(), True
+    return project_dir, False

@@ -1,0 +1,5 @@
+"""The job record every part reads: the store (jobs, events, metrics), the state table, the store thread.
+
+A floor below config, planning, the providers and the engine: it imports only core.paths,
+core.errors and core.runtime, so a provider can read and write a job without the engine.
+"""
