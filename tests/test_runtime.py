@@ -80,7 +80,7 @@ def test_parse_metrics_skips_garbage() -> None:
 
 def test_import_gpu_works_in_a_plain_python_outside_gpu_router(tmp_path: Path) -> None:
     """An adapted script runs as `python train.py` on the laptop: the installed `gpu` module
-    answers with folders under the current directory (README, "In the job")."""
+    answers with folders under the current directory (docs/in-the-job.md)."""
     (tmp_path / "train.py").write_text(
         "import gpu, json\n"
         "(gpu.output_dir() / 'model.txt').write_text('weights')\n"

@@ -382,7 +382,7 @@ def test_the_sandbox_command_line_hides_before_it_shows(tmp_path: Path) -> None:
 
 
 def test_the_macos_profile_denies_the_keychain_and_writes_outside(tmp_path: Path) -> None:
-    """No Mac here: the profile's text is checked, not run (README, Security)."""
+    """No Mac here: the profile's text is checked, not run (docs/security/sandbox.md)."""
     profile = boundary.seatbelt_profile({"ro": ["/Users/me/gr/jobs/j/code"], "rw": ["/Users/me/gr/jobs/j/out"],
                                          "hide": ["/Users/me"], "network": False})
     assert profile.startswith("(version 1)")

@@ -508,7 +508,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
                                          "non-zero exit fails the job"),
     "max_retries": (_whole(1, 3), "how many times a listed exit code is retried (1 to 3, default 1)"),
     "kill_rules": (_kill_rules, "rules that stop the job, added to your own: nan_metric, "
-                                "no_improvement, gpu_util_below, over_budget (see the README)"),
+                                "no_improvement, gpu_util_below, over_budget (docs/checkpoints.md)"),
 }
 
 RESOURCE_KEYS = ("cpus", "gpus", "memory_gb", "time_minutes", "partition", "modules", "container")

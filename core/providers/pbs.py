@@ -8,7 +8,7 @@ timer that sends the same USR1 itself.
 PBS cannot run on the machines this project is tested on (it is packaged neither in Debian nor
 on PyPI): this target is tested against recorded qsub/qstat/qdel output in PBS Pro's documented
 formats (`qstat -x -f -F json`, and the `key = value` text of `qstat -f` for Torque), replayed by
-stand-in commands; it has not run against a live PBS server. See the README.
+stand-in commands; it has not run against a live PBS server. See docs/targets/ssh-slurm-pbs.md.
 
 States: Q, H, W, T, S, M -> provisioning (with the job's comment); R, E, B -> running; F/X
 (finished, kept with -x) -> exited with Exit_status, where a walltime kill or a node failure is

@@ -320,7 +320,7 @@ def seatbelt_profile(plan: dict) -> str:
     the job's writable folders and the temporary folders, no Mach lookups of the keychain
     (securityd) or the SSH agent, network only when the job asks for it.
 
-    Written and checked for its text only: no Mac was at hand to run it (README, Security)."""
+    Written and checked for its text only: no Mac was at hand to run it (docs/security/sandbox.md)."""
     lines = ["(version 1)", "(allow default)",
              ";; the keychain and the person's session services",
              '(deny mach-lookup (global-name "com.apple.SecurityServer")'

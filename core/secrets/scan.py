@@ -26,7 +26,7 @@ from core.secrets import tokens
 SECRET_STEMS = ("PASS", "PWD", "SECRET", "TOKEN", "KEY", "CRED", "AUTH")
 
 # Ordinary words that contain a stem. Keep this short: every entry is a name a secret could
-# hide behind. Documented in README ("Secrets").
+# hide behind. Documented in docs/security/secrets.md.
 ALLOWED_PARTS = frozenset({
     "TOKENIZER", "TOKENIZERS",  # TOKENIZERS_PARALLELISM (Hugging Face)
     "KEYBOARD", "KEYMAP",       # KEYBOARD_LAYOUT, XKB_KEYMAP
