@@ -315,7 +315,9 @@ def _group_of(pid: int) -> int | None:
 def sweep(record: dict, grace_s: float = SWEEP_GRACE_S, exclude: set[int] | None = None) -> int:
     """End what the attempt left running: SIGTERM, up to `grace_s` to exit, then SIGKILL.
     Returns how many processes were found."""
-    found = tracked_pids(record) - (exclude or set())
+    # a zombie (the launcher, the job's subreaper, adopts what the job left, and reaps it when
+    # it ends) has ended already: only the running count as left running
+    found = {p for p in tracked_pids(record) - (exclude or set()) if alive(p)}
     if not found:
         return 0
     _send(found, signal.SIGTERM)
