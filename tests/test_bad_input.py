@@ -25,15 +25,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from core.config import safeyaml
-from core.config.request import (
-    MAX_COMMAND_BYTES,
-    MAX_HOURS,
-    SCHEMA,
-    DataSpec,
-    JobRequest,
-    build_request,
-    text_bytes,
-)
+from core.config.request import DataSpec, JobRequest, build_request
+from core.config.schema import MAX_COMMAND_BYTES, MAX_HOURS, SCHEMA, text_bytes
 from core.errors import UserError, shorten
 from tests.conftest import gpu_exe, gpu_json, make_git_project, run_gpu, write_user_config
 
