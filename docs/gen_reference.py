@@ -7,7 +7,7 @@ Why a committed page and not a build-time hook: the page is read on GitHub and i
 diff (a key added to the schema shows up beside the code that added it), and building the
 site needs no import of gpu-router's code; the test keeps the two equal.
 
-The keys come from the code itself: gpu.yaml's from `SCHEMA` in core/config/request.py (key
+The keys come from the code itself: gpu.yaml's from `SCHEMA` in core/config/schema.py (key
 and description, in its order), the user config's sections from core/config/user.py
 (`SECTIONS`, the target fields, `Rules` and its limits, `STORAGE_DEFAULTS`, the account
 providers) and core/config/targetopts.py (the remote and service targets' options and ranges).
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere: the repository's own code
     sys.path.insert(0, str(ROOT))
 
-from core.config import request, targetopts, user  # noqa: E402
+from core.config import schema, targetopts, user  # noqa: E402
 
 PAGE = ROOT / "docs" / "reference" / "configuration.md"
 
@@ -173,8 +173,8 @@ def _gpu_yaml() -> list[str]:
            "Where a job runs and what needs approval are not set here but in the user config below.",
            ""]
     rows = []
-    for key, (_check, text) in request.SCHEMA.items():
-        scope = " (a scheduler target: slurm, pbs)" if key in request.RESOURCE_KEYS else ""
+    for key, (_check, text) in schema.SCHEMA.items():
+        scope = " (a scheduler target: slurm, pbs)" if key in schema.RESOURCE_KEYS else ""
         rows.append((f"`{key}`", text + scope))
     out += _table(("key", "what it takes"), rows)
     example = (ROOT / "gpu.yaml.example").read_text()

@@ -25,15 +25,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from core.config import safeyaml
-from core.config.request import (
-    MAX_COMMAND_BYTES,
-    MAX_HOURS,
-    SCHEMA,
-    DataSpec,
-    JobRequest,
-    build_request,
-    text_bytes,
-)
+from core.config.request import DataSpec, JobRequest, build_request
+from core.config.schema import MAX_COMMAND_BYTES, MAX_HOURS, SCHEMA, text_bytes
 from core.errors import UserError, shorten
 from tests.conftest import gpu_exe, gpu_json, make_git_project, run_gpu, write_user_config
 
@@ -354,9 +347,9 @@ def inject(tmp_path: Path, body: str) -> dict[str, str]:
     site = tmp_path / "inject"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
-        "import tui.cli\n"
+        "import tui.cli_jobs\n"
         "def _planted(args):\n" + "".join(f"    {line}\n" for line in body.splitlines()) +
-        "tui.cli.cmd_jobs = _planted\n")
+        "tui.cli_jobs.cmd_jobs = _planted\n")
     return {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
 
 

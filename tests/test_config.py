@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from core.config.request import SCHEMA, JobRequest, build_request, read_project_file
+from core.config.request import JobRequest, build_request, read_project_file
+from core.config.schema import SCHEMA
 from core.errors import UserError
 from tests.conftest import gpu_json, make_git_project, run_gpu
 

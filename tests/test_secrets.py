@@ -331,7 +331,7 @@ def test_a_job_that_names_files_after_its_secret_brings_them_home_masked(keychai
 def test_a_secret_is_named_by_the_same_rule_as_a_job_env_entry(name: str) -> None:
     """The secret store (a floor below the config) keeps its own copy of the env-name rule; the
     two never disagree, or a stored secret could not reach its job's environment."""
-    from core.config.request import ENV_NAME_RE
+    from core.config.schema import ENV_NAME_RE
     from core.secrets.store import NAME_RE
 
     assert bool(NAME_RE.match(name)) == bool(ENV_NAME_RE.match(name))

@@ -130,7 +130,7 @@ def _service_body(args: argparse.Namespace) -> dict:
 
 
 def _body(args: argparse.Namespace) -> dict:
-    from core.config.request import NAME_RE
+    from core.config.schema import NAME_RE
 
     if not NAME_RE.match(args.name) or args.name == "local":
         raise UserError(f"{shorten(args.name)} cannot name a target",

@@ -7,7 +7,6 @@ allowed; nothing downstream re-checks types.
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import re
 import shlex
@@ -16,57 +15,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from core.config import killrules
 from core.config.gitroot import find_root
+from core.config.schema import (
+    ENV_NAME_RE,
+    MAX_COMMAND_BYTES,
+    NAME_RE,
+    RESOURCE_KEYS,
+    SCHEMA,
+    path_problem,
+    text_bytes,
+)
 from core.errors import UserError, shorten
 from core.secrets.scan import check_env
 
 PROJECT_FILE = "gpu.yaml"
-# `\Z`, not `$`: `$` also matches before a final newline, which would let "gpu\n" through
-NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-GPU_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,63}\Z")
 HF_RE = re.compile(r"^hf://datasets/(?P<owner>[A-Za-z0-9][A-Za-z0-9._-]{0,95})"
                    r"/(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]{0,95})"
                    r"(?:@(?P<revision>[A-Za-z0-9][A-Za-z0-9._%-]{0,127}))?"
                    r"(?P<path>/[^\x00-\x1f\x7f\\]*)?\Z")
 HF_FORM = "hf://datasets/OWNER/NAME[@REVISION][/PATH]"
-
-# what a request may hold: past these a job could never start (the kernel's limits on file
-# names and on a process's arguments) or the number is a typo (a 10 000-hour estimate)
-MAX_HOURS = 720.0
-MAX_WAIT_S = 3600.0
-MAX_VRAM_GB = 1_000_000.0  # far past any GPU: a smaller typo is for the router to refuse
-MAX_ITEM_BYTES = 32 * 1024  # one argument, the script line, or one NAME=value of env
-MAX_COMMAND_BYTES = 128 * 1024  # the script line, its args and env together
-MAX_ITEMS = 1000  # entries in one list (include, secrets, data, modules)
-MAX_PATH_BYTES = 4096
-MAX_NAME_BYTES = 255
-MAX_REQUEST_ID = 128
-SHIP_SCOPES = ("repo", "project")  # what a bundle holds: the git repository, or the folder only
-
-
-def text_bytes(text: str) -> int:
-    """The size `text` has as an argument of a process; ValueError when it cannot be one."""
-    if "\x00" in text:
-        raise ValueError("text without NUL bytes")
-    try:
-        return len(os.fsencode(text))
-    except UnicodeError:
-        raise ValueError("valid text (it holds an unpaired surrogate)") from None
-
-
-def path_problem(text: str) -> str | None:
-    """Why `text` can name no file on any system gpu-router runs on; None when it might."""
-    try:
-        size = text_bytes(text)
-    except ValueError as exc:
-        return f"is not a path: it must be {exc}"
-    if size > MAX_PATH_BYTES:
-        return f"is longer than {MAX_PATH_BYTES} bytes"
-    if any(len(part) > MAX_NAME_BYTES for part in os.fsencode(text).split(b"/")):
-        return f"has a part longer than {MAX_NAME_BYTES} bytes, the most a file name can have"
-    return None
 
 
 def _stat_is(path: Path, kind: str) -> bool:
@@ -247,271 +214,6 @@ def is_python_file(script: str, project_dir: Path | None = None) -> bool:
     except ValueError:
         return True
 
-
-# -- the schema ----------------------------------------------------------------------------
-# Each checker takes what a front gave (a YAML value, an argument, JSON) and returns the value
-# the request holds, or raises TypeError/ValueError with the words that finish "KEY must be ...".
-
-
-def _str(v: Any) -> str:
-    if not isinstance(v, str) or not v.strip():
-        raise TypeError("a non-empty string")
-    text_bytes(v)
-    return v
-
-
-def _item_text(x: Any) -> str:
-    """A list item as text: strings, and numbers a YAML file or JSON may give instead."""
-    if isinstance(x, bool) or not isinstance(x, (str, int, float)):
-        raise TypeError("a list of strings")
-    if isinstance(x, int) and x.bit_length() > 200:
-        raise ValueError("a list of strings (a number that long is not allowed)")
-    return x if isinstance(x, str) else str(x)
-
-
-def _str_list(v: Any) -> list[str]:
-    items = [v] if isinstance(v, str) else v
-    if not isinstance(items, list):
-        raise TypeError("a list of strings")
-    if len(items) > MAX_ITEMS:
-        raise ValueError(f"a list of at most {MAX_ITEMS} entries (it has {len(items)})")
-    out = [_item_text(x) for x in items]
-    for i, item in enumerate(out):
-        _bounded_text(item, f"entry {i}")
-    return out
-
-
-def _bounded_text(text: str, what: str) -> int:
-    """The size of one argument-like string; ValueError naming `what` when it cannot be one."""
-    try:
-        size = text_bytes(text)
-    except ValueError as exc:
-        raise ValueError(f"{exc} ({what} is not)") from None
-    if size > MAX_ITEM_BYTES:
-        raise ValueError(f"at most {MAX_ITEM_BYTES // 1024} KiB per entry ({what} has {size} bytes)")
-    return size
-
-
-def _script(v: Any) -> str:
-    v = _str(v)
-    _bounded_text(v, "the script line")
-    return v
-
-
-def _args(v: Any) -> list[str]:
-    if isinstance(v, str):
-        if len(v) > MAX_COMMAND_BYTES:
-            raise ValueError(f"at most {MAX_COMMAND_BYTES // 1024} KiB of arguments")
-        try:
-            v = shlex.split(v)
-        except ValueError as exc:
-            raise ValueError(f"a list of strings, or one line a shell can split ({exc})") from None
-    return _str_list(v)
-
-
-def _env(v: Any) -> dict[str, str]:
-    if isinstance(v, list):
-        out = {}
-        for item in v:
-            if not isinstance(item, str) or "=" not in item:
-                raise TypeError("a mapping NAME: value, or a list of NAME=value")
-            k, _, val = item.partition("=")
-            out[k] = val
-        v = out
-    if not isinstance(v, dict):
-        raise TypeError("a mapping NAME: value")
-    if len(v) > MAX_ITEMS:
-        raise ValueError(f"at most {MAX_ITEMS} variables (it has {len(v)})")
-    out = {}
-    for k, val in v.items():
-        if not isinstance(k, str) or not ENV_NAME_RE.match(k):
-            raise TypeError(f"environment names like MY_VAR (got {shorten(k)})")
-        if isinstance(val, (dict, list)) or val is None:
-            raise TypeError(f"a string value for {k}")
-        out[k] = str(val).lower() if isinstance(val, bool) else _item_text(val)
-        _bounded_text(f"{k}={out[k]}", k)
-    return out
-
-
-def _data(v: Any) -> list[str]:
-    if isinstance(v, dict):
-        v = [f"{_item_text(k)}={_item_text(val)}" for k, val in v.items()]
-    return _str_list(v)
-
-
-def _paths(v: Any) -> list[str]:
-    items = _str_list(v)
-    for item in items:
-        problem = path_problem(item)
-        if problem:
-            raise ValueError(f"globs of paths ({shorten(item)} {problem})")
-    return items
-
-
-def _relative_globs(v: Any) -> list[str]:
-    """Paths or globs inside the job's folder: never absolute, never climbing out with `..`."""
-    items = _paths(v)
-    for item in items:
-        parts = item.replace("\\", "/").split("/")
-        if item.startswith(("/", "~")) or ".." in parts or not item.strip("/."):
-            raise ValueError(f"paths inside the job's folder ({shorten(item)} is not)")
-    return items
-
-
-def _number(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError("a number")
-    try:
-        return float(v)
-    except OverflowError:
-        return math.inf
-
-
-def _positive(most: float) -> Callable[[Any], float]:
-    def check(v: Any) -> float:
-        n = _number(v)
-        if not (0 < n <= most):  # also refuses NaN
-            raise ValueError(f"a finite number above 0 and at most {most:.12g}")
-        return n
-    return check
-
-
-def _ship(v: Any) -> str:
-    v = _str(v)
-    if v not in SHIP_SCOPES:
-        raise ValueError("`repo` (the whole git repository holding the project, the default) or "
-                         "`project` (only the project's own folder)")
-    return v
-
-
-def _non_negative(most: float) -> Callable[[Any], float]:
-    def check(v: Any) -> float:
-        n = _number(v)
-        if not (0 <= n <= most):
-            raise ValueError(f"a finite number of 0 or more and at most {most:.12g}")
-        return n
-    return check
-
-
-def _bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise TypeError("true or false")
-    return v
-
-
-def _name(v: Any) -> str:
-    v = _str(v)
-    if not NAME_RE.match(v):
-        raise ValueError("letters, digits, '.', '_' or '-' (at most 64)")
-    return v
-
-
-def _gpu(v: Any) -> str:
-    v = _str(v)
-    if not GPU_RE.match(v):
-        raise ValueError("a GPU type of letters, digits, spaces and . _ + - (at most 64), e.g. T4")
-    return v
-
-
-def _whole(least: int, most: int) -> Callable[[Any], int]:
-    def check(v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError("a whole number")
-        if not least <= v <= most:
-            raise ValueError(f"a whole number from {least} to {most}")
-        return v
-    return check
-
-
-# scheduler values land in batch-script directives: no spaces, quotes or newlines
-SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:/@,+=%-]{1,200}\Z")
-
-
-def _safe_value(v: Any) -> str:
-    v = _str(v)
-    if not SAFE_VALUE_RE.match(v):
-        raise ValueError("letters, digits and . _ - : / @ , + = % only (no spaces or quotes)")
-    return v
-
-
-def _modules(v: Any) -> list[str]:
-    items = _str_list(v)
-    for item in items:
-        if not SAFE_VALUE_RE.match(item):
-            raise ValueError(f"module names like cuda/12.1 (got {shorten(item)})")
-    return items
-
-
-def _request_id(v: Any) -> str:
-    if isinstance(v, int) and not isinstance(v, bool):  # `request_id: 42` in YAML
-        v = str(v) if v.bit_length() < 400 else "x" * (MAX_REQUEST_ID + 1)
-    v = _str(v)
-    if len(v) > MAX_REQUEST_ID or not v.isprintable():
-        raise ValueError(f"printable text of at most {MAX_REQUEST_ID} characters")
-    return v
-
-
-def _restart(v: Any) -> str:
-    if v not in ("allow", "never"):
-        raise ValueError("allow (a job with no checkpoint may start again from the beginning "
-                         "when it moves) or never")
-    return v
-
-
-MAX_RETRY_CODES = 10
-
-
-def _exit_codes(v: Any) -> list[int]:
-    if isinstance(v, int) and not isinstance(v, bool):
-        v = [v]
-    if not isinstance(v, list) or len(v) > MAX_RETRY_CODES or not all(
-            isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 255 for c in v):
-        raise ValueError(f"a list of at most {MAX_RETRY_CODES} exit codes from 1 to 255, e.g. [75]")
-    return sorted(set(v))
-
-
-def _kill_rules(v: Any) -> list[dict]:
-    return killrules.to_json(killrules.parse(v))
-
-
-SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
-    "script": (_script, "the script to run, e.g. train.py, or a command line like `bash run.sh`"),
-    "args": (_args, "arguments for the script, a list of strings"),
-    "env": (_env, "non-secret environment variables, NAME: value"),
-    "secrets": (_str_list, "names of keychain secrets the job reads"),
-    "include": (_paths, "globs of git-ignored code that must ship"),
-    "ship": (_ship, "what ships: repo (the whole git repository, the default) or project (only this folder)"),
-    "outputs": (_relative_globs, "paths or globs, relative to the job's folder, that come home to runs/<id>/ "
-                                 "(e.g. outputs/ or models/*.pkl)"),
-    "data": (_data, "data sets, NAME=PATH or hf://datasets/OWNER/NAME"),
-    "hours": (_positive(MAX_HOURS), f"an honest wall-clock estimate in hours, above 0, at most {MAX_HOURS:g}"),
-    "gpu": (_gpu, "a GPU type, e.g. T4"),
-    "vram_gb": (_positive(MAX_VRAM_GB), "GB of GPU memory needed, above 0"),
-    "provider": (_name, "a target name, e.g. local"),
-    "name": (_name, "a short job name"),
-    "request_id": (_request_id, f"an id that makes the submit idempotent (at most {MAX_REQUEST_ID} characters)"),
-    "smoke": (_bool, "true for a quick smoke test"),
-    "wait_s": (_non_negative(MAX_WAIT_S), f"seconds to wait for the job to be placed (0 to {MAX_WAIT_S:g})"),
-    "verbose": (_bool, "true for full documents"),
-    "cpus": (_whole(1, 10_000), "CPU cores per job on a scheduler target (Slurm --cpus-per-task)"),
-    "gpus": (_whole(0, 1_000), "GPUs per job on a scheduler target (Slurm --gpus, or --gres with gpu)"),
-    "memory_gb": (_positive(1_000_000), "GB of memory per job on a scheduler target (Slurm --mem)"),
-    "time_minutes": (_whole(1, int(MAX_HOURS * 60)), "the scheduler's time limit in minutes (default: from hours)"),
-    "partition": (_safe_value, "the Slurm partition or PBS queue, e.g. gpu"),
-    "modules": (_modules, "environment modules to load first, e.g. [cuda/12.1]"),
-    "container": (_safe_value, "an Apptainer/Singularity image to run the job in"),
-    "network": (_bool, "false to run the job with no network (loopback only) where the target can "
-                       "(the local sandbox); true, the default, leaves it on"),
-    "restart": (_restart, "allow or never (the default): whether a job that moves to another target "
-                          "with no checkpoint at home starts again from the beginning"),
-    "retry_on_exit_codes": (_exit_codes, "exit codes that mean 'try again', e.g. [75]; any other "
-                                         "non-zero exit fails the job"),
-    "max_retries": (_whole(1, 3), "how many times a listed exit code is retried (1 to 3, default 1)"),
-    "kill_rules": (_kill_rules, "rules that stop the job, added to your own: nan_metric, "
-                                "no_improvement, gpu_util_below, over_budget (docs/checkpoints.md)"),
-}
-
-RESOURCE_KEYS = ("cpus", "gpus", "memory_gb", "time_minutes", "partition", "modules", "container")
 
 
 def _did_you_mean(key: str) -> str:

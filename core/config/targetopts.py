@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from core.config.request import path_problem
+from core.config.schema import path_problem
 from core.errors import UserError, shorten
 
 REMOTE_KINDS = ("ssh", "slurm", "pbs")

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from core import paths
-from core.config.request import ENV_NAME_RE, NAME_RE
+from core.config.schema import ENV_NAME_RE, NAME_RE
 from core.config.targetopts import check_output_caps, validate
 from core.errors import UserError, shorten
 from core.config import killrules

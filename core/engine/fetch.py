@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core import paths
-from core.config.request import path_problem
+from core.config.schema import path_problem
 from core.config.user import load
 from core.engine.service import runs_folder
 from core.jobs.store import Store

@@ -20,7 +20,7 @@ import math
 import time
 from typing import Any, Awaitable, Callable
 
-from core.config.request import SAFE_VALUE_RE
+from core.config.schema import SAFE_VALUE_RE
 from core.jobs.store import Job
 from core.transport.base import check_name, quote, safe_name
 

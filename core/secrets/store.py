@@ -15,7 +15,7 @@ from core import paths
 from core.errors import UserError
 
 # A secret reaches its job as an environment variable, so it is named like one: the rule of
-# core.config.request.ENV_NAME_RE, kept here because the secrets sit a floor below the config.
+# core.config.schema.ENV_NAME_RE, kept here because the secrets sit a floor below the config.
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 

@@ -1,0 +1,356 @@
+"""One job's step, as the supervisor takes it each tick: poll it and act on what the target says.
+
+Placing and starting an attempt, a dropped connection and a session the target ended, a
+cancel (then a forced one), the job's end (its outputs home, its last checkpoint settled, a
+retry when its exit code asks for one) and the hold of a job stopped past its hours. A mixin
+of `core.engine.supervisor.Supervisor`, which holds the store, the store thread (`self.db`)
+and the providers; moving a job is in jobmoves.py, metrics and kill rules in jobwatch.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from core import paths
+from core.config.user import load
+from core.display.sanitize import printable
+from core.engine import storage
+from core.engine.service import bring_home, hold, replan, write_job_json
+from core.errors import DiskFull, IllegalTransition, UserError
+from core.jobs.states import LAUNCHED, State
+from core.jobs.store import Job
+from core.packaging import checkpoints
+from core.planning.plan import digest
+from core.planning.usage import job_hours
+from core.providers.base import Poll
+from core.runtime import workdir
+from core.runtime.diskspace import says_disk_full
+from core.secrets.launch import secrets_for_launch
+
+log = logging.getLogger("gpu-router.supervisor")
+
+CANCEL_GRACE_S = 10.0
+UNREACHABLE_GRACE_S = 600.0  # a host away longer than this has lost the job's session
+MAX_RESUMES = 3  # session ends (time limits, preemption) resumed on the same target
+# what a job's handle keeps from one attempt to the next (counters, and where it came from)
+CARRIED = ("resumes", "retries", "migrations", "migrated_from", "restore_checkpoint", "log_base")
+
+
+class JobSteps:
+    """The per-job half of the supervisor (see the module's docstring)."""
+
+    async def step(self, job: Job) -> None:
+        job = await self.db(self.store.get, job.id)  # the freshest copy: others write too
+        if job.state == State.ROUTING:
+            await self._launch(job)
+            return
+        if job.state == State.MIGRATING:
+            await self._resume(job)
+            return
+        if job.state not in LAUNCHED:
+            return
+        provider = self.providers.get(job.provider or "")
+        if provider is None:
+            await self.db(self._fail, job, f"target {job.provider!r} is no longer configured")
+            return
+        if job.state == State.PROVISIONING and not job.handle.get("launched_at"):
+            # the supervisor died between placing the job and starting it: start it now
+            # (the launcher's O_EXCL claim makes a second start of one attempt a no-op)
+            await self._start_attempt(job, provider)
+            return
+        if job.cancel_requested:
+            await self._cancel(job, provider)
+        if job.id not in self.verified:
+            if hasattr(provider, "is_ours"):
+                poll = await provider.poll(job)
+                if poll.phase in ("running", "provisioning") and not await asyncio.to_thread(provider.is_ours, job) \
+                        and job.handle.get("launched_at", 0) < time.time() - 30:
+                    await self._finish(job, provider, Poll("lost", detail="its process id now belongs to another program"))
+                    return
+            self.verified.add(job.id)
+        await self._ingest_metrics(job, provider)
+        if hasattr(provider, "sync_log"):  # remote targets mirror the log into the job folder
+            await provider.sync_log(job)
+        if job.state in (State.RUNNING, State.CHECKPOINTING):
+            await self._mirror(job, provider)
+        poll = await provider.poll(job)
+        if poll.phase == "unreachable":
+            await self._unreachable(job, poll, provider)
+            return
+        if job.handle.get("unreachable_since"):
+            await self.db(self.store.update, job.id, handle={k: v for k, v in job.handle.items() if k != "unreachable_since"},
+                              reason=f"{provider.name} is reachable again")
+            job = await self.db(self.store.get, job.id)
+        if poll.phase == "session_ended":
+            await self._session_ended(job, provider, poll)
+            return
+        if poll.phase == "running" and job.state == State.PROVISIONING:
+            await self.db(self.store.usage_start, job.id, job.attempt, provider.name,
+                                   float(job.plan.get("price_per_hour") or 0))
+            await self.db(self.store.transition, job.id, State.RUNNING, "started", expect=[State.PROVISIONING])
+        elif poll.phase == "provisioning" and poll.detail and poll.detail != job.reason:
+            await self.db(self.store.update, job.id, reason=poll.detail)  # why it waits: "queued: Resources"
+        elif poll.phase in ("exited", "lost", "cancelled"):
+            if hasattr(provider, "sync_log"):  # what it wrote between the mirror above and its end
+                await provider.sync_log(job)
+            await self._ingest_metrics(await self.db(self.store.get, job.id), provider)
+            await self._finish(await self.db(self.store.get, job.id), provider, poll)
+        elif poll.phase == "running":
+            await self._check_kill_rules(await self.db(self.store.get, job.id), provider)
+            await self._check_overrun(await self.db(self.store.get, job.id), provider)
+
+    async def _mirror(self, job: Job, provider: Any, force: bool = False) -> None:
+        """Bring the job's last complete checkpoint home (rate-limited; never fails the job)."""
+        if not checkpoints.due(job.id, self._mirrored, force):
+            return
+        async def say(text: str) -> None:  # once per fact (checkpoints.mirror keeps count)
+            log.info("job %s: %s", job.short_id, text)
+            await self.db(self.store.add_event, job.id, text)
+
+        try:
+            doc = await checkpoints.mirror(job, provider, say=say)
+        except Exception as exc:  # noqa: BLE001 - the host may be away: the next look retries
+            log.info("job %s: checkpoint not mirrored: %s", job.short_id, exc)
+            return
+        if doc is not None:
+            log.info("job %s: checkpoint %s came home (%d bytes moved)", job.short_id,
+                     doc.get("generation"), doc.get("last_moved", 0))
+
+    async def _unreachable(self, job: Job, poll: Poll, provider: Any) -> None:
+        """A dropped connection is not a failed job: wait, and only after the grace call the
+        session lost (the job then waits in `migrating`, saying why)."""
+        since = job.handle.get("unreachable_since") or time.time()
+        grace = float(getattr(provider, "unreachable_grace_s", None) or UNREACHABLE_GRACE_S)
+        waited = time.time() - since
+        if waited > grace and job.state != State.MIGRATING:
+            await self.db(self.store.usage_end, job.id, job.attempt)
+            why = f"{job.provider} unreachable for {ago(waited)} ({poll.detail})"
+            await self.db(self.store.transition, job.id, State.MIGRATING,
+                                  f"session lost: {why}; moving it to another target",
+                                  handle={**job.handle, "unreachable_since": since, "session_lost": True,
+                                          "resume_same_target": False, "move_why": why,
+                                          "lost_target": job.provider})
+            return
+        reason = f"{job.provider} unreachable for {waited:.0f}s ({poll.detail}); retrying"
+        await self.db(self.store.update, job.id, handle={**job.handle, "unreachable_since": since}, reason=reason)
+
+    async def _session_ended(self, job: Job, provider: Any, poll: Poll) -> None:
+        """The target ended the session (a time limit, preemption): resume from the checkpoint."""
+        await self.db(self.store.usage_end, job.id, job.attempt)
+        resumes = int(job.handle.get("resumes", 0))
+        if job.cancel_requested:
+            await self._finish(job, provider, Poll("exited", exit_code=None, detail=poll.detail))
+            return
+        limit = int(getattr(provider, "max_resumes", MAX_RESUMES))
+        # the target is still there: its newest checkpoint comes home before anything moves
+        await self._mirror(job, provider, force=True)
+        requeue = (getattr(provider, "options", None) or {}).get("requeue", True)
+        same = bool(requeue) and resumes < limit
+        why = f"session ended on {provider.name}: {poll.detail}"
+        if not same:
+            why += (f" ({provider.name} is set not to requeue)" if not requeue
+                    else f" (resumed there {resumes} times already)")
+        await self.db(self.store.transition, job.id, State.MIGRATING, why + ("" if same else "; moving it to another target"),
+                              handle={**job.handle, "resume_same_target": same, "resumes": resumes,
+                                      "max_resumes": limit, "move_why": why,
+                                      "lost_target": provider.name})
+
+    async def _launch(self, job: Job) -> None:
+        provider = self.providers[job.provider]
+        if job.plan.get("holds") and job.approved_digest != job.digest:
+            await self.db(hold, self.store, job, job.plan["holds"], kind=job.plan.get("hold_kind", "rules"))
+            return
+        carried = carried_over(job.handle)  # a job moved here after an approval keeps its counters
+        text = f"placed on {provider.name}"
+        if job.handle.get("moving"):
+            ckpt = checkpoints.summary(job.id) if carried.get("restore_checkpoint") else None
+            text = (f"migrating from {carried['migrated_from']} to {provider.name} (approved), from "
+                    + (checkpoints.describe(ckpt) if ckpt else "the beginning"))
+        moved = {}
+        if job.handle.get("moving"):  # held while it moved, now approved: it starts afresh there
+            moved = {"metrics_offset": 0}
+            carried["log_base"] = log_mark(job, f"moved from {carried['migrated_from']} to {provider.name}")
+        job = await self.db(self.store.transition, job.id, State.PROVISIONING, text, expect=[State.ROUTING],
+                                    attempt=job.attempt + 1, handle=carried, exit_code=None, **moved)
+        await self._start_attempt(job, provider)
+
+    async def _start_attempt(self, job: Job, provider: Any) -> None:
+        try:
+            env_secrets = secrets_for_launch(job)
+        except UserError as exc:
+            await self.db(self._fail, job, exc.message())
+            return
+        try:
+            handle = await provider.launch(job, env_secrets)
+        except DiskFull as exc:
+            await self.db(self._fail, job, exc.what)
+            return
+        except Exception as exc:  # noqa: BLE001
+            log.exception("job %s: launch failed", job.short_id)
+            await self.db(self._fail, job, f"could not start on {provider.name}: {exc}")
+            return
+        await self.db(self.store.update, job.id, handle={**carried_over(job.handle), **handle})
+        await self.db(self.store.add_event, job.id, f"attempt {job.attempt} started on {provider.name}",
+                             data={"attempt": job.attempt})
+
+    async def _cancel(self, job: Job, provider: Any) -> None:
+        sent = job.handle.get("cancel_sent_at")
+        now = time.time()
+        if sent is None:
+            await provider.cancel(job)
+            await self.db(self.store.update, job.id, handle={**job.handle, "cancel_sent_at": now})
+        elif now - sent > CANCEL_GRACE_S and not job.handle.get("cancel_forced"):
+            await provider.cancel(job, force=True)
+            await self.db(self.store.update, job.id, handle={**job.handle, "cancel_forced": True})
+
+    async def _finish(self, job: Job, provider: Any, poll: Poll) -> None:
+        if job.handle.get("launched_at"):
+            # an attempt that ended before a poll saw it run still ran: count it from its
+            # launch (a no-op when its usage row exists), so its hours and cost are not zero
+            await self.db(self.store.usage_start, job.id, job.attempt, provider.name,
+                                   float(job.plan.get("price_per_hour") or 0),
+                                   at=job.handle["launched_at"])
+        await self.db(self.store.usage_end, job.id, job.attempt)
+        if job.handle.get("overrun_at") and not job.cancel_requested and (
+                poll.exit_code == 0 or job.handle.get("overrun_stop_sent")):
+            # what it wrote so far comes home now: a person may deny it and never resume it
+            notes = await bring_home(self.store, job, provider)
+            await self.db(self._hold_overrun, job, notes)
+            return
+        kill = job.handle.get("kill")
+        if job.cancel_requested:
+            dst, reason = State.CANCELLED, "cancelled by request"
+            await self._final_sweep(job, provider)
+        elif kill:
+            dst, reason = State.FAILED, f"stopped by kill rule {kill['rule']}: {kill['why']}"
+            await self._final_sweep(job, provider)
+        elif self._retry_wanted(job, poll):
+            await self._retry(job, provider, poll)
+            return
+        elif says_disk_full(poll.detail):  # said by the launcher, or the disk checked after a loss
+            dst, reason = State.FAILED, poll.detail
+        elif poll.phase == "lost":
+            dst, reason = State.FAILED, f"lost: {poll.detail}"
+        elif poll.phase == "cancelled":  # stopped on the target's side (its own web page, say)
+            dst, reason = State.CANCELLED, poll.detail or f"cancelled on {provider.name}"
+        elif poll.exit_code == 0:
+            dst, reason = State.DONE, "exited with status 0"
+        else:
+            dst, reason = State.FAILED, (f"exited with status {poll.exit_code}"
+                                         + (f": {poll.detail}" if poll.detail else ""))
+        notes = await bring_home(self.store, job, provider)
+        await self._mirror(job, provider, force=True)  # its last checkpoint, kept as an output
+        kept = await asyncio.to_thread(checkpoints.settle, job.id, Path(job.outputs_dir))
+        if kept:
+            notes = [*notes, kept]
+        stayed = await self._stayed(job, provider)
+        await self.db(self.store.transition, job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
+                              data={"notes": notes} if notes else None)
+        if stayed:
+            await self.db(self.store.update, job.id, handle={**(await self.db(self.store.get, job.id)).handle, "stayed": stayed})
+            await self.db(self.store.add_event, job.id, stayed, actor="supervisor")
+        await asyncio.to_thread(write_job_json, self.store, await self.db(self.store.get, job.id))
+        self._enforce_caps(provider)
+
+    def _retry_wanted(self, job: Job, poll: Poll) -> bool:
+        """A non-zero exit the request lists in retry_on_exit_codes, with retries left."""
+        codes = job.request.get("retry_on_exit_codes") or []
+        if poll.phase != "exited" or poll.exit_code in (None, 0) or poll.exit_code not in codes:
+            return False
+        return int(job.handle.get("retries", 0)) < int(job.request.get("max_retries") or 1)
+
+    async def _retry(self, job: Job, provider: Any, poll: Poll) -> None:
+        await self.db(self.store.transition,
+            job.id, State.MIGRATING,
+            f"exited with status {poll.exit_code}, which its request lists in retry_on_exit_codes: "
+            f"trying again ({int(job.handle.get('retries', 0)) + 1} of {int(job.request.get('max_retries') or 1)})",
+            expect=LAUNCHED, exit_code=poll.exit_code,
+            handle={**job.handle, "resume_same_target": True, "retry_exit": poll.exit_code})
+
+    async def _stayed(self, job: Job, provider: Any) -> str | None:
+        """What the launcher counted of the job's undeclared work, as a sentence, or None."""
+        try:
+            doc = await provider.read_exit(job) if hasattr(provider, "read_exit") else None
+        except Exception:  # noqa: BLE001 - a note, never a reason to fail the ending
+            return None
+        return workdir.stayed_text((doc or {}).get("outputs") or {}, job.short_id)
+
+    def _enforce_caps(self, provider: Any) -> None:
+        """After a job ends, free caches over their caps, here and on the job's target, in the
+        background: a slow host never holds up the loop, a failure is logged, never raised."""
+        if self._gc_task is not None and not self._gc_task.done():
+            return  # one at a time; the next ending job runs it again
+
+        async def run() -> None:
+            try:
+                cfg = load()
+                limits = storage.caps(cfg)
+                await asyncio.to_thread(storage.home, self.store, limits["home"])
+                if provider.name in limits and hasattr(provider, "cache_scan"):
+                    loc = await storage.target(self.store, provider.name, provider, limits[provider.name])
+                    if loc.error:
+                        log.warning("caches on %s: %s", provider.name, loc.error)
+            except Exception:  # noqa: BLE001 - storage upkeep must never stop the supervisor
+                log.exception("freeing caches failed")
+
+        self._gc_task = asyncio.get_running_loop().create_task(run())
+
+    async def _final_sweep(self, job: Job, provider: Any) -> None:
+        """Cancel is final: whatever of the job still runs (a process that ignored SIGTERM, one
+        its launcher could not stop) is killed before the job is recorded cancelled."""
+        try:
+            await provider.cancel(job, force=True)
+        except Exception:  # noqa: BLE001 - the host may be gone; the job still ends cancelled
+            log.exception("job %s: final kill failed", job.short_id)
+
+    def _hold_overrun(self, job: Job, notes: list[str] | None = None) -> None:
+        """The job stopped past its hours: wait for a person, offering another estimate's worth."""
+        used = job_hours(self.store, job.id)
+        original = job.plan.get("original_hours") or job.plan["hours"]
+        plan = {**job.plan, "original_hours": original,
+                "hours": round(job.plan["hours"] + original, 6)}
+        plan["digest"] = digest(plan)
+        plan["estimated_price"] = round(original * float(plan.get("price_per_hour") or 0), 4)
+        holds = [{"rule": "overrun",
+                  "reason": f"it ran {used:.3g} h, well past its {job.plan['hours']:g} h estimate, "
+                            f"and was stopped after saving a checkpoint; approving resumes it from "
+                            f"that checkpoint for up to {original:g} more hours"}]
+        hold(self.store, job, holds, kind="overrun", plan=plan, exit_code=None)
+        for note in notes or []:
+            self.store.add_event(job.id, note, actor="supervisor")
+
+    def _replan(self, job: Job, why: str) -> None:
+        """The job's target went away before it started: route it again, and re-ask if held."""
+        try:
+            replan(self.store, job, why)
+        except UserError as exc:
+            self._fail(job, f"{why}, and no other target fits: {exc.what}")
+
+    def _fail(self, job: Job, reason: str) -> None:
+        try:
+            self.store.transition(job.id, State.FAILED, reason)
+        except IllegalTransition:
+            log.info("job %s: could not fail it from %s", job.short_id, job.state)
+
+
+def carried_over(handle: dict) -> dict:
+    """What a job's handle keeps from one attempt to the next (CARRIED)."""
+    return {k: handle[k] for k in CARRIED if k in handle}
+
+
+def log_mark(job: Job, text: str) -> int:
+    """A line in the job's log saying it moved; returns the log's size after it, where the
+    new target's own log begins in the local mirror (RemoteProvider.sync_log)."""
+    path = paths.jobs_dir() / job.id / "job.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        f.write(f"\n[gpu-router] {printable(text)}\n".encode())
+        return f.tell()
+
+
+def ago(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"

@@ -1,0 +1,201 @@
+"""`gpu jobs`, `status`, `logs` (and following one), `metrics`, `cancel` and `fetch`: watching
+and stopping jobs and bringing their files home.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from tui.cli_common import here, open_store
+from tui.output import emit_json, markup, say, write
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from core.engine.reports import jobs_doc, parse_states
+    from core.jobs.states import ACTIVE
+
+    store = open_store()
+    states = parse_states(args.state) if args.state else list(ACTIVE) if args.active else None
+    if args.json:
+        emit_json(jobs_doc(store, states=states, limit=args.limit))
+        return 0
+    jobs = store.jobs(states=states, limit=args.limit)
+    if not jobs:
+        say(markup("no jobs yet: submit one with [bold]gpu submit SCRIPT --hours H[/]"))
+        return 0
+    from tui.render import jobs_table
+
+    say(jobs_table(jobs))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from core.engine.daemon import running_pid
+
+    store = open_store()
+    if not args.id:
+        from core.jobs.states import ACTIVE
+
+        pid = running_pid()
+        if args.json:
+            from core.engine.reports import live_doc
+
+            emit_json(live_doc(store, pid))
+            return 0
+        jobs = store.jobs(states=ACTIVE)
+        from tui.render import jobs_table
+
+        say(f"supervisor: {'running (pid %d)' % pid if pid else 'not running (starts on demand)'}")
+        say(jobs_table(jobs) if jobs else markup("no live jobs (see all with [bold]gpu jobs[/])"))
+        return 0
+    job = store.resolve(args.id, here())
+    if args.json:
+        from core.engine.reports import status_doc
+
+        emit_json(status_doc(store, job, verbose=args.verbose))
+        return 0
+    from core.packaging.checkpoints import summary
+    from core.engine.service import mirroring_paused
+    from core.planning.usage import estimate_and_actual
+    from tui.render import status_panel
+
+    events = store.events(job.id)
+    say(status_panel(job, events, store.metrics_summary(job.id), verbose=args.verbose,
+                     usage=estimate_and_actual(store, job), checkpoint=summary(job.id),
+                     mirroring=mirroring_paused(store, job)))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from core.engine.service import log_path
+    from tui.output import safe
+
+    store = open_store()
+    job = store.resolve(args.id, here())
+    path = log_path(job)
+    if args.follow and not args.json:
+        return _follow_log(store, job, path, args.tail)
+    from core.engine.reports import log_tail, logs_doc
+
+    if args.json:
+        doc = logs_doc(job, args.tail)
+        emit_json({**doc, "log": safe(doc["log"])})
+        return 0
+    write(log_tail(job, args.tail))
+    return 0
+
+
+def _follow_log(store, job, path, tail: int | None) -> int:
+    """Print complete lines as they come (the dashboard's Follower: truncation and rotation
+    handled, each line filtered), then gpu-router's own line saying how the job ended."""
+    from core.display.logtail import Follower
+    from core.jobs.states import TERMINAL
+
+    follower = Follower(path)
+    if tail is not None:
+        _write_lines(follower.start(tail))
+    said = None
+    try:
+        while True:
+            lines, _ = follower.read()
+            if lines:
+                _write_lines(lines)
+                continue
+            job = store.get(job.id)
+            said = _say_waiting(job, said)
+            if job.state in TERMINAL:
+                while lines := follower.read()[0]:  # what was written just before it ended
+                    _write_lines(lines)
+                if follower.pending:
+                    write(follower.pending + b"\n")
+                write(f"-- job {job.short_id} {job.state.value}: {job.reason}\n")
+                return 0 if job.state.value == "done" else 1
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _say_waiting(job, said: tuple | None) -> tuple | None:
+    """While a followed job is not running, say once per change what it waits for: a person's
+    approval (the rule, and how to give it), or a slot or a queue (why)."""
+    from core.jobs.states import TERMINAL, State
+
+    if job.state in (State.RUNNING, State.CHECKPOINTING) or job.state in TERMINAL:
+        return None
+    now = (job.state, job.reason)
+    if now == said:
+        return said
+    if job.state == State.AWAITING_APPROVAL:
+        write(f"-- job {job.short_id} waits for a person's approval: {job.reason or 'held'}\n"
+              f"-- to approve it: gpu approve {job.short_id} (or press a on it in gpu dash); "
+              f"to refuse: gpu deny {job.short_id}; following until it runs...\n")
+    else:
+        write(f"-- job {job.short_id} is {job.state.value}" + (f": {job.reason}" if job.reason else "")
+              + "; following until it runs...\n")
+    return now
+
+
+def _write_lines(lines: list[str]) -> None:
+    if lines:
+        write("\n".join(lines) + "\n")
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from core.engine.reports import metrics_doc
+
+    store = open_store()
+    job = store.resolve(args.id, here())
+    doc = metrics_doc(store, job, args.key)  # an unknown --key is an error here
+    if args.json:
+        emit_json(doc)
+        return 0
+    summary = store.metrics_summary(job.id)
+    if not doc["metrics"]:
+        say(f"job {job.short_id} has logged no metrics yet (the job calls gpu.log(step=..., loss=...))")
+        return 0
+    from tui.render import metrics_table
+
+    say(metrics_table({k: v for k, v in summary.items() if not args.key or k == args.key}))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from core.engine.service import cancel
+
+    store = open_store()
+    job = cancel(store, store.resolve(args.id, here()).id, actor="cli")
+    if args.json:
+        from core.engine.reports import job_only
+
+        emit_json(job_only(job))
+        return 0
+    from tui.render import state_text
+
+    say(markup("job [bold]{short}[/]: {state}  {reason}", short=job.short_id,
+               state=state_text(job.state.value), reason=job.reason))
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from core.engine.fetch import fetch
+    from tui.render import human_bytes
+
+    store = open_store()
+    doc = fetch(store, store.resolve(args.id, here()).id, args.paths)
+    if args.json:
+        emit_json(doc)
+        return 0
+    say(markup("[bold]{files}[/] file{s}, {size} from {target} into {dest}", files=doc["files"],
+               s="s" * (doc["files"] != 1), size=human_bytes(doc["bytes"]), target=doc["target"],
+               dest=doc["dest"]))
+    for path in doc["missing"]:
+        say(markup("[yellow]not there:[/] {path}", path=path))
+    for item in doc["refused"]:
+        say(markup("[yellow]not fetched:[/] {path}: {why}", path=item["path"], why=item["why"]))
+    if doc["capped"]:
+        say(markup("[yellow]stopped at[/] {path}: the target's output caps (max_output_bytes, "
+                   "max_output_files) were reached", path=doc["capped"]))
+    for note in doc["notes"]:
+        say(markup("[yellow]note:[/] {note}", note=note))
+    return 0
