@@ -252,6 +252,7 @@ def _submit(tmp_path: Path, seconds: float, cuda_visible: str) -> str:
     return sub["job"]["short_id"]
 
 
+@pytest.mark.slow  # a real job under the supervisor (the quick loop leaves it out)
 def test_an_idle_gpu_stops_the_job_by_the_kill_rule(sampled: Path, tmp_path: Path) -> None:
     short = _submit(tmp_path, 60, "0")  # GPU 0 says 3%
     assert_stopped_by_rule(short, "gpu_util_below (10% for 0.05 min)",
@@ -261,6 +262,7 @@ def test_an_idle_gpu_stops_the_job_by_the_kill_rule(sampled: Path, tmp_path: Pat
     assert "checkpoint saved" in run_gpu("logs", short).stdout
 
 
+@pytest.mark.slow  # a real job under the supervisor (the quick loop leaves it out)
 def test_a_busy_gpu_runs_to_the_end_with_its_utilisation_in_the_metrics(sampled: Path, tmp_path: Path) -> None:
     short = _submit(tmp_path, 7, "1")  # GPU 1 says 90%; GPU 0's 3% is not the job's
     done = wait_state(short, {"done", "failed", "cancelled"}, timeout=60)
@@ -275,6 +277,7 @@ def test_a_busy_gpu_runs_to_the_end_with_its_utilisation_in_the_metrics(sampled:
     assert not any("kill rule" in e["reason"] for e in events)
 
 
+@pytest.mark.slow  # a real job under the supervisor (the quick loop leaves it out)
 def test_a_rule_with_no_utilisation_source_says_so_once(sampled: Path, tmp_path: Path) -> None:
     (sampled / "mode").write_text("fail")
     short = _submit(tmp_path, 7, "0")
