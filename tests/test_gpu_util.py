@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -114,7 +115,9 @@ def _launch(tmp_path: Path, job: str, path: str, interval: float = 0.2,
             env: dict | None = None) -> tuple[str, dict, str]:
     """Run one attempt of `job` in the foreground with this PATH; (log, exit.json, metrics)."""
     runtime, jdir, adir = lay_out_attempt(tmp_path, job)
-    spec = {"job_id": "j", "attempt": 1, "tag": str(adir / "spec.json"), "attempt_dir": str(adir),
+    # a job id of its own: the launcher names the job's cgroup after it (gpu-router-<id>-<attempt>),
+    # one per machine, and another test (another xdist worker) may run a job at the same time
+    spec = {"job_id": f"j{uuid.uuid4().hex[:12]}", "attempt": 1, "tag": str(adir / "spec.json"), "attempt_dir": str(adir),
             "workdir": str(jdir), "log": str(jdir / "job.log"), "runtime_dir": str(runtime),
             "base_python": sys.executable, "command": ["{python}", "job.py"], "deps": None,
             "util_interval_s": interval,
