@@ -21,6 +21,36 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "quickstart"
 
 
+# The real services a fixture starts, as the marker that says a test needs them (pyproject.toml
+# registers them; docs/development.md says how to choose by them). Fixtures that start one
+# inside themselves are listed too: item.fixturenames holds every fixture a test uses, however
+# indirectly, so a test is marked by what it really starts, not by what its file is called.
+NEEDS = {
+    "sshd": "sshd", "two_hosts": "sshd",
+    "slurm": "slurm",
+    "keychain": "keychain",
+    "kaggle": "kaggle",
+    "modal_fake": "modal",
+}
+HEAVY = {"slow", *NEEDS.values()}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by the services it needs, and `quick` when it needs none and is not slow.
+
+    The Kaggle client's LOCALHOST environment fixes the fake Kaggle at 127.0.0.1:80, so its
+    tests share one xdist group: with `--dist loadgroup` they run on one worker, one at a time."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in NEEDS.items():
+            if fixture in names:
+                item.add_marker(marker)
+        if "kaggle" in names:
+            item.add_marker(pytest.mark.xdist_group("port-80"))
+        if not any(item.get_closest_marker(m) for m in HEAVY):
+            item.add_marker("quick")
+
+
 def gpu_exe() -> str:
     exe = shutil.which("gpu")
     if exe is None:

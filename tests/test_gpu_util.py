@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -114,7 +115,9 @@ def _launch(tmp_path: Path, job: str, path: str, interval: float = 0.2,
             env: dict | None = None) -> tuple[str, dict, str]:
     """Run one attempt of `job` in the foreground with this PATH; (log, exit.json, metrics)."""
     runtime, jdir, adir = lay_out_attempt(tmp_path, job)
-    spec = {"job_id": "j", "attempt": 1, "tag": str(adir / "spec.json"), "attempt_dir": str(adir),
+    # a job id of its own: the launcher names the job's cgroup after it (gpu-router-<id>-<attempt>),
+    # one per machine, and another test (another xdist worker) may run a job at the same time
+    spec = {"job_id": f"j{uuid.uuid4().hex[:12]}", "attempt": 1, "tag": str(adir / "spec.json"), "attempt_dir": str(adir),
             "workdir": str(jdir), "log": str(jdir / "job.log"), "runtime_dir": str(runtime),
             "base_python": sys.executable, "command": ["{python}", "job.py"], "deps": None,
             "util_interval_s": interval,
@@ -252,6 +255,7 @@ def _submit(tmp_path: Path, seconds: float, cuda_visible: str) -> str:
     return sub["job"]["short_id"]
 
 
+@pytest.mark.slow  # a real job under the supervisor (the quick loop leaves it out)
 def test_an_idle_gpu_stops_the_job_by_the_kill_rule(sampled: Path, tmp_path: Path) -> None:
     short = _submit(tmp_path, 60, "0")  # GPU 0 says 3%
     assert_stopped_by_rule(short, "gpu_util_below (10% for 0.05 min)",
@@ -261,6 +265,7 @@ def test_an_idle_gpu_stops_the_job_by_the_kill_rule(sampled: Path, tmp_path: Pat
     assert "checkpoint saved" in run_gpu("logs", short).stdout
 
 
+@pytest.mark.slow  # a real job under the supervisor (the quick loop leaves it out)
 def test_a_busy_gpu_runs_to_the_end_with_its_utilisation_in_the_metrics(sampled: Path, tmp_path: Path) -> None:
     short = _submit(tmp_path, 7, "1")  # GPU 1 says 90%; GPU 0's 3% is not the job's
     done = wait_state(short, {"done", "failed", "cancelled"}, timeout=60)
@@ -275,6 +280,7 @@ def test_a_busy_gpu_runs_to_the_end_with_its_utilisation_in_the_metrics(sampled:
     assert not any("kill rule" in e["reason"] for e in events)
 
 
+@pytest.mark.slow  # a real job under the supervisor (the quick loop leaves it out)
 def test_a_rule_with_no_utilisation_source_says_so_once(sampled: Path, tmp_path: Path) -> None:
     (sampled / "mode").write_text("fail")
     short = _submit(tmp_path, 7, "0")

@@ -36,6 +36,7 @@ for step in range(200):
 """
 
 
+@pytest.mark.slow  # a real job under the supervisor (the quick loop leaves it out)
 def test_a_nan_kill_rule_stops_the_job_with_its_reason(home: Path, tmp_path: Path) -> None:
     write_user_config("rules:\n  checkpoint_grace_s: 2\n  kill_rules:\n    - nan_metric: [loss]\n")
     project = make_git_project(tmp_path / "p", {"nan.py": NAN_JOB})
@@ -58,6 +59,7 @@ sys.exit(code if (gpu.attempt() == 1 or sys.argv[2] == "always") else 0)
 """
 
 
+@pytest.mark.slow  # a real job under the supervisor (the quick loop leaves it out)
 def test_a_failing_job_is_not_retried_and_a_listed_exit_code_is_retried_once(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {"exit.py": EXIT_JOB,
                                                 "gpu.yaml": "retry_on_exit_codes: [75]\n"})

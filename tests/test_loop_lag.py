@@ -90,6 +90,7 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile([], 99) == 0.0
 
 
+@pytest.mark.slow  # the real supervisor under the installed `gpu` (the quick loop leaves it out)
 def test_gpu_daemon_status_shows_the_running_supervisors_loop_lag(home: Path, tmp_path: Path) -> None:
     from tests.conftest import run_gpu
 

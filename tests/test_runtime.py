@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 import urllib.parse
 from pathlib import Path
 
@@ -128,7 +129,9 @@ def _launcher(tmp_path: Path, job: str, requirements: list[str] | None) -> tuple
     runtime, jdir, adir = lay_out_attempt(tmp_path, job)
     deps = {"hash": "h" * 32, "requirements": requirements, "file": None,
             "venvs_dir": str(tmp_path / "venvs")} if requirements else None
-    spec = {"job_id": "j", "attempt": 1, "tag": str(adir / "spec.json"), "attempt_dir": str(adir),
+    # a job id of its own: the launcher names the job's cgroup after it (gpu-router-<id>-<attempt>),
+    # one per machine, and another test (another xdist worker) may run a job at the same time
+    spec = {"job_id": f"j{uuid.uuid4().hex[:12]}", "attempt": 1, "tag": str(adir / "spec.json"), "attempt_dir": str(adir),
             "workdir": str(jdir), "log": str(jdir / "job.log"), "runtime_dir": str(runtime),
             "base_python": sys.executable, "command": ["{python}", "job.py"], "deps": deps,
             "secret_env": ["MY_TOKEN"],

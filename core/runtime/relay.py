@@ -16,6 +16,20 @@ import time
 
 METRIC_MARK = "@@gpu-router-metric@@ "
 
+# The log and the metrics are copied by two threads to one standard output. print() writes a
+# line's text and its newline as two writes, and where standard output is unbuffered
+# (PYTHONUNBUFFERED, common in containers) the other thread's line lands between them: a metric
+# row glued to a log line no longer starts with METRIC_MARK and is lost as log. Every line
+# goes out whole, under this lock, through `emit`.
+_OUT = threading.Lock()
+
+
+def emit(line: str) -> None:
+    """Write one line to standard output in one write, never between another's text and its newline."""
+    with _OUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
 
 def size(path: str) -> int:
     try:
@@ -40,7 +54,7 @@ def follow(path: str, stop: threading.Event, mark: str = "") -> None:
             whole = chunk[: chunk.rfind(b"\n") + 1] if not done else chunk
             offset += len(whole)
             for line in whole.decode("utf-8", "replace").splitlines():
-                print(mark + line, flush=True)
+                emit(mark + line)
         if done:
             return
         stop.wait(0.5)
@@ -64,7 +78,7 @@ def run(spec: dict, spec_path: str, launcher_py: str, checkpoint_after_s: float 
             asked = True
             open(os.path.join(spec["attempt_dir"], "time-signal"), "w").close()
             open(os.path.join(spec["env"]["GPU_ROUTER_CONTROL_DIR"], "checkpoint"), "w").close()
-            print(f"[gpu-router] {limit_text} near: asking the job to checkpoint", flush=True)
+            emit(f"[gpu-router] {limit_text} near: asking the job to checkpoint")
             try:
                 os.killpg(launcher.pid, signal.SIGUSR1)  # the launcher leads the job's group
             except OSError:
