@@ -274,3 +274,12 @@ def test_a_secret_with_a_slash_spanning_folders_leaves_no_half_of_it_in_a_folder
         notes = safe_copy_tree(src, dest)
     assert notes == [] and (dest / "tok_[secret].bin").read_bytes() == b"cached"
     assert not any("AKIAxx" in n or "Zq8SECRET" in n for n in _all_names(tmp_path / "runs"))
+
+
+def test_a_colon_is_a_plain_character_of_a_name_but_a_drive_path_is_absolute() -> None:
+    from core.packaging.safe_extract import clean_name
+
+    for name in ("0:1.txt", "step:10.ckpt", "a:b/c.bin", "d:x"):
+        assert clean_name(name) == name
+    for name in ("C:/Windows/x", "c:\\x", "C:", "/etc/passwd", "../x", "a/../../x"):
+        assert clean_name(name) is None

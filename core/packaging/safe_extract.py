@@ -32,6 +32,7 @@ The result is a list of notes for the job's record; nothing is raised for a host
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tarfile
@@ -71,9 +72,14 @@ class OutputCaps:
         return cls(int(o.get("max_output_bytes") or MAX_BYTES), int(o.get("max_output_files") or MAX_FILES))
 
 
+_DRIVE = re.compile(r"[A-Za-z]:([/\\]|\Z)")
+
+
 def clean_name(name: str) -> str | None:
-    """The member's relative path, or None when it is absolute or leaves the folder."""
-    if not name or "\0" in name or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+    """The member's relative path, or None when it is absolute (a Windows drive path too:
+    `C:/x`, `C:\\x`) or leaves the folder. Any other ':' is a plain character of a name here
+    (`0:1.txt`, `step:10.ckpt` come home)."""
+    if not name or "\0" in name or name.startswith(("/", "\\")) or _DRIVE.match(name):
         return None
     parts = [p for p in PurePosixPath(name).parts if p not in ("", ".")]
     if any(p == ".." for p in parts):
