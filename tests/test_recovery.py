@@ -158,3 +158,24 @@ def test_only_one_supervisor_runs(home: Path) -> None:
     assert first["pid"] and second["pid"] == _supervisor_pid(home)
     proc = run_gpu("daemon", timeout=20)  # a foreground one refuses politely
     assert proc.returncode == 0 and "already runs" in proc.stderr
+
+
+def test_a_look_at_the_supervisor_never_starts_one(home: Path, tmp_path: Path) -> None:
+    """`gpu daemon --status` (and --stop) read the store without starting a supervisor: with a
+    live job and none running, a look used to start one, and --stop started the next."""
+    project, starts = _project(tmp_path)
+    sub = gpu_json("submit", "count.py", "--hours", "0.1", "--env", f"STARTS_FILE={starts}", "--env", "STEPS=600",
+                   "--wait-s", "10", cwd=project)
+    wait_state(sub["job"]["short_id"], {"running"}, timeout=60)
+    _kill_supervisor(home)
+    for _ in range(3):
+        assert gpu_json("daemon", "--status")["running"] is False
+        time.sleep(0.5)
+    assert gpu_json("daemon", "--detach")["pid"]
+    assert gpu_json("daemon", "--stop")["stopped"] is True
+    deadline = time.monotonic() + 15
+    while gpu_json("daemon", "--status")["running"]:
+        assert time.monotonic() < deadline, "a supervisor still runs after --stop"
+        time.sleep(0.1)
+    time.sleep(1.5)  # a supervisor started by the stop itself would hold the lock by now
+    assert gpu_json("daemon", "--status")["running"] is False

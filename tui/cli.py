@@ -155,7 +155,11 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         lag = looplag.read(paths.home() / "supervisor-lag.json")
         if lag and lag.get("pid") == pid:
             doc["loop_lag"] = lag  # how late its event loop ran (p50/p99/max, stalls over 100 ms)
-        doc["strays"] = strays.pending(open_store())  # copies left on lost targets, to be stopped
+        from core.jobs.store import Store
+
+        # copies left on lost targets, to be stopped; read without starting a supervisor: a
+        # look at whether one runs (or a --stop) must not start one
+        doc["strays"] = strays.pending(Store())
         if args.json:
             emit_json(doc)
         else:

@@ -30,16 +30,26 @@ def try_lock() -> int | None:
     return fd
 
 
-def running_pid() -> int | None:
-    """The pid of the live supervisor, or None when none holds the lock."""
-    fd = try_lock()
-    if fd is not None:
-        os.close(fd)
-        return None
-    try:
-        return int(paths.daemon_lock_file().read_text().strip() or 0) or None
-    except (OSError, ValueError):
-        return None
+def running_pid(wait_s: float = 1.0) -> int | None:
+    """The pid of the live supervisor, or None when none holds the lock.
+
+    A supervisor writes its pid just after it takes the lock: a look in between finds the lock
+    held and no pid yet, and waits for it (up to `wait_s`) rather than answer "none runs",
+    which would start a second supervisor that waits for the lock and takes over the moment
+    the first one goes."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        fd = try_lock()
+        if fd is not None:
+            os.close(fd)
+            return None
+        try:
+            pid = int(paths.daemon_lock_file().read_text().strip() or 0) or None
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None or time.monotonic() >= deadline:
+            return pid
+        time.sleep(0.02)
 
 
 def ensure_running(wait_s: float = 0.0) -> int | None:

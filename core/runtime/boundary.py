@@ -78,8 +78,9 @@ def job_environ(machine: dict[str, str], declared: dict[str, str]) -> dict[str, 
 # XDG_RUNTIME_DIR, the SSH agent), not /home or /root, not /tmp, not /var, not /mnt or /media.
 SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
              "/nix")
-# Under the sandbox's empty /run, only name resolution shows (/etc/resolv.conf may link there).
-RUN_RO = ("/run/systemd/resolve",)
+# Under the sandbox's empty /run, only name resolution shows (/etc/resolv.conf may link there),
+# and the NVIDIA persistence daemon's socket (CUDA starts faster where it runs).
+RUN_RO = ("/run/systemd/resolve", "/run/nvidia-persistenced")  # names; the NVIDIA daemon's socket
 # GPU device nodes: NVIDIA (CUDA), AMD (ROCm: kfd and dri), Intel and others (dri).
 GPU_DEVICE_GLOBS = ("/dev/nvidia", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-caps",
                     "/dev/dri", "/dev/kfd")
@@ -196,11 +197,12 @@ def probe(bwrap: str | None = None) -> dict:
     try:
         helptext = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
         features["disable_userns"] = "--disable-userns" in helptext
+        # the very flags a job gets (bwrap_argv), so a flag this kernel or bwrap refuses means
+        # "no sandbox" here, never an attempt that cannot start
         trial = subprocess.run(
-            [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
-             "--new-session", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--",
-             "/bin/sh", "-c", "exit 0"],
-            capture_output=True, text=True, timeout=20)
+            bwrap_argv(bwrap, {"workdir": "/", "network": True}, ["/bin/sh", "-c", "exit 0"], features),
+            capture_output=True, text=True, timeout=20,
+            preexec_fn=restrict_self if features["landlock_scopes"] and not setuid_binary(bwrap) else None)
     except (OSError, subprocess.TimeoutExpired) as exc:
         result = {**base, "ok": False, "why": f"bubblewrap could not start ({exc})"}
     else:
