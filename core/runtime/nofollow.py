@@ -117,13 +117,19 @@ def open_root(base: str, inner: str = "") -> int:
     return _descend(fd, [p for p in inner.split("/") if p not in ("", ".")])
 
 
-def _descend(fd: int, parts: list[str]) -> int:
+def _descend(fd: int, parts: list[str], make: bool = False) -> int:
     """From the open folder `fd` (taken over: closed on the way) down through `parts`, each
-    opened without following a link; the last folder's descriptor."""
+    opened without following a link (made first where missing, with `make`); the last
+    folder's descriptor."""
     rel = ""
     try:
         for part in parts:
             rel = _join(rel, part)
+            if make:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
             nxt = open_dir_at(fd, part, rel)
             os.close(fd)
             fd = nxt
@@ -239,22 +245,7 @@ def _names(dfd: int) -> list[str]:
 def makedirs_at(top_fd: int, rel: str) -> int:
     """The folder `rel` under `top_fd`, created part by part where missing, never through a
     link (a link or file in the way raises Refused). The caller closes the descriptor."""
-    fd = os.dup(top_fd)
-    here = ""
-    try:
-        for part in [p for p in rel.split("/") if p not in ("", ".")]:
-            here = _join(here, part)
-            try:
-                os.mkdir(part, 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
-            nxt = open_dir_at(fd, part, here)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _descend(os.dup(top_fd), [p for p in rel.split("/") if p not in ("", ".")], make=True)
 
 
 def create_file(dir_fd: int, name: str, mode: int = 0o644) -> int:
