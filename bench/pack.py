@@ -184,7 +184,8 @@ def main() -> int:
     repacked = after != before
 
     log("in-process breakdown (make_bundle's two halves), fresh home ...")
-    from core.packaging.bundle import build, list_project
+    from core.packaging.bundle import build
+    from core.packaging.listing import list_project
 
     world.set_home(world.tmp / "home-inproc")
     t = time.perf_counter(); listing = list_project(tree); cold_list = time.perf_counter() - t

@@ -74,7 +74,9 @@ t0 = time.perf_counter()
 from pathlib import Path
 from core.config.request import build_request
 from core.engine import service
-from core.packaging.bundle import list_project, build, FileHashCache
+from core.packaging.bundle import build
+from core.packaging.filecache import FileHashCache
+from core.packaging.listing import list_project
 from core.providers.registry import build as providers
 from core.planning.router import route
 from core.jobs.store import Store

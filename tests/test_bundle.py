@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from core.packaging.bundle import Bundle, list_project, make_bundle
+from core.packaging.bundle import Bundle, make_bundle
+from core.packaging.listing import list_project
 from core.errors import UserError
 from tests.conftest import gpu_json, make_git_project, run_gpu
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from core.errors import UserError
-from core.packaging.bundle import (
-    ProjectTooBroad, build, list_data, list_project, make_bundle,
-)
+from core.packaging.bundle import build, make_bundle
+from core.packaging.listing import ProjectTooBroad, list_project
+from core.packaging.local_data import list_data
 from tests.conftest import gpu_json, make_git_project, run_gpu, run_in_terminal, gpu_exe
 from tests.test_bundle import commit_all, marker, members, raw_tar, write
 

@@ -91,7 +91,8 @@ def cmd_dash(args: argparse.Namespace) -> int:
 
 def cmd_bundle(args: argparse.Namespace) -> int:
     from core.config.request import read_project_file, resolve_project
-    from core.packaging.bundle import build, list_project
+    from core.packaging.bundle import build
+    from core.packaging.listing import list_project
 
     from core import paths
     from core.errors import disk_full_guard

@@ -55,7 +55,7 @@ def interactive(args: argparse.Namespace) -> bool:
 def confirm_broad(args: argparse.Namespace, run: Callable[[bool], Any]) -> Any:
     """Run `run(allow_large)`; a project that is the home folder or a big folder outside git
     is shown to a person at a terminal, who says y to ship it; an agent gets the error."""
-    from core.packaging.bundle import ProjectTooBroad
+    from core.packaging.listing import ProjectTooBroad
 
     allow = bool(getattr(args, "allow_large_project", False))
     try:

@@ -23,7 +23,10 @@ from core.packaging import checkpoints
 from core.jobs.states import LAUNCHED, TERMINAL, State
 from core.jobs.store import Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
-from core.packaging.bundle import Bundle, FileHashCache, build, list_data, list_project
+from core.packaging.bundle import Bundle, build
+from core.packaging.filecache import FileHashCache
+from core.packaging.listing import list_project
+from core.packaging.local_data import list_data
 from core.packaging.safe_extract import masked_names
 from core.packaging.report import left_out_hint, ship_warnings
 from core.planning.plan import build_plan, canonical_bytes, data_hash

@@ -14,7 +14,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from core.packaging.bundle import Bundle, DataListing, FileHashCache, list_data
+from core.packaging.bundle import Bundle
+from core.packaging.filecache import FileHashCache
+from core.packaging.local_data import DataListing, list_data
 from core.config.request import JobRequest
 
 DIGEST_FIELDS = ("bundle_hash", "command", "env", "secrets", "data", "target", "gpu", "vram_gb",

@@ -43,7 +43,7 @@ from typing import Any
 from core import paths
 from core.jobs.store import Job
 from core.errors import UserError
-from core.packaging.bundle import list_data
+from core.packaging.local_data import list_data
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
 from core.providers import logmirror
 from core.providers.base import Poll, TargetInfo

@@ -59,7 +59,7 @@ from core import paths
 from core.packaging import checkpoints
 from core.jobs.store import Job
 from core.errors import UserError
-from core.packaging.bundle import list_data
+from core.packaging.local_data import list_data
 from core.packaging.safe_extract import OutputCaps, clean_name, safe_extract, write_files
 from core.providers import logmirror
 from core.providers.base import Poll, TargetInfo

@@ -39,7 +39,7 @@ from typing import Any, Callable, TypeVar
 from core import paths
 from core.runtime import RUNTIME_DIR as runtime_dir_path
 from core.runtime import files as runtime_files
-from core.packaging.bundle import DataListing, list_data
+from core.packaging.local_data import DataListing, list_data
 from core.packaging.safe_extract import OutputCaps, safe_extract
 from core.packaging import checkpoints
 from core.jobs.store import Job

@@ -1,0 +1,250 @@
+"""What would ship from a project, and what is left out and why: the listing a bundle packs.
+
+The candidate paths come from `core.packaging.candidates` (git's own list, or the `.gitignore`
+walk outside git, nested repositories by their own rules, `include` globs). Every one of them,
+whichever source it came from, goes through `_Collector.consider`, and through it the one judge
+(`core.packaging.gate.Gate`): credential files never ship (by name, by identity, by content),
+`.git/` and `runs/` never ship, and a symlink is kept only as a link, never followed, and only
+when its target is inside the project and may ship itself.
+
+A project that is the user's home folder (or a folder above it), or a folder outside git with
+more than LARGE_PROJECT_FILES files or LARGE_PROJECT_BYTES bytes, is refused with
+`ProjectTooBroad` before anything is read: a person at a terminal is asked, an agent is told
+what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.config.gitroot import find_root
+from core.errors import UserError
+from core.packaging.candidates import (
+    GitFailed, TooManyFiles, expand_include, is_never, never_prefixes, repo_files, tree_files,
+    walk_with_gitignore,
+)
+from core.packaging.credentials import place_reason
+from core.packaging.filecache import FileHashCache
+from core.packaging.gate import Gate
+from core.packaging.leftout import file_kind, left_out_item, summarise_ignored
+
+BIG_FILE = 100 * 1024 * 1024
+# A folder outside git bigger than this is named for what it is before anything ships.
+LARGE_PROJECT_FILES = 5_000
+LARGE_PROJECT_BYTES = 1_000_000_000
+BROAD_FIX = ("run gpu from the project's own folder (or pass --project-dir DIR), or `git init` "
+             "it so that .gitignore says what ships, or pass --allow-large-project to ship it "
+             "anyway (credential files are still withheld)")
+
+
+class ProjectTooBroad(UserError):
+    """The project is the home folder, or a big folder outside git: shipping it is probably a
+    mistake, so a person is asked (`question`) and an agent is refused."""
+
+    question = "Ship it anyway?"
+
+    def __init__(self, what: str, *, where: str) -> None:
+        super().__init__(what, where=where, fix=BROAD_FIX)
+
+
+@dataclass
+class Entry:
+    rel: str  # path relative to the bundle root, '/'-separated
+    kind: str  # "file" or "link"
+    size: int = 0
+    executable: bool = False
+    sig: str = ""
+    link: str | None = None
+    sha256: str | None = None
+    dev: int = 0  # identity when listed: the packer refuses a file swapped for another link
+    ino: int = 0
+
+
+@dataclass
+class Listing:
+    root: Path
+    project_rel: str  # the project dir relative to root ("" when they are the same)
+    git: bool
+    entries: dict[str, Entry] = field(default_factory=dict)
+    ignored: list[dict] = field(default_factory=list)
+    withheld: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def list_project(project_dir: Path, include: list[str] = (), *, allow_large: bool = False,
+                 cache: FileHashCache | None = None, ship: str = "repo") -> Listing:
+    """What would ship from `project_dir`, and what was left out and why.
+
+    `ship="project"` (gpu.yaml `ship: project`) bundles only the project's own folder even
+    inside a larger git repository (an example in a repo, one package of a monorepo): git still
+    says what ships from it, by the repository's rules."""
+    project_dir = project_dir.resolve()
+    root, is_git = find_root(project_dir)
+    if ship == "project":
+        root = project_dir
+    _check_scope(project_dir, root, allow_large)
+    project_rel = "" if root == project_dir else project_dir.relative_to(root).as_posix()
+    listing = Listing(root=root, project_rel=project_rel, git=is_git)
+    own_cache = cache is None
+    cache = cache or FileHashCache()
+    try:
+        collector = _Collector(listing, Gate(root, cache), never_prefixes(project_rel))
+        if is_git:
+            try:
+                candidates, ignored = repo_files(root, "")
+            except GitFailed as exc:
+                raise UserError(f"git failed in {root}: {exc}",
+                                fix="check that the repository is not corrupt (`git status`)") from None
+        else:
+            limit = None if allow_large else LARGE_PROJECT_FILES
+            try:
+                candidates, ignored = walk_with_gitignore(root, "", limit=limit)
+            except TooManyFiles:
+                raise ProjectTooBroad(
+                    f"the project folder {project_dir} is not a git repository and holds more "
+                    f"than {LARGE_PROJECT_FILES:,} files that would ship",
+                    where=str(project_dir)) from None
+        collector.ignored += ignored
+        for rel in candidates:
+            collector.consider(rel)
+        for pattern in include:
+            matched = 0
+            for rel in expand_include(root, project_rel, pattern, collector.ignored):
+                matched += 1
+                collector.consider(rel)
+            if not matched:
+                listing.warnings.append(f"include {pattern!r} matches no file")
+        if not is_git and not allow_large and collector.pending_bytes() > LARGE_PROJECT_BYTES:
+            raise ProjectTooBroad(
+                f"the project folder {project_dir} is not a git repository and holds "
+                f"{collector.pending_bytes() / 1e9:.1f} GB that would ship (more than "
+                f"{LARGE_PROJECT_BYTES / 1e9:.0f} GB)", where=str(project_dir))
+        collector.finish()
+    finally:
+        if own_cache:
+            cache.close()
+    never = never_prefixes(project_rel)
+    listing.ignored = summarise_ignored(root, collector.ignored, listing.entries, never)
+    for entry in listing.entries.values():
+        if entry.kind == "file" and entry.size > BIG_FILE:
+            listing.warnings.append(
+                f"{entry.rel} is {entry.size / 1e6:.0f} MB: pass large files as data "
+                f"(--data NAME=PATH) so they upload once and are cached by content")
+    return listing
+
+
+def _check_scope(project_dir: Path, root: Path, allow_large: bool) -> None:
+    """Refuse a project inside a credential folder; name a home-folder project for what it is."""
+    for path in dict.fromkeys((project_dir, root)):
+        reason = place_reason(path.as_posix())
+        if reason:
+            raise UserError(f"the project folder {path} is inside a credential folder "
+                            f"({reason.removeprefix('withheld: ')}): nothing there ships",
+                            where=str(project_dir),
+                            fix="run gpu from your project's own folder, outside credential folders")
+    if allow_large:
+        return
+    home = home_folder()
+    if home is None:
+        return
+    for path, label in ((project_dir, "the project folder"), (root, "the git repository holding the project")):
+        if path == home:
+            raise ProjectTooBroad(f"{label} is your home folder ({home}): everything in it "
+                                  "would ship", where=str(project_dir))
+        if path in home.parents:
+            raise ProjectTooBroad(f"{label} {path} holds your home folder ({home}): everything "
+                                  "in it would ship", where=str(project_dir))
+
+
+def home_folder() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, OSError):
+        return None
+
+
+class _Collector:
+    """Feeds every candidate path, from whichever source, through the gate into the listing."""
+
+    def __init__(self, listing: Listing, gate: Gate, never: tuple[str, ...]) -> None:
+        self.listing = listing
+        self.gate = gate
+        self.never = never
+        self.ignored: list[str] = []
+        self.seen: set[str] = set()
+        self.pending: list[tuple[str, os.stat_result]] = []
+
+    def consider(self, rel: str) -> None:
+        """Queue `rel` if it may ship, else record why not; a folder ships what it holds."""
+        rel = rel.rstrip("/")
+        if not rel or rel in self.seen:
+            return  # a withheld path is listed once
+        self.seen.add(rel)
+        if is_never(rel, self.never):
+            return
+        reason = self.gate.path_reason(rel)
+        if reason:
+            self.withhold(rel, reason)
+            return
+        full = self.gate.full(rel)
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            return  # tracked but deleted in the work tree
+        except OSError as exc:
+            self.withhold(rel, f"cannot be read: {exc.strerror}")
+            return
+        if stat.S_ISLNK(st.st_mode):
+            self._consider_link(rel, full)
+        elif stat.S_ISREG(st.st_mode):
+            self.pending.append((rel, st))
+        elif stat.S_ISDIR(st.st_mode):  # a nested repository or submodule: by its own rules
+            for sub in tree_files(self.listing.root, rel, self.ignored):
+                self.consider(sub)
+        else:
+            self.withhold(rel, f"not a regular file ({file_kind(st.st_mode)})")
+
+    def withhold(self, rel: str, reason: str) -> None:
+        self.listing.withheld.append(left_out_item(self.gate.full(rel), rel, reason))
+
+    def _consider_link(self, rel: str, full: str) -> None:
+        root = self.listing.root
+        target = os.path.realpath(full)
+        if os.path.commonpath([str(root), target]) != str(root):
+            self.withhold(rel, "symlink to a path outside the project: not followed")
+            return
+        target_rel = Path(target).relative_to(root).as_posix()
+        reason = self.gate.path_reason(target_rel) if target_rel != "." else None
+        if not reason:
+            try:
+                tst = os.lstat(target)
+            except OSError:
+                tst = None
+            if tst is not None and stat.S_ISREG(tst.st_mode):
+                reason = self.gate.judge(target_rel, tst)
+        if reason:
+            self.withhold(rel, f"{reason} (symlink to {target_rel})")
+            return
+        link = posixpath.relpath(target_rel, posixpath.dirname(rel) or ".")
+        self.listing.entries[rel] = Entry(rel=rel, kind="link", link=link)
+
+    def pending_bytes(self) -> int:
+        return sum(st.st_size for _, st in self.pending)
+
+    def finish(self) -> None:
+        """Judge the queued files at once (identity and content) and add those that may ship."""
+        verdicts = self.gate.judge_many(self.pending)
+        for rel, st in self.pending:
+            reason = verdicts.get(rel)
+            if reason:
+                self.withhold(rel, reason)
+            else:
+                self.listing.entries[rel] = Entry(
+                    rel=rel, kind="file", size=st.st_size, executable=bool(st.st_mode & 0o111),
+                    sig=FileHashCache.signature(st), dev=st.st_dev, ino=st.st_ino)
+        self.pending = []
+        self.listing.warnings += self.gate.warnings
