@@ -1,5 +1,5 @@
 """The kaggle target end to end: the installed `gpu`, the official Kaggle client (kagglesdk,
-as the `kaggle` package ships it) and a loopback Kaggle API (tests/fake_kaggle.py) that really
+declared in pyproject.toml as what core/providers/kaggle.py imports) and a loopback Kaggle API (tests/fake_kaggle.py) that really
 runs each pushed kernel. Nothing in the client is patched: `KAGGLE_API_ENVIRONMENT=LOCALHOST`
 is the client's own switch to http://localhost.
 """
@@ -236,3 +236,43 @@ def test_a_kaggle_that_hangs_is_given_up_on_after_api_timeout_s(kaggle: FakeKagg
     assert time.monotonic() - started < 25  # the fake answers after 30 s: the client gave up first
     doc = json.loads(probe.stdout)["probe"]
     assert doc["available"] is False and "timeout" in doc["why_unavailable"].lower()
+
+
+async def test_provider_kaggle_pins_the_kind_the_readme_adds(kaggle: FakeKaggle, home: Path,
+                                                             tmp_path: Path) -> None:
+    """The README's `gpu targets add kaggle kg`, then `provider: kaggle` (the contract's word: a
+    kind) in gpu.yaml, on the command line and in `gpu_submit` over MCP, runs on kg."""
+    import os
+
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from tests.conftest import gpu_exe
+
+    add_kaggle(tmp_path)
+    project = copy_example(tmp_path / "pin")
+    assert gpu_json("plan", "--smoke", cwd=project)["plan"]["target"] == "local"  # unpinned: a smoke test stays here
+    gpu_yaml = project / "gpu.yaml"
+    gpu_yaml.write_text(gpu_yaml.read_text() + "provider: kaggle\n")
+    plan = gpu_json("plan", "--smoke", cwd=project)["plan"]
+    assert plan["target"] == "kg" and plan["reasons"][0] == "pinned with provider=kaggle: kg is the one kaggle target"
+    assert gpu_json("plan", "--smoke", "--provider", "local", cwd=project)["plan"]["target"] == "local"  # the flag wins
+    refused = run_gpu("plan", "--provider", "modal", "--json", cwd=project)
+    assert refused.returncode == 2 and "gpu targets add modal NAME" in json.loads(refused.stdout)["fix"]
+
+    plain = copy_example(tmp_path / "mcp")  # the pin comes from the tool's argument alone
+    params = StdioServerParameters(command=gpu_exe(), args=["mcp"], env=dict(os.environ))
+    with open(os.devnull, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                res = await s.call_tool("gpu_submit", {"project_dir": str(plain), "provider": "kaggle",
+                                                       "smoke": True, "hours": 0.1, "wait_s": 0},
+                                        read_timeout_seconds=120)
+    assert not res.is_error, res.content[0].text
+    job = res.structured_content["job"]
+    assert job["provider"] == "kg"
+    done = wait_state(job["short_id"], {"done", "failed"}, timeout=240)
+    assert done["state"] == "done", run_gpu("logs", job["short_id"]).stdout + json.dumps(done)
+    (push,) = kaggle.bodies("SaveKernel")
+    assert push["slug"] == f"alice/gr-{job['short_id']}-a1"

@@ -318,3 +318,23 @@ async def test_a_hidden_instruction_in_a_job_s_output_reaches_no_agent(home: Pat
         record = json.loads((project / "runs" / short / "job.json").read_text())
         assert record["job"]["config"]["note"] == "cfgx"
         assert not _hidden(json.dumps(record, ensure_ascii=False))
+
+
+async def test_provider_takes_a_kind_and_a_kind_with_no_target_says_how_to_add_one(home: Path,
+                                                                                   tmp_path: Path) -> None:
+    """`provider` over MCP is the CLI's: a kind or a name. The kaggle kind's success path, with
+    a kaggle target, is in tests/test_kaggle.py (it needs the loopback Kaggle)."""
+    project = copy_example(tmp_path / "quickstart")
+    async with session() as s:
+        text = await fails(s, "gpu_submit", project_dir=str(project), provider="pbs", hours=0.1)
+        assert "no pbs target is configured" in text and "gpu targets add pbs NAME" in text
+        text = await fails(s, "compute_job", action="plan", command="python train.py", cwd=str(project),
+                           provider="slurm")
+        assert "no slurm target is configured" in text and "gpu targets add slurm NAME" in text
+        text = await fails(s, "gpu_plan", project_dir=str(project), provider="kagle")
+        assert "no target named 'kagle'" in text and "local, ssh, slurm, pbs, kaggle, modal, colab" in text
+        assert "no job API" in await fails(s, "gpu_submit", project_dir=str(project), provider="colab")
+        plan = await call(s, "compute_job", action="plan", command="python train.py", cwd=str(project),
+                          provider="local", hours=0.1)  # the target named local (and the local kind)
+        assert plan["plan"]["target"] == "local" and plan["plan"]["reasons"][0] == "pinned with provider=local"
+        assert (await call(s, "gpu_jobs"))["jobs"] == []  # nothing was submitted

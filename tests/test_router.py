@@ -50,7 +50,8 @@ def test_requests_no_target_meets_are_refused_with_each_reason() -> None:
 def test_without_constraints_this_machines_gpu_is_preferred_to_its_cpu() -> None:
     r = route(_req(), _infos())
     assert r.target == "box" and "GPU is preferred" in r.passed_over["local"]
-    assert route(_req(provider="local"), _infos()).reasons[0] == "pinned with provider=local"
+    pinned = route(_req(provider="local"), _infos())  # the target named local: a name wins
+    assert pinned.target == "local" and pinned.reasons[0].startswith("pinned with provider=local: the target named local")
 
 
 def _free_first() -> dict[str, TargetInfo]:
@@ -102,3 +103,54 @@ def test_a_target_with_several_gpu_set_ups_gives_the_one_the_request_needs() -> 
     assert secret.target != "kg" and "cannot receive keychain secrets" in secret.passed_over["kg"]
     with pytest.raises(UserError, match="kg has 2x T4|kg has T4"):
         route(_req(hours=1, gpu="A100"), infos)
+
+
+def _two_kaggles() -> dict[str, TargetInfo]:
+    t4 = [{"name": "T4", "memory_gb": 15.0}] * 2
+    return {**_free_first(),
+            "kg2": TargetInfo("kg2", "kaggle", True, gpus=t4, quota_hours_left=3.0)}
+
+
+def test_a_kind_pins_the_targets_of_that_kind_and_the_router_chooses_among_them() -> None:
+    infos = _free_first()  # one kaggle target, kg: `gpu targets add kaggle kg` as the README says
+    r = route(_req(hours=0.5, smoke=True, provider="kaggle"), infos)  # unpinned, a smoke test stays here
+    assert r.target == "kg" and r.reasons[0] == "pinned with provider=kaggle: kg is the one kaggle target"
+    r = route(_req(hours=0.5, provider="ssh"), infos)  # two ssh targets, both paid: the cheaper
+    assert r.target == "cheap" and "chose cheap among the ssh targets cheap, cloud" in r.reasons[0]
+    assert set(r.passed_over) == {"cloud"} and "dearer" in r.passed_over["cloud"]
+    infos = _two_kaggles()
+    r = route(_req(hours=2, provider="kaggle"), infos)  # kg2 has 3 h left, kg 20: both fit, kg by name
+    assert r.target == "kg" and set(r.passed_over) == {"kg2"}
+    r = route(_req(hours=5, provider="kaggle"), infos)  # only kg has 5 h left
+    assert r.target == "kg" and "3 h of quota left" in r.passed_over["kg2"]
+    infos["kg"].available, infos["kg"].why_unavailable = False, "session ended"  # a move stays in the kind
+    r = route(_req(hours=2, provider="kaggle"), infos)
+    assert r.target == "kg2" and "kg is unavailable: session ended" in r.passed_over["kg"]
+    with pytest.raises(UserError) as err:  # none of the kind fits: each one's reason, no other kind's
+        route(_req(hours=5, provider="kaggle"), infos)
+    assert "kg is unavailable" in err.value.what and "kg2 has 3 h" in err.value.what
+    assert "cheap" not in err.value.what
+
+
+def test_a_name_wins_over_a_kind_and_says_so() -> None:
+    infos = {**_two_kaggles(), "kaggle": TargetInfo("kaggle", "ssh", True, gpus=[{"name": "A10", "memory_gb": 24.0}])}
+    r = route(_req(hours=1, provider="kaggle"), infos)
+    assert r.target == "kaggle" and r.passed_over == {}
+    assert r.reasons[0] == ("pinned with provider=kaggle: the target named kaggle (a name wins over "
+                            "the kind; kg, kg2 also of kind kaggle)")
+    assert route(_req(hours=1, provider="kg2"), infos).reasons[0] == "pinned with provider=kg2"
+
+
+def test_a_kind_with_no_target_says_how_to_add_one_and_an_unknown_pin_lists_both() -> None:
+    for kind in ("slurm", "pbs", "modal"):
+        with pytest.raises(UserError) as err:
+            route(_req(provider=kind), _free_first())
+        assert err.value.what == f"no {kind} target is configured" and err.value.where == "provider"
+        assert f"gpu targets add {kind} NAME" in err.value.fix
+    with pytest.raises(UserError) as err:  # `local` given to another kind, and no local one left
+        route(_req(provider="local"), {"box": TargetInfo("box", "ssh", True)})
+    assert "no target of kind local" in err.value.what and "{kind: local}" in err.value.fix
+    with pytest.raises(UserError) as err:
+        route(_req(provider="kagle"), _free_first())
+    assert "no target named 'kagle'" in err.value.what and "not a kind" in err.value.what
+    assert "cheap, cloud, kg, local" in err.value.fix and "kaggle" in err.value.fix

@@ -222,7 +222,8 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hours", type=float, help="honest wall-clock estimate in hours (e.g. 0.25)")
     p.add_argument("--gpu", help="GPU type constraint, e.g. T4")
     p.add_argument("--vram-gb", type=float, help="GB of GPU memory the job needs")
-    p.add_argument("--provider", help="pin one target (e.g. local)")
+    p.add_argument("--provider", help="pin a target kind (e.g. kaggle: gpu-router chooses among "
+                   "your kaggle targets) or a target name (e.g. kg); a name wins")
     p.add_argument("--name", help="short job name for humans")
     p.add_argument("--request-id", help="idempotency key: the same id returns the same job")
     p.add_argument("--smoke", action="store_true", help="a quick smoke test on this machine")

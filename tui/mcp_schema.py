@@ -209,7 +209,8 @@ COMPUTE_SCHEMA = _object({
     "digest": _str("start: the digest plan returned; a changed plan is held for approval."),
     "hours": _number("plan/start: honest expected wall-clock hours; none, or over 1, waits "
                      "for approval."),
-    "provider": _str("plan/start: pin one target (see targets). Usually omit."),
+    "provider": _str("plan/start: pin a target kind (kaggle, local, ssh, slurm, pbs, modal) or "
+                     "a target name (see targets); a name wins. Usually omit."),
     "timeout_s": _WAIT_TIMEOUT,
     "tail": _integer("logs: only the last N lines (default 100).", minimum=0, maximum=100_000),
     "offset": _OFFSET,

@@ -297,7 +297,9 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "hours": (_positive(MAX_HOURS), f"an honest wall-clock estimate in hours, above 0, at most {MAX_HOURS:g}"),
     "gpu": (_gpu, "a GPU type, e.g. T4"),
     "vram_gb": (_positive(MAX_VRAM_GB), "GB of GPU memory needed, above 0"),
-    "provider": (_name, "a target name, e.g. local"),
+    "provider": (_name, "a target kind (local, ssh, slurm, pbs, kaggle, modal; colab is refused with "
+                         "the way to attach one) or a target name, e.g. kaggle or kg: a name wins, "
+                         "and among several targets of a kind gpu-router chooses, saying why"),
     "name": (_name, "a short job name"),
     "request_id": (_request_id, f"an id that makes the submit idempotent (at most {MAX_REQUEST_ID} characters)"),
     "smoke": (_bool, "true for a quick smoke test"),

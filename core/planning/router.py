@@ -2,13 +2,20 @@
 
 Filters by the request (provider, GPU, VRAM, smoke), quota left and availability; orders
 what is left free first, then by estimated price (hours x price per hour).
+
+`provider` pins a target by its name or by its kind (the contract's "kaggle, colab, local, ...":
+what a person writes after `gpu targets add kaggle kg`). A name wins; a kind leaves the router
+to choose among the targets of that kind, by the same order as an unpinned request, and the
+plan says which it chose and why the others were passed over.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from core import paths
 from core.config.request import JobRequest
+from core.config.user import TARGET_KINDS
 from core.errors import UserError
 from core.providers.base import TargetInfo
 
@@ -90,13 +97,60 @@ COLAB_FIX = ("attach a running Colab (or any notebook VM) as an ssh target: star
              "add a Kaggle account: `gpu targets add kaggle kg`")
 
 
+# what `provider` may name besides a target: a kind gpu-router runs jobs on, and colab (refused
+# honestly: there is no job API to run one on)
+PIN_KINDS = (*TARGET_KINDS, "colab")
+
+
+def _no_target_of(kind: str) -> UserError:
+    """A kind pinned with no target of it configured: the way to add one."""
+    if kind == "colab":
+        return UserError(COLAB, where="provider", fix=COLAB_FIX)
+    if kind == "local":  # `local` always exists unless the config gives that name to another kind
+        return UserError("no target of kind local is configured", where="provider",
+                         fix=f"add one to your user config ({paths.user_config_file()}):\n"
+                             "targets:\n  box: {kind: local}")
+    return UserError(f"no {kind} target is configured", where="provider",
+                     fix=f"add one: gpu targets add {kind} NAME (`gpu targets add --help` says what "
+                         f"it asks for), or omit provider and let gpu-router choose")
+
+
+def pinned(provider: str | None, infos: dict[str, TargetInfo]) -> tuple[list[str], str | None]:
+    """The targets a `provider` pin leaves to choose among, and the kind it named (None when it
+    named a target, or nothing). A name wins over a kind: a target named `colab` attached over
+    ssh is that target, and a target named `ssh` is that one, not every ssh target."""
+    if not provider:
+        return sorted(infos), None
+    if provider in infos:
+        return [provider], None
+    if provider in PIN_KINDS:
+        of_kind = sorted(n for n, i in infos.items() if i.kind == provider)
+        if not of_kind:
+            raise _no_target_of(provider)
+        return of_kind, provider
+    raise UserError(f"there is no target named {provider!r}, and {provider!r} is not a kind of target",
+                    where="provider",
+                    fix=f"give a target name ({', '.join(sorted(infos))}; see `gpu targets`) or a kind "
+                        f"({', '.join(PIN_KINDS)}), or omit provider and let gpu-router choose")
+
+
+def _pin_reason(provider: str, kind: str | None, candidates: list[str], chosen: str,
+                infos: dict[str, TargetInfo]) -> str:
+    """What the pin did, in the plan's words."""
+    if kind is None:
+        others = [n for n, i in infos.items() if i.kind == provider and n != provider]
+        if provider in PIN_KINDS and others:
+            return (f"pinned with provider={provider}: the target named {provider} (a name wins "
+                    f"over the kind; {', '.join(sorted(others))} also of kind {provider})")
+        return f"pinned with provider={provider}"
+    if len(candidates) == 1:
+        return f"pinned with provider={kind}: {chosen} is the one {kind} target"
+    return (f"pinned with provider={kind}: chose {chosen} among the {kind} targets "
+            f"{', '.join(candidates)} (the others are passed over, with why)")
+
+
 def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
-    if req.provider == "colab" and "colab" not in infos:
-        raise UserError(COLAB, where="provider", fix=COLAB_FIX)
-    if req.provider and req.provider not in infos:
-        raise UserError(f"there is no target named {req.provider!r}", where="provider",
-                        fix=f"targets: {', '.join(sorted(infos))} (see `gpu targets`)")
-    candidates = [req.provider] if req.provider else sorted(infos)
+    candidates, kind = pinned(req.provider, infos)
     passed: dict[str, str] = {}
     fitting: list[TargetInfo] = []
     for name in candidates:
@@ -116,7 +170,7 @@ def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
     price = estimated_price(chosen, req.hours)
     reasons = []
     if req.provider:
-        reasons.append(f"pinned with provider={req.provider}")
+        reasons.append(_pin_reason(req.provider, kind, candidates, chosen.name, infos))
     reasons.append(f"{chosen.name} fits ({chosen.gpu_label}) and is "
                    + ("free" if chosen.price_per_hour == 0 else f"${price:.2f} for the estimate"))
     if chosen.quota_hours_left is not None and chosen.price_per_hour == 0:
