@@ -294,7 +294,7 @@ class _Reader:
         data = self.files.read(rel)
         if data is None:
             why = self.files.missing_reason(rel)
-            said = f"{named_by} names {rel}" if named_by else rel
+            said = f"it names {rel}" if named_by else rel
             if why:
                 raise UserError(f"{said}, which does not ship ({why})", where=named_by,
                                 fix="a credential never ships: see the reason; a git-ignored file ships "
