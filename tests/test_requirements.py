@@ -285,3 +285,27 @@ def test_nested_requirement_and_constraint_files_install_on_the_local_target(hom
     again = gpu_json("submit", "train.py", "--wait-s", "0", "--hours", "0.1", "--env", "RUN=2", cwd=project)
     assert wait_state(again["job"]["short_id"], {"done", "failed"}, timeout=180)["state"] == "done"
     assert "reusing environment" in run_gpu("logs", again["job"]["short_id"]).stdout
+
+
+@pytest.mark.slow
+def test_nested_requirement_and_constraint_files_install_on_an_ssh_host(sshd, home: Path, tmp_path: Path,
+                                                                       loopback_index: str) -> None:
+    """The same project on the ssh target (a real sshd on 127.0.0.1): the host reads nothing
+    itself; the flattened lines travel in the spec and pip there gets the same answer."""
+    from tests.test_ssh import add_box
+
+    assert add_box(sshd, tmp_path)["probe"]["available"] is True
+    project = make_git_project(tmp_path / "repo", {
+        "train.py": JOB,
+        "requirements.txt": f"--index-url {loopback_index}\n-r reqs/base.txt\ntinyb\n",
+        "reqs/base.txt": "tinya\n-c pins.txt\n",
+        "reqs/pins.txt": "tinya==1.0\n",
+    })
+    sub = gpu_json("submit", "train.py", "--provider", "box", "--wait-s", "0", "--hours", "0.1", cwd=project)
+    short = sub["job"]["short_id"]
+    done = wait_state(short, {"done", "failed"}, timeout=180)
+    log = run_gpu("logs", short).stdout
+    assert done["state"] == "done", log
+    assert "versions 1.0 1.0" in log and "(2 requirements, 1 constraints)" in log
+    venvs = list((tmp_path / "remote" / "venvs").glob("*/constraints.txt"))
+    assert len(venvs) == 1 and venvs[0].read_text() == "tinya==1.0\n"
