@@ -29,6 +29,7 @@ class DictFiles(BundleFiles):
 
     def __init__(self, files: dict[str, str], links: dict[str, str] | None = None) -> None:
         self._data = {k: v.encode() for k, v in files.items()}
+        self._digests = {k: hashlib.sha256(v).digest() for k, v in self._data.items()}
         self._links = links or {}
         self.asked: list[str] = []
 

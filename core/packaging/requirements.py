@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import optparse
+import os
 import posixpath
 import re
 import shlex
@@ -60,6 +61,7 @@ REQUIREMENTS = "requirements.txt"
 PYPROJECT = "pyproject.toml"
 MAX_FILES = 200  # nested requirement files in one project: past this it is a loop in disguise
 MAX_LINK_HOPS = 8
+KEEP_BYTES = 4 << 20  # a bundle file's bytes kept while reading it (larger ones: their hash only)
 
 _COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's COMMENT_RE
 _SCHEME = re.compile(r"^(?:http|https|file|ftp)://", re.I)  # a requirements file pip would fetch
@@ -81,6 +83,9 @@ class ProjectFiles(Protocol):
 
     def missing_reason(self, rel: str) -> str | None:
         """Why `rel` does not ship, when it exists but was left out (git-ignored, withheld)."""
+
+    def digest(self, rel: str) -> bytes:
+        """sha256 of the regular file `rel` (one of files_under's answers)."""
 
 
 @dataclass
@@ -143,22 +148,33 @@ class _Files:
     def missing_reason(self, rel: str) -> str | None:
         return None
 
+    def digest(self, rel: str) -> bytes:
+        """sha256 of a regular file's content (a local path requirement's hash is made of these)."""
+        return hashlib.sha256(self._bytes(rel)).digest()
+
 
 class BundleFiles(_Files):
     """A bundle tar.gz: what every target installs from (read once, small files kept)."""
 
     def __init__(self, bundle: Path) -> None:
         self._members: dict[str, tarfile.TarInfo] = {}
-        self._data: dict[str, bytes] = {}
+        self._data: dict[str, bytes] = {}  # small files, whole: requirement files are among them
+        self._digests: dict[str, bytes] = {}  # every regular file: what a local path's hash needs
         with tarfile.open(bundle, "r:gz") as tar:
             for member in tar:
                 name = posixpath.normpath(member.name.lstrip("./")) if member.name not in ("", ".") else ""
                 self._members[name] = member
                 if member.isreg():
                     f = tar.extractfile(member)
-                    # content read only where a dependency may need it: hashing a local path
-                    # needs every byte under it, so read all regular files (bundles are code)
-                    self._data[name] = f.read() if f else b""
+                    h = hashlib.sha256()
+                    kept = bytearray()
+                    while f is not None and (chunk := f.read(1 << 20)):
+                        h.update(chunk)
+                        if len(kept) <= KEEP_BYTES:
+                            kept += chunk
+                    self._digests[name] = h.digest()
+                    if len(kept) <= KEEP_BYTES:
+                        self._data[name] = bytes(kept)
 
     def _kind(self, rel: str) -> str | None:
         m = self._members.get(rel)
@@ -168,10 +184,16 @@ class BundleFiles(_Files):
         return self._members[rel].linkname
 
     def _bytes(self, rel: str) -> bytes:
+        if rel not in self._data:
+            raise UserError(f"{rel} is larger than {KEEP_BYTES >> 20} MiB: not a requirements file pip would read",
+                            where=rel, fix="name a requirements file, or a package folder or wheel")
         return self._data[rel]
 
     def _all(self) -> Iterable[str]:
-        return self._data.keys()
+        return self._digests.keys()
+
+    def digest(self, rel: str) -> bytes:
+        return self._digests[rel]
 
 
 class ListingFiles(_Files):
@@ -191,7 +213,10 @@ class ListingFiles(_Files):
         return self._listing.entries[rel].link or ""
 
     def _bytes(self, rel: str) -> bytes:
-        return (self._listing.root / rel).read_bytes()
+        # the listing said: a regular file; a link swapped in since is not followed
+        fd = os.open(self._listing.root / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
 
     def _all(self) -> Iterable[str]:
         return self._listing.entries.keys()
@@ -444,8 +469,7 @@ class _Reader:
     def hash_local(self, target: str) -> None:
         h = hashlib.sha256()
         for rel in self.files.files_under("" if target == "." else target):
-            data = self.files.read(rel) or b""
-            h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+            h.update(rel.encode() + b"\0" + self.files.digest(rel))
         self.deps.local[target] = h.hexdigest()
 
 
