@@ -148,6 +148,7 @@ class JobRequest:
     env: dict[str, str] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
     include: list[str] = field(default_factory=list)
+    extras: list[str] = field(default_factory=list)  # pyproject.toml optional groups to install
     ship: str = "repo"
     outputs: list[str] = field(default_factory=list)
     data: list[DataSpec] = field(default_factory=list)

@@ -280,6 +280,17 @@ def _exit_codes(v: Any) -> list[int]:
     return sorted(set(v))
 
 
+EXTRA_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62}[A-Za-z0-9])?\Z")  # PEP 685's names
+
+
+def _extras(v: Any) -> list[str]:
+    out = _str_list(v)
+    for item in out:
+        if not EXTRA_RE.match(item):
+            raise ValueError(f"a list of optional-group names like train or gpu ({shorten(item)} is not one)")
+    return list(dict.fromkeys(out))
+
+
 def _kill_rules(v: Any) -> list[dict]:
     return killrules.to_json(killrules.parse(v))
 
@@ -290,6 +301,8 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "env": (_env, "non-secret environment variables, NAME: value"),
     "secrets": (_str_list, "names of keychain secrets the job reads"),
     "include": (_paths, "globs of git-ignored code that must ship"),
+    "extras": (_extras, "optional dependency groups of pyproject.toml to install too, e.g. [train] "
+                        "([project.optional-dependencies]; pyproject.toml is then what is read)"),
     "ship": (_ship, "what ships: repo (the whole git repository, the default) or project (only this folder)"),
     "outputs": (_relative_globs, "paths or globs, relative to the job's folder, that come home to runs/<id>/ "
                                  "(e.g. outputs/ or models/*.pkl)"),

@@ -29,6 +29,7 @@ from core.packaging.listing import list_project
 from core.packaging.local_data import list_data
 from core.packaging.safe_extract import masked_names
 from core.packaging.report import left_out_hint, ship_warnings
+from core.packaging import requirements
 from core.planning.plan import build_plan, canonical_bytes, data_hash
 from core.planning.router import route
 from core.planning.usage import estimate_and_actual
@@ -102,6 +103,9 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
             data_hashes, data_warnings = _data_hashes(req, cache, may_read_secrets=interactive)
         finally:
             cache.close()
+    # the dependencies as every target will read them: a nested file that does not ship, a
+    # loop, a password in an index URL or a line pip cannot read is said now, not at launch
+    requirements.read_dependencies(requirements.ListingFiles(listing), bundle.project_rel, req.extras)
     project, script, shipped = Path(req.project_dir), req.script or "", set(listing.entries)
     bundle.warnings = bundle.warnings + data_warnings + ship_warnings(
         project, bundle.project_rel, script, req.args, req.is_python_file(), shipped)

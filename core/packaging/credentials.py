@@ -392,8 +392,10 @@ _CONTENT = _group_rules()
 # (`postgres:postgres@localhost` in a README) are not credentials.
 _URL_WITH_PASSWORD = re.compile(rb"https?://[^\s:/@\"'<>]+:" + _NOT_PLACEHOLDER
                                 + rb"[^\s/@\"'<>]+@" + _NOT_LOCAL + rb"[^\s/\"'<>]*")
-_URL_SETTING = re.compile(rb"(?i)(?:index[-_]url|find[-_]links|extra[-_]index|registry|channel_alias"
-                          rb"|\burl)[\"']?[ \t]*[=:][ \t]*[\"']?(?:git\+)?$")
+_URL_SETTING = re.compile(rb"(?i)(?:(?:index[-_]url|find[-_]links|extra[-_]index|registry|channel_alias"
+                          rb"|\burl)[\"']?[ \t]*[=:][ \t]*[\"']?"
+                          # pip's own option syntax in a requirements file: `--index-url URL`, `-i URL`
+                          rb"|(?:^|\s)(?:--(?:extra-)?index-url|--find-links|-[if])[ \t]+)(?:git\+)?$")
 
 
 def _url_password_what(head: bytes) -> str | None:
@@ -407,6 +409,21 @@ def _url_password_what(head: bytes) -> str | None:
         if _URL_SETTING.search(before[-60:]):
             return "package index URL with a password"
     return None
+
+def url_credential(text: str) -> str | None:
+    """What credential a URL (or a line holding URLs: an index option, a requirement) carries,
+    or None: a password in it (`https://user:pw@host`), or a vendor token anywhere in it.
+
+    The one judge of URLs in dependency settings (core.packaging.requirements asks it for each
+    index option and requirement), with the same rules the bundle's content check applies to
+    files, so a placeholder (`https://user:${PIP_TOKEN}@host`, filled in by pip on the target
+    from a keychain secret) passes and a written-out password does not."""
+    raw = text.encode("utf-8", "surrogateescape")
+    if _URL_WITH_PASSWORD.search(raw):
+        return "a URL with a password"
+    token = tokens.find_token(raw)
+    return f"a URL holding {token}" if token else None
+
 
 # An env template line that sets nothing: blank, comment, or NAME= with an empty value.
 _EMPTY_ASSIGNMENT = re.compile(

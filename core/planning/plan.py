@@ -98,6 +98,7 @@ def build_plan(req: JobRequest, bundle: Bundle, target: str, target_gpu: str,
         "vram_gb": req.vram_gb,
         "hours": req.hours,
         **({"resources": req.resources()} if req.resources() else {}),
+        **({"extras": req.extras} if req.extras else {}),  # what the target installs: it binds
         **(extra or {}),
     }
     sources = {d.name: d.origin for d in req.data if d.origin}

@@ -50,7 +50,8 @@ from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
 from core.providers.service import secret_name as _secret_name
-from core.providers.remote import requirement_lines, runtime_archive
+from core.packaging import requirements
+from core.providers.remote import runtime_archive
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
 
@@ -328,11 +329,10 @@ class KaggleProvider(ServiceTarget, MirroredLog):
     def _spec(self, job: Job, keys: dict) -> dict:
         jd = "@JOB@"
         adir = f"{jd}/attempts/{job.attempt}"
-        lines = requirement_lines(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz", job.plan.get("workdir") or "")
-        deps = None
-        if lines:
-            deps = {"hash": hashlib.sha256("\0".join(lines).encode()).hexdigest()[:32],
-                    "requirements": lines, "file": None, "venvs_dir": SCRATCH_VENVS}
+        found = requirements.bundle_dependencies(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+                                                 job.plan.get("workdir") or "", job.plan.get("extras") or ())
+        # the kernel's Python is the image's: one scratch venv per session, named by the lines
+        deps = requirements.deps_spec(found, python="python3", version="kaggle", venvs_dir=SCRATCH_VENVS)
         spec = launch_spec(job, job_dir=jd, attempt_dir=adir,
                            workdir=f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/"),
                            runtime_dir=f"{jd}/../runtime", python="python3", deps=deps, env_secrets={})

@@ -9,7 +9,6 @@ re-adopt a job after a crash is in those files.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from core import paths
 from core.errors import disk_full_guard
+from core.packaging import requirements
 from core.packaging.bundle import extract
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
 from core.providers.gpuprobe import local_gpus
@@ -40,32 +40,14 @@ def base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-def dependency_spec(workdir: Path) -> dict | None:
-    """The project's dependencies and their hash, from requirements.txt or pyproject.toml."""
-    req = workdir / "requirements.txt"
-    lines: list[str] = []
-    source = None
-    if req.is_file():
-        text = req.read_text(errors="replace")
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-        source = str(req)
-    else:
-        pyproject = workdir / "pyproject.toml"
-        if pyproject.is_file():
-            import tomllib
-
-            try:
-                doc = tomllib.loads(pyproject.read_text(errors="replace"))
-            except tomllib.TOMLDecodeError:
-                doc = {}
-            lines = [str(d) for d in doc.get("project", {}).get("dependencies", []) or []]
-    if not lines:
-        return None
-    h = hashlib.sha256()
-    for part in [base_python(), sys.version, *lines]:
-        h.update(part.encode() + b"\0")
-    return {"hash": h.hexdigest()[:32], "requirements": lines, "file": source,
-            "venvs_dir": str(paths.venvs_dir())}
+def dependency_spec(job: Job, python: str) -> dict | None:
+    """The launcher's `deps` for this job: the project's dependencies as pip reads them
+    (core.packaging.requirements, from the bundle, as every target reads them), hashed with
+    this machine's Python."""
+    deps = requirements.bundle_dependencies(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+                                            job.plan.get("workdir") or "", job.plan.get("extras") or ())
+    return requirements.deps_spec(deps, python=python, version=sys.version,
+                                  venvs_dir=str(paths.venvs_dir()))
 
 
 class LocalProvider:
@@ -146,7 +128,7 @@ class LocalProvider:
         adir.mkdir(parents=True, exist_ok=True)
         spec = launch_spec(job, job_dir=str(jdir), attempt_dir=str(adir), workdir=str(workdir),
                            runtime_dir=str(runtime), python=self.python,
-                           deps=dependency_spec(workdir), env_secrets=env_secrets)
+                           deps=dependency_spec(job, self.python), env_secrets=env_secrets)
         spec["sandbox"] = self.sandbox_request(job)
         spec_path = adir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=1))

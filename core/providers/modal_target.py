@@ -66,7 +66,7 @@ from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
 from core.providers.service import secret_name as _secret_name
-from core.providers.remote import requirement_lines
+from core.packaging import requirements
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
 
@@ -175,6 +175,33 @@ def parse_token(text: str) -> dict[str, str]:
 def timeout_for(hours: float) -> int:
     return int(min(hours * MARGIN_FACTOR * 3600 + MARGIN_S, MAX_TIMEOUT_S))
 
+
+
+def modal_pip_options(deps: requirements.Dependencies) -> dict[str, Any]:
+    """Modal builds the image with `pip install PKGS OPTIONS` before the bundle is in it: the
+    index options become pip_install's arguments; what needs a file of the project (a local
+    path, a wheel folder, a constraints file) cannot be applied there, and is refused."""
+    if deps.local or deps.constraints:
+        what = "local paths or --find-links folders" if deps.local else "constraints (-c)"
+        raise UserError(f"{deps.source}: {what} cannot be applied on a Modal target (Modal installs the "
+                        "dependencies while it builds the image, before the project's files are in it)",
+                        where=deps.source, fix="pin the versions in requirements.txt itself and install packages "
+                                               "from an index, or run the job on another target")
+    kwargs: dict[str, Any] = {}
+    extra: list[str] = []
+    for line in deps.options:
+        flag, _, value = line.partition(" ")
+        if flag == "--index-url":
+            kwargs["index_url"] = value
+        elif flag == "--extra-index-url" and "extra_index_url" not in kwargs:
+            kwargs["extra_index_url"] = value
+        elif flag == "--pre":
+            kwargs["pre"] = True
+        else:
+            extra.append(line)
+    if extra:
+        kwargs["extra_options"] = " ".join(extra)
+    return kwargs
 
 class ModalProvider(ServiceTarget, MirroredLog):
     credentials_name = "Modal token"
@@ -321,9 +348,10 @@ class ModalProvider(ServiceTarget, MirroredLog):
 
         py = f"{sys.version_info.major}.{min(max(sys.version_info.minor, 10), 13)}"
         image = modal.Image.debian_slim(python_version=py)
-        lines = requirement_lines(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz", job.plan.get("workdir") or "")
-        if lines:
-            image = image.pip_install(*lines)  # built once per dependency list, then reused
+        deps = requirements.bundle_dependencies(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+                                                job.plan.get("workdir") or "", job.plan.get("extras") or ())
+        if deps:
+            image = image.pip_install(*deps.requirements, **modal_pip_options(deps))  # built once, then reused
         image = image.add_local_file(FUNCTION_FILE, "/root/modal_function.py", copy=False)
         image = image.add_local_dir(RUNTIME_DIR, f"{REMOTE}/runtime", copy=False,
                                     ignore=["**/__pycache__", "**/__pycache__/**", "**/*.pyc"])

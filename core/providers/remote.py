@@ -41,7 +41,7 @@ from core.runtime import RUNTIME_DIR as runtime_dir_path
 from core.runtime import files as runtime_files
 from core.packaging.local_data import DataListing, list_data
 from core.packaging.safe_extract import OutputCaps, safe_extract
-from core.packaging import checkpoints
+from core.packaging import checkpoints, requirements
 from core.jobs.store import Job
 from core.providers.spec import launch_spec, local_data
 from core.transport.base import HostKeyError, Transport, TransportError, Unreachable, quote, remote_path_expr
@@ -76,10 +76,6 @@ def runtime_archive() -> tuple[str, bytes]:
     return h.hexdigest()[:24], buf.getvalue()
 
 
-_DEPS_CACHE: dict[tuple[str, str], list[str] | None] = {}
-_DEPS_LOCK = threading.Lock()
-
-
 # the runtime's sibling modules a script sent as source imports (`import nofollow`)
 RUNTIME_NEEDS = {"workdir.py": ("nofollow",), "ckptscan.py": ("nofollow",)}
 
@@ -99,39 +95,6 @@ def runtime_source(module: str) -> str:
                   f"exec(compile({text!r}, {name + '.py'!r}, 'exec'), _m.__dict__)"]
     lines.append(f"exec(compile({source!r}, {module!r}, 'exec'), {{'__name__': '__main__'}})")
     return "\n".join(lines) + "\n"
-
-
-def requirement_lines(bundle: Path, workdir: str) -> list[str] | None:
-    """The project's dependencies, read from its bundle: requirements.txt, else pyproject.toml
-    ([project].dependencies); the same rule as the local target, for a host we cannot read."""
-    key = (str(bundle), workdir)
-    with _DEPS_LOCK:
-        if key in _DEPS_CACHE:
-            return _DEPS_CACHE[key]
-    prefix = f"{workdir}/" if workdir else ""
-    wanted = {prefix + "requirements.txt", prefix + "pyproject.toml"}
-    texts: dict[str, str] = {}
-    with tarfile.open(bundle, "r:gz") as tar:
-        for member in tar:
-            if member.name in wanted and member.isreg():
-                f = tar.extractfile(member)
-                texts[member.name.removeprefix(prefix)] = f.read().decode(errors="replace") if f else ""
-    lines: list[str] = []
-    if "requirements.txt" in texts:
-        lines = [ln.strip() for ln in texts["requirements.txt"].splitlines()
-                 if ln.strip() and not ln.strip().startswith("#")]
-    elif "pyproject.toml" in texts:
-        import tomllib
-
-        try:
-            doc = tomllib.loads(texts["pyproject.toml"])
-        except tomllib.TOMLDecodeError:
-            doc = {}
-        lines = [str(d) for d in doc.get("project", {}).get("dependencies", []) or []]
-    result = lines or None
-    with _DEPS_LOCK:
-        _DEPS_CACHE[key] = result
-    return result
 
 
 def parse_gpus(text: str) -> list[dict]:
@@ -426,17 +389,12 @@ printf '%s\\n' "$py"
         attempt = job.attempt
         jd, ad = self.job_dir(job), self.attempt_dir(job, attempt)
         workdir = f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/")
-        lines = await asyncio.to_thread(
-            requirement_lines, paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
-            job.plan.get("workdir") or "")
+        found = await asyncio.to_thread(
+            requirements.bundle_dependencies, paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+            job.plan.get("workdir") or "", job.plan.get("extras") or ())
         python = base_python or remote["python"]
-        deps = None
-        if lines:
-            h = hashlib.sha256()
-            for part in [python, remote["version"], *lines]:
-                h.update(part.encode() + b"\0")
-            deps = {"hash": h.hexdigest()[:32], "requirements": lines, "file": None,
-                    "venvs_dir": f"{remote['root']}/venvs"}
+        deps = requirements.deps_spec(found, python=python, version=remote["version"],
+                                      venvs_dir=f"{remote['root']}/venvs")
         spec = launch_spec(job, job_dir=jd, attempt_dir=ad, workdir=workdir, runtime_dir=runtime,
                            python=python, deps=deps, env_secrets=env_secrets)
         restore, sent_c = await self._restore_checkpoint(job, env_secrets)

@@ -314,17 +314,18 @@ def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, py
         log.line(f"dependencies: reusing environment {deps['hash'][:12]}")
         return python
     shutil.rmtree(venv, ignore_errors=True)  # a half-built env from a crash
+    constraints = deps.get("constraints") or []
     log.line(f"dependencies: creating environment {deps['hash'][:12]} "
-             f"({len(deps['requirements'])} requirements)")
+             f"({len(deps['requirements'])} requirements"
+             + (f", {len(constraints)} constraints" if constraints else "") + ")")
+    for note in deps.get("notes") or []:
+        log.line(f"dependencies: {note}")
     started = time.time()
     status = _run_logged([base, "-m", "venv", "--system-site-packages", venv], log)
     if status != 0:
         raise RuntimeError(f"creating the environment failed with status {status}")
-    req_file = os.path.join(venv, "requirements.txt")
-    with open(req_file, "w") as f:
-        f.write("\n".join(deps["requirements"]) + "\n")
     cmd = [python, "-m", "pip", "install", "--disable-pip-version-check",
-           "--no-input", "--progress-bar", "off", "-r", req_file]
+           "--no-input", "--progress-bar", "off", *_requirement_files(deps, venv)]
     sandbox = _sandbox_plan(spec, python, writable=[venv])
     env = _job_env(spec, python, sandbox)  # pip runs the project's build code: the job's rules
     env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH", "")])
@@ -336,6 +337,23 @@ def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, py
     _write_atomic(ready, json.dumps({"created": time.time()}))
     log.line(f"dependencies: installed in {time.time() - started:.1f}s")
     return python
+
+
+def _requirement_files(deps: dict, venv: str) -> list[str]:
+    """Write the flattened lines (core.packaging.requirements) into the venv and return pip's
+    arguments for them. The index options go first in requirements.txt, not on the command
+    line, so pip fills `${NAME}` in them from the job's environment as it would in the
+    project's own file; nothing refers to another file, so the venv's location is no matter."""
+    req_file = os.path.join(venv, "requirements.txt")
+    with open(req_file, "w") as f:
+        f.write("\n".join([*(deps.get("options") or []), *deps["requirements"]]) + "\n")
+    args = ["-r", req_file]
+    if deps.get("constraints"):
+        con_file = os.path.join(venv, "constraints.txt")
+        with open(con_file, "w") as f:
+            f.write("\n".join(deps["constraints"]) + "\n")
+        args += ["-c", con_file]
+    return args
 
 
 def _job_env(spec: dict, python: str, sandbox: dict | None = None) -> dict[str, str]:
