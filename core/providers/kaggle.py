@@ -1,7 +1,7 @@
 """The `kaggle` target: Kaggle's free weekly GPU hours, through Kaggle's official SDK.
 
     targets:
-      kg: {kind: kaggle, accelerator: t4x2, internet: false, max_resumes: 3}
+      kg: {kind: kaggle, accelerator: t4x2, internet: false, offline: auto, max_resumes: 3}
 
 How a job travels (every call is one of Kaggle's public API calls, made with `kagglesdk`, the
 SDK the official `kaggle` package is built on):
@@ -9,6 +9,11 @@ SDK the official `kaggle` package is built on):
 - the project's bundle and gpu-router's runtime go up as one private data set named by their
   content hash (`gr-<hash>`); an unchanged re-submit finds it (GetDatasetStatus) and uploads
   nothing but the kernel; each local data set likewise, once per content hash;
+- dependencies: without internet (Kaggle's default), the project's requirements are resolved
+  here for Kaggle's image into a wheelhouse (core/providers/kaggle_deps.py), shipped once as a
+  private data set named by its hash, and installed with `--no-index`; this happens in the
+  job's provisioning step, before the first upload, so a package that cannot be shipped is
+  named before anything goes up;
 - each attempt is a private kernel `gr-<short id>-a<attempt>` whose code is
   core/runtime/kaggle_kernel.py with the attempt's spec in front; GPU on, the accelerator from
   the request or the target, internet off unless the target says so, and a session timeout
@@ -32,6 +37,7 @@ import asyncio
 import hashlib
 import io
 import json
+import logging
 import shutil
 import tarfile
 import tempfile
@@ -45,7 +51,7 @@ from core.jobs.store import Job
 from core.errors import UserError
 from core.packaging.bundle import list_data
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
-from core.providers import logmirror
+from core.providers import kaggle_deps, logmirror
 from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
@@ -64,7 +70,25 @@ CHECKPOINT_LEAD_S = 600.0  # ask the job to save this long before the session en
 API_TIMEOUT_S = 60.0  # one API call; uploads have upload_timeout_s
 SCRATCH_VENVS = "/tmp/gpu-router/venvs"  # outside /kaggle/working: scratch, not the session's output
 KERNEL_CODE = RUNTIME_DIR / "kaggle_kernel.py"
+log = logging.getLogger("gpu_router.kaggle")
 STATES = {"QUEUED": "provisioning", "NEW_SCRIPT": "provisioning", "RUNNING": "running"}
+
+
+def split_requirement_lines(lines: list[str]) -> tuple[list[str], list[str]]:
+    """Requirement specifiers and pip's index options (`--index-url URL`, `-i URL`,
+    `--extra-index-url URL`, `--find-links URL`) from requirements.txt's lines; other option
+    lines are left out (core/packaging/requirements.py reads files fully)."""
+    reqs, args = [], []
+    for line in lines:
+        if not line.startswith("-"):
+            reqs.append(line.split(" #", 1)[0].strip())
+            continue
+        head, _, value = line.partition(" ")
+        opt, eq, inline = head.partition("=")
+        value = inline if eq else value
+        if opt in ("--index-url", "-i", "--extra-index-url", "--find-links", "-f") and value.strip():
+            args += [{"-i": "--index-url", "-f": "--find-links"}.get(opt, opt), value.strip()]
+    return reqs, args
 
 
 def secret_name(target: str) -> str:
@@ -325,14 +349,19 @@ class KaggleProvider(ServiceTarget, MirroredLog):
     def kernel_slug(self, job: Job, attempt: int | None = None) -> str:
         return f"gr-{job.short_id}-a{attempt or job.attempt}"
 
-    def _spec(self, job: Job, keys: dict) -> dict:
+    def _requirements(self, job: Job) -> list[str] | None:
+        return requirement_lines(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz", job.plan.get("workdir") or "")
+
+    def _spec(self, job: Job, keys: dict, wheelhouse: str | None = None) -> dict:
         jd = "@JOB@"
         adir = f"{jd}/attempts/{job.attempt}"
-        lines = requirement_lines(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz", job.plan.get("workdir") or "")
+        lines = self._requirements(job)
         deps = None
         if lines:
-            deps = {"hash": hashlib.sha256("\0".join(lines).encode()).hexdigest()[:32],
+            deps = {"hash": hashlib.sha256("\0".join([*lines, wheelhouse or ""]).encode()).hexdigest()[:32],
                     "requirements": lines, "file": None, "venvs_dir": SCRATCH_VENVS}
+            if wheelhouse:
+                deps["wheelhouse"] = wheelhouse  # the launcher installs with --no-index from it
         spec = launch_spec(job, job_dir=jd, attempt_dir=adir,
                            workdir=f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/"),
                            runtime_dir=f"{jd}/../runtime", python="python3", deps=deps, env_secrets={})
@@ -346,12 +375,38 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         """Seconds Kaggle lets this attempt run: the job's hours with a margin, within the limit."""
         return int(min(hours * 1.5 * 3600 + 300, self.session_limit_h * 3600))
 
+    def _wheelhouse(self, job: Job, lines: list[str], say) -> tuple[dict, Path]:
+        """The job's wheelhouse for Kaggle's image (cached), as (where it goes, its archive)."""
+        from core.packaging import wheelhouse
+
+        reqs, pip_args = split_requirement_lines(lines)
+        image = kaggle_deps.image_packages(self, say)
+        wh = wheelhouse.build(reqs, [], pip_args, kaggle_deps.KAGGLE_PLATFORM, image, say=say)
+        short = wh.content_hash[:32]
+        return {"key": f"wh-{short}.gr", "slug": f"gr-wh-{wh.content_hash[:24]}",
+                "path": f"{kaggle_deps.WHEELHOUSE_DIR}/{short}"}, wh.archive()
+
     def _launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
         from kagglesdk.kernels.types.kernels_api_service import ApiSaveKernelRequest
 
         if env_secrets:
             raise RuntimeError("a kaggle target cannot receive keychain secrets: run jobs that read "
                                "secrets on another target")
+        notes: list[str] = []
+
+        def say(text: str) -> None:
+            log.info("job %s: %s", job.short_id, text)
+            notes.append(text)
+
+        lines = self._requirements(job)
+        refused_before = kaggle_deps.internet_refused(self.name)
+        internet = bool(self.options.get("internet", False)) and not refused_before
+        offline = kaggle_deps.offline_mode(self.options) or not internet
+        if refused_before and self.options.get("internet"):
+            say(f"Kaggle refused internet to target {self.name} before: installing from a wheelhouse")
+        wh = wh_archive = None
+        if lines and offline:  # resolved before any upload: what cannot ship is named first
+            wh, wh_archive = self._wheelhouse(job, lines, say)
         rt_hash, rt_bytes = runtime_archive()
         bundle = paths.bundles_dir() / f"{job.bundle_hash}.tar.gz"
         key = hashlib.sha256(f"{job.bundle_hash}:{rt_hash}".encode()).hexdigest()[:24]
@@ -359,52 +414,85 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         sent = self._dataset(f"gr-{key}", {keys["bundle"]: bundle, keys["runtime"]: rt_bytes})
         data_keys, data_slugs, sent_d = self._data_sets(job)
         keys["data"] = data_keys
-        spec = self._spec(job, keys)
-        text = f"SPEC = {spec!r}\n" + KERNEL_CODE.read_text()  # a Python literal: no import needed
         user = self.user()
-        req = ApiSaveKernelRequest()
-        req.slug = f"{user}/{self.kernel_slug(job)}"
-        req.new_title = self.kernel_slug(job)
-        req.text = text
-        req.language = "python"
-        req.kernel_type = "script"
-        req.is_private = True
-        req.enable_gpu = True
-        req.enable_internet = bool(self.options.get("internet", False))
-        offer = job.plan.get("offer")
-        req.machine_shape = ACCELERATORS[offer][0] if offer in ACCELERATORS else self.machine_shape
-        req.dataset_data_sources = [f"{user}/gr-{key}", *data_slugs]
-        if job.attempt > 1:
-            req.kernel_data_sources = [f"{user}/{self.kernel_slug(job, job.attempt - 1)}"]
-        req.session_timeout_seconds = self.session_timeout(float(job.plan.get("hours") or self.session_limit_h))
-        answer = self._call("kernels", "save_kernel", req)
+        sources = [f"{user}/gr-{key}", *data_slugs]
+
+        def ship_wheelhouse() -> int:
+            assert wh is not None and wh_archive is not None
+            keys["wheelhouse"] = wh["key"]
+            sources.append(f"{user}/{wh['slug']}")
+            sent_w = self._dataset(wh["slug"], {wh["key"]: wh_archive})
+            say(f"dependencies: wheelhouse {wh['slug']} " + (f"uploaded ({sent_w} bytes)" if sent_w
+                                                              else "already on Kaggle: nothing uploaded"))
+            return sent_w
+
+        if wh is not None:
+            sent_d += ship_wheelhouse()
+
+        def push(with_internet: bool):
+            spec = self._spec(job, keys, wheelhouse=wh["path"] if wh else None)
+            text = f"SPEC = {spec!r}\n" + KERNEL_CODE.read_text()  # a Python literal: no import needed
+            req = ApiSaveKernelRequest()
+            req.slug = f"{user}/{self.kernel_slug(job)}"
+            req.new_title = self.kernel_slug(job)
+            req.text = text
+            req.language = "python"
+            req.kernel_type = "script"
+            req.is_private = True
+            req.enable_gpu = True
+            req.enable_internet = with_internet
+            offer = job.plan.get("offer")
+            req.machine_shape = ACCELERATORS[offer][0] if offer in ACCELERATORS else self.machine_shape
+            req.dataset_data_sources = list(sources)
+            if job.attempt > 1:
+                req.kernel_data_sources = [f"{user}/{self.kernel_slug(job, job.attempt - 1)}"]
+            req.session_timeout_seconds = self.session_timeout(float(job.plan.get("hours") or self.session_limit_h))
+            return self._call("kernels", "save_kernel", req), text
+
+        answer, text = push(internet)
+        if answer.error and internet and kaggle_deps.is_refusal(answer.error):
+            kaggle_deps.remember_refusal(self.name, answer.error)
+            say(f"Kaggle refused internet for target {self.name} ({answer.error}): it grants it only to "
+                "phone-verified accounts; installing the dependencies from a wheelhouse instead")
+            if lines and wh is None:
+                wh, wh_archive = self._wheelhouse(job, lines, say)
+                sent_d += ship_wheelhouse()
+            answer, text = push(False)
         if answer.error:
             raise RuntimeError(f"Kaggle refused the kernel: {answer.error}")
         return {"attempt": job.attempt, "kernel": f"{user}/{self.kernel_slug(job)}",
                 "kernel_id": answer.kernel_id, "version": answer.version_number,
-                "uploaded_bytes": sent + sent_d + len(text), "launched_at": time.time()}
+                "uploaded_bytes": sent + sent_d + len(text), "launched_at": time.time(),
+                "internet": bool(internet and not kaggle_deps.internet_refused(self.name)),
+                "notes": notes}
 
     async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
         return await asyncio.to_thread(self._launch, job, env_secrets)
 
     def _status(self, job: Job) -> tuple[str, str]:
+        return self._kernel_status(self.kernel_slug(job))
+
+    def _kernel_status(self, slug: str) -> tuple[str, str]:
         from kagglesdk.kernels.types.kernels_api_service import ApiGetKernelSessionStatusRequest
 
         req = ApiGetKernelSessionStatusRequest()
-        req.user_name, req.kernel_slug = self.user(), self.kernel_slug(job)
+        req.user_name, req.kernel_slug = self.user(), slug
         r = self._call("kernels", "get_kernel_session_status", req)
         name = r.status.name if hasattr(r.status, "name") else str(r.status)
         return name, r.failure_message or ""
 
     def _output(self, job: Job) -> tuple[list[tuple[str, str]], str]:
         """The session's output files (name, url) and its log, all pages."""
+        return self._kernel_output(self.kernel_slug(job))
+
+    def _kernel_output(self, slug: str) -> tuple[list[tuple[str, str]], str]:
         from kagglesdk.kernels.types.kernels_api_service import ApiListKernelSessionOutputRequest
 
         files: list[tuple[str, str]] = []
         log, token = "", None
         for _ in range(100):
             req = ApiListKernelSessionOutputRequest()
-            req.user_name, req.kernel_slug = self.user(), self.kernel_slug(job)
+            req.user_name, req.kernel_slug = self.user(), slug
             if token:
                 req.page_token = token
             r = self._call("kernels", "list_kernel_session_output", req)
