@@ -8,7 +8,7 @@ tests that resolve dependencies never depend on a public index.
     ... PIP_INDEX_URL=index.url ...
 
 Wheels are written by hand (a zip with METADATA, WHEEL and RECORD: what pip reads); a source
-distribution is a tar.gz holding a setup.py and PKG-INFO, built by pip with setuptools.
+distribution carries its own tiny PEP 517 backend, so building it needs no index either.
 """
 
 from __future__ import annotations
@@ -92,18 +92,16 @@ class PackageIndex:
 
     def add_sdist(self, name: str, version: str, files: dict[str, str], *, requires: list[str] = (),
                   compiled: bool = False) -> Path:
-        """A setuptools source distribution; `compiled` makes its wheel platform-specific (a
-        distribution that says it has extension modules), without needing a compiler."""
+        """A source distribution with an in-tree PEP 517 build backend (`backend-path`, no
+        build requirements), so pip builds it with nothing from any index; `compiled` makes the
+        wheel it builds platform-specific (as a C extension's would be), with no compiler."""
         dist = name.replace("-", "_")
         base = f"{dist}-{version}"
-        packages = sorted({p.split("/")[0] for p in files if "/" in p})
-        setup = ("from setuptools import setup\nfrom setuptools.dist import Distribution\n"
-                 "class D(Distribution):\n    def has_ext_modules(self):\n"
-                 f"        return {compiled!r}\n"
-                 f"setup(name={name!r}, version={version!r}, packages={packages!r}, "
-                 f"install_requires={list(requires)!r}, distclass=D)\n")
-        contents = {**files, "setup.py": setup,
-                    "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
+        tag = "cp311-cp311-linux_x86_64" if compiled else "py3-none-any"
+        contents = {**files, "pyproject.toml": PYPROJECT, "_backend/tinybackend.py": BACKEND % {
+            "name": name, "dist": dist, "version": version, "tag": tag, "requires": list(requires),
+            "packages": sorted({p.split("/")[0] for p in files if "/" in p})},
+            "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
             for path, text in contents.items():
@@ -115,3 +113,45 @@ class PackageIndex:
         (self.files / fname).write_bytes(buf.getvalue())
         self._publish(name, fname)
         return self.files / fname
+
+
+PYPROJECT = """[build-system]
+requires = []
+build-backend = "tinybackend"
+backend-path = ["_backend"]
+"""
+
+BACKEND = '''"""A PEP 517 backend that zips the package folders into a wheel (standard library only)."""
+import base64, hashlib, os, zipfile
+
+NAME, DIST, VERSION, TAG = %(name)r, %(dist)r, %(version)r, %(tag)r
+REQUIRES, PACKAGES = %(requires)r, %(packages)r
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    info = f"{DIST}-{VERSION}.dist-info"
+    files = {}
+    for pkg in PACKAGES:
+        for here, _dirs, names in os.walk(pkg):
+            for n in names:
+                path = os.path.join(here, n)
+                files[path.replace(os.sep, "/")] = open(path, "rb").read()
+    files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\\nName: {NAME}\\nVersion: {VERSION}\\n"
+                                 + "".join(f"Requires-Dist: {r}\\n" for r in REQUIRES)).encode()
+    files[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\\nGenerator: tinybackend\\n"
+                              f"Root-Is-Purelib: {str(TAG.endswith('any')).lower()}\\nTag: {TAG}\\n").encode()
+    record = []
+    fname = f"{DIST}-{VERSION}-{TAG}.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, fname), "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+            h = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{path},sha256={h},{len(data)}")
+        record.append(f"{info}/RECORD,,")
+        z.writestr(f"{info}/RECORD", "\\n".join(record) + "\\n")
+    return fname
+'''
