@@ -19,13 +19,12 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 from core import paths
 from core.packaging.wheelhouse import TargetPlatform
 
-if TYPE_CHECKING:
-    from core.providers.kaggle import KaggleProvider
+KaggleProvider = Any  # core.providers.kaggle.KaggleProvider (which imports this module)
 
 # Kaggle's current GPU image: Kaggle/docker-python's Dockerfile.tmpl (commit 78aaa43, Aug 2026)
 # builds FROM Colab's runtime image release-colab-external-images_20260514 and installs into
@@ -85,7 +84,7 @@ def _image_file(target: str) -> Path:
     return paths.cache_dir() / f"kaggle-image-{target}.json"
 
 
-def image_packages(provider: "KaggleProvider", say: Callable[[str], None]) -> dict[str, str]:
+def image_packages(provider: KaggleProvider, say: Callable[[str], None]) -> dict[str, str]:
     """The packages of the image Kaggle runs kernels in (name -> version), probed once and
     cached; a probe that fails ships everything (an honest fallback: bigger, never wrong)."""
     path = _image_file(provider.name)
@@ -111,7 +110,7 @@ def image_packages(provider: "KaggleProvider", say: Callable[[str], None]) -> di
     return dict(doc["packages"])
 
 
-def _probe(provider: "KaggleProvider") -> dict:
+def _probe(provider: KaggleProvider) -> dict:
     from kagglesdk.kernels.types.kernels_api_service import ApiSaveKernelRequest
 
     user = provider.user()
