@@ -183,12 +183,42 @@ def _image_pins(image: dict[str, str], requirements: list[str], constraints: lis
     return pins
 
 
+def _not_in_image(image: dict[str, str], requirements: list[str],
+                  constraints: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The requirements the image does not already satisfy, and those it does (name ->
+    version): a requirement the image meets (no extras, its version accepted by the
+    requirement and the constraints) needs no index at all."""
+    limits: dict[str, list[Requirement]] = {}
+    for line in constraints:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        limits.setdefault(canonicalize_name(req.name), []).append(req)
+    left, had = [], {}
+    for line in requirements:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            left.append(line)
+            continue
+        name = canonicalize_name(req.name)
+        version = image.get(name)
+        if version and not req.extras and not req.url and all(
+                r.specifier.contains(version, prereleases=True) for r in [req, *limits.get(name, [])]):
+            had[name] = version
+        else:
+            left.append(line)
+    return left, had
+
+
 def _build(work: Path, requirements: list[str], constraints: list[str], pip_args: list[str],
            platform: TargetPlatform, image: dict[str, str], say: Say, python: str) -> None:
     built = work / "built"  # pure-Python wheels made here from source-only requirements
     wheels = work / "wheels"
     built.mkdir()
     wheels.mkdir()
+    requirements, had = _not_in_image(image, requirements, constraints)
     (work / "requirements.txt").write_text("\n".join(requirements) + "\n")
     (work / "constraints.txt").write_text("\n".join(constraints) + "\n")
     pins = _image_pins(image, requirements, constraints)
@@ -198,7 +228,8 @@ def _build(work: Path, requirements: list[str], constraints: list[str], pip_args
     started = time.monotonic()
     use_pins, tried = True, set()
     report = work / "report.json"
-    for _ in range(MAX_SDIST_BUILDS):
+    report.write_text('{"install": []}')
+    for _ in range(MAX_SDIST_BUILDS if requirements else 0):  # nothing left: no pip at all
         cmd = ["install", "--dry-run", "--ignore-installed", "--target", str(work / "t"), "--report", str(report),
                *platform.pip_options(), "--find-links", str(built), "-r", str(work / "requirements.txt"),
                "-c", str(work / "constraints.txt"), *pip_args]
@@ -225,9 +256,10 @@ def _build(work: Path, requirements: list[str], constraints: list[str], pip_args
                         fix="check the requirements (and the index options) with pip on this machine, or "
                             "pin versions that publish wheels for that platform")
     else:
-        raise UserError("too many source-only requirements to build", fix="pin versions that publish wheels")
+        if requirements:
+            raise UserError("too many source-only requirements to build", fix="pin versions that publish wheels")
     items = json.loads(report.read_text()).get("install", [])
-    ship, skipped = [], {}
+    ship, skipped = [], dict(had)
     for item in items:
         meta = item.get("metadata", {})
         name, version = canonicalize_name(meta.get("name", "")), meta.get("version", "")

@@ -383,6 +383,8 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         image = kaggle_deps.image_packages(self, say)
         wh = wheelhouse.build(reqs, [], pip_args, kaggle_deps.KAGGLE_PLATFORM, image, say=say)
         short = wh.content_hash[:32]
+        if not wh.files:  # the image has it all: nothing ships, pip still installs with --no-index
+            return {"key": None, "slug": None, "path": f"{kaggle_deps.WHEELHOUSE_DIR}/{short}"}, None
         return {"key": f"wh-{short}.gr", "slug": f"gr-wh-{wh.content_hash[:24]}",
                 "path": f"{kaggle_deps.WHEELHOUSE_DIR}/{short}"}, wh.archive()
 
@@ -418,7 +420,10 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         sources = [f"{user}/gr-{key}", *data_slugs]
 
         def ship_wheelhouse() -> int:
-            assert wh is not None and wh_archive is not None
+            assert wh is not None
+            if wh_archive is None:
+                say("dependencies: Kaggle's image has every one: nothing to ship")
+                return 0
             keys["wheelhouse"] = wh["key"]
             sources.append(f"{user}/{wh['slug']}")
             sent_w = self._dataset(wh["slug"], {wh["key"]: wh_archive})
