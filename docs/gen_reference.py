@@ -94,7 +94,11 @@ DESCRIBE: dict[str, str] = {
     # kaggle and modal
     "service.accelerator": "the Kaggle accelerator",
     "service.gpu": "the default Modal GPU type",
-    "service.internet": "true lets the job reach the internet (off by default)",
+    "service.internet": "true lets the job reach the internet (off by default; Kaggle grants it only "
+                        "to phone-verified accounts, and a refusal falls back to a wheelhouse)",
+    "service.offline": "kaggle: auto (default: offline unless internet is true), true (always install "
+                       "the dependencies from a wheelhouse built on this machine) or false (always "
+                       "from the package index; needs internet: true)",
     "service.max_resumes": "new sessions a job may be resumed in after the limit",
     "service.checkpoint_lead_s": "seconds before the session's limit the job is asked to checkpoint "
                                  "(default 600)",
@@ -205,7 +209,8 @@ def _targets(used: set[str]) -> list[str]:
         rows = [(f"`{gpu_key}`", f"{DESCRIBE[f'service.{gpu_key}']}: {', '.join(choices)} "
                                  f"(default {default})")]
         used.add(f"service.{gpu_key}")
-        for key in ("internet", *numbers, "max_output_bytes", "max_output_files"):
+        for key in ("internet", *(("offline",) if kind == "kaggle" else ()), *numbers,
+                    "max_output_bytes", "max_output_files"):
             (_, text), = _described("service", [key], used)
             if key in numbers:
                 lo, hi = numbers[key]

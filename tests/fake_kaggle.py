@@ -9,6 +9,13 @@ Kaggle (`working/` as the current folder, each data set and each source kernel's
 `input/<slug>/`), run by this Python in a subprocess with the kernel's session timeout, and
 everything it leaves under `working/` is the session's output, served file by file.
 
+A kernel pushed with `enableInternet: false` (Kaggle's default) runs with no network at all, as
+on Kaggle: in a network namespace of its own (`unshare --net --map-current-user`, which works
+unprivileged), where not even this fake on 127.0.0.1 can be reached. `enableInternet: true` is
+granted only when the test marks the account phone-verified (`phone_verified=True`); otherwise
+the push is answered with an error saying internet needs phone verification (our reading of
+Kaggle's refusal, not checked against kaggle.com) and nothing runs.
+
 Every call is recorded (`calls`), with whether it carried credentials, so tests assert what was
 sent: private, GPU on, the machine shape, the data sets by content hash, no secret anywhere.
 """
@@ -68,13 +75,14 @@ class Session:
 class FakeKaggle:
     def __init__(self, root: Path, *, port: int = 80, user: str = "alice", key: str = "k-secret-123",
                  token: str | None = None, quota_hours: float = 30.0, used_hours: float = 0.0,
-                 queue_s: float = 0.0) -> None:
+                 queue_s: float = 0.0, phone_verified: bool = False) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.user, self.key, self.token = user, key, token
         self.quota_s = quota_hours * 3600
         self.used_s = used_hours * 3600
         self.queue_s = queue_s
+        self.phone_verified = phone_verified
         self.stall: set[str] = set()  # methods that answer only after the client gave up
         self.calls: list[dict] = []
         self.blobs: dict[str, bytes] = {}
@@ -237,6 +245,9 @@ class FakeKaggle:
         owner, _, slug = ref.partition("/")
         if owner != self.user or not slug:
             return 400, f"bad kernel slug {ref}"
+        if body.get("enableInternet") and not self.phone_verified:
+            return 200, {"ref": f"/code/{ref}", "error": "Internet access requires a phone-verified account "
+                                                          "(kaggle.com > Settings > Phone verification)"}
         for src in body.get("datasetDataSources", []):
             if src not in self.datasets:
                 return 200, {"ref": f"/code/{ref}", "error": "", "invalidDatasetSources": [src]}
@@ -268,7 +279,10 @@ class FakeKaggle:
     def _start(self, s: Session) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KAGGLE_", "GPU_ROUTER_"))}
         out = open(s.stdout, "wb")  # noqa: SIM115 - the child writes to it
-        s.proc = subprocess.Popen([sys.executable, str(s.root / "kernel.py")], cwd=s.working, env=env,
+        cmd = [sys.executable, str(s.root / "kernel.py")]
+        if not s.body.get("enableInternet"):  # no network at all: its own, empty namespace
+            cmd = ["unshare", "--net", "--map-current-user", *cmd]
+        s.proc = subprocess.Popen(cmd, cwd=s.working, env=env,
                                   stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                   start_new_session=True)
         out.close()

@@ -68,6 +68,8 @@ def validate_service(name: str, kind: str, options: dict[str, Any], where: str) 
     """A kaggle or modal target's options, by SERVICE_KINDS."""
     (gpu_key, choices, default), numbers = SERVICE_KINDS[kind]
     allowed = {gpu_key, "internet", *numbers, "max_output_bytes", "max_output_files"}
+    if kind == "kaggle":
+        allowed.add("offline")
     for key in options:
         if key not in allowed:
             _fail(f"targets.{name}: unknown option {shorten(key)} for a {kind} target", where,
@@ -77,6 +79,13 @@ def validate_service(name: str, kind: str, options: dict[str, Any], where: str) 
               f"(got {shorten(options.get(gpu_key))})", where)
     if not isinstance(options.get("internet", False), bool):
         _fail(f"targets.{name}.internet must be true or false", where)
+    offline = options.get("offline", "auto")
+    if offline not in ("auto", True, False):
+        _fail(f"targets.{name}.offline must be auto, true or false (got {shorten(offline)})", where)
+    if offline is False and not options.get("internet", False):
+        _fail(f"targets.{name}: offline: false installs dependencies from the package index, which "
+              "needs internet", where, f"add internet: true to targets.{name} (a phone-verified Kaggle "
+              "account), or leave offline at auto")
     for key, (lo, hi) in numbers.items():
         v = options.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):

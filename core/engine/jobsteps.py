@@ -193,7 +193,10 @@ class JobSteps:
             log.exception("job %s: launch failed", job.short_id)
             await self.db(self._fail, job, f"could not start on {provider.name}: {exc}")
             return
+        notes = handle.pop("notes", None) or []  # what the provider did to start it (its dependencies)
         await self.db(self.store.update, job.id, handle={**carried_over(job.handle), **handle})
+        for note in notes:
+            await self.db(self.store.add_event, job.id, note, actor="supervisor")
         await self.db(self.store.add_event, job.id, f"attempt {job.attempt} started on {provider.name}",
                              data={"attempt": job.attempt})
 

@@ -1,7 +1,7 @@
 """The `kaggle` target: Kaggle's free weekly GPU hours, through Kaggle's official SDK.
 
     targets:
-      kg: {kind: kaggle, accelerator: t4x2, internet: false, max_resumes: 3}
+      kg: {kind: kaggle, accelerator: t4x2, internet: false, offline: auto, max_resumes: 3}
 
 How a job travels (every call is one of Kaggle's public API calls, made with `kagglesdk`, the
 SDK the official `kaggle` package is built on):
@@ -9,6 +9,11 @@ SDK the official `kaggle` package is built on):
 - the project's bundle and gpu-router's runtime go up as one private data set named by their
   content hash (`gr-<hash>`); an unchanged re-submit finds it (GetDatasetStatus) and uploads
   nothing but the kernel; each local data set likewise, once per content hash;
+- dependencies: without internet (Kaggle's default), the project's requirements are resolved
+  here for Kaggle's image into a wheelhouse (core/providers/kaggle_deps.py), shipped once as a
+  private data set named by its hash, and installed with `--no-index`; this happens in the
+  job's provisioning step, before the first upload, so a package that cannot be shipped is
+  named before anything goes up;
 - each attempt is a private kernel `gr-<short id>-a<attempt>` whose code is
   core/runtime/kaggle_kernel.py with the attempt's spec in front; GPU on, the accelerator from
   the request or the target, internet off unless the target says so, and a session timeout
@@ -32,6 +37,8 @@ import asyncio
 import hashlib
 import io
 import json
+import logging
+import shlex
 import shutil
 import tarfile
 import tempfile
@@ -45,7 +52,7 @@ from core.jobs.store import Job
 from core.errors import UserError
 from core.packaging.local_data import list_data
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
-from core.providers import logmirror
+from core.providers import kaggle_deps, logmirror
 from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
@@ -65,7 +72,9 @@ CHECKPOINT_LEAD_S = 600.0  # ask the job to save this long before the session en
 API_TIMEOUT_S = 60.0  # one API call; uploads have upload_timeout_s
 SCRATCH_VENVS = "/tmp/gpu-router/venvs"  # outside /kaggle/working: scratch, not the session's output
 KERNEL_CODE = RUNTIME_DIR / "kaggle_kernel.py"
+log = logging.getLogger("gpu_router.kaggle")
 STATES = {"QUEUED": "provisioning", "NEW_SCRIPT": "provisioning", "RUNNING": "running"}
+
 
 
 def secret_name(target: str) -> str:
@@ -326,13 +335,19 @@ class KaggleProvider(ServiceTarget, MirroredLog):
     def kernel_slug(self, job: Job, attempt: int | None = None) -> str:
         return f"gr-{job.short_id}-a{attempt or job.attempt}"
 
-    def _spec(self, job: Job, keys: dict) -> dict:
+    def _requirements(self, job: Job) -> requirements.Dependencies | None:
+        return requirements.bundle_dependencies(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+                                                job.plan.get("workdir") or "", job.plan.get("extras") or ())
+
+    def _spec(self, job: Job, keys: dict, wheelhouse: str | None = None) -> dict:
         jd = "@JOB@"
         adir = f"{jd}/attempts/{job.attempt}"
-        found = requirements.bundle_dependencies(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
-                                                 job.plan.get("workdir") or "", job.plan.get("extras") or ())
+        found = self._requirements(job)
         # the kernel's Python is the image's: one scratch venv per session, named by the lines
-        deps = requirements.deps_spec(found, python="python3", version="kaggle", venvs_dir=SCRATCH_VENVS)
+        deps = requirements.deps_spec(found, python="python3", version=f"kaggle:{wheelhouse or ''}",
+                                      venvs_dir=SCRATCH_VENVS)
+        if deps is not None and wheelhouse:
+            deps["wheelhouse"] = wheelhouse  # the launcher installs with --no-index from it
         spec = launch_spec(job, job_dir=jd, attempt_dir=adir,
                            workdir=f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/"),
                            runtime_dir=f"{jd}/../runtime", python="python3", deps=deps, env_secrets={})
@@ -346,12 +361,41 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         """Seconds Kaggle lets this attempt run: the job's hours with a margin, within the limit."""
         return int(min(hours * 1.5 * 3600 + 300, self.session_limit_h * 3600))
 
+    def _wheelhouse(self, job: Job, found: requirements.Dependencies, say) -> tuple[dict, Path]:
+        """The job's wheelhouse for Kaggle's image (cached), as (where it goes, its archive)."""
+        from core.packaging import wheelhouse
+
+        pip_args = [arg for line in found.options for arg in shlex.split(line)]
+        image = kaggle_deps.image_packages(self, say)
+        wh = wheelhouse.build(found.requirements, found.constraints, pip_args, kaggle_deps.KAGGLE_PLATFORM,
+                              image, say=say)
+        short = wh.content_hash[:32]
+        if not wh.files:  # the image has it all: nothing ships, pip still installs with --no-index
+            return {"key": None, "slug": None, "path": f"{kaggle_deps.WHEELHOUSE_DIR}/{short}"}, None
+        return {"key": f"wh-{short}.gr", "slug": f"gr-wh-{wh.content_hash[:24]}",
+                "path": f"{kaggle_deps.WHEELHOUSE_DIR}/{short}"}, wh.archive()
+
     def _launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
         from kagglesdk.kernels.types.kernels_api_service import ApiSaveKernelRequest
 
         if env_secrets:
             raise RuntimeError("a kaggle target cannot receive keychain secrets: run jobs that read "
                                "secrets on another target")
+        notes: list[str] = []
+
+        def say(text: str) -> None:
+            log.info("job %s: %s", job.short_id, text)
+            notes.append(text)
+
+        found = self._requirements(job)
+        refused_before = kaggle_deps.internet_refused(self.name)
+        internet = bool(self.options.get("internet", False)) and not refused_before
+        offline = kaggle_deps.offline_mode(self.options) or not internet
+        if refused_before and self.options.get("internet"):
+            say(f"Kaggle refused internet to target {self.name} before: installing from a wheelhouse")
+        wh = wh_archive = None
+        if found and offline:  # resolved before any upload: what cannot ship is named first
+            wh, wh_archive = self._wheelhouse(job, found, say)
         rt_hash, rt_bytes = runtime_archive()
         bundle = paths.bundles_dir() / f"{job.bundle_hash}.tar.gz"
         key = hashlib.sha256(f"{job.bundle_hash}:{rt_hash}".encode()).hexdigest()[:24]
@@ -359,52 +403,88 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         sent = self._dataset(f"gr-{key}", {keys["bundle"]: bundle, keys["runtime"]: rt_bytes})
         data_keys, data_slugs, sent_d = self._data_sets(job)
         keys["data"] = data_keys
-        spec = self._spec(job, keys)
-        text = f"SPEC = {spec!r}\n" + KERNEL_CODE.read_text()  # a Python literal: no import needed
         user = self.user()
-        req = ApiSaveKernelRequest()
-        req.slug = f"{user}/{self.kernel_slug(job)}"
-        req.new_title = self.kernel_slug(job)
-        req.text = text
-        req.language = "python"
-        req.kernel_type = "script"
-        req.is_private = True
-        req.enable_gpu = True
-        req.enable_internet = bool(self.options.get("internet", False))
-        offer = job.plan.get("offer")
-        req.machine_shape = ACCELERATORS[offer][0] if offer in ACCELERATORS else self.machine_shape
-        req.dataset_data_sources = [f"{user}/gr-{key}", *data_slugs]
-        if job.attempt > 1:
-            req.kernel_data_sources = [f"{user}/{self.kernel_slug(job, job.attempt - 1)}"]
-        req.session_timeout_seconds = self.session_timeout(float(job.plan.get("hours") or self.session_limit_h))
-        answer = self._call("kernels", "save_kernel", req)
+        sources = [f"{user}/gr-{key}", *data_slugs]
+
+        def ship_wheelhouse() -> int:
+            assert wh is not None
+            if wh_archive is None:
+                say("dependencies: Kaggle's image has every one: nothing to ship")
+                return 0
+            keys["wheelhouse"] = wh["key"]
+            sources.append(f"{user}/{wh['slug']}")
+            sent_w = self._dataset(wh["slug"], {wh["key"]: wh_archive})
+            say(f"dependencies: wheelhouse {wh['slug']} " + (f"uploaded ({sent_w} bytes)" if sent_w
+                                                              else "already on Kaggle: nothing uploaded"))
+            return sent_w
+
+        if wh is not None:
+            sent_d += ship_wheelhouse()
+
+        def push(with_internet: bool):
+            spec = self._spec(job, keys, wheelhouse=wh["path"] if wh else None)
+            text = f"SPEC = {spec!r}\n" + KERNEL_CODE.read_text()  # a Python literal: no import needed
+            req = ApiSaveKernelRequest()
+            req.slug = f"{user}/{self.kernel_slug(job)}"
+            req.new_title = self.kernel_slug(job)
+            req.text = text
+            req.language = "python"
+            req.kernel_type = "script"
+            req.is_private = True
+            req.enable_gpu = True
+            req.enable_internet = with_internet
+            offer = job.plan.get("offer")
+            req.machine_shape = ACCELERATORS[offer][0] if offer in ACCELERATORS else self.machine_shape
+            req.dataset_data_sources = list(sources)
+            if job.attempt > 1:
+                req.kernel_data_sources = [f"{user}/{self.kernel_slug(job, job.attempt - 1)}"]
+            req.session_timeout_seconds = self.session_timeout(float(job.plan.get("hours") or self.session_limit_h))
+            return self._call("kernels", "save_kernel", req), text
+
+        answer, text = push(internet)
+        if answer.error and internet and kaggle_deps.is_refusal(answer.error):
+            kaggle_deps.remember_refusal(self.name, answer.error)
+            say(f"Kaggle refused internet for target {self.name} ({answer.error}): it grants it only to "
+                "phone-verified accounts; installing the dependencies from a wheelhouse instead")
+            if found and wh is None:
+                wh, wh_archive = self._wheelhouse(job, found, say)
+                sent_d += ship_wheelhouse()
+            answer, text = push(False)
         if answer.error:
             raise RuntimeError(f"Kaggle refused the kernel: {answer.error}")
         return {"attempt": job.attempt, "kernel": f"{user}/{self.kernel_slug(job)}",
                 "kernel_id": answer.kernel_id, "version": answer.version_number,
-                "uploaded_bytes": sent + sent_d + len(text), "launched_at": time.time()}
+                "uploaded_bytes": sent + sent_d + len(text), "launched_at": time.time(),
+                "internet": bool(internet and not kaggle_deps.internet_refused(self.name)),
+                "notes": notes}
 
     async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
         return await asyncio.to_thread(self._launch, job, env_secrets)
 
     def _status(self, job: Job) -> tuple[str, str]:
+        return self._kernel_status(self.kernel_slug(job))
+
+    def _kernel_status(self, slug: str) -> tuple[str, str]:
         from kagglesdk.kernels.types.kernels_api_service import ApiGetKernelSessionStatusRequest
 
         req = ApiGetKernelSessionStatusRequest()
-        req.user_name, req.kernel_slug = self.user(), self.kernel_slug(job)
+        req.user_name, req.kernel_slug = self.user(), slug
         r = self._call("kernels", "get_kernel_session_status", req)
         name = r.status.name if hasattr(r.status, "name") else str(r.status)
         return name, r.failure_message or ""
 
     def _output(self, job: Job) -> tuple[list[tuple[str, str]], str]:
         """The session's output files (name, url) and its log, all pages."""
+        return self._kernel_output(self.kernel_slug(job))
+
+    def _kernel_output(self, slug: str) -> tuple[list[tuple[str, str]], str]:
         from kagglesdk.kernels.types.kernels_api_service import ApiListKernelSessionOutputRequest
 
         files: list[tuple[str, str]] = []
         log, token = "", None
         for _ in range(100):
             req = ApiListKernelSessionOutputRequest()
-            req.user_name, req.kernel_slug = self.user(), self.kernel_slug(job)
+            req.user_name, req.kernel_slug = self.user(), slug
             if token:
                 req.page_token = token
             r = self._call("kernels", "list_kernel_session_output", req)

@@ -67,6 +67,14 @@ def main() -> int:
             print(f"[gpu-router] the {what} archive {key} is not among this kernel's inputs", flush=True)
             return 97
         _unpack(found, dest)
+    if (spec.get("deps") or {}).get("wheelhouse"):  # installs offline, from this folder only
+        os.makedirs(spec["deps"]["wheelhouse"], exist_ok=True)
+    if kaggle.get("wheelhouse"):  # the dependencies' wheels: pip installs from them, offline
+        found = _find(inputs, kaggle["wheelhouse"])
+        if not found:
+            print(f"[gpu-router] the wheelhouse {kaggle['wheelhouse']} is not among this kernel's inputs", flush=True)
+            return 97
+        _unpack(found, spec["deps"]["wheelhouse"])
     for name, key in kaggle.get("data", {}).items():
         found = _find(inputs, key)
         if not found:

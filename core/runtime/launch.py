@@ -326,6 +326,8 @@ def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, py
         raise RuntimeError(f"creating the environment failed with status {status}")
     cmd = [python, "-m", "pip", "install", "--disable-pip-version-check",
            "--no-input", "--progress-bar", "off", *_requirement_files(deps, venv)]
+    if deps.get("wheelhouse"):  # a target without internet: only the wheels shipped beside the job
+        cmd += ["--no-index", "--find-links", deps["wheelhouse"]]
     sandbox = _sandbox_plan(spec, python, writable=[venv])
     env = _job_env(spec, python, sandbox)  # pip runs the project's build code: the job's rules
     env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH", "")])

@@ -1,0 +1,333 @@
+"""A wheelhouse: a project's dependencies, resolved on the submitting machine for the platform
+of a target that cannot reach a package index (a Kaggle kernel without internet, a cluster's
+compute node), so that the target installs with `pip install --no-index --find-links`.
+
+pip itself does the work, as it would on the target: `pip install --dry-run --report` resolves
+the requirements for the target's Python and platform tags (`--only-binary=:all:` with
+`--platform`, `--python-version`, `--implementation`, `--abi`), then `pip download --no-deps`
+fetches exactly the wheels that ship. A requirement published only as a source distribution
+is built here with `pip wheel --no-deps`, and kept only when the result is pure Python
+(`py3-none-any`): a compiled build made on this machine would not run there. Anything else is
+named, with the way forward, before anything is uploaded.
+
+Packages the target's image already has at a version the project's pins accept are pinned to
+that version during the resolve and then left out: they are not shipped.
+
+The result is cached by (dependency hash, platform, image) under the gpu-router home; a second
+build with the same inputs does nothing. The inputs are plain lists (requirement specifiers,
+constraints, pip index options) so that whatever reads requirements files hands them over as is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from core import paths
+from core.errors import UserError
+
+Say = Callable[[str], None]
+PIP_TIMEOUT_S = 1800  # one pip call: a large wheel over a slow link still fits
+MAX_SDIST_BUILDS = 50  # source-only requirements built before giving up (a loop guard)
+_NO_MATCH = re.compile(r"No matching distribution found for (.+)")
+
+
+@dataclass(frozen=True)
+class TargetPlatform:
+    """What a target's Python accepts: `python_version` "3.12", `implementation` "cp", `abi`
+    "cp312", `platforms` ("manylinux_2_35_x86_64", ...; pip also accepts older manylinux
+    tags for a newer glibc one)."""
+
+    python_version: str
+    implementation: str
+    abi: str
+    platforms: tuple[str, ...]
+
+    def pip_options(self) -> list[str]:
+        opts = ["--only-binary=:all:", "--python-version", self.python_version,
+                "--implementation", self.implementation, "--abi", self.abi]
+        for p in self.platforms:
+            opts += ["--platform", p]
+        return opts
+
+    def describe(self) -> str:
+        return f"{self.implementation}{self.python_version.replace('.', '')} {'/'.join(self.platforms)}"
+
+    def to_json(self) -> dict:
+        return {"python_version": self.python_version, "implementation": self.implementation,
+                "abi": self.abi, "platforms": list(self.platforms)}
+
+
+class Unbuildable(UserError):
+    """A requirement with no wheel for the target's platform and no pure-Python build."""
+
+
+@dataclass
+class Wheelhouse:
+    key: str  # the cache key: (dependency hash, platform, image)
+    path: Path  # a folder of .whl files
+    files: list[str]
+    size: int
+    content_hash: str  # over the wheels themselves: names a shipped copy
+    skipped: dict[str, str] = field(default_factory=dict)  # name -> version the image has
+    built_now: bool = True  # False: the cache had it
+
+    def archive(self) -> Path:
+        """The wheels as one uncompressed tar (wheels are zip files already), made once."""
+        out = self.path.parent / f"{self.path.name}.tar"
+        if not out.exists():
+            tmp = out.with_suffix(f".part{os.getpid()}")
+            with tarfile.open(tmp, "w") as tar:
+                for name in self.files:
+                    tar.add(self.path / name, arcname=name, recursive=False)
+            os.replace(tmp, out)
+        return out
+
+
+def cache_key(requirements: list[str], constraints: list[str], pip_args: list[str],
+              platform: TargetPlatform, image_packages: dict[str, str]) -> str:
+    doc = {"requirements": list(requirements), "constraints": list(constraints), "pip_args": list(pip_args),
+           "platform": platform.to_json(),
+           "image": sorted((canonicalize_name(k), v) for k, v in image_packages.items())}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def wheelhouses_dir() -> Path:
+    d = paths.cache_dir() / "wheelhouse"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def build(requirements: list[str], constraints: list[str], pip_args: list[str], platform: TargetPlatform,
+          image_packages: dict[str, str] | None = None, *, say: Say = print,
+          python: str = sys.executable) -> Wheelhouse:
+    """The wheelhouse for these inputs: from the cache, or resolved, built and downloaded now."""
+    image = {canonicalize_name(k): v for k, v in (image_packages or {}).items()}
+    key = cache_key(requirements, constraints, pip_args, platform, image)
+    top = wheelhouses_dir()
+    final = top / key
+    with open(top / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two jobs with the same dependencies build it once
+        done = _load(final, key)
+        if done is not None:
+            say(f"dependencies: wheelhouse {key[:12]} for {platform.describe()} is cached "
+                f"({len(done.files)} wheels, {_mb(done.size)})")
+            return done
+        work = top / f"{key}.part{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        try:
+            _build(work, requirements, constraints, pip_args, platform, image, say, python)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(work / "wheels", final)
+            (work / "manifest.json").replace(final / "manifest.json")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        built = _load(final, key)
+        assert built is not None
+        built.built_now = True
+        return built
+
+
+def _load(folder: Path, key: str) -> Wheelhouse | None:
+    try:
+        doc = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return Wheelhouse(key=key, path=folder, files=doc["files"], size=doc["bytes"],
+                      content_hash=doc["content_hash"], skipped=doc.get("skipped", {}), built_now=False)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _pip(python: str, args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([python, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
+                          capture_output=True, text=True, timeout=PIP_TIMEOUT_S, stdin=subprocess.DEVNULL)
+
+
+def _tail(proc: subprocess.CompletedProcess, lines: int = 6) -> str:
+    text = [ln for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
+    return "\n".join(text[-lines:])
+
+
+def _image_pins(image: dict[str, str], requirements: list[str], constraints: list[str]) -> list[str]:
+    """`name==version` for each package the image has, unless the project's own specifiers
+    for that name refuse the image's version (then a newer one ships)."""
+    wanted: dict[str, list[Requirement]] = {}
+    for line in [*requirements, *constraints]:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        wanted.setdefault(canonicalize_name(req.name), []).append(req)
+    pins = []
+    for name, version in sorted(image.items()):
+        if all(r.specifier.contains(version, prereleases=True) for r in wanted.get(name, [])):
+            pins.append(f"{name}=={version}")
+    return pins
+
+
+def _not_in_image(image: dict[str, str], requirements: list[str],
+                  constraints: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The requirements the image does not already satisfy, and those it does (name ->
+    version): a requirement the image meets (no extras, its version accepted by the
+    requirement and the constraints) needs no index at all."""
+    limits: dict[str, list[Requirement]] = {}
+    for line in constraints:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        limits.setdefault(canonicalize_name(req.name), []).append(req)
+    left, had = [], {}
+    for line in requirements:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            left.append(line)
+            continue
+        name = canonicalize_name(req.name)
+        version = image.get(name)
+        if version and not req.extras and not req.url and all(
+                r.specifier.contains(version, prereleases=True) for r in [req, *limits.get(name, [])]):
+            had[name] = version
+        else:
+            left.append(line)
+    return left, had
+
+
+def _build(work: Path, requirements: list[str], constraints: list[str], pip_args: list[str],
+           platform: TargetPlatform, image: dict[str, str], say: Say, python: str) -> None:
+    built = work / "built"  # pure-Python wheels made here from source-only requirements
+    wheels = work / "wheels"
+    built.mkdir()
+    wheels.mkdir()
+    requirements, had = _not_in_image(image, requirements, constraints)
+    (work / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    (work / "constraints.txt").write_text("\n".join(constraints) + "\n")
+    pins = _image_pins(image, requirements, constraints)
+    (work / "image.txt").write_text("\n".join(pins) + "\n")
+    say(f"dependencies: resolving {len(requirements)} requirements for {platform.describe()} "
+        f"({len(image)} packages already in the target's image)")
+    started = time.monotonic()
+    use_pins, tried = True, set()
+    report = work / "report.json"
+    report.write_text('{"install": []}')
+    for _ in range(MAX_SDIST_BUILDS if requirements else 0):  # nothing left: no pip at all
+        cmd = ["install", "--dry-run", "--ignore-installed", "--target", str(work / "t"), "--report", str(report),
+               *platform.pip_options(), "--find-links", str(built), "-r", str(work / "requirements.txt"),
+               "-c", str(work / "constraints.txt"), *pip_args]
+        if use_pins and pins:
+            cmd += ["-c", str(work / "image.txt")]
+        proc = _pip(python, cmd)
+        if proc.returncode == 0:
+            break
+        missing = _NO_MATCH.search(proc.stderr or "")
+        if missing:
+            spec = missing.group(1).strip().split(" (from")[0]
+            name = canonicalize_name(_name_of(spec))
+            if name in tried:
+                raise _unbuildable(spec, platform, "its source built, yet pip still finds no match")
+            tried.add(name)
+            _build_sdist(spec, work, built, constraints, pip_args, platform, say, python)
+            continue
+        if use_pins and pins and "ResolutionImpossible" in (proc.stderr or ""):
+            say("dependencies: the image's versions conflict with the project's; resolving without them "
+                "(newer versions ship)")
+            use_pins = False
+            continue
+        raise UserError(f"pip could not resolve the dependencies for {platform.describe()}:\n{_tail(proc)}",
+                        fix="check the requirements (and the index options) with pip on this machine, or "
+                            "pin versions that publish wheels for that platform")
+    else:
+        if requirements:
+            raise UserError("too many source-only requirements to build", fix="pin versions that publish wheels")
+    items = json.loads(report.read_text()).get("install", [])
+    ship, skipped = [], dict(had)
+    for item in items:
+        meta = item.get("metadata", {})
+        name, version = canonicalize_name(meta.get("name", "")), meta.get("version", "")
+        if image.get(name) == version:
+            skipped[name] = version
+        else:
+            ship.append(f"{name}=={version}")
+    if ship:
+        say(f"dependencies: downloading {len(ship)} wheels ({len(skipped)} left out: the image has them)")
+        proc = _pip(python, ["download", "--no-deps", *platform.pip_options(), "--find-links", str(built),
+                             "-d", str(wheels), *pip_args, *ship])
+        if proc.returncode != 0:
+            raise UserError(f"pip could not download the wheels for {platform.describe()}:\n{_tail(proc)}",
+                            fix="check the index options (and that the index is reachable from this machine)")
+    files = sorted(p.name for p in wheels.iterdir() if p.name.endswith(".whl"))
+    digest = hashlib.sha256()
+    size = 0
+    for name in files:
+        data = (wheels / name).read_bytes()
+        size += len(data)
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    (work / "manifest.json").write_text(json.dumps({
+        "files": files, "bytes": size, "content_hash": digest.hexdigest(), "skipped": skipped,
+        "platform": platform.to_json(), "requirements": requirements, "constraints": constraints,
+        "built_at": time.time()}))
+    say(f"dependencies: wheelhouse ready in {time.monotonic() - started:.1f}s: {len(files)} wheels, "
+        f"{_mb(size)}; {len(skipped)} packages the image has are not shipped")
+
+
+def _name_of(spec: str) -> str:
+    try:
+        return Requirement(spec).name
+    except InvalidRequirement:
+        return re.split(r"[<>=!~;\[ ]", spec, 1)[0]
+
+
+def _unbuildable(spec: str, platform: TargetPlatform, why: str) -> Unbuildable:
+    name = _name_of(spec)
+    return Unbuildable(f"{name} ({spec}) cannot be installed on a target without internet: {why}",
+                       fix=f"pin a version of {name} that publishes a wheel for {platform.describe()} "
+                           f"(or a pure-Python one), or run on a target with internet "
+                           f"(a Kaggle target with internet: true needs a phone-verified account)")
+
+
+def _build_sdist(spec: str, work: Path, built: Path, constraints: list[str], pip_args: list[str],
+                 platform: TargetPlatform, say: Say, python: str) -> None:
+    """`pip wheel --no-deps` from the requirement's source; only a pure-Python result is kept.
+    Build isolation first (the project's declared build backend, from the index); without it
+    when the index offers no build backend (this machine's setuptools then builds it)."""
+    say(f"dependencies: {spec} has no wheel for {platform.describe()}: building it from source")
+    out = work / "one"
+    proc = None
+    for isolation in ([], ["--no-build-isolation"]):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        proc = _pip(python, ["wheel", "--no-deps", f"--no-binary={canonicalize_name(_name_of(spec))}",
+                             *isolation, "-w", str(out),
+                             "-c", str(work / "constraints.txt"), *pip_args, spec])
+        if proc.returncode == 0:
+            break
+    assert proc is not None
+    if proc.returncode != 0:
+        if "No matching distribution" in (proc.stderr or ""):
+            raise _unbuildable(spec, platform, f"no wheel for {platform.describe()} and no source to build")
+        raise _unbuildable(spec, platform, f"building it from source failed:\n{_tail(proc, 4)}")
+    for whl in out.glob("*.whl"):
+        _name, _ver, _build_tag, tags = parse_wheel_filename(whl.name)
+        if not all(t.abi == "none" and t.platform == "any" and t.interpreter.startswith("py") for t in tags):
+            raise _unbuildable(spec, platform, f"it has no wheel for {platform.describe()}, and its source "
+                                               f"builds compiled code ({whl.name}), which must be built there")
+        shutil.move(str(whl), built / whl.name)
