@@ -35,6 +35,18 @@ NEEDS = {
 HEAVY = {"slow", *NEEDS.values()}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The quick loop (`-m quick`) runs each property test with about a fifth of its examples
+    (tests/props.py); the full run, and any run that names a profile, keeps them all."""
+    from hypothesis import settings
+
+    import tests.props  # noqa: F401 - registers the quick profile
+
+    if (config.getoption("markexpr", "") or "").strip() == "quick" \
+            and not config.getoption("hypothesis_profile", None):
+        settings.load_profile("quick")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test by the services it needs, and `quick` when it needs none and is not slow.
 

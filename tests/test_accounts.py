@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.providers.accounts import graphql_ops, lambdacloud, primeintellect, readonly, reader, runpod, tensorpool, vast
 from tests.conftest import copy_example, gpu_json, run_gpu, write_user_config
@@ -374,7 +375,7 @@ def _documents(draw) -> str:
     return "\n".join(parts) if draw(st.booleans()) else " ".join(draw(st.lists(_PIECES, max_size=12)))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(doc=st.one_of(_documents(), st.text(max_size=80)))
 def test_property_only_queries_ever_leave(fakes, doc: str) -> None:
     """For any input: nothing leaves but a POST of a document with no mutation or subscription

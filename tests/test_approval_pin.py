@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.engine.actor import FORCE_VAR, MARKERS, agent_marker, decide
 from core.errors import UserError
@@ -265,7 +266,7 @@ def _marker_env(marker) -> dict[str, str]:
     return {marker.var: marker.value or "1", **dict(marker.also)}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(other=st.dictionaries(NAMES.filter(lambda n: n not in KNOWN), st.text(max_size=8), max_size=6),
        marker=st.sampled_from(MARKERS),
        force=st.one_of(st.none(), st.just("person"), st.just("agent"), st.text(max_size=8)),
@@ -281,7 +282,7 @@ def test_any_marker_makes_an_agent_whatever_else_is_said(other, marker, force, s
     assert actor.marker == (FORCE_VAR if forced else marker.var)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(other=st.dictionaries(NAMES.filter(lambda n: n not in KNOWN), st.text(max_size=8), max_size=6),
        force=st.one_of(st.none(), st.just(""), st.just("person"), st.just(" Person ")),
        stdin_tty=st.booleans(), stdout_tty=st.booleans(), json_=st.booleans())
@@ -308,7 +309,7 @@ def test_a_marker_needs_its_value_and_its_companions() -> None:
 PINS = st.text(st.sampled_from("0123456789"), min_size=6, max_size=10)
 
 
-@settings(max_examples=20, deadline=None)  # scrypt is slow on purpose
+@settings(max_examples=examples(20), deadline=None)  # scrypt is slow on purpose
 @given(p=PINS, q=PINS)
 def test_a_pin_matches_only_itself(p: str, q: str) -> None:
     record = pinmod.make(p)

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.config import safeyaml
 from core.config.request import DataSpec, JobRequest, build_request
@@ -33,7 +34,7 @@ from tests.conftest import gpu_exe, gpu_json, make_git_project, run_gpu, write_u
 TRAIN = "print('training')\n"
 LONG_NAME = "a" * 300  # one path component over NAME_MAX (255 bytes)
 MESSAGE_BOUND = 3200  # what + where + fix, each clipped to 1000 characters
-PROPERTY = settings(max_examples=100, deadline=None,
+PROPERTY = settings(max_examples=examples(100), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -407,7 +408,7 @@ def test_shorten_is_bounded_for_any_value(value: object) -> None:
     assert len(text) <= 80 + len(" (10000 items)") + 2, text
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.integers(min_value=81, max_value=200_000))
 def test_shorten_names_the_full_length_of_a_long_string(n: int) -> None:
     assert shorten("q" * n).endswith(f"… ({n} chars)")
@@ -522,7 +523,7 @@ def test_any_user_config_gives_a_config_or_a_user_error(fuzz_project: Path, text
             assert "local" in cfg.targets
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(levels=st.integers(1, 12), width=st.integers(1, 12))
 def test_any_alias_chain_loads_small_or_is_refused_quickly(levels: int, width: int) -> None:
     """Each alias costs what it repeats: a chain loads exactly when its expansion fits."""

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.runtime import jobprocs
 from core import paths
@@ -298,7 +299,7 @@ _names = st.one_of(st.just("GPU_ROUTER_JOB"), st.just("GPU_ROUTER_JOBS"), st.jus
                    st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZ_", min_size=1, max_size=12))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(env=st.dictionaries(_names, _values, max_size=8), marker=_markers,
        theirs=st.one_of(st.none(), _markers, _values))
 def test_the_marker_matches_exactly_its_own_attempt(env: dict, marker: str, theirs: str | None) -> None:

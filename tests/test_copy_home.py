@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.packaging.safe_extract import MAX_BYTES, OutputCaps, safe_copy_tree
 from tests.conftest import gpu_json, make_git_project, wait_state, write_user_config
@@ -158,7 +159,7 @@ def _regular_files(root: Path, rel: str = "") -> dict[str, bytes]:
     return found
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=st.dictionaries(_names, _node, max_size=6), out_is_link=st.booleans(),
        max_bytes=st.integers(min_value=1, max_value=4000), max_files=st.integers(min_value=1, max_value=12))
 def test_any_tree_comes_home_within_the_caps_and_never_through_a_link(tree: dict, out_is_link: bool,

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.packaging.listing import list_project
 
-SETTINGS = settings(max_examples=150, deadline=None,
+SETTINGS = settings(max_examples=examples(150), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 word = st.from_regex(r"[a-z][a-z0-9]{0,7}", fullmatch=True)
@@ -181,7 +182,7 @@ def test_any_hard_link_to_a_home_credential_is_withheld(home: Path, user_home: P
     _assert_withheld(listing, rel)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data())
 def test_every_name_a_rule_matches_passes_the_quick_look(data) -> None:
     """The keyword prefilter that spares ordinary names the full rules never hides a match."""
@@ -269,7 +270,7 @@ def _der_keys() -> list[tuple[str, bytes]]:
 DER_KEYS = _der_keys()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=safe_name, key=st.sampled_from(DER_KEYS))
 def test_any_der_private_key_under_any_name_is_withheld(home: Path, name: str,
                                                         key: tuple[str, bytes]) -> None:
@@ -277,7 +278,7 @@ def test_any_der_private_key_under_any_name_is_withheld(home: Path, name: str,
     _assert_withheld(listing, name)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=safe_name, document=pem_documents(), prefix=st.sampled_from(["", "GOOGLE_CREDENTIALS=", "key: ", "x", "ab"]),
        mime=st.booleans(), urlsafe=st.booleans(), service_account=st.booleans())
 def test_base64_wrapped_keys_are_withheld(home: Path, name: str, document: bytes, prefix: str,

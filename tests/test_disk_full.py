@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.errors import DiskFull, UserError, disk_full_guard
 from core.runtime.diskspace import disk_full_text, says_disk_full
@@ -190,7 +191,7 @@ class _SqliteLike(Exception):
         self.sqlite_errorcode = code
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(err=st.one_of(_ERRNOS.map(lambda e: OSError(e, os.strerror(e))),
                      st.sampled_from([13, 13 | 256, 5, 19, 1]).map(_SqliteLike)),
        where=st.sampled_from(["/", "/tmp", "/nonexistent/deeper/still"]))
@@ -209,7 +210,7 @@ def test_the_guard_turns_exactly_a_full_disk_into_disk_full(err: Exception, wher
         assert not full and exc is err
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(free=st.integers(min_value=0, max_value=1 << 50), path=st.text(min_size=1, max_size=30).map(lambda t: "/" + t))
 def test_the_phrase_says_the_path_and_whole_megabytes(free: int, path: str) -> None:
     text = disk_full_text(path, free)

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.config.request import build_request
 from core.errors import UserError
 from core.secrets.scan import env_problem
 
-FAST = settings(max_examples=100, deadline=None)
+FAST = settings(max_examples=examples(100), deadline=None)
 STEMS = ["PASS", "PWD", "SECRET", "TOKEN", "KEY", "CRED", "AUTH"]
 ORDINARY = ["RUN", "MODE", "CUDA", "VISIBLE", "DEVICES", "OMP", "NUM", "THREADS", "HF", "HOME",
             "WANDB", "PROJECT", "SEED", "LR", "PUBLIC", "SHARED", "OPEN", "TOKENIZERS", "KEYBOARD",

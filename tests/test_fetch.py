@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.engine.fetch import clean_path
 from core.errors import UserError
@@ -81,7 +82,7 @@ def test_paths_outside_the_job_folder_are_refused(home: Path, tmp_path: Path, ba
     assert "Traceback" not in proc.stderr
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(["..", ".", "a", "b", "", "~", "/"]), min_size=1, max_size=6))
 def test_a_cleaned_path_never_leaves_the_folder(parts: list[str]) -> None:
     """For any PATH: either refused, or a relative path that stays inside the job's folder."""

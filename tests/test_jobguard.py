@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.engine import jobguard
 from core.runtime.jobprocs import CGROUP_PREFIX, MARKER_VAR, SANDBOX_MARK
@@ -257,7 +258,7 @@ def test_the_marker_variable_is_an_extra_reason(monkeypatch: pytest.MonkeyPatch,
 COMM = st.binary(max_size=24).filter(lambda b: b"\0" not in b)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(comm=COMM, pid=st.integers(1, 2 ** 22), ppid=st.integers(0, 2 ** 22),
        state=st.sampled_from(b"RSDZTtXI"), tail=st.lists(st.integers(0, 2 ** 40), max_size=40))
 def test_stat_lines_parse_whatever_the_command_name_holds(comm, pid, ppid, state, tail) -> None:
@@ -300,7 +301,7 @@ def test_other_cgroups_are_no_jobs(text: str) -> None:
     assert jobguard.by_cgroup(text) is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(parts=st.lists(st.text(st.characters(codec="ascii", exclude_characters="/\n:"), max_size=12),
                       max_size=6))
 def test_a_cgroup_path_without_the_prefix_is_never_a_job(parts) -> None:

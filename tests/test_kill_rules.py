@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.engine.metricfile import parse_rows
 from core.config import killrules
@@ -87,7 +88,7 @@ metric_names = st.sampled_from(["loss", "acc", "val/loss", "lr"])
 values = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-10**6, 10**6)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.dictionaries(metric_names, values, min_size=1, max_size=4), max_size=30))
 def test_nan_is_caught_in_any_metric_stream_and_only_there(rows: list[dict]) -> None:
     """Rows as a script writes them with json.dumps (NaN literals included): the nan_metric rule

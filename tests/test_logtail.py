@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.display.logtail import Follower, tail_lines
 
@@ -63,7 +64,7 @@ _CHUNKS = st.lists(st.sampled_from([b"\x1b]0;", b"\x1bP", b"\x1b_", b"\x9d", b"\
                    max_size=40).map(b"".join)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(garbage=_CHUNKS, more=_CHUNKS)
 def test_the_tail_keeps_every_line_the_job_wrote_whatever_it_wrote(tmp_path_factory, garbage: bytes,
                                                                    more: bytes) -> None:

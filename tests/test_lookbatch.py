@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from hypothesis import given, settings, strategies as st
+from tests.props import examples
 
 from core.providers.lookbatch import MAX_ITEMS, LookBatch
 from core.transport.base import TransportError
@@ -35,7 +36,7 @@ def test_looks_asked_together_go_as_one_command_and_each_gets_its_own_answer() -
     assert answers[-2] == "a frame?\n\ngpu-router-look-\n\n"
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
                         max_size=40), min_size=1, max_size=8))
 def test_any_arguments_come_back_to_their_own_asker(args: list[str]) -> None:

@@ -18,12 +18,13 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.engine.metricfile import parse_metrics
 from core.runtime.launch import MASK, Masker
 from core.runtime.textsafe import printable
 
-FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MARK = " END-MARK\n"
 
 # a secret: printable text (what a person stores in a keychain), 8 characters or more
@@ -424,7 +425,7 @@ def accidental_forms(draw, secret: str) -> tuple[bytes, str, object]:
     return b"Content-Transfer-Encoding: base64\n\n" + data, "", None
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), secret=any_secrets)
 def test_no_accidental_form_of_any_secret_survives_or_decodes_back(data, secret: str) -> None:
     """Any secret, printed JSON-escaped, HTML-escaped, URL-encoded twice, quoted-printable or

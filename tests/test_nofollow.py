@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.packaging.safe_extract import safe_copy_tree, safe_extract
 from core.runtime import ckptscan, nofollow, workdir
@@ -103,7 +104,7 @@ def _got(dest: Path) -> dict[str, bytes]:
     return out
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(ops=OPS, replace=st.sampled_from([None, "workdir", "code", "workdir_rel"]),
        asked=st.lists(st.one_of(st.just("."), PATHS), min_size=1, max_size=3))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.errors import UserError
 from core.engine import pin as pinmod
@@ -192,7 +193,7 @@ def _model(steps: list[tuple[bool, int]]) -> list[str]:
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(steps=st.lists(st.tuples(st.booleans(), st.sampled_from([0, 1, 60, 899, 900, 1800, 4000, 9000])),
                       max_size=30))
 def test_the_lock_follows_the_rule_for_any_sequence(tmp_path_factory, steps) -> None:

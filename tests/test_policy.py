@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.errors import UserError
 from core.planning.policy import evaluate, tell_user
@@ -75,7 +76,7 @@ def test_the_user_config_cannot_loosen_rules(home, tmp_path) -> None:
 _UNSAFE = "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(args=st.lists(st.text(max_size=30), max_size=6), target=st.text(max_size=12), reason=st.text(max_size=30))
 def test_tell_user_is_one_plain_line_whatever_the_args(args: list[str], target: str, reason: str) -> None:
     """The paragraph quotes the job's args: an agent relays it and the CLI prints it as is, so

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.errors import UserError
 from core.packaging.requirements import BundleFiles, read_dependencies
@@ -193,7 +194,7 @@ def _trees(draw) -> tuple[dict[str, str], dict[str, str]]:
     return files, links
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_trees())
 def test_any_tree_of_linked_files_never_reads_outside_and_always_ends(tree) -> None:
     files, links = tree

@@ -190,6 +190,7 @@ import urllib.parse  # noqa: E402
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from tests.props import examples
 
 from core.packaging.safe_extract import masked_names, safe_copy_tree  # noqa: E402
 from core.runtime.redact import SecretPattern  # noqa: E402
@@ -217,7 +218,7 @@ def _mask_of(value: str):
     return lambda name: pattern.mask(name.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=NAME_SECRETS, form=st.integers(0, 3), before=NAME_PARTS, after=NAME_PARTS, way=st.integers(0, 2))
 def test_no_name_that_comes_home_holds_a_secret_by_any_entry(tmp_path_factory, value: str, form: int,
                                                               before: str, after: str, way: int) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core import paths
 from core.runtime import boundary
@@ -341,7 +342,7 @@ SESSION = ["DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "XDG_RUNTIME_DIR", "DISP
            "WAYLAND_DISPLAY", "GNOME_KEYRING_CONTROL", "SSH_AGENT_PID", "KRB5CCNAME"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(machine=st.dictionaries(st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=20),
                                st.text(max_size=30), max_size=30),
        declared=st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,12}", fullmatch=True), st.text(max_size=20),

@@ -12,6 +12,7 @@ import unicodedata
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.display.sanitize import printable
 from tui.output import joined, markup, renderable, safe
@@ -40,7 +41,7 @@ def _invisible(text: str) -> list[str]:
 INTRODUCERS = [b"\x1b]", b"\x1bP", b"\x1b_", b"\x1bX", b"\x1b^", b"\x90", b"\x98", b"\x9d", b"\x9e", b"\x9f",
                "\u009d".encode(), "\u0090".encode()]
 MARKER = "gpu-router: the marker line [link=x]m[/link]"
-PROPS = settings(max_examples=150, deadline=None)
+PROPS = settings(max_examples=examples(150), deadline=None)
 
 # bytes that favour what matters: escapes, their introducers and terminators, C1, newlines
 _PIECES = st.sampled_from([b"\x1b", b"]", b"[", b"P", b"_", b"\\", b"\x07", b"\x9c", b"\x9b", b"\x9d",
@@ -175,7 +176,7 @@ ANY_TEXT = st.one_of(st.text(max_size=80),
                      st.lists(st.text(max_size=3) | INVISIBLE, max_size=30).map("".join))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(ANY_TEXT)
 def test_any_string_comes_out_without_an_invisible_or_control_character(text: str) -> None:
     """For any string: no character of category Cc (but tab and newline), Cf, Co, Cs or Cn, no

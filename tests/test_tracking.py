@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.props import examples
 
 from core.engine.metricfile import parse_rows
 from core.runtime import JOBSITE_DIR, RUNTIME_DIR, SHIMS_DIR
@@ -329,7 +330,7 @@ NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.dictionaries(NAMES, FINITE, max_size=20), step=st.none() | st.integers(0, 2 ** 40))
 def test_any_dict_of_finite_floats_arrives_intact(tmp_path_factory: pytest.TempPathFactory, data: dict,
                                                   step: int | None) -> None:
