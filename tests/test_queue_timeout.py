@@ -148,3 +148,27 @@ def test_a_busy_local_target_sends_the_next_job_to_the_idle_ssh_host_and_a_pinne
     gpu_json("cancel", a["short_id"])
     done = wait_state(c["short_id"], {"done", "failed", "cancelled"}, timeout=90)
     assert done["state"] == "done" and done["provider"] == "local", done
+
+
+def test_a_pinned_job_keeps_its_place_in_the_slurm_queue_past_the_timeout_and_says_why(
+        slurm, full_node, home: Path, tmp_path: Path) -> None:
+    """Pinned with --provider lab: past queue_timeout_s it is not cancelled (it keeps its place
+    in Slurm's queue), and its reason, one event and guidance.queue say so."""
+    write_user_config(
+        "targets:\n  local: {kind: local, enabled: false}\n"
+        f"  lab: {{kind: slurm, local: true, root: {tmp_path / 'slurm-root'}, python: {PYTHON},\n"
+        f"        queue_timeout_s: 2, env: {{SLURM_CONF: {slurm.conf}}}}}\n")
+    project = make_git_project(tmp_path / "p", {"q.py": QUICK, "gpu.yaml": "script: q.py\ngpus: 0\n"})
+    short = gpu_json("submit", "--hours", "0.1", "--provider", "lab", "--wait-s", "10", cwd=project)["job"]["short_id"]
+    deadline = time.monotonic() + 60
+    while "pins it to lab, so it keeps waiting" not in (doc := gpu_json("status", short))["reason"]:
+        assert time.monotonic() < deadline and doc["state"] in ("routing", "provisioning"), doc
+        time.sleep(0.3)
+    assert doc["reason"].startswith("not started on lab within its queue_timeout_s (2 s): queued: "), doc
+    assert "pins it to lab" in doc["guidance"]["queue"]
+    time.sleep(2)  # further looks keep the reason and add no second event
+    doc = gpu_json("status", short, "--verbose")
+    assert doc["state"] == "provisioning" and "pins it to lab" in doc["reason"], doc
+    assert sum("pins it to lab" in e["reason"] for e in doc["events"]) == 1, doc["events"]
+    sid = doc["handle"]["slurm_job_id"]
+    assert slurm.run("squeue", "-h", "-j", sid, "-t", "PENDING").stdout.strip(), "cancelled in Slurm"

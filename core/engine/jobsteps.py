@@ -94,10 +94,12 @@ class JobSteps:
         if poll.phase == "running" and any(k in job.handle for k in QUEUE_WAIT):
             job = await self.db(self.store.update, job.id, handle={
                 k: v for k, v in job.handle.items() if k not in QUEUE_WAIT})
-        if poll.queued and poll.phase == "provisioning" and await self._queued(job, provider, poll):
-            return  # waited past the target's queue_timeout_s: moving elsewhere
-        if job.handle.get("queue_stuck"):
-            poll = Poll(poll.phase, poll.exit_code, job.reason, poll.queued)  # keep saying why it stays
+        if poll.queued and poll.phase == "provisioning":
+            job = await self._queued(job, provider, poll)  # core/engine/queuewait.py
+            if job is None:
+                return  # waited past the target's queue_timeout_s: moving elsewhere
+            if job.handle.get("queue_stuck"):  # keep saying why it stays
+                poll = Poll(poll.phase, poll.exit_code, job.handle["queue_stuck"][:2000], poll.queued)
         if poll.phase == "running" and job.state == State.PROVISIONING:
             await self.db(self.store.usage_start, job.id, job.attempt, provider.name,
                                    float(job.plan.get("price_per_hour") or 0))

@@ -82,9 +82,9 @@ class QueueWait:
 
     # -- waiting in the target's own queue (state provisioning) ----------------------------
 
-    async def _queued(self, job: Job, provider: Any, poll: Poll) -> bool:
+    async def _queued(self, job: Job, provider: Any, poll: Poll) -> Job | None:
         """A launched attempt the target holds in its queue: clock it; past the timeout, move
-        it (True: the job moved or is moving, the step ends here)."""
+        it. Returns None when the job moved (the step ends there), else the job as stored now."""
         now = time.time()
         since = job.handle.get("queued_since")
         if since is None:  # from the submission, when this attempt never ran; else from now
@@ -92,27 +92,27 @@ class QueueWait:
             job = await self.db(self.store.update, job.id, handle={**job.handle, "queued_since": since})
         timeout = queue_timeout(provider)
         if not timeout or now - since <= timeout or now < float(job.handle.get("queue_retry_at") or 0):
-            return False
+            return job
         why = (f"not started on {provider.name} within its queue_timeout_s ({_secs(timeout)}): "
                f"{poll.detail or 'queued'} for {_secs(now - since)}")
         if job.request.get("provider"):
-            await self._stuck(job, f"{why}; the request pins it to {provider.name}, so it keeps waiting "
-                                   f"there (cancel it, or submit it again without provider to let it move)")
-            return False
+            return await self._stuck(job, f"{why}; the request pins it to {provider.name}, so it keeps "
+                                          "waiting there (cancel it, or submit it again without provider "
+                                          "to let it move)")
         return await self._requeue(job, provider, why)
 
     # -- the move ----------------------------------------------------------------------------
 
-    async def _requeue(self, job: Job, provider: Any, why: str) -> bool:
+    async def _requeue(self, job: Job, provider: Any, why: str) -> Job | None:
         """Plan the job again without this target (and those it timed out on before), under
-        the approval rules; a launched attempt is cancelled on the target once another fits."""
+        the approval rules; a launched attempt is cancelled on the target once another fits.
+        None: it moved; else the job, staying (and saying why), as stored now."""
         src = provider.name
         moves = int(job.handle.get("migrations", 0))
         limit = self.rules().max_migrations
         if moves >= limit:
-            await self._stuck(job, f"{why}; it was moved {moves} times already (rules.max_migrations), "
-                                   f"so it keeps waiting on {src}")
-            return False
+            return await self._stuck(job, f"{why}; it was moved {moves} times already "
+                                          f"(rules.max_migrations), so it keeps waiting on {src}")
         excluded = {**(job.handle.get("queue_excluded") or {}),
                     src: "the job did not start there within its queue_timeout_s"}
         launched = job.state != State.ROUTING
@@ -122,14 +122,12 @@ class QueueWait:
                 try:
                     dest = await asyncio.to_thread(self._route_elsewhere, job, excluded)
                 except UserError as exc:
-                    await self._stuck(job, f"{why}; no other target fits ({exc.what}), so it keeps "
-                                           f"waiting on {src}")
-                    return False
+                    return await self._stuck(job, f"{why}; no other target fits ({exc.what}), so it "
+                                                  f"keeps waiting on {src}")
             else:
-                await self._stuck(job, f"{why}; it ran before and no complete checkpoint came home, "
-                                       f"so it keeps waiting on {src} rather than start again (restart: "
-                                       "allow in gpu.yaml lets it)")
-                return False
+                return await self._stuck(job, f"{why}; it ran before and no complete checkpoint came "
+                                              f"home, so it keeps waiting on {src} rather than start "
+                                              "again (restart: allow in gpu.yaml lets it)")
             try:
                 await provider.cancel(job)
             except Exception as exc:  # noqa: BLE001 - the stray sweep stops it when it answers
@@ -142,18 +140,18 @@ class QueueWait:
                                   "resume_same_target": False, "move_why": why, "lost_target": src,
                                   "queue_moved": True, "never_ran": never_ran, "queue_excluded": excluded,
                                   "queue_note": note})
-            return True
+            return None
         try:
             moved = await asyncio.to_thread(replan, self.store, job, why, excluded)
         except UserError as exc:
-            await self._stuck(job, f"{why}; no other target fits ({exc.what}), so it keeps waiting on {src}")
-            return False
+            return await self._stuck(job, f"{why}; no other target fits ({exc.what}), so it keeps "
+                                          f"waiting on {src}")
         note = f"{why}; planned again elsewhere: {moved.provider}" + (
             " (held for approval)" if moved.state == State.AWAITING_APPROVAL else "")
         await self.db(self.store.update, job.id, handle={
             **{k: v for k, v in moved.handle.items() if k not in ("waiting_since", "queue_stuck")},
             "migrations": moves + 1, "queue_excluded": excluded, "queue_note": note})
-        return True
+        return None
 
     def _route_elsewhere(self, job: Job, excluded: dict[str, str]) -> str:
         """Which target would take the job without `excluded` (raises UserError: none)."""
@@ -169,11 +167,11 @@ class QueueWait:
                 infos[name].why_unavailable = reason
         return route(request_from_json(job.request), infos).target
 
-    async def _stuck(self, job: Job, text: str) -> None:
+    async def _stuck(self, job: Job, text: str) -> Job:
         """Past the timeout with nowhere to go: say so once (an event, the reason, guidance) and
-        look again in QUEUE_RETRY_S."""
+        look again in QUEUE_RETRY_S. Returns the job as stored now."""
         fresh = await self.db(self.store.get, job.id)
         handle = {**fresh.handle, "queue_retry_at": time.time() + QUEUE_RETRY_S, "queue_stuck": text}
-        await self.db(self.store.update, job.id, handle=handle, reason=text[:2000])
         if not fresh.handle.get("queue_stuck"):  # once: the reason keeps the newest words
             await self.db(self.store.add_event, job.id, text)
+        return await self.db(self.store.update, job.id, handle=handle, reason=text[:2000])
