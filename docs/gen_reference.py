@@ -50,6 +50,11 @@ DESCRIBE: dict[str, str] = {
     "target.gpus": "the hardware: a list of `{name, memory_gb}`; on slurm and pbs a number is "
                    "GPUs per job",
     "target.enabled": "false keeps new jobs off the target",
+    "target.queue_timeout_s": "seconds a job may wait to start here (a free slot, or the "
+                              "scheduler's queue: Slurm PENDING, PBS Q, Kaggle QUEUED) before it "
+                              "is cancelled here and planned again elsewhere; default by kind: "
+                              "slurm and pbs 1800, kaggle and modal 1200, local and ssh 600; 0: "
+                              "wait however long (a request pinned with `provider` always waits)",
     # local
     "local.max_output_bytes": "bytes of a job's outputs that come home (default 20 GiB, counted "
                               "on bytes written)",

@@ -154,3 +154,40 @@ def test_a_kind_with_no_target_says_how_to_add_one_and_an_unknown_pin_lists_both
         route(_req(provider="kagle"), _free_first())
     assert "no target named 'kagle'" in err.value.what and "not a kind" in err.value.what
     assert "cheap, cloud, kg, local" in err.value.fix and "kaggle" in err.value.fix
+
+
+def _busy_local() -> dict[str, TargetInfo]:
+    """This machine's GPU with its one slot taken, an idle free ssh box, an idle paid cloud."""
+    t4 = [{"name": "T4", "memory_gb": 15.0}]
+    return {"local": TargetInfo("local", "local", True, gpus=t4, max_jobs=1, running=1),
+            "box1": TargetInfo("box1", "ssh", True, gpus=t4, max_jobs=2, running=1),
+            "cloud": TargetInfo("cloud", "ssh", True, gpus=t4, price_per_hour=2.0)}
+
+
+def test_a_busy_target_gives_way_to_a_fitting_one_that_can_start_the_job_now() -> None:
+    infos = _busy_local()
+    r = route(_req(hours=1), infos)
+    assert r.target == "box1"
+    assert "local is busy (1 of 1 in use): box1 can start it now" in r.reasons
+    assert r.passed_over["local"] == "busy (1 of 1 in use); box1 can start it now"
+    assert "is free" in r.passed_over["cloud"]
+    infos["local"].running = 0  # idle again: this machine's GPU first, as before
+    assert route(_req(hours=1), infos).target == "local"
+    infos["local"].waiting = 1  # a job placed there and not started yet takes the slot too
+    r = route(_req(hours=1), infos)
+    assert r.target == "box1" and "local is busy (0 of 1 in use, 1 waiting)" in r.reasons[0]
+
+
+def test_a_pinned_busy_target_waits_and_a_busy_free_one_is_not_traded_for_money() -> None:
+    infos = _busy_local()
+    r = route(_req(hours=1, provider="local"), infos)
+    assert r.target == "local"
+    assert r.reasons[:2] == ["pinned with provider=local",
+                             "local is busy (1 of 1 in use): the job waits for a free slot there (pinned there)"]
+    infos["box1"].running = 2  # every free target busy, only the paid one idle: wait, do not spend
+    r = route(_req(hours=1), infos)
+    assert r.target == "local" and "cost money" in r.reasons[0] and "queue_timeout_s" in r.reasons[0]
+    del infos["cloud"]
+    r = route(_req(hours=1), infos)
+    assert r.target == "local" and "no other fitting target can start it now" in r.reasons[0]
+    assert "cloud" not in r.passed_over

@@ -34,6 +34,16 @@ COMMON = {"host", "port", "user", "key", "known_hosts", "root", "python", "max_o
 SCHEDULER = {"local", "partition", "account", "modules", "container", "container_runtime",
              "container_python", "cpus", "gpus_per_job", "memory_gb", "time_minutes", "env",
              "pass_secrets", "signal_lead_s", "pbs_flavor", "requeue"}
+# how long a job may wait to start on a target of each kind, in seconds, before it is cancelled
+# there and planned again elsewhere (a target's `queue_timeout_s` overrides it; 0: never). The
+# wait counts a free slot (max_jobs full) and the target's own queue (Slurm PENDING, PBS Q/H/W,
+# Kaggle QUEUED). Why these: a cluster's queue is normally minutes, so half an hour is a
+# partition that will not run it soon; a Kaggle session queues for minutes when its GPU pool is
+# short; a box of one's own frees a slot when a job ends, which ten minutes covers for a test
+# run and not for a training run (pin the target with `provider` to wait for it whatever the
+# time); Modal reports no queue, only the slot wait counts there.
+QUEUE_TIMEOUT_S = {"local": 600.0, "ssh": 600.0, "slurm": 1800.0, "pbs": 1800.0, "kaggle": 1200.0,
+                   "modal": 1200.0}
 ALLOWED = {"ssh": COMMON, "slurm": COMMON | SCHEDULER, "pbs": COMMON | SCHEDULER}
 
 

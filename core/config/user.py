@@ -43,7 +43,7 @@ from typing import Any
 
 from core import paths
 from core.config.schema import ENV_NAME_RE, NAME_RE
-from core.config.targetopts import check_output_caps, validate
+from core.config.targetopts import QUEUE_TIMEOUT_S, check_output_caps, validate
 from core.errors import UserError, shorten
 from core.config import killrules
 
@@ -96,7 +96,15 @@ class TargetConfig:
     session_limit_hours: float | None = None
     gpus: list[dict] | None = None
     enabled: bool = True
+    # seconds a job may wait to start here (a free slot, the scheduler's queue) before it is
+    # planned again elsewhere; None: the kind's default (targetopts.QUEUE_TIMEOUT_S), 0: never
+    queue_timeout_s: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def queue_timeout(self) -> float:
+        """The queue timeout in force: the target's own, else its kind's default."""
+        return QUEUE_TIMEOUT_S[self.kind] if self.queue_timeout_s is None else self.queue_timeout_s
 
 
 @dataclass
@@ -150,7 +158,7 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
                         fix=f"kinds: {', '.join(TARGET_KINDS)}")
     t = TargetConfig(name=name, kind=kind)
     known = {"kind", "max_jobs", "price_per_hour", "hours_per_week", "credits",
-             "session_limit_hours", "gpus", "enabled"}
+             "session_limit_hours", "gpus", "enabled", "queue_timeout_s"}
     for key, value in body.items():
         w = f"targets.{name}.{key}"
         if key == "max_jobs":
@@ -163,6 +171,8 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
             t.enabled = value
         elif key == "price_per_hour":
             t.price_per_hour = _number(value, where, w)
+        elif key == "queue_timeout_s":
+            t.queue_timeout_s = _number(value, where, w)
         elif key in ("hours_per_week", "credits", "session_limit_hours"):
             setattr(t, key, None if value is None else _number(value, where, w))
         elif key == "gpus" and isinstance(value, int) and not isinstance(value, bool) and kind != "local":

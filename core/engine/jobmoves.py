@@ -63,12 +63,15 @@ class JobMoves:
             return
         ckpt = checkpoints.summary(job.id)
         restart = job.request.get("restart", "never")
-        if ckpt is None and restart != "allow":
+        fresh = bool(job.handle.get("never_ran"))  # moved out of a queue before it ever ran
+        if ckpt is None and restart != "allow" and not fresh:
             await self.db(self._fail, job, f"{why}; no complete checkpoint came home, and it would start again "
                             "from the beginning, which its request does not allow "
                             "(set restart: allow in gpu.yaml to allow it)")
             return
         exclude = {src: f"{src} lost the job's session ({why})"} if src else {}
+        if job.handle.get("queue_moved"):  # out of a queue: not where it timed out, now or before
+            exclude = dict(job.handle.get("queue_excluded") or exclude)
         try:
             moved = await asyncio.to_thread(replan, self.store, job, why, exclude)
         except UserError as exc:
@@ -92,7 +95,8 @@ class JobMoves:
         if provider is None:
             return  # the next tick tries again
         await self._abandon(job, src)
-        start = "from " + checkpoints.describe(ckpt) if ckpt else "from the beginning (restart: allow)"
+        start = ("from " + checkpoints.describe(ckpt) if ckpt else
+                 "from the beginning (it had not started)" if fresh else "from the beginning (restart: allow)")
         text = f"migrating from {src} to {provider.name}: {why}, {start}"
         job = await self.db(self.store.transition,
             job.id, State.PROVISIONING, text, expect=[State.MIGRATING], attempt=job.attempt + 1,

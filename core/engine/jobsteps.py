@@ -37,7 +37,10 @@ CANCEL_GRACE_S = 10.0
 UNREACHABLE_GRACE_S = 600.0  # a host away longer than this has lost the job's session
 MAX_RESUMES = 3  # session ends (time limits, preemption) resumed on the same target
 # what a job's handle keeps from one attempt to the next (counters, and where it came from)
-CARRIED = ("resumes", "retries", "migrations", "migrated_from", "restore_checkpoint", "log_base")
+CARRIED = ("resumes", "retries", "migrations", "migrated_from", "restore_checkpoint", "log_base",
+           "queue_excluded", "queue_note")
+# what a handle says while an attempt waits in a queue (core/engine/queuewait.py), dropped once it runs
+QUEUE_WAIT = ("queued_since", "queue_stuck", "queue_retry_at")
 
 
 class JobSteps:
@@ -88,6 +91,15 @@ class JobSteps:
         if poll.phase == "session_ended":
             await self._session_ended(job, provider, poll)
             return
+        if poll.phase == "running" and any(k in job.handle for k in QUEUE_WAIT):
+            job = await self.db(self.store.update, job.id, handle={
+                k: v for k, v in job.handle.items() if k not in QUEUE_WAIT})
+        if poll.queued and poll.phase == "provisioning":
+            job = await self._queued(job, provider, poll)  # core/engine/queuewait.py
+            if job is None:
+                return  # waited past the target's queue_timeout_s: moving elsewhere
+            if job.handle.get("queue_stuck"):  # keep saying why it stays
+                poll = Poll(poll.phase, poll.exit_code, job.handle["queue_stuck"][:2000], poll.queued)
         if poll.phase == "running" and job.state == State.PROVISIONING:
             await self.db(self.store.usage_start, job.id, job.attempt, provider.name,
                                    float(job.plan.get("price_per_hour") or 0))

@@ -345,6 +345,9 @@ def guidance(job: Job, submitted: bool, front: str = "cli") -> dict[str, Any]:
     else:
         doc = _next_calls(job, front)
     doc["needs_approval"] = job.state == State.AWAITING_APPROVAL
+    queue = job.handle.get("queue_stuck") or job.handle.get("queue_note")
+    if queue and job.state not in TERMINAL:  # it did not start where it was placed (queuewait.py)
+        doc["queue"] = queue
     if not submitted:
         doc["note"] = (f"job {job.short_id} with the same request is still {job.state.value}: "
                        "returned it instead of starting a second copy")

@@ -24,6 +24,7 @@ from core.engine.daemon import try_lock
 from core.engine.jobmoves import JobMoves
 from core.engine.jobsteps import JobSteps
 from core.engine.jobwatch import JobWatch
+from core.engine.queuewait import QueueWait
 from core.engine.looplag import LagWatch
 from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
 from core.jobs.states import ACTIVE, LAUNCHED, SUPERVISED, State
@@ -44,10 +45,10 @@ STEADY_PER_TICK = int(os.environ.get("GPU_ROUTER_STEADY_PER_TICK", 150))
 # -- the loop ------------------------------------------------------------------------------
 
 
-class Supervisor(JobSteps, JobMoves, JobWatch):
+class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait):
     """The loop: each tick reads the live jobs that changed and starts one step for each that is
     not mid-step (jobsteps.py: one job's step; jobmoves.py: moving it; jobwatch.py: metrics,
-    hours and kill rules)."""
+    hours and kill rules; queuewait.py: a job that does not start within queue_timeout_s)."""
 
     def __init__(self, store: Store | None = None, providers: dict[str, Any] | None = None,
                  tick_s: float = 1.0, idle_exit_s: float = IDLE_EXIT_S) -> None:
@@ -145,15 +146,13 @@ class Supervisor(JobSteps, JobMoves, JobWatch):
                                       + ("configured" if provider is None else "enabled"))
                     continue
                 if load.get(job.provider, 0) >= provider.max_jobs:
-                    await self.db(self._note_waiting, job, provider, load.get(job.provider, 0))
+                    if await self.db(self._note_waiting, job, provider, load.get(job.provider, 0)):
+                        self._spawn(tasks, job, self._slot_timeout(job, provider))  # waited too long
                     continue
                 load[job.provider] = load.get(job.provider, 0) + 1
             elif job.state not in LAUNCHED and job.state != State.MIGRATING:
                 continue
-            self.busy.add(job.id)
-            task = asyncio.create_task(self._step_guarded(job))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            self._spawn(tasks, job, self.step(job))
         self._sweep_strays()
         if tasks:
             await asyncio.wait(set(tasks), timeout=self.tick_s)
@@ -194,15 +193,17 @@ class Supervisor(JobSteps, JobMoves, JobWatch):
             self._stepped = {k: v for k, v in self._stepped.items() if k in live}
         return free
 
-    def _note_waiting(self, job: Job, provider: Any, running: int) -> None:
-        reason = f"waiting for a free slot on {provider.name} ({running} of {provider.max_jobs} in use)"
-        if job.reason != reason:
-            self.store.update(job.id, reason=reason)
+    def _spawn(self, tasks: set[asyncio.Task], job: Job, work: Any) -> None:
+        """Run one job's `work` (a coroutine) as a task, the job marked busy until it ends."""
+        self.busy.add(job.id)
+        task = asyncio.create_task(self._step_guarded(job, work))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
-    async def _step_guarded(self, job: Job) -> None:
+    async def _step_guarded(self, job: Job, work: Any) -> None:
         try:
             with disk_full_guard(paths.home()):
-                await self.step(job)
+                await work
         except IllegalTransition as exc:  # another process moved it first (cancel, say)
             log.info("job %s: %s", job.short_id, exc)
         except DiskFull as exc:  # gpu-router's home filled up: say so where the user looks

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from core.config.user import UserConfig, load
-from core.jobs.states import LAUNCHED
+from core.jobs.states import LAUNCHED, State
 from core.jobs.store import Store
 from core.planning.usage import quota_left
 from core.providers import registry
@@ -40,6 +40,9 @@ def infos(store: Store, cfg: UserConfig | None = None,
     running: dict[str, int] = {}
     for job in store.jobs(states=LAUNCHED):
         running[job.provider or ""] = running.get(job.provider or "", 0) + 1
+    waiting: dict[str, int] = {}  # placed, not started: each takes a slot before a new job would
+    for job in store.jobs(states=[State.ROUTING]):
+        waiting[job.provider or ""] = waiting.get(job.provider or "", 0) + 1
     for name, info in probed.items():
         t = cfg.targets[name]
         left = quota_left(store, t)
@@ -51,6 +54,8 @@ def infos(store: Store, cfg: UserConfig | None = None,
         info.credits_left = left["credits"]
         info.session_limit_hours = t.session_limit_hours or info.session_limit_hours
         info.running = running.get(name, 0)
+        info.waiting = waiting.get(name, 0)
+        info.max_jobs = t.max_jobs  # the config's, whatever the probe said (the supervisor's limit)
         if not t.enabled:
             info.available = False
             info.why_unavailable = "disabled in your config"

@@ -1,7 +1,12 @@
 """Which target a request runs on, and why every other target was passed over.
 
 Filters by the request (provider, GPU, VRAM, smoke), quota left and availability; orders
-what is left free first, then by estimated price (hours x price per hour).
+what is left free first, then by estimated price (hours x price per hour). Within free and
+within paid, a target that can start the job now (a free slot: max_jobs less the jobs running
+and waiting there) comes before a busy one, so a job does not queue behind a busy box while a
+fitting one idles; a busy free target still comes before an idle paid one (waiting is not
+spending: the busy target's `queue_timeout_s` moves the job later, under the approval rules).
+A request pinned to a target by name waits for it whatever its load.
 
 `provider` pins a target by its name or by its kind (the contract's "kaggle, colab, local, ...":
 what a person writes after `gpu targets add kaggle kg`). A name wins; a kind leaves the router
@@ -86,7 +91,9 @@ def tier(i: TargetInfo) -> int:
 
 def order(req: JobRequest, i: TargetInfo) -> tuple:
     smoke_first = not (req.smoke and i.kind == "local")  # a smoke test: this machine, in minutes
-    return (smoke_first, tier(i), estimated_price(i, req.hours), i.name != "local", i.name)
+    paid = i.price_per_hour > 0
+    return (paid, i.free_slots == 0, smoke_first, tier(i), estimated_price(i, req.hours),
+            i.name != "local", i.name)
 
 
 COLAB = ("free Colab has no job API: gpu-router cannot start, watch or stop a job there without "
@@ -171,6 +178,7 @@ def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
     reasons = []
     if req.provider:
         reasons.append(_pin_reason(req.provider, kind, candidates, chosen.name, infos))
+    reasons += _load_reasons(req, chosen, fitting, passed)
     reasons.append(f"{chosen.name} fits ({chosen.gpu_label}) and is "
                    + ("free" if chosen.price_per_hour == 0 else f"${price:.2f} for the estimate"))
     if chosen.quota_hours_left is not None and chosen.price_per_hour == 0:
@@ -178,6 +186,8 @@ def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
         reasons.append(f"uses up to {need:g} h of its {chosen.quota_hours_left:g} h of free quota left "
                        f"this week ({max(chosen.quota_hours_left - need, 0):g} h after it)")
     for other in fitting[1:]:
+        if other.name in passed:  # already said: busy
+            continue
         if other.price_per_hour > 0 and chosen.price_per_hour == 0:
             passed[other.name] = f"costs ${estimated_price(other, req.hours):.2f}; {chosen.name} is free"
         elif tier(chosen) < tier(other) and tier(chosen) == 0:
@@ -190,6 +200,24 @@ def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
             passed[other.name] = f"{chosen.name} was preferred (local first, then by name)"
     return Route(target=chosen.name, gpu=chosen.gpu_label, reasons=reasons, passed_over=passed,
                  info=chosen, offer=chosen.details.get("offer"))
+
+
+def _load_reasons(req: JobRequest, chosen: TargetInfo, fitting: list[TargetInfo],
+                  passed: dict[str, str]) -> list[str]:
+    """What the targets' load did to the choice, as the plan's reasons (and in `passed` the
+    busy targets passed over): "local is busy (1 of 1 in use): box1 can start it now"."""
+    if chosen.free_slots == 0:
+        why = ("pinned there" if req.provider else
+               "no other fitting target can start it now" if not any(
+                   i.free_slots for i in fitting[1:]) else
+               "the targets that could start it now cost money; the wait is bounded by "
+               f"{chosen.name}'s queue_timeout_s")
+        return [f"{chosen.name} is busy ({chosen.busy_text}): the job waits for a free slot there ({why})"]
+    busy = [i for i in fitting[1:] if i.free_slots == 0 and order(req, replace(i, running=0, waiting=0))
+            < order(req, chosen)]
+    for other in busy:
+        passed[other.name] = f"busy ({other.busy_text}); {chosen.name} can start it now"
+    return [f"{other.name} is busy ({other.busy_text}): {chosen.name} can start it now" for other in busy]
 
 
 def _offer_for(req: JobRequest, info: TargetInfo) -> TargetInfo:

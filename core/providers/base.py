@@ -29,6 +29,7 @@ class TargetInfo:
     credits_left: float | None = None
     session_limit_hours: float | None = None
     running: int = 0
+    waiting: int = 0  # jobs placed here that wait for a slot (each will take one before a new job)
     # what a remote probe learned beyond GPUs (host, load, cpus, Slurm partitions, queue depth)
     details: dict = field(default_factory=dict)
     # other GPU set-ups a job may ask of this target, by name (Kaggle: "t4x2", "p100"); `gpus`
@@ -49,7 +50,7 @@ class TargetInfo:
                "vram_gb": self.vram_gb, "price_per_hour": self.price_per_hour,
                "quota_hours_left": self.quota_hours_left, "credits_left": self.credits_left,
                "session_limit_hours": self.session_limit_hours, "max_jobs": self.max_jobs,
-               "running": self.running}
+               "running": self.running, "waiting": self.waiting, "free_slots": self.free_slots}
         if self.kind == "local":
             doc["sandbox"] = {"ok": self.unsandboxed_why is None, "why": self.unsandboxed_why}
         if self.details:
@@ -61,6 +62,17 @@ class TargetInfo:
         if self.max_hours is not None:
             doc["max_hours"] = self.max_hours
         return doc
+
+    @property
+    def free_slots(self) -> int:
+        """Jobs this target could start now: max_jobs less those running and those waiting."""
+        return max(self.max_jobs - self.running - self.waiting, 0)
+
+    @property
+    def busy_text(self) -> str:
+        """"1 of 1 in use" (and how many wait), for the plan's reasons."""
+        return f"{self.running} of {self.max_jobs} in use" + (
+            f", {self.waiting} waiting" if self.waiting else "")
 
     @property
     def gpu_label(self) -> str:
@@ -81,11 +93,14 @@ class Poll:
     phase: "provisioning" (starting, installing), "running", "exited" (with exit_code),
     "lost" (gone without an exit status), "cancelled" (stopped on the target's own side), "session_ended" (the target ended it: a time
     limit, preemption; it resumes from its checkpoint), "unreachable" (cannot ask now).
+    queued: a "provisioning" attempt that waits in the target's own queue (Slurm PENDING, PBS Q,
+    Kaggle QUEUED), not one that installs or starts: the supervisor's `queue_timeout_s` counts it.
     """
 
     phase: str
     exit_code: int | None = None
     detail: str = ""
+    queued: bool = False
 
 
 class Provider(Protocol):

@@ -503,7 +503,8 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         except Exception as exc:  # noqa: BLE001 - a network error is not a failed job
             return Poll("unreachable", detail=str(exc))
         if state in STATES:
-            return Poll(STATES[state], detail="queued on Kaggle" if state == "QUEUED" else "")
+            return Poll(STATES[state], detail="queued on Kaggle" if state == "QUEUED" else "",
+                        queued=state == "QUEUED")
         if state.startswith("CANCEL"):
             return Poll("cancelled", detail="cancelled on Kaggle")
         exit_doc, time_signal = self._exit_doc(job)

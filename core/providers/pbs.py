@@ -67,7 +67,8 @@ def map_job(attrs: dict, exit_doc: dict | None, time_signal: bool) -> Poll:
     if state in ("Q", "H", "W", "T", "S", "M", "U"):
         why = {"Q": "queued", "H": "held", "W": "waiting for its start time", "T": "moving",
                "S": "suspended", "M": "moved", "U": "suspended"}[state]
-        return Poll("provisioning", detail=f"queued: {comment or why}")
+        # suspended (S, U) is not waiting to start: it ran and will go on
+        return Poll("provisioning", detail=f"queued: {comment or why}", queued=state not in ("S", "U"))
     if state in ("R", "E", "B"):
         return Poll("running")
     if state in ("F", "X", "C"):  # finished (PBS Pro keeps it with -x; Torque says C)

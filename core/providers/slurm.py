@@ -14,7 +14,7 @@ Status comes from ONE `squeue` per cycle for all of the target's jobs (`QueueCac
 `scontrol show job` (and `sacct` where accounting exists) for a job squeue no longer lists,
 then the attempt's exit.json. States map onto the router's:
 
-    PENDING, CONFIGURING, REQUEUED...  -> provisioning, with the queue reason ("queued: Resources")
+    PENDING, CONFIGURING, REQUEUED...  -> provisioning, queued, with the queue reason ("queued: Resources")
     RUNNING, COMPLETING, SUSPENDED     -> running
     COMPLETED                          -> exited with the job's status (exit.json)
     FAILED, OUT_OF_MEMORY, BOOT_FAIL   -> exited non-zero
@@ -55,7 +55,7 @@ def map_state(state: str, reason: str, exit_doc: dict | None, time_signal: bool,
     state = state.split()[0].rstrip("+") if state else ""
     if state in PENDING:
         why = reason if reason and reason not in ("None", "(null)") else "waiting"
-        return Poll("provisioning", detail=f"queued: {why}")
+        return Poll("provisioning", detail=f"queued: {why}", queued=True)
     if state in RUNNING:
         return Poll("running", detail=state.lower() if state != "RUNNING" else "")
     if state in ENDED:
