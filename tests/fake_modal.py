@@ -78,6 +78,9 @@ class Call:
         self.exception = ""
         self.logs: list[tuple[float, str]] = []
         self.started = time.time()
+        self.input: Any = None  # the input, kept: a preempted one runs again (FakeModal.preempt)
+        self.containers = 0  # how many containers ran it
+        self.preempted: list[subprocess.Popen] = []  # containers whose end is not the input's end
 
 
 class FakeModal:
@@ -412,8 +415,23 @@ class FakeModal:
 
     # -- running a function -------------------------------------------------------------------
 
+    def preempt(self, fc_id: str) -> None:
+        """Preempt the container running this call's input, as Modal does when it reclaims the
+        machine: the container is killed, and Modal runs the same input again in a new one
+        (a fresh container disk, the same volumes, the same function call: its logs go on in
+        the same stream, and the caller sees one result). Nothing tells the caller."""
+        call = self.function_calls[fc_id]
+        old = call.proc
+        assert old is not None and call.status is None, "only a running input is preempted"
+        call.preempted.append(old)
+        self._kill(call)
+        old.wait(timeout=30)
+        self._start(call, call.input)
+
     def _start(self, call: Call, inp) -> None:
-        fs = call.root / "fs"
+        call.input = inp
+        call.containers += 1
+        fs = call.root / f"fs-{call.containers}"  # each container its own disk
         fn = call.function
         for mid in fn.mount_ids:
             for remote, sha in self.mounts.get(mid, []):
@@ -433,7 +451,7 @@ class FakeModal:
             args = cbor2.loads(inp.args)
         else:
             args = pickle.loads(inp.args)
-        src, dst = call.root / "input.pkl", call.root / "output.pkl"
+        src, dst = call.root / f"input-{call.containers}.pkl", call.root / f"output-{call.containers}.pkl"
         src.write_bytes(pickle.dumps(tuple(args)))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MODAL_", "GPU_ROUTER_"))}
         call.proc = subprocess.Popen(
@@ -450,7 +468,7 @@ class FakeModal:
             call.logs.append((time.time(), raw.decode("utf-8", "replace")))
         proc.wait()
         timer.cancel()
-        if call.status is not None:
+        if call.status is not None or proc in call.preempted:  # a preempted container: it runs again
             return
         try:
             kind, value = pickle.loads(dst.read_bytes())

@@ -104,7 +104,7 @@ async def test_gpu_submit_schema_is_the_contract(home: Path) -> None:
         want_default = 10 if row["name"] == "wait_s" else None  # "(default 10)" in its text
         assert prop.get("default") == want_default and row["default"] == "", row["name"]
     actions = tools["compute_job"].input_schema["properties"]["action"]["enum"]
-    assert actions == ["targets", "plan", "start", "wait", "logs", "artifacts", "cancel"]
+    assert actions == ["targets", "plan", "start", "wait", "logs", "artifacts", "cancel", "resume"]
 
 
 async def test_agent_submits_waits_and_reads_everything(home: Path, tmp_path: Path) -> None:

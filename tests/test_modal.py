@@ -336,3 +336,45 @@ def test_rows_a_lost_call_wrote_after_the_streams_last_read_come_from_the_volume
     asyncio.run(provider._metrics_from_volume(job, 30))  # a second read adds nothing
     assert (local / "metrics.jsonl").read_bytes() == after
     assert any(r.path.endswith("metrics.jsonl") for r in modal_fake.requests("VolumeGetFile2"))
+
+
+PREEMPTED = """
+import json, time
+import gpu
+ckpt = gpu.checkpoint_dir() / "steps.json"
+done = json.loads(ckpt.read_text()) if ckpt.exists() else []
+print(f"attempt {gpu.attempt()} starts after {len(done)} steps", flush=True)
+for step in range(len(done), 16):
+    time.sleep(0.4)
+    done.append(step)
+    tmp = gpu.checkpoint_dir() / "steps.json.tmp"
+    tmp.write_text(json.dumps(done))
+    tmp.replace(ckpt)
+    print(f"step {step}", flush=True)
+(gpu.output_dir() / "steps.json").write_text(json.dumps(done))
+"""
+
+
+def test_an_input_modal_reruns_after_a_preemption_goes_on_from_the_volume_checkpoint(
+        modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
+    add_modal()
+    project = make_git_project(tmp_path / "pre", {"train.py": PREEMPTED})
+    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--provider", "md", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    deadline = time.monotonic() + 120
+    while "step 4\n" not in run_gpu("logs", short).stdout:
+        assert time.monotonic() < deadline, run_gpu("logs", short).stdout
+        time.sleep(0.2)
+    (running,) = [c for c in modal_fake.function_calls.values() if c.status is None]
+    modal_fake.preempt(running.id)
+
+    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
+    log = run_gpu("logs", short).stdout
+    assert done["state"] == "done", (done["reason"], log)
+    assert running.containers == 2 and len(modal_fake.requests("FunctionPutInputs")) == 1  # one input, run twice
+    assert done["attempt"] == 1  # Modal's rerun is the same attempt: gpu-router saw no session end
+    assert "Modal ran this input again in a new container" in log
+    again = [int(line.split()[-2]) for line in log.splitlines() if line.startswith("attempt 1 starts after")]
+    assert again[0] == 0 and again[1] >= 5, log  # the second container began where the volume's checkpoint was
+    steps = json.loads((Path(sub["job"]["outputs_dir"]) / "steps.json").read_text())
+    assert steps == list(range(16))  # every step, once

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import IllegalTransition
-from core.jobs.states import ACTIVE, TERMINAL, TRANSITIONS, State, can_move
+from core.jobs.states import ACTIVE, RESUMABLE, TERMINAL, TRANSITIONS, State, can_move
 from core.jobs.store import MIGRATIONS, Store
 
 
@@ -25,8 +25,11 @@ def test_the_state_set_is_the_design_and_terminal_states_are_final() -> None:
         "queued", "routing", "awaiting_approval", "provisioning", "running", "checkpointing",
         "migrating", "done", "failed", "cancelled", "denied"}
     assert TERMINAL == {State.DONE, State.FAILED, State.CANCELLED, State.DENIED}
-    for s in TERMINAL:
-        assert TRANSITIONS[s] == frozenset()
+    # done and denied are final; cancelled and failed leave only by a resume (back to routing)
+    assert TRANSITIONS[State.DONE] == TRANSITIONS[State.DENIED] == frozenset()
+    assert RESUMABLE == {State.FAILED, State.CANCELLED}
+    for s in RESUMABLE:
+        assert TRANSITIONS[s] == {State.ROUTING}
     assert can_move("running", "checkpointing") and can_move("checkpointing", "running")
     assert can_move("running", "migrating") and can_move("migrating", "provisioning")
     assert not can_move("queued", "running") and not can_move("denied", "provisioning")
@@ -54,7 +57,19 @@ def test_transitions_write_events_and_illegal_ones_raise(home: Path) -> None:
     assert all(e.reason and e.ts for e in events)
     with pytest.raises(IllegalTransition):
         store.transition(job.id, State.RUNNING, "again")
+    with pytest.raises(IllegalTransition):
+        store.transition(job.id, State.ROUTING, "a done job is not resumed")
     assert len(store.events(job.id)) == 5  # the refused change left no trace
+
+
+def test_a_resume_makes_an_ended_job_live_again(home: Path) -> None:
+    store = Store()
+    job = _job(store, 7)
+    store.transition(job.id, State.ROUTING, "routed")
+    ended = store.transition(job.id, State.CANCELLED, "cancelled")
+    assert ended.ended_at and not ended.active
+    again = store.transition(job.id, State.ROUTING, "resumed", cancel_requested=0)
+    assert again.active and again.ended_at is None and not again.cancel_requested
 
 
 def test_wal_mode_and_numbered_migrations(home: Path) -> None:

@@ -194,6 +194,17 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 # -- the parser ----------------------------------------------------------------------------
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: a number of seconds from 0 to a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of seconds") from None
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{value:g} is not between 0 and 86400 seconds")
+    return value
+
+
 def _count(text: str) -> int:
     """An argparse type: a whole number of 0 or more (argparse turns the error into exit 2)."""
     try:
@@ -328,7 +339,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("cancel", cli_jobs.cmd_cancel, "stop a job (every process it started, however detached) and record it cancelled")
     p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="ask the job to checkpoint first (gpu.should_checkpoint() turns true), bring "
+                        "that checkpoint home, then stop it (gpu resume goes on from it)")
+    p.add_argument("--grace", type=_seconds, default=60.0, metavar="S",
+                   help="with --checkpoint: stop it after S seconds even if no new checkpoint came home (default 60)")
     p.add_argument("--json", action="store_true", help="print {job}")
+
+    p = add("resume", cli_jobs.cmd_resume, "run an ended job (cancelled, failed) again from its last "
+            "checkpoint, as the same job's next attempt: planned again, the approval rules applied again")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("--json", action="store_true", help="print {job, guidance}")
 
     p = add("fetch", cli_jobs.cmd_fetch, "bring files a job wrote in its working folder (and did not declare "
                                 "as outputs) home into runs/<id>/, from any target")

@@ -1,5 +1,5 @@
-"""`gpu jobs`, `status`, `logs` (and following one), `metrics`, `cancel` and `fetch`: watching
-and stopping jobs and bringing their files home.
+"""`gpu jobs`, `status`, `logs` (and following one), `metrics`, `cancel`, `resume` and
+`fetch`: watching, stopping and resuming jobs and bringing their files home.
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from core.engine.service import cancel
 
     store = open_store()
-    job = cancel(store, store.resolve(args.id, here()).id, actor="cli")
+    job = cancel(store, store.resolve(args.id, here()).id, actor="cli",
+                 checkpoint=args.checkpoint, grace_s=args.grace)
     if args.json:
         from core.engine.reports import job_only
 
@@ -174,6 +175,33 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     say(markup("job [bold]{short}[/]: {state}  {reason}", short=job.short_id,
                state=state_text(job.state.value), reason=job.reason))
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """`gpu resume ID`: an ended job (cancelled, failed) runs again from its checkpoint, as
+    its next attempt, planned again under the approval rules for whoever asks."""
+    from core.engine.resume import resume
+    from tui.cli_common import actor_of
+
+    store = open_store()
+    actor = actor_of(args)
+    job = resume(store, store.resolve(args.id, here()).id,
+                 actor=actor.label("terminal" if actor.is_person else "cli"), interactive=actor.is_person)
+    if args.json:
+        from core.engine.reports import job_only
+        from core.engine.service import guidance
+
+        emit_json({**job_only(job), "guidance": guidance(job, True)})
+        return 0
+    from tui.render import state_text
+
+    say(markup("job [bold]{short}[/]: {state}  {reason}", short=job.short_id,
+               state=state_text(job.state.value), reason=job.reason))
+    if job.state.value == "awaiting_approval":
+        say(markup("a person approves it with [bold]gpu approve {short}[/]", short=job.short_id))
+    else:
+        say(markup("follow it with [bold]gpu logs -f {short}[/]", short=job.short_id))
     return 0
 
 

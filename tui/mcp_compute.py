@@ -1,11 +1,14 @@
 """`compute_job`: the compute contract's one tool, over the same engine as the gpu_* tools.
 
-`action` picks what happens: targets | plan | start | wait | logs | artifacts | cancel. A start
+`action` picks what happens: targets | plan | start | wait | logs | artifacts | cancel |
+resume. A start
 is a submit whose request is made from `command` (a command line run in `cwd`, the project),
 `artifacts` (what comes home: gpu-router's `outputs`) and `checkpoint` (where the command keeps
 its checkpoints; it comes home too). With the `digest` of an earlier `plan`, a start whose fresh
 plan differs is held for a person's approval with that reason: it never runs on a plan nobody
-saw. `purpose` is recorded with the job as an event.
+saw. `purpose` is recorded with the job as an event. A cancel with `checkpoint_first` asks the
+job to save before it stops; a resume runs an ended job again from its checkpoint under the
+approval rules for an agent (core/engine/resume.py): it may be held, and no tool approves.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from tui.mcp_tools import ACTOR, Call, Engine, argument, gpu_logs, gpu_wait, pro
 
 TOOL = "compute_job"
 NEEDS = {"start": ("command", "cwd"), "plan": ("command", "cwd"), "wait": ("job",),
-         "logs": ("job",), "artifacts": ("job",), "cancel": ("job",), "targets": ()}
+         "logs": ("job",), "artifacts": ("job",), "cancel": ("job",), "resume": ("job",),
+         "targets": ()}
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -77,10 +81,18 @@ def compute_job(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, A
 
         return artifacts_doc(engine.job(args["job"]))
     from core.engine.reports import job_only
-    from core.engine.service import cancel
+    from core.engine.service import CHECKPOINT_GRACE_S, cancel, guidance
 
     store = engine.store()
-    return job_only(cancel(store, store.resolve(args["job"]).id, actor=ACTOR))
+    if action == "resume":
+        from core.engine.resume import resume
+
+        job = resume(store, store.resolve(args["job"]).id, actor=ACTOR, interactive=False)
+        return {**job_only(job), "guidance": guidance(job, True, front="compute")}
+    grace = args.get("grace_s")
+    return job_only(cancel(store, store.resolve(args["job"]).id, actor=ACTOR,
+                           checkpoint=bool(args.get("checkpoint_first")),
+                           grace_s=CHECKPOINT_GRACE_S if grace is None else float(grace)))
 
 
 def _start(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:

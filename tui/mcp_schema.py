@@ -179,7 +179,7 @@ GPU_TOOLS: dict[str, tuple[str, str, dict[str, Any]]] = {
         _object(PLAN_PROPERTIES, ["project_dir"])),
 }
 
-COMPUTE_ACTIONS = ("targets", "plan", "start", "wait", "logs", "artifacts", "cancel")
+COMPUTE_ACTIONS = ("targets", "plan", "start", "wait", "logs", "artifacts", "cancel", "resume")
 COMPUTE_DESCRIPTION = (
     "Run a command on a GPU and follow it: one tool, an action each call. targets: where jobs "
     "can run. plan: what start would do with the same arguments (target, price, rules that "
@@ -187,13 +187,16 @@ COMPUTE_DESCRIPTION = (
     "the digest from plan so that, if the plan changed since (another target, another bundle), "
     "the job waits for a person's approval instead of running. wait: block until the job "
     "changes state or ends (timeout_s), then return its status. logs: its output, by tail or "
-    "byte offset. artifacts: the files that came home to its outputs folder. cancel: stop it. "
+    "byte offset. artifacts: the files that came home to its outputs folder. cancel: stop it "
+    "(checkpoint_first: ask it to save, bring that checkpoint home, then stop it). resume: run "
+    "a cancelled or failed job again from its last checkpoint, as the same job's next attempt; "
+    "it is planned again and the approval rules apply again (it may wait for the user). "
     "A job with no hours, or over 1 hour, waits for the user's approval: then "
     "guidance.tell_user is for the user, word for word; do not approve it yourself.")
 COMPUTE_SCHEMA = _object({
     "action": {"type": "string", "enum": list(COMPUTE_ACTIONS), "description":
                "What to do: " + " | ".join(COMPUTE_ACTIONS) + "."},
-    "job": _str("The job (wait, logs, artifacts, cancel): the short_id start returned, or last."),
+    "job": _str("The job (wait, logs, artifacts, cancel, resume): the short_id start returned, or last."),
     "name": _str("plan/start: a short name for humans (letters, digits, . _ -)."),
     "purpose": _str("plan/start: why this job runs, in a sentence; recorded with the job."),
     "command": _str("plan/start: the command line to run in cwd, split like a shell would, e.g. "
@@ -212,6 +215,11 @@ COMPUTE_SCHEMA = _object({
     "provider": _str("plan/start: pin a target kind (kaggle, local, ssh, slurm, pbs, modal) or "
                      "a target name (see targets); a name wins. Usually omit."),
     "timeout_s": _WAIT_TIMEOUT,
+    "checkpoint_first": _bool("cancel: ask the job to checkpoint first (gpu.should_checkpoint() "
+                              "turns true), bring that checkpoint home, then stop it, so a later "
+                              "resume goes on from there."),
+    "grace_s": _number("cancel with checkpoint_first: stop it after this many seconds even if no "
+                       "new checkpoint came home (default 60).", minimum=0, maximum=3600),
     "tail": _integer("logs: only the last N lines (default 100).", minimum=0, maximum=100_000),
     "offset": _OFFSET,
     "max_bytes": _MAX_BYTES,

@@ -25,7 +25,7 @@ class JobMoves:
 
     async def _resume(self, job: Job) -> None:
         """A migrating job whose target can take it back starts its next attempt there."""
-        if job.cancel_requested:
+        if job.cancel_requested or job.cancel_checkpoint:
             await self.db(self.store.transition, job.id, State.CANCELLED, "cancelled while between sessions")
             return
         if not job.handle.get("resume_same_target"):

@@ -34,6 +34,7 @@ from core.secrets.launch import secrets_for_launch
 log = logging.getLogger("gpu-router.supervisor")
 
 CANCEL_GRACE_S = 10.0
+CHECKPOINT_GRACE_S = 60.0  # `gpu cancel --checkpoint` without --grace (service.CHECKPOINT_GRACE_S)
 UNREACHABLE_GRACE_S = 600.0  # a host away longer than this has lost the job's session
 MAX_RESUMES = 3  # session ends (time limits, preemption) resumed on the same target
 # what a job's handle keeps from one attempt to the next (counters, and where it came from)
@@ -67,6 +68,9 @@ class JobSteps:
             return
         if job.cancel_requested:
             await self._cancel(job, provider)
+        elif job.cancel_checkpoint:
+            await self._checkpoint_then_cancel(job, provider)
+            job = await self.db(self.store.get, job.id)
         if job.id not in self.verified:
             if hasattr(provider, "is_ours"):
                 poll = await provider.poll(job)
@@ -154,7 +158,7 @@ class JobSteps:
         """The target ended the session (a time limit, preemption): resume from the checkpoint."""
         await self.db(self.store.usage_end, job.id, job.attempt)
         resumes = int(job.handle.get("resumes", 0))
-        if job.cancel_requested:
+        if job.cancel_requested or job.cancel_checkpoint:
             await self._finish(job, provider, Poll("exited", exit_code=None, detail=poll.detail))
             return
         limit = int(getattr(provider, "max_resumes", MAX_RESUMES))
@@ -186,9 +190,41 @@ class JobSteps:
         if job.handle.get("moving"):  # held while it moved, now approved: it starts afresh there
             moved = {"metrics_offset": 0}
             carried["log_base"] = log_mark(job, f"moved from {carried['migrated_from']} to {provider.name}")
+        data = None
+        if job.handle.get("resuming"):  # gpu resume: its checkpoint comes back home first
+            resumed = await self._resumed(job, provider, carried)
+            if resumed is None:
+                return
+            text, data, more = resumed
+            moved.update(more)
         job = await self.db(self.store.transition, job.id, State.PROVISIONING, text, expect=[State.ROUTING],
-                                    attempt=job.attempt + 1, handle=carried, exit_code=None, **moved)
+                                    attempt=job.attempt + 1, handle=carried, exit_code=None, data=data, **moved)
         await self._start_attempt(job, provider)
+
+    async def _resumed(self, job: Job, provider: Any, carried: dict) -> tuple[str, dict, dict] | None:
+        """A resumed job (core/engine/resume.py) is placed: its settled checkpoint moves back
+        home for the launch to restore, and its log says so. Returns (the event's text, its
+        data, fields to set), or None when the checkpoint no longer checks out (then it failed
+        again, saying why)."""
+        res = job.handle["resuming"]
+        try:
+            ckpt = await asyncio.to_thread(checkpoints.reclaim, job.id, Path(job.outputs_dir))
+        except UserError as exc:
+            await self.db(self._fail, job, f"not resumed: {exc.what}")
+            return None
+        carried["restore_checkpoint"] = ckpt is not None
+        start = ("from " + checkpoints.describe(ckpt)) if ckpt else "from the beginning (restart: allow)"
+        text = f"resuming on {provider.name} (resumed by {res.get('by')}) {start}"
+        log = paths.jobs_dir() / job.id / "job.log"
+        before = log.stat().st_size if log.exists() else 0
+        mark = log_mark(job, f"resumed by {res.get('by')} on {provider.name}, {start}")
+        fields: dict = {}
+        if res.get("from_target") == provider.name:  # the target's own log goes on after the mark
+            carried["log_base"] = int(carried.get("log_base") or 0) + (mark - before)
+        else:  # a new target's log and metrics file start empty
+            carried["log_base"] = mark
+            fields["metrics_offset"] = 0
+        return text, {"by": res.get("by"), "checkpoint": ckpt, "to": provider.name}, fields
 
     async def _start_attempt(self, job: Job, provider: Any) -> None:
         try:
@@ -211,6 +247,44 @@ class JobSteps:
             await self.db(self.store.add_event, job.id, note, actor="supervisor")
         await self.db(self.store.add_event, job.id, f"attempt {job.attempt} started on {provider.name}",
                              data={"attempt": job.attempt})
+
+    async def _checkpoint_then_cancel(self, job: Job, provider: Any) -> None:
+        """`gpu cancel --checkpoint` (service.cancel): ask the job to save, as before a
+        session's end (gpu.should_checkpoint()); once a checkpoint newer than the one home had
+        came home, or after the grace, ask for the stop (`cancel_requested`: `_cancel`)."""
+        req = dict(job.handle.get("cancel_checkpoint") or {})  # defaults if a racing write lost it
+        now = time.time()
+        grace = float(req.get("grace_s") or CHECKPOINT_GRACE_S)
+        if not req.get("asked_at"):
+            try:
+                await provider.request_checkpoint(job)
+            except Exception as exc:  # noqa: BLE001 - it is stopped after the grace all the same
+                log.info("job %s: checkpoint request failed: %s", job.short_id, exc)
+            home = checkpoints.summary(job.id)
+            req = {"by": "?", "grace_s": grace, "home_generation": home and home["generation"],
+                   **req, "asked_at": now}
+            text = (f"asked to checkpoint before it is cancelled (by {req['by']}); stopped once the "
+                    f"checkpoint is home, or after {grace:g} s")
+            if job.state == State.RUNNING:
+                await self.db(self.store.transition, job.id, State.CHECKPOINTING, text, expect=[State.RUNNING],
+                              handle={**job.handle, "cancel_checkpoint": req})
+            else:
+                await self.db(self.store.update, job.id, handle={**job.handle, "cancel_checkpoint": req})
+                await self.db(self.store.add_event, job.id, text)
+            return
+        await self._mirror(job, provider, force=True)
+        home = checkpoints.summary(job.id)
+        before = req.get("home_generation")
+        if home is not None and home.get("generation") is not None and (
+                before is None or int(home["generation"]) > int(before)):
+            text = f"{checkpoints.describe(home)} came home: stopping it (cancel)"
+        elif now - float(req["asked_at"]) > grace:
+            text = (f"no newer checkpoint came home within {grace:g} s: stopping it (cancel); "
+                    f"home keeps {checkpoints.describe(home)}")
+        else:
+            return
+        await self.db(self.store.update, job.id, cancel_requested=1)
+        await self.db(self.store.add_event, job.id, text, data={"checkpoint": home})
 
     async def _cancel(self, job: Job, provider: Any) -> None:
         sent = job.handle.get("cancel_sent_at")
@@ -237,8 +311,9 @@ class JobSteps:
             await self.db(self._hold_overrun, job, notes)
             return
         kill = job.handle.get("kill")
-        if job.cancel_requested:
-            dst, reason = State.CANCELLED, "cancelled by request"
+        if job.cancel_requested or job.cancel_checkpoint:
+            dst, reason = State.CANCELLED, "cancelled by request" + (
+                " after it was asked to checkpoint" if job.handle.get("cancel_checkpoint") else "")
             await self._final_sweep(job, provider)
         elif kill:
             dst, reason = State.FAILED, f"stopped by kill rule {kill['rule']}: {kill['why']}"

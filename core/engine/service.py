@@ -21,7 +21,7 @@ from core.config.request import JobRequest
 from core.display.sanitize import printable_doc
 from core.packaging import checkpoints
 from core.jobs.states import LAUNCHED, TERMINAL, State
-from core.jobs.store import Job, Store
+from core.jobs.store import CANCEL_AFTER_CHECKPOINT, Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
 from core.packaging.bundle import Bundle, build
 from core.packaging.filecache import FileHashCache
@@ -363,7 +363,17 @@ def guidance(job: Job, submitted: bool, front: str = "cli") -> dict[str, Any]:
 # -- cancel --------------------------------------------------------------------------------
 
 
-def cancel(store: Store, ref: str, *, actor: str = "cli", wait_s: float = 15.0) -> Job:
+CHECKPOINT_GRACE_S = 60.0  # `gpu cancel --checkpoint`: how long the job has to save
+
+
+def cancel(store: Store, ref: str, *, actor: str = "cli", wait_s: float = 15.0,
+           checkpoint: bool = False, grace_s: float = CHECKPOINT_GRACE_S) -> Job:
+    """Stop a job and record it cancelled; waits up to `wait_s` for it to end.
+
+    With `checkpoint`, a running job is first asked to save (the request
+    gpu.should_checkpoint() sees when a session nears its end); the supervisor stops it once
+    a checkpoint newer than the one home held came home, or after `grace_s` (jobsteps.py
+    `_checkpoint_then_cancel`). A job not running yet has nothing to save: it is cancelled."""
     job = store.resolve(ref)
     if job.state in TERMINAL:
         raise UserError(f"job {job.short_id} already ended ({job.state.value})",
@@ -372,8 +382,20 @@ def cancel(store: Store, ref: str, *, actor: str = "cli", wait_s: float = 15.0) 
         job = store.get(job.id)
         if job.state not in LAUNCHED:
             return store.transition(job.id, State.CANCELLED, f"cancelled by {actor}", actor=actor)
-        store.update(job.id, cancel_requested=1)
-        store.add_event(job.id, f"cancel requested by {actor}", actor=actor)
+        if checkpoint and job.state in (State.RUNNING, State.CHECKPOINTING):
+            ckpt = checkpoints.summary(job.id)
+            store.update(job.id, cancel_requested=CANCEL_AFTER_CHECKPOINT, handle={**job.handle, "cancel_checkpoint": {
+                "by": actor, "at": time.time(), "grace_s": grace_s,
+                "home_generation": ckpt["generation"] if ckpt else None}})
+            store.add_event(job.id, f"cancel requested by {actor}: asking it to checkpoint first "
+                                    f"(stopped once the checkpoint is home, or after {grace_s:g} s)",
+                            actor=actor, data={"grace_s": grace_s, "checkpoint": ckpt})
+            wait_s = max(wait_s, grace_s + 30.0)
+        else:
+            store.update(job.id, cancel_requested=1)
+            store.add_event(job.id, f"cancel requested by {actor}" + (
+                f" ({job.state.value}: not running yet, so nothing to checkpoint)" if checkpoint else ""),
+                actor=actor)
     from core.engine.daemon import ensure_running
 
     ensure_running()

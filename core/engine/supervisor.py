@@ -179,7 +179,7 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait):
         """The jobs to step now: every one with something to do, and of those that simply run,
         the STEADY_PER_TICK looked at longest ago (first come, first placed kept)."""
         free = [j for j in jobs if j.id not in self.busy]
-        steady = [j for j in free if j.state == State.RUNNING and not j.cancel_requested
+        steady = [j for j in free if j.state == State.RUNNING and not j.cancel_requested and not j.cancel_checkpoint
                   and not j.handle.get("unreachable_since")]
         if len(steady) > STEADY_PER_TICK:
             steady.sort(key=lambda j: self._stepped.get(j.id, 0.0))

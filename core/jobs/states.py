@@ -2,6 +2,10 @@
 
 Nothing else in gpu-router decides whether a job may move; `store.transition` consults this
 table and raises `IllegalTransition` for anything it does not list.
+
+An ended job stays ended, with one exception: a cancelled or failed one may be resumed
+(`gpu resume`, core/engine/resume.py), which routes it again as its next attempt. Done and
+denied are final: a done job has nothing left to run, and a denied one was refused by a person.
 """
 
 from __future__ import annotations
@@ -37,12 +41,17 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     # the new plan needs approval
     S.MIGRATING: frozenset({S.PROVISIONING, S.ROUTING, S.AWAITING_APPROVAL, S.FAILED, S.CANCELLED}),
     S.DONE: frozenset(),
-    S.FAILED: frozenset(),
-    S.CANCELLED: frozenset(),
+    # a resume: planned again (new plan, new digest, the approval rules again), next attempt
+    S.FAILED: frozenset({S.ROUTING}),
+    S.CANCELLED: frozenset({S.ROUTING}),
     S.DENIED: frozenset(),
 }
 
-TERMINAL: frozenset[State] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# Ended: nothing of the job runs or waits. Only a resume leaves one (RESUMABLE).
+TERMINAL: frozenset[State] = frozenset({S.DONE, S.FAILED, S.CANCELLED, S.DENIED})
+# Ended states a resume may take back to routing: stopped (a cancel, a kill rule, a budget)
+# or failed, with a checkpoint to go on from.
+RESUMABLE: frozenset[State] = frozenset(s for s in TERMINAL if TRANSITIONS[s])
 # A job whose process may exist somewhere: the supervisor watches these.
 LAUNCHED: frozenset[State] = frozenset({S.PROVISIONING, S.RUNNING, S.CHECKPOINTING})
 # Not yet ended: an identical request returns such a job instead of starting another.

@@ -146,6 +146,9 @@ _JSON_COLUMNS = ("request_json", "plan_json", "bundle_json", "handle_json", "las
                  "config_json", "final_json")
 
 
+CANCEL_AFTER_CHECKPOINT = 2  # jobs.cancel_requested: 1 stop now, 2 checkpoint first, then stop
+
+
 @dataclass
 class Job:
     id: str
@@ -175,6 +178,9 @@ class Job:
     metrics_offset: int
     last_metric: dict = field(default_factory=dict)
     rev: int = 0
+    # `gpu cancel --checkpoint`: the column holds CANCEL_AFTER_CHECKPOINT (not 1) until the
+    # supervisor has the checkpoint home and asks for the stop itself (cancel_requested)
+    cancel_checkpoint: bool = False
     config: dict = field(default_factory=dict)  # the settings the job's tracking reported
     final: dict = field(default_factory=dict)  # its final numbers (summary)
 
@@ -184,7 +190,8 @@ class Job:
         for col in _JSON_COLUMNS:
             d[col.removesuffix("_json")] = json.loads(d.pop(col) or "{}")
         d["state"] = State(d["state"])
-        d["cancel_requested"] = bool(d["cancel_requested"])
+        d["cancel_checkpoint"] = d["cancel_requested"] == CANCEL_AFTER_CHECKPOINT
+        d["cancel_requested"] = d["cancel_requested"] == 1
         return cls(**d)
 
     @property
@@ -403,6 +410,8 @@ class Store:
                 sets.setdefault("started_at", now)
             if State(dst) in TERMINAL:
                 sets.setdefault("ended_at", now)
+            elif job.state in TERMINAL:  # a resume: it is live again
+                sets.setdefault("ended_at", None)
             self._update(db, job_id, sets)
             self._event(db, job_id, job.state, State(dst), reason, actor, data or {}, now)
             return self._get(db, job_id)

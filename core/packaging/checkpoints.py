@@ -491,10 +491,12 @@ def restore_local(job_id: str, dest: Path, secrets: Mapping[str, str] | None = N
 
 def settle(job_id: str, outputs: Path) -> str | None:
     """The job ended: its last checkpoint becomes an output (`runs/<id>/checkpoint/`), moved
-    there rather than copied where home and the project share a disk. Returns a note when it
-    could not be kept."""
+    there rather than copied where home and the project share a disk. Its manifest stays at
+    home (`ckpt-settled.json`), so a resume (`reclaim`) can check the files and open sealed
+    names. Returns a note when it could not be kept."""
     src = home_dir(job_id)
-    if manifest(job_id) is None:
+    doc = manifest(job_id)
+    if doc is None:
         discard(job_id)
         return None
     dest = outputs / "checkpoint"
@@ -505,10 +507,82 @@ def settle(job_id: str, outputs: Path) -> str | None:
         else:
             outputs.mkdir(parents=True, exist_ok=True)
             shutil.move(str(src), str(dest))
+            _write_json(_settled_path(job_id), {**doc, "dir": str(dest)})
     except OSError as exc:
         note = f"the last checkpoint could not be kept in {dest}: {exc}"
     discard(job_id)
     return note
+
+
+def _settled_path(job_id: str) -> Path:
+    return paths.jobs_dir() / job_id / "ckpt-settled.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def settled(job_id: str, outputs: Path) -> dict[str, Any] | None:
+    """The checkpoint an ended job can resume from, checked, without moving anything: home's
+    own (a settle that could not move it) or the one settled into `runs/<id>/checkpoint/`.
+    Returns {generation, bytes, files, sha256 (over the manifest), where, age_s}, or None when
+    there is none. Raises UserError when the folder no longer holds what came home (a person
+    changed, removed or added files): resuming from it would not be resuming."""
+    from core.errors import UserError
+
+    doc = manifest(job_id)
+    where = home_dir(job_id)
+    if doc is None:
+        where = outputs / "checkpoint"
+        try:
+            doc = json.loads(_settled_path(job_id).read_text())
+        except (OSError, ValueError):
+            doc = None
+        if not isinstance(doc, dict) or not where.is_dir():
+            return None
+        files = doc.get("files") or {}
+        found = {p.relative_to(where).as_posix() for p in where.rglob("*")
+                 if p.is_file() or p.is_symlink()} - {MARKER}
+        odd = sorted(found - set(files))
+        bad = sorted(rel for rel, e in files.items()
+                     if not (where / rel).is_file() or (where / rel).is_symlink()
+                     or _sha256(where / rel) != (e or {}).get("sha256"))
+        if odd or bad:
+            what = "; ".join(x for x in (
+                f"changed or missing since it came home: {', '.join(bad[:5])}" if bad else "",
+                f"not part of it: {', '.join(odd[:5])}" if odd else "") if x)
+            raise UserError(f"the job's checkpoint in {where} is not the one that came home ({what})",
+                            where=str(where),
+                            fix="put the files back as they were (or move the extra ones out), "
+                                "then resume again; to start over, submit the job again")
+    listing = {rel: (e or {}).get("sha256") for rel, e in (doc.get("files") or {}).items()}
+    return {"generation": doc.get("generation"), "bytes": int(doc.get("bytes", 0)),
+            "files": len(listing), "where": str(where),
+            "age_s": round(max(0.0, time.time() - float(doc.get("at", time.time()))), 1),
+            "sha256": hashlib.sha256(json.dumps(listing, sort_keys=True).encode(
+                "utf-8", "surrogateescape")).hexdigest()}
+
+
+def reclaim(job_id: str, outputs: Path) -> dict[str, Any] | None:
+    """A resumed job's next attempt starts: its settled checkpoint moves back home (checked
+    again by `settled`), where the launch restores it and the mirror goes on from it; the
+    job's end settles it into `runs/<id>/checkpoint/` again. Returns `settled`'s summary."""
+    info = settled(job_id, outputs)
+    if info is None or manifest(job_id) is not None:
+        return info
+    doc = json.loads(_settled_path(job_id).read_text())
+    doc.pop("dir", None)
+    home = home_dir(job_id)
+    shutil.rmtree(home, ignore_errors=True)
+    home.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(info["where"], str(home))
+    _write_json(_manifest_path(job_id), doc)
+    _settled_path(job_id).unlink(missing_ok=True)
+    return {**info, "where": str(home)}
 
 
 def discard(job_id: str) -> None:

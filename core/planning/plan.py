@@ -39,6 +39,8 @@ def digest(plan: dict) -> str:
         doc["resources"] = plan["resources"]
     if plan.get("data_sources"):  # the commit an hf:// data set was pinned to binds too
         doc["data_sources"] = plan["data_sources"]
+    if plan.get("resume"):  # a resumed job's attempt and checkpoint bind: a new approval
+        doc["resume"] = plan["resume"]
     return hashlib.sha256(canonical_bytes(doc)).hexdigest()
 
 

@@ -18,6 +18,9 @@ clean exit then means "resume", not "done". Outputs come back as a gzipped tar i
 and so does the checkpoint folder (up to CKPT_RESULT_MAX); a call Modal stops at its timeout
 returns nothing, and the provider then reads the checkpoint from the volume (job/ckpt there).
 
+A preempted input that Modal runs again in a new container goes on as the same attempt from
+the checkpoint on the volume (`_set_aside_preempted`).
+
 Standard library only.
 """
 
@@ -59,6 +62,7 @@ def run(spec: dict) -> dict:
     text = text.replace("@RUNTIME@", os.path.join(base, "runtime").replace("\\", "\\\\").replace('"', '\\"'))
     spec = json.loads(text)
     modal = spec.pop("modal")
+    rerun = _set_aside_preempted(spec["attempt_dir"])
     for name in ("out", "ckpt", "ctl"):
         os.makedirs(os.path.join(job, name), exist_ok=True)
     shutil.rmtree(os.path.join(job, "ctl"), ignore_errors=True)  # an old attempt's requests
@@ -67,7 +71,11 @@ def run(spec: dict) -> dict:
     _unpack(os.path.join(base, "bundle", modal["bundle"]), os.path.join(work, "code"))
     for name, key in modal.get("data", {}).items():
         _unpack(os.path.join(base, "data", key), os.path.join(work, "data", name))
-    if spec["attempt"] > 1 and os.listdir(os.path.join(job, "ckpt")):
+    if rerun:
+        print(f"[gpu-router] Modal ran this input again in a new container (the last one was "
+              f"preempted): attempt {spec['attempt']} goes on from the checkpoint on the job's volume",
+              flush=True)
+    elif spec["attempt"] > 1 and os.listdir(os.path.join(job, "ckpt")):
         print("[gpu-router] resuming from the last checkpoint on the job's volume", flush=True)
     spec_path = os.path.join(spec["attempt_dir"], "spec.json")
     with open(spec_path, "w") as f:
@@ -95,6 +103,23 @@ def run(spec: dict) -> dict:
     return {"code": code, "exit": exit_doc, "time_signal": asked,
             "outputs": b"" if ended_for_time else _pack(os.path.join(job, "out")),
             "ckpt": _pack(ckpt) if 0 < ckpt_bytes <= CKPT_RESULT_MAX else b"", **appended}
+
+
+def _set_aside_preempted(attempt_dir: str) -> bool:
+    """Modal runs a preempted input again, in a new container, on its own: this call's attempt
+    folder on the volume then holds the launcher's "started" claim and no exit record. Left
+    there, the claim (never start an attempt twice) would refuse the rerun and fail the job;
+    the folder is kept beside it (`<n>.preempted-<k>`) and the attempt goes on from the
+    checkpoint on the volume. An attempt that recorded its exit is not run again (the
+    launcher refuses it). True when this is such a rerun."""
+    if not os.path.exists(os.path.join(attempt_dir, "started")) \
+            or os.path.exists(os.path.join(attempt_dir, "exit.json")):
+        return False
+    k = 1
+    while os.path.exists(f"{attempt_dir}.preempted-{k}"):
+        k += 1
+    os.replace(attempt_dir, f"{attempt_dir}.preempted-{k}")
+    return True
 
 
 def _tail(path: str, start: int, cap: int = 32 << 20) -> bytes:
