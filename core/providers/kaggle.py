@@ -50,7 +50,8 @@ from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
 from core.providers.service import secret_name as _secret_name
-from core.providers.remote import requirement_lines, runtime_archive
+from core.providers.remote import requirement_lines
+from core.providers.runtimeship import runtime_archive
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
 
