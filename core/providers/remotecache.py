@@ -69,12 +69,8 @@ class RemoteCache:
         part = f"{final}.part-{uuid.uuid4().hex[:8]}"
         size = local.stat().st_size
         sent = await self.transport.put_file(local, part)
-        await self.transport.run(
-            f"set -e; p={quote(part)}; [ $(wc -c < \"$p\") -eq {size} ] || "
-            f"{{ rm -f \"$p\"; echo 'the upload arrived incomplete' >&2; exit 1; }}; "
-            f"mv -f \"$p\" {quote(final)}; : > {quote(marker)}",
-            check=f"storing {local.name} on {self.name}")
-        self._present[marker] = time.monotonic()
+        await self._settle(part, size, f'mv -f "$p" {quote(final)}', marker,
+                           check=f"storing {local.name} on {self.name}")
         return sent
 
     async def _upload_tree(self, archive: bytes | Path, final: str, marker: str) -> int:
@@ -87,14 +83,20 @@ class RemoteCache:
             sent = await self.transport.put_file(archive, part)
             size = archive.stat().st_size
         tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
-        await self.transport.run(
-            f"set -e; p={quote(part)}; t={quote(tmp)}; "
-            f"[ $(wc -c < \"$p\") -eq {size} ] || {{ rm -f \"$p\"; echo 'the upload arrived incomplete' >&2; exit 1; }}; "
-            f"rm -rf \"$t\"; mkdir -p \"$t\"; tar -xzf \"$p\" -C \"$t\"; rm -f \"$p\"; "
-            f"rm -rf {quote(final)}; mv \"$t\" {quote(final)}; : > {quote(marker)}",
-            check=f"unpacking into {final} on {self.name}")
-        self._present[marker] = time.monotonic()
+        await self._settle(part, size, f't={quote(tmp)}; rm -rf "$t"; mkdir -p "$t"; '
+                           f'tar -xzf "$p" -C "$t"; rm -f "$p"; rm -rf {quote(final)}; mv "$t" {quote(final)}',
+                           marker, check=f"unpacking into {final} on {self.name}")
         return sent
+
+    async def _settle(self, part: str, size: int, place: str, marker: str, *, check: str) -> None:
+        """An upload's last step on the host, one command: `part` ($p there) must hold `size`
+        bytes (else it is removed and the step fails), then `place` puts it where it belongs,
+        and only then is the marker written (and remembered here)."""
+        await self.transport.run(
+            f"set -e; p={quote(part)}; [ $(wc -c < \"$p\") -eq {size} ] || "
+            f"{{ rm -f \"$p\"; echo 'the upload arrived incomplete' >&2; exit 1; }}; "
+            f"{place}; : > {quote(marker)}", check=check)
+        self._present[marker] = time.monotonic()
 
     async def _ensure_runtime(self) -> tuple[str, int]:
         rhash, data = runtime_archive()
