@@ -634,7 +634,7 @@ def test_data_that_is_a_credential_is_refused(home: Path, user_home: Path, tmp_p
 
 def test_credentials_inside_a_data_folder_are_not_uploaded(home: Path, user_home: Path,
                                                            tmp_path: Path, pem_keys: dict) -> None:
-    from core.providers.remote import _pack_dir
+    from core.providers.remotecache import _pack_dir
 
     data = tmp_path / "dataset"
     write(data / "a.csv", "1,2\n")

@@ -125,7 +125,7 @@ def test_a_loop_of_files_is_refused_with_the_chain() -> None:
     "git+https://ghp_0123456789abcdefghijABCDEFGHIJ012345@github.com/o/r.git#egg=r",
 ])
 def test_a_password_in_an_index_url_is_refused_like_a_secret(line: str) -> None:
-    err = _error({"requirements.txt": f"-r nested.txt\n", "nested.txt": f"ok==1\n{line}\n"})
+    err = _error({"requirements.txt": "-r nested.txt\n", "nested.txt": f"ok==1\n{line}\n"})
     assert err.what.startswith("refused: a URL") and err.where == "nested.txt:2"
     assert "gpu secrets set" in err.fix and "hunter2" not in err.message()
 

@@ -13,7 +13,6 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 import threading
 from pathlib import Path
 

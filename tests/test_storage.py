@@ -135,3 +135,44 @@ def test_gc_help_and_bad_location(home: Path) -> None:
     assert "--dry-run" in run_gpu("gc", "--help").stdout
     bad = run_gpu("gc", "--where", "nowhere")
     assert bad.returncode == 2 and "no cache location named nowhere" in bad.stderr
+
+
+def test_the_upload_cache_takes_only_whole_uploads(home: Path, tmp_path: Path) -> None:
+    """A host's cache entry counts once its `.ready` marker exists, and the marker is written
+    only after the upload's size was checked and it was moved into place: a part that arrived
+    short is removed, and nothing is put in place or marked (the next launch sends it again)."""
+    import asyncio
+
+    from core.providers.ssh import SSHProvider
+    from core.transport.base import CommandFailed
+    from core.transport.local import LocalTransport
+
+    root = tmp_path / "host-root"
+    box = SSHProvider("box", LocalTransport("box"), root=str(root), python=sys.executable)
+    local = tmp_path / "blob.bin"
+    local.write_bytes(os.urandom(50_000))
+    tree = tmp_path / "tree.tar.gz"
+    subprocess.run(["tar", "-czf", str(tree), "-C", str(tmp_path), "blob.bin"], check=True)
+
+    async def go() -> list[int]:
+        await box.remote()
+        d = f"{root}/data"
+        sent = [await box._upload_file(local, f"{d}/f", f"{d}/f.ready"),
+                await box._upload_tree(tree, f"{d}/t", f"{d}/t.ready"),
+                await box._upload_tree(tree.read_bytes(), f"{d}/b", f"{d}/b.ready")]
+        (root / "data" / "cut.part").write_bytes(local.read_bytes()[:1000])  # the link dropped
+        try:
+            await box._settle(f"{d}/cut.part", local.stat().st_size, f'mv -f "$p" {d}/cut', f"{d}/cut.ready",
+                              check="storing cut")
+        except CommandFailed as exc:
+            assert "the upload arrived incomplete" in str(exc)
+        else:
+            raise AssertionError("a short upload was taken as complete")
+        return sent
+
+    sent = asyncio.run(go())
+    data = root / "data"
+    assert sent[0] == local.stat().st_size and sent[1] == sent[2] == tree.stat().st_size
+    assert (data / "f").read_bytes() == local.read_bytes()
+    assert (data / "t" / "blob.bin").read_bytes() == (data / "b" / "blob.bin").read_bytes() == local.read_bytes()
+    assert sorted(p.name for p in data.iterdir()) == ["b", "b.ready", "f", "f.ready", "t", "t.ready"]

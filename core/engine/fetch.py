@@ -26,7 +26,7 @@ from core.errors import UserError, shorten
 from core.packaging.safe_extract import OutputCaps, masked_names, safe_extract
 from core.secrets import names
 from core.providers import registry
-from core.providers.remote import run_sync
+from core.providers.hostlink import run_sync
 from core.transport.base import TransportError, Unreachable
 
 MAX_PATHS = 100

@@ -21,7 +21,7 @@ from core.jobs.states import ACTIVE
 from core.jobs.store import Store
 from core.errors import UserError
 from core.providers import registry
-from core.providers.remote import run_sync
+from core.providers.hostlink import run_sync
 from core.runtime import cachescan
 
 MIN_AGE_S = cachescan.MIN_AGE_S

@@ -19,7 +19,7 @@ from core.jobs.store import Store
 from core.errors import UserError, shorten
 from core.providers import registry
 from core.providers.base import TargetInfo
-from core.providers.remote import run_sync
+from core.providers.hostlink import run_sync
 from core.transport import ssh
 from core.transport.base import Unreachable
 

@@ -148,7 +148,7 @@ def _complete_set(scan: dict, look: dict) -> tuple[dict | None, int | None]:
 
 def due(job_id: str, seen: dict[str, float], force: bool = False) -> bool:
     """Once per MIRROR_EVERY_S window of the clock, the same window for every job, so the
-    listings a host is asked for arrive on one tick and go as one command (remote.py)."""
+    listings a host is asked for arrive on one tick and go as one command (remoteckpt.py)."""
     window = float(time.monotonic() // MIRROR_EVERY_S)
     if not force and seen.get(job_id) == window:
         return False

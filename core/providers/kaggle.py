@@ -58,7 +58,7 @@ from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
 from core.providers.service import secret_name as _secret_name
 from core.packaging import requirements
-from core.providers.remote import runtime_archive
+from core.providers.runtimeship import runtime_archive
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
 

@@ -7,7 +7,7 @@ channels open at once), and the supervisor's loop spends its time opening them. 
 that arrive together (within WINDOW_S, or while a batch is on its way) go as one script that
 defines the look once as a shell function and runs it for each attempt in turn, each answer
 framed by a random boundary the jobs cannot know, so one command answers them all. The
-checkpoint listings (remote.py) gather the same way: one Python on the host lists them all.
+checkpoint listings (remoteckpt.py) gather the same way: one Python on the host lists them all.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import tarfile
 
 if __package__:  # imported as core.runtime.ckptscan (the engine, tests)
     from . import nofollow
-else:  # sent as source with nofollow.py registered before it (remote.py runtime_source)
+else:  # sent as source with nofollow.py registered before it (providers/runtimeship.py runtime_source)
     import nofollow
 
 MARKER = ".complete"  # written by gpu.checkpoint_saved()

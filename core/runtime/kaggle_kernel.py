@@ -85,7 +85,7 @@ def main() -> int:
         previous = _find_dir(inputs, "gpu-router/job/ckpt")
         if previous:
             shutil.copytree(previous, os.path.join(job, "ckpt"), dirs_exist_ok=True, symlinks=True)
-            print(f"[gpu-router] resuming from the previous session's checkpoint", flush=True)
+            print("[gpu-router] resuming from the previous session's checkpoint", flush=True)
     spec_path = os.path.join(spec["attempt_dir"], "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)

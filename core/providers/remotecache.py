@@ -1,0 +1,165 @@
+"""The upload cache on a remote target's host: the runtime, each bundle and each data set sent
+once per content hash under the target's root. An entry counts only once its `.ready` marker
+exists, and the marker is written last (after the upload's size was checked and it was moved
+into place), so an upload cut off halfway is never taken as complete: the next launch uploads
+it again. Markers seen lately are remembered here for less than `gpu gc`'s minimum age; gc's
+side (`cache_scan`, `cache_evict`) judges and removes entries on the host
+(core/runtime/cachescan.py). A mixin of `core.providers.remote.RemoteProvider`, which holds
+the transport, the host's root (`remote()`, `_root()`), the locks (`_lock`) and `_present`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tarfile
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from core import paths
+from core.jobs.store import Job
+from core.packaging.local_data import DataListing, list_data
+from core.providers.runtimeship import runtime_archive
+from core.providers.spec import local_data
+from core.transport.base import quote
+
+PRESENT_TTL_S = 300.0  # under core.engine.storage.MIN_AGE_S: gc never frees what we remember
+
+
+class RemoteCache:
+    """What a remote target uploads, each once (see the module's docstring)."""
+
+    async def _missing(self, markers: list[str]) -> set[str]:
+        """Which cache markers are absent on the host; present ones are touched (their mtime is
+        the entry's last use for `gpu gc`) and remembered for less than gc's minimum age."""
+        now = time.monotonic()
+        todo = [m for m in markers if now - self._present.get(m, -PRESENT_TTL_S) >= PRESENT_TTL_S]
+        if not todo:
+            return set()
+        script = ("for f in " + " ".join(quote(m) for m in todo)
+                  + '; do if [ -e "$f" ]; then touch "$f"; else printf \'%s\\n\' "$f"; fi; done')
+        r = await self.transport.run(script, check="checking the upload cache")
+        missing = set(r.out.splitlines())
+        self._present.update({m: now for m in set(todo) - missing})
+        return missing
+
+    # -- storage (`gpu gc`) -------------------------------------------------------------------
+
+    async def _cachescan(self, *args: str, input: bytes | None = None) -> dict:
+        remote = await self.remote()
+        return await self._run_runtime("cachescan.py", [*args, remote["root"]], input=input,
+                                       check=f"reading the caches on {self.name}")
+
+    async def cache_scan(self) -> dict:
+        """The host's cache entries under the target's root, judged on the host."""
+        return await self._cachescan("scan")
+
+    async def cache_evict(self, entries: list[str]) -> dict:
+        """Remove cache entries on the host (a venv a job holds is kept); forget them here."""
+        done = await self._cachescan("evict", input="\n".join(entries).encode() + b"\n")
+        self._present.clear()
+        return done
+
+    # -- uploading ----------------------------------------------------------------------------
+
+    async def _upload_file(self, local: Path, final: str, marker: str) -> int:
+        """One file into the cache: a temporary name, a size check, a rename, then the marker."""
+        part = f"{final}.part-{uuid.uuid4().hex[:8]}"
+        size = local.stat().st_size
+        sent = await self.transport.put_file(local, part)
+        await self._settle(part, size, f'mv -f "$p" {quote(final)}', marker,
+                           check=f"storing {local.name} on {self.name}")
+        return sent
+
+    async def _upload_tree(self, archive: bytes | Path, final: str, marker: str) -> int:
+        """A tar.gz unpacked into a folder of the cache, marker last."""
+        part = f"{final}.part-{uuid.uuid4().hex[:8]}.tar.gz"
+        if isinstance(archive, bytes):
+            sent = await self.transport.put_bytes(archive, part)
+            size = len(archive)
+        else:
+            sent = await self.transport.put_file(archive, part)
+            size = archive.stat().st_size
+        tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
+        await self._settle(part, size, f't={quote(tmp)}; rm -rf "$t"; mkdir -p "$t"; '
+                           f'tar -xzf "$p" -C "$t"; rm -f "$p"; rm -rf {quote(final)}; mv "$t" {quote(final)}',
+                           marker, check=f"unpacking into {final} on {self.name}")
+        return sent
+
+    async def _settle(self, part: str, size: int, place: str, marker: str, *, check: str) -> None:
+        """An upload's last step on the host, one command: `part` ($p there) must hold `size`
+        bytes (else it is removed and the step fails), then `place` puts it where it belongs,
+        and only then is the marker written (and remembered here)."""
+        await self.transport.run(
+            f"set -e; p={quote(part)}; [ $(wc -c < \"$p\") -eq {size} ] || "
+            f"{{ rm -f \"$p\"; echo 'the upload arrived incomplete' >&2; exit 1; }}; "
+            f"{place}; : > {quote(marker)}", check=check)
+        self._present[marker] = time.monotonic()
+
+    async def _ensure_runtime(self) -> tuple[str, int]:
+        rhash, data = runtime_archive()
+        final = f"{self._root()}/runtime/{rhash}"
+        marker = f"{final}.ready"
+        async with self._lock(marker):
+            if await self._missing([marker]):
+                return final, await self._upload_tree(data, final, marker)
+        return final, 0
+
+    async def _ensure_bundle(self, job: Job) -> tuple[str, int]:
+        local = paths.bundles_dir() / f"{job.bundle_hash}.tar.gz"
+        final = f"{self._root()}/bundles/{job.bundle_hash}.tar.gz"
+        marker = f"{self._root()}/bundles/{job.bundle_hash}.ready"
+        async with self._lock(marker):
+            if await self._missing([marker]):
+                if not local.exists():
+                    raise RuntimeError(f"bundle {job.bundle_hash[:12]} is gone from {local.parent}; "
+                                       "submit the job again")
+                return final, await self._upload_file(local, final, marker)
+        return final, 0
+
+    async def _ensure_data(self, job: Job) -> tuple[dict[str, str], int]:
+        """Each data set once per content hash (an hf:// set is its copy downloaded at submit)."""
+        links: dict[str, str] = {}
+        sent = 0
+        for item in local_data(job):
+            h = job.plan.get("data", {}).get(item["name"])
+            if not h:
+                raise RuntimeError(f"data {item['name']} has no content hash in the plan")
+            final = f"{self._root()}/data/{h}"
+            marker = f"{final}.ready"
+            links[item["name"]] = final
+            async with self._lock(marker):
+                if not await self._missing([marker]):
+                    continue
+                src = Path(item["source"])
+                if not src.exists():
+                    raise RuntimeError(f"data {item['name']}: {src} no longer exists here")
+                # the same judge as at submit: credential files are never uploaded
+                listing = await asyncio.to_thread(list_data, src, item["name"])
+                if src.is_file():
+                    sent += await self._upload_file(src, final, marker)
+                elif src.is_dir():
+                    archive = await asyncio.to_thread(_pack_dir, listing)
+                    try:
+                        sent += await self._upload_tree(archive, final, marker)
+                    finally:
+                        archive.unlink(missing_ok=True)
+                else:
+                    raise RuntimeError(f"data {item['name']}: {src} no longer exists here")
+        return links, sent
+
+
+def _pack_dir(listing: DataListing) -> Path:
+    """A data folder as a temporary tar.gz: the files `list_data` lets go, links not followed."""
+    fd, name = tempfile.mkstemp(prefix=".data-", suffix=".tar.gz", dir=paths.cache_dir())
+    os.close(fd)
+    out = Path(name)
+    with tarfile.open(out, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
+        for rel in listing.files:
+            full = listing.source / rel
+            if os.path.islink(full) or not os.path.isfile(full):
+                continue
+            tar.add(full, arcname=rel, recursive=False)
+    return out

@@ -1,0 +1,70 @@
+"""A remote job's checkpoints (core.packaging.checkpoints), both ways: its ckpt/ listed with
+hashes on the host (core/runtime/ckptscan.py; the listings asked for on one tick made by one
+process there), only the named files packed there and copied home, and a moved job's
+checkpoint from home uploaded beside its job folder before its launcher starts. A mixin of
+`core.providers.remote.RemoteProvider`, which holds the transport, the job's folders,
+`_run_runtime` and `gathered`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from core.jobs.store import Job
+from core.packaging import checkpoints
+from core.packaging.safe_extract import OutputCaps
+from core.providers.lookbatch import Gather
+from core.transport.base import quote
+
+
+class RemoteCheckpoints:
+    """A remote job's checkpoints, listed, brought home and restored (see the module's docstring)."""
+
+    async def checkpoint_scan(self, job: Job) -> dict:
+        """The job's ckpt/ on the host, listed with hashes there (core/runtime/ckptscan.py);
+        the listings asked for together (the supervisor asks for every job's on the same
+        tick) are made by one process on the host."""
+        await self.remote()
+
+        async def scan_many(folders: list[str]) -> list[dict]:
+            cap = OutputCaps.from_options(self.options).max_bytes  # nothing over it is hashed
+            doc = await self._run_runtime("ckptscan.py", ["scan-many", "--max-bytes", str(cap), *folders],
+                                          check=f"listing checkpoints on {self.name}")
+            return doc["scans"]
+        return await self.gathered("ckptscan", lambda: Gather(scan_many)).ask(f"{self.job_dir(job)}/ckpt")
+
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
+        """Only the named files of the job's ckpt/, packed on the host and copied home."""
+        await self.remote()
+        jd = self.job_dir(job)
+        packed = f"{jd}/ckpt-{uuid.uuid4().hex[:12]}.tar.gz"
+        doc = await self._run_runtime("ckptscan.py", ["pack", f"{jd}/ckpt", packed, *rels],
+                                      input=None, check=f"packing the checkpoint of job {job.short_id}")
+        try:
+            await self.transport.get_file(packed, archive, max_bytes=1 << 40)
+        finally:
+            await self.transport.run(f"rm -f {quote(packed)}")
+        return doc
+
+    async def _restore_checkpoint(self, job: Job, env_secrets: dict[str, str]) -> tuple[str, int]:
+        """A moved job's checkpoint from home, uploaded beside its job folder; returns the shell
+        line that puts it into ckpt/ before the launcher starts, and the bytes sent. Names home
+        masked are unsealed with the secret values this launch read (checkpoints.real_names)."""
+        if not job.handle.get("restore_checkpoint"):
+            return "", 0
+        archive = await asyncio.to_thread(checkpoints.restore_archive, job.id, env_secrets)
+        if archive is None:
+            return "", 0
+        try:
+            remote_archive = f"{self.job_dir(job)}.ckpt-restore.tar.gz"
+            await self.transport.run(f"mkdir -p {quote(self._root() + '/jobs')}")
+            sent = await self.transport.put_file(archive, remote_archive)
+        finally:
+            archive.unlink(missing_ok=True)
+        # never under an attempt that started (a restarted supervisor preparing it again)
+        line = (f'if [ ! -e "$A/started" ]; then rm -rf "$J/ckpt"; mkdir -p "$J/ckpt"; '
+                f'tar -xzf {quote(remote_archive)} -C "$J/ckpt"; rm -f "$J/.ckpt-hashes.json"; fi; '
+                f'rm -f {quote(remote_archive)}')
+        return line, sent
