@@ -76,6 +76,13 @@ DESCRIBE: dict[str, str] = {
                            "`storage.target_cap_gb`)",
     "remote.connect_timeout_s": "seconds a connection may take",
     "remote.probe_ttl_s": "seconds a probe of the host is trusted (default 30)",
+    "remote.env": "the host's environment for what gpu-router runs there, NAME: value: the "
+                  "scheduler's commands (e.g. SLURM_CONF), the launcher and pip (e.g. PIP_INDEX_URL "
+                  "for a mirror); a job's own variables go in gpu.yaml's env",
+    "remote.offline": "auto (default: a bounded probe of whether the package index pip would use "
+                      "answers from the host; on slurm/pbs the login node's answer), true (always "
+                      "install the dependencies from a wheelhouse built on this machine for the host's "
+                      "Python and shipped once) or false (pip on the host, from its index)",
     "remote.unreachable_grace_s": "seconds a host may be silent before the job's session counts as "
                                   "lost and the job moves (default 600)",
     "scheduler.local": "true: this machine is the login node (no SSH)",
@@ -89,7 +96,6 @@ DESCRIBE: dict[str, str] = {
     "scheduler.gpus_per_job": "GPUs per job (written `gpus: N` in the file)",
     "scheduler.memory_gb": "GB of memory per job",
     "scheduler.time_minutes": "the time limit (default: the hours estimate x 1.25 + 5 min)",
-    "scheduler.env": "environment for the scheduler's commands, NAME: value (e.g. SLURM_CONF)",
     "scheduler.pass_secrets": "true lets jobs with keychain secrets run (the scheduler keeps a "
                               "job's environment in its state files)",
     "scheduler.signal_lead_s": "seconds before the time limit the job is asked to checkpoint",

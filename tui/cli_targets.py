@@ -52,7 +52,9 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
     ap.add_argument("--partition", help="slurm partition / pbs queue")
     ap.add_argument("--account", help="account to charge")
     ap.add_argument("--env", action="append", metavar="K=V",
-                    help="slurm/pbs: environment for the scheduler's commands, e.g. SLURM_CONF=/etc/slurm/other.conf")
+                    help="the host's environment for the scheduler's commands, the launcher and pip, e.g. "
+                         "SLURM_CONF=/etc/slurm/other.conf or PIP_INDEX_URL=https://mirror/simple "
+                         "(a job's own environment goes in gpu.yaml's env)")
     ap.add_argument("--root", help="folder on the host for gpu-router's cache and jobs (default ~/.gpu-router)")
     ap.add_argument("--python", help="Python on the host (default python3)")
     ap.add_argument("--known-hosts", metavar="PATH", help="known_hosts file (default ~/.ssh/known_hosts)")
@@ -160,9 +162,6 @@ def _body(args: argparse.Namespace) -> dict:
     if args.known_hosts:
         body["known_hosts"] = args.known_hosts
     if args.env:
-        if args.kind == "ssh":
-            raise UserError("--env is for the scheduler's commands of slurm and pbs targets",
-                            fix="a job's own environment goes in gpu.yaml's env")
         pairs = [e.partition("=") for e in args.env]
         if any(not sep or not k for k, sep, _ in pairs):
             raise UserError(f"--env takes NAME=VALUE (got {args.env})")

@@ -29,10 +29,13 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # timing options: how long a connection may take, how long a probe is trusted, and how long a
 # host may stay unreachable before the job's session counts as lost (it then moves elsewhere)
 TIMING = {"connect_timeout_s", "probe_ttl_s", "unreachable_grace_s"}
+# `offline` (auto | true | false): whether the host installs the project's dependencies from a
+# wheelhouse built here (core/providers/remotedeps.py); `env`: the host's environment for what
+# gpu-router runs there (the scheduler's commands, the launcher and pip), not the job's own
 COMMON = {"host", "port", "user", "key", "known_hosts", "root", "python", "max_output_bytes",
-          "max_output_files", "cache_cap_gb"} | TIMING
+          "max_output_files", "cache_cap_gb", "offline", "env"} | TIMING
 SCHEDULER = {"local", "partition", "account", "modules", "container", "container_runtime",
-             "container_python", "cpus", "gpus_per_job", "memory_gb", "time_minutes", "env",
+             "container_python", "cpus", "gpus_per_job", "memory_gb", "time_minutes",
              "pass_secrets", "signal_lead_s", "pbs_flavor", "requeue"}
 # how long a job may wait to start on a target of each kind, in seconds, before it is cancelled
 # there and planned again elsewhere (a target's `queue_timeout_s` overrides it; 0: never). The
@@ -171,7 +174,12 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
         if not isinstance(env, dict) or not all(isinstance(k, str) and ENV_NAME_RE.match(k)
                                                 and isinstance(v, (str, int, float))
                                                 and "\x00" not in str(v) for k, v in env.items()):
-            _fail(f"targets.{name}.env must map NAME: value (for the scheduler's commands)", where)
+            _fail(f"targets.{name}.env must map NAME: value (the host's environment for the scheduler's "
+                  "commands, the launcher and pip)", where)
+    if options.get("offline", "auto") not in ("auto", True, False):
+        _fail(f"targets.{name}.offline must be auto, true or false (got {shorten(options.get('offline'))})",
+              where, "true: the dependencies come from a wheelhouse built here; false: pip on the host "
+                     "installs them; auto: the host's reach of its package index decides")
     for key in ("pass_secrets", "requeue"):
         if key in options and not isinstance(options[key], bool):
             _fail(f"targets.{name}.{key} must be true or false", where)

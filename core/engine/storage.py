@@ -30,7 +30,7 @@ GB = 1000**3  # as `gpu gc` and the rest of the CLI print sizes
 
 @dataclass
 class Entry:
-    kind: str  # bundle | venv | data | runtime | workdir
+    kind: str  # bundle | venv | data | runtime | wheelhouse | workdir
     key: str
     path: str
     bytes: int

@@ -300,8 +300,9 @@ def _unbuildable(spec: str, platform: TargetPlatform, why: str) -> Unbuildable:
     name = _name_of(spec)
     return Unbuildable(f"{name} ({spec}) cannot be installed on a target without internet: {why}",
                        fix=f"pin a version of {name} that publishes a wheel for {platform.describe()} "
-                           f"(or a pure-Python one), or run on a target with internet "
-                           f"(a Kaggle target with internet: true needs a phone-verified account)")
+                           f"(or a pure-Python one), or run on a target that reaches a package index "
+                           f"(a host with offline: false; a Kaggle target with internet: true, which "
+                           f"needs a phone-verified account)")
 
 
 def _build_sdist(spec: str, work: Path, built: Path, constraints: list[str], pip_args: list[str],

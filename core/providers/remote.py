@@ -7,13 +7,15 @@ collides with the local target's folders):
     root/data/<hash>            (+ <hash>.ready)   each data set, once per content hash
     root/runtime/<hash>/        (+ <hash>.ready)   launch.py and the `gpu` module
     root/venvs/<dep hash>/                         dependency envs, made by launch.py
+    root/wheelhouse/<hash>/     (+ <hash>.ready)   wheels for a host without an index (remotedeps.py)
     root/jobs/<job id>/{code,out,ckpt,ctl,data}/   one job; job.log, metrics.jsonl
     root/jobs/<job id>/attempts/<n>/               spec.json, pid, phase, exit.json
 
 This module holds where things live on the host, one attempt's preparation (its spec and job
 folder) and its kill; the parts, each a mixin of RemoteProvider: the upload cache and `gpu gc`'s
 side of it (remotecache.py), what comes home (remotefetch.py: the log, metrics, exit,
-outputs), checkpoints both ways (remoteckpt.py) and the probe (remoteprobe.py); the transport
+outputs), checkpoints both ways (remoteckpt.py), the probe (remoteprobe.py) and dependencies
+for a host without a package index (remotedeps.py: `offline`, the wheelhouse); the transport
 a target's options describe is in hostlink.py, the runtime as the host gets it in runtimeship.py.
 A transport that cannot reach the host makes `poll` answer "unreachable": the supervisor waits
 and retries; it never fails a job because a link dropped.
@@ -33,6 +35,7 @@ from core.jobs.store import Job
 from core.providers.hostlink import make_transport
 from core.providers.remotecache import RemoteCache
 from core.providers.remoteckpt import RemoteCheckpoints
+from core.providers.remotedeps import RemoteDeps
 from core.providers.remotefetch import RemoteFetch
 from core.providers.remoteprobe import RemoteProbe
 from core.providers.runtimeship import runtime_source
@@ -44,7 +47,7 @@ PGID_OF = "sed -n 's/.*\"pgid\": *\\([0-9][0-9]*\\).*/\\1/p'"  # the pgid from a
 START_GRACE_S = 60.0
 
 
-class RemoteProvider(RemoteCache, RemoteFetch, RemoteCheckpoints, RemoteProbe, ABC):
+class RemoteProvider(RemoteCache, RemoteDeps, RemoteFetch, RemoteCheckpoints, RemoteProbe, ABC):
     """A target reached through a Transport; subclasses start and watch the job."""
 
     kind = "remote"
@@ -101,7 +104,7 @@ class RemoteProvider(RemoteCache, RemoteFetch, RemoteCheckpoints, RemoteProbe, A
         if self._remote is None:
             script = f"""set -e
 root={remote_path_expr(self.root_option)}
-mkdir -p "$root/bundles" "$root/data" "$root/runtime" "$root/venvs" "$root/jobs"
+mkdir -p "$root/bundles" "$root/data" "$root/runtime" "$root/venvs" "$root/jobs" "$root/wheelhouse"
 cd "$root"; pwd -P
 py=$(command -v {quote(self.python)}) || {{ echo "no {self.python} on the host's PATH (target option python)" >&2; exit 3; }}
 printf '%s\\n' "$py"
@@ -165,20 +168,28 @@ printf '%s\\n' "$py"
     async def prepare_attempt(self, job: Job, env_secrets: dict[str, str], *,
                               base_python: str | None = None) -> dict:
         """Upload what is missing, lay out the job folder, write the attempt's spec.
-        Returns {"spec", "runtime", "adir", "sent"}; the subclass starts the launcher."""
+        Returns {"spec", "runtime", "adir", "sent", "notes", ...}; the subclass starts the
+        launcher and hands `notes` (what was decided about the dependencies) to the job's events."""
         remote = await self.remote()
-        runtime, sent_rt = await self._ensure_runtime()
-        bundle, sent_b = await self._ensure_bundle(job)
-        links, sent_d = await self._ensure_data(job)
-        attempt = job.attempt
-        jd, ad = self.job_dir(job), self.attempt_dir(job, attempt)
-        workdir = f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/")
+        notes: list[str] = []  # what was decided about the dependencies: the job's events
         found = await asyncio.to_thread(
             requirements.bundle_dependencies, paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
             job.plan.get("workdir") or "", job.plan.get("extras") or ())
         python = base_python or remote["python"]
+        # before any upload: a requirement the host cannot get is named with nothing sent
+        wh = await self.plan_wheelhouse(found, remote["python"], notes.append,
+                                        container=base_python is not None)
+        runtime, sent_rt = await self._ensure_runtime()
+        bundle, sent_b = await self._ensure_bundle(job)
+        links, sent_d = await self._ensure_data(job)
+        wh_dir, sent_w = await self.ship_wheelhouse(wh, notes.append) if wh is not None else (None, 0)
+        attempt = job.attempt
+        jd, ad = self.job_dir(job), self.attempt_dir(job, attempt)
+        workdir = f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/")
         deps = requirements.deps_spec(found, python=python, version=remote["version"],
                                       venvs_dir=f"{remote['root']}/venvs")
+        if deps is not None and wh_dir:
+            deps["wheelhouse"] = wh_dir  # the launcher installs with --no-index from it
         spec = launch_spec(job, job_dir=jd, attempt_dir=ad, workdir=workdir, runtime_dir=runtime,
                            python=python, deps=deps, env_secrets=env_secrets)
         restore, sent_c = await self._restore_checkpoint(job, env_secrets)
@@ -189,6 +200,7 @@ printf '%s\\n' "$py"
             f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code"; mkdir -p "$J/code"; '
             f'tar -xzf {quote(bundle)} -C "$J/code"; : > "$J/.code-ready"; fi',
             'rm -f "$J/ctl/checkpoint"',
+            *([f"mkdir -p {quote(wh_dir)}"] if wh_dir and wh_dir.endswith("/empty") else []),
             *([restore] if restore else []),
             *[f'ln -sfn {quote(target)} "$J/data/"{quote(name)}' for name, target in links.items()],
             'cat > "$A/spec.json.tmp"', 'mv -f "$A/spec.json.tmp" "$A/spec.json"',
@@ -197,8 +209,8 @@ printf '%s\\n' "$py"
         await self.transport.run("\n".join(setup), input=spec_bytes,
                                  check=f"preparing job {job.short_id} on {self.name}")
         return {"spec": f"{ad}/spec.json", "runtime": runtime, "adir": ad, "jdir": jd,
-                "sent": sent_rt + sent_b + sent_d + sent_c + len(spec_bytes), "python": python,
-                "checkpoint_bytes": sent_c}
+                "sent": sent_rt + sent_b + sent_d + sent_w + sent_c + len(spec_bytes), "python": python,
+                "checkpoint_bytes": sent_c, "wheelhouse_bytes": sent_w, "notes": notes}
 
     # -- stopping the job -------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The upload cache on a remote target's host: the runtime, each bundle and each data set sent
-once per content hash under the target's root. An entry counts only once its `.ready` marker
+"""The upload cache on a remote target's host: the runtime, each bundle, each data set and each
+wheelhouse (remotedeps.py) sent once per content hash under the target's root. An entry counts only once its `.ready` marker
 exists, and the marker is written last (after the upload's size was checked and it was moved
 into place), so an upload cut off halfway is never taken as complete: the next launch uploads
 it again. Markers seen lately are remembered here for less than `gpu gc`'s minimum age; gc's
@@ -73,9 +73,10 @@ class RemoteCache:
                            check=f"storing {local.name} on {self.name}")
         return sent
 
-    async def _upload_tree(self, archive: bytes | Path, final: str, marker: str) -> int:
-        """A tar.gz unpacked into a folder of the cache, marker last."""
-        part = f"{final}.part-{uuid.uuid4().hex[:8]}.tar.gz"
+    async def _upload_tree(self, archive: bytes | Path, final: str, marker: str, *, gzip: bool = True) -> int:
+        """A tar.gz (or, `gzip=False`, a plain tar: wheels are zip files already) unpacked into
+        a folder of the cache, marker last."""
+        part = f"{final}.part-{uuid.uuid4().hex[:8]}.tar" + (".gz" if gzip else "")
         if isinstance(archive, bytes):
             sent = await self.transport.put_bytes(archive, part)
             size = len(archive)
@@ -84,7 +85,7 @@ class RemoteCache:
             size = archive.stat().st_size
         tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
         await self._settle(part, size, f't={quote(tmp)}; rm -rf "$t"; mkdir -p "$t"; '
-                           f'tar -xzf "$p" -C "$t"; rm -f "$p"; rm -rf {quote(final)}; mv "$t" {quote(final)}',
+                           f'tar -x{"z" if gzip else ""}f "$p" -C "$t"; rm -f "$p"; rm -rf {quote(final)}; mv "$t" {quote(final)}',
                            marker, check=f"unpacking into {final} on {self.name}")
         return sent
 

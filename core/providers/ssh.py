@@ -60,12 +60,14 @@ class SSHProvider(RemoteProvider):
         launcher = f"{prep['runtime']}/launch.py"
         # the launcher reads the secrets, then detaches (fork + setsid) and closes the channel
         await self.transport.run(
-            f"exec {quote(prep['python'])} {quote(launcher)} --secrets-stdin {quote(prep['spec'])}",
+            self._host_env()  # the target's env (a pip mirror, a proxy) for the launcher and pip
+            + f"exec {quote(prep['python'])} {quote(launcher)} --secrets-stdin {quote(prep['spec'])}",
             input=json.dumps(env_secrets).encode(), check=f"starting job {job.short_id} on {self.name}")
         return {"attempt": job.attempt, "attempt_dir": prep["adir"], "launched_at": time.time(),
                 "uploaded_bytes": prep["sent"] + len(json.dumps(env_secrets)),
                 "checkpoint_bytes": prep.get("checkpoint_bytes", 0),
-                "launch_s": round(time.monotonic() - started, 3)}
+                "launch_s": round(time.monotonic() - started, 3), "notes": prep["notes"],
+                "wheelhouse_bytes": prep["wheelhouse_bytes"]}
 
     async def poll(self, job: Job) -> Poll:
         self._loop = asyncio.get_running_loop()

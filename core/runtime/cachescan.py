@@ -12,6 +12,7 @@ Entries (relative to ROOT):
     data/<hash>/            (+ data/<hash>.ready)                an uploaded data set
     runtime/<hash>/         (+ runtime/<hash>.ready)             the launcher and `gpu` module
     venvs/<hash>/           (+ venvs/<hash>.lock)                a dependency environment
+    wheelhouse/<hash>/      (+ wheelhouse/<hash>.ready)          wheels for a host without an index
 
 A venv whose lock file another process holds (the launcher keeps a shared lock on it while its
 job runs) is in use and is never removed. Last use is the newest mtime of the entry's marker
@@ -27,7 +28,7 @@ import shutil
 import sys
 import time
 
-KINDS = {"bundles": "bundle", "data": "data", "runtime": "runtime", "venvs": "venv"}
+KINDS = {"bundles": "bundle", "data": "data", "runtime": "runtime", "venvs": "venv", "wheelhouse": "wheelhouse"}
 MIN_AGE_S = 600.0  # core.engine.storage's: nothing used this recently is freed
 
 
