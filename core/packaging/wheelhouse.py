@@ -224,7 +224,7 @@ def _build(work: Path, requirements: list[str], constraints: list[str], pip_args
     pins = _image_pins(image, requirements, constraints)
     (work / "image.txt").write_text("\n".join(pins) + "\n")
     say(f"dependencies: resolving {len(requirements)} requirements for {platform.describe()} "
-        f"({len(image)} packages already in the target's image)")
+        f"({len(image)} packages already on the target: its image or its Python)")
     started = time.monotonic()
     use_pins, tried = True, set()
     report = work / "report.json"
@@ -268,7 +268,7 @@ def _build(work: Path, requirements: list[str], constraints: list[str], pip_args
         else:
             ship.append(f"{name}=={version}")
     if ship:
-        say(f"dependencies: downloading {len(ship)} wheels ({len(skipped)} left out: the image has them)")
+        say(f"dependencies: downloading {len(ship)} wheels ({len(skipped)} left out: the target has them)")
         proc = _pip(python, ["download", "--no-deps", *platform.pip_options(), "--find-links", str(built),
                              "-d", str(wheels), *pip_args, *ship])
         if proc.returncode != 0:
@@ -286,7 +286,7 @@ def _build(work: Path, requirements: list[str], constraints: list[str], pip_args
         "platform": platform.to_json(), "requirements": requirements, "constraints": constraints,
         "built_at": time.time()}))
     say(f"dependencies: wheelhouse ready in {time.monotonic() - started:.1f}s: {len(files)} wheels, "
-        f"{_mb(size)}; {len(skipped)} packages the image has are not shipped")
+        f"{_mb(size)}; {len(skipped)} packages the target has are not shipped")
 
 
 def _name_of(spec: str) -> str:
