@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -179,8 +180,48 @@ class Sshd:
                 pass
         return pids
 
+    def tree(self) -> list[int]:
+        """The listener and every process under it (its connections and what they run),
+        parents first. A job's launcher detaches (its own session, adopted by init), so the
+        job is not among them."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True)
+        children: dict[int, list[int]] = {}
+        for line in out.stdout.splitlines():
+            pid, ppid = (int(x) for x in line.split())
+            children.setdefault(ppid, []).append(pid)
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop(0)
+            found.append(pid)
+            todo.extend(children.get(pid, []))
+        return found
+
+    def freeze(self) -> list[int]:
+        """A frozen machine or a partition: sshd and its connections stop (SIGSTOP) with their
+        sockets left open, so clients hear nothing and no connection closes; new connections
+        are accepted by the kernel and then never answered."""
+        self.frozen = self.tree()
+        for pid in self.frozen:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        return self.frozen
+
+    def thaw(self) -> None:
+        """The host answers again (SIGCONT, children first)."""
+        for pid in reversed(getattr(self, "frozen", [])):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.frozen = []
+
     def stop(self) -> None:
         """The host goes away: its connections drop and nothing listens on the port."""
+        self.thaw()
         self.kill_connections()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()

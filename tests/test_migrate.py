@@ -48,11 +48,13 @@ for step in range(start, {STEPS}):
 
 
 @pytest.fixture
-def two_hosts(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch):
-    """Hosts `a` and `b` (a is chosen first: same price, earlier name), local disabled."""
+def two_hosts(request: pytest.FixtureRequest, tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch):
+    """Hosts `a` and `b` (a is chosen first: same price, earlier name), local disabled; their
+    unreachable_grace_s is 3 s unless the test passes another (indirect parametrize)."""
     from tests.conftest import _stop_world
     from tests.services import Sshd
 
+    grace = getattr(request, "param", 3)
     monkeypatch.setenv("GPU_ROUTER_CKPT_EVERY_S", "0.3")
     hosts = {n: Sshd(tmp_path / f"sshd-{n}") for n in ("a", "b")}
     lines = ["targets:", "  local: {kind: local, enabled: false}"]
@@ -60,7 +62,7 @@ def two_hosts(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch):
         o = server.target_options(tmp_path / f"remote-{name}", PYTHON)
         lines.append(f"  {name}: {{kind: ssh, host: {o['host']}, port: {o['port']}, user: {o['user']}, "
                      f"key: {o['key']}, known_hosts: {o['known_hosts']}, root: {o['root']}, "
-                     f"python: {o['python']}, unreachable_grace_s: 3, connect_timeout_s: 2}}")
+                     f"python: {o['python']}, unreachable_grace_s: {grace}, connect_timeout_s: 2}}")
     write_user_config("\n".join(lines) + "\n")
     yield hosts
     _stop_world(home)
@@ -230,6 +232,149 @@ def test_the_copy_left_on_a_host_that_comes_back_is_stopped_then(
     assert done["state"] == "done", gpu_json("status", short)
     from core.jobs.store import Store
     assert Store().strays() == []  # nothing left to sweep
+
+
+GRACE_FROZEN = 8
+
+# the job prints each step to its log too, so the log that came home says which steps of
+# which attempt it holds
+VERBOSE = TRAIN.replace(f"range(start, {STEPS})", "range(start, 150)").replace(
+    "time.sleep(0.4)", "time.sleep(0.2)").replace(
+    "    gpu.log(step=step, x=float(step))",
+    "    print(f\"{gpu.attempt()} step {step}\", flush=True)\n    gpu.log(step=step, x=float(step))")
+
+
+def _log_steps(text: str, attempt: int) -> list[int]:
+    return [int(line.split()[2]) for line in text.splitlines()
+            if line.startswith(f"{attempt} step ") and len(line.split()) == 3]
+
+
+@pytest.mark.parametrize("two_hosts", [GRACE_FROZEN], indirect=True)
+def test_a_frozen_host_is_lost_within_its_grace_and_its_copy_stopped_when_it_thaws(
+        two_hosts, home: Path, tmp_path: Path) -> None:
+    """Host A freezes (its sshd and every connection SIGSTOPped: nothing closes, nothing
+    answers) while the job runs on: A is declared lost within its unreachable_grace_s plus a
+    few seconds (not the ~90 s the SSH keepalive took), the job resumes on B, and when A
+    thaws its copy is stopped, with nothing of what it did after the freeze in the outputs."""
+    from core.jobs.store import Store
+
+    project = make_git_project(tmp_path / "p", {"train.py": VERBOSE, "gpu.yaml": "script: train.py\n"})
+    sub = gpu_json("submit", "--hours", "0.1", "--wait-s", "10", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    assert sub["job"]["provider"] == "a", sub
+    wait_state(short, {"running"}, timeout=120)
+    _wait_checkpoint(short, 1)
+    root_a = tmp_path / "remote-a"
+    launcher = json.loads((root_a / "jobs" / job_id / "attempts" / "1" / "pid").read_text())["pid"]
+    frozen_at = time.time()
+    frozen = two_hosts["a"].freeze()
+    steps_at_freeze = max(_steps_on(root_a, job_id))
+    assert len(frozen) >= 2 and launcher not in frozen  # sshd and its connection; the job runs on
+
+    deadline = time.monotonic() + 120
+    while _store_job(job_id).provider != "b" or _store_job(job_id).state.value != "running":
+        assert time.monotonic() < deadline, gpu_json("status", short)
+        time.sleep(0.2)
+    events = Store().events(job_id)
+    lost = next(e for e in events if e.reason.startswith("session lost"))
+    assert "a unreachable" in lost.reason
+    # the grace decides, counted from when A went silent: not before it, and well before the
+    # 75-90 s the keepalive alone took (generous: a loaded machine steps the loop late)
+    assert GRACE_FROZEN - 1 <= lost.ts - frozen_at <= GRACE_FROZEN + 15, lost.ts - frozen_at
+    print(f"frozen host lost {lost.ts - frozen_at:.1f} s after the freeze (grace {GRACE_FROZEN} s)")
+    assert _alive_on(root_a, job_id, 1), "the copy on a runs on while a is frozen"
+    time.sleep(1)
+    assert max(_steps_on(root_a, job_id)) > steps_at_freeze  # it really goes on there
+
+    two_hosts["a"].thaw()  # a answers again: its copy is stopped before anything of it is read
+    deadline = time.monotonic() + 90
+    while _alive_on(root_a, job_id, 1):
+        assert time.monotonic() < deadline, "the copy on a was never stopped"
+        time.sleep(0.2)
+    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
+    doc = gpu_json("status", short, "--verbose")
+    assert done["state"] == "done", (doc["reason"], run_gpu("logs", short).stdout)
+    assert doc["provider"] == "b" and doc["attempt"] == 2
+    reasons = [e["reason"] for e in doc["events"]]
+    assert any("attempt 1 left on a" in r and "stopped once a answered again" in r for r in reasons), reasons
+    on_a = _steps_on(root_a, job_id)
+    assert max(on_a) > steps_at_freeze + 5  # a went on for seconds after the freeze...
+    log = run_gpu("logs", short).stdout
+    from_a = _log_steps(log, 1)
+    # ...and none of that came home: the log holds a's steps up to the freeze at most
+    assert from_a and max(from_a) <= steps_at_freeze + 1, (max(from_a), steps_at_freeze)
+    out = Path(doc["outputs_dir"])
+    assert all(line.startswith("2 ") for line in (out / "steps.log").read_text().splitlines())
+    result = json.loads((out / "result.json").read_text())
+    assert result["attempt"] == 2 and 0 < result["start"] <= steps_at_freeze + 1
+    assert _log_steps(log, 2) == list(range(result["start"], 150))
+    assert Store().strays() == []
+
+
+def _kill_launcher_and_job(root: Path, job_id: str, attempt: int) -> None:
+    """What an admin's `kill -9` of the launcher and the job does (or an OOM kill, a reboot):
+    the process group goes at once, nothing gets to write an exit record."""
+    doc = json.loads((root / "jobs" / job_id / "attempts" / str(attempt) / "pid").read_text())
+    os.killpg(doc["pgid"], signal.SIGKILL)
+
+
+def _assert_resumed_after_kill(short: str, job_id: str, target: str, root: Path) -> dict:
+    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
+    doc = gpu_json("status", short, "--verbose")
+    assert done["state"] == "done", (doc["reason"], run_gpu("logs", short).stdout)
+    assert doc["id"] == job_id and doc["provider"] == target and doc["attempt"] == 2
+    reasons = [e["reason"] for e in doc["events"]]
+    gone = next(e for e in doc["events"] if "is gone and left no exit record" in e["reason"])
+    assert gone["from"] in ("running", "checkpointing") and gone["to"] == "migrating"
+    assert gone["reason"].startswith(f"the launcher on {target} is gone and left no exit record: "
+                                     "the session ended"), gone
+    assert any(r.startswith(f"resuming on {target} from its last checkpoint") for r in reasons), reasons
+    assert not any(r.startswith("lost") or "without recording" in r for r in reasons), reasons
+    result = json.loads((Path(doc["outputs_dir"]) / "result.json").read_text())
+    assert result["attempt"] == 2 and result["start"] > 0 and result["start"] % EVERY == 0
+    steps = _steps_on(root, job_id)  # both attempts wrote to the one out/ on the target
+    assert sorted(set(steps)) == list(range(STEPS))  # every step done
+    lines = (root / "jobs" / job_id / "out" / "steps.log").read_text().split()
+    second = [int(n) for a, n in zip(lines[::2], lines[1::2]) if a == "2"]
+    assert second == list(range(result["start"], STEPS))  # each step once after the kill
+    return doc
+
+
+def test_a_launcher_killed_with_its_job_on_a_live_ssh_host_resumes_there(
+        two_hosts, home: Path, tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    sub = gpu_json("submit", "--hours", "0.1", "--wait-s", "10", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    assert sub["job"]["provider"] == "a", sub
+    wait_state(short, {"running"}, timeout=120)
+    _wait_checkpoint(short, 2)
+    root_a = tmp_path / "remote-a"
+    _kill_launcher_and_job(root_a, job_id, 1)
+    _assert_resumed_after_kill(short, job_id, "a", root_a)
+    assert not (tmp_path / "remote-b" / "jobs" / job_id).exists()  # a answered: it stayed there
+
+
+def test_a_launcher_killed_with_its_job_on_the_local_target_resumes_there(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.runtime import jobprocs
+
+    monkeypatch.setenv("GPU_ROUTER_CKPT_EVERY_S", "0.3")
+    project = _project(tmp_path)
+    sub = gpu_json("submit", "--hours", "0.1", "--wait-s", "10", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    assert sub["job"]["provider"] == "local", sub
+    wait_state(short, {"running"}, timeout=120)
+    _wait_checkpoint(short, 2)
+    job_dir = home / "jobs" / job_id
+    procs = jobprocs.marked_pids(f"{job_id}:1")
+    _kill_launcher_and_job(home, job_id, 1)
+    for pid in procs:  # the sandboxed job too, whatever group it is in
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _assert_resumed_after_kill(short, job_id, "local", home)
+    assert (job_dir / "attempts" / "2").is_dir()
 
 
 @pytest.fixture

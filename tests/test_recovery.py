@@ -105,7 +105,9 @@ def test_a_job_that_ends_while_the_supervisor_is_down_is_recorded(home: Path, tm
     assert (project / "runs" / short / "job.json").exists()
 
 
-def test_a_job_whose_process_vanished_is_failed_not_rerun(home: Path, tmp_path: Path) -> None:
+def test_a_job_whose_process_vanished_with_no_checkpoint_is_failed_not_rerun(home: Path, tmp_path: Path) -> None:
+    """A vanished launcher is a session that ended (tests/test_migrate.py resumes such a job),
+    but with no checkpoint and no `restart: allow` it would start again from step 0: it fails."""
     project, starts = _project(tmp_path)
     sub = gpu_json("submit", "count.py", "--hours", "0.1", "--env", f"STARTS_FILE={starts}", "--env", "STEPS=600",
                    "--wait-s", "10", cwd=project)
@@ -118,6 +120,7 @@ def test_a_job_whose_process_vanished_is_failed_not_rerun(home: Path, tmp_path: 
     gpu_json("daemon", "--detach")
     doc = wait_state(short, {"done", "failed"}, timeout=30)
     assert doc["state"] == "failed" and "lost" in doc["reason"]
+    assert "is gone and left no exit record" in doc["reason"] and "restart: allow" in doc["reason"], doc
     assert len(_starts(job_id)) == 1
 
 

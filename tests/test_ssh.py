@@ -316,3 +316,59 @@ def test_credentials_never_reach_the_host_and_odd_names_arrive_exact(sshd, home:
                 blob = __import__("gzip").decompress(blob)  # bundles and data arrive packed
             for secret in (b"HOME-KEY-MARKER", b"DATA-ENV-MARKER", b"CODE-ENV-MARKER", b"b3BlbnNzaC1rZXkt"):
                 assert secret not in blob, (os.path.join(dirpath, name), secret)
+
+
+def test_every_call_to_a_frozen_host_ends_within_its_silence_and_says_since_when(
+        sshd, tmp_path: Path) -> None:
+    """sshd and its connection SIGSTOPped (nothing closes, nothing answers): a command, an
+    SFTP read, write, upload and download each end Unreachable within the link's silence
+    (the keepalives the grace sets) plus the connect timeout, not the ~75 s the fixed
+    keepalive took; the transport says since when the host is silent, and forgets it once
+    the host answers again."""
+    import asyncio
+
+    from core.transport.base import Unreachable
+    from core.transport.ssh import Endpoint, SSHTransport, close_all, silence_for
+
+    o = sshd.target_options(tmp_path / "remote", PYTHON)
+    grace = 8.0
+    ep = Endpoint(o["host"], o["port"], user=o["user"], key=o["key"], known_hosts=o["known_hosts"],
+                  connect_timeout=2.0, silent_s=silence_for(grace))
+    assert ep.silent_s == 4.0 and ep.silent_s < grace
+    target = tmp_path / "remote"
+    target.mkdir()
+    (target / "f").write_bytes(b"x" * 1000)
+    local = tmp_path / "up.bin"
+    local.write_bytes(b"y" * 1000)
+
+    async def calls() -> list[tuple[str, float, float | None, float]]:
+        t = SSHTransport(ep, name="box")
+        ended = []
+        for what, call in (
+                ("run", lambda: t.run("echo hi", timeout=120)),
+                ("read_from", lambda: t.read_from(str(target / "f"), 0, 100)),
+                ("put_bytes", lambda: t.put_bytes(b"z", str(target / "g"))),
+                ("put_file", lambda: t.put_file(local, str(target / "h"))),
+                ("get_file", lambda: t.get_file(str(target / "f"), tmp_path / "down.bin"))):
+            # a live connection with its SFTP session open, then the host freezes under it
+            assert (await t.run("echo hi")).out.strip() == "hi" and t.silent_since() is None
+            await t.read_from(str(target / "f"), 0, 10)
+            sshd.freeze()
+            try:
+                started = time.time()
+                with pytest.raises(Unreachable):
+                    await call()
+                ended.append((what, time.time() - started, t.silent_since(), started))
+            finally:
+                sshd.thaw()
+            await t.close()  # forget the backoff: the next round connects at once
+        assert (await t.run("echo back")).out.strip() == "back"
+        assert t.silent_since() is None
+        await close_all()
+        return ended
+
+    ended = asyncio.run(calls())
+    for what, took, since, started in ended:
+        # silence (4 s) + a reconnect's timeout (2 s), generously; never the old 75 s
+        assert took < 30, (what, took)
+        assert since is not None and since <= started + 1, what  # silent since the call began

@@ -7,7 +7,9 @@ home), and stopping the attempt left behind (core/engine/strays.py). A mixin of
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from typing import Any
 
 from core.engine import strays
 from core.engine.jobsteps import carried_over, log_mark
@@ -16,8 +18,12 @@ from core.errors import UserError
 from core.jobs.states import State
 from core.jobs.store import Job
 from core.packaging import checkpoints
+from core.providers.base import Poll
+
+log = logging.getLogger("gpu-router.supervisor")
 
 MIGRATE_RETRY_S = 15.0  # a moving job with no target that fits plans again this often
+STOP_LEFTOVERS_S = 60.0  # the kill of what a vanished launcher left running, at most
 
 
 class JobMoves:
@@ -34,10 +40,21 @@ class JobMoves:
         provider = self.providers.get(job.provider or "")
         if provider is None:
             return
+        gone = job.handle.get("launcher_gone")
+        if gone and (await provider.poll(job)).phase == "unreachable":
+            # the launcher vanished and now the host is away too: elsewhere, from home's checkpoint
+            job = await self.db(self.store.update, job.id, handle={
+                **job.handle, "resume_same_target": False,
+                "move_why": f"{gone}, and {provider.name} no longer answers"})
+            await self._migrate(job)
+            return
         retry = job.handle.get("retry_exit")
         carried = carried_over(job.handle)
         carried.pop("restore_checkpoint", None)  # the target's own ckpt/ is the newest
-        if retry is not None:
+        if gone:  # each resume after a vanished launcher counts as a move (rules.max_migrations)
+            carried["migrations"] = int(job.handle.get("migrations", 0)) + 1
+            text = f"resuming on {provider.name} from its last checkpoint (its launcher there was gone)"
+        elif retry is not None:
             carried["retries"] = int(job.handle.get("retries", 0)) + 1
             text = f"retrying on {provider.name} after exit status {retry} (retry {carried['retries']})"
         else:
@@ -106,6 +123,42 @@ class JobMoves:
                     "restore_checkpoint": ckpt is not None, "resumes": 0,
                     "log_base": log_mark(job, f"moved from {src} to {provider.name}: {why}")})
         await self._start_attempt(job, provider)
+
+    async def _launcher_gone(self, job: Job, provider: Any, poll: Poll) -> None:
+        """The attempt's launcher vanished from a host that answers (a reboot, an OOM kill of
+        the launcher, an admin's kill -9) and left no exit record: the session ended, not the
+        script, so the job resumes from its last checkpoint, on the same target while it
+        answers (elsewhere if not: `_resume`), each time counted against rules.max_migrations.
+
+        Whatever of the attempt outlived its launcher (the job itself, when only the launcher
+        was killed) is stopped first: two copies must never write one job's folders."""
+        if job.cancel_requested or job.cancel_checkpoint:
+            await self._finish(job, provider, Poll("exited", exit_code=None, detail=poll.detail))
+            return
+        try:
+            await asyncio.wait_for(provider.cancel(job, force=True), STOP_LEFTOVERS_S)
+        except Exception as exc:  # noqa: BLE001 - not resumed while a copy may run: look again
+            log.info("job %s: could not stop what its vanished launcher left: %s", job.short_id, exc)
+            return
+        moves = int(job.handle.get("migrations", 0))
+        limit = self.rules().max_migrations
+        if moves >= limit:
+            await self._finish(job, provider, Poll("lost", detail=(
+                f"{poll.detail}; it was moved or resumed {moves} times already "
+                "(rules.max_migrations), not again")))
+            return
+        await self._mirror(job, provider, force=True)  # the host answers: its newest checkpoint home
+        if checkpoints.summary(job.id) is None and job.request.get("restart", "never") != "allow":
+            await self._finish(job, provider, Poll("lost", detail=(
+                f"{poll.detail}; no complete checkpoint came home, and it would start again from "
+                "the beginning, which its request does not allow (set restart: allow in gpu.yaml "
+                "to allow it)")))
+            return
+        await self.db(self.store.usage_end, job.id, job.attempt)
+        await self.db(self.store.transition, job.id, State.MIGRATING,
+                      f"{poll.detail}; resuming it from its last checkpoint",
+                      handle={**job.handle, "resume_same_target": True, "launcher_gone": poll.detail,
+                              "move_why": poll.detail, "lost_target": provider.name})
 
     async def _abandon(self, job: Job, target: str) -> None:
         """The attempt left behind on the lost target is stopped where that target answers,

@@ -76,7 +76,10 @@ class JobSteps:
                 poll = await provider.poll(job)
                 if poll.phase in ("running", "provisioning") and not await asyncio.to_thread(provider.is_ours, job) \
                         and job.handle.get("launched_at", 0) < time.time() - 30:
-                    await self._finish(job, provider, Poll("lost", detail="its process id now belongs to another program"))
+                    # a reboot, say: the launcher is gone and its pid went to another program
+                    await self._launcher_gone(job, provider, Poll(
+                        "lost", vanished=True, detail=f"the launcher on {provider.name} is gone (its process "
+                        "id now belongs to another program) and left no exit record: the session ended"))
                     return
             self.verified.add(job.id)
         await self._ingest_metrics(job, provider)
@@ -114,6 +117,9 @@ class JobSteps:
             if hasattr(provider, "sync_log"):  # what it wrote between the mirror above and its end
                 await provider.sync_log(job)
             await self._ingest_metrics(await self.db(self.store.get, job.id), provider)
+            if poll.vanished:  # the session ended, not the script: it resumes (jobmoves.py)
+                await self._launcher_gone(await self.db(self.store.get, job.id), provider, poll)
+                return
             await self._finish(await self.db(self.store.get, job.id), provider, poll)
         elif poll.phase == "running":
             await self._check_kill_rules(await self.db(self.store.get, job.id), provider)
@@ -138,8 +144,12 @@ class JobSteps:
 
     async def _unreachable(self, job: Job, poll: Poll, provider: Any) -> None:
         """A dropped connection is not a failed job: wait, and only after the grace call the
-        session lost (the job then waits in `migrating`, saying why)."""
-        since = job.handle.get("unreachable_since") or time.time()
+        session lost (the job then waits in `migrating`, saying why). The grace counts from
+        when the host stopped answering (the start of the first call it left unanswered, as
+        the transport saw it), not from when that call finally gave up: a silent host is lost
+        within its grace plus a tick or two."""
+        now = time.time()
+        since = job.handle.get("unreachable_since") or min(now, silent_since(provider) or now)
         grace = float(getattr(provider, "unreachable_grace_s", None) or UNREACHABLE_GRACE_S)
         waited = time.time() - since
         if waited > grace and job.state != State.MIGRATING:
@@ -425,6 +435,12 @@ class JobSteps:
             self.store.transition(job.id, State.FAILED, reason)
         except IllegalTransition:
             log.info("job %s: could not fail it from %s", job.short_id, job.state)
+
+
+def silent_since(provider: Any) -> float | None:
+    """When the provider's host stopped answering, where its transport tracks it (SSH)."""
+    ask = getattr(getattr(provider, "transport", None), "silent_since", None)
+    return ask() if callable(ask) else None
 
 
 def carried_over(handle: dict) -> dict:

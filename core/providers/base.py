@@ -95,12 +95,15 @@ class Poll:
     limit, preemption; it resumes from its checkpoint), "unreachable" (cannot ask now).
     queued: a "provisioning" attempt that waits in the target's own queue (Slurm PENDING, PBS Q,
     Kaggle QUEUED), not one that installs or starts: the supervisor's `queue_timeout_s` counts it.
+    vanished: a "lost" attempt whose launcher is gone from a host that answers (a reboot, an OOM
+    kill, a kill -9) and left no exit record: the session ended, not the script; it resumes.
     """
 
     phase: str
     exit_code: int | None = None
     detail: str = ""
     queued: bool = False
+    vanished: bool = False
 
 
 class Provider(Protocol):

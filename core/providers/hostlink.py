@@ -17,12 +17,16 @@ def make_transport(name: str, options: dict) -> Transport:
     """The transport a target's options describe: SSH to `host`, or this machine (`local`)."""
     if options.get("local"):
         return LocalTransport(name, env={str(k): str(v) for k, v in (options.get("env") or {}).items()})
-    from core.transport.ssh import Endpoint, SSHTransport
+    from core.transport.ssh import Endpoint, SSHTransport, silence_for
 
+    # the link is declared dead within the target's grace, so the grace is what decides
+    grace = options.get("unreachable_grace_s")
+    grace = float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) and grace > 0 else 600.0
     ep = Endpoint(host=str(options["host"]), port=int(options.get("port") or 22),
                   user=options.get("user"), key=options.get("key"),
                   known_hosts=options.get("known_hosts"),
-                  connect_timeout=float(options.get("connect_timeout_s") or 10))
+                  connect_timeout=float(options.get("connect_timeout_s") or 10),
+                  silent_s=silence_for(grace))
     return SSHTransport(ep, name=name)
 
 

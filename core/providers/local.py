@@ -196,7 +196,8 @@ class LocalProvider:
             return _exited(exit_doc)
         if diskspace.is_low(self.job_dir(job)):  # it could not even write its exit status
             return Poll("lost", detail=diskspace.disk_full_text(self.job_dir(job)))
-        return Poll("lost", detail="the job's process ended without recording an exit status")
+        return Poll("lost", vanished=True, detail=f"the launcher on {self.name} is gone and left no "
+                    "exit record: the session ended")
 
     def is_ours(self, job: Job) -> bool:
         """Is the recorded pid still our launcher for this attempt (not a reused pid)?"""

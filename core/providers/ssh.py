@@ -102,7 +102,8 @@ class SSHProvider(RemoteProvider):
                 return Poll("lost", detail=f"the launcher never started on {self.name}")
             return Poll("provisioning", detail="starting")
         if head == "dead":
-            return Poll("lost", detail=f"the job's process on {self.name} ended without recording an exit status")
+            return Poll("lost", vanished=True, detail=f"the launcher on {self.name} is gone and left no "
+                        "exit record: the session ended")
         return Poll("unreachable", detail=f"unexpected answer from {self.name}: {out[:100]!r}")
 
     def is_ours(self, job: Job) -> bool:

@@ -24,8 +24,15 @@ if logging.getLogger("asyncssh").level == logging.NOTSET:
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
 CONNECT_TIMEOUT_S = 10.0
-KEEPALIVE_S = 15.0
-KEEPALIVE_COUNT = 4
+# A host that answers nothing (frozen, cut off by a partition, its connections left open) is
+# noticed by keepalives: one every SILENT_S / (KEEPALIVE_COUNT + 1) seconds of silence, the
+# link given up after KEEPALIVE_COUNT unanswered ones, so after about SILENT_S in all. A
+# target's silence follows its unreachable_grace_s (silence_for): the link must be declared
+# dead well within the grace, or the grace means nothing.
+SILENT_S = 60.0
+SILENT_MIN_S = 4.0
+KEEPALIVE_COUNT = 3
+SMALL_OP_S = 60.0  # one small SFTP read or write (a log chunk, a marker file) on a live link
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 
@@ -43,6 +50,12 @@ class Endpoint:
     key: str | None = None
     known_hosts: str | None = None
     connect_timeout: float = CONNECT_TIMEOUT_S
+    silent_s: float = SILENT_S  # how long the host may answer nothing before the link is dead
+
+    def keepalive(self) -> tuple[float, int]:
+        """(interval, count): asyncssh gives up after count unanswered keepalives, one each
+        interval of silence, so (count + 1) x interval after the last packet: silent_s."""
+        return max(0.5, self.silent_s / (KEEPALIVE_COUNT + 1)), KEEPALIVE_COUNT
 
     def known_hosts_file(self) -> Path:
         return Path(os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"))
@@ -67,9 +80,20 @@ class _Conn:
     retry_at: float = 0.0
     last_error: str = ""
     connects: int = 0
+    # when the host last stopped answering (wall clock: the start of the oldest call it left
+    # unanswered), None while it answers; the supervisor's grace counts from here
+    silent_since: float | None = None
 
 
 _POOL: dict[Endpoint, _Conn] = {}
+
+
+def silence_for(grace_s: float) -> float:
+    """How long a target's link may stay silent before it counts as dead, from the target's
+    unreachable_grace_s: half the grace (so the host is noticed silent well within it), at
+    least SILENT_MIN_S (a keepalive a second at most, the loop's worst stalls far below it),
+    at most SILENT_S (today's default for the default grace of 600 s)."""
+    return min(SILENT_S, max(SILENT_MIN_S, float(grace_s) / 2))
 
 
 def _load_known_hosts(ep: Endpoint):
@@ -223,6 +247,7 @@ class SSHTransport(Transport):
                 return entry
             entry.conn = entry.sftp = None
             wait = entry.retry_at - time.monotonic()
+            started = time.time()
             if wait > 0:
                 raise Unreachable(f"{entry.last_error} (next try in {wait:.0f}s)")
             try:
@@ -231,7 +256,7 @@ class SSHTransport(Transport):
                     client_keys=[os.path.expanduser(self.ep.key)] if self.ep.key else (),
                     known_hosts=_load_known_hosts(self.ep),
                     agent_forwarding=False, x11_forwarding=False,
-                    keepalive_interval=KEEPALIVE_S, keepalive_count_max=KEEPALIVE_COUNT,
+                    keepalive_interval=self.ep.keepalive()[0], keepalive_count_max=self.ep.keepalive()[1],
                     connect_timeout=self.ep.connect_timeout, login_timeout=self.ep.connect_timeout),
                     self.ep.connect_timeout + 5)
             except asyncssh.HostKeyNotVerifiable:
@@ -243,6 +268,7 @@ class SSHTransport(Transport):
                                   f"check --user and --key") from None
             except (OSError, asyncssh.Error, asyncio.TimeoutError, TimeoutError) as exc:
                 self._backoff(entry, f"{self.ep.label()}: {_describe(exc)}")
+                self._went_silent(entry, started)
                 raise Unreachable(entry.last_error) from None
             entry.conn = conn
             entry.failures = 0
@@ -255,6 +281,17 @@ class SSHTransport(Transport):
         entry.failures += 1
         entry.last_error = why
         entry.retry_at = time.monotonic() + min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (entry.failures - 1))
+
+    def silent_since(self) -> float | None:
+        """When the host stopped answering (wall clock), or None while it answers."""
+        entry = _POOL.get(self.ep)
+        return entry.silent_since if entry is not None else None
+
+    @staticmethod
+    def _went_silent(entry: _Conn, started: float) -> None:
+        """A call started at `started` got no answer: the host is silent since then at most."""
+        if entry.silent_since is None or started < entry.silent_since:
+            entry.silent_since = started
 
     def _drop(self, entry: _Conn) -> None:
         conn, entry.conn, entry.sftp = entry.conn, None, None
@@ -269,16 +306,35 @@ class SSHTransport(Transport):
             entry.sftp = await entry.conn.start_sftp_client()
         return entry.sftp
 
-    async def _with_retry(self, op, what: str, retry: bool = True):
+    async def _with_retry(self, op, what: str, retry: bool = True, bound: float | None = None):
+        """Run `op` on the pooled connection, once more on a fresh one if the link dropped.
+
+        Bounded end to end on a silent host: the connect by connect_timeout, the call by the
+        keepalives (silent_s) or by `bound` where given (a small SFTP read or write), the
+        second try likewise. A call that got no answer marks the host silent since its start;
+        any answer clears it."""
         import asyncssh
 
+        started = time.time()
         for attempt in (0, 1):
             entry = await self.connection()
             try:
-                return await op(entry)
+                if bound is None:
+                    result = await op(entry)
+                else:
+                    try:
+                        result = await asyncio.wait_for(op(entry), bound)
+                    except (asyncio.TimeoutError, TimeoutError):
+                        self._drop(entry)
+                        self._went_silent(entry, started)
+                        raise Unreachable(f"{self.ep.label()}: {what} got no answer within "
+                                          f"{bound:g}s") from None
+                entry.silent_since = None
+                return result
             except (asyncssh.ConnectionLost, asyncssh.DisconnectError, asyncssh.ChannelOpenError,
                     BrokenPipeError, ConnectionError) as exc:
                 self._drop(entry)
+                self._went_silent(entry, started)
                 if attempt == 0 and retry:
                     continue
                 raise Unreachable(f"{self.ep.label()}: connection lost during {what} "
@@ -318,7 +374,7 @@ class SSHTransport(Transport):
             async with sftp.open(remote, "wb") as f:
                 await f.write(data)
 
-        await self._with_retry(op, f"writing {remote}")
+        await self._with_retry(op, f"writing {remote}", bound=SMALL_OP_S + len(data) / 65536)
         self.stats["bytes_sent"] += len(data)
         self.stats["files_sent"] += 1
         return len(data)
@@ -362,7 +418,7 @@ class SSHTransport(Transport):
             except asyncssh.SFTPNoSuchFile:
                 return b"", -1
 
-        data, size = await self._with_retry(op, f"reading {remote}")
+        data, size = await self._with_retry(op, f"reading {remote}", bound=SMALL_OP_S + limit / 65536)
         self.stats["bytes_received"] += len(data)
         return data, size
 
