@@ -309,7 +309,8 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
         await _pause(job, look, say, need, now, disk_full_text(where, free))
         return None
     try:
-        new_manifest, moved = await _bring(job, provider, where, wanted, changed, old, caps, real, mask)
+        new_manifest, moved = await _bring(job, provider, where, wanted, changed, old, caps, real, mask,
+                                           scan.get("generation_dir"))
     except OSError as exc:
         if not is_enospc(exc):
             raise
@@ -329,7 +330,8 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
 
 
 async def _bring(job: Job, provider: Any, where: Path, wanted: dict, changed: list[str], old: dict,
-                 caps: OutputCaps, real: dict[str, str], mask: Any) -> tuple[dict | str | None, int]:
+                 caps: OutputCaps, real: dict[str, str], mask: Any,
+                 gen_dir: str | None = None) -> tuple[dict | str | None, int]:
     """Pack the changed files there (by the names the job wrote: `real`), unpack them here
     (under the names home shows: `mask`), assemble the new version: (its manifest, or None
     when a file changed meanwhile, or the disk-full text; bytes moved)."""
@@ -341,8 +343,11 @@ async def _bring(job: Job, provider: Any, where: Path, wanted: dict, changed: li
             os.close(fd)
             archive = Path(name)
             try:
-                await provider.checkpoint_pack(job, [real[n] for n in changed], archive)
+                frozen = {"generation": gen_dir} if gen_dir else {}
+                packed = await provider.checkpoint_pack(job, [real[n] for n in changed], archive, **frozen)
                 moved = archive.stat().st_size
+                if isinstance(packed, dict) and packed.get("gone"):
+                    return None, moved  # pruned before it was pinned: a newer one is there
                 with masked_names(mask.mask if mask else None):
                     notes = await asyncio.to_thread(safe_extract, archive, staging / "new", caps=caps)
             finally:
@@ -485,6 +490,8 @@ def restore_local(job_id: str, dest: Path, secrets: Mapping[str, str] | None = N
         (tmp / MARKER).write_bytes(marker)
         os.utime(tmp / MARKER, ns=((src / MARKER).stat().st_atime_ns, (src / MARKER).stat().st_mtime_ns))
     shutil.rmtree(dest, ignore_errors=True)
+    # generations frozen there before belong to the checkpoint being replaced (ckptgen.py)
+    shutil.rmtree(dest.with_name(dest.name + "-gens"), ignore_errors=True)
     os.replace(tmp, dest)
     return True
 

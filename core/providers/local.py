@@ -112,7 +112,7 @@ class LocalProvider:
             for src, rel in runtime_files():
                 (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, runtime / rel)
-        dirs = {name: jdir / name for name in ("out", "ckpt", "ctl", "data")}
+        dirs = {name: jdir / name for name in ("out", "ckpt", "ckpt-gens", "ctl", "data")}
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
         (dirs["ctl"] / "checkpoint").unlink(missing_ok=True)
@@ -128,7 +128,8 @@ class LocalProvider:
         adir.mkdir(parents=True, exist_ok=True)
         spec = launch_spec(job, job_dir=str(jdir), attempt_dir=str(adir), workdir=str(workdir),
                            runtime_dir=str(runtime), python=self.python,
-                           deps=dependency_spec(job, self.python), env_secrets=env_secrets)
+                           deps=dependency_spec(job, self.python), env_secrets=env_secrets,
+                           frozen_checkpoints=True)
         spec["sandbox"] = self.sandbox_request(job)
         spec_path = adir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=1))
@@ -263,8 +264,9 @@ class LocalProvider:
         """The job's ckpt/ listed with hashes, by the same code a remote host runs."""
         return await asyncio.to_thread(ckptscan.scan, str(self.job_dir(job) / "ckpt"), self.caps.max_bytes)
 
-    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
-        return await asyncio.to_thread(ckptscan.pack, str(self.job_dir(job) / "ckpt"), str(archive), rels)
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, generation: str | None = None) -> dict:
+        return await asyncio.to_thread(ckptscan.pack, str(self.job_dir(job) / "ckpt"), str(archive), rels,
+                                       generation)
 
     async def fetch_paths(self, job: Job, rels: list[str], archive: Path, caps: OutputCaps) -> dict:
         """`gpu fetch`: the named paths of the job's working folder, packed by the same code
