@@ -95,12 +95,16 @@ class Poll:
     limit, preemption; it resumes from its checkpoint), "unreachable" (cannot ask now).
     queued: a "provisioning" attempt that waits in the target's own queue (Slurm PENDING, PBS Q,
     Kaggle QUEUED), not one that installs or starts: the supervisor's `queue_timeout_s` counts it.
+    checkpoint: the newest generation `gpu.checkpoint_saved()` froze on the target (ckpt-gens/),
+    seen by the same look (None where the target does not say): a newer one than home has is
+    brought home at once, not on the mirror's clock.
     """
 
     phase: str
     exit_code: int | None = None
     detail: str = ""
     queued: bool = False
+    checkpoint: int | None = None
 
 
 class Provider(Protocol):

@@ -186,11 +186,11 @@ class LocalProvider:
             return Poll("provisioning", detail="starting")
         if jobprocs.exists(pid["pid"]):
             if adir in self._running:
-                return Poll("running")
+                return Poll("running", checkpoint=_newest_generation(self.job_dir(job)))
             phase = (adir / "phase").read_text().strip() if (adir / "phase").exists() else "installing"
             if phase == "running":
                 self._running.add(adir)
-                return Poll("running")
+                return Poll("running", checkpoint=_newest_generation(self.job_dir(job)))
             return Poll("provisioning", detail="installing dependencies")
         exit_doc = _read_json(adir / "exit.json")  # it may have ended between the two reads
         if exit_doc is not None:
@@ -277,6 +277,15 @@ class LocalProvider:
         inner = f"code/{job.plan.get('workdir') or ''}".rstrip("/")
         return await asyncio.to_thread(workdir_files.pack, str(jdir), inner, rels, str(archive),
                                        caps.max_bytes, caps.max_files)
+
+
+def _newest_generation(jdir: Path) -> int | None:
+    """The newest checkpoint generation frozen in the job's ckpt-gens/ (names only)."""
+    try:
+        names = [n for n in os.listdir(jdir / "ckpt-gens") if n.isdigit()]
+    except OSError:
+        return None
+    return int(max(names)) if names else None
 
 
 def _read_json(path: Path) -> dict | None:
