@@ -6,7 +6,13 @@ only once that listing is one complete checkpoint are the files home lacks packe
 brought home and unpacked through `safe_extract`. "Complete" is what `gpu.checkpoint_saved()`
 marked (its marker names every file's size and mtime: a save already overwriting them waits
 for the next look), or, for a job that never calls it, a listing that did not change between
-two looks. Home keeps exactly one checkpoint, the last complete one:
+two looks. Where the job calls `gpu.checkpoint_saved()` on a target that mirrors (local, ssh,
+slurm, pbs), each save is frozen into `ckpt-gens/<generation>/` beside ckpt/ the moment it is
+complete (core/runtime/ckptgen.py): the listing then names the newest whole generation
+("generation_dir") and the pack reads from it, every file opened first, so the job's next
+save cannot make the two round trips disagree. The supervisor hears of a new generation from
+its poll (Poll.checkpoint) and mirrors at once rather than on the clock. Home keeps exactly
+one checkpoint, the last complete one:
 
     jobs/<id>/ckpt-home/        its files (the job's own layout)
     jobs/<id>/ckpt-home.json    manifest: {path: {size, mtime_ns, sha256}}, generation, when,
