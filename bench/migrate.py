@@ -1,6 +1,6 @@
 """From a session declared lost to the job running on the other target, and the bytes moved.
 
-    python bench/migrate.py [--ckpt-mb 20] [--grace 3]
+    python bench/migrate.py [--ckpt-mb 20] [--grace 3] [--frequent]
 
 Starts two private OpenSSH servers on 127.0.0.1 (tests/services.Sshd, twice), configures them
 as ssh targets `a` and `b` (`unreachable_grace_s: --grace`, local disabled, so the router picks
@@ -11,6 +11,11 @@ grace (host gone -> session declared lost), the migration (declared lost -> runn
 re-planning, uploading bundle, runtime and the checkpoint, starting the launcher), the bytes
 mirrored home from `a` while it ran, and the bytes sent to `b` (of them the checkpoint).
 Target: declared lost -> running elsewhere under 60 s plus the transfer.
+
+--frequent: the job saves every step (every 0.5 s; the mirror's 15 s clock left as it is), and
+host `a` is killed 60 steps in; it also prints the work lost at the loss, in steps and seconds
+(the last step `a` made against the step `b` started from). Target: within one poll (a tick,
+0.2 s here) plus the copy of the checkpoint.
 """
 
 from __future__ import annotations
@@ -42,6 +47,27 @@ for step in range(start, 60):
         ckpt.write_text(json.dumps({"step": step}))
         gpu.checkpoint_saved()
 """
+FREQUENT = """import json, os, time
+import gpu
+
+ckpt = gpu.checkpoint_dir() / "state.json"
+start = json.loads(ckpt.read_text())["step"] + 1 if ckpt.exists() else 0
+for step in range(start, 90):
+    time.sleep(0.5)
+    gpu.log(step=step, x=float(step))
+    with open(gpu.output_dir() / "steps.log", "a") as f:
+        f.write(f"{gpu.attempt()} {step} {time.time():.3f}\\n")
+    (gpu.checkpoint_dir() / "weights.bin").write_bytes(os.urandom(int(float(os.environ["CKPT_MB"]) * 1e6)))
+    ckpt.write_text(json.dumps({"step": step}))
+    gpu.checkpoint_saved()
+"""
+
+
+def _steps(path: Path) -> list[tuple[int, float]]:
+    try:
+        return [(int(p[1]), float(p[2])) for p in (line.split() for line in path.read_text().splitlines())]
+    except OSError:
+        return []
 
 
 def gpu(*args: str) -> dict:
@@ -60,10 +86,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt-mb", type=float, default=20)
     ap.add_argument("--grace", type=float, default=3)
+    ap.add_argument("--frequent", action="store_true", help="save every step, kill a 60 steps in")
     a = ap.parse_args()
     world = private_world("migrate")
     os.environ["GPU_ROUTER_TICK_S"] = "0.2"
-    os.environ["GPU_ROUTER_CKPT_EVERY_S"] = "1"
+    os.environ["GPU_ROUTER_CKPT_EVERY_S"] = "15" if a.frequent else "1"
     from tests.conftest import kill_remote_jobs
     from tests.services import Sshd
 
@@ -79,7 +106,7 @@ def main() -> None:
         world.write_config("\n".join(lines) + "\n")
         project = world.tmp / "project"
         project.mkdir()
-        (project / "job.py").write_text(JOB)
+        (project / "job.py").write_text(FREQUENT if a.frequent else JOB)
         git(project, "init", "-q")
         git(project, "add", "-A")
         git(project, "commit", "-qm", "bench")
@@ -88,10 +115,14 @@ def main() -> None:
         short = sub["job"]["short_id"]
         log(f"job {short} on {sub['job']['provider']}; waiting for a checkpoint to come home")
         deadline = time.monotonic() + 300
+        job_a = world.tmp / "remote-a" / "jobs" / sub["job"]["id"]
         while time.monotonic() < deadline:
             doc = gpu("status", short, "--json")
-            if (doc.get("checkpoint") or {}).get("generation", 0) >= 2:
+            if (doc.get("checkpoint") or {}).get("generation", 0) >= 2 and (
+                    not a.frequent or len(_steps(job_a / "out" / "steps.log")) >= 60):
                 break
+            if doc.get("state") in ("done", "failed", "cancelled"):
+                raise SystemExit(f"the job ended before host a was killed: {doc.get('reason')}")
             time.sleep(0.2)
         else:
             raise SystemExit("no checkpoint came home")
@@ -117,6 +148,18 @@ def main() -> None:
               f"(checkpoint {h.get('checkpoint_bytes', 0):,}; launch {h.get('launch_s', 0):.2f} s)")
         print("target: declared lost -> running elsewhere under 60 s plus the transfer:",
               "MET" if running - lost < 60 + h.get("launch_s", 0) else "NOT MET")
+        if a.frequent:
+            on_a = dict(_steps(job_a / "out" / "steps.log"))
+            while time.monotonic() < deadline:
+                on_b = _steps(world.tmp / "remote-b" / "jobs" / sub["job"]["id"] / "out" / "steps.log")
+                if on_b:
+                    break
+                time.sleep(0.2)
+            first_b = on_b[0][0]
+            last_a = max(on_a)
+            seconds = on_a[last_a] - on_a.get(first_b - 1, on_a[last_a])
+            print(f"work lost at the loss                 {last_a - first_b + 1:8d} steps, {seconds:.2f} s "
+                  f"(a reached step {last_a}, b started at {first_b}; a save every 0.5 s)")
     finally:
         world.cleanup()
         for server in hosts.values():

@@ -91,6 +91,9 @@ class JobSteps:
         if poll.phase == "unreachable":
             await self._unreachable(job, poll, provider)
             return
+        if poll.checkpoint is not None and poll.phase == "running" \
+                and job.state in (State.RUNNING, State.CHECKPOINTING):
+            await self._mirror_new_generation(job, provider, poll.checkpoint)
         if job.handle.get("unreachable_since"):
             await self.db(self.store.update, job.id, handle={k: v for k, v in job.handle.items() if k != "unreachable_since"},
                               reason=f"{provider.name} is reachable again")
@@ -141,6 +144,18 @@ class JobSteps:
         if doc is not None:
             log.info("job %s: checkpoint %s came home (%d bytes moved)", job.short_id,
                      doc.get("generation"), doc.get("last_moved", 0))
+
+    async def _mirror_new_generation(self, job: Job, provider: Any, generation: int) -> None:
+        """The poll saw a checkpoint generation frozen on the target that was not asked for
+        yet: bring it home now (the newest one there when the copy starts; one the job pruned
+        before it was pinned gives way to the next), within one poll of its save."""
+        key = f"{job.id}:{job.attempt}"  # a moved job numbers on from the checkpoint it resumed
+        if generation <= self._ckpt_asked.get(key, 0):
+            return
+        self._ckpt_asked[key] = generation
+        if len(self._ckpt_asked) > 4 * len(self._stepped) + 100:  # ended jobs leave
+            self._ckpt_asked = {k: v for k, v in self._ckpt_asked.items() if k.split(":")[0] in self._stepped}
+        await self._mirror(job, provider, force=True)
 
     async def _unreachable(self, job: Job, poll: Poll, provider: Any) -> None:
         """A dropped connection is not a failed job: wait, and only after the grace call the

@@ -70,6 +70,7 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait):
         self._live: dict[str, Job] = {}  # the live jobs as of revision _rev
         self._rev: int | None = None
         self._mirrored: dict[str, float] = {}  # job id -> the window its checkpoint was last looked at in
+        self._ckpt_asked: dict[str, int] = {}  # "job id:attempt" -> the newest frozen generation a poll showed
         self._rules_at: dict[str, float] = {}  # job id -> when its kill rules last read history
         self._sweep: asyncio.Task | None = None
 

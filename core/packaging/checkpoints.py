@@ -6,7 +6,13 @@ only once that listing is one complete checkpoint are the files home lacks packe
 brought home and unpacked through `safe_extract`. "Complete" is what `gpu.checkpoint_saved()`
 marked (its marker names every file's size and mtime: a save already overwriting them waits
 for the next look), or, for a job that never calls it, a listing that did not change between
-two looks. Home keeps exactly one checkpoint, the last complete one:
+two looks. Where the job calls `gpu.checkpoint_saved()` on a target that mirrors (local, ssh,
+slurm, pbs), each save is frozen into `ckpt-gens/<generation>/` beside ckpt/ the moment it is
+complete (core/runtime/ckptgen.py): the listing then names the newest whole generation
+("generation_dir") and the pack reads from it, every file opened first, so the job's next
+save cannot make the two round trips disagree. The supervisor hears of a new generation from
+its poll (Poll.checkpoint) and mirrors at once rather than on the clock. Home keeps exactly
+one checkpoint, the last complete one:
 
     jobs/<id>/ckpt-home/        its files (the job's own layout)
     jobs/<id>/ckpt-home.json    manifest: {path: {size, mtime_ns, sha256}}, generation, when,
@@ -309,7 +315,8 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
         await _pause(job, look, say, need, now, disk_full_text(where, free))
         return None
     try:
-        new_manifest, moved = await _bring(job, provider, where, wanted, changed, old, caps, real, mask)
+        new_manifest, moved = await _bring(job, provider, where, wanted, changed, old, caps, real, mask,
+                                           scan.get("generation_dir"))
     except OSError as exc:
         if not is_enospc(exc):
             raise
@@ -329,7 +336,8 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
 
 
 async def _bring(job: Job, provider: Any, where: Path, wanted: dict, changed: list[str], old: dict,
-                 caps: OutputCaps, real: dict[str, str], mask: Any) -> tuple[dict | str | None, int]:
+                 caps: OutputCaps, real: dict[str, str], mask: Any,
+                 gen_dir: str | None = None) -> tuple[dict | str | None, int]:
     """Pack the changed files there (by the names the job wrote: `real`), unpack them here
     (under the names home shows: `mask`), assemble the new version: (its manifest, or None
     when a file changed meanwhile, or the disk-full text; bytes moved)."""
@@ -341,8 +349,11 @@ async def _bring(job: Job, provider: Any, where: Path, wanted: dict, changed: li
             os.close(fd)
             archive = Path(name)
             try:
-                await provider.checkpoint_pack(job, [real[n] for n in changed], archive)
+                frozen = {"generation": gen_dir} if gen_dir else {}
+                packed = await provider.checkpoint_pack(job, [real[n] for n in changed], archive, **frozen)
                 moved = archive.stat().st_size
+                if isinstance(packed, dict) and packed.get("gone"):
+                    return None, moved  # pruned before it was pinned: a newer one is there
                 with masked_names(mask.mask if mask else None):
                     notes = await asyncio.to_thread(safe_extract, archive, staging / "new", caps=caps)
             finally:
@@ -485,6 +496,8 @@ def restore_local(job_id: str, dest: Path, secrets: Mapping[str, str] | None = N
         (tmp / MARKER).write_bytes(marker)
         os.utime(tmp / MARKER, ns=((src / MARKER).stat().st_atime_ns, (src / MARKER).stat().st_mtime_ns))
     shutil.rmtree(dest, ignore_errors=True)
+    # generations frozen there before belong to the checkpoint being replaced (ckptgen.py)
+    shutil.rmtree(dest.with_name(dest.name + "-gens"), ignore_errors=True)
     os.replace(tmp, dest)
     return True
 

@@ -97,6 +97,9 @@ class Poll:
     Kaggle QUEUED), not one that installs or starts: the supervisor's `queue_timeout_s` counts it.
     vanished: a "lost" attempt whose launcher is gone from a host that answers (a reboot, an OOM
     kill, a kill -9) and left no exit record: the session ended, not the script; it resumes.
+    checkpoint: the newest generation `gpu.checkpoint_saved()` froze on the target (ckpt-gens/),
+    seen by the same look (None where the target does not say): a newer one than home has is
+    brought home at once, not on the mirror's clock.
     """
 
     phase: str
@@ -104,6 +107,7 @@ class Poll:
     detail: str = ""
     queued: bool = False
     vanished: bool = False
+    checkpoint: int | None = None
 
 
 class Provider(Protocol):

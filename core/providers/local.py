@@ -112,7 +112,7 @@ class LocalProvider:
             for src, rel in runtime_files():
                 (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, runtime / rel)
-        dirs = {name: jdir / name for name in ("out", "ckpt", "ctl", "data")}
+        dirs = {name: jdir / name for name in ("out", "ckpt", "ckpt-gens", "ctl", "data")}
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
         (dirs["ctl"] / "checkpoint").unlink(missing_ok=True)
@@ -128,7 +128,8 @@ class LocalProvider:
         adir.mkdir(parents=True, exist_ok=True)
         spec = launch_spec(job, job_dir=str(jdir), attempt_dir=str(adir), workdir=str(workdir),
                            runtime_dir=str(runtime), python=self.python,
-                           deps=dependency_spec(job, self.python), env_secrets=env_secrets)
+                           deps=dependency_spec(job, self.python), env_secrets=env_secrets,
+                           frozen_checkpoints=True)
         spec["sandbox"] = self.sandbox_request(job)
         spec_path = adir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=1))
@@ -185,11 +186,11 @@ class LocalProvider:
             return Poll("provisioning", detail="starting")
         if jobprocs.exists(pid["pid"]):
             if adir in self._running:
-                return Poll("running")
+                return Poll("running", checkpoint=_newest_generation(self.job_dir(job)))
             phase = (adir / "phase").read_text().strip() if (adir / "phase").exists() else "installing"
             if phase == "running":
                 self._running.add(adir)
-                return Poll("running")
+                return Poll("running", checkpoint=_newest_generation(self.job_dir(job)))
             return Poll("provisioning", detail="installing dependencies")
         exit_doc = _read_json(adir / "exit.json")  # it may have ended between the two reads
         if exit_doc is not None:
@@ -264,8 +265,9 @@ class LocalProvider:
         """The job's ckpt/ listed with hashes, by the same code a remote host runs."""
         return await asyncio.to_thread(ckptscan.scan, str(self.job_dir(job) / "ckpt"), self.caps.max_bytes)
 
-    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
-        return await asyncio.to_thread(ckptscan.pack, str(self.job_dir(job) / "ckpt"), str(archive), rels)
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, generation: str | None = None) -> dict:
+        return await asyncio.to_thread(ckptscan.pack, str(self.job_dir(job) / "ckpt"), str(archive), rels,
+                                       generation)
 
     async def fetch_paths(self, job: Job, rels: list[str], archive: Path, caps: OutputCaps) -> dict:
         """`gpu fetch`: the named paths of the job's working folder, packed by the same code
@@ -276,6 +278,15 @@ class LocalProvider:
         inner = f"code/{job.plan.get('workdir') or ''}".rstrip("/")
         return await asyncio.to_thread(workdir_files.pack, str(jdir), inner, rels, str(archive),
                                        caps.max_bytes, caps.max_files)
+
+
+def _newest_generation(jdir: Path) -> int | None:
+    """The newest checkpoint generation frozen in the job's ckpt-gens/ (names only)."""
+    try:
+        names = [n for n in os.listdir(jdir / "ckpt-gens") if n.isdigit()]
+    except OSError:
+        return None
+    return int(max(names)) if names else None
 
 
 def _read_json(path: Path) -> dict | None:

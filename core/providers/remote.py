@@ -8,7 +8,7 @@ collides with the local target's folders):
     root/runtime/<hash>/        (+ <hash>.ready)   launch.py and the `gpu` module
     root/venvs/<dep hash>/                         dependency envs, made by launch.py
     root/wheelhouse/<hash>/     (+ <hash>.ready)   wheels for a host without an index (remotedeps.py)
-    root/jobs/<job id>/{code,out,ckpt,ctl,data}/   one job; job.log, metrics.jsonl
+    root/jobs/<job id>/{code,out,ckpt,ckpt-gens,ctl,data}/   one job; job.log, metrics.jsonl
     root/jobs/<job id>/attempts/<n>/               spec.json, pid, phase, exit.json
 
 This module holds where things live on the host, one attempt's preparation (its spec and job
@@ -191,11 +191,11 @@ printf '%s\\n' "$py"
         if deps is not None and wh_dir:
             deps["wheelhouse"] = wh_dir  # the launcher installs with --no-index from it
         spec = launch_spec(job, job_dir=jd, attempt_dir=ad, workdir=workdir, runtime_dir=runtime,
-                           python=python, deps=deps, env_secrets=env_secrets)
+                           python=python, deps=deps, env_secrets=env_secrets, frozen_checkpoints=True)
         restore, sent_c = await self._restore_checkpoint(job, env_secrets)
         setup = [
             "set -e", f"J={quote(jd)}", f"A={quote(ad)}",
-            'mkdir -p "$J/out" "$J/ckpt" "$J/ctl" "$J/data" "$A"',
+            'mkdir -p "$J/out" "$J/ckpt" "$J/ckpt-gens" "$J/ctl" "$J/data" "$A"',
             # each job gets its own copy of the code (jobs may write into their folder)
             f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code"; mkdir -p "$J/code"; '
             f'tar -xzf {quote(bundle)} -C "$J/code"; : > "$J/.code-ready"; fi',

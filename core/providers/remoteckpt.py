@@ -35,12 +35,14 @@ class RemoteCheckpoints:
             return doc["scans"]
         return await self.gathered("ckptscan", lambda: Gather(scan_many)).ask(f"{self.job_dir(job)}/ckpt")
 
-    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
-        """Only the named files of the job's ckpt/, packed on the host and copied home."""
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, generation: str | None = None) -> dict:
+        """Only the named files of the job's ckpt/ (or of the frozen `generation` the listing
+        named), packed on the host and copied home."""
         await self.remote()
         jd = self.job_dir(job)
         packed = f"{jd}/ckpt-{uuid.uuid4().hex[:12]}.tar.gz"
-        doc = await self._run_runtime("ckptscan.py", ["pack", f"{jd}/ckpt", packed, *rels],
+        which = ["--generation", generation] if generation else []
+        doc = await self._run_runtime("ckptscan.py", ["pack", *which, f"{jd}/ckpt", packed, *rels],
                                       input=None, check=f"packing the checkpoint of job {job.short_id}")
         try:
             await self.transport.get_file(packed, archive, max_bytes=1 << 40)
@@ -64,7 +66,8 @@ class RemoteCheckpoints:
         finally:
             archive.unlink(missing_ok=True)
         # never under an attempt that started (a restarted supervisor preparing it again)
-        line = (f'if [ ! -e "$A/started" ]; then rm -rf "$J/ckpt"; mkdir -p "$J/ckpt"; '
+        # the generations frozen there before belong to the checkpoint being replaced
+        line = (f'if [ ! -e "$A/started" ]; then rm -rf "$J/ckpt" "$J/ckpt-gens"; mkdir -p "$J/ckpt" "$J/ckpt-gens"; '
                 f'tar -xzf {quote(remote_archive)} -C "$J/ckpt"; rm -f "$J/.ckpt-hashes.json"; fi; '
                 f'rm -f {quote(remote_archive)}')
         return line, sent

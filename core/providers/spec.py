@@ -14,7 +14,11 @@ from core.runtime.jobprocs import MARKER_VAR, marker_for
 
 
 def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runtime_dir: str,
-                python: str, deps: dict | None, env_secrets: dict[str, str]) -> dict:
+                python: str, deps: dict | None, env_secrets: dict[str, str],
+                frozen_checkpoints: bool = False) -> dict:
+    """The spec. `frozen_checkpoints`: the target mirrors checkpoints while the job runs (local,
+    ssh, slurm, pbs), so each `gpu.checkpoint_saved()` is frozen into `ckpt-gens/` for it;
+    Kaggle and Modal read the checkpoint after a session, where extra copies would only cost."""
     command = list(job.plan["command"])
     if job.plan.get("python_file", command[0].endswith(".py")):
         command = ["{python}", *command]
@@ -34,6 +38,8 @@ def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runti
             "GPU_ROUTER_OUTPUT_DIR": f"{job_dir}/out",
             "GPU_ROUTER_DATA_DIR": f"{job_dir}/data",
             "GPU_ROUTER_CHECKPOINT_DIR": f"{job_dir}/ckpt",
+            # where gpu.checkpoint_saved() freezes each save for the copy home (core/runtime/ckptgen.py)
+            **({"GPU_ROUTER_CHECKPOINT_GENERATIONS": f"{job_dir}/ckpt-gens"} if frozen_checkpoints else {}),
             "GPU_ROUTER_CONTROL_DIR": f"{job_dir}/ctl",
             "GPU_ROUTER_METRICS_FILE": f"{job_dir}/metrics.jsonl",
         },

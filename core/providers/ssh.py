@@ -19,6 +19,7 @@ which ends every process the job started, also those that left its process group
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 
@@ -31,6 +32,7 @@ from core.providers.remote import PGID_OF, START_GRACE_S, RemoteProvider
 _PID = "sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p'"
 # where an attempt stands, from the files in its folder ($1); `poll` runs it batched (lookbatch.py)
 LOOK = f"""A=$1
+g=; for f in "$A"/../../ckpt-gens/[0-9]*; do [ -d "$f" ] && g=${{f##*/}}; done; echo "gen $g"
 if [ -s "$A/exit.json" ]; then echo exit; cat "$A/exit.json"; return 0; fi
 if [ ! -s "$A/pid" ]; then echo nopid; return 0; fi
 pid=$({_PID} "$A/pid")
@@ -87,6 +89,14 @@ class SSHProvider(RemoteProvider):
         return self.gathered("look", lambda: LookBatch(run, LOOK))
 
     def _poll_answer(self, job: Job, out: str) -> Poll:
+        first, _, body = out.partition("\n")
+        if first.startswith("gen "):  # the newest frozen checkpoint generation (ckpt-gens/)
+            gen = first[4:].strip()
+            poll = self._state_answer(job, body)
+            return dataclasses.replace(poll, checkpoint=int(gen)) if gen.isdigit() else poll
+        return self._state_answer(job, out)
+
+    def _state_answer(self, job: Job, out: str) -> Poll:
         head, _, rest = out.partition("\n")
         if head == "exit":
             try:

@@ -374,7 +374,8 @@ def plan_for(spec: dict, python: str) -> dict:
     wrote (spec["sandbox"]: what to hide, the data sources, network) and this machine.
 
     Read-only: the job's code, its runtime, its data (and where local data lives), its control
-    folder, its Python and venv. Writable: its working folder, out/, ckpt/, metrics file, a home
+    folder, its Python and venv. Writable: its working folder, out/, ckpt/, ckpt-gens/ (the
+    saves gpu.checkpoint_saved() freezes: another mount than ckpt/, so they are copies), metrics file, a home
     and a temporary folder of its own (in the job's folder, on disk: models write big files)."""
     box = spec["sandbox"]
     env = spec["env"]
@@ -395,8 +396,11 @@ def plan_for(spec: dict, python: str) -> dict:
     deps = spec.get("deps")
     if deps:
         ro.append(os.path.join(deps["venvs_dir"], deps["hash"]))
+    gens = env.get("GPU_ROUTER_CHECKPOINT_GENERATIONS", "")  # checkpoint_saved() freezes saves there
+    if gens:
+        os.makedirs(gens, exist_ok=True)  # a folder is bound only where it exists
     rw = [spec["workdir"], env.get("GPU_ROUTER_OUTPUT_DIR", ""),
-          env.get("GPU_ROUTER_CHECKPOINT_DIR", ""), metrics or "", home, tmpdir]
+          env.get("GPU_ROUTER_CHECKPOINT_DIR", ""), gens, metrics or "", home, tmpdir]
     mark = os.path.join(spec["attempt_dir"], "sandbox-mark")
     with open(mark, "w") as f:
         f.write(f"{spec['job_id']}:{spec['attempt']}\n")

@@ -12,7 +12,13 @@ can say so once), and a sparse file's cost is its full length.
     ckptscan.py scan DIR
     ckptscan.py scan-many [--max-bytes N] DIR...   (one listing per folder, in order: a host's
                                                     jobs at once; N: the target's output cap)
-    ckptscan.py pack DIR ARCHIVE REL...
+    ckptscan.py pack [--generation NAME] DIR ARCHIVE REL...
+
+Where the job calls `gpu.checkpoint_saved()` its saves are frozen into generation folders
+beside the checkpoint folder (DIR-gens/, core/runtime/ckptgen.py): `scan` then lists the newest
+whole generation instead of the live folder (its name in "generation_dir"), and `pack
+--generation` packs from it, every file opened before packing, so a save or a prune racing
+the copy home never mixes two checkpoints.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ else:  # sent as source with nofollow.py registered before it (providers/runtime
 
 MARKER = ".complete"  # written by gpu.checkpoint_saved()
 CACHE = ".ckpt-hashes.json"  # beside the folder, in the job's folder
+GENS_SUFFIX = "-gens"  # ckpt/ -> ckpt-gens/: the generations gpu.checkpoint_saved() froze
+GEN_WIDTH = 10  # digits of a generation folder's name (ckptgen.WIDTH)
+GEN_TRIES = 3  # generations looked at, newest first, before the live folder is listed
 MAX_FILES = 100_000
 MAX_SKIPPED = 20  # named in a listing; the rest counted
 
@@ -80,6 +89,9 @@ def scan(folder: str, max_bytes: int | None = None) -> dict:
     except OSError:
         return empty
     try:
+        frozen = _scan_generation(base_fd, name + GENS_SUFFIX, max_bytes)
+        if frozen is not None:
+            return frozen
         try:
             top = nofollow.open_dir_at(base_fd, name, name)
         except FileNotFoundError:
@@ -92,6 +104,43 @@ def scan(folder: str, max_bytes: int | None = None) -> dict:
             os.close(top)
     finally:
         os.close(base_fd)
+
+
+def _gen_names(gens_fd: int) -> list[str]:
+    """The generation folders' names, newest first (zero-padded: name order is number order)."""
+    try:
+        names = os.listdir(gens_fd)
+    except OSError:
+        return []
+    return sorted((n for n in names if n.isdigit() and len(n) == GEN_WIDTH), reverse=True)
+
+
+def _scan_generation(base_fd: int, gens: str, max_bytes: int | None) -> dict | None:
+    """The newest whole generation that `gpu.checkpoint_saved()` froze (core/runtime/ckptgen.py)
+    whose files still match its marker, listed like the live folder plus `"generation_dir"`
+    (its name, for `pack --generation`); None when there is none (the live folder is listed)."""
+    try:
+        gens_fd = nofollow.open_dir_at(base_fd, gens, gens)
+    except (OSError, nofollow.Refused):
+        return None
+    try:
+        for gname in _gen_names(gens_fd)[:GEN_TRIES]:
+            try:
+                top = nofollow.open_dir_at(gens_fd, gname, f"{gens}/{gname}")
+            except (OSError, nofollow.Refused):
+                continue  # pruned meanwhile
+            try:
+                doc = _scan_open(base_fd, top, max_bytes)
+            finally:
+                os.close(top)
+            named = (doc.get("marker") or {}).get("files") if isinstance(doc.get("marker"), dict) else None
+            files = doc["files"]
+            if isinstance(named, dict) and named and set(named) == set(files) and all(
+                    isinstance(v, list) and files[rel][:2] == v[:2] for rel, v in named.items()):
+                return {**doc, "generation_dir": gname}
+        return None
+    finally:
+        os.close(gens_fd)
 
 
 def _scan_open(base_fd: int, top: int, max_bytes: int | None) -> dict:
@@ -189,12 +238,19 @@ def scan_copy(folder: str) -> dict:
     return doc
 
 
-def pack(folder: str, archive: str, rels: list[str]) -> dict:
+def pack(folder: str, archive: str, rels: list[str], generation: str | None = None) -> dict:
     """The named regular files of `folder` (and the marker, if any) as a tar.gz, each opened
     through nofollow from the job's folder (a name through a link, a FIFO, a device is left
-    out, never opened)."""
-    count = size = 0
+    out, never opened). With `generation`, they come from that frozen generation folder
+    instead (`scan`'s "generation_dir"), every file opened before the first byte is packed:
+    an open file stays readable when the job prunes the generation meanwhile, so what comes
+    home is that generation whole, or {"gone": true} when it was pruned before it was opened."""
     base, name = _split(folder)
+    if generation is not None:
+        if not (generation.isdigit() and len(generation) == GEN_WIDTH):
+            return {"files": 0, "bytes": 0, "packed": 0, "gone": True}
+        return _pack_pinned(base, f"{name}{GENS_SUFFIX}/{generation}", archive, rels)
+    count = size = 0
     with tarfile.open(archive, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
         try:
             top = nofollow.open_root(base, name)
@@ -229,6 +285,52 @@ def pack(folder: str, archive: str, rels: list[str]) -> dict:
     return {"files": count, "bytes": size, "packed": os.path.getsize(archive)}
 
 
+def _pack_pinned(base: str, inner: str, archive: str, rels: list[str]) -> dict:
+    """`pack` of a generation folder: open all, then pack (see `pack`)."""
+    try:
+        import resource  # Unix: as many open files as the hard limit allows
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else 1 << 16
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+    opened: list[tuple[str, int, os.stat_result]] = []
+    gone = {"files": 0, "bytes": 0, "packed": 0, "gone": True}
+    try:
+        try:
+            top = nofollow.open_root(base, inner)
+        except (OSError, nofollow.Refused):
+            return gone
+        try:
+            own = nofollow.owner(top)
+            for rel in [*rels, MARKER]:
+                if not _inside(rel):
+                    continue
+                try:
+                    parent, last = nofollow.parent_of(top, rel)
+                    try:
+                        fd, st = nofollow.open_file(parent, last, rel, own)
+                    finally:
+                        os.close(parent)
+                except (OSError, nofollow.Refused):
+                    return gone  # pruned before it was pinned (or not a plain file)
+                opened.append((rel, fd, st))
+        finally:
+            os.close(top)
+        size = 0
+        with tarfile.open(archive, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
+            for rel, fd, st in opened:
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode, info.mtime = st.st_size, st.st_mode & 0o755, int(st.st_mtime)
+                tar.addfile(info, nofollow.ExactReader(fd, st.st_size))
+                size += st.st_size
+        return {"files": len(opened), "bytes": size, "packed": os.path.getsize(archive)}
+    finally:
+        for _, fd, _ in opened:
+            os.close(fd)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "scan":
         print(json.dumps(scan(argv[1])))
@@ -240,7 +342,10 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"scans": [scan(folder, cap) for folder in argv[1:]]}))
         return 0
     if len(argv) >= 3 and argv[0] == "pack":
-        print(json.dumps(pack(argv[1], argv[2], argv[3:])))
+        generation = None
+        if len(argv) >= 5 and argv[1] == "--generation":
+            generation, argv = argv[2], argv[2:]
+        print(json.dumps(pack(argv[1], argv[2], argv[3:], generation)))
         return 0
     print("usage: ckptscan.py scan DIR | scan-many DIR... | pack DIR ARCHIVE REL...", file=sys.stderr)
     return 2

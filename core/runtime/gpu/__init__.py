@@ -226,8 +226,11 @@ def checkpoint_saved() -> int:
     gpu-router mirrors the folder home while the job runs and resumes a moved job from the
     last complete checkpoint: call this after the last file of a save is written (and closed).
     The marker lists each file's size and modification time, so a save that has begun to
-    overwrite them is never taken for this one. Without calls to it, a folder that stops
-    changing between two looks counts as complete."""
+    overwrite them is never taken for this one. Where gpu-router mirrors the folder, the
+    marked files are also frozen into a generation folder beside checkpoint_dir() (hard links
+    where the job replaces files by rename, copies otherwise: core/runtime/ckptgen.py), which
+    the copy home reads at leisure while the job saves on. Without calls to it, a folder that
+    stops changing between two looks counts as complete."""
     folder = checkpoint_dir()
     marker = folder / COMPLETE_MARKER
     try:
@@ -251,6 +254,12 @@ def checkpoint_saved() -> int:
     tmp = folder / f"{COMPLETE_MARKER}.tmp{os.getpid()}"
     tmp.write_text(json.dumps(doc, separators=(",", ":")))
     os.replace(tmp, marker)  # the marker appears whole, after the files it names
+    gens = os.environ.get("GPU_ROUTER_CHECKPOINT_GENERATIONS")
+    if gens:  # frozen where it was written, so the mirror never races the next save
+        try:
+            _runtime_module("ckptgen").capture(str(folder), gens, generation, files, doc)
+        except OSError as exc:  # a full disk, say: the live folder is still marked
+            _warn(f"checkpoint {generation} was marked but not frozen for the copy home: {exc}")
     return generation
 
 
