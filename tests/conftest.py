@@ -47,11 +47,15 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile("quick")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test by the services it needs, and `quick` when it needs none and is not slow.
 
     The Kaggle client's LOCALHOST environment fixes the fake Kaggle at 127.0.0.1:80, so its
-    tests share one xdist group: with `--dist loadgroup` they run on one worker, one at a time."""
+    tests share one xdist group: with `--dist loadgroup` they run on one worker, one at a time.
+    First among the hooks: an xdist worker registers its own hook, which reads the group marks,
+    after this file is loaded, so without `tryfirst` it ran before the marks were there and the
+    Kaggle tests of two workers met on port 80."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         for fixture, marker in NEEDS.items():

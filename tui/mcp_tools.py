@@ -67,7 +67,7 @@ def project_dir(tool: str, key: str, value: str) -> str:
     """An absolute project path: the server's own folder means nothing to the agent."""
     if not os.path.isabs(os.path.expanduser(value)):
         raise UserError(f"{key} {value!r} is not an absolute path", where=f"{tool} argument {key}",
-                        fix=f"pass the absolute path of the project folder, e.g. /Users/me/code/yolo")
+                        fix="pass the absolute path of the project folder, e.g. /Users/me/code/yolo")
     return value
 
 
