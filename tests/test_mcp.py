@@ -223,7 +223,7 @@ async def test_compute_job_holds_a_start_whose_plan_changed(home: Path, tmp_path
         events = gpu_json("status", short, "--verbose")["events"]
         assert any(e["reason"] == "purpose: see the digest hold" for e in events)
         request = gpu_json("status", short, "--verbose")["request"]
-        assert request["outputs"] == ["outputs/", "ckpt/"]
+        assert request["outputs"] == ["outputs/"] and request["checkpoint"] == "ckpt"
 
         assert "needs job" in await fails(s, "compute_job", action="wait")
         assert "must be one of" in await fails(s, "compute_job", action="approve", job=short)

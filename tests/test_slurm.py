@@ -9,6 +9,7 @@ the state mapping and parsers on recorded output and need no cluster.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from pathlib import Path
@@ -188,6 +189,41 @@ def test_a_one_minute_limit_checkpoints_ends_the_session_and_resumes(slurm, lab:
 
 
 @pytest.mark.slow
+def test_a_new_checkpoint_generation_comes_home_on_the_poll(slurm, lab: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The squeue each cycle already makes also names each running job's newest frozen
+    generation: with the mirror's own clock set to an hour, both saves still come home while
+    the job runs, each at the generation the job froze."""
+    monkeypatch.setenv("GPU_ROUTER_CKPT_EVERY_S", "3600")
+    project = make_git_project(tmp_path / "p", {
+        "gpu.yaml": "script: saves.py\ngpus: 0\n",
+        "saves.py": (
+            "import time\nimport gpu\n"
+            "for step in (1, 2):\n"
+            "    (gpu.checkpoint_dir() / 'state').write_text(f'step-{step}')\n"
+            "    gpu.checkpoint_saved()\n"
+            "    print('saved', step, flush=True)\n"
+            "    time.sleep(3)\n"
+            "time.sleep(300)  # cancelled by the test\n"),
+    })
+    sub = gpu_json("submit", "--provider", "lab", "--hours", "0.1", "--wait-s", "10", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    home_copy = Path(os.environ["GPU_ROUTER_HOME"]) / "jobs" / job_id / "ckpt-home" / "state"
+    seen: dict[int, str] = {}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and 2 not in seen:
+        doc = gpu_json("status", short)
+        gen = (doc.get("checkpoint") or {}).get("generation")
+        if gen and doc["state"] == "running" and home_copy.exists():
+            seen[gen] = home_copy.read_text()
+        time.sleep(0.3)
+    log = run_gpu("logs", short).stdout
+    assert seen.get(2) == "step-2", (seen, log)
+    assert seen.get(1, "step-1") == "step-1", seen  # generation 1 is step 1 if it was seen at all
+    assert gpu_json("cancel", short)["job"]["state"] == "cancelled"
+
+
+@pytest.mark.slow
 def test_secrets_need_pass_secrets_then_reach_the_job(slurm, lab: Path, keychain, tmp_path: Path) -> None:
     from core.engine.approvals import approve
     from core.jobs.store import Store
@@ -294,3 +330,26 @@ def test_time_limits_and_signal_lead() -> None:
     assert signal_lead_s(13, {}) == 78
     assert signal_lead_s(600, {}) == 300
     assert signal_lead_s(1, {"signal_lead_s": 20}) == 20
+
+
+def test_generations_ride_on_the_scheduler_query_and_cannot_be_faked(tmp_path: Path) -> None:
+    """The listing follows a random mark: the scheduler's rows and exit status stay as they
+    were, a job's folder with no generation is named none, the highest generation wins, and
+    a line the scheduler printed that looks like the listing is the scheduler's."""
+    import subprocess
+
+    from core.providers.base import Poll
+    from core.providers.batch import Generations
+
+    (tmp_path / "a" / "ckpt-gens" / "0000000004").mkdir(parents=True)
+    (tmp_path / "a" / "ckpt-gens" / "0000000012").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    gens = Generations()
+    gens.want(str(tmp_path / "a"))
+    gens.want(str(tmp_path / "b"))
+    command, mark, dirs = gens.wrap("printf '7|RUNNING|None\\ngpu-router-gens-x\\n5\\n'; (exit 3)")
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert run.returncode == 3, run.stderr  # the scheduler command's own status
+    assert gens.read(run.stdout, mark, dirs) == "7|RUNNING|None\ngpu-router-gens-x\n5\n"
+    assert gens.attach(Poll("running"), str(tmp_path / "a")).checkpoint == 12
+    assert gens.attach(Poll("running"), str(tmp_path / "b")).checkpoint is None

@@ -3,8 +3,10 @@
 `action` picks what happens: targets | plan | start | wait | logs | artifacts | cancel |
 resume. A start
 is a submit whose request is made from `command` (a command line run in `cwd`, the project),
-`artifacts` (what comes home: gpu-router's `outputs`) and `checkpoint` (where the command keeps
-its checkpoints; it comes home too). With the `digest` of an earlier `plan`, a start whose fresh
+`artifacts` (what comes home: gpu-router's `outputs`) and `checkpoint` (the folder where the
+command keeps its checkpoints: the request's `checkpoint`, made the job's gpu.checkpoint_dir(),
+so it is mirrored home while the job runs, restored on a move or a resume, and ends in
+`runs/<id>/checkpoint/`). With the `digest` of an earlier `plan`, a start whose fresh
 plan differs is held for a person's approval with that reason: it never runs on a plan nobody
 saw. `purpose` is recorded with the job as an event. A cancel with `checkpoint_first` asks the
 job to save before it stops; a resume runs an ended job again from its checkpoint under the
@@ -40,12 +42,11 @@ def _request(args: dict[str, Any]):
 
     cwd = project_dir(TOOL, "cwd", args["cwd"])
     outputs = [*(args.get("artifacts") or [])]
-    if args.get("checkpoint"):
-        outputs.append(args["checkpoint"])
     where = argument(TOOL)
     names = {"script": "command", "outputs": "artifacts", "project_dir": "cwd"}
     req = build_request(cwd, {"script": args["command"], "name": _name(args.get("name")),
                               "outputs": outputs or None, "hours": args.get("hours"),
+                              "checkpoint": args.get("checkpoint"),
                               "provider": args.get("provider")},
                         argument=lambda key: where(names.get(key, key)))
     # the command is the whole line: gpu.yaml's args belong to gpu.yaml's script

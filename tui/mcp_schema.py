@@ -205,10 +205,12 @@ COMPUTE_SCHEMA = _object({
                 "working folder (inside a git repo the whole repo ships)."),
     "artifacts": _strings("plan/start: paths or globs relative to cwd that come home to the "
                           "job's outputs folder when it ends, e.g. [\"model.pt\", \"results/\"]."),
-    "checkpoint": _str("plan/start: a path relative to cwd where the command keeps its "
-                       "checkpoints; it comes home with the artifacts. To resume after a "
-                       "migration, save checkpoints under $GPU_ROUTER_CHECKPOINT_DIR "
-                       "(gpu.checkpoint_dir()), which gpu-router mirrors and restores."),
+    "checkpoint": _str("plan/start: the folder, relative to cwd, where the command keeps its "
+                       "checkpoints, e.g. \"ckpts\". It is the job's checkpoint folder "
+                       "($GPU_ROUTER_CHECKPOINT_DIR, gpu.checkpoint_dir() name it too): mirrored "
+                       "home while the job runs (call gpu.checkpoint_saved() after each save), "
+                       "restored there when the job moves or resumes, and in the outputs as "
+                       "checkpoint/ when it ends."),
     "digest": _str("start: the digest plan returned; a changed plan is held for approval."),
     "hours": _number("plan/start: honest expected wall-clock hours; none, or over 1, waits "
                      "for approval."),

@@ -151,6 +151,7 @@ class JobRequest:
     extras: list[str] = field(default_factory=list)  # pyproject.toml optional groups to install
     ship: str = "repo"
     outputs: list[str] = field(default_factory=list)
+    checkpoint: str | None = None  # <workdir>/<checkpoint> is the job's ckpt/ (core/runtime/workdir.py)
     data: list[DataSpec] = field(default_factory=list)
     hours: float | None = None
     gpu: str | None = None

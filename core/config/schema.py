@@ -168,6 +168,20 @@ def _relative_globs(v: Any) -> list[str]:
     return items
 
 
+def _relative_folder(v: Any) -> str:
+    """One folder inside the job's working folder (the checkpoint folder): never absolute,
+    never climbing out with `..`, no glob, and not the working folder itself."""
+    item = _str(v)
+    problem = path_problem(item)
+    parts = [p for p in item.replace("\\", "/").split("/") if p not in ("", ".")]
+    if problem:
+        raise ValueError(f"a folder path ({shorten(item)} {problem})")
+    if item.startswith(("/", "~")) or ".." in parts or not parts or any(c in item for c in "*?["):
+        raise ValueError(f"a folder inside the job's working folder, e.g. checkpoints "
+                         f"({shorten(item)} is not)")
+    return "/".join(parts)
+
+
 def _number(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError("a number")
@@ -306,6 +320,10 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "ship": (_ship, "what ships: repo (the whole git repository, the default) or project (only this folder)"),
     "outputs": (_relative_globs, "paths or globs, relative to the job's folder, that come home to runs/<id>/ "
                                  "(e.g. outputs/ or models/*.pkl)"),
+    "checkpoint": (_relative_folder, "the folder, relative to the job's working folder, where the "
+                                     "script keeps its checkpoints (e.g. checkpoints): it is the job's "
+                                     "gpu.checkpoint_dir(), so it is mirrored home while the job runs "
+                                     "and restored when it resumes or moves (docs/checkpoints.md)"),
     "data": (_data, "data sets, NAME=PATH or hf://datasets/OWNER/NAME"),
     "hours": (_positive(MAX_HOURS), f"an honest wall-clock estimate in hours, above 0, at most {MAX_HOURS:g}"),
     "gpu": (_gpu, "a GPU type, e.g. T4"),

@@ -11,22 +11,30 @@ leads one in `--foreground` mode), and leaves a `time-signal` marker so that a j
 and exits 0 because time ran out is resumed, not recorded done. bash runs traps only between
 commands, so the script waits on `sleep 1` in a loop rather than one long `wait`.
 gpu-router's own checkpoint request uses USR2, which forwards the same way without the marker.
+
+The newest checkpoint generation of each running job (`ckpt-gens/`, frozen by
+`gpu.checkpoint_saved()`) rides on the one scheduler query a cycle makes (`Generations`), so
+the mirror is poll-driven here as on ssh targets, with no extra process per job.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
+import secrets
 import time
 from typing import Any, Awaitable, Callable
 
 from core.config.schema import SAFE_VALUE_RE
 from core.jobs.store import Job
+from core.providers.base import Poll
 from core.transport.base import check_name, quote, safe_name
 
 TIME_MARGIN = 1.25
 TIME_EXTRA_MIN = 5
 QUEUE_TTL_S = 2.0
+GENERATIONS_KEEP_S = 60.0  # a job folder not polled this long (its job ended) is asked no more
 
 
 def resources(job: Job, options: dict) -> dict[str, Any]:
@@ -147,3 +155,49 @@ class QueueCache:
         value = await self.fetch()
         self.value, self.at, self.wall_at = value, time.monotonic(), time.time()
         return value
+
+
+class Generations:
+    """The newest checkpoint generation of each job folder a poll asked about, answered by the
+    scheduler query itself: `wrap` appends to that command one shell loop that names, for each
+    folder, the highest `ckpt-gens/<n>` (after a random mark the jobs cannot know, so nothing
+    they write can pass for the scheduler's rows or for a generation), keeping the command's
+    exit status; `read` takes the listing off the output. A job asked about now is answered by
+    the next query (a cycle later at most)."""
+
+    def __init__(self) -> None:
+        self.wanted: dict[str, float] = {}  # job folder -> when a poll last asked
+        self.newest: dict[str, int] = {}
+
+    def want(self, job_dir: str) -> None:
+        self.wanted[job_dir] = time.monotonic()
+
+    def wrap(self, command: str) -> tuple[str, str, list[str]]:
+        """(the command with the listing after it, its mark, the folders listed in order)."""
+        now = time.monotonic()
+        self.wanted = {d: t for d, t in self.wanted.items() if now - t < GENERATIONS_KEEP_S}
+        dirs = sorted(self.wanted)
+        mark = "gpu-router-gens-" + secrets.token_hex(16)
+        if not dirs:
+            return command, mark, dirs
+        listing = (f"for d in {' '.join(quote(d) for d in dirs)}; do g=; "
+                   'for f in "$d"/ckpt-gens/[0-9]*; do [ -d "$f" ] && g=${f##*/}; done; '
+                   'printf \'%s\\n\' "$g"; done')
+        return f"{command}\ns=$?; printf '\\n%s\\n' {mark}; {listing}; exit $s", mark, dirs
+
+    def read(self, out: str, mark: str, dirs: list[str]) -> str:
+        """The scheduler's own output; the generations listed after `mark` are kept."""
+        head, found, tail = out.partition(f"\n{mark}\n")
+        if not found:
+            return out
+        for d, line in zip(dirs, tail.splitlines()):
+            if line.strip().isdigit():
+                self.newest[d] = int(line.strip())
+            else:
+                self.newest.pop(d, None)
+        return head
+
+    def attach(self, poll: Poll, job_dir: str) -> Poll:
+        """The poll with the newest generation the last query saw in `job_dir`, if any."""
+        gen = self.newest.get(job_dir)
+        return dataclasses.replace(poll, checkpoint=gen) if gen is not None else poll

@@ -24,7 +24,7 @@ import time
 from core.jobs.store import Job
 from core.transport.base import Transport, TransportError, quote
 from core.providers.base import Poll, TargetInfo
-from core.providers.batch import QueueCache, job_name, resources, script, signal_lead_s
+from core.providers.batch import Generations, QueueCache, job_name, resources, script, signal_lead_s
 from core.providers.remote import RemoteProvider
 from core.providers.ssh import exited_poll
 
@@ -106,6 +106,7 @@ class PBSProvider(RemoteProvider):
         self.stats = {"qstat": 0, "qsub": 0, "qdel": 0}
         self._wanted: set[str] = set()
         self._asked: set[str] = set()
+        self.gens = Generations()  # newest checkpoint generations, answered by the qstat itself
 
     def _env(self) -> str:
         if self.options.get("local"):
@@ -120,11 +121,12 @@ class PBSProvider(RemoteProvider):
         self.stats["qstat"] += 1
         torque = self.options.get("pbs_flavor") == "torque"
         cmd = "qstat -f " if torque else "qstat -x -f -F json "
-        r = await self.transport.run(self._env() + cmd + " ".join(quote(i) for i in ids) + " 2>&1",
-                                     timeout=60)
-        jobs = parse_qstat_text(r.out) if torque else parse_qstat_json(r.out)
-        if r.code != 0 and not jobs and "Unknown Job Id" not in r.out:
-            raise TransportError(f"qstat failed: {r.out.strip()[:300]}")
+        command, mark, dirs = self.gens.wrap(self._env() + cmd + " ".join(quote(i) for i in ids) + " 2>&1")
+        r = await self.transport.run(command, timeout=60)
+        out = self.gens.read(r.out, mark, dirs)
+        jobs = parse_qstat_text(out) if torque else parse_qstat_json(out)
+        if r.code != 0 and not jobs and "Unknown Job Id" not in out:
+            raise TransportError(f"qstat failed: {out.strip()[:300]}")
         return jobs
 
     async def probe_fresh(self) -> TargetInfo:
@@ -198,6 +200,15 @@ class PBSProvider(RemoteProvider):
                 "wheelhouse_bytes": prep["wheelhouse_bytes"]}
 
     async def poll(self, job: Job) -> Poll:
+        """Where the job stands, from the one shared qstat, with the newest checkpoint
+        generation the same command listed (the mirror takes it at once)."""
+        poll = await self._poll_state(job)
+        if self._remote is None:  # the host was never reached: no folder to name yet
+            return poll
+        self.gens.want(self.job_dir(job))  # listed by the next query, a cycle later at most
+        return self.gens.attach(poll, self.job_dir(job))
+
+    async def _poll_state(self, job: Job) -> Poll:
         pid = job.handle.get("pbs_job_id")
         if not pid:
             return Poll("lost", detail="no PBS job id was recorded for this attempt")

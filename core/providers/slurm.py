@@ -36,7 +36,7 @@ import time
 from core.jobs.store import Job
 from core.transport.base import Transport, TransportError, quote
 from core.providers.base import Poll, TargetInfo
-from core.providers.batch import QueueCache, job_name, resources, script, signal_lead_s
+from core.providers.batch import Generations, QueueCache, job_name, resources, script, signal_lead_s
 from core.providers.remote import RemoteProvider
 from core.providers.ssh import exited_poll
 
@@ -160,6 +160,7 @@ class SlurmProvider(RemoteProvider):
     def __init__(self, name: str, transport: Transport, **kw) -> None:
         super().__init__(name, transport, **kw)
         self.queue = QueueCache(self._fetch_queue)
+        self.gens = Generations()  # newest checkpoint generations, answered by the squeue itself
         self.stats = {"squeue": 0, "scontrol": 0, "sbatch": 0, "scancel": 0}
 
     # -- running the scheduler's commands ---------------------------------------------------
@@ -173,11 +174,13 @@ class SlurmProvider(RemoteProvider):
 
     async def _fetch_queue(self) -> dict:
         self.stats["squeue"] += 1
-        r = await self.transport.run(self._env() + "squeue -h -t all -u \"$(id -un)\" -o '%i|%T|%r'",
-                                     timeout=60)
+        command, mark, dirs = self.gens.wrap(
+            self._env() + "squeue -h -t all -u \"$(id -un)\" -o '%i|%T|%r'")
+        r = await self.transport.run(command, timeout=60)
+        out = self.gens.read(r.out, mark, dirs)
         if r.code != 0:
-            raise TransportError(f"squeue failed: {(r.err or r.out).strip()[:300]}")
-        return parse_squeue(r.out)
+            raise TransportError(f"squeue failed: {(r.err or out).strip()[:300]}")
+        return parse_squeue(out)
 
     # -- probe ------------------------------------------------------------------------------
 
@@ -289,6 +292,15 @@ class SlurmProvider(RemoteProvider):
     # -- status -----------------------------------------------------------------------------
 
     async def poll(self, job: Job) -> Poll:
+        """Where the job stands, from the one shared squeue, with the newest checkpoint
+        generation the same command listed (the mirror takes it at once)."""
+        poll = await self._poll_state(job)
+        if self._remote is None:  # the host was never reached: no folder to name yet
+            return poll
+        self.gens.want(self.job_dir(job))  # listed by the next query, a cycle later at most
+        return self.gens.attach(poll, self.job_dir(job))
+
+    async def _poll_state(self, job: Job) -> Poll:
         sid = job.handle.get("slurm_job_id")
         if not sid:
             return Poll("lost", detail="no Slurm job id was recorded for this attempt")

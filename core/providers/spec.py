@@ -28,6 +28,8 @@ def launch_spec(job: Job, *, job_dir: str, attempt_dir: str, workdir: str, runti
         "runtime_dir": runtime_dir, "base_python": python, "command": command, "deps": deps,
         "secret_env": sorted(env_secrets),  # names only: values travel in memory
         "outputs": list(job.request.get("outputs") or []),  # brought into out/ when it ends
+        # <workdir>/<checkpoint> becomes a link to ckpt/ before the job starts (workdir.py)
+        "checkpoint": job.request.get("checkpoint"),
         "util_interval_s": interval_s(os.environ),  # how often gpuutil asks nvidia-smi
         "env": {
             **job.request.get("env", {}),

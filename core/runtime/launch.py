@@ -475,6 +475,7 @@ def run(spec: dict) -> int:
     try:
         _write_atomic(phase_file, "installing")
         _decide_sandbox(spec, log)
+        _link_checkpoint(spec, log)
         python = _ensure_venv(spec, log)
         if ended["signal"]:
             raise RuntimeError("cancelled before the job started")
@@ -514,6 +515,18 @@ def run(spec: dict) -> int:
     if _TRACK.get("cgroup"):
         jobprocs.cgroup_remove(_TRACK["cgroup"])
     return 0
+
+
+def _link_checkpoint(spec: dict, log: JobLog) -> None:
+    """The request's `checkpoint` folder becomes a link to the job's ckpt/ (workdir.py): what
+    the script saves there is mirrored home, frozen into generations and restored on a move."""
+    rel = spec.get("checkpoint")
+    if not rel:
+        return
+    note = workdir.link_checkpoint(spec["workdir"], os.path.dirname(spec["log"]), rel,
+                                   spec["env"]["GPU_ROUTER_CHECKPOINT_DIR"])
+    if note:
+        log.line(note)
 
 
 def _start_sampler(spec: dict, env: dict[str, str], log: JobLog) -> "gpuutil.Sampler | None":

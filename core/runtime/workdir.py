@@ -114,6 +114,80 @@ def _copy_into(src_top: int, rel: str, out_top: int, own: int) -> int:
         os.close(fd)
 
 
+def link_checkpoint(workdir: str, job_dir: str, rel: str, ckpt_dir: str) -> str | None:
+    """Make `<workdir>/<rel>` (the request's `checkpoint` folder) a link to the job's ckpt/,
+    so what the script saves there is what the mirror, the generations and the restore already
+    handle (and gpu.checkpoint_dir() names the same folder). Done by the launcher before the job
+    starts, through nofollow from the job's folder down: a link or a file on the way refuses
+    (RuntimeError saying what to change), nothing is written through a link.
+
+    A real folder already there (shipped with the code) gives its entries to ckpt/ where ckpt/
+    lacks them (a restored checkpoint wins); what is left is kept aside as `<rel>.shipped`.
+    Returns a line for the job's log, or None when there is nothing to say."""
+    parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or ".." in parts or rel.startswith(("/", "~")):
+        raise RuntimeError(f"checkpoint {rel!r} is not a folder inside the working folder: "
+                           "give a relative path such as checkpoints")
+    parent_rel, name = "/".join(parts[:-1]), parts[-1]
+    target = os.path.abspath(ckpt_dir)
+    os.makedirs(target, exist_ok=True)
+    try:
+        top = nofollow.open_root(*_split(workdir, job_dir))
+        try:
+            parent = nofollow.makedirs_at(top, parent_rel) if parent_rel else os.dup(top)
+        finally:
+            os.close(top)
+    except nofollow.Refused as exc:
+        raise RuntimeError(f"checkpoint {rel}: {exc.rel} is {exc.why} (no link is followed): "
+                           "make it a plain folder in the project, or name another checkpoint "
+                           "folder") from None
+    note = None
+    try:
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            if os.readlink(name, dir_fd=parent) == target:
+                return None  # this attempt's launcher already linked it
+            raise RuntimeError(f"checkpoint {rel} is a link in the project: it would be followed "
+                               "out of the job's folder; remove the link (gpu-router makes it)")
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            raise RuntimeError(f"checkpoint {rel} is {nofollow.kind(st.st_mode)} in the project, "
+                               "not a folder: rename it or name another checkpoint folder")
+        if st is not None:
+            note = _hand_over(parent, name, rel, target)
+        os.symlink(target, name, dir_fd=parent)
+    finally:
+        os.close(parent)
+    return note
+
+
+def _hand_over(parent: int, name: str, rel: str, target: str) -> str | None:
+    """Move the entries of the shipped folder `name` into the checkpoint folder where it lacks
+    them (renames, no copy, no link followed), then take the folder out of the way."""
+    src = nofollow.open_dir_at(parent, name, rel)
+    dst = os.open(target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    moved = kept = 0
+    try:
+        have = set(os.listdir(dst))
+        for entry in nofollow._names(src):
+            if entry in have:
+                kept += 1
+                continue
+            os.rename(entry, entry, src_dir_fd=src, dst_dir_fd=dst)
+            moved += 1
+    finally:
+        os.close(src)
+        os.close(dst)
+    if kept:
+        os.rename(name, f"{name}.shipped", src_dir_fd=parent, dst_dir_fd=parent)
+        return (f"checkpoint {rel}: the restored checkpoint is used; the {kept} shipped "
+                f"entr{'ies' if kept != 1 else 'y'} it also has stay in {rel}.shipped")
+    os.rmdir(name, dir_fd=parent)
+    return f"checkpoint {rel}: the {moved} shipped entr{'ies' if moved != 1 else 'y'} moved into the checkpoint folder" if moved else None
+
+
 def collect(workdir: str, out_dir: str, patterns: list[str], before: Snapshot | None) -> dict:
     """Copy the declared outputs into `out_dir` (same relative paths) and count what the job
     wrote that was not declared: {"declared": n, "stayed": n, "folders": {folder: n}, "sample",
