@@ -181,4 +181,4 @@ def test_the_test_command_runs_with_or_without_sudo(tmp_path: Path, with_sudo: b
     if with_sudo:
         apt = ["sudo apt-get", apt[0], "sudo env", apt[1]]
     assert calls == [*apt, "pip DEBIAN_FRONTEND= install -e .[test]",
-                     "python DEBIAN_FRONTEND= -m pytest -q"]
+                     "python DEBIAN_FRONTEND= -m pytest -q -n 2 --dist loadgroup"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import yaml
 from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state
 from tests.fake_kaggle import FakeKaggle
 from tests.pyindex import PackageIndex
-from tests.test_kaggle import KEY, add_kaggle
+from tests.test_kaggle import add_kaggle, kaggle  # noqa: F401 - the fake Kaggle fixture, on port 80
 
 pytestmark = pytest.mark.slow
 
@@ -40,21 +39,6 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # and no index this machine's pip config names
     yield ix
     ix.close()
-
-
-@pytest.fixture
-def kaggle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keychain, home: Path):
-    with socket.socket() as s:
-        if s.connect_ex(("127.0.0.1", 80)) == 0:
-            pytest.fail("port 80 on 127.0.0.1 is taken: the Kaggle client's LOCALHOST environment needs it")
-    fake = FakeKaggle(tmp_path / "kaggle", port=80, key=KEY)
-    monkeypatch.setenv("KAGGLE_API_ENVIRONMENT", "LOCALHOST")
-    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
-    yield fake
-    from tests.conftest import _stop_world
-
-    _stop_world(home)
-    fake.close()
 
 
 def _set_target(home: Path, **options) -> None:

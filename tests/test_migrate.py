@@ -329,7 +329,10 @@ def test_a_frozen_host_is_lost_within_its_grace_and_its_copy_stopped_when_it_tha
 
     deadline = time.monotonic() + 120
     while _store_job(job_id).provider != "b" or _store_job(job_id).state.value != "running":
-        assert time.monotonic() < deadline, gpu_json("status", short)
+        if time.monotonic() > deadline:  # say where it stands: state, provider and every event
+            doc = gpu_json("status", short, "--verbose")
+            pytest.fail(json.dumps({k: doc.get(k) for k in ("state", "provider", "attempt", "reason")})
+                        + "\n" + "\n".join(f"{e['ts']} {e['reason']}" for e in doc["events"]))
         time.sleep(0.2)
     events = Store().events(job_id)
     lost = next(e for e in events if e.reason.startswith("session lost"))

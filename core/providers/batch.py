@@ -197,6 +197,14 @@ class Generations:
                 self.newest.pop(d, None)
         return head
 
+    def on_poll(self, provider: Any, job: Any, poll: Poll) -> Poll:
+        """A scheduler target's poll with the job's newest generation: the job's folder is
+        listed by the next query (a cycle later at most); a host never reached has no folder."""
+        if provider._remote is None:
+            return poll
+        self.want(provider.job_dir(job))
+        return self.attach(poll, provider.job_dir(job))
+
     def attach(self, poll: Poll, job_dir: str) -> Poll:
         """The poll with the newest generation the last query saw in `job_dir`, if any."""
         gen = self.newest.get(job_dir)

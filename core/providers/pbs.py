@@ -202,11 +202,7 @@ class PBSProvider(RemoteProvider):
     async def poll(self, job: Job) -> Poll:
         """Where the job stands, from the one shared qstat, with the newest checkpoint
         generation the same command listed (the mirror takes it at once)."""
-        poll = await self._poll_state(job)
-        if self._remote is None:  # the host was never reached: no folder to name yet
-            return poll
-        self.gens.want(self.job_dir(job))  # listed by the next query, a cycle later at most
-        return self.gens.attach(poll, self.job_dir(job))
+        return self.gens.on_poll(self, job, await self._poll_state(job))
 
     async def _poll_state(self, job: Job) -> Poll:
         pid = job.handle.get("pbs_job_id")
