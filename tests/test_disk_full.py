@@ -23,7 +23,7 @@ from tests.props import examples
 
 from core.errors import DiskFull, UserError, disk_full_guard
 from core.runtime.diskspace import disk_full_text, says_disk_full
-from tests.conftest import _stop_world, gpu_json, make_git_project, run_gpu
+from tests.conftest import _stop_world, gpu_json, make_git_project, run_gpu, wait_state
 
 DISK_FULL_RE = r"disk full at (\S+) \((\d+) MB free\)"
 
@@ -91,6 +91,9 @@ def test_submit_on_a_full_home_exits_2_saying_where_and_keeps_the_store(small_ho
                                                                        tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {"a.py": "print('hi')\n", "data.bin": "x" * 200_000})
     first = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", "--name", "first", cwd=project)
+    # the first job ends before the disk fills: its supervisor frees its working copy when it
+    # ends, and space freed after the fill let a later command through (seen under -n 2)
+    wait_state(first["job"]["short_id"], {"done", "failed"}, timeout=120)
     filler = fill(small_disk)
     (project / "b.py").write_text("print('changed')\n")  # a new bundle must be written
     listing = run_gpu("bundle", cwd=project)

@@ -137,7 +137,9 @@ def test_a_lost_host_moves_the_job_to_the_other_host_from_its_last_checkpoint(
     result = json.loads((Path(doc["outputs_dir"]) / "result.json").read_text())
     assert result["attempt"] == 2 and result["start"] == on_b[0] > 0
     assert result["start"] % EVERY == 0  # it began right after a saved checkpoint
-    assert max(on_a) - (result["start"] - 1) <= EVERY, (max(on_a), result)
+    # lost: at most one checkpoint interval plus what a poll and the copy home take (a save made
+    # a step before the host went cannot be home yet); ~1.2 s at 0.4 s a step
+    assert max(on_a) - (result["start"] - 1) <= EVERY + 3, (max(on_a), result)
     assert sorted(set(on_a) | set(on_b)) == list(range(STEPS))
     assert on_b == list(range(result["start"], STEPS))
     # the checkpoint placed on b was the one that came home (b never wrote the first ones)
