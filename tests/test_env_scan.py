@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,7 @@ def test_a_name_with_a_secret_word_part_is_refused_whatever_else_it_says(data, s
 
 @FAST
 @given(prefix=st.sampled_from(PREFIXES),
-       body=st.text(st.characters(categories=["Lu", "Ll", "Nd"]).filter(str.isascii),
-                    min_size=36, max_size=48),
+       body=st.text(string.ascii_letters + string.digits, min_size=36, max_size=48),
        before=st.sampled_from(["", "Bearer ", "x=", "token: "]))
 def test_well_known_token_values_are_refused_under_any_name(prefix: str, body: str, before: str) -> None:
     assert env_problem("RUN_NAME", before + prefix + body) is not None
