@@ -54,6 +54,20 @@ def _fail(what: str, where: str, fix: str | None = None) -> None:
     raise UserError(what, where=where, fix=fix)
 
 
+def offline_option(options: dict[str, Any]) -> str:
+    """The target's `offline` as "auto", "true" or "false" (after check_offline)."""
+    value = options.get("offline", "auto")
+    return "true" if value is True else "false" if value is False else "auto"
+
+
+def check_offline(name: str, options: dict[str, Any], where: str) -> None:
+    """`offline` is auto, true or false, on every kind that takes it."""
+    if options.get("offline", "auto") not in ("auto", True, False):
+        _fail(f"targets.{name}.offline must be auto, true or false (got {shorten(options.get('offline'))})",
+              where, "true: the dependencies come from a wheelhouse built here; false: pip on the host "
+                     "installs them; auto: the host's reach of its package index decides")
+
+
 def check_output_caps(name: str, options: dict[str, Any], where: str) -> None:
     """`max_output_bytes` and `max_output_files`: how much of a job's outputs comes home, on any
     kind of target (core.packaging.safe_extract.OutputCaps reads them)."""
@@ -92,10 +106,8 @@ def validate_service(name: str, kind: str, options: dict[str, Any], where: str) 
               f"(got {shorten(options.get(gpu_key))})", where)
     if not isinstance(options.get("internet", False), bool):
         _fail(f"targets.{name}.internet must be true or false", where)
-    offline = options.get("offline", "auto")
-    if offline not in ("auto", True, False):
-        _fail(f"targets.{name}.offline must be auto, true or false (got {shorten(offline)})", where)
-    if offline is False and not options.get("internet", False):
+    check_offline(name, options, where)
+    if options.get("offline", "auto") is False and not options.get("internet", False):
         _fail(f"targets.{name}: offline: false installs dependencies from the package index, which "
               "needs internet", where, f"add internet: true to targets.{name} (a phone-verified Kaggle "
               "account), or leave offline at auto")
@@ -176,10 +188,7 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
                                                 and "\x00" not in str(v) for k, v in env.items()):
             _fail(f"targets.{name}.env must map NAME: value (the host's environment for the scheduler's "
                   "commands, the launcher and pip)", where)
-    if options.get("offline", "auto") not in ("auto", True, False):
-        _fail(f"targets.{name}.offline must be auto, true or false (got {shorten(options.get('offline'))})",
-              where, "true: the dependencies come from a wheelhouse built here; false: pip on the host "
-                     "installs them; auto: the host's reach of its package index decides")
+    check_offline(name, options, where)
     for key in ("pass_secrets", "requeue"):
         if key in options and not isinstance(options[key], bool):
             _fail(f"targets.{name}.{key} must be true or false", where)

@@ -47,6 +47,7 @@ import shlex
 import tarfile
 import threading
 import tomllib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Protocol
@@ -110,20 +111,24 @@ class Dependencies:
 # -- the two ways to see a project ---------------------------------------------------------
 
 
-class _Files:
+class _Files(ABC):
     """Shared link handling: a link is followed only to a file inside the bundle."""
 
+    @abstractmethod
     def _kind(self, rel: str) -> str | None:  # "file", "link" or None
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _link(self, rel: str) -> str:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _bytes(self, rel: str) -> bytes:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _all(self) -> Iterable[str]:
-        raise NotImplementedError
+        ...
 
     def read(self, rel: str) -> bytes | None:
         for _ in range(MAX_LINK_HOPS):

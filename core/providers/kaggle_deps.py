@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core import paths
+from core.config.targetopts import offline_option
 from core.packaging.wheelhouse import TargetPlatform
 
 KaggleProvider = Any  # core.providers.kaggle.KaggleProvider (which imports this module)
@@ -53,12 +54,8 @@ REFUSAL_WORDS = ("internet", "phone")  # what Kaggle's refusal of enableInternet
 
 def offline_mode(options: dict) -> bool:
     """Whether the job installs from a wheelhouse, before Kaggle has said anything."""
-    mode = str(options.get("offline", "auto")).lower()
-    if mode in ("true", "yes"):
-        return True
-    if mode in ("false", "no"):
-        return False
-    return not bool(options.get("internet", False))
+    mode = offline_option(options)
+    return mode == "true" or (mode == "auto" and not options.get("internet", False))
 
 
 def _state_file(target: str) -> Path:

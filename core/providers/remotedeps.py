@@ -37,19 +37,13 @@ from pathlib import Path
 from typing import Callable
 
 from core import paths
+from core.config.targetopts import offline_option
 from core.packaging import requirements
 from core.providers.remoteprobe import PROBE_TTL_S
 from core.providers.runtimeship import runtime_source
 from core.transport.base import quote
 
 REACH_TIMEOUT_S = 5.0  # one TCP connection to the index (name lookup included)
-MODES = ("auto", True, False)
-
-
-def offline_option(options: dict) -> str:
-    """The target's `offline` as "auto", "true" or "false" (validated in core.config.targetopts)."""
-    value = options.get("offline", "auto")
-    return "true" if value is True else "false" if value is False else "auto"
 
 
 class RemoteDeps:
