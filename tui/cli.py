@@ -161,6 +161,9 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         # copies left on lost targets, to be stopped; read without starting a supervisor: a
         # look at whether one runs (or a --stop) must not start one
         doc["strays"] = strays.pending(Store())
+        from tui.cli_notify import status_doc, status_lines
+
+        doc["notify"] = status_doc()  # apprise URLs whose last message did not arrive
         if args.json:
             emit_json(doc)
         else:
@@ -173,6 +176,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                 if last:
                     say(f"  in the last minute: p50 {last['p50_ms']:.1f} ms, p99 {last['p99_ms']:.1f} ms, "
                         f"max {last['max_ms']:.1f} ms")
+            for line in status_lines(doc["notify"]):
+                say(line)
             for s in doc["strays"]:
                 say(f"attempt {s['attempt']} of job {s['job'][:8]} left on {s['target']} when it moved: "
                     + ("stop sent, confirming" if s["stop_sent"] else
@@ -299,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tui.cli_accounts import add_accounts_command
 
     add_accounts_command(add)  # gpu accounts [list | add PROVIDER | rm PROVIDER]
+    from tui.cli_notify import add_notify_command
+
+    add_notify_command(add)  # gpu notify test
 
     p = add("secrets", cmd_secrets, "keychain secrets for jobs: set NAME (hidden or stdin), list, rm NAME")
     p.add_argument("action", choices=["set", "list", "rm"], help="what to do")
@@ -371,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="start it in the background and return")
     p.add_argument("--status", action="store_true", help="say whether it runs")
     p.add_argument("--stop", action="store_true", help="stop it (jobs keep running; a new one re-adopts them)")
-    p.add_argument("--json", action="store_true", help="print {running, pid}")
+    p.add_argument("--json", action="store_true", help="print {running, pid, stopped, loop_lag, strays, "
+                                                       "notify: {urls, failing}}")
     return parser
 
 

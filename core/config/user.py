@@ -31,6 +31,9 @@ stricter than the defaults; a looser value is an error that says so.
     accounts:                     # GPU cloud accounts read (never written): `gpu accounts add`
       runpod: {}                  # its key lives in the keychain only (account:runpod)
       lambda: {timeout_s: 3, base_url: https://cloud.lambda.ai}   # both optional
+    notify:                       # apprise URLs told when a job waits for a person or ends
+      - ntfy://ntfy.sh/my-gpu-jobs                    # every event (NOTIFY_EVENTS)
+      - {url: tgram://BOT_TOKEN/CHAT_ID, events: [approval_wait, failed]}
 """
 
 from __future__ import annotations
@@ -51,11 +54,18 @@ from core.config import killrules
 # run jobs with, and `network: false` (the sandbox then gives its jobs loopback only)
 LOCAL_OPTIONS = {"max_output_bytes", "max_output_files", "python", "network"}
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs", "kaggle", "modal")
-SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals", "accounts")
+SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals", "accounts", "notify")
 # the GPU cloud accounts gpu-router can read (core/providers/accounts; a test keeps them equal)
 ACCOUNT_PROVIDERS = ("tensorpool", "lambda", "primeintellect", "vast", "runpod")
 ACCOUNT_KEYS = ("base_url", "timeout_s")
 _PIN_KEYS = ("scheme", "salt", "n", "r", "p", "hash")
+# what a person is told about (core/engine/notify.py sends them): a job waits for their approval
+# (held at submit, or stopped past its hours), ended done, failed, was stopped by a kill rule,
+# or was cancelled. A `notify:` entry without `events` gets every one.
+NOTIFY_EVENTS = ("approval_wait", "done", "failed", "stopped_by_rule", "cancelled")
+NOTIFY_KEYS = ("url", "events")
+NOTIFY_URL_MAX = 2048
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S+")
 _HEX = re.compile(r"[0-9a-f]+")
 # caches (bundles, venvs, data) are freed least-recently-used above these caps, in GB;
 # a remote target's own `cache_cap_gb` overrides target_cap_gb
@@ -118,6 +128,15 @@ class UserConfig:
     approval_pin: dict[str, Any] | None = None  # the PIN's scrypt record (core.engine.pin)
     agent_markers: list[str] = field(default_factory=list)
     accounts: dict[str, dict[str, Any]] = field(default_factory=dict)  # NAME -> {base_url?, timeout_s?}
+    notify: list["NotifyURL"] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NotifyURL:
+    """One `notify:` entry: an apprise URL (it may hold a service's token: never shown whole)
+    and the events sent to it."""
+    url: str
+    events: frozenset[str] = frozenset(NOTIFY_EVENTS)
 
 
 def _number(value: Any, where: str, what: str, *, minimum: float = 0.0, allow_zero: bool = True) -> float:
@@ -262,7 +281,44 @@ def load() -> UserConfig:
     pin, markers = _approvals(_section(raw, "approvals", where, "approvals:\n  agent_markers: [MY_AGENT]"), where)
     accounts = check_accounts(_section(raw, "accounts", where, "accounts:\n  runpod: {}"), where)
     return UserConfig(path=path, targets=targets, rules=rules, raw=raw, bell=bool(bell),
-                      storage=storage, approval_pin=pin, agent_markers=markers, accounts=accounts)
+                      storage=storage, approval_pin=pin, agent_markers=markers, accounts=accounts,
+                      notify=check_notify(raw.get("notify"), where))
+
+
+_NOTIFY_FIX = ("notify:\n  - ntfy://ntfy.sh/my-gpu-jobs\n"
+               "  - {url: json://127.0.0.1:8080/hook, events: [approval_wait, failed]}")
+
+
+def check_notify(value: Any, where: str) -> list[NotifyURL]:
+    """notify: a list of apprise URLs, each a string or {url, events}. A URL is named by its
+    place in the list in errors, never quoted: it may hold a service's token. Whether apprise
+    knows the scheme is said by `gpu notify test` (the config reader does not import apprise)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UserError("notify must be a list of apprise URLs", where=where, fix=_NOTIFY_FIX)
+    out: list[NotifyURL] = []
+    for i, entry in enumerate(value):
+        w = f"notify[{i}]"
+        body = {"url": entry} if isinstance(entry, str) else entry
+        if not isinstance(body, dict) or set(body) - set(NOTIFY_KEYS) or "url" not in body:
+            raise UserError(f"{w} must be an apprise URL or {{url, events}}", where=where, fix=_NOTIFY_FIX)
+        url = body["url"]
+        if not isinstance(url, str) or len(url) > NOTIFY_URL_MAX or not _URL_SCHEME.fullmatch(url.strip()) \
+                or not url.isprintable():
+            raise UserError(f"{w}.url is not an apprise URL (SCHEME://..., one line, at most "
+                            f"{NOTIFY_URL_MAX} characters)", where=where,
+                            fix="see https://github.com/caronc/apprise/wiki for each service's URL")
+        events = body.get("events")
+        if events is None:
+            chosen = frozenset(NOTIFY_EVENTS)
+        elif isinstance(events, list) and events and all(e in NOTIFY_EVENTS for e in events):
+            chosen = frozenset(events)
+        else:
+            raise UserError(f"{w}.events must be a non-empty list of {', '.join(NOTIFY_EVENTS)} "
+                            f"(got {shorten(events)})", where=where, fix=_NOTIFY_FIX)
+        out.append(NotifyURL(url=url.strip(), events=chosen))
+    return out
 
 
 def check_accounts(section: dict, where: str) -> dict[str, dict[str, Any]]:

@@ -48,7 +48,7 @@ def resume(store: Store, ref: str, *, actor: str, interactive: bool,
     `awaiting_approval`."""
     from core.config import user as userconfig
     from core.engine import targets
-    from core.engine.service import apply_rules, hold, request_from_json
+    from core.engine.service import apply_rules, hold, needs_supervisor, request_from_json
     from core.planning.plan import digest
     from core.planning.router import route
 
@@ -94,7 +94,7 @@ def resume(store: Store, ref: str, *, actor: str, interactive: bool,
                                handle=handle, cancel_requested=0, exit_code=None)
         if plan["holds"]:
             job = hold(store, job, plan["holds"], kind="rules", actor=actor)
-    if start_supervisor and job.state == State.ROUTING:
+    if start_supervisor and needs_supervisor(job):
         from core.engine.daemon import ensure_running
 
         ensure_running()

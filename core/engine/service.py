@@ -185,7 +185,7 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
         ignore_runs(Path(job.outputs_dir).parent)
     except OSError:
         pass  # a read-only project still runs; its outputs folder is made when they come home
-    if submitted and start_supervisor and job.state != State.AWAITING_APPROVAL:
+    if submitted and start_supervisor and needs_supervisor(job):
         from core.engine.daemon import ensure_running
 
         ensure_running()
@@ -196,6 +196,19 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
     if left:
         advice["note"] = left
     return SubmitResult(job=job, submitted=submitted, bundle=summary, guidance=advice)
+
+
+def needs_supervisor(job: Job) -> bool:
+    """A job just recorded needs a supervisor: to run it, or, held for a person, to tell that
+    person (notify: in the user config; core/engine/notify.py sends from the supervisor)."""
+    if job.state != State.AWAITING_APPROVAL:
+        return True
+    from core.config import user as userconfig
+
+    try:
+        return bool(userconfig.load().notify)
+    except UserError:
+        return False
 
 
 def _left_behind(store: Store, job: Job) -> str | None:

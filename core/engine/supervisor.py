@@ -26,6 +26,7 @@ from core.engine.jobsteps import JobSteps
 from core.engine.jobwatch import JobWatch
 from core.engine.queuewait import QueueWait
 from core.engine.looplag import LagWatch
+from core.engine.notify import Notifier
 from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
 from core.jobs.states import ACTIVE, LAUNCHED, SUPERVISED, State
 from core.jobs.store import Job, Store
@@ -73,6 +74,7 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait):
         self._ckpt_asked: dict[str, int] = {}  # "job id:attempt" -> the newest frozen generation a poll showed
         self._rules_at: dict[str, float] = {}  # job id -> when its kill rules last read history
         self._sweep: asyncio.Task | None = None
+        self.notifier = Notifier()  # tells the person (notify: in the user config); notify.py
 
     @property
     def providers(self) -> dict[str, Any]:
@@ -110,6 +112,8 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait):
             self.wakeup.clear()
         if tasks:
             await asyncio.wait(tasks, timeout=30)
+        await self._notify()  # the moves of the last steps too
+        await asyncio.to_thread(self.notifier.drain)
         if self._sweep is not None:
             self._sweep.cancel()  # its rows stay: the next supervisor sweeps them
         watch.cancel()
@@ -134,6 +138,7 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait):
         if self._config_changed():
             self._providers = None if self._own_providers else self._providers
             self._rules = None
+            self._configure_notify()
         jobs = await self._live_jobs()
         load: dict[str, int] = {}
         for job in jobs:
@@ -157,7 +162,30 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait):
         self._sweep_strays()
         if tasks:
             await asyncio.wait(set(tasks), timeout=self.tick_s)
+        await self._notify()
         return bool(jobs) or strays.keeps_alive(await self.db(self.store.strays), time.time())
+
+    def _configure_notify(self) -> None:
+        from core.config.user import load
+
+        try:
+            self.notifier.configure(load().notify)
+        except UserError:  # said by the rules' reader too; nobody is told until it is fixed
+            log.warning("the user config is invalid: no notifications until it is fixed")
+            self.notifier.configure([])
+
+    async def _notify(self) -> None:
+        """Tell the person about the state moves since the last look (core/engine/notify.py):
+        one range read on the store thread; the sending runs on threads of its own."""
+        if not self.notifier.urls:
+            return
+        try:
+            moves = await self.db(self.notifier.collect, self.store)
+        except Exception:  # noqa: BLE001 - telling must never stop supervising
+            log.exception("could not read what to notify")
+            return
+        if moves:
+            self.notifier.dispatch(moves)
 
     async def _live_jobs(self) -> list[Job]:
         """The live jobs, oldest first (first come, first placed). Only the rows written since

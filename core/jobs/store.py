@@ -564,6 +564,27 @@ class Store:
                   reason=r["reason"], actor=r["actor"], data=json.loads(r["data_json"]))
             for r in rows]
 
+    def last_event_id(self) -> int:
+        with self._lock:
+            return int(self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0])
+
+    def moves_between(self, after_id: int, upto_id: int, into: Iterable[State]
+                      ) -> list[tuple[Event, Job]]:
+        """State moves into `into` recorded after event `after_id` up to `upto_id`, oldest
+        first, each with its job as it is now (core/engine/notify.py: what a person is told
+        about). A range read by event id: cheap enough to ask every tick."""
+        dsts = [State(s).value for s in into]
+        with self._lock:
+            rows = self.conn.execute(
+                f"SELECT * FROM events WHERE id > ? AND id <= ? AND dst IN ({', '.join('?' * len(dsts))}) "
+                "ORDER BY id", (after_id, upto_id, *dsts)).fetchall()
+            out = []
+            for r in rows:
+                event = Event(id=r["id"], job_id=r["job_id"], ts=r["ts"], src=r["src"], dst=r["dst"],
+                              reason=r["reason"], actor=r["actor"], data=json.loads(r["data_json"]))
+                out.append((event, self._get(self.conn, r["job_id"])))
+        return out
+
     # -- usage --------------------------------------------------------------------------
 
     def usage_start(self, job_id: str, attempt: int, target: str, price_per_hour: float,

@@ -1,0 +1,418 @@
+"""Telling the person who stepped away: a job waits for their approval, or it ended.
+
+The apprise URLs under `notify:` in the user config (core/config/user.py) each get the events
+they ask for (`NOTIFY_EVENTS`): approval_wait (a job held for a person: at submit, after a move,
+or stopped past its hours; the message holds the exact `gpu approve ID` line and the price),
+done, failed, stopped_by_rule (a kill rule, or the hours rule that stopped it) and cancelled.
+
+One place sends them: the supervisor, which reads the store's new state moves once a tick (one
+range read by event id, on its store thread), whichever process made the move (a submit held
+by the rules, a person's cancel, the supervisor itself). Each move is claimed before it is sent
+(the last event id read is written to `notify.json` in gpu-router's home), so a restarted
+supervisor never sends it again; one killed in the middle of a send loses that message rather
+than repeating it. Moves older than `MAX_AGE_S` are not sent: a supervisor that was down for a
+day does not flood a phone with yesterday.
+
+Sending never touches the event loop: the message is built on one thread (it reads the job's
+secret values from the keychain to mask them) and sent on one thread per URL (in order per URL;
+a slow service delays no other). Each try is bounded (`CONNECT_S`, `READ_S`), a failure is
+tried again `TRIES` times in all, and a URL that still fails is recorded in notify.json and
+shown as one line by `gpu daemon --status` (and its --json); the job is never touched.
+
+What a message holds: the job's short id, name, target, price and its reason, never a secret
+value nor a path of gpu-router's: every text that comes from the job goes through the job's
+secret mask (core/secrets/names.NameMask, the one that masks the names of outputs) and the
+terminal filter (one line, printable), and gpu-router's home, the bundle and the project folder
+are replaced by words. Where the keychain cannot be read to mask a job that holds secrets, its
+free text is left out and the message says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from core import paths
+from core.config.user import NOTIFY_EVENTS, NotifyURL
+from core.display.sanitize import printable
+from core.errors import UserError, clip
+from core.jobs.states import State
+from core.jobs.store import Event, Job, Store
+
+log = logging.getLogger("gpu-router.notify")
+
+TRIES = 3  # tries of one message to one URL
+BACKOFF_S = (1.0, 4.0)  # waits between tries
+CONNECT_S = 5.0  # a try's connect and read limits (lower than the URL's own cto/rto are kept)
+READ_S = 10.0
+MAX_AGE_S = 900.0  # moves older than this when first read are not sent
+DRAIN_S = 60.0  # how long an exiting supervisor waits for messages still being sent
+STATE_NAME = "notify.json"
+ERROR_CHARS = 200
+
+# the state moves a person is told about, and the event names they map to (kinds_of)
+INTO = (State.AWAITING_APPROVAL, State.DONE, State.FAILED, State.CANCELLED)
+
+
+@dataclass
+class Notice:
+    """One message: the events it counts as (a URL gets it when it asks for any of them)."""
+    kinds: frozenset[str]
+    title: str
+    body: str
+    level: str = "info"  # apprise's notify type: info, success, warning, failure
+    job: str = ""  # short id, for the log
+
+
+@dataclass
+class Outcome:
+    """What sending to one URL came to."""
+    url: str  # as shown: apprise's privacy form, no query
+    ok: bool
+    tries: int
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "ok": self.ok, "tries": self.tries, "error": self.error}
+
+
+# -- what a move says ----------------------------------------------------------------------
+
+
+def kinds_of(event: Event, job: Job) -> frozenset[str]:
+    """The notify events a state move counts as (empty: nobody is told, a denial say)."""
+    dst = event.dst
+    if dst == State.AWAITING_APPROVAL.value:
+        overrun = any(isinstance(h, dict) and h.get("rule") == "overrun" for h in event.data.get("holds") or [])
+        return frozenset({"approval_wait", "stopped_by_rule"} if overrun else {"approval_wait"})
+    if dst == State.FAILED.value:
+        return frozenset({"stopped_by_rule" if event.reason.startswith("stopped by kill rule") else "failed"})
+    if dst == State.DONE.value:
+        return frozenset({"done"})
+    if dst == State.CANCELLED.value:
+        return frozenset({"cancelled"})
+    return frozenset()
+
+
+def _scrubber(job: Job) -> tuple[Callable[[str], str], bool]:
+    """(a function that makes a job's text fit to send, whether it could mask its secrets).
+
+    The mask is the job's secret values in every form (NameMask, read from the keychain now);
+    then gpu-router's own paths become words, and the text one printable line."""
+    from core.secrets import names
+
+    withheld = False
+    try:
+        mask = names.for_job(job)
+    except UserError:  # no keychain answers: the values cannot be looked for, so no free text
+        mask, withheld = None, True
+    roots = [(job.bundle.get("root"), "<bundle>"), (str(paths.home()), "<gpu-router home>"),
+             (job.project_dir, "<project>"), (os.path.expanduser("~"), "~")]
+    roots = sorted(((str(p).rstrip("/"), w) for p, w in roots if p and str(p) not in ("/", "")),
+                   key=lambda pw: len(pw[0]), reverse=True)
+
+    def scrub(text: str) -> str:
+        if withheld:
+            return "(withheld: the keychain could not be read to mask this job's secrets)"
+        text = mask.mask(text) if mask else text
+        for root, word in roots:
+            text = text.replace(root, word)
+        return printable(text, single_line=True)
+
+    return scrub, not withheld
+
+
+def build(event: Event, job: Job) -> Notice | None:
+    """The message for one state move, or None when it is nobody's business."""
+    from core.planning.policy import describe_cost
+
+    kinds = kinds_of(event, job)
+    if not kinds:
+        return None
+    scrub, _ = _scrubber(job)
+    short = job.short_id  # hex: safe as it is
+    name = scrub(job.name)
+    target = scrub(str(job.plan.get("target") or job.provider or "?"))
+    reason = scrub(event.reason)
+    if "approval_wait" in kinds:
+        gpu = scrub(str(job.plan.get("gpu") or "no GPU named"))
+        holds = event.data.get("holds") or job.plan.get("holds") or []
+        why = "; ".join(scrub(str(h.get("reason", ""))) for h in holds if isinstance(h, dict)) or reason
+        command = " ".join(scrub(str(a)) for a in job.plan.get("command", []))
+        body = [f"Job {short} ({name}) waits for your approval.",
+                f"It would run `{command}` on {target} ({gpu}) {describe_cost(job.plan)}." if command
+                else f"It would run on {target} ({gpu}) {describe_cost(job.plan)}.",
+                f"Held because {why}.",
+                f"To approve it: gpu approve {short}",
+                f"To refuse it: gpu deny {short}"]
+        return Notice(kinds, f"gpu-router: job {short} waits for your approval", "\n".join(body),
+                      "warning", short)
+    ran = _ran(job)
+    words = {"done": ("is done", "success"), "failed": ("failed", "failure"),
+             "stopped_by_rule": ("was stopped by a rule", "failure"), "cancelled": ("was cancelled", "warning")}
+    kind = next(iter(kinds))
+    verb, level = words[kind]
+    body = [f"Job {short} ({name}) on {target} {verb}: {reason}."]
+    if ran:
+        body.append(f"It ran {ran}.")
+    body.append(f"Outputs: runs/{short}/ in its project. Its log: gpu logs {short}")
+    return Notice(kinds, f"gpu-router: job {short} {verb}", "\n".join(body), level, short)
+
+
+def _ran(job: Job) -> str:
+    if not job.started_at or not job.ended_at:
+        return ""
+    seconds = max(0.0, job.ended_at - job.started_at)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+# -- sending -------------------------------------------------------------------------------
+
+
+def shown(url: str) -> str:
+    """A URL as it may be shown: apprise's privacy form (tokens and passwords cut), no query;
+    one apprise does not know is shown by its scheme alone."""
+    plugin = _plugin(url)
+    text = plugin.url(privacy=True) if plugin is not None else f"{urlsplit(url).scheme}://..."
+    return printable(text.split("?", 1)[0], single_line=True)
+
+
+def _plugin(url: str):
+    import apprise
+
+    return apprise.Apprise.instantiate(url, suppress_exceptions=True)
+
+
+def _secret_parts(url: str) -> list[str]:
+    """The parts of a URL that may be a token (user, password, path, query values), longest
+    first: cut from any error text apprise gives, which may quote them."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return [url]
+    pieces = [url, parts.username or "", parts.password or "", parts.query]
+    pieces += parts.path.split("/") + [v for kv in parts.query.split("&") for v in kv.split("=")[1:]]
+    return sorted({p for p in pieces if len(p) >= 4}, key=len, reverse=True)
+
+
+class _Errors(logging.Handler):
+    """apprise says why a send failed only in its log: the warnings of this thread's send."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.thread = threading.get_ident()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self.thread:
+            self.lines.append(record.getMessage())
+
+
+def send(url: str, title: str, body: str, level: str = "info", *, tries: int = TRIES,
+         sleep: Callable[[float], None] = time.sleep) -> Outcome:
+    """Send one message to one apprise URL: each try bounded, `tries` in all. Never raises."""
+    import apprise
+
+    where = shown(url)
+    plugin = _plugin(url)
+    if plugin is None:
+        return Outcome(where, False, 0, "apprise does not know this URL (see its wiki for the service's form)")
+    plugin.socket_connect_timeout = min(float(plugin.socket_connect_timeout or CONNECT_S), CONNECT_S)
+    plugin.socket_read_timeout = min(float(plugin.socket_read_timeout or READ_S), READ_S)
+    kind = {"info": apprise.NotifyType.INFO, "success": apprise.NotifyType.SUCCESS,
+            "warning": apprise.NotifyType.WARNING, "failure": apprise.NotifyType.FAILURE}[level]
+    error = "it answered no"
+    for n in range(1, tries + 1):
+        catcher = _Errors()
+        logger = logging.getLogger("apprise")
+        logger.addHandler(catcher)
+        try:
+            ok = bool(plugin.notify(body=body, title=title, notify_type=kind))
+        except Exception as exc:  # noqa: BLE001 - a plugin's bug is a failed send, not a crash
+            ok, catcher.lines = False, [f"{type(exc).__name__}: {exc}"]
+        finally:
+            logger.removeHandler(catcher)
+        if ok:
+            return Outcome(where, True, n)
+        if catcher.lines:
+            error = " / ".join(dict.fromkeys(line.strip() for line in catcher.lines if line.strip()))
+        if n < tries:
+            sleep(BACKOFF_S[min(n - 1, len(BACKOFF_S) - 1)])
+    for part in _secret_parts(url):
+        error = error.replace(part, "...")
+    return Outcome(where, False, tries, clip(printable(error, single_line=True), ERROR_CHARS))
+
+
+def test_all(urls: list[NotifyURL], *, tries: int = TRIES) -> list[Outcome]:
+    """`gpu notify test`: one message to every configured URL, whatever its events."""
+    title = "gpu-router: a test message"
+    body = ("This is `gpu notify test`: gpu-router will tell you here when a job waits for your "
+            "approval or ends (the events this URL asks for).")
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(urls)))) as pool:
+        return list(pool.map(lambda u: send(u.url, title, body, "info", tries=tries), urls))
+
+
+# -- what was sent, and what failed ---------------------------------------------------------
+
+
+def state_file() -> Path:
+    return paths.home() / STATE_NAME
+
+
+class NotifyState:
+    """notify.json: the last event id claimed (sent or being sent) and, per URL as shown, how
+    its last send went. One supervisor writes it (its lock); `gpu daemon --status` reads it."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or state_file()
+        self._lock = threading.Lock()
+        self.doc = read_state(self.path)
+
+    def claim(self, upto: int) -> None:
+        with self._lock:
+            self.doc["cursor"] = upto
+            self._write()
+
+    def record(self, outcome: Outcome, job: str) -> None:
+        with self._lock:
+            services = self.doc.setdefault("services", {})
+            now = time.time()
+            if outcome.ok:
+                services[outcome.url] = {"ok": True, "at": now}
+            else:
+                was = services.get(outcome.url) or {}
+                services[outcome.url] = {
+                    "ok": False, "at": now, "error": outcome.error, "job": job,
+                    "since": was.get("since", now) if not was.get("ok", True) else now,
+                    "missed": int(was.get("missed", 0) if not was.get("ok", True) else 0) + 1}
+            self._write()
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".part")
+        try:
+            tmp.write_text(json.dumps(self.doc, sort_keys=True))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # a full disk: a restart may then send a move again
+            log.warning("could not record what was notified: %s", exc)
+
+
+def read_state(path: Path | None = None) -> dict[str, Any]:
+    try:
+        doc = json.loads((path or state_file()).read_text())
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def failing(urls: list[NotifyURL], path: Path | None = None) -> list[dict[str, Any]]:
+    """The configured URLs whose last send failed: {url, error, since, missed, job}, for
+    `gpu daemon --status`. A URL no longer configured is not reported."""
+    services = read_state(path).get("services") or {}
+    out = []
+    for where in dict.fromkeys(shown(u.url) for u in urls):
+        entry = services.get(where)
+        if entry and not entry.get("ok", True):
+            out.append({"url": where, "error": entry.get("error"), "since": entry.get("since"),
+                        "missed": entry.get("missed", 1), "job": entry.get("job")})
+    return out
+
+
+# -- the supervisor's side ------------------------------------------------------------------
+
+
+@dataclass
+class Notifier:
+    """Held by the supervisor: `collect` on its store thread, `dispatch` from the loop (it only
+    queues), `drain` when it exits."""
+    urls: list[NotifyURL] = field(default_factory=list)
+    state: NotifyState | None = None
+    _builder: ThreadPoolExecutor | None = None
+    _senders: dict[str, ThreadPoolExecutor] = field(default_factory=dict)
+    _pending: set[Future] = field(default_factory=set)
+
+    def configure(self, urls: list[NotifyURL]) -> None:
+        self.urls = list(urls)
+
+    def collect(self, store: Store) -> list[tuple[Event, Job]]:
+        """The moves to tell about since the last claim, claimed now (store thread)."""
+        if not self.urls:
+            return []
+        if self.state is None:
+            self.state = NotifyState()
+        last = store.last_event_id()
+        cursor = self.state.doc.get("cursor")
+        if not isinstance(cursor, int) or cursor > last:  # none yet, or a store made anew
+            cursor = 0
+        if cursor == last:
+            return []
+        moves = store.moves_between(cursor, last, INTO)
+        self.state.claim(last)
+        oldest = time.time() - MAX_AGE_S
+        return [(e, j) for e, j in moves if e.ts >= oldest]
+
+    def dispatch(self, moves: list[tuple[Event, Job]]) -> None:
+        """Queue the messages (never waits): built on one thread, sent on one per URL."""
+        if self._builder is None:
+            self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-router-notify")
+        urls = list(self.urls)
+        for event, job in moves:
+            self._track(self._builder.submit(self._fan_out, event, job, urls))
+
+    def _track(self, future: Future) -> None:
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
+    def _fan_out(self, event: Event, job: Job, urls: list[NotifyURL]) -> None:
+        try:
+            if event.dst == State.AWAITING_APPROVAL.value and job.state != State.AWAITING_APPROVAL:
+                return  # decided already (approved, denied, cancelled) before it could be said
+            notice = build(event, job)
+        except Exception:  # noqa: BLE001 - one bad message must not stop the others
+            log.exception("job %s: could not build its notification", job.short_id)
+            return
+        if notice is None:
+            return
+        for u in urls:
+            if u.events & notice.kinds:
+                pool = self._senders.get(u.url)
+                if pool is None:
+                    pool = self._senders[u.url] = ThreadPoolExecutor(
+                        max_workers=1, thread_name_prefix="gpu-router-notify-send")
+                self._track(pool.submit(self._send, u.url, notice))
+
+    def _send(self, url: str, notice: Notice) -> None:
+        outcome = send(url, notice.title, notice.body, notice.level)
+        if outcome.ok:
+            log.info("job %s: notified %s", notice.job, outcome.url)
+        else:
+            log.warning("job %s: could not notify %s after %d tries: %s", notice.job, outcome.url,
+                        outcome.tries, outcome.error)
+        if self.state is not None:
+            self.state.record(outcome, notice.job)
+
+    def drain(self, timeout: float = DRAIN_S) -> None:
+        """Wait (bounded) for what is being sent; what is left then is given up, and said."""
+        deadline = time.monotonic() + timeout
+        while self._pending and time.monotonic() < deadline:
+            wait(list(self._pending), timeout=max(0.0, deadline - time.monotonic()))
+        if self._pending:
+            log.warning("%d notification(s) still being sent when the supervisor left", len(self._pending))
+        for pool in [self._builder, *self._senders.values()]:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = ["NOTIFY_EVENTS", "Notice", "Notifier", "Outcome", "build", "failing", "kinds_of",
+           "send", "shown", "test_all"]
