@@ -141,6 +141,11 @@ DESCRIBE: dict[str, str] = {
     "accounts.base_url": "another address for the provider's API (https, or plain http to this "
                          "machine only)",
     "accounts.timeout_s": "seconds one reading may take (default 3, at most 30)",
+    "notify.url": "an apprise URL (ntfy://, slack://, tgram://, mailto://, json://, ... one per "
+                  "service); it may hold the service's token, so gpu-router shows it only in "
+                  "apprise's privacy form",
+    "notify.events": "the events this URL is told about (default: all of them): "
+                     + ", ".join(f"`{e}`" for e in user.NOTIFY_EVENTS),
 }
 
 
@@ -272,6 +277,14 @@ def _user_config(used: set[str]) -> list[str]:
             + ", ".join(f"`{p}`" for p in sorted(user.ACCOUNT_PROVIDERS))
             + ". The API key lives in the keychain (`gpu accounts add PROVIDER`), never here.", ""]
     out += _table(("key", "what it takes"), _described("accounts", user.ACCOUNT_KEYS, used))
+    out += ["### notify", "",
+            "Where the person is told that a job waits for their approval or ended (sent by the "
+            "supervisor; see [Notifications](../notifications.md)): a list whose entries are an "
+            "apprise URL, or a mapping of these keys:", ""]
+    out += _table(("key", "what it takes"), _described("notify", user.NOTIFY_KEYS, used))
+    out += ["```yaml", "notify:", "  - ntfy://ntfy.sh/my-gpu-jobs            # every event",
+            "  - url: tgram://BOT_TOKEN/CHAT_ID", "    events: [approval_wait, failed, stopped_by_rule]",
+            "```", ""]
     return out
 
 
