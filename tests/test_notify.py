@@ -223,3 +223,39 @@ def test_the_config_names_a_bad_entry_by_place_never_by_its_url(home: Path) -> N
     got = user.load().notify
     assert got[0].events == frozenset(user.NOTIFY_EVENTS)
     assert got[1].events == {"failed", "done"}
+
+
+def test_each_move_counts_as_its_event_and_is_claimed_once(home: Path) -> None:
+    """A real store: each kind of ending maps to its event, a kill rule's to stopped_by_rule,
+    a denial to none; a second collect (a restarted supervisor's) finds nothing to send."""
+    from core.config.user import NotifyURL
+    from core.engine import notify
+    from core.jobs.states import State
+    from core.jobs.store import Store
+
+    store = Store()
+
+    def job(n: int, *moves: tuple[State, str]) -> None:
+        row = {"id": f"{n:032x}", "short_id": f"{n:08x}", "name": f"job{n}", "provider": "local",
+               "project_dir": str(home / "p"), "outputs_dir": str(home / "p" / "runs" / f"{n:08x}"),
+               "fingerprint": f"f{n}", "request": {}, "plan": {"target": "local"}}
+        store.insert_job(row, reason="submitted", actor="test")
+        for dst, reason in moves:
+            store.transition(row["id"], dst, reason, actor="test")
+
+    running = [(State.ROUTING, "placed"), (State.PROVISIONING, "starting"), (State.RUNNING, "runs")]
+    job(1, *running, (State.DONE, "exited with status 0"))
+    job(2, *running, (State.FAILED, f"exited with status 3: see {home}/jobs/x/log"))
+    job(3, *running, (State.FAILED, "stopped by kill rule nan_metric: loss is NaN"))
+    job(4, *running, (State.CANCELLED, "cancelled by cli"))
+    job(5, (State.ROUTING, "placed"), (State.AWAITING_APPROVAL, "held"), (State.DENIED, "denied by me"))
+    notifier = notify.Notifier()
+    notifier.configure([NotifyURL("json://127.0.0.1:1/x")])
+    moves = notifier.collect(store)
+    kinds = [(job.short_id, sorted(notify.kinds_of(e, job))) for e, job in moves]
+    assert kinds == [("00000001", ["done"]), ("00000002", ["failed"]), ("00000003", ["stopped_by_rule"]),
+                     ("00000004", ["cancelled"]), ("00000005", ["approval_wait"])]
+    failed = notify.build(*moves[1])
+    assert "failed" in failed.title and "<gpu-router home>/jobs/x/log" in failed.body
+    assert str(home) not in failed.body
+    assert notify.Notifier(urls=[NotifyURL("json://127.0.0.1:1/x")]).collect(store) == []
