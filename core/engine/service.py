@@ -142,18 +142,19 @@ def _data_hashes(req: JobRequest, cache: FileHashCache, *,
 
 def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> dict:
     """Price the plan and record which rules hold it (in the plan, outside its digest)."""
-    from core.planning.policy import evaluate
+    from core.planning.policy import evaluate, rule_hours
     from core.planning.router import estimated_price
     from core.planning.usage import weekly_spend
 
-    price = estimated_price(info, plan.get("hours"))
+    smoke = bool(plan.get("smoke"))
+    price = estimated_price(info, rule_hours(plan.get("hours"), smoke, cfg.rules))
     plan["price_per_hour"] = info.price_per_hour
     plan["estimated_price"] = price
     plan["quota_hours_left"] = info.quota_hours_left
     plan["submitted_by"] = "person" if interactive else "agent"
     holds = evaluate(hours=plan.get("hours"), secrets=plan.get("secrets", []), price=price,
                      info=info, rules=cfg.rules, weekly_spend=weekly_spend(store),
-                     interactive=interactive)
+                     interactive=interactive, smoke=smoke)
     plan["holds"] = [h.to_json() for h in holds]
     return plan
 
