@@ -35,7 +35,10 @@ PAGE = ROOT / "docs" / "reference" / "configuration.md"
 # them inline): budget, dashboard and approvals
 BUDGET_KEYS = ("per_job", "weekly")
 DASHBOARD_KEYS = ("bell",)
-APPROVALS_KEYS = ("agent_markers", "pin")
+APPROVALS_KEYS = ("agent_markers", "pin", "agent_max_usd")
+MCP_KEYS = ("projects_root",)
+# Rules fields that are read from another section (and described there)
+OTHER_SECTION = ("budget_per_job", "budget_weekly", "agent_max_usd")
 
 DESCRIBE: dict[str, str] = {
     # every target, whatever its kind (user.TargetConfig)
@@ -128,6 +131,9 @@ DESCRIBE: dict[str, str] = {
     "rules.checkpoint_grace_s": "seconds a stopped job gets to save before it is killed",
     "rules.approve_everything": "true: every job waits for a person",
     "rules.max_migrations": "moves of one job to another target when its session ends",
+    "rules.smoke_max_minutes": "a smoke run (`smoke: true`) is stopped this long after it starts "
+                               "(asked to checkpoint first); an agent's smoke run with no hours "
+                               "counts this long for the rules instead of being held for them",
     "rules.kill_rules": "rules that stop a running job: nan_metric, no_improvement, gpu_util_below, "
                         "over_budget (a job's gpu.yaml adds more)",
     "budget.per_job": "dollars; a dearer job waits for a person",
@@ -138,6 +144,11 @@ DESCRIBE: dict[str, str] = {
     "approvals.agent_markers": "more environment variables whose presence makes a run an agent's",
     "approvals.pin": "the approval PIN's salted scrypt hash, written by `gpu approvals pin set`, "
                      "never by hand",
+    "approvals.agent_max_usd": "dollars (default 5, at most 5): an agent's job whose estimated "
+                               "price is over this waits for a person, even under an hour; the "
+                               "price is in the hold's reason and `tell_user`",
+    "mcp.projects_root": "the folder `compute_job`'s `cwd` names a project in (default: the folder "
+                         "`gpu mcp` was started in); an absolute folder or `~/...`",
     "accounts.base_url": "another address for the provider's API (https, or plain http to this "
                          "machine only)",
     "accounts.timeout_s": "seconds one reading may take (default 3, at most 30)",
@@ -247,7 +258,7 @@ def _user_config(used: set[str]) -> list[str]:
     defaults = user.Rules()
     rows = []
     for f in dataclasses.fields(user.Rules):
-        if f.name.startswith("budget_"):
+        if f.name in OTHER_SECTION:
             continue
         (_, text), = _described("rules", [f.name], used)
         limit = user._RULE_LIMITS.get(f.name)
@@ -285,6 +296,8 @@ def _user_config(used: set[str]) -> list[str]:
     out += ["```yaml", "notify:", "  - ntfy://ntfy.sh/my-gpu-jobs            # every event",
             "  - url: tgram://BOT_TOKEN/CHAT_ID", "    events: [approval_wait, failed, stopped_by_rule]",
             "```", ""]
+    out += ["### mcp", "", "What `gpu mcp` serves agents ([agents](../mcp.md)).", ""]
+    out += _table(("key", "what it takes"), _described("mcp", MCP_KEYS, used))
     return out
 
 

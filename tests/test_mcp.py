@@ -35,10 +35,13 @@ PASSED_ENV = ("GPU_ROUTER_HOME", "GPU_ROUTER_CONFIG", "GPU_ROUTER_TICK_S", "GPU_
 
 
 @asynccontextmanager
-async def session() -> AsyncIterator[ClientSession]:
+async def session(cwd: Path | None = None,
+                  extra_env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
     """`gpu mcp` as a client starts it, in this test's private gpu-router world."""
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
-    params = StdioServerParameters(command=gpu_exe(), args=["mcp"], env=env)
+    # started in the test's tmp folder (the home's parent): that is compute_job's projects root
+    params = StdioServerParameters(command=gpu_exe(), args=["mcp"], env={**env, **(extra_env or {})},
+                                   cwd=cwd or Path(os.environ["GPU_ROUTER_HOME"]).parent)
     with open(os.devnull, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as s:

@@ -243,8 +243,9 @@ def test_a_call_stopped_at_its_timeout_brings_its_checkpoint_home_from_the_volum
 def test_a_job_leaving_modal_after_a_timeout_resumes_elsewhere_from_the_volume_checkpoint(
         modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
     add_modal()
-    # no resume on md: the job moves, to this machine (dearer than md, so md ran it first)
-    _short_calls(home, {"local": {"kind": "local", "price_per_hour": 50}}, max_resumes=0)
+    # no resume on md: the job moves, to this machine (dearer than md, so md ran it first; at
+    # $5/hour its 0.5 h stay under the 5 USD an agent may spend unheld)
+    _short_calls(home, {"local": {"kind": "local", "price_per_hour": 5}}, max_resumes=0)
     go = tmp_path / "go"
     go.mkdir()
     project = make_git_project(tmp_path / "m", {"train.py": _held_script(6, (3,), marked=False)})

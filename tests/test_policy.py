@@ -36,6 +36,11 @@ def _holds(**kw):
     # over the weekly budget
     (dict(price=1.0, weekly_spend=9.5, rules=Rules(budget_weekly=10.0)),
      dict(price=0.5, weekly_spend=9.5, rules=Rules(budget_weekly=10.0))),
+    # an agent's job estimated over approvals.agent_max_usd (5 dollars), even under an hour
+    (dict(hours=0.5, price=5.01), dict(hours=0.5, price=5.0)),
+    (dict(hours=0.5, price=2.5, rules=Rules(agent_max_usd=2.0)), dict(hours=0.5, price=50.0, interactive=True)),
+    # an agent's smoke run with no hours counts as its cap; a longer cap than the hour limit holds
+    (dict(hours=None, smoke=True, rules=Rules(agent_max_hours=0.1)), dict(hours=None, smoke=True)),
     # a stricter config: every job
     (dict(rules=Rules(approve_everything=True)), dict(rules=Rules())),
 ])
@@ -46,6 +51,28 @@ def test_each_rule_trips_and_its_twin_passes(trips: dict, passes: dict) -> None:
 
 def test_a_tighter_agent_limit_holds_shorter_jobs() -> None:
     assert _holds(hours=0.5, rules=Rules(agent_max_hours=0.25)) == ["agent_hours"]
+
+
+def test_the_money_hold_names_the_price_and_the_limit() -> None:
+    dear = TargetInfo("box", "ssh", True, price_per_hour=12.0)
+    holds = evaluate(hours=0.5, secrets=[], price=6.0, info=dear, rules=Rules(), weekly_spend=0,
+                     interactive=False)
+    assert [h.rule for h in holds] == ["agent_money"]
+    assert "$6.00" in holds[0].reason and "$5.00" in holds[0].reason and "box" in holds[0].reason
+
+
+def test_the_user_config_lowers_agent_max_usd_and_never_raises_it(home) -> None:
+    from core.config import user as userconfig
+    from core.paths import user_config_file
+
+    assert userconfig.load().rules.agent_max_usd == 5.0
+    user_config_file().write_text("approvals:\n  agent_max_usd: 2.5\nrules:\n  smoke_max_minutes: 3\n")
+    cfg = userconfig.load()
+    assert (cfg.rules.agent_max_usd, cfg.rules.smoke_max_minutes) == (2.5, 3.0)
+    for text in ("approvals:\n  agent_max_usd: 6\n", "rules:\n  smoke_max_minutes: 30\n"):
+        user_config_file().write_text(text)
+        with pytest.raises(UserError, match="would loosen a rule"):
+            userconfig.load()
 
 
 def test_tell_user_names_job_hours_price_rule_and_how_to_approve() -> None:

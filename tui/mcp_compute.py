@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from core.errors import UserError
-from tui.mcp_tools import ACTOR, Call, Engine, argument, gpu_logs, gpu_wait, project_dir, stage
+from tui.mcp_tools import ACTOR, Call, Engine, argument, gpu_logs, gpu_wait, stage
 
 TOOL = "compute_job"
 NEEDS = {"start": ("command", "cwd"), "plan": ("command", "cwd"), "wait": ("job",),
@@ -36,11 +36,12 @@ def _name(text: str | None) -> str | None:
     return _NAME_BAD.sub("-", text).strip("-")[:64] or None
 
 
-def _request(args: dict[str, Any]):
-    """The same request for `plan` and `start`, so the same arguments give the same digest."""
+def _request(engine: Engine, args: dict[str, Any]):
+    """The same request for `plan` and `start`, so the same arguments give the same digest.
+    `cwd` is a folder under the server's projects root (Engine.project)."""
     from core.config.request import build_request
 
-    cwd = project_dir(TOOL, "cwd", args["cwd"])
+    cwd = engine.project(TOOL, "cwd", args["cwd"])
     outputs = [*(args.get("artifacts") or [])]
     where = argument(TOOL)
     names = {"script": "command", "outputs": "artifacts", "project_dir": "cwd"}
@@ -68,7 +69,7 @@ def compute_job(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, A
         from core.engine.reports import plan_doc
         from core.engine.service import prepare
 
-        bundle, plan = prepare(_request(args), interactive=False,
+        bundle, plan = prepare(_request(engine, args), interactive=False,
                                store=engine.store(supervise=False), progress=stage(call))
         return {**plan_doc(bundle.summary(), plan), "digest": plan["digest"]}
     if action == "start":
@@ -100,7 +101,7 @@ def _start(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
     from core.engine.service import submit
 
     store = engine.store(supervise=False)
-    result = submit(_request(args), actor=ACTOR, interactive=False, store=store, front="compute",
+    result = submit(_request(engine, args), actor=ACTOR, interactive=False, store=store, front="compute",
                     expect_digest=args.get("digest"), progress=stage(call))
     if result.submitted and args.get("purpose"):
         store.add_event(result.job.id, f"purpose: {args['purpose']}", actor=ACTOR,

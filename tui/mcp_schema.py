@@ -172,6 +172,13 @@ GPU_TOOLS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "gpu_targets": ("Gpu Targets", (
         "The targets a job can run on: GPUs, VRAM, availability and why not, quota left this "
         "week, price per hour, jobs running."), _object({}, [])),
+    "gpu_accounts": ("Gpu Accounts", (
+        "The person's GPU cloud accounts (TensorPool, Lambda, Prime Intellect, Vast.ai, RunPod), "
+        "read only, as `gpu accounts` shows them: each account's state, balance, offers (GPU, "
+        "VRAM, price per hour, availability) and running instances with their cost so far. "
+        "Nothing is rented or started through it; an account with no key says how the user "
+        "adds one. Readings are cached for minutes; refresh reads them again."),
+        _object({"refresh": _bool("Read every account again instead of a recent cached reading.")}, [])),
     "gpu_plan": ("Gpu Plan", (
         "Preview gpu_submit with the same arguments without submitting: the target chosen and "
         "why, what was passed over, the GPU, hours and price, the rules that would hold it for "
@@ -201,8 +208,11 @@ COMPUTE_SCHEMA = _object({
     "purpose": _str("plan/start: why this job runs, in a sentence; recorded with the job."),
     "command": _str("plan/start: the command line to run in cwd, split like a shell would, e.g. "
                     "`python train.py --epochs 3`; a single .py path runs with the target's Python."),
-    "cwd": _str("plan/start: absolute path of the project directory; it ships as the job's "
-                "working folder (inside a git repo the whole repo ships)."),
+    "cwd": _str("plan/start: the project's folder, named relative to the projects root (the "
+                "folder gpu mcp was started in, or mcp.projects_root in the user config), e.g. "
+                "\"yolo\"; the root itself, '..' and links out of it are refused (an absolute "
+                "path is taken only inside the root). It ships as the job's working folder "
+                "(inside a git repo the whole repo ships)."),
     "artifacts": _strings("plan/start: paths or globs relative to cwd that come home to the "
                           "job's outputs folder when it ends, e.g. [\"model.pt\", \"results/\"]."),
     "checkpoint": _str("plan/start: the folder, relative to cwd, where the command keeps its "

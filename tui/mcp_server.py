@@ -39,7 +39,8 @@ from tui.mcp_tools import HANDLERS, Call, Engine
 from tui.output import json_text
 
 PROGRESS_EVERY_S = 0.1  # at most this often, except the first and the last of a call
-READ_ONLY = {"gpu_status", "gpu_wait", "gpu_logs", "gpu_metrics", "gpu_jobs", "gpu_targets", "gpu_plan"}
+READ_ONLY = {"gpu_status", "gpu_wait", "gpu_logs", "gpu_metrics", "gpu_jobs", "gpu_targets", "gpu_plan",
+             "gpu_accounts"}
 INSTRUCTIONS = (
     "gpu-router runs scripts on GPUs (local, SSH, Slurm, PBS targets) and keeps them running. "
     "gpu_submit packages a project and returns at once; follow guidance.follow (usually "

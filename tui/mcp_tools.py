@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from core.engine import actor as actor_rule
@@ -41,6 +42,8 @@ class Engine:
 
     _store: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # the folder `gpu mcp` was started in: the projects root unless mcp.projects_root says one
+    started_in: Path = field(default_factory=Path.cwd)
 
     def store(self, supervise: bool = True):
         """The store; live jobs that no supervisor drives get one started, as in the CLI."""
@@ -56,6 +59,15 @@ class Engine:
 
     def job(self, ref: str):
         return self.store().resolve(ref)
+
+    def project(self, tool: str, key: str, name: str) -> str:
+        """compute_job's `cwd`: a folder under the projects root (core.config.projectsroot, the
+        one check), read against the user config as it is now."""
+        from core.config import user as userconfig
+        from core.config.projectsroot import project_in_root, projects_root
+
+        root = projects_root(userconfig.load().projects_root, self.started_in)
+        return str(project_in_root(root, name, where=f"{tool} argument {key}"))
 
 
 def argument(tool: str) -> Callable[[str], str]:
@@ -185,8 +197,17 @@ def gpu_targets(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, A
     return targets_doc(engine.store())
 
 
+def gpu_accounts(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
+    """`gpu accounts --json`, through the same read-only engine call (core.engine.accounts):
+    every request leaves through the read-only client, the keys stay in the keychain."""
+    from core.engine.accounts import snapshot
+
+    return snapshot(refresh=bool(args.get("refresh")))
+
+
 HANDLERS: dict[str, Callable[[Engine, dict[str, Any], Call], dict[str, Any]]] = {
     "gpu_submit": gpu_submit, "gpu_status": gpu_status, "gpu_wait": gpu_wait,
     "gpu_logs": gpu_logs, "gpu_metrics": gpu_metrics, "gpu_cancel": gpu_cancel,
     "gpu_jobs": gpu_jobs, "gpu_targets": gpu_targets, "gpu_plan": gpu_plan,
+    "gpu_accounts": gpu_accounts,
 }

@@ -149,6 +149,13 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
                                    f"(attempt {checkpoint.get('attempt') or '-'})"))
     if mirroring:
         rows.append(("mirroring", mirroring))
+    from core.jobs.states import TERMINAL
+
+    ended = (job.handle.get("ended") or {}) if job.state in TERMINAL else {}
+    if ended.get("missing_artifacts"):  # declared outputs the job did not write (core.engine.service)
+        rows.append(("missing", f"{', '.join(ended['missing_artifacts'])}: declared, not written"))
+    if ended.get("no_metrics"):
+        rows.append(("metrics", "no metrics were tracked"))
     rows += tracked_rows(job, None if verbose else CONFIG_SHOWN)
     for k, v in rows:
         _row(info, k, v)

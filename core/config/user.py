@@ -16,6 +16,7 @@ stricter than the defaults; a looser value is an error that says so.
       checkpoint_grace_s: 60      # how long a stopped job gets to save before it is killed
       approve_everything: false   # true: every job waits for a person
       max_migrations: 3           # moves of one job to another target when its session ends
+      smoke_max_minutes: 10       # a smoke run is stopped after this long; an agent's needs no hours
       kill_rules: [{nan_metric: true}]  # see core/config/killrules.py; gpu.yaml adds more
     budget:
       per_job: 5.0                # dollars; a dearer job waits
@@ -27,6 +28,7 @@ stricter than the defaults; a looser value is an error that says so.
       target_cap_gb: 50           # the same on each remote target (or its own cache_cap_gb)
     approvals:
       agent_markers: [MY_AGENT]   # more environment variables that mark a run as an agent's
+      agent_max_usd: 5.0          # an agent's job estimated dearer than this waits, even under an hour
       pin: {scheme: scrypt, ...}  # written by `gpu approvals pin set`, never by hand
     accounts:                     # GPU cloud accounts read (never written): `gpu accounts add`
       runpod: {}                  # its key lives in the keychain only (account:runpod)
@@ -34,6 +36,9 @@ stricter than the defaults; a looser value is an error that says so.
     notify:                       # apprise URLs told when a job waits for a person or ends
       - ntfy://ntfy.sh/my-gpu-jobs                    # every event (NOTIFY_EVENTS)
       - {url: tgram://BOT_TOKEN/CHAT_ID, events: [approval_wait, failed]}
+    mcp:
+      projects_root: ~/code       # compute_job's cwd names a folder under it (default: where
+                                  # `gpu mcp` was started)
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from core.config import killrules
 # run jobs with, and `network: false` (the sandbox then gives its jobs loopback only)
 LOCAL_OPTIONS = {"max_output_bytes", "max_output_files", "python", "network"}
 TARGET_KINDS = ("local", "ssh", "slurm", "pbs", "kaggle", "modal")
-SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals", "accounts", "notify")
+SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals", "accounts", "notify", "mcp")
 # the GPU cloud accounts gpu-router can read (core/providers/accounts; a test keeps them equal)
 ACCOUNT_PROVIDERS = ("tensorpool", "lambda", "primeintellect", "vast", "runpod")
 ACCOUNT_KEYS = ("base_url", "timeout_s")
@@ -82,6 +87,12 @@ class Rules:
     budget_per_job: float | None = None
     budget_weekly: float | None = None
     max_migrations: int = 3  # moves to another target per job (core.engine.supervisor)
+    # a smoke run is stopped this long after it starts (core.engine.jobwatch); an agent's smoke
+    # run with no hours counts this long for the rules (core.planning.policy)
+    smoke_max_minutes: float = 10.0
+    # the contract: "for anything over a few dollars ... state it before dispatch even under an
+    # autonomous setting": an agent's job estimated over this waits for a person (approvals:)
+    agent_max_usd: float = 5.0
     kill_rules: list = field(default_factory=list)  # core.config.killrules.Rule
 
 
@@ -92,7 +103,9 @@ _RULE_LIMITS = {
     "overrun_factor": (1.25, "lower"),
     "checkpoint_grace_s": (600.0, "lower"),
     "max_migrations": (10, "lower"),
+    "smoke_max_minutes": (10.0, "lower"),
 }
+AGENT_MAX_USD = 5.0  # approvals.agent_max_usd's default, and the most it may be
 
 
 @dataclass
@@ -129,6 +142,7 @@ class UserConfig:
     agent_markers: list[str] = field(default_factory=list)
     accounts: dict[str, dict[str, Any]] = field(default_factory=dict)  # NAME -> {base_url?, timeout_s?}
     notify: list["NotifyURL"] = field(default_factory=list)
+    projects_root: Path | None = None  # mcp.projects_root: compute_job's cwd lives under it
 
 
 @dataclass(frozen=True)
@@ -278,11 +292,21 @@ def load() -> UserConfig:
         raise UserError(f"storage takes {', '.join(STORAGE_DEFAULTS)} (gigabytes)", where=where)
     for key, value in section.items():
         storage[key] = _number(value, where, f"storage.{key}", allow_zero=False)
-    pin, markers = _approvals(_section(raw, "approvals", where, "approvals:\n  agent_markers: [MY_AGENT]"), where)
+    approvals = _section(raw, "approvals", where, "approvals:\n  agent_markers: [MY_AGENT]")
+    pin, markers = _approvals(approvals, where)
+    if approvals.get("agent_max_usd") is not None:
+        usd = _number(approvals["agent_max_usd"], where, "approvals.agent_max_usd")
+        if usd > AGENT_MAX_USD:
+            raise UserError(f"approvals.agent_max_usd = {approvals['agent_max_usd']} would loosen a rule "
+                            f"(the most allowed is {AGENT_MAX_USD:g} dollars)", where=where,
+                            fix="rules can only be made stricter than the defaults")
+        rules.agent_max_usd = usd
     accounts = check_accounts(_section(raw, "accounts", where, "accounts:\n  runpod: {}"), where)
     return UserConfig(path=path, targets=targets, rules=rules, raw=raw, bell=bool(bell),
                       storage=storage, approval_pin=pin, agent_markers=markers, accounts=accounts,
-                      notify=check_notify(raw.get("notify"), where))
+                      notify=check_notify(raw.get("notify"), where),
+                      projects_root=_projects_root(_section(raw, "mcp", where, "mcp:\n  projects_root: ~/code"),
+                                                   where))
 
 
 _NOTIFY_FIX = ("notify:\n  - ntfy://ntfy.sh/my-gpu-jobs\n"
@@ -319,6 +343,20 @@ def check_notify(value: Any, where: str) -> list[NotifyURL]:
                             f"(got {shorten(events)})", where=where, fix=_NOTIFY_FIX)
         out.append(NotifyURL(url=url.strip(), events=chosen))
     return out
+
+
+def _projects_root(section: dict, where: str) -> Path | None:
+    """mcp.projects_root: an absolute folder (or ~/...), the folder compute_job's cwd is under."""
+    if set(section) - {"projects_root"}:
+        raise UserError(f"mcp takes projects_root (got {shorten(sorted(map(str, section)))})", where=where)
+    value = section.get("projects_root")
+    if value is None:
+        return None
+    path = Path(value).expanduser() if isinstance(value, str) and value else None
+    if path is None or not path.is_absolute():
+        raise UserError(f"mcp.projects_root must be an absolute folder (got {shorten(value)})", where=where,
+                        fix="mcp:\n  projects_root: ~/code")
+    return path
 
 
 def check_accounts(section: dict, where: str) -> dict[str, dict[str, Any]]:
@@ -358,8 +396,8 @@ def check_accounts(section: dict, where: str) -> dict[str, dict[str, Any]]:
 
 def _approvals(section: dict, where: str) -> tuple[dict | None, list[str]]:
     """approvals.pin (a well-formed scrypt record, or absent) and approvals.agent_markers."""
-    if set(section) - {"pin", "agent_markers"}:
-        raise UserError(f"approvals takes pin and agent_markers (got {shorten(sorted(map(str, section)))})",
+    if set(section) - {"pin", "agent_markers", "agent_max_usd"}:
+        raise UserError(f"approvals takes pin, agent_markers and agent_max_usd (got {shorten(sorted(map(str, section)))})",
                         where=where)
     markers = section.get("agent_markers") or []
     if not isinstance(markers, list) or not all(isinstance(m, str) and ENV_NAME_RE.match(m) for m in markers):

@@ -19,7 +19,7 @@ from core import paths
 from core.config.user import load
 from core.display.sanitize import printable
 from core.engine import storage
-from core.engine.service import bring_home, hold, replan, write_job_json
+from core.engine.service import bring_home, end_warnings, hold, replan, write_job_json
 from core.errors import DiskFull, IllegalTransition, UserError
 from core.jobs.states import LAUNCHED, State
 from core.jobs.store import Job
@@ -365,11 +365,22 @@ class JobSteps:
         stayed = await self._stayed(job, provider)
         await self.db(self.store.transition, job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
                               data={"notes": notes} if notes else None)
+        await self._say_end_warnings(job)
         if stayed:
             await self.db(self.store.update, job.id, handle={**(await self.db(self.store.get, job.id)).handle, "stayed": stayed})
             await self.db(self.store.add_event, job.id, stayed, actor="supervisor")
         await asyncio.to_thread(write_job_json, self.store, await self.db(self.store.get, job.id))
         self._enforce_caps(provider)
+
+    async def _say_end_warnings(self, job: Job) -> None:
+        """Declared outputs it did not write, no metric logged: kept for status and job.json,
+        and each a warning event (service.end_warnings); the job's end stays what it is."""
+        fresh = await self.db(self.store.get, job.id)
+        tracked = bool(fresh.final) or bool(await self.db(self.store.metrics_summary, job.id))
+        fields, texts = await asyncio.to_thread(end_warnings, fresh, tracked)
+        await self.db(self.store.update, job.id, handle={**fresh.handle, "ended": fields})
+        for text in texts:
+            await self.db(self.store.add_event, job.id, text, actor="supervisor", data=fields)
 
     def _retry_wanted(self, job: Job, poll: Poll) -> bool:
         """A non-zero exit the request lists in retry_on_exit_codes, with retries left."""

@@ -77,6 +77,8 @@ class JobWatch:
         if job.state != State.RUNNING or job.handle.get("kill"):
             return
         rules = self.rules()
+        if job.plan.get("smoke") and await self._smoke_cap(job, provider, rules):
+            return
         try:
             own = killrules.parse(job.request.get("kill_rules") or [])
         except ValueError:
@@ -111,6 +113,27 @@ class JobWatch:
                               f"kill rule {rule.text()} fired: {why}; asked to checkpoint, then it stops",
                               expect=[State.RUNNING], data={"rule": rule.text(), "why": why},
                               handle={**job.handle, "kill": {"rule": rule.text(), "why": why, "at": now}})
+
+    async def _smoke_cap(self, job: Job, provider: Any, rules: Rules) -> bool:
+        """A smoke run past rules.smoke_max_minutes is stopped like a kill rule that fired
+        (asked to checkpoint, stopped after the grace, ends failed saying why): the cap is what
+        lets an agent's smoke run go without an hours estimate (core.planning.policy)."""
+        used_min = await self.db(job_hours, self.store, job.id) * 60
+        cap = rules.smoke_max_minutes
+        if used_min <= cap:
+            return False
+        why = (f"a smoke run is stopped after {cap:g} minutes (rules.smoke_max_minutes) and this "
+               f"one ran {used_min:.1f}; submit it without smoke, with hours, for a longer run")
+        try:
+            await provider.request_checkpoint(job)
+        except Exception as exc:  # noqa: BLE001 - it is stopped after the grace all the same
+            log.info("job %s: checkpoint request failed: %s", job.short_id, exc)
+        await self.db(self.store.transition, job.id, State.CHECKPOINTING,
+                      f"smoke cap: {why}; asked to checkpoint, then it stops", expect=[State.RUNNING],
+                      data={"rule": "smoke_max_minutes", "why": why},
+                      handle={**job.handle, "kill": {"rule": "smoke_max_minutes", "why": why,
+                                                     "at": time.time()}})
+        return True
 
     async def _note_no_util(self, job: Job, active: list, now: float) -> None:
         """Once per attempt, in the job's events: a gpu_util_below rule that has had no gpu/util

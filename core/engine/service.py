@@ -142,18 +142,19 @@ def _data_hashes(req: JobRequest, cache: FileHashCache, *,
 
 def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> dict:
     """Price the plan and record which rules hold it (in the plan, outside its digest)."""
-    from core.planning.policy import evaluate
+    from core.planning.policy import evaluate, rule_hours
     from core.planning.router import estimated_price
     from core.planning.usage import weekly_spend
 
-    price = estimated_price(info, plan.get("hours"))
+    smoke = bool(plan.get("smoke"))
+    price = estimated_price(info, rule_hours(plan.get("hours"), smoke, cfg.rules))
     plan["price_per_hour"] = info.price_per_hour
     plan["estimated_price"] = price
     plan["quota_hours_left"] = info.quota_hours_left
     plan["submitted_by"] = "person" if interactive else "agent"
     holds = evaluate(hours=plan.get("hours"), secrets=plan.get("secrets", []), price=price,
                      info=info, rules=cfg.rules, weekly_spend=weekly_spend(store),
-                     interactive=interactive)
+                     interactive=interactive, smoke=smoke)
     plan["holds"] = [h.to_json() for h in holds]
     return plan
 
@@ -460,6 +461,42 @@ async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
         return [f"outputs could not be brought home to {dest}: {exc}"]
 
 
+NO_METRICS = "no metrics were tracked"  # the compute contract's words, said at a job's end
+
+
+def end_warnings(job: Job, tracked: bool) -> tuple[dict[str, Any], list[str]]:
+    """What a person or an agent checks first when a job ends and that the job did not do:
+    declared outputs (gpu.yaml `outputs`, compute_job's `artifacts`) that nothing in
+    runs/<id>/ matches, and no metric logged at all. Returns the fields kept in the job's
+    handle as `ended` (read by `job_report`) and one warning sentence for each, for its events.
+    A job that ends like this still ends as it would (done, failed): these are warnings.
+    `tracked`: whether it logged any metric or final number (the store's; this reads only files)."""
+    from core.runtime.workdir import declared
+
+    fields: dict[str, Any] = {}
+    texts: list[str] = []
+    patterns = [p for p in (job.request.get("outputs") or []) if isinstance(p, str) and p.strip()]
+    if patterns:
+        dest = Path(job.outputs_dir)
+        rels: list[str] = []
+        for top, dirs, files in os.walk(dest):  # links are not followed
+            base = Path(top).relative_to(dest)
+            rels += [(base / f).as_posix() for f in files if not (top == str(dest) and f == "job.json")]
+            if len(rels) > 200_000:
+                break
+        missing = [p for p in patterns if not any(declared(r, [p]) for r in rels)]
+        if missing:
+            fields["missing_artifacts"] = missing
+            texts.append(f"warning: declared artifact{'s' * (len(missing) != 1)} "
+                         f"{', '.join(missing)} not written: nothing in {dest} matches "
+                         f"{'them' if len(missing) != 1 else 'it'}")
+    if not tracked:
+        fields["no_metrics"] = True
+        texts.append(f"{NO_METRICS}: the job logged none (gpu.log(step=..., loss=...), or wandb / "
+                     "openscience_track, show curves in gpu metrics and the dashboard)")
+    return fields, texts
+
+
 def job_report(store: Store, job: Job, verbose: bool = False) -> dict[str, Any]:
     """The job object of `gpu status ID --json` and job.json: the job, what its tracking
     reported (`config`, `final` numbers; absent when none unless verbose), and its estimate
@@ -475,6 +512,13 @@ def job_report(store: Store, job: Job, verbose: bool = False) -> dict[str, Any]:
     paused = mirroring_paused(store, job)
     if paused:
         doc["checkpoint_mirroring"] = paused  # "checkpoint mirroring paused: disk full at ..."
+    from core.jobs.states import TERMINAL
+
+    ended = job.handle.get("ended") or {} if job.state in TERMINAL else {}
+    if ended.get("missing_artifacts"):  # declared, and nothing that came home matches them
+        doc["missing_artifacts"] = ended["missing_artifacts"]
+    if ended.get("no_metrics"):
+        doc["metrics_note"] = NO_METRICS
     return doc
 
 

@@ -35,6 +35,8 @@ def canonical_bytes(doc: Any) -> bytes:
 
 def digest(plan: dict) -> str:
     doc = {k: plan.get(k) for k in DIGEST_FIELDS}
+    if plan.get("smoke"):  # the time cap binds too (absent: the digest is unchanged)
+        doc["smoke"] = True
     if plan.get("resources"):  # scheduler resources bind too (absent: the digest is unchanged)
         doc["resources"] = plan["resources"]
     if plan.get("data_sources"):  # the commit an hf:// data set was pinned to binds too
@@ -99,6 +101,8 @@ def build_plan(req: JobRequest, bundle: Bundle, target: str, target_gpu: str,
         "gpu": target_gpu,
         "vram_gb": req.vram_gb,
         "hours": req.hours,
+        # a smoke run is capped in time (rules.smoke_max_minutes) and judged by that cap
+        **({"smoke": True} if req.smoke else {}),
         **({"resources": req.resources()} if req.resources() else {}),
         **({"extras": req.extras} if req.extras else {}),  # what the target installs: it binds
         **(extra or {}),

@@ -15,19 +15,35 @@ from core.providers.base import TargetInfo
 
 @dataclass
 class Hold:
-    rule: str  # agent_hours | sandbox | secrets | quota | budget_job | budget_week | overrun | everything
+    rule: str  # agent_hours | agent_money | sandbox | secrets | quota | budget_job | budget_week | overrun | everything
     reason: str
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
+def rule_hours(hours: float | None, smoke: bool, rules: Rules) -> float | None:
+    """The hours the rules judge a job by: its own estimate, or for a smoke run without one the
+    smoke cap (rules.smoke_max_minutes), since the supervisor stops it there (core.engine.jobwatch)."""
+    if hours is None and smoke:
+        return rules.smoke_max_minutes / 60
+    return hours
+
+
 def evaluate(*, hours: float | None, secrets: list[str], price: float, info: TargetInfo,
-             rules: Rules, weekly_spend: float, interactive: bool) -> list[Hold]:
-    """`interactive` is core.engine.actor's verdict: a person at a terminal, not merely a tty."""
+             rules: Rules, weekly_spend: float, interactive: bool, smoke: bool = False) -> list[Hold]:
+    """`interactive` is core.engine.actor's verdict: a person at a terminal, not merely a tty.
+    `hours` is the request's own estimate; a smoke run without one counts as its time cap
+    (`rule_hours`), and `price` is what the caller estimated for those hours."""
     holds: list[Hold] = []
+    hours = rule_hours(hours, smoke, rules)
     if rules.approve_everything:
         holds.append(Hold("everything", "your config asks for approval of every job"))
+    if not interactive and price > rules.agent_max_usd:
+        holds.append(Hold("agent_money", f"it was submitted by an agent and its estimated price "
+                                         f"${price:.2f} ({info.price_per_hour:g} $/hour on {info.name}) "
+                                         f"is over the ${rules.agent_max_usd:.2f} an agent may spend "
+                                         f"without you"))
     if not interactive:
         if hours is None:
             holds.append(Hold("agent_hours", "it was submitted by an agent (not a person at a "
