@@ -148,3 +148,28 @@ def test_a_git_ignored_data_file_is_named_with_the_fix(home: Path, tmp_path: Pat
     assert ("data/shakespeare_char/train.bin exists in the project but did not ship (ignored by git): "
             "add it to `include:` in gpu.yaml, or pass it as data (`--data train.bin=data/shakespeare_char/train.bin`"
             in reason), reason
+
+
+# -- a GPU asked for where no target has one -------------------------------------------------
+
+
+def test_plan_for_a_gpu_with_only_the_cpu_names_the_ways_forward(home: Path, tmp_path: Path) -> None:
+    from tests.conftest import write_user_config
+
+    write_user_config("targets:\n  local: {kind: local, gpus: []}\n")
+    project = make_git_project(tmp_path / "p", {"train.py": "print(1)\n"})
+    proc = run_gpu("plan", "train.py", "--gpu", "T4", "--json", cwd=project)
+    assert proc.returncode == 2
+    err = json.loads(proc.stdout or proc.stderr)
+    assert "local has no GPU" in err["error"]
+    fix = err["fix"]
+    assert "`gpu targets add kaggle kaggle`" in fix and "2x T4" in fix  # Kaggle has T4s
+    assert "`gpu targets add modal modal --gpu T4`" in fix
+    assert "`gpu targets add ssh NAME --host HOST`" in fix
+    # only the kinds that have the GPU are named: Kaggle has no A100
+    a100 = json.loads(run_gpu("plan", "train.py", "--gpu", "A100", "--json", cwd=project).stdout or "{}")
+    assert "kaggle" not in a100["fix"] and "--gpu A100-40GB" in a100["fix"] and "gpu targets add ssh" in a100["fix"]
+    # pinned to this machine, the pin is the cause: no tour of other targets
+    pinned = json.loads(run_gpu("plan", "train.py", "--gpu", "T4", "--provider", "local", "--json",
+                                cwd=project).stdout or "{}")
+    assert "gpu targets add" not in pinned["fix"]

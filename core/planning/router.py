@@ -62,11 +62,10 @@ class NoGpuTarget(UserError):
     def __init__(self, what: str, gpu: str | None, vram_gb: float | None, offers: str = "") -> None:
         self.gpu, self.vram_gb, self.offers = gpu, vram_gb, offers
         ways = ways_forward(gpu, vram_gb)
-        fix = ("add a target that has it: " + "; ".join(ways) if ways else
-               "no kind of target gpu-router knows offers it: change --gpu/--vram-gb")
+        fix = "add a target that has it, then plan again: " + "; ".join(ways)
         if offers:
             fix += f". {offers}"
-        super().__init__(what, fix=fix + " (then `gpu targets` lists it, and `gpu plan` again)")
+        super().__init__(what, fix=fix)
 
     def with_offers(self, offers: str) -> "NoGpuTarget":
         return NoGpuTarget(self.what, self.gpu, self.vram_gb, offers)
