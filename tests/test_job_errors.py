@@ -75,6 +75,17 @@ def test_whatever_the_log_holds_the_error_is_one_printable_line(lines: list[str]
     assert printable(text) == text
 
 
+def test_a_secret_in_the_error_is_masked() -> None:
+    from core.secrets.names import NameMask
+
+    mask = NameMask("job", {"HF_TOKEN": "hf_s3cretvalue42"})
+    lines = ["Traceback (most recent call last):", '  File "x"',
+             "PermissionError: token hf_s3cretvalue42 refused (aGZfczNjcmV0dmFsdWU0Mg==)"]
+    text = shown_error(lines, mask)
+    assert text.startswith("PermissionError: token [secret] refused")
+    assert "hf_s3cretvalue42" not in text and "aGZfczNjcmV0dmFsdWU0Mg" not in text
+
+
 def test_paths_joined_from_literals_are_seen() -> None:
     src = ("import os\nfrom pathlib import Path\ndataset = 'openwebtext'\n"
            "data_dir = os.path.join('data', dataset)\n"
