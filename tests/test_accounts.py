@@ -249,6 +249,18 @@ def test_elsewhere_is_not_part_of_the_digest(accounts, tmp_path: Path) -> None:
     assert without["plan"]["digest"] == with_accounts["plan"]["digest"]
 
 
+def test_plan_with_no_gpu_target_names_the_accounts_offers(accounts, tmp_path: Path) -> None:
+    write_user_config("targets:\n  local: {kind: local, gpus: []}\n" + accounts.config(timeout_s=2))
+    project = copy_example(tmp_path / "proj")
+    proc = run_gpu("plan", "--gpu", "4090", "--hours", "2", "--json", cwd=project)
+    assert proc.returncode == 2
+    fix = json.loads(proc.stdout or proc.stderr)["fix"]
+    assert "`gpu targets add ssh NAME --host HOST`" in fix
+    assert "the cheapest is RTX 4090 on vast (Sweden, SE) at $0.31/h, about $0.62 for 2 h" in fix, fix
+    none = json.loads(run_gpu("plan", "--gpu", "B300", "--json", cwd=project).stdout or "{}")
+    assert "offer no B300 now" in none["fix"]
+
+
 # -- the key stays in the keychain ----------------------------------------------------------
 
 

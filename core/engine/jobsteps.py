@@ -19,6 +19,7 @@ from core import paths
 from core.config.user import load
 from core.display.sanitize import printable
 from core.engine import storage
+from core.engine.failure import failed_reason
 from core.engine.service import bring_home, end_warnings, hold, replan, write_job_json
 from core.errors import DiskFull, IllegalTransition, UserError
 from core.jobs.states import LAUNCHED, State
@@ -355,8 +356,9 @@ class JobSteps:
         elif poll.exit_code == 0:
             dst, reason = State.DONE, "exited with status 0"
         else:
-            dst, reason = State.FAILED, (f"exited with status {poll.exit_code}"
-                                         + (f": {poll.detail}" if poll.detail else ""))
+            # its own error (the traceback's last line) from the log's end: core/engine/failure.py
+            reason = await asyncio.to_thread(failed_reason, job, poll.exit_code, poll.detail)
+            dst = State.FAILED
         notes = await bring_home(self.store, job, provider)
         await self._mirror(job, provider, force=True)  # its last checkpoint, kept as an output
         kept = await asyncio.to_thread(checkpoints.settle, job.id, Path(job.outputs_dir))

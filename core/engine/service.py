@@ -31,7 +31,7 @@ from core.packaging.safe_extract import masked_names
 from core.packaging.report import left_out_hint, ship_warnings
 from core.packaging import requirements
 from core.planning.plan import build_plan, canonical_bytes, data_hash
-from core.planning.router import route
+from core.planning.router import NoGpuTarget, route
 from core.planning.usage import estimate_and_actual
 
 # told (done, total or None, what is happening) while a submit or a plan bundles the project:
@@ -112,7 +112,10 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
     bundle.hint = left_out_hint(project, bundle.project_rel, script, req.is_python_file(),
                                 bundle.left_out, shipped, req.outputs)
     infos = targets.infos(store, cfg)
-    chosen = route(req, infos)
+    try:
+        chosen = route(req, infos)
+    except NoGpuTarget as exc:
+        raise exc.with_offers(_account_offers(req, cfg)) from None
     extra = {"reasons": chosen.reasons, "passed_over": chosen.passed_over}
     if chosen.offer:
         extra["offer"] = chosen.offer
@@ -138,6 +141,30 @@ def _data_hashes(req: JobRequest, cache: FileHashCache, *,
         if listing is not None:
             warnings += listing.warnings(d.name)
     return hashes, warnings
+
+
+def _account_offers(req: JobRequest, cfg) -> str:
+    """The user's GPU cloud accounts' offers that fit a request no target can serve, as one
+    sentence ("" without accounts: nothing is read then). gpu-router reads those accounts but
+    does not run jobs there itself, so the way to use an offer is to rent it and add it over ssh."""
+    from core.engine.accounts import elsewhere
+
+    try:
+        doc = elsewhere(req.gpu, req.vram_gb, req.hours, cfg=cfg)
+    except UserError:
+        return ""
+    if not doc:
+        return ""
+    best = doc.get("cheapest")
+    if not best:
+        asked = " ".join(x for x in (req.gpu, f"{req.vram_gb:g} GB" if req.vram_gb else None) if x)
+        read = ", ".join(str(a.get("title") or a.get("provider")) for a in doc.get("accounts") or [])
+        return f"Your accounts ({read}) offer no {asked} now"
+    where = f" ({best['region']})" if best.get("region") else ""
+    cost = f", about ${best['estimated_cost']:.2f} for {best['hours']:g} h" if best.get("estimated_cost") is not None else ""
+    return (f"Your accounts offer {doc['matched']} match{'es' if doc['matched'] != 1 else ''}: the cheapest is "
+            f"{best['gpu']} on {best['provider']}{where} at ${best['price_per_hour']:.2f}/h{cost} "
+            "(`gpu accounts` lists them; rent one there and add it with `gpu targets add ssh`)")
 
 
 def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> dict:

@@ -50,6 +50,22 @@ def left_out_item(full: str | Path, rel: str, reason: str) -> dict:
     return item
 
 
+def find_left_out(rel: str, left_out: list[dict]) -> dict | None:
+    """The report's row that holds the project path `rel` (`/`-separated, from the repository's
+    root): the row naming it, else the deepest left-out folder holding it (`./` holds the
+    root's own files); None when no row does. The submit's hint and a failed job's reason
+    (core/engine/failure.py) both ask here whether a path was left out, and why."""
+    best: dict | None = None
+    for item in left_out:
+        path = str(item.get("path", ""))
+        if path == rel or path == rel + "/":
+            return item
+        if path.endswith("/") and (rel.startswith(path) or (path == "./" and "/" not in rel)):
+            if best is None or len(path) > len(str(best.get("path", ""))):
+                best = item
+    return best
+
+
 def file_kind(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "fifo"

@@ -10,11 +10,15 @@ path in particular.
 
 from __future__ import annotations
 
+import ast
+import itertools
 import os
 import posixpath
 import re
 import shlex
 from pathlib import Path
+
+from core.packaging.leftout import find_left_out
 
 SOURCE_CAP = 1 << 20  # bytes of the script read to look for references
 _EDGE = r"""["'/\\]"""  # a path in a script stands in quotes or between slashes
@@ -93,6 +97,7 @@ def _references(text: str) -> list[str]:
             out.append(path.removeprefix("./").rstrip("/"))
         if len(out) >= MAX_REFERENCES:
             return out
+    out += _joined_paths(text)[:MAX_REFERENCES - len(out)]
     for m in _IMPORT.finditer(text):
         names = [m.group("a")] if m.group("a") else re.split(r"[ \t]*,[ \t]*", m.group("b"))
         for name in names:
@@ -103,17 +108,108 @@ def _references(text: str) -> list[str]:
     return out[:MAX_REFERENCES]
 
 
+JOINED_CAP = 16  # values one name or expression may stand for (a name set in many places)
+
+
+def _joined_paths(text: str) -> list[str]:
+    """Paths a Python script builds from string literals: `os.path.join('data', 'train.bin')`,
+    `Path('data') / 'train.bin'`, `f"{data_dir}/train.bin"`, `'data/' + name`, also through
+    names set to such values (`data_dir = os.path.join('data', dataset)` with
+    `dataset = 'openwebtext'`: nanoGPT's way). A name set in several places stands for each
+    of its values; anything not built from literals (a variable read from the arguments, a
+    call) is left alone. Not Python, or too deep to parse: none."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names: dict[str, set[str]] = {}
+    assigns = [n for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
+    for _ in range(3):  # a name built from a name set further down the file (rare): a few rounds
+        for node in assigns:
+            values = _values(node.value, names)
+            if not values:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    have = names.setdefault(target.id, set())
+                    have |= set(itertools.islice(values, JOINED_CAP - len(have)))
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Call, ast.BinOp, ast.JoinedStr)):
+            for value in _values(node, names):
+                path = value.strip()
+                if path and "/" in path and not os.path.isabs(path) and "://" not in path \
+                        and not path.startswith("-") and len(path) <= 255:
+                    out.append(posixpath.normpath(path).removeprefix("./"))
+        if len(out) >= MAX_REFERENCES:
+            break
+    return out
+
+
+_JOINERS = {"join", "Path", "PurePath", "PosixPath", "PurePosixPath"}
+
+
+def _values(node: ast.AST, names: dict[str, set[str]]) -> set[str]:
+    """The strings `node` stands for when built from literals and known names; empty if not."""
+    if isinstance(node, ast.Constant):
+        return {node.value} if isinstance(node.value, str) else set()
+    if isinstance(node, ast.Name):
+        return names.get(node.id, set())
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.Add)):
+        glue = posixpath.join if isinstance(node.op, ast.Div) else (lambda a, b: a + b)
+        return _combine([node.left, node.right], names, glue)
+    if isinstance(node, ast.JoinedStr):
+        parts: list[ast.AST] = []
+        for part in node.values:
+            if isinstance(part, ast.FormattedValue):
+                if part.format_spec is not None or part.conversion not in (-1, ord("s")):
+                    return set()
+                parts.append(part.value)
+            else:
+                parts.append(part)
+        return _combine(parts, names, lambda a, b: a + b)
+    if isinstance(node, ast.Call) and not node.keywords:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name == "joinpath" and isinstance(func, ast.Attribute):
+            return _combine([func.value, *node.args], names, posixpath.join)
+        if name in ("str", "fspath") and len(node.args) == 1:
+            return _values(node.args[0], names)
+        if name in _JOINERS and node.args and not any(isinstance(a, ast.Starred) for a in node.args):
+            if name == "join" and not _is_os_path(func):
+                return set()  # "sep".join(...) and the like
+            return _combine(node.args, names, posixpath.join)
+    return set()
+
+
+def _is_os_path(func: ast.AST) -> bool:
+    """`os.path.join`, `path.join`, `posixpath.join`, `osp.join`: a path join, not str.join."""
+    if not isinstance(func, ast.Attribute) or not isinstance(func.value, (ast.Attribute, ast.Name)):
+        return False
+    owner = func.value.attr if isinstance(func.value, ast.Attribute) else func.value.id
+    return owner in ("path", "posixpath", "osp", "ntpath")
+
+
+def _combine(parts: list[ast.AST], names: dict[str, set[str]], glue) -> set[str]:
+    out: set[str] = {""}
+    first = True
+    for part in parts:
+        values = _values(part, names)
+        if not values:
+            return set()
+        out = {v if first else glue(o, v) for o in out for v in values}
+        out = set(itertools.islice(out, JOINED_CAP))
+        first = False
+    return out
+
+
 def _row(rel: str, left_out: list[dict]) -> tuple[str, str]:
     """The report's row for `rel`: (its path, its reason), its own or the folder's holding it."""
-    best, reason = "", "left out"
-    for item in left_out:
-        path = str(item.get("path", ""))
-        if path == rel or path == rel + "/":
-            return path, str(item.get("reason", "left out"))
-        if path.endswith("/") and (rel.startswith(path) or (path == "./" and "/" not in rel)):
-            if len(path) > len(best):
-                best, reason = path, str(item.get("reason", "left out"))
-    return best or rel, reason
+    item = find_left_out(rel, left_out)
+    if item is None:
+        return rel, "left out"
+    return str(item.get("path", "")) or rel, str(item.get("reason", "left out"))
 
 
 def _advice(path: str, reason: str) -> str:
@@ -156,8 +252,9 @@ def left_out_hint(project: Path, project_rel: str, script: str, is_python: bool,
             if rel in (".", "..") or rel.startswith("../") or _ships(rel, is_dir, shipped, dirs):
                 continue
             row, reason = _row(rel, left_out)
-            if row == "./" or not row.startswith(prefix) or len(row) <= len(prefix):
-                row = rel  # the row is the project folder itself: name the path
+            if row == "./" or not row.startswith(prefix) or len(row) <= len(prefix) or (
+                    row.endswith("/") and row.rstrip("/") in dirs):
+                row = rel  # the row is the project folder itself, or one that ships in part: name the path
             shown = row[len(prefix):]  # else the left-out folder holding it: the data set
             if shown not in said:
                 said[shown] = (f"{source} refers to {shown}, which did not ship ({reason}): "

@@ -54,6 +54,54 @@ def gpu_matches(info: TargetInfo, gpu: str | None, vram_gb: float | None) -> str
     return None
 
 
+class NoGpuTarget(UserError):
+    """No configured target has the GPU asked for (often: only this machine's CPU). Its fix
+    names the kinds of target that do (`ways_forward`); the engine adds the user's accounts'
+    matching offers (core/engine/service.prepare), which the router cannot read."""
+
+    def __init__(self, what: str, gpu: str | None, vram_gb: float | None, offers: str = "") -> None:
+        self.gpu, self.vram_gb, self.offers = gpu, vram_gb, offers
+        ways = ways_forward(gpu, vram_gb)
+        fix = "add a target that has it, then plan again: " + "; ".join(ways)
+        if offers:
+            fix += f". {offers}"
+        super().__init__(what, fix=fix)
+
+    def with_offers(self, offers: str) -> "NoGpuTarget":
+        return NoGpuTarget(self.what, self.gpu, self.vram_gb, offers)
+
+
+def _fits(name: str, memory_gb: float, gpu: str | None, vram_gb: float | None) -> bool:
+    """The router's own test (gpu_matches), for a GPU a kind of target offers."""
+    return (not gpu or gpu.lower() in name.lower()) and (not vram_gb or memory_gb >= vram_gb)
+
+
+def ways_forward(gpu: str | None, vram_gb: float | None) -> list[str]:
+    """The `gpu targets add` commands that would give this request a GPU that fits, each with
+    what it offers: Kaggle and Modal only where their GPUs match (core/providers/kaggle.py's
+    accelerators, core/providers/modal_target.py's GPU types and prices), and a machine or
+    cluster of the user's own, which may have any GPU."""
+    from core.providers.kaggle import ACCELERATORS
+    from core.providers.modal_target import PRICES, VRAM_GB
+
+    ways: list[str] = []
+    kaggle = [acc for acc, (_, gpus) in ACCELERATORS.items()
+              if any(_fits(g["name"], g["memory_gb"], gpu, vram_gb) for g in gpus)]
+    if kaggle:
+        acc = "" if "t4x2" in kaggle else f" --accelerator {kaggle[0]}"
+        shown = ", ".join(f"{len(ACCELERATORS[a][1])}x {ACCELERATORS[a][1][0]['name']}" for a in kaggle)
+        ways.append(f"`gpu targets add kaggle kaggle{acc}` (Kaggle's free weekly GPU hours: {shown}; "
+                    "reads your ~/.kaggle/kaggle.json)")
+    modal = sorted((t for t, mem in VRAM_GB.items() if _fits(t, mem, gpu, vram_gb)), key=lambda t: PRICES[t])
+    if modal:
+        ways.append(f"`gpu targets add modal modal --gpu {modal[0]}` (your Modal account: {modal[0]} at "
+                    f"${PRICES[modal[0]]:.2f}/h, paid by the second; reads your ~/.modal.toml)")
+    ways.append("`gpu targets add ssh NAME --host HOST` (a machine with a GPU that you log into: "
+                "a workstation, a cloud VM, a running Colab with an SSH server)")
+    ways.append("`gpu targets add slurm NAME --host LOGIN` (a cluster's login node; pbs alike)")
+    return ways
+
+
 def estimated_price(info: TargetInfo, hours: float | None) -> float:
     return round((hours or DEFAULT_ESTIMATE_HOURS) * info.price_per_hour, 4)
 
@@ -168,9 +216,12 @@ def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
         else:
             fitting.append(info)
     if not fitting:
-        raise UserError(f"no target can run this job: {'; '.join(passed.values())}",
-                        fix="drop or change --gpu/--vram-gb/--hours, or add a target that fits "
-                            "(see `gpu targets`)")
+        what = f"no target can run this job: {'; '.join(passed.values())}"
+        if (req.gpu or req.vram_gb) and not req.provider and all(
+                gpu_matches(infos[n], req.gpu, req.vram_gb) for n in candidates):
+            raise NoGpuTarget(what, req.gpu, req.vram_gb)
+        raise UserError(what, fix="drop or change --gpu/--vram-gb/--hours, or add a target that fits "
+                                  "(see `gpu targets`)")
 
     fitting.sort(key=lambda i: order(req, i))
     chosen = fitting[0]

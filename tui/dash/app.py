@@ -376,9 +376,12 @@ class DashApp(App):
     def _title_log(self) -> None:
         job = self.jobs.get(self.selected or "")
         if job:
+            state = job.state.value  # a failed job's title says why (its error: core/engine/failure.py)
+            if job.state == State.FAILED and job.reason:
+                state += ": " + job.reason.removeprefix(f"exited with status {job.exit_code}: ")
             self.query_one(LogTail).border_title = markup("log {short} {name} ({state})", short=job.short_id,
                                                           name=safe(job.name, single_line=True),
-                                                          state=job.state.value)
+                                                          state=safe(state, single_line=True))
             self.query_one(Charts).border_title = markup(
                 "metrics {short}{scale}", short=job.short_id,
                 scale=" (log10)" if self.query_one(Charts).log_scale else "")

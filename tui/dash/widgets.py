@@ -44,6 +44,16 @@ def last_metric_text(last: dict, width: int = LAST_WIDTH) -> str:
     return safe(text if len(text) <= width else f"{value} {k}")
 
 
+def failure_text(job, width: int = LAST_WIDTH) -> str:
+    """A failed job's own error for its row's LAST column, in place of its last metric: what
+    a person scanning the table needs of it (`ValueError: b…`); the whole reason is in the
+    detail and the log pane's title. The status ("exited with status 1: ") is left out."""
+    reason = safe(job.reason or "", single_line=True)
+    if reason.startswith("exited with status ") and ": " in reason:
+        reason = reason.split(": ", 1)[1]
+    return reason if len(reason) <= width else reason[:width - 1] + "…"
+
+
 def job_cells(job, now: float) -> dict[str, object]:
     hours = job.plan.get("hours")
     elapsed = None
@@ -58,7 +68,8 @@ def job_cells(job, now: float) -> dict[str, object]:
         "gpu": Text(safe(str(job.plan.get("gpu") or "-"))),
         "time": f"{duration(elapsed)}/{f'{hours:g}h' if hours else '-'}",
         "cost": money(spent) if job.plan.get("price_per_hour") else "free",
-        "metric": Text(last_metric_text(job.last_metric)),
+        "metric": (Text(failure_text(job), style="red") if job.state == State.FAILED and job.reason
+                   else Text(last_metric_text(job.last_metric))),
     }
 
 
