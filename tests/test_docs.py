@@ -182,3 +182,21 @@ def test_the_test_command_runs_with_or_without_sudo(tmp_path: Path, with_sudo: b
         apt = ["sudo apt-get", apt[0], "sudo env", apt[1]]
     assert calls == [*apt, "pip DEBIAN_FRONTEND= install -e .[test]",
                      "python DEBIAN_FRONTEND= -m pytest -q -n 2 --dist loadgroup"]
+
+
+def test_no_file_holds_the_markers_a_merge_left() -> None:
+    """A conflict resolved by hand and committed with its markers still in (a docs page once
+    shipped `<<<<<<< HEAD` to readers): no tracked text file holds a marker line."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True)
+    marker = re.compile(r"^(<{7} |>{7} |={7}$)", re.M)
+    found = []
+    for name in tracked.stdout.splitlines():
+        path = REPO / name
+        if path.suffix not in (".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg", "") or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        found += [f"{name}: {m.group(0)}" for m in marker.finditer(text)]
+    assert not found, found
