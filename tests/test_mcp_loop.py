@@ -198,3 +198,28 @@ async def test_verbose_results_carry_every_event(home: Path, tmp_path: Path) -> 
         reasons = [e["reason"] for e in started["job"]["events"]]
         assert "purpose: see every event" in reasons
         assert reasons.index("purpose: see every event") < len(reasons) - 1  # before its end
+
+
+async def test_the_new_channels_hand_an_agent_no_hidden_character(home: Path, tmp_path: Path) -> None:
+    """The start result's log tail, the resource's document and the end's log notification
+    carry a job's text too: a job printing tag characters (an instruction spelled invisibly),
+    zero-width and bidi ones reaches the agent through none of them; the visible text stays."""
+    from tests.test_mcp import HIDDEN_JOB, _hidden
+
+    p = make_git_project(tmp_path / "h", {"hidden.py": HIDDEN_JOB})
+    heard = Heard()
+    async with session(heard) as s:
+        ok = await call(s, "compute_job", action="start", command="python hidden.py", cwd=str(p),
+                        hours=0.1, wait_s=GRACE)
+        tail = ok["job"]["log_tail"]
+        assert ok["job"]["state"] == "done" and "visible-start visible-end" in tail, ok["job"]
+        assert not _hidden(json.dumps(ok, ensure_ascii=False))
+        uri = ok["guidance"]["resource"]
+        text = (await s.read_resource(uri)).contents[0].text
+        assert "cfgx" in text and not _hidden(text) and not _hidden(json.dumps(json.loads(text), ensure_ascii=False))
+
+        late = await call(s, "gpu_submit", project_dir=str(p), script="hidden.py", hours=0.1, wait_s=0,
+                          name="late")
+        await heard.until(lambda: any(m.data.get("job") == late["job"]["short_id"] for m in heard.logs))
+        told = json.dumps([m.data for m in heard.logs], ensure_ascii=False)
+        assert "ended done" in told and not _hidden(told)
