@@ -223,3 +223,29 @@ async def test_the_new_channels_hand_an_agent_no_hidden_character(home: Path, tm
         await heard.until(lambda: any(m.data.get("job") == late["job"]["short_id"] for m in heard.logs))
         told = json.dumps([m.data for m in heard.logs], ensure_ascii=False)
         assert "ended done" in told and not _hidden(told)
+
+
+async def test_a_2026_client_listens_for_the_job_s_updates(home: Path, tmp_path: Path) -> None:
+    """The 2026 protocol has no resources/subscribe: a client listens (subscriptions/listen)
+    for the job's resource, and the same watch delivers its updates there."""
+    from mcp import Client
+
+    p = project(tmp_path)
+    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    params = StdioServerParameters(command=gpu_exe(), args=["mcp"], env=env)
+    async with Client(params, mode="auto") as client:
+        assert client.session.protocol_version == "2026-07-28"  # not the handshake of the others
+        res = await client.call_tool("gpu_submit", {"project_dir": str(p), "script": "slow.py",
+                                                    "hours": 0.1, "wait_s": 0})
+        sub = res.structured_content
+        uri, short = sub["guidance"]["resource"], sub["job"]["short_id"]
+        states = []
+        with anyio.fail_after(180):
+            async with client.listen(resource_subscriptions=[uri]) as stream:
+                async for event in stream:
+                    assert event.uri == uri
+                    doc = json.loads((await client.read_resource(uri)).contents[0].text)
+                    states.append(doc["state"])
+                    if doc["state"] in ("done", "failed", "cancelled"):
+                        break
+        assert states[-1] == "done" and doc["short_id"] == short
