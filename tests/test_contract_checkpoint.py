@@ -73,7 +73,7 @@ async def test_contract_checkpoint_folder_comes_home_mid_run_and_is_restored_on_
 
         started = await call(s, "compute_job", action="start", command="python train.py",
                              cwd=str(project), hours=0.1, name="contract ckpt",
-                             checkpoint="ckpts")
+                             checkpoint="ckpts", wait_s=0)  # it is followed while it runs
         assert started["submitted"] is True and started["job"]["state"] != "awaiting_approval"
         short, job_id = started["job"]["short_id"], started["job"]["id"]
 

@@ -125,8 +125,8 @@ async def test_agent_submits_waits_and_reads_everything(home: Path, tmp_path: Pa
         assert set(sub) == {"job", "guidance", "submitted", "bundle"} and sub["submitted"] is True
         short = sub["job"]["short_id"]
         assert sub["guidance"]["needs_approval"] is False
-        assert sub["guidance"]["next_call"] == {"tool": "gpu_wait", "arguments": {"job": short}}
-        assert sub["guidance"]["follow"] == f'gpu_wait(job="{short}")'
+        assert sub["guidance"]["next_call"] == {"tool": "gpu_wait", "arguments": {"job": short, "until": "end"}}
+        assert sub["guidance"]["follow"] == f'gpu_wait(job="{short}", until="end")'
         assert progress and any("bundl" in (m or "") for _, _, m in progress)
         values = [p for p, _, _ in progress]
         assert values == sorted(set(values)), "progress only grows"

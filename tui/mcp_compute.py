@@ -20,7 +20,8 @@ import re
 from typing import Any
 
 from core.errors import UserError
-from tui.mcp_tools import ACTOR, Call, Engine, argument, gpu_logs, gpu_wait, stage
+from tui.mcp_schema import START_WAIT_S
+from tui.mcp_tools import (ACTOR, Call, Engine, argument, gpu_logs, gpu_wait, settling, stage)
 
 TOOL = "compute_job"
 NEEDS = {"start": ("command", "cwd"), "plan": ("command", "cwd"), "wait": ("job",),
@@ -98,14 +99,17 @@ def compute_job(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, A
 
 
 def _start(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
+    """Submit, then wait out the grace (`wait_s`): a job that ends in it comes back with its
+    outcome and its log's tail (`submit_doc`); one still running, with where it is."""
+    from core.engine.reports import submit_doc
     from core.engine.service import submit
 
     store = engine.store(supervise=False)
-    result = submit(_request(engine, args), actor=ACTOR, interactive=False, store=store, front="compute",
-                    expect_digest=args.get("digest"), progress=stage(call))
-    if result.submitted and args.get("purpose"):
-        store.add_event(result.job.id, f"purpose: {args['purpose']}", actor=ACTOR,
-                        data={"purpose": args["purpose"]})
-    doc = result.to_json()
+    req = dataclasses.replace(_request(engine, args), wait_s=float(args.get("wait_s", START_WAIT_S)))
+    bundling, waiting = settling(call)
+    result = submit(req, actor=ACTOR, interactive=False, store=store, front="compute",
+                    expect_digest=args.get("digest"), progress=bundling, settle=True,
+                    cancelled=call.cancelled, tick=waiting, purpose=args.get("purpose"))
+    doc = submit_doc(store, result, verbose=bool(args.get("verbose")))
     doc["digest"] = result.job.digest
     return doc

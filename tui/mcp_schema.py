@@ -120,6 +120,12 @@ LOGS_DEFAULT_LINES = 100
 _WAIT_TIMEOUT = _number(f"Seconds to wait at most (default {WAIT_DEFAULT_S:g}, at most "
                         f"{WAIT_MAX_S:g}); 0 returns the status at once.",
                         default=WAIT_DEFAULT_S, minimum=0, maximum=WAIT_MAX_S)
+_UNTIL = {"type": "string", "enum": ["change", "end"], "default": "change", "description":
+          "What to wait for. change (the default): any change of the job's state (placed, "
+          "running, checkpointing, ended). end: the job ending (done, failed, cancelled, "
+          "denied), or it waiting for a person's approval, which no tool gives: the steps "
+          "between are skipped, so one call covers the whole run up to timeout_s."}
+START_WAIT_S = 10.0  # compute_job start's grace, as gpu_submit's wait_s default
 _OFFSET = _integer("Read from this byte offset (next_offset of the previous call) instead of "
                    "the tail: at most max_bytes, ending at a whole line.", minimum=0)
 _MAX_BYTES = _integer("The most bytes one read by offset returns (default 65536).",
@@ -141,13 +147,17 @@ GPU_TOOLS: dict[str, tuple[str, str, dict[str, Any]]] = {
                  "verbose": _bool("Return the full documents (request, plan, every event).")},
                 ["job"])),
     "gpu_wait": ("Gpu Wait", (
-        "Block until the job changes state or ends, or timeout_s passes, then return its "
-        "status (the same document as gpu_status, with wait.changed saying whether it moved). "
-        "Call it instead of sleeping: it returns as soon as the job is placed, runs, needs "
-        "approval or ends. Calling it again continues the watch."),
-        _object({"job": JOB, "timeout_s": _WAIT_TIMEOUT,
+        "Block until the job changes state or ends (until=\"change\", the default), or until "
+        "it ends or needs approval (until=\"end\"), or timeout_s passes; then return its "
+        "status (the same document as gpu_status, with wait.changed saying whether it moved "
+        "and wait.ended whether it ended). Call it instead of sleeping. Calling it again "
+        "continues the watch. A client can also subscribe to the job's resource "
+        "(guidance.resource, gpu://jobs/<short_id>) and be notified when it changes."),
+        _object({"job": JOB, "timeout_s": _WAIT_TIMEOUT, "until": _UNTIL,
                  "log_lines": _integer("Also return the last N lines of the job's log.",
-                                       minimum=1, maximum=10_000)}, ["job"])),
+                                       minimum=1, maximum=10_000),
+                 "verbose": _bool("Return the full documents (request, plan, every event).")},
+                ["job"])),
     "gpu_logs": ("Gpu Logs", (
         f"The job's log as printable text: the last `tail` lines (default {LOGS_DEFAULT_LINES}), "
         "or from a byte offset (pass next_offset of the previous call to read on). Lines from "
@@ -190,10 +200,14 @@ COMPUTE_ACTIONS = ("targets", "plan", "start", "wait", "logs", "artifacts", "can
 COMPUTE_DESCRIPTION = (
     "Run a command on a GPU and follow it: one tool, an action each call. targets: where jobs "
     "can run. plan: what start would do with the same arguments (target, price, rules that "
-    "would hold it, digest) without starting. start: package cwd and run command there; pass "
+    "would hold it, digest) without starting. start: package cwd and run command there, and wait "
+    "up to wait_s (the grace, default 10 s) for it to end: a job that ends in it comes back "
+    "with its final state, exit_code and job.log_tail; a longer one comes back running, with "
+    "guidance.resource, the MCP resource to subscribe to for a notification when it ends. Pass "
     "the digest from plan so that, if the plan changed since (another target, another bundle), "
     "the job waits for a person's approval instead of running. wait: block until the job "
-    "changes state or ends (timeout_s), then return its status. logs: its output, by tail or "
+    "changes state or ends (until=\"end\": until it ends or needs approval; timeout_s), then "
+    "return its status. logs: its output, by tail or "
     "byte offset. artifacts: the files that came home to its outputs folder. cancel: stop it "
     "(checkpoint_first: ask it to save, bring that checkpoint home, then stop it). resume: run "
     "a cancelled or failed job again from its last checkpoint, as the same job's next attempt; "
@@ -226,7 +240,12 @@ COMPUTE_SCHEMA = _object({
                      "for approval."),
     "provider": _str("plan/start: pin a target kind (kaggle, local, ssh, slurm, pbs, modal) or "
                      "a target name (see targets); a name wins. Usually omit."),
+    "wait_s": _number(f"start: the grace, seconds to wait for the job to end before returning "
+                      f"(default {START_WAIT_S:g}; at most {WAIT_MAX_S:g}); 0 returns once it is "
+                      "recorded.", default=START_WAIT_S, minimum=0, maximum=WAIT_MAX_S),
     "timeout_s": _WAIT_TIMEOUT,
+    "until": _UNTIL,
+    "verbose": _bool("start/wait: return the full documents (null fields, every event)."),
     "checkpoint_first": _bool("cancel: ask the job to checkpoint first (gpu.should_checkpoint() "
                               "turns true), bring that checkpoint home, then stop it, so a later "
                               "resume goes on from there."),

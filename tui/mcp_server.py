@@ -28,6 +28,7 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
 from core import __version__
 from core.errors import UserError, clip, shorten
@@ -36,6 +37,7 @@ from core.runtime.textsafe import printable
 from tui.mcp_compute import compute_job
 from tui.mcp_schema import TOOLS
 from tui.mcp_tools import HANDLERS, Call, Engine
+from tui.mcp_watch import JobWatch
 from tui.output import json_text
 
 PROGRESS_EVERY_S = 0.1  # at most this often, except the first and the last of a call
@@ -43,8 +45,10 @@ READ_ONLY = {"gpu_status", "gpu_wait", "gpu_logs", "gpu_metrics", "gpu_jobs", "g
              "gpu_accounts"}
 INSTRUCTIONS = (
     "gpu-router runs scripts on GPUs (local, SSH, Slurm, PBS targets) and keeps them running. "
-    "gpu_submit packages a project and returns at once; follow guidance.follow (usually "
-    "gpu_wait, which returns when the job changes state). When guidance.needs_approval is "
+    "gpu_submit packages a project and waits out a short grace (wait_s): a job that ends in it "
+    "returns its outcome and log tail at once. Otherwise follow guidance.follow (gpu_wait "
+    "until the job ends), or subscribe to the job's resource (guidance.resource) to be "
+    "notified when it changes and ends. When guidance.needs_approval is "
     "true, relay guidance.tell_user to the user word for word and end your turn: no tool "
     "approves a job. compute_job offers the same engine as one tool with an action argument.")
 
@@ -174,16 +178,32 @@ def _reporter(ctx: Any) -> Call:
     return Call(progress=progress, cancelled=cancelled)
 
 
-def build_server(engine: Engine | None = None) -> Server:
+def _starts(name: str, args: dict[str, Any]) -> bool:
+    """Whether a call starts a job (its result names one the server then watches)."""
+    return name == "gpu_submit" or (name == "compute_job" and args.get("action") in ("start", "resume"))
+
+
+def _job_status(store: Any, job: Any) -> dict[str, Any]:
+    from core.engine.reports import agent_status
+
+    return agent_status(store, job, front="gpu")
+
+
+def build_server(engine: Engine | None = None) -> tuple[Server, JobWatch]:
+    """The server, and the watch that tells its client when the jobs it follows move
+    (run it beside the server: `JobWatch.run`)."""
     engine = engine or Engine()
     handlers = {**HANDLERS, "compute_job": compute_job}
     tools = tool_list()
+    bus = InMemorySubscriptionBus()
+    watch = JobWatch(store=lambda: engine.store(supervise=False), status=_job_status, bus=bus)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name
+        watch.attach(ctx)
         try:
             if name not in TOOLS:
                 raise UserError(f"there is no tool {shorten(name)}", fix=f"the tools: {', '.join(TOOLS)}")
@@ -193,19 +213,53 @@ def build_server(engine: Engine | None = None) -> Server:
             return user_error(exc)
         except Exception as exc:  # noqa: BLE001 - a bug is an answer, never the server's end
             return internal_error(exc, name)
+        if _starts(name, args):
+            watch.started(doc)
         return _result(clean(doc))
 
-    return Server("gpu-router", version=__version__, title="gpu-router", instructions=INSTRUCTIONS,
-                  on_list_tools=list_tools, on_call_tool=call_tool)
+    async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        watch.attach(ctx)
+        return watch.listing()
+
+    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        watch.attach(ctx)
+        return await watch.read(params.uri, clean)
+
+    async def subscribe(ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        watch.attach(ctx)
+        await watch.subscribe(params.uri)
+        return types.EmptyResult()
+
+    async def unsubscribe(ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        watch.unsubscribe(params.uri)
+        return types.EmptyResult()
+
+    async def set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        watch.attach(ctx)
+        watch.set_level(params.level)
+        return types.EmptyResult()
+
+    server = Server("gpu-router", version=__version__, title="gpu-router", instructions=INSTRUCTIONS,
+                    on_list_tools=list_tools, on_call_tool=call_tool,
+                    on_list_resources=list_resources, on_read_resource=read_resource,
+                    on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe,
+                    on_subscriptions_listen=ListenHandler(bus))
+    # declared so that the end-of-job log notifications have a capability to ride on (the
+    # constructor's on_set_logging_level warns that the 2026 protocol drops it)
+    server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
+    return server, watch
 
 
-async def _serve(server: Server) -> None:
+async def _serve(server: Server, watch: JobWatch) -> None:
     async with stdio_server() as (read, write):
         with contextlib.redirect_stdout(sys.stderr):  # the wire is the SDK's alone
-            await server.run(read, write, server.create_initialization_options())
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(watch.run, clean)
+                await server.run(read, write, server.create_initialization_options())
+                tasks.cancel_scope.cancel()
 
 
 def serve() -> int:
     """Serve until the client closes stdin."""
-    anyio.run(_serve, build_server())
+    anyio.run(_serve, *build_server())
     return 0

@@ -23,8 +23,6 @@ from core.errors import UserError
 from tui.mcp_schema import LOGS_DEFAULT_LINES, SUBMIT_PROPERTIES, WAIT_DEFAULT_S, WAIT_MAX_S
 
 ACTOR = actor_rule.mcp().label("mcp")  # "agent (it came through MCP; mcp)"
-WAIT_POLL_S = 0.2
-WAIT_PROGRESS_S = 5.0  # a wait says it is alive this often (clients reset their timeouts)
 
 
 @dataclass
@@ -91,18 +89,37 @@ def stage(call: Call) -> Callable[[int, int | None, str], None]:
     return lambda done, total, text: call.progress(float(done), None if total is None else float(total), text)
 
 
+def settling(call: Call) -> tuple[Callable[[int, int | None, str], None], Callable[[float, Any], None]]:
+    """A start's progress: the bundling's stages, then the grace's ticks (core.engine.service
+    `wait_job`). MCP's progress only grows, so the ticks go on from the bundling's last value."""
+    last = [0.0]
+
+    def bundling(done: int, total: int | None, text: str) -> None:
+        last[0] = float(done)
+        call.progress(float(done), None if total is None else float(total), text)
+
+    def waiting(waited_s: float, job: Any) -> None:
+        call.progress(last[0] + round(waited_s, 1), None,
+                      f"job {job.short_id} is {job.state.value} after {waited_s:.0f} s")
+
+    return bundling, waiting
+
+
 # -- the tools -----------------------------------------------------------------------------
 
 
 def gpu_submit(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
     from core.config.request import build_request
+    from core.engine.reports import submit_doc
     from core.engine.service import submit
 
     project = project_dir("gpu_submit", "project_dir", args["project_dir"])
     req = build_request(project, submit_overrides(args), argument=argument("gpu_submit"))
-    result = submit(req, actor=ACTOR, interactive=False, store=engine.store(supervise=False),
-                    front="gpu", progress=stage(call))
-    return result.to_json(verbose=req.verbose)
+    store = engine.store(supervise=False)
+    bundling, waiting = settling(call)
+    result = submit(req, actor=ACTOR, interactive=False, store=store, front="gpu",
+                    progress=bundling, settle=True, cancelled=call.cancelled, tick=waiting)
+    return submit_doc(store, result, verbose=bool(req.verbose))
 
 
 def gpu_plan(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
@@ -129,31 +146,27 @@ def gpu_status(engine: Engine, args: dict[str, Any], call: Call, front: str = "g
 
 
 def gpu_wait(engine: Engine, args: dict[str, Any], call: Call, front: str = "gpu") -> dict[str, Any]:
-    """Poll the store (one indexed read) until the job's state is not what it was at the call,
-    or it has ended, or the time is up; then its status. The supervisor is started first if
-    live jobs have none, so a wait never waits on nobody."""
-    from core.engine.reports import agent_status
-    from core.jobs.states import TERMINAL
+    """Wait in the engine (`wait_job`: one indexed read of the store at a time) until the job
+    changes state (until="change", the default) or ends or needs a person (until="end"), or
+    the time is up; then its status. The supervisor is started first if live jobs have none,
+    so a wait never waits on nobody."""
+    from core.engine.reports import wait_doc
+    from core.engine.service import wait_job
 
     store = engine.store()
     job = store.resolve(args["job"])
     timeout = args.get("timeout_s")
     timeout = WAIT_DEFAULT_S if timeout is None else max(0.0, min(float(timeout), WAIT_MAX_S))
-    start, began = job.state, time.monotonic()
-    told = began
-    while job.state not in TERMINAL and job.state == start:
-        now = time.monotonic()
-        if now - began >= timeout or call.cancelled():
-            break
-        if now - told >= WAIT_PROGRESS_S:
-            told = now
-            call.progress(round(now - began, 1), timeout, f"job {job.short_id} is still {job.state.value}")
-        time.sleep(min(WAIT_POLL_S, max(0.0, timeout - (now - began))))
-        job = store.get(job.id)
-    doc = agent_status(store, job, front=front, log_lines=args.get("log_lines"))
-    doc["wait"] = {"from": start.value, "to": job.state.value, "changed": job.state != start,
-                   "ended": job.state in TERMINAL, "waited_s": round(time.monotonic() - began, 2)}
-    return doc
+    until = args.get("until") or "change"
+    began = time.monotonic()
+
+    def alive(waited_s: float, now: Any) -> None:
+        call.progress(round(waited_s, 1), timeout, f"job {now.short_id} is still {now.state.value}")
+
+    last = wait_job(store, job.id, until=until, timeout_s=timeout, since=job.state,
+                    cancelled=call.cancelled, tick=alive)
+    return wait_doc(store, last, job.state, until=until, waited_s=time.monotonic() - began,
+                    verbose=bool(args.get("verbose")), front=front, log_lines=args.get("log_lines"))
 
 
 def gpu_logs(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:

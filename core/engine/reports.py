@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.engine.service import guidance, job_report, log_path
+from core.engine.service import SubmitResult, guidance, job_report, log_path
 from core.jobs.states import ACTIVE, TERMINAL, State
 from core.jobs.store import Job, Store
 from core.errors import UserError
@@ -46,6 +46,35 @@ def live_doc(store: Store, supervisor_pid: int | None) -> dict[str, Any]:
     """`gpu status --json` without a job: the supervisor and the live jobs."""
     return {"supervisor": {"running": supervisor_pid is not None, "pid": supervisor_pid},
             "jobs": [j.to_json() for j in store.jobs(states=ACTIVE)]}
+
+
+OUTCOME_TAIL_LINES = 40  # the log lines a result carries when its job ended within the grace
+
+
+def submit_doc(store: Store, result: SubmitResult, *, verbose: bool = False,
+               tail_lines: int = OUTCOME_TAIL_LINES) -> dict[str, Any]:
+    """A submit's result, {job, guidance, submitted, bundle} (the contract's shape): a job that
+    already ended (it settled within the grace, `submit(settle=True)`) carries its outcome,
+    `exit_code` and the last `tail_lines` lines of its log as `job.log_tail`, so the agent
+    needs no second call; with `verbose`, the job carries every event as `job.events`."""
+    doc = result.to_json(verbose=verbose)
+    job = result.job
+    if verbose:
+        doc["job"]["events"] = [e.to_json() for e in store.events(job.id)]
+    if job.state in TERMINAL:
+        doc["job"]["exit_code"] = job.exit_code
+        doc["job"]["log_tail"] = log_tail(job, tail_lines)
+    return doc
+
+
+def wait_doc(store: Store, job: Job, start: State, *, until: str, waited_s: float,
+             verbose: bool = False, front: str = "gpu", log_lines: int | None = None) -> dict[str, Any]:
+    """A wait's answer: the job's status (`agent_status`) and `wait`, what the wait saw:
+    from which state to which, whether it moved or ended, what it waited for."""
+    doc = agent_status(store, job, verbose=verbose, front=front, log_lines=log_lines)
+    doc["wait"] = {"from": start.value, "to": job.state.value, "changed": job.state != start,
+                   "ended": job.state in TERMINAL, "until": until, "waited_s": round(waited_s, 2)}
+    return doc
 
 
 def status_doc(store: Store, job: Job, *, verbose: bool = False, front: str = "cli") -> dict[str, Any]:

@@ -189,12 +189,21 @@ def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> di
 def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
            store: Store | None = None, start_supervisor: bool = True,
            allow_large_project: bool = False, front: str = "cli",
-           expect_digest: str | None = None, progress: Stage | None = None) -> SubmitResult:
+           expect_digest: str | None = None, progress: Stage | None = None,
+           settle: bool = False, cancelled: Callable[[], bool] | None = None,
+           tick: Tick | None = None, purpose: str | None = None) -> SubmitResult:
     """Record the job (once: see `_insert_once`) and start the supervisor unless it is held.
 
     `expect_digest` is the digest of a plan the caller was shown (`gpu_plan`, compute_job's
     `plan`): if the plan made now differs, the job is held for a person with that reason and
-    never runs on the strength of a plan nobody saw. `front` picks guidance's words."""
+    never runs on the strength of a plan nobody saw. `front` picks guidance's words.
+
+    `req.wait_s` is a grace: without `settle` (the CLI) the call waits in it until the job is
+    placed; with `settle` (an agent's call) until the job ends or needs a person, so a job
+    that settles within the grace comes back with its outcome instead of `provisioning`
+    (see `wait_job`; `cancelled` ends the wait early, `tick` hears it is alive). `purpose`
+    (why the job runs, in the caller's words) is recorded as the new job's event before any
+    wait, so it comes before the job's outcome in its history."""
     store = store or Store()
     bundle, plan = prepare(req, interactive=interactive, store=store,
                            allow_large_project=allow_large_project, progress=progress)
@@ -209,6 +218,8 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
         request_doc.pop(key, None)
 
     job, submitted = _insert_once(store, req, plan, bundle, fp, summary, request_doc, actor)
+    if submitted and purpose:
+        store.add_event(job.id, f"purpose: {purpose}", actor=actor, data={"purpose": purpose})
     try:
         ignore_runs(Path(job.outputs_dir).parent)
     except OSError:
@@ -217,7 +228,10 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
         from core.engine.daemon import ensure_running
 
         ensure_running()
-    if req.wait_s and submitted and job.state == State.ROUTING:
+    if req.wait_s and submitted and settle:
+        job = wait_job(store, job.id, until="end", timeout_s=req.wait_s, cancelled=cancelled,
+                       tick=tick)
+    elif req.wait_s and submitted and job.state == State.ROUTING:
         job = wait_placed(store, job.id, req.wait_s)
     advice = guidance(job, submitted, front)
     left = _left_behind(store, job)
@@ -354,27 +368,74 @@ def wait_placed(store: Store, job_id: str, wait_s: float) -> Job:
         delay = min(delay * 1.5, 0.25)
 
 
+WAIT_UNTIL = ("change", "end")
+WAIT_POLL_S = 0.2  # one indexed read of the store each time
+WAIT_TICK_S = 5.0  # how often a long wait tells its caller it is alive
+# told (seconds waited, the job as it is now) every WAIT_TICK_S of a wait
+Tick = Callable[[float, Job], None]
+
+
+def woken(job: Job, start: State, until: str) -> bool:
+    """Whether a wait that began at state `start` is over. "change": the job is in another
+    state or ended. "end": the job ended, or it waits for a person's approval (then nothing
+    moves until someone acts, and the agent has to tell its person), not every step between."""
+    if job.state in TERMINAL:
+        return True
+    if until == "end":
+        return job.state == State.AWAITING_APPROVAL
+    return job.state != start
+
+
+def wait_job(store: Store, job_id: str, *, until: str = "change", timeout_s: float,
+             since: State | None = None, cancelled: Callable[[], bool] | None = None,
+             tick: Tick | None = None) -> Job:
+    """Block until `woken` (from state `since`, default the job's state now), `timeout_s`
+    passes or `cancelled()` turns true; return the job as it is then. The supervisor runs as
+    its own process and writes the store: this reads it, one row every WAIT_POLL_S."""
+    if until not in WAIT_UNTIL:
+        raise UserError(f"until must be one of {', '.join(WAIT_UNTIL)} (got {until!r})",
+                        fix="until=\"end\" waits for the job to end; \"change\" for any change of state")
+    began = told = time.monotonic()
+    job = store.get(job_id)
+    start = since or job.state
+    while not woken(job, start, until):
+        now = time.monotonic()
+        if now - began >= timeout_s or (cancelled is not None and cancelled()):
+            break
+        if tick is not None and now - told >= WAIT_TICK_S:
+            told = now
+            tick(now - began, job)
+        time.sleep(min(WAIT_POLL_S, max(0.0, timeout_s - (now - began))))
+        job = store.get(job_id)
+    return job
+
+
 def tool_call(tool: str, **arguments: Any) -> str:
     """How guidance names a tool call: `gpu_wait(job="1a2b3c4d")`."""
     return f"{tool}({', '.join(f'{k}={json.dumps(v)}' for k, v in arguments.items())})"
 
 
+JOB_RESOURCE = "gpu://jobs/"  # + short id: the MCP resource of a job (tui/mcp_watch.py)
+
+
 def _next_calls(job: Job, front: str) -> dict[str, Any]:
-    """What an agent calls next: wait on a live job (it returns when the job changes state,
-    so no sleep loop), read the log of one that ended, look at one held for a person."""
+    """What an agent calls next: wait on a live job until it ends (it returns then, or when the
+    job needs a person: no sleep loop), read the log of one that ended, look at one held for a
+    person. `resource` is the job's MCP resource: a client that subscribes to it is told
+    when the job's state changes, without calling anything."""
     short = job.short_id
     held = job.state == State.AWAITING_APPROVAL
     if front == "compute":
         status = ("compute_job", {"action": "wait", "job": short, "timeout_s": 0})
-        nxt = status if held else ("compute_job", {"action": "artifacts" if job.state in TERMINAL
-                                                   else "wait", "job": short})
+        nxt = status if held else ("compute_job", {"action": "artifacts", "job": short}) \
+            if job.state in TERMINAL else ("compute_job", {"action": "wait", "job": short, "until": "end"})
     else:
         status = ("gpu_status", {"job": short})
         nxt = status if held else ("gpu_logs", {"job": short}) if job.state in TERMINAL \
-            else ("gpu_wait", {"job": short})
+            else ("gpu_wait", {"job": short, "until": "end"})
     return {"follow": tool_call(nxt[0], **nxt[1]), "status": tool_call(status[0], **status[1]),
             "next_call": {"tool": nxt[0], "arguments": nxt[1]},
-            "shell": f"gpu logs -f {short}"}
+            "resource": JOB_RESOURCE + short, "shell": f"gpu logs -f {short}"}
 
 
 def guidance(job: Job, submitted: bool, front: str = "cli") -> dict[str, Any]:
