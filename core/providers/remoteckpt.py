@@ -1,6 +1,6 @@
 """A remote job's checkpoints (core.packaging.checkpoints), both ways: its ckpt/ listed with
 hashes on the host (core/runtime/ckptscan.py; the listings asked for on one tick made by one
-process there), only the named files packed there and copied home, and a moved job's
+process there), only the named files packed there straight into a stream home reads (no archive file on the host), and a moved job's
 checkpoint from home uploaded beside its job folder before its launcher starts. A mixin of
 `core.providers.remote.RemoteProvider`, which holds the transport, the job's folders,
 `_run_runtime` and `gathered`.
