@@ -321,7 +321,7 @@ def test_credentials_never_reach_the_host_and_odd_names_arrive_exact(sshd, home:
 def test_every_call_to_a_frozen_host_ends_within_its_silence_and_says_since_when(
         sshd, tmp_path: Path) -> None:
     """sshd and its connection SIGSTOPped (nothing closes, nothing answers): a command, an
-    SFTP read, write, upload and download each end Unreachable within the link's silence
+    SFTP read, write, upload and download, a streamed copy each end Unreachable within the link's silence
     (the keepalives the grace sets) plus the connect timeout, not the ~75 s the fixed
     keepalive took; the transport says since when the host is silent, and forgets it once
     the host answers again."""
@@ -349,7 +349,9 @@ def test_every_call_to_a_frozen_host_ends_within_its_silence_and_says_since_when
                 ("read_from", lambda: t.read_from(str(target / "f"), 0, 100)),
                 ("put_bytes", lambda: t.put_bytes(b"z", str(target / "g"))),
                 ("put_file", lambda: t.put_file(local, str(target / "h"))),
-                ("get_file", lambda: t.get_file(str(target / "f"), tmp_path / "down.bin"))):
+                ("get_file", lambda: t.get_file(str(target / "f"), tmp_path / "down.bin")),
+                ("stream_to", lambda: t.stream_to(f"cat {target / 'f'}; sleep 60", tmp_path / "s.bin",
+                                                  max_bytes=1 << 20))):
             # a live connection with its SFTP session open, then the host freezes under it
             assert (await t.run("echo hi")).out.strip() == "hi" and t.silent_since() is None
             await t.read_from(str(target / "f"), 0, 10)

@@ -167,3 +167,61 @@ def test_names_and_paths() -> None:
     assert base.remote_path_expr("~/.gpu-router") == "\"$HOME\"/.gpu-router"
     assert base.remote_path_expr("~/it's") == "\"$HOME\"/'it'\"'\"'s'"
     assert base.remote_path_expr("/abs/p") == "/abs/p"
+
+
+# -- stream_to: a command's stdout into a local file as it arrives -------------------------
+
+
+async def _wait_for(cond, what: str) -> None:
+    for _ in range(600):  # a bound on a wait, not a timing assertion
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_local_stream_writes_output_as_it_arrives_and_keeps_stderr(tmp_path: Path) -> None:
+    """The first bytes are in the file while the command still runs (it waits for GO, which
+    the test creates only once it has seen them): nothing is held back until the end."""
+    t = local.LocalTransport("here")
+    go, dest = tmp_path / "GO", tmp_path / "got.bin"
+    script = (f"printf first; echo 'a note' >&2; while [ ! -e {base.quote(go)} ]; do sleep 0.02; done; "
+              "head -c 3000000 /dev/zero; exit 4")
+    task = asyncio.ensure_future(t.stream_to(script, dest, max_bytes=10 << 20))
+    await _wait_for(lambda: dest.exists() and dest.read_bytes()[:5] == b"first", "first bytes in the file")
+    assert not task.done()
+    go.touch()
+    result, n = await task
+    assert (result.code, result.stdout, result.err) == (4, b"", "a note\n")
+    assert n == 3_000_005 and dest.read_bytes() == b"first" + bytes(3_000_000)
+    assert t.stats["bytes_received"] == n
+
+
+async def test_local_stream_over_its_cap_stops_the_command_and_keeps_nothing(tmp_path: Path) -> None:
+    t = local.LocalTransport("here")
+    pid, dest = tmp_path / "pid", tmp_path / "got.bin"
+    with pytest.raises(base.OverCap, match=r"over its 1000000 byte cap \(the target's max_output_bytes\)"):
+        # never ends by itself: only the stop ends it
+        await t.stream_to(f"echo $$ > {base.quote(pid)}; exec yes", dest, max_bytes=1_000_000,
+                          what="the checkpoint")
+    assert not dest.exists()
+    assert not Path(f"/proc/{pid.read_text().strip()}").exists()  # stopped and reaped
+    with pytest.raises(base.TransportError, match="sent nothing for 0.3s"):
+        await t.stream_to("sleep 30", dest, max_bytes=100, idle_s=0.3)
+    assert not dest.exists()
+
+
+async def test_ssh_stream_copies_the_output_and_stops_at_its_cap(server, tmp_path: Path) -> None:
+    ep, _, _ = server
+    t = ssh.SSHTransport(ep, name="box")
+    dest = tmp_path / "got.bin"
+    result, n = await t.stream_to("head -c 5000000 /dev/urandom | tee " + base.quote(tmp_path / "sent.bin")
+                                  + "; echo done >&2", dest, max_bytes=6_000_000)
+    assert (result.code, result.err, n) == (0, "done\n", 5_000_000)
+    assert dest.read_bytes() == (tmp_path / "sent.bin").read_bytes()
+    with pytest.raises(base.OverCap, match="the checkpoint from .* stopped at .* over its 1000000 byte cap"):
+        await t.stream_to("head -c 5000000 /dev/zero", dest, max_bytes=1_000_000, what="the checkpoint")
+    assert not dest.exists()
+    r, _ = await t.stream_to("exit 3", dest, max_bytes=10)
+    assert r.code == 3 and dest.read_bytes() == b""
+    assert (await t.run("echo still")).out == "still\n"  # the stopped copy left the link usable

@@ -148,11 +148,13 @@ printf '%s\\n' "$py"
                            input: bytes | None = None) -> dict:
         """Run one of the runtime's stdlib scripts on the host (sent as its source, so it needs
         no upload) and read the JSON it prints."""
-        remote = await self.remote()
-        source = runtime_source(module)
-        r = await self.transport.run(f"{quote(remote['python'])} -c {quote(source)} "
-                                     + " ".join(quote(a) for a in args), input=input, check=check)
+        r = await self.transport.run(await self._runtime_command(module, args), input=input, check=check)
         return json.loads(r.out.strip().splitlines()[-1])
+
+    async def _runtime_command(self, module: str, args: list[str]) -> str:
+        """The shell line that runs one of the runtime's stdlib scripts on the host."""
+        remote = await self.remote()
+        return f"{quote(remote['python'])} -c {quote(runtime_source(module))} " + " ".join(quote(a) for a in args)
 
     def gathered(self, key: str, make: Callable[[], G]) -> G:
         """This host's batch `key` (lookbatch.py) for the running loop: one per loop, since

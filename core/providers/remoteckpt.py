@@ -1,6 +1,6 @@
 """A remote job's checkpoints (core.packaging.checkpoints), both ways: its ckpt/ listed with
 hashes on the host (core/runtime/ckptscan.py; the listings asked for on one tick made by one
-process there), only the named files packed there and copied home, and a moved job's
+process there), only the named files packed there straight into a stream home reads (no archive file on the host), and a moved job's
 checkpoint from home uploaded beside its job folder before its launcher starts. A mixin of
 `core.providers.remote.RemoteProvider`, which holds the transport, the job's folders,
 `_run_runtime` and `gathered`.
@@ -9,14 +9,16 @@ checkpoint from home uploaded beside its job folder before its launcher starts. 
 from __future__ import annotations
 
 import asyncio
-import uuid
+import json
 from pathlib import Path
 
 from core.jobs.store import Job
 from core.packaging import checkpoints
 from core.packaging.safe_extract import OutputCaps
 from core.providers.lookbatch import Gather
-from core.transport.base import quote
+from core.transport.base import CommandFailed, TransportError, quote
+
+TAR_ALLOWANCE = 1 << 20  # a streamed checkpoint's tar and gzip framing over its files' bytes
 
 
 class RemoteCheckpoints:
@@ -37,18 +39,27 @@ class RemoteCheckpoints:
 
     async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, generation: str | None = None) -> dict:
         """Only the named files of the job's ckpt/ (or of the frozen `generation` the listing
-        named), packed on the host and copied home."""
+        named), packed on the host straight into the stream home reads into `archive` (no
+        archive file on the host: a checkpoint as large as the host's free space still comes
+        home). The stream is capped at the target's max_output_bytes plus the tar's own
+        headers (TAR_ALLOWANCE); past it the copy stops and says so (OverCap)."""
         await self.remote()
-        jd = self.job_dir(job)
-        packed = f"{jd}/ckpt-{uuid.uuid4().hex[:12]}.tar.gz"
         which = ["--generation", generation] if generation else []
-        doc = await self._run_runtime("ckptscan.py", ["pack", *which, f"{jd}/ckpt", packed, *rels],
-                                      input=None, check=f"packing the checkpoint of job {job.short_id}")
+        what = f"the checkpoint of job {job.short_id}"
+        cap = OutputCaps.from_options(self.options).max_bytes + TAR_ALLOWANCE + 1024 * len(rels)
+        command = await self._runtime_command("ckptscan.py", ["pack", *which, f"{self.job_dir(job)}/ckpt", "-", *rels])
+        result, _ = await self.transport.stream_to(command, archive, max_bytes=cap, what=what)
         try:
-            await self.transport.get_file(packed, archive, max_bytes=1 << 40)
-        finally:
-            await self.transport.run(f"rm -f {quote(packed)}")
-        return doc
+            if result.code != 0:
+                raise CommandFailed(f"packing {what}", result)
+            try:
+                return json.loads(result.err.strip().splitlines()[-1])
+            except (IndexError, ValueError):
+                raise TransportError(f"packing {what} on {self.name} ended without its report: "
+                                     f"{result.err.strip()[-400:] or 'nothing on stderr'}") from None
+        except BaseException:
+            archive.unlink(missing_ok=True)
+            raise
 
     async def _restore_checkpoint(self, job: Job, env_secrets: dict[str, str]) -> tuple[str, int]:
         """A moved job's checkpoint from home, uploaded beside its job folder; returns the shell

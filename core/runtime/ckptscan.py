@@ -12,7 +12,9 @@ can say so once), and a sparse file's cost is its full length.
     ckptscan.py scan DIR
     ckptscan.py scan-many [--max-bytes N] DIR...   (one listing per folder, in order: a host's
                                                     jobs at once; N: the target's output cap)
-    ckptscan.py pack [--generation NAME] DIR ARCHIVE REL...
+    ckptscan.py pack [--generation NAME] DIR ARCHIVE REL...   (ARCHIVE `-`: the tar.gz to stdout,
+                                                    the report to stderr: streamed home, no
+                                                    archive file on the host)
 
 Where the job calls `gpu.checkpoint_saved()` its saves are frozen into generation folders
 beside the checkpoint folder (DIR-gens/, core/runtime/ckptgen.py): `scan` then lists the newest
@@ -238,6 +240,32 @@ def scan_copy(folder: str) -> dict:
     return doc
 
 
+class _Counted:
+    """A write-only stream that counts what passes (the packed size, where it cannot be stat'ed)."""
+
+    def __init__(self, out) -> None:
+        self.out, self.n = out, 0
+
+    def write(self, data) -> int:
+        self.out.write(data)
+        self.n += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _tar_out(archive: str):
+    """The tar.gz to write: the file `archive`, or stdout for `-` (written in order, never
+    sought: gzip over a counting writer). Returns (tar, a function giving the packed size)."""
+    if archive == "-":
+        out = _Counted(sys.stdout.buffer)
+        tar = tarfile.open(mode="w:gz", fileobj=out, compresslevel=1, format=tarfile.PAX_FORMAT)
+        return tar, lambda: out.n
+    tar = tarfile.open(archive, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT)
+    return tar, lambda: os.path.getsize(archive)
+
+
 def pack(folder: str, archive: str, rels: list[str], generation: str | None = None) -> dict:
     """The named regular files of `folder` (and the marker, if any) as a tar.gz, each opened
     through nofollow from the job's folder (a name through a link, a FIFO, a device is left
@@ -251,7 +279,8 @@ def pack(folder: str, archive: str, rels: list[str], generation: str | None = No
             return {"files": 0, "bytes": 0, "packed": 0, "gone": True}
         return _pack_pinned(base, f"{name}{GENS_SUFFIX}/{generation}", archive, rels)
     count = size = 0
-    with tarfile.open(archive, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
+    tar, packed = _tar_out(archive)
+    with tar:
         try:
             top = nofollow.open_root(base, name)
         except (OSError, nofollow.Refused):
@@ -282,7 +311,7 @@ def pack(folder: str, archive: str, rels: list[str], generation: str | None = No
         finally:
             if top >= 0:
                 os.close(top)
-    return {"files": count, "bytes": size, "packed": os.path.getsize(archive)}
+    return {"files": count, "bytes": size, "packed": packed()}
 
 
 def _pack_pinned(base: str, inner: str, archive: str, rels: list[str]) -> dict:
@@ -319,13 +348,14 @@ def _pack_pinned(base: str, inner: str, archive: str, rels: list[str]) -> dict:
         finally:
             os.close(top)
         size = 0
-        with tarfile.open(archive, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
+        tar, packed = _tar_out(archive)
+        with tar:
             for rel, fd, st in opened:
                 info = tarfile.TarInfo(rel)
                 info.size, info.mode, info.mtime = st.st_size, st.st_mode & 0o755, int(st.st_mtime)
                 tar.addfile(info, nofollow.ExactReader(fd, st.st_size))
                 size += st.st_size
-        return {"files": len(opened), "bytes": size, "packed": os.path.getsize(archive)}
+        return {"files": len(opened), "bytes": size, "packed": packed()}
     finally:
         for _, fd, _ in opened:
             os.close(fd)
@@ -345,7 +375,9 @@ def main(argv: list[str]) -> int:
         generation = None
         if len(argv) >= 5 and argv[1] == "--generation":
             generation, argv = argv[2], argv[2:]
-        print(json.dumps(pack(argv[1], argv[2], argv[3:], generation)))
+        doc = pack(argv[1], argv[2], argv[3:], generation)
+        sys.stdout.flush()
+        print(json.dumps(doc), file=sys.stderr if argv[2] == "-" else sys.stdout)
         return 0
     print("usage: ckptscan.py scan DIR | scan-many DIR... | pack DIR ARCHIVE REL...", file=sys.stderr)
     return 2

@@ -8,6 +8,8 @@ same code runs a Slurm login node reached over SSH or the login node we are sitt
     await t.put_bytes(data, remote)
     await t.get_file(remote, local, max_bytes)
     await t.read_from(remote, offset, limit) # (bytes, file size or -1): tails logs and metrics
+    await t.stream_to(script, local, max_bytes=N)  # a command's stdout into a local file as it
+                                             # arrives (a checkpoint's tar): (Result, bytes)
 
 Rules that hold for every command built anywhere in gpu-router:
 
@@ -31,9 +33,11 @@ import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+STREAM_CHUNK = 1 << 20  # what stream_to reads and writes at once
+STREAM_ERR_BYTES = 64 << 10  # the end of a streamed command's stderr that is kept (its report)
 
 
 def quote(value: Any) -> str:
@@ -104,6 +108,10 @@ class HostKeyError(Unreachable):
         super().__init__(f"{what}\n  fix: {fix}")
 
 
+class OverCap(TransportError):
+    """A streamed copy passed its byte cap: the command was stopped and the partial file removed."""
+
+
 class CommandFailed(TransportError):
     def __init__(self, what: str, result: Result) -> None:
         self.result = result
@@ -146,11 +154,62 @@ class Transport(ABC):
     async def read_from(self, remote: str, offset: int, limit: int) -> tuple[bytes, int]:
         """Up to `limit` bytes of `remote` from `offset`, and the file's size (-1: no file)."""
 
+    @abstractmethod
+    async def stream_to(self, script: str, local: Path, *, max_bytes: int, idle_s: float = 60.0,
+                        what: str = "a copy") -> tuple[Result, int]:
+        """Run a POSIX sh script and write its stdout to the file `local` as it arrives, never
+        holding it in memory (a checkpoint's tar can be many GB). Returns the Result (its
+        stdout empty, its stderr kept, at most STREAM_ERR_BYTES of it) and the bytes written.
+        Bounded end to end like every other call: on SSH a silent host ends it by the
+        keepalives (Unreachable); any link that stays live but sends no byte for `idle_s`
+        ends it too (TransportError). Over `max_bytes` the command is stopped and OverCap
+        raised. On any error `local` is removed: a partial copy is never left to be read."""
+
     async def close(self) -> None:
         return None
+
+    @staticmethod
+    def over_cap(what: str, where: str, got: int, cap: int) -> OverCap:
+        return OverCap(f"{what} from {where} stopped at {got} bytes: over its {cap} byte cap "
+                       f"(the target's max_output_bytes); nothing of it was kept")
 
     def _checked(self, result: Result, check: str | None) -> Result:
         self.stats["commands"] += 1
         if check and result.code != 0:
             raise CommandFailed(check, result)
         return result
+
+
+async def pump(read: Callable[[int], Awaitable[bytes]], local: Path, *, max_bytes: int, idle_s: float,
+               what: str, where: str) -> int:
+    """stream_to's loop for both transports: chunks from `read` into `local` as they arrive,
+    at most `max_bytes` (OverCap past it), each chunk within `idle_s` (TransportError when
+    none comes). Returns the bytes written. A full disk here raises its OSError as it is."""
+    import asyncio
+
+    n = 0
+    with open(local, "wb") as f:
+        while True:
+            try:
+                chunk = await asyncio.wait_for(read(STREAM_CHUNK), idle_s)
+            except (asyncio.TimeoutError, TimeoutError):
+                raise TransportError(f"{what} from {where} sent nothing for {idle_s:g}s; it was "
+                                     "stopped") from None
+            if not chunk:
+                return n
+            n += len(chunk)
+            if n > max_bytes:
+                raise Transport.over_cap(what, where, n, max_bytes)
+            f.write(chunk)
+            f.flush()  # in the file as it arrives (a watcher, a crash), not held in a buffer
+
+
+async def tail_of(read: Callable[[int], Awaitable[bytes]]) -> bytes:
+    """All of a stream read, its last STREAM_ERR_BYTES kept (a streamed command's stderr:
+    read alongside its stdout, so a chatty command never stalls on a full pipe)."""
+    kept = b""
+    while True:
+        chunk = await read(1 << 16)
+        if not chunk:
+            return kept
+        kept = (kept + chunk)[-STREAM_ERR_BYTES:]

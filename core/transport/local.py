@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from core.transport.base import Result, Transport, TransportError
+from core.transport.base import Result, Transport, TransportError, pump, tail_of
 
 # -- the local shell -----------------------------------------------------------------------
 
@@ -40,6 +40,31 @@ class LocalTransport(Transport):
         if input:
             self.stats["bytes_sent"] += len(input)
         return self._checked(Result(proc.returncode, out, err), check)
+
+    async def stream_to(self, script: str, local: Path, *, max_bytes: int, idle_s: float = 60.0,
+                        what: str = "a copy") -> tuple[Result, int]:
+        """See Transport.stream_to: the command's stdout pumped into `local` as it comes."""
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", script, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env={**os.environ, **self.env}, start_new_session=True)
+        err = asyncio.ensure_future(tail_of(proc.stderr.read))
+        try:
+            n = await pump(proc.stdout.read, local, max_bytes=max_bytes, idle_s=idle_s, what=what,
+                           where=self.name)
+            code = await asyncio.wait_for(proc.wait(), idle_s)
+            stderr = await asyncio.wait_for(err, idle_s)
+        except BaseException:
+            try:  # the whole group: the copy stops, and nothing is left holding the pipes
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+            err.cancel()
+            local.unlink(missing_ok=True)
+            raise
+        self.stats["commands"] += 1
+        self.stats["bytes_received"] += n
+        return Result(code, b"", stderr), n
 
     async def put_bytes(self, data: bytes, remote: str) -> int:
         def write() -> None:

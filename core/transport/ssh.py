@@ -16,7 +16,9 @@ from core.transport.base import (
     Transport,
     TransportError,
     Unreachable,
+    pump,
     quote,
+    tail_of,
 )
 
 # asyncssh logs every channel at INFO: the supervisor's log would be mostly that
@@ -367,6 +369,44 @@ class SSHTransport(Transport):
         self.stats["bytes_sent"] += len(command) + len(input or b"")
         self.stats["bytes_received"] += len(result.stdout) + len(result.stderr)
         return self._checked(result, check)
+
+    async def stream_to(self, script: str, local: Path, *, max_bytes: int, idle_s: float = SMALL_OP_S,
+                        what: str = "a copy") -> tuple[Result, int]:
+        """See Transport.stream_to: the command's stdout read off the channel in chunks into
+        `local`. A silent host ends it by the keepalives (the link's silent_s: Unreachable,
+        the host marked silent since the copy began), never retried (the caller's next look
+        starts a fresh copy); a stopped copy closes its channel, so the command on the host
+        meets a closed pipe and ends."""
+        import asyncssh
+
+        command = "exec /bin/sh -c " + quote(script)
+
+        async def op(entry: _Conn) -> tuple[Result, int]:
+            proc = await entry.conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL)
+            err = asyncio.ensure_future(tail_of(proc.stderr.read))
+            try:
+                n = await pump(proc.stdout.read, local, max_bytes=max_bytes, idle_s=idle_s, what=what,
+                               where=self.ep.label())
+                await asyncio.wait_for(proc.wait_closed(), idle_s)
+                stderr = await asyncio.wait_for(err, idle_s)
+            except BaseException:
+                proc.close()
+                err.cancel()
+                raise
+            if proc.exit_status is None:  # the channel ended without an exit: the link went
+                raise asyncssh.ConnectionLost(f"{what} ended without an exit status")
+            code = proc.exit_status if proc.exit_status >= 0 else None
+            return Result(code, b"", stderr), n
+
+        try:
+            result, n = await self._with_retry(op, what, retry=False)
+        except BaseException:
+            local.unlink(missing_ok=True)
+            raise
+        self.stats["commands"] += 1
+        self.stats["bytes_sent"] += len(command)
+        self.stats["bytes_received"] += n + len(result.stderr)
+        return result, n
 
     async def put_bytes(self, data: bytes, remote: str) -> int:
         async def op(entry: _Conn) -> None:
