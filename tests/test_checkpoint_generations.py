@@ -165,7 +165,7 @@ def test_a_save_between_the_listing_and_the_packing_still_comes_home(home: Path)
         async def checkpoint_scan(self, job):
             return await inner.checkpoint_scan(job)
 
-        async def checkpoint_pack(self, job, rels, archive, generation=None):
+        async def checkpoint_pack(self, job, rels, archive, generation=None, progress=None):
             for _ in range(self.saves):
                 save()
             return await inner.checkpoint_pack(job, rels, archive, generation)

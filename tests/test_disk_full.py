@@ -238,7 +238,7 @@ class _CheckpointsElsewhere:
         self.asked += 1
         return ckptscan.scan(str(self.ckpt))
 
-    async def checkpoint_pack(self, job, rels: list[str], archive: Path) -> dict:
+    async def checkpoint_pack(self, job, rels: list[str], archive: Path, progress=None) -> dict:
         from core.runtime import ckptscan
 
         self.asked += 1

@@ -68,6 +68,7 @@ class JobMoves:
     async def _migrate(self, job: Job) -> None:
         """Move a job whose session ended to another target: plan again without the lost one,
         under the approval rules again, and resume it there from the checkpoint at home."""
+        await self._stop_copy(job.id)  # a copy still coming from the target it left
         if time.time() < float(job.handle.get("migrate_retry_at") or 0):
             return
         rules = self.rules()

@@ -129,35 +129,6 @@ class JobSteps:
             await self._check_kill_rules(await self.db(self.store.get, job.id), provider)
             await self._check_overrun(await self.db(self.store.get, job.id), provider)
 
-    async def _mirror(self, job: Job, provider: Any, force: bool = False) -> None:
-        """Bring the job's last complete checkpoint home (rate-limited; never fails the job)."""
-        if not checkpoints.due(job.id, self._mirrored, force):
-            return
-        async def say(text: str) -> None:  # once per fact (checkpoints.mirror keeps count)
-            log.info("job %s: %s", job.short_id, text)
-            await self.db(self.store.add_event, job.id, text)
-
-        try:
-            doc = await checkpoints.mirror(job, provider, say=say)
-        except Exception as exc:  # noqa: BLE001 - the host may be away: the next look retries
-            log.info("job %s: checkpoint not mirrored: %s", job.short_id, exc)
-            return
-        if doc is not None:
-            log.info("job %s: checkpoint %s came home (%d bytes moved)", job.short_id,
-                     doc.get("generation"), doc.get("last_moved", 0))
-
-    async def _mirror_new_generation(self, job: Job, provider: Any, generation: int) -> None:
-        """The poll saw a checkpoint generation frozen on the target that was not asked for
-        yet: bring it home now (the newest one there when the copy starts; one the job pruned
-        before it was pinned gives way to the next), within one poll of its save."""
-        key = f"{job.id}:{job.attempt}"  # a moved job numbers on from the checkpoint it resumed
-        if generation <= self._ckpt_asked.get(key, 0):
-            return
-        self._ckpt_asked[key] = generation
-        if len(self._ckpt_asked) > 4 * len(self._stepped) + 100:  # ended jobs leave
-            self._ckpt_asked = {k: v for k, v in self._ckpt_asked.items() if k.split(":")[0] in self._stepped}
-        await self._mirror(job, provider, force=True)
-
     async def _unreachable(self, job: Job, poll: Poll, provider: Any) -> None:
         """A dropped connection is not a failed job: wait, and only after the grace call the
         session lost (the job then waits in `migrating`, saying why). The grace counts from
@@ -169,6 +140,7 @@ class JobSteps:
         grace = float(getattr(provider, "unreachable_grace_s", None) or UNREACHABLE_GRACE_S)
         waited = time.time() - since
         if waited > grace and job.state != State.MIGRATING:
+            await self._stop_copy(job.id)  # what still comes from the lost host is not kept
             await self.db(self.store.usage_end, job.id, job.attempt)
             why = f"{job.provider} unreachable for {ago(waited)} ({poll.detail})"
             await self.db(self.store.transition, job.id, State.MIGRATING,

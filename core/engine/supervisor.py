@@ -20,6 +20,7 @@ from typing import Any
 from core import paths
 from core.display.sanitize import printable
 from core.engine import strays
+from core.engine.ckptcopy import CheckpointCopies, Copy
 from core.engine.daemon import try_lock
 from core.engine.jobmoves import JobMoves
 from core.engine.jobsteps import JobSteps
@@ -46,7 +47,7 @@ STEADY_PER_TICK = int(os.environ.get("GPU_ROUTER_STEADY_PER_TICK", 150))
 # -- the loop ------------------------------------------------------------------------------
 
 
-class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait):
+class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, CheckpointCopies):
     """The loop: each tick reads the live jobs that changed and starts one step for each that is
     not mid-step (jobsteps.py: one job's step; jobmoves.py: moving it; jobwatch.py: metrics,
     hours and kill rules; queuewait.py: a job that does not start within queue_timeout_s)."""
@@ -71,6 +72,7 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait):
         self._live: dict[str, Job] = {}  # the live jobs as of revision _rev
         self._rev: int | None = None
         self._mirrored: dict[str, float] = {}  # job id -> the window its checkpoint was last looked at in
+        self._copies: dict[str, Copy] = {}  # job id -> its checkpoint copy home in flight (ckptcopy.py)
         self._ckpt_asked: dict[str, int] = {}  # "job id:attempt" -> the newest frozen generation a poll showed
         self._rules_at: dict[str, float] = {}  # job id -> when its kill rules last read history
         self._sweep: asyncio.Task | None = None

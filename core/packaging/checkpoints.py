@@ -53,6 +53,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from core import paths
@@ -254,12 +255,26 @@ async def _note_skipped(job: Job, scan: dict, look: dict, say: Say | None) -> No
                     + (f" and {rest} more" if rest > 0 else ""))
 
 
-async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | None = None) -> dict | None:
+@dataclass
+class CopyProgress:
+    """How far a copy home has come: `expected` the bytes of the files it moves (known once
+    the listing is read), `moved` the bytes arrived so far (where the target streams them). A
+    newer checkpoint supersedes a copy not yet half way (core/engine/ckptcopy.py)."""
+    expected: int = 0
+    moved: int = 0
+    generation: int | None = None
+
+    def fraction(self) -> float:
+        return min(1.0, self.moved / self.expected) if self.expected else 0.0
+
+
+async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | None = None,
+                 progress: CopyProgress | None = None) -> dict | None:
     """One look at the target's checkpoint folder; brings home a new complete checkpoint.
     Returns the new manifest when one came home, else None. `say` records a note on the job
     (an event): skipped entries, a checkpoint over the cap, a pause for a full disk at home and
     its end, each said once. Raises what the transport raises (the caller logs it: mirroring
-    never fails a job)."""
+    never fails a job). `progress`, if given, is kept up to date while the files come home."""
     if not hasattr(provider, "checkpoint_scan"):
         return None  # a target that can show none
     now = time.time() if now is None else now
@@ -315,8 +330,10 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
         await _pause(job, look, say, need, now, disk_full_text(where, free))
         return None
     try:
+        if progress is not None:
+            progress.expected = sum(wanted[rel]["size"] for rel in changed)
         new_manifest, moved = await _bring(job, provider, where, wanted, changed, old, caps, real, mask,
-                                           scan.get("generation_dir"))
+                                           scan.get("generation_dir"), progress)
     except OSError as exc:
         if not is_enospc(exc):
             raise
@@ -337,7 +354,8 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
 
 async def _bring(job: Job, provider: Any, where: Path, wanted: dict, changed: list[str], old: dict,
                  caps: OutputCaps, real: dict[str, str], mask: Any,
-                 gen_dir: str | None = None) -> tuple[dict | str | None, int]:
+                 gen_dir: str | None = None,
+                 progress: CopyProgress | None = None) -> tuple[dict | str | None, int]:
     """Pack the changed files there (by the names the job wrote: `real`), unpack them here
     (under the names home shows: `mask`), assemble the new version: (its manifest, or None
     when a file changed meanwhile, or the disk-full text; bytes moved)."""
@@ -350,8 +368,12 @@ async def _bring(job: Job, provider: Any, where: Path, wanted: dict, changed: li
             archive = Path(name)
             try:
                 frozen = {"generation": gen_dir} if gen_dir else {}
+                if progress is not None:
+                    frozen["progress"] = lambda n: setattr(progress, "moved", n)
                 packed = await provider.checkpoint_pack(job, [real[n] for n in changed], archive, **frozen)
                 moved = archive.stat().st_size
+                if progress is not None:
+                    progress.moved = max(progress.moved, progress.expected)  # here: what is left is local
                 if isinstance(packed, dict) and packed.get("gone"):
                     return None, moved  # pruned before it was pinned: a newer one is there
                 with masked_names(mask.mask if mask else None):

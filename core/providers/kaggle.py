@@ -594,7 +594,7 @@ class KaggleProvider(ServiceTarget, MirroredLog):
     async def checkpoint_scan(self, job: Job) -> dict:
         return await asyncio.to_thread(self._checkpoint_scan, job)
 
-    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, progress: Any = None) -> dict:
         from core.runtime import ckptscan
 
         return await asyncio.to_thread(ckptscan.pack, str(self._ckpt_cache(job) / "ckpt"), str(archive), rels)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from core import paths
 from core.errors import disk_full_guard
@@ -265,7 +266,8 @@ class LocalProvider:
         """The job's ckpt/ listed with hashes, by the same code a remote host runs."""
         return await asyncio.to_thread(ckptscan.scan, str(self.job_dir(job) / "ckpt"), self.caps.max_bytes)
 
-    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, generation: str | None = None) -> dict:
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, generation: str | None = None,
+                              progress: Any = None) -> dict:
         return await asyncio.to_thread(ckptscan.pack, str(self.job_dir(job) / "ckpt"), str(archive), rels,
                                        generation)
 

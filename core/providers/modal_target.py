@@ -634,7 +634,7 @@ class ModalProvider(ServiceTarget, MirroredLog):
             if stop.is_set():
                 shutil.rmtree(folder.parent, ignore_errors=True)
 
-    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path) -> dict:
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, progress: Any = None) -> dict:
         from core.runtime import ckptscan
 
         return await asyncio.to_thread(ckptscan.pack, str(self._ckpt_cache(job) / "ckpt"), str(archive), rels)

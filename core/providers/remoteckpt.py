@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Callable
 from pathlib import Path
 
 from core.jobs.store import Job
@@ -37,18 +38,21 @@ class RemoteCheckpoints:
             return doc["scans"]
         return await self.gathered("ckptscan", lambda: Gather(scan_many)).ask(f"{self.job_dir(job)}/ckpt")
 
-    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, generation: str | None = None) -> dict:
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, generation: str | None = None,
+                              progress: Callable[[int], None] | None = None) -> dict:
         """Only the named files of the job's ckpt/ (or of the frozen `generation` the listing
         named), packed on the host straight into the stream home reads into `archive` (no
         archive file on the host: a checkpoint as large as the host's free space still comes
         home). The stream is capped at the target's max_output_bytes plus the tar's own
-        headers (TAR_ALLOWANCE); past it the copy stops and says so (OverCap)."""
+        headers (TAR_ALLOWANCE); past it the copy stops and says so (OverCap). `progress`
+        hears the bytes come home as they arrive (a newer checkpoint may supersede a copy
+        that has not got far: core/engine/ckptcopy.py)."""
         await self.remote()
         which = ["--generation", generation] if generation else []
         what = f"the checkpoint of job {job.short_id}"
         cap = OutputCaps.from_options(self.options).max_bytes + TAR_ALLOWANCE + 1024 * len(rels)
         command = await self._runtime_command("ckptscan.py", ["pack", *which, f"{self.job_dir(job)}/ckpt", "-", *rels])
-        result, _ = await self.transport.stream_to(command, archive, max_bytes=cap, what=what)
+        result, _ = await self.transport.stream_to(command, archive, max_bytes=cap, what=what, on_bytes=progress)
         try:
             if result.code != 0:
                 raise CommandFailed(f"packing {what}", result)

@@ -156,14 +156,15 @@ class Transport(ABC):
 
     @abstractmethod
     async def stream_to(self, script: str, local: Path, *, max_bytes: int, idle_s: float = 60.0,
-                        what: str = "a copy") -> tuple[Result, int]:
+                        what: str = "a copy", on_bytes: Callable[[int], None] | None = None) -> tuple[Result, int]:
         """Run a POSIX sh script and write its stdout to the file `local` as it arrives, never
         holding it in memory (a checkpoint's tar can be many GB). Returns the Result (its
         stdout empty, its stderr kept, at most STREAM_ERR_BYTES of it) and the bytes written.
         Bounded end to end like every other call: on SSH a silent host ends it by the
         keepalives (Unreachable); any link that stays live but sends no byte for `idle_s`
         ends it too (TransportError). Over `max_bytes` the command is stopped and OverCap
-        raised. On any error `local` is removed: a partial copy is never left to be read."""
+        raised. On any error `local` is removed: a partial copy is never left to be read.
+        `on_bytes(n)` hears the bytes written so far after each chunk (a copy's progress)."""
 
     async def close(self) -> None:
         return None
@@ -181,7 +182,7 @@ class Transport(ABC):
 
 
 async def pump(read: Callable[[int], Awaitable[bytes]], local: Path, *, max_bytes: int, idle_s: float,
-               what: str, where: str) -> int:
+               what: str, where: str, on_bytes: Callable[[int], None] | None = None) -> int:
     """stream_to's loop for both transports: chunks from `read` into `local` as they arrive,
     at most `max_bytes` (OverCap past it), each chunk within `idle_s` (TransportError when
     none comes). Returns the bytes written. A full disk here raises its OSError as it is."""
@@ -202,6 +203,8 @@ async def pump(read: Callable[[int], Awaitable[bytes]], local: Path, *, max_byte
                 raise Transport.over_cap(what, where, n, max_bytes)
             f.write(chunk)
             f.flush()  # in the file as it arrives (a watcher, a crash), not held in a buffer
+            if on_bytes is not None:
+                on_bytes(n)
 
 
 async def tail_of(read: Callable[[int], Awaitable[bytes]]) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from typing import Callable
 from pathlib import Path
 
 from core.transport.base import Result, Transport, TransportError, pump, tail_of
@@ -42,7 +43,7 @@ class LocalTransport(Transport):
         return self._checked(Result(proc.returncode, out, err), check)
 
     async def stream_to(self, script: str, local: Path, *, max_bytes: int, idle_s: float = 60.0,
-                        what: str = "a copy") -> tuple[Result, int]:
+                        what: str = "a copy", on_bytes: Callable[[int], None] | None = None) -> tuple[Result, int]:
         """See Transport.stream_to: the command's stdout pumped into `local` as it comes."""
         proc = await asyncio.create_subprocess_exec(
             "/bin/sh", "-c", script, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -50,7 +51,7 @@ class LocalTransport(Transport):
         err = asyncio.ensure_future(tail_of(proc.stderr.read))
         try:
             n = await pump(proc.stdout.read, local, max_bytes=max_bytes, idle_s=idle_s, what=what,
-                           where=self.name)
+                           where=self.name, on_bytes=on_bytes)
             code = await asyncio.wait_for(proc.wait(), idle_s)
             stderr = await asyncio.wait_for(err, idle_s)
         except BaseException:

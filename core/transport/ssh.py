@@ -8,7 +8,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from core.transport.base import (
     HostKeyError,
@@ -371,7 +371,7 @@ class SSHTransport(Transport):
         return self._checked(result, check)
 
     async def stream_to(self, script: str, local: Path, *, max_bytes: int, idle_s: float = SMALL_OP_S,
-                        what: str = "a copy") -> tuple[Result, int]:
+                        what: str = "a copy", on_bytes: Callable[[int], None] | None = None) -> tuple[Result, int]:
         """See Transport.stream_to: the command's stdout read off the channel in chunks into
         `local`. A silent host ends it by the keepalives (the link's silent_s: Unreachable,
         the host marked silent since the copy began), never retried (the caller's next look
@@ -386,7 +386,7 @@ class SSHTransport(Transport):
             err = asyncio.ensure_future(tail_of(proc.stderr.read))
             try:
                 n = await pump(proc.stdout.read, local, max_bytes=max_bytes, idle_s=idle_s, what=what,
-                               where=self.ep.label())
+                               where=self.ep.label(), on_bytes=on_bytes)
                 await asyncio.wait_for(proc.wait_closed(), idle_s)
                 stderr = await asyncio.wait_for(err, idle_s)
             except BaseException:

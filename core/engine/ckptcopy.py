@@ -1,0 +1,106 @@
+"""Copies of a job's checkpoints home, each its own task beside the job's step.
+
+A large checkpoint takes a while to come home; while it streams the job's step goes on (its
+log, its metrics, its poll: a silent host is still noticed within its grace). When the poll
+shows a newer generation while a copy is in flight, the copy in flight gives way to it if it
+has not come half way yet (its partial stream and staging are removed), else it lands and the
+next poll asks for the newer one: a job that saves faster than its checkpoint travels still
+gets one home, and one that saves slowly never waits behind a stale copy. One job never has
+two copies at once: the other looks at its checkpoint (the periodic one skips, the ones at the
+end of a session wait for the copy in flight first). A job leaving its target stops a copy
+still coming from there. A mixin of `core.engine.supervisor.Supervisor`, beside jobsteps.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from core.jobs.store import Job
+from core.packaging import checkpoints
+from core.packaging.checkpoints import CopyProgress
+
+log = logging.getLogger("gpu-router.supervisor")
+
+SUPERSEDE_BEFORE = 0.5  # a copy in flight gives way to a newer checkpoint until it is this far
+
+
+@dataclass
+class Copy:
+    """One copy home in flight: its task and how far it has come."""
+    task: asyncio.Task
+    progress: CopyProgress
+
+
+class CheckpointCopies:
+    """The supervisor's copies of checkpoints home (see the module's docstring)."""
+
+    _copies: dict[str, Copy]
+
+    async def _mirror(self, job: Job, provider: Any, force: bool = False) -> None:
+        """Bring the job's last complete checkpoint home (rate-limited; never fails the job).
+        With a copy of this job in flight, the periodic look skips and a forced one (the end of
+        a session, of the job) waits for it first, then looks again."""
+        copy = self._copies.get(job.id)
+        if copy is not None and copy.task is not asyncio.current_task() and not copy.task.done():
+            if not force:
+                return
+            await asyncio.wait([copy.task])
+        if not checkpoints.due(job.id, self._mirrored, force):
+            return
+        await self._mirror_now(job, provider)
+
+    async def _mirror_now(self, job: Job, provider: Any, progress: CopyProgress | None = None) -> None:
+        async def say(text: str) -> None:  # once per fact (checkpoints.mirror keeps count)
+            log.info("job %s: %s", job.short_id, text)
+            await self.db(self.store.add_event, job.id, text)
+
+        try:
+            doc = await checkpoints.mirror(job, provider, say=say, progress=progress)
+        except Exception as exc:  # noqa: BLE001 - the host may be away: the next look retries
+            log.info("job %s: checkpoint not mirrored: %s", job.short_id, exc)
+            return
+        if doc is not None:
+            log.info("job %s: checkpoint %s came home (%d bytes moved)", job.short_id,
+                     doc.get("generation"), doc.get("last_moved", 0))
+
+    async def _mirror_new_generation(self, job: Job, provider: Any, generation: int) -> None:
+        """The poll saw a checkpoint generation frozen on the target that was not asked for
+        yet: start bringing it home now, in a task of its own (the newest one there when the
+        copy starts; one the job pruned before it was pinned gives way to the next), within
+        one poll of its save. A copy in flight not yet half way is superseded by it."""
+        key = f"{job.id}:{job.attempt}"  # a moved job numbers on from the checkpoint it resumed
+        if generation <= self._ckpt_asked.get(key, 0):
+            return
+        copy = self._copies.get(job.id)
+        if copy is not None and not copy.task.done():
+            if copy.progress.fraction() >= SUPERSEDE_BEFORE:
+                return  # nearly home: it lands, and the next poll asks for this one
+            await self._stop_copy(job.id)
+            log.info("job %s: checkpoint %s superseded by %s (%d of %d bytes had come)", job.short_id,
+                     copy.progress.generation, generation, copy.progress.moved, copy.progress.expected)
+        self._ckpt_asked[key] = generation
+        if len(self._ckpt_asked) > 4 * len(self._stepped) + 100:  # ended jobs leave
+            self._ckpt_asked = {k: v for k, v in self._ckpt_asked.items() if k.split(":")[0] in self._stepped}
+        progress = CopyProgress(generation=generation)
+        checkpoints.due(job.id, self._mirrored, True)  # this window's look is this copy
+        task = asyncio.get_running_loop().create_task(self._copy(job, provider, progress))
+        self._copies[job.id] = Copy(task, progress)
+
+    async def _copy(self, job: Job, provider: Any, progress: CopyProgress) -> None:
+        try:
+            await self._mirror_now(job, provider, progress)
+        finally:
+            mine = self._copies.get(job.id)
+            if mine is not None and mine.task is asyncio.current_task():
+                del self._copies[job.id]
+
+    async def _stop_copy(self, job_id: str) -> None:
+        """Stop the job's copy in flight, if any, and wait until its partial files are gone
+        (a job that left its target: what still comes from there is not its checkpoint)."""
+        copy = self._copies.pop(job_id, None)
+        if copy is not None and not copy.task.done():
+            copy.task.cancel()
+            await asyncio.wait([copy.task])
