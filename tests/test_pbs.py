@@ -107,6 +107,36 @@ def test_cancel_goes_through_qdel(fake_pbs: Path, tmp_path: Path) -> None:
     assert json.loads(out)["job"]["state"] == "cancelled"
 
 
+@pytest.mark.slow
+def test_a_job_pbs_forgets_with_no_exit_record_resumes_as_a_session_that_ended(fake_pbs: Path, tmp_path: Path) -> None:
+    """PBS purges a running job from its history (a server restart, a lost node) and the
+    attempt recorded no exit: the session ended, not the script. The job is not failed: its
+    leftovers are qdel'ed and it runs again as the next attempt (restart: allow here, since the
+    stand-in PBS never runs the script and so nothing was checkpointed)."""
+    project = copy_example(tmp_path / "quickstart")
+    (project / "gpu.yaml").write_text((project / "gpu.yaml").read_text() + "restart: allow\n")
+    sub = gpu_json("submit", "--provider", "cluster", "--hours", "0.1", "--wait-s", "10", cwd=project)
+    short = sub["job"]["short_id"]
+    record(fake_pbs, "qstat_running.json")
+    wait_state(short, {"running"}, timeout=30)
+    forgotten = json.loads((DATA / "qstat_running.json").read_text())
+    forgotten["Jobs"] = {}
+    (fake_pbs / "qstat.out").write_text(json.dumps(forgotten))
+    deadline = time.monotonic() + 120  # PBS's answer is trusted only 30 s after the submit
+    while True:
+        doc = gpu_json("status", short, "--verbose")
+        if doc["attempt"] == 2:
+            break
+        assert doc["state"] not in ("failed", "done", "cancelled"), doc["reason"]
+        assert time.monotonic() < deadline, doc["reason"]
+        time.sleep(0.5)
+    moved = [e for e in doc["events"] if e["to"] == "migrating"]
+    assert moved and moved[0]["reason"].startswith("PBS no longer knows job 4242.pbs01 and it recorded "
+                                                    "no exit status: the session ended"), moved
+    assert "4242.pbs01" in (fake_pbs / "qdel.log").read_text().split()  # its leftovers stopped
+    assert (fake_pbs / "count").read_text().strip() == "2"  # qsub ran again for attempt 2
+
+
 def test_parsers_and_states_on_recorded_output() -> None:
     from core.providers.pbs import map_job, parse_qstat_json, parse_qstat_text
 

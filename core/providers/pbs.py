@@ -221,7 +221,10 @@ class PBSProvider(RemoteProvider):
                     return exited_poll(doc)
                 if time.time() - job.handle.get("launched_at", 0) < 30:
                     return Poll("provisioning", detail="submitted")
-                return Poll("lost", detail=f"PBS no longer knows job {pid} and it recorded no exit status")
+                # purged (a server restart, a lost node) with no exit record: the session ended,
+                # not the script, so it resumes from its checkpoint (jobmoves._launcher_gone)
+                return Poll("lost", vanished=True, detail=f"PBS no longer knows job {pid} and it recorded "
+                            "no exit status: the session ended")
             state = str(attrs.get("job_state", "")).upper()
             if state in ("F", "X", "C"):
                 self._wanted.discard(pid)

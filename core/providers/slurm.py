@@ -353,7 +353,10 @@ class SlurmProvider(RemoteProvider):
             return exited_poll(doc)
         if time.time() - job.handle.get("launched_at", 0) < 30:
             return Poll("provisioning", detail="submitted")
-        return Poll("lost", detail=f"Slurm no longer knows job {sid} and it recorded no exit status")
+        # forgotten (a slurmctld that lost its state, a purge) with no exit record: the session
+        # ended, not the script, so it resumes from its checkpoint (jobmoves._launcher_gone)
+        return Poll("lost", vanished=True, detail=f"Slurm no longer knows job {sid} and it recorded no "
+                    "exit status: the session ended")
 
     # -- control ----------------------------------------------------------------------------
 
