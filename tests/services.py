@@ -104,8 +104,13 @@ def _wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None) 
     return False
 
 
-SSHD_CONFIG = """# a private sshd for one test, on loopback; the system's sshd is untouched
-Port {port}
+# a private sshd for one test, on loopback; the system's sshd is untouched. Its sessions get a
+# HOME of their own: bash sources ~/.bashrc for every command sshd runs, and this machine's
+# (pyenv's `pyenv init -`) takes a lock in `pyenv rehash` on each one. A session the test
+# freezes (SIGSTOP) or kills in that window holds the lock or leaves it stale, and every other
+# command over ssh on the machine (other hosts, other tests) then waits 60 s for it: a test host
+# is a plain host, not the developer's dotfiles.
+SSHD_CONFIG = """Port {port}
 ListenAddress 127.0.0.1
 HostKey {root}/ssh_host_ed25519_key
 PidFile {root}/sshd.pid
@@ -119,6 +124,7 @@ StrictModes no
 AllowAgentForwarding no
 Subsystem sftp internal-sftp
 LogLevel VERBOSE
+SetEnv HOME={root}/home
 """
 
 
@@ -143,6 +149,7 @@ class Sshd:
         self.port = free_port()
         self.config = root / "sshd_config"
         self.config.write_text(SSHD_CONFIG.format(port=self.port, root=root))
+        (root / "home").mkdir(exist_ok=True)
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege separation needs it
         self.proc: subprocess.Popen | None = None
         self.trust()
