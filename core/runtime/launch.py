@@ -46,7 +46,7 @@ import threading
 import time
 
 if __package__:  # imported as core.runtime.launch (the engine, tests)
-    from . import boundary, diskspace, gpuutil, jobprocs, redact, textsafe, workdir
+    from . import boundary, diskspace, gpuutil, jobprocs, redact, textsafe, uvenv, workdir
 else:  # run as a script on the target, beside its sibling files
     import boundary
     import diskspace
@@ -54,6 +54,7 @@ else:  # run as a script on the target, beside its sibling files
     import jobprocs
     import redact
     import textsafe
+    import uvenv
     import workdir
 
 MASK = redact.MASK.decode()
@@ -282,44 +283,96 @@ def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
     return child.wait()
 
 
-_HELD: list = []  # venv locks held for the life of this process
+_HELD: list = []  # environment locks held (shared) for the life of this process
 
 
 def _ensure_venv(spec: dict, log: JobLog) -> str:
-    """The job's Python: a cached venv with the project's dependencies, or the base Python."""
+    """The job's Python: a cached environment with the project's dependencies, or the base
+    Python. uv builds it where it can (core/runtime/uvenv.py: one cache per host, environments
+    named by the packages they hold); pip where it cannot."""
     deps = spec.get("deps")
     base = spec["base_python"]
     if not deps:
         return base
-    venv = os.path.join(deps["venvs_dir"], deps["hash"])
-    ready = os.path.join(venv, ".ready")
-    python = os.path.join(venv, "bin", "python")
     os.makedirs(deps["venvs_dir"], exist_ok=True)
-    lock = open(venv + ".lock", "w")  # noqa: SIM115 - held (shared) while the job runs
-    _HELD.append(lock)
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one install per dependency set at a time
-    try:
-        return _install_venv(spec, log, deps, venv, ready, python)
-    finally:
-        # shared while the job runs, so `gpu gc` (which needs it exclusively) leaves the venv
-        # alone; .ready was touched under the exclusive lock, and gc re-checks its age
-        fcntl.flock(lock, fcntl.LOCK_SH)
-
-
-def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, python: str) -> str:
-    """Reuse the venv if its marker exists, else build it; the caller holds its lock."""
-    base = spec["base_python"]
-    if os.path.exists(ready):
-        os.utime(ready)  # its mtime is the venv's last use, for `gpu gc`
+    uv = uvenv.find_uv(deps.get("uv"))
+    why = uvenv.unfit(deps) if uv else None
+    if why:
+        log.line(f"dependencies: installing with pip, not uv: {why}")
+        uv = None
+    if uv and deps.get("uv_cache"):
+        try:
+            return _uv_venv(spec, log, deps, uv)
+        except _UvFailed as exc:
+            log.line(f"dependencies: uv could not install them ({exc}); trying pip")
+    venv = os.path.join(deps["venvs_dir"], deps["hash"])
+    deps["venv"] = venv
+    python = os.path.join(venv, "bin", "python")
+    if _hold_env(venv, lambda: _pip_install(spec, log, deps, venv, python)):
         log.line(f"dependencies: reusing environment {deps['hash'][:12]}")
-        return python
-    shutil.rmtree(venv, ignore_errors=True)  # a half-built env from a crash
+    return python
+
+
+def _hold_env(venv: str, build) -> bool:
+    """Hold `venv`'s lock shared for the life of this process (so `gpu gc`, which needs it
+    exclusively, leaves the environment alone while the job runs), building it first under the
+    exclusive lock when it is not ready. Several launchers may share a ready environment at
+    once; only one builds a missing one, and the others wait for it and then share it. True
+    when it was ready (its marker is touched: its mtime is the last use, for `gpu gc`)."""
+    lock = open(venv + ".lock", "a")  # noqa: SIM115 - held while the job runs
+    _HELD.append(lock)
+    ready = os.path.join(venv, ".ready")
+    while True:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # waits out a launcher that is building it
+        if os.path.exists(ready):
+            os.utime(ready)
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another launcher builds it, or looks at it as we do: ask again
+            time.sleep(0.2)
+            continue
+        try:
+            if os.path.exists(ready):  # built while this one waited
+                os.utime(ready)
+                return True
+            shutil.rmtree(venv, ignore_errors=True)  # a half-built env from a crash
+            build()
+            _write_atomic(ready, json.dumps({"created": time.time()}))
+            return False
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+
+
+def _share_ready(venv: str) -> bool:
+    """Hold a ready environment's lock shared for the life of this process and say True; False
+    (holding nothing) when it is not ready, e.g. `gpu gc` took it."""
+    if not os.path.exists(os.path.join(venv, ".ready")):
+        return False
+    lock = open(venv + ".lock", "a")  # noqa: SIM115 - held while the job runs
+    fcntl.flock(lock, fcntl.LOCK_SH)  # waits out a gc that is removing it
+    if not os.path.exists(os.path.join(venv, ".ready")):
+        lock.close()
+        return False
+    os.utime(os.path.join(venv, ".ready"))
+    _HELD.append(lock)
+    return True
+
+
+def _creating_line(deps: dict, log: JobLog, name: str, tool: str) -> None:
     constraints = deps.get("constraints") or []
-    log.line(f"dependencies: creating environment {deps['hash'][:12]} "
+    log.line(f"dependencies: creating environment {name[:12]} with {tool} "
              f"({len(deps['requirements'])} requirements"
              + (f", {len(constraints)} constraints" if constraints else "") + ")")
     for note in deps.get("notes") or []:
         log.line(f"dependencies: {note}")
+
+
+def _pip_install(spec: dict, log: JobLog, deps: dict, venv: str, python: str) -> None:
+    """Build `venv` with pip (the caller holds its lock exclusively)."""
+    base = spec["base_python"]
+    _creating_line(deps, log, deps["hash"], "pip")
     started = time.time()
     status = _run_logged([base, "-m", "venv", "--system-site-packages", venv], log)
     if status != 0:
@@ -336,9 +389,107 @@ def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, py
     if status != 0:
         shutil.rmtree(venv, ignore_errors=True)
         raise RuntimeError(f"pip install failed with status {status} (see the lines above)")
-    _write_atomic(ready, json.dumps({"created": time.time()}))
     log.line(f"dependencies: installed in {time.time() - started:.1f}s")
+
+
+class _UvFailed(Exception):
+    """uv could not build the environment; pip gets its turn."""
+
+
+def _uv_venv(spec: dict, log: JobLog, deps: dict, uv: str) -> str:
+    """The environment, built with uv (core/runtime/uvenv.py says how and why in three steps).
+    A project whose requirements were seen before goes straight to its environment (the
+    pointer venvs/HASH.to names it); else its packages are fetched, and the environment that
+    holds exactly those is shared or made."""
+    base = spec["base_python"]
+    venvs, cache = deps["venvs_dir"], deps["uv_cache"]
+    pointer = os.path.join(venvs, deps["hash"] + ".to")
+    known = _read_pointer(pointer)
+    if known and _share_ready(os.path.join(venvs, known)):
+        deps["venv"] = os.path.join(venvs, known)
+        log.line(f"dependencies: reusing environment {known[:12]} (uv)")
+        return os.path.join(venvs, known, "bin", "python")
+    os.makedirs(cache, exist_ok=True)
+    _creating_line(deps, log, deps["hash"], "uv")
+    started = time.time()
+    frozen = _uv_fetch(spec, log, deps, uv, cache)
+    options = [*(deps.get("options") or [])]
+    if deps.get("wheelhouse"):
+        options += ["--no-index", f"--find-links {deps['wheelhouse']}"]
+    key = uvenv.resolved_key(deps.get("python_key") or base, options, frozen)
+    venv = os.path.join(venvs, key)
+    python = os.path.join(venv, "bin", "python")
+    if _hold_env(venv, lambda: _uv_link(spec, log, uv, cache, venv, options, frozen)):
+        log.line(f"dependencies: sharing environment {key[:12]}: another project resolved to the "
+                 f"same {len(frozen)} packages")
+    else:
+        log.line(f"dependencies: installed in {time.time() - started:.1f}s (uv, {len(frozen)} packages, "
+                 f"linked from the cache)")
+    _write_atomic(pointer, key)
+    deps["venv"] = venv
     return python
+
+
+def _read_pointer(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            key = f.read().strip()
+    except OSError:
+        return None
+    return key if re.fullmatch(r"[0-9a-f]{32}", key) else None
+
+
+def _uv_fetch(spec: dict, log: JobLog, deps: dict, uv: str, cache: str) -> list[str]:
+    """Step 1 and 2: the packages into the cache (a scratch environment in the job's tmp folder,
+    inside the sandbox where there is one, with the cache its one new writable folder), and the
+    exact set they are."""
+    import tempfile
+
+    base = spec["base_python"]
+    tmp_root = os.path.join(os.path.dirname(spec["log"]), "tmp")
+    os.makedirs(tmp_root, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="deps-", dir=tmp_root)
+    try:
+        env_dir = os.path.join(scratch, "env")
+        status = _run_logged(uvenv.venv_cmd(uv, base, env_dir, cache), log)
+        if status != 0:
+            raise _UvFailed(f"uv venv: status {status}")
+        python = os.path.join(env_dir, "bin", "python")
+        args = _requirement_files(deps, scratch)
+        if deps.get("wheelhouse"):  # a target without internet: only the wheels shipped beside the job
+            args += ["--no-index", "--find-links", deps["wheelhouse"]]
+        sandbox = _sandbox_plan(spec, base, writable=[cache], readable=[os.path.dirname(os.path.realpath(uv))])
+        env = uvenv.environ(_job_env(spec, base, sandbox), dict(os.environ))
+        status = _run_logged(uvenv.install_cmd(uv, python, cache, args, link="symlink"), log,
+                             cwd=spec["workdir"], env=env, sandbox=sandbox)
+        if status != 0:
+            raise _UvFailed(f"uv pip install: status {status}, see the lines above")
+        out = subprocess.run(uvenv.freeze_cmd(uv, python, cache), capture_output=True, text=True,
+                             env=env, cwd=spec["workdir"], preexec_fn=_in_job_cgroup)
+        if out.returncode != 0:
+            raise _UvFailed(f"uv pip freeze: {out.stderr.strip()[-200:]}")
+        return uvenv.frozen_lines(out.stdout)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _uv_link(spec: dict, log: JobLog, uv: str, cache: str, venv: str, options: list[str],
+             frozen: list[str]) -> None:
+    """Step 3: the exact set, from the cache only (no network, no build: no project code runs,
+    so no sandbox is needed, and the hard links into the cache work) into `venv`."""
+    base = spec["base_python"]
+    status = _run_logged(uvenv.venv_cmd(uv, base, venv, cache), log)
+    if status != 0:
+        raise _UvFailed(f"uv venv: status {status}")
+    req = os.path.join(venv, "requirements.txt")
+    with open(req, "w") as f:
+        f.write("\n".join([*options, *frozen]) + "\n")
+    env = uvenv.environ(boundary.job_environ(dict(os.environ), {}), dict(os.environ))
+    status = _run_logged(uvenv.install_cmd(uv, os.path.join(venv, "bin", "python"), cache, ["-r", req],
+                                           offline=True), log, cwd=spec["workdir"], env=env)
+    if status != 0:
+        shutil.rmtree(venv, ignore_errors=True)
+        raise _UvFailed(f"linking from the cache: status {status}")
 
 
 def _requirement_files(deps: dict, venv: str) -> list[str]:
@@ -432,11 +583,13 @@ def _decide_sandbox(spec: dict, log: JobLog) -> None:
                        "one: a person approves it to run unsandboxed, or installs bubblewrap")
 
 
-def _sandbox_plan(spec: dict, python: str, writable: list[str] = ()) -> dict | None:
+def _sandbox_plan(spec: dict, python: str, writable: list[str] = (),
+                  readable: list[str] = ()) -> dict | None:
     if not _SANDBOX:
         return None
     plan = boundary.plan_for(spec, python)
     plan["rw"] = plan["rw"] + list(writable)
+    plan["ro"] = plan["ro"] + list(readable)
     return plan
 
 
