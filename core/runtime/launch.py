@@ -401,7 +401,6 @@ def _uv_venv(spec: dict, log: JobLog, deps: dict, uv: str) -> str:
     A project whose requirements were seen before goes straight to its environment (the
     pointer venvs/HASH.to names it); else its packages are fetched, and the environment that
     holds exactly those is shared or made."""
-    base = spec["base_python"]
     venvs, cache = deps["venvs_dir"], deps["uv_cache"]
     pointer = os.path.join(venvs, deps["hash"] + ".to")
     known = _read_pointer(pointer)
@@ -412,6 +411,18 @@ def _uv_venv(spec: dict, log: JobLog, deps: dict, uv: str) -> str:
     os.makedirs(cache, exist_ok=True)
     _creating_line(deps, log, deps["hash"], "uv")
     started = time.time()
+    with open(cache + ".lock", "a") as cache_lock:  # held while installing: `gpu gc` waits its turn
+        fcntl.flock(cache_lock, fcntl.LOCK_SH)
+        os.makedirs(cache, exist_ok=True)  # again: a gc may have taken it before the lock
+        python = _uv_build(spec, log, deps, uv, cache, started)
+        _write_atomic(cache + ".ready", str(time.time()))  # its last use, for `gpu gc`
+    return python
+
+
+def _uv_build(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, started: float) -> str:
+    base = spec["base_python"]
+    venvs = deps["venvs_dir"]
+    pointer = os.path.join(venvs, deps["hash"] + ".to")
     frozen = _uv_fetch(spec, log, deps, uv, cache)
     options = [*(deps.get("options") or [])]
     if deps.get("wheelhouse"):
