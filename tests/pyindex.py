@@ -75,6 +75,15 @@ class PackageIndex:
         (simple / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(
             f'<a href="{p}/">{p}</a><br/>' for p in sorted(self.projects)) + "\n</body></html>\n")
 
+    def add_file(self, name: str, path: Path) -> Path:
+        """A package file made elsewhere (a real wheel from pip's cache or a local folder),
+        served as it is (bench/deps_install.py: the biggest wheels at hand)."""
+        import shutil
+
+        shutil.copyfile(path, self.files / Path(path).name)
+        self._publish(name, Path(path).name)
+        return self.files / Path(path).name
+
     def add_wheel(self, name: str, version: str, files: dict[str, str], *, requires: list[str] = (),
                   tag: str = "py3-none-any") -> Path:
         dist = name.replace("-", "_")

@@ -432,7 +432,7 @@ def _uv_build(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, started:
     python = os.path.join(venv, "bin", "python")
     if _hold_env(venv, lambda: _uv_link(spec, log, uv, cache, venv, options, frozen)):
         log.line(f"dependencies: sharing environment {key[:12]}: another project resolved to the "
-                 f"same {len(frozen)} packages")
+                 f"same {len(frozen)} packages (ready in {time.time() - started:.1f}s)")
     else:
         log.line(f"dependencies: installed in {time.time() - started:.1f}s (uv, {len(frozen)} packages, "
                  f"linked from the cache)")
