@@ -604,8 +604,9 @@ def deps_spec(deps: Dependencies | None, *, python: str, version: str, venvs_dir
         h.update(part.encode() + b"\0")
     py = hashlib.sha256(f"{python}\0{version}".encode()).hexdigest()[:16]
     cache = posixpath.join(posixpath.dirname(venvs_dir.rstrip("/")), "uv-cache")
+    local = hashlib.sha256(json.dumps(sorted(deps.local.items())).encode()).hexdigest()[:16] if deps.local else ""
     return {"hash": h.hexdigest()[:32], **deps.spec(), "venvs_dir": venvs_dir, "uv_cache": cache,
-            "python_key": py, **({"uv": uv} if uv else {})}
+            "python_key": py, **({"local_key": f"local:{local}"} if local else {}), **({"uv": uv} if uv else {})}
 
 
 def home_uv() -> str | None:

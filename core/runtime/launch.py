@@ -420,28 +420,37 @@ def _uv_venv(spec: dict, log: JobLog, deps: dict, uv: str) -> str:
 
 
 def _uv_build(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, started: float) -> str:
-    base = spec["base_python"]
     venvs = deps["venvs_dir"]
     pointer = os.path.join(venvs, deps["hash"] + ".to")
-    frozen = _uv_fetch(spec, log, deps, uv, cache)
     options = [*(deps.get("options") or [])]
     if deps.get("wheelhouse"):
         options += ["--no-index", f"--find-links {deps['wheelhouse']}"]
-    key = uvenv.resolved_key(deps.get("python_key") or base, options, frozen)
-    venv = os.path.join(venvs, key)
-    python = os.path.join(venv, "bin", "python")
-    if _hold_env(venv, lambda: _uv_link(spec, log, uv, cache, venv, options, frozen)):
-        log.line(f"dependencies: sharing environment {key[:12]}: another project resolved to the "
-                 f"same {len(frozen)} packages (ready in {time.time() - started:.1f}s)")
-    else:
-        log.line(f"dependencies: installed in {time.time() - started:.1f}s (uv, {len(frozen)} packages, "
-                 f"linked from the cache)")
+    scratch = _scratch(spec)
+    try:
+        frozen = _uv_resolve(spec, log, deps, uv, cache, scratch)
+        key = uvenv.resolved_key(deps.get("python_key") or spec["base_python"],
+                                 [*options, *([deps["local_key"]] if deps.get("local_key") else [])], frozen)
+        venv = os.path.join(venvs, key)
+        if _share_ready(venv):
+            log.line(f"dependencies: sharing environment {key[:12]}: another project resolved to the "
+                     f"same {len(frozen)} packages (ready in {time.time() - started:.1f}s)")
+        else:
+            _uv_fill(spec, log, uv, cache, scratch, options, frozen)
+            if _hold_env(venv, lambda: _uv_link(spec, log, uv, cache, venv, options, frozen)):
+                log.line(f"dependencies: sharing environment {key[:12]}: another project resolved to "
+                         f"the same {len(frozen)} packages (ready in {time.time() - started:.1f}s)")
+            else:
+                log.line(f"dependencies: installed in {time.time() - started:.1f}s (uv, {len(frozen)} "
+                         "packages, linked from the cache)")
+    finally:  # the scratch goes while the job runs: thousands of links take a while to remove
+        threading.Thread(target=shutil.rmtree, args=(scratch, True), daemon=True).start()
     _write_atomic(pointer, key)
     deps["venv"] = venv
-    return python
+    return os.path.join(venv, "bin", "python")
 
 
 def _read_pointer(path: str) -> str | None:
+    """The environment a project's requirements resolved to last time (venvs/HASH.to)."""
     try:
         with open(path) as f:
             key = f.read().strip()
@@ -450,38 +459,53 @@ def _read_pointer(path: str) -> str | None:
     return key if re.fullmatch(r"[0-9a-f]{32}", key) else None
 
 
-def _uv_fetch(spec: dict, log: JobLog, deps: dict, uv: str, cache: str) -> list[str]:
-    """Step 1 and 2: the packages into the cache (a scratch environment in the job's tmp folder,
-    inside the sandbox where there is one, with the cache its one new writable folder), and the
-    exact set they are."""
+def _scratch(spec: dict) -> str:
+    """A folder of this attempt in the job's own tmp folder (writable in its sandbox)."""
     import tempfile
 
-    base = spec["base_python"]
     tmp_root = os.path.join(os.path.dirname(spec["log"]), "tmp")
     os.makedirs(tmp_root, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix="deps-", dir=tmp_root)
-    try:
-        env_dir = os.path.join(scratch, "env")
-        status = _run_logged(uvenv.venv_cmd(uv, base, env_dir, cache), log)
-        if status != 0:
-            raise _UvFailed(f"uv venv: status {status}")
-        python = os.path.join(env_dir, "bin", "python")
-        args = _requirement_files(deps, scratch)
-        if deps.get("wheelhouse"):  # a target without internet: only the wheels shipped beside the job
-            args += ["--no-index", "--find-links", deps["wheelhouse"]]
-        sandbox = _sandbox_plan(spec, base, writable=[cache], readable=[os.path.dirname(os.path.realpath(uv))])
-        env = uvenv.environ(_job_env(spec, base, sandbox), dict(os.environ))
-        status = _run_logged(uvenv.install_cmd(uv, python, cache, args, link="symlink"), log,
-                             cwd=spec["workdir"], env=env, sandbox=sandbox)
-        if status != 0:
-            raise _UvFailed(f"uv pip install: status {status}, see the lines above")
-        out = subprocess.run(uvenv.freeze_cmd(uv, python, cache), capture_output=True, text=True,
-                             env=env, cwd=spec["workdir"], preexec_fn=_in_job_cgroup)
-        if out.returncode != 0:
-            raise _UvFailed(f"uv pip freeze: {out.stderr.strip()[-200:]}")
-        return uvenv.frozen_lines(out.stdout)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    return tempfile.mkdtemp(prefix="deps-", dir=tmp_root)
+
+
+def _uv_boxed(spec: dict, log: JobLog, uv: str, cache: str, cmd: list[str]) -> int:
+    """A uv command as the project's build code must run: inside the job's sandbox where it has
+    one, with uv's cache the one more writable folder (and uv's own folder readable)."""
+    base = spec["base_python"]
+    sandbox = _sandbox_plan(spec, base, writable=[cache], readable=[os.path.dirname(os.path.realpath(uv))])
+    env = uvenv.environ(_job_env(spec, base, sandbox), dict(os.environ))
+    return _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox)
+
+
+def _uv_resolve(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, scratch: str) -> list[str]:
+    """Step 1: the exact set of packages the project's lines resolve to (`uv pip compile`; it
+    may build an sdist for its metadata, so it runs boxed)."""
+    args = _requirement_files(deps, scratch)
+    if deps.get("wheelhouse"):  # a target without internet: only the wheels shipped beside the job
+        args += ["--no-index", "--find-links", deps["wheelhouse"]]
+    out = os.path.join(scratch, "resolved.txt")
+    status = _uv_boxed(spec, log, uv, cache, uvenv.compile_cmd(uv, spec["base_python"], cache, args, out))
+    if status != 0 or not os.path.exists(out):
+        raise _UvFailed(f"uv pip compile: status {status}, see the lines above")
+    with open(out) as f:
+        return uvenv.frozen_lines(f.read())
+
+
+def _uv_fill(spec: dict, log: JobLog, uv: str, cache: str, scratch: str, options: list[str],
+             frozen: list[str]) -> None:
+    """Step 2: that set into the cache, through a scratch environment of symlinks (boxed: it
+    downloads and builds)."""
+    env_dir = os.path.join(scratch, "env")
+    status = _run_logged(uvenv.venv_cmd(uv, spec["base_python"], env_dir, cache), log)
+    if status != 0:
+        raise _UvFailed(f"uv venv: status {status}")
+    pinned = os.path.join(scratch, "pinned.txt")
+    with open(pinned, "w") as f:
+        f.write("\n".join([*options, *frozen]) + "\n")
+    status = _uv_boxed(spec, log, uv, cache, uvenv.install_cmd(
+        uv, os.path.join(env_dir, "bin", "python"), cache, ["-r", pinned], link="symlink"))
+    if status != 0:
+        raise _UvFailed(f"uv pip install: status {status}, see the lines above")
 
 
 def _uv_link(spec: dict, log: JobLog, uv: str, cache: str, venv: str, options: list[str],

@@ -9,15 +9,16 @@ about a second and almost no new disk.
 
 How an environment is built with uv (core/runtime/launch.py drives it):
 
-1. fetch: `uv pip install` into a scratch environment in the job's own tmp folder (symlinked
-   from the cache, so it costs nothing), inside the job's sandbox where it has one: this is the
-   step that reaches the index and runs the project's build code (sdists). The only new writable
+1. resolve: `uv pip compile` gives the exact set of packages (inside the job's sandbox where it
+   has one: it reaches the index, and may build an sdist for its metadata); the environment is
+   named by that set (`resolved_key`), not by how the project wrote its requirements, so two
+   projects that resolve to the same packages share one environment, found right here.
+2. fetch: a missing environment's set is installed into a scratch environment in the job's own
+   tmp folder (symlinks into the cache, so it costs nothing but the download), in the sandbox
+   too: the step that downloads and runs the project's build code. The only new writable
    folder in the sandbox is the uv cache.
-2. name: `uv pip freeze` of the scratch environment is the resolved set; the environment is
-   named by it (`resolved_key`), not by how the project wrote its requirements, so two projects
-   that resolve to the same packages share one environment.
-3. link: `uv pip install --offline --no-build` of the resolved set into ROOT/venvs/KEY, outside
-   the sandbox: no network and no build, so no project code runs, and the hard links into the
+3. link: `uv pip install --offline --no-build` of the set into ROOT/venvs/KEY, outside the
+   sandbox: no network and no build, so no project code runs, and the hard links into the
    cache work (a link never crosses the sandbox's bind mounts, which would make it a copy).
 
 pip stays where uv cannot be used: no uv on the host, `GPU_ROUTER_INSTALLER=pip` in the
@@ -112,8 +113,12 @@ def install_cmd(uv: str, python: str, cache: str, args: list[str], *, link: str 
     return cmd + args
 
 
-def freeze_cmd(uv: str, python: str, cache: str) -> list[str]:
-    return [uv, "pip", "freeze", *COMMON_FLAGS, "--quiet", "--cache-dir", cache, "--python", python]
+def compile_cmd(uv: str, python: str, cache: str, args: list[str], out: str) -> list[str]:
+    """The exact set `args` resolve to for `python`, one `name==version` (or `name @ URL`) a
+    line, into `out`."""
+    return [uv, "pip", "compile", *COMMON_FLAGS, *INSTALL_FLAGS, "--quiet", "--cache-dir", cache,
+            "--python", python, "--no-header", "--no-annotate", "--output-file", out,
+            *[a for a in args if a != "-r"]]  # compile takes its requirement files bare
 
 
 def resolved_key(python: str, options: list[str], frozen: list[str]) -> str:
@@ -127,5 +132,5 @@ def resolved_key(python: str, options: list[str], frozen: list[str]) -> str:
 
 
 def frozen_lines(text: str) -> list[str]:
-    """`uv pip freeze` output as requirement lines (its notes and blank lines dropped)."""
+    """`uv pip compile` output as requirement lines (comments and blank lines dropped)."""
     return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
