@@ -334,15 +334,18 @@ def _hold_env(venv: str, build) -> bool:
             time.sleep(0.2)
             continue
         try:
-            if os.path.exists(ready):  # built while this one waited
-                os.utime(ready)
-                return True
-            shutil.rmtree(venv, ignore_errors=True)  # a half-built env from a crash
-            build()
-            _write_atomic(ready, json.dumps({"created": time.time()}))
-            return False
-        finally:
+            if not os.path.exists(ready):  # else built while this one waited
+                shutil.rmtree(venv, ignore_errors=True)  # a half-built env from a crash
+                build()
+                _write_atomic(ready, json.dumps({"created": time.time()}))
+                fcntl.flock(lock, fcntl.LOCK_SH)
+                return False
+            os.utime(ready)
             fcntl.flock(lock, fcntl.LOCK_SH)
+            return True
+        except BaseException:  # let go: a launcher waiting to build it must not wait for this job
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            raise
 
 
 def _share_ready(venv: str) -> bool:
