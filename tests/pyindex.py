@@ -35,11 +35,17 @@ class PackageIndex:
         self.files = self.root / "files"
         self.files.mkdir(parents=True, exist_ok=True)
         self.projects: dict[str, list[str]] = {}
+        self.requests: list[str] = []  # every path asked for, in order: what a test counts
         root_dir = str(self.root)
+        asked = self.requests
 
         class Handler(SimpleHTTPRequestHandler):
             def __init__(self, *a, **kw):  # noqa: ANN002, ANN003 - http.server's signature
                 super().__init__(*a, directory=root_dir, **kw)
+
+            def send_head(self):  # noqa: ANN201 - GET and HEAD both come here
+                asked.append(self.path)
+                return super().send_head()
 
             def log_message(self, *args) -> None:  # noqa: ANN002
                 pass
@@ -47,6 +53,10 @@ class PackageIndex:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def downloads(self) -> list[str]:
+        """The package files fetched so far (not the index pages)."""
+        return [p for p in self.requests if p.startswith("/files/")]
 
     def close(self) -> None:
         self.server.shutdown()
@@ -64,6 +74,15 @@ class PackageIndex:
         (page / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
         (simple / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(
             f'<a href="{p}/">{p}</a><br/>' for p in sorted(self.projects)) + "\n</body></html>\n")
+
+    def add_file(self, name: str, path: Path) -> Path:
+        """A package file made elsewhere (a real wheel from pip's cache or a local folder),
+        served as it is (bench/deps_install.py: the biggest wheels at hand)."""
+        import shutil
+
+        shutil.copyfile(path, self.files / Path(path).name)
+        self._publish(name, Path(path).name)
+        return self.files / Path(path).name
 
     def add_wheel(self, name: str, version: str, files: dict[str, str], *, requires: list[str] = (),
                   tag: str = "py3-none-any") -> Path:

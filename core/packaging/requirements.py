@@ -590,13 +590,30 @@ def bundle_dependencies(bundle: Path, workdir: str, extras: Iterable[str] = ()) 
     return hit  # type: ignore[return-value]
 
 
-def deps_spec(deps: Dependencies | None, *, python: str, version: str, venvs_dir: str) -> dict | None:
+def deps_spec(deps: Dependencies | None, *, python: str, version: str, venvs_dir: str,
+              uv: str | None = None) -> dict | None:
     """The launcher's `deps`: the flattened lines and a hash that also names the target's
-    Python, so a venv is reused only by jobs that would install the very same thing."""
+    Python, so a venv is reused only by jobs that would install the very same thing; where uv
+    installs, its one cache on that host (beside `venvs_dir`), the uv binary the home side
+    has (`uv`, for the local target; a host uses its own or pip), and the key of the Python
+    that names an environment by the packages it holds (core/runtime/uvenv.py)."""
     if deps is None:
         return None
     h = hashlib.sha256()
     for part in (python, version, deps.hash):
         h.update(part.encode() + b"\0")
-    return {"hash": h.hexdigest()[:32], **deps.spec(), "venvs_dir": venvs_dir}
+    py = hashlib.sha256(f"{python}\0{version}".encode()).hexdigest()[:16]
+    cache = posixpath.join(posixpath.dirname(venvs_dir.rstrip("/")), "uv-cache")
+    local = hashlib.sha256(json.dumps(sorted(deps.local.items())).encode()).hexdigest()[:16] if deps.local else ""
+    return {"hash": h.hexdigest()[:32], **deps.spec(), "venvs_dir": venvs_dir, "uv_cache": cache,
+            "python_key": py, **({"local_key": f"local:{local}"} if local else {}), **({"uv": uv} if uv else {})}
 
+
+def home_uv() -> str | None:
+    """The uv binary of the `uv` package installed beside gpu-router (the local target installs
+    with it), or None where it is missing: the launcher then looks for one, else uses pip."""
+    try:
+        import uv
+        return uv.find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return None

@@ -48,7 +48,7 @@ def dependency_spec(job: Job, python: str) -> dict | None:
     deps = requirements.bundle_dependencies(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
                                             job.plan.get("workdir") or "", job.plan.get("extras") or ())
     return requirements.deps_spec(deps, python=python, version=sys.version,
-                                  venvs_dir=str(paths.venvs_dir()))
+                                  venvs_dir=str(paths.venvs_dir()), uv=requirements.home_uv())
 
 
 class LocalProvider:

@@ -395,7 +395,7 @@ def plan_for(spec: dict, python: str) -> dict:
     ro_at = [(os.path.realpath(d), os.path.abspath(d)) for d in box.get("data", [])]
     deps = spec.get("deps")
     if deps:
-        ro.append(os.path.join(deps["venvs_dir"], deps["hash"]))
+        ro.append(deps.get("venv") or os.path.join(deps["venvs_dir"], deps["hash"]))  # uv: by its packages
     gens = env.get("GPU_ROUTER_CHECKPOINT_GENERATIONS", "")  # checkpoint_saved() freezes saves there
     if gens:
         os.makedirs(gens, exist_ok=True)  # a folder is bound only where it exists

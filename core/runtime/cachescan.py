@@ -14,6 +14,14 @@ Entries (relative to ROOT):
     venvs/<hash>/           (+ venvs/<hash>.lock)                a dependency environment
     wheelhouse/<hash>/      (+ wheelhouse/<hash>.ready)          wheels for a host without an index
 
+    uv-cache/               (+ uv-cache.lock, uv-cache.ready)    uv's one cache on this host
+
+A venv built by uv holds hard links to the files of uv's cache: a venv counts only the bytes
+it alone holds, the cache counts each of its files once, so the bytes of a location add up to
+what its disk holds, and removing a venv frees what it says. The cache is in use while a
+launcher installs from it (it holds uv-cache.lock shared); removing it takes from no venv
+(their links keep the files) and frees the files no venv links to, which is what it reports.
+
 A venv whose lock file another process holds (the launcher keeps a shared lock on it while its
 job runs) is in use and is never removed. Last use is the newest mtime of the entry's marker
 (`.ready`, touched whenever a launch finds it) or of the entry itself.
@@ -51,11 +59,39 @@ def _size(path: str) -> int:
     return total
 
 
+def _own_size(path: str) -> int:
+    """Bytes on disk that only this folder holds: a file with other hard links (a venv's file
+    linked from uv's cache) is counted where it is cached, not here."""
+    total = 0
+    for top, dirs, files in os.walk(path):
+        for name in files + dirs:
+            try:
+                s = os.lstat(os.path.join(top, name))
+            except OSError:
+                continue
+            if s.st_nlink > 1 and not os.path.isdir(os.path.join(top, name)):
+                continue
+            total += s.st_blocks * 512 if hasattr(s, "st_blocks") else s.st_size
+    return total
+
+
 def _mtime(path: str) -> float:
     try:
         return os.lstat(path).st_mtime
     except OSError:
         return 0.0
+
+
+UV_CACHE = "uv-cache"  # core/runtime/uvenv.py's CACHE_DIR
+
+
+def _uv_cache(root: str) -> list[dict]:
+    path = os.path.join(root, UV_CACHE)
+    if not os.path.isdir(path) or os.path.islink(path):
+        return []
+    return [{"kind": "uv-cache", "key": UV_CACHE, "path": path, "bytes": _size(path),
+             "used_at": max(_mtime(path), _mtime(path + ".ready")),
+             "busy": _venv_busy(path + ".lock")}]
 
 
 def _venv_busy(lock_path: str) -> bool:
@@ -82,17 +118,19 @@ def scan(root: str) -> list[dict]:
         except OSError:
             continue
         for name in names:
-            if name.endswith((".ready", ".lock")) or ".part-" in name or ".tmp" in name:
+            if name.endswith((".ready", ".lock", ".to")) or ".part-" in name or ".tmp" in name:
                 continue
             key = name[: -len(".tar.gz")] if name.endswith(".tar.gz") else name
             path = os.path.join(base, name)
             marker = os.path.join(base, key + ".ready")
             busy = kind == "venv" and _venv_busy(os.path.join(base, key + ".lock"))
-            out.append({"kind": kind, "key": key, "path": path, "bytes": _size(path),
+            size = _own_size(path) if kind == "venv" and os.path.isdir(path) else _size(path)
+            out.append({"kind": kind, "key": key, "path": path, "bytes": size,
                         "used_at": max(_mtime(path), _mtime(marker),
                                        _mtime(os.path.join(path, ".ready"))),
                         "busy": busy})
     out += _workdirs(root)
+    out += _uv_cache(root)
     return out
 
 
@@ -126,9 +164,19 @@ def evict(root: str, paths: list[str], min_age_s: float = 0.0) -> dict:
     holds that lock, so one used since the scan is kept."""
     real_root = os.path.realpath(root)
     removed, kept, freed = [], [], 0
-    for path in paths:
+    cache = os.path.join(real_root, UV_CACHE)
+    # the cache last: the venvs removed before it let go of their links to its files
+    for path in sorted(paths, key=lambda p: os.path.realpath(p) == cache):
         real = os.path.realpath(path)
         parent = os.path.dirname(real)
+        if real == cache:
+            done = _evict_uv_cache(real, min_age_s)
+            if isinstance(done, str):
+                kept.append({"path": path, "why": done})
+            else:
+                removed.append(path)
+                freed += done
+            continue
         if _is_workdir(real, real_root):
             try:  # the marker first: a launch that finds no marker unpacks the code again
                 os.unlink(os.path.join(parent, ".code-ready"))
@@ -166,6 +214,8 @@ def evict(root: str, paths: list[str], min_age_s: float = 0.0) -> dict:
                     pass
             if os.path.isdir(real) and not os.path.islink(real):
                 shutil.rmtree(real, ignore_errors=True)
+            if lock_fd is not None:
+                _drop_pointers(parent, key)
             else:
                 try:
                     os.unlink(real)
@@ -177,6 +227,44 @@ def evict(root: str, paths: list[str], min_age_s: float = 0.0) -> dict:
             if lock_fd is not None:
                 os.close(lock_fd)
     return {"removed": removed, "kept": kept, "freed": freed}
+
+
+def _drop_pointers(venvs: str, key: str) -> None:
+    """The `HASH.to` files that name a removed venv (a project's requirements -> the venv of
+    the packages they resolved to): the launcher would find nothing there anyway."""
+    try:
+        names = [n for n in os.listdir(venvs) if n.endswith(".to")]
+    except OSError:
+        return
+    for name in names:
+        try:
+            with open(os.path.join(venvs, name)) as f:
+                if f.read().strip() == key:
+                    os.unlink(os.path.join(venvs, name))
+        except OSError:
+            pass
+
+
+def _evict_uv_cache(path: str, min_age_s: float) -> int | str:
+    """Remove uv's cache under its lock (no launcher installs meanwhile): the bytes freed, or
+    why it was kept."""
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return "an install is using it"
+        if time.time() - _mtime(path + ".ready") < min_age_s:
+            return "used since it was judged"
+        freed = _own_size(path)  # what goes: the files no venv links to
+        try:
+            os.unlink(path + ".ready")
+        except OSError:
+            pass
+        shutil.rmtree(path, ignore_errors=True)
+        return freed
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str]) -> int:

@@ -46,7 +46,7 @@ import threading
 import time
 
 if __package__:  # imported as core.runtime.launch (the engine, tests)
-    from . import boundary, diskspace, gpuutil, jobprocs, redact, textsafe, workdir
+    from . import boundary, diskspace, gpuutil, jobprocs, redact, textsafe, uvenv, workdir
 else:  # run as a script on the target, beside its sibling files
     import boundary
     import diskspace
@@ -54,6 +54,7 @@ else:  # run as a script on the target, beside its sibling files
     import jobprocs
     import redact
     import textsafe
+    import uvenv
     import workdir
 
 MASK = redact.MASK.decode()
@@ -282,44 +283,99 @@ def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
     return child.wait()
 
 
-_HELD: list = []  # venv locks held for the life of this process
+_HELD: list = []  # environment locks held (shared) for the life of this process
 
 
 def _ensure_venv(spec: dict, log: JobLog) -> str:
-    """The job's Python: a cached venv with the project's dependencies, or the base Python."""
+    """The job's Python: a cached environment with the project's dependencies, or the base
+    Python. uv builds it where it can (core/runtime/uvenv.py: one cache per host, environments
+    named by the packages they hold); pip where it cannot."""
     deps = spec.get("deps")
     base = spec["base_python"]
     if not deps:
         return base
-    venv = os.path.join(deps["venvs_dir"], deps["hash"])
-    ready = os.path.join(venv, ".ready")
-    python = os.path.join(venv, "bin", "python")
     os.makedirs(deps["venvs_dir"], exist_ok=True)
-    lock = open(venv + ".lock", "w")  # noqa: SIM115 - held (shared) while the job runs
-    _HELD.append(lock)
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one install per dependency set at a time
-    try:
-        return _install_venv(spec, log, deps, venv, ready, python)
-    finally:
-        # shared while the job runs, so `gpu gc` (which needs it exclusively) leaves the venv
-        # alone; .ready was touched under the exclusive lock, and gc re-checks its age
-        fcntl.flock(lock, fcntl.LOCK_SH)
-
-
-def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, python: str) -> str:
-    """Reuse the venv if its marker exists, else build it; the caller holds its lock."""
-    base = spec["base_python"]
-    if os.path.exists(ready):
-        os.utime(ready)  # its mtime is the venv's last use, for `gpu gc`
+    uv = uvenv.find_uv(deps.get("uv"))
+    why = uvenv.unfit(deps) if uv else None
+    if why:
+        log.line(f"dependencies: installing with pip, not uv: {why}")
+        uv = None
+    if uv and deps.get("uv_cache"):
+        try:
+            return _uv_venv(spec, log, deps, uv)
+        except _UvFailed as exc:
+            log.line(f"dependencies: uv could not install them ({exc}); trying pip")
+    venv = os.path.join(deps["venvs_dir"], deps["hash"])
+    deps["venv"] = venv
+    python = os.path.join(venv, "bin", "python")
+    if _hold_env(venv, lambda: _pip_install(spec, log, deps, venv, python)):
         log.line(f"dependencies: reusing environment {deps['hash'][:12]}")
-        return python
-    shutil.rmtree(venv, ignore_errors=True)  # a half-built env from a crash
+    return python
+
+
+def _hold_env(venv: str, build) -> bool:
+    """Hold `venv`'s lock shared for the life of this process (so `gpu gc`, which needs it
+    exclusively, leaves the environment alone while the job runs), building it first under the
+    exclusive lock when it is not ready. Several launchers may share a ready environment at
+    once; only one builds a missing one, and the others wait for it and then share it. True
+    when it was ready (its marker is touched: its mtime is the last use, for `gpu gc`)."""
+    lock = open(venv + ".lock", "a")  # noqa: SIM115 - held while the job runs
+    _HELD.append(lock)
+    ready = os.path.join(venv, ".ready")
+    while True:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # waits out a launcher that is building it
+        if os.path.exists(ready):
+            os.utime(ready)
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another launcher builds it, or looks at it as we do: ask again
+            time.sleep(0.2)
+            continue
+        try:
+            if not os.path.exists(ready):  # else built while this one waited
+                shutil.rmtree(venv, ignore_errors=True)  # a half-built env from a crash
+                build()
+                _write_atomic(ready, json.dumps({"created": time.time()}))
+                fcntl.flock(lock, fcntl.LOCK_SH)
+                return False
+            os.utime(ready)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            return True
+        except BaseException:  # let go: a launcher waiting to build it must not wait for this job
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            raise
+
+
+def _share_ready(venv: str) -> bool:
+    """Hold a ready environment's lock shared for the life of this process and say True; False
+    (holding nothing) when it is not ready, e.g. `gpu gc` took it."""
+    if not os.path.exists(os.path.join(venv, ".ready")):
+        return False
+    lock = open(venv + ".lock", "a")  # noqa: SIM115 - held while the job runs
+    fcntl.flock(lock, fcntl.LOCK_SH)  # waits out a gc that is removing it
+    if not os.path.exists(os.path.join(venv, ".ready")):
+        lock.close()
+        return False
+    os.utime(os.path.join(venv, ".ready"))
+    _HELD.append(lock)
+    return True
+
+
+def _creating_line(deps: dict, log: JobLog, name: str, tool: str) -> None:
     constraints = deps.get("constraints") or []
-    log.line(f"dependencies: creating environment {deps['hash'][:12]} "
+    log.line(f"dependencies: creating environment {name[:12]} with {tool} "
              f"({len(deps['requirements'])} requirements"
              + (f", {len(constraints)} constraints" if constraints else "") + ")")
     for note in deps.get("notes") or []:
         log.line(f"dependencies: {note}")
+
+
+def _pip_install(spec: dict, log: JobLog, deps: dict, venv: str, python: str) -> None:
+    """Build `venv` with pip (the caller holds its lock exclusively)."""
+    base = spec["base_python"]
+    _creating_line(deps, log, deps["hash"], "pip")
     started = time.time()
     status = _run_logged([base, "-m", "venv", "--system-site-packages", venv], log)
     if status != 0:
@@ -336,9 +392,142 @@ def _install_venv(spec: dict, log: JobLog, deps: dict, venv: str, ready: str, py
     if status != 0:
         shutil.rmtree(venv, ignore_errors=True)
         raise RuntimeError(f"pip install failed with status {status} (see the lines above)")
-    _write_atomic(ready, json.dumps({"created": time.time()}))
     log.line(f"dependencies: installed in {time.time() - started:.1f}s")
+
+
+class _UvFailed(Exception):
+    """uv could not build the environment; pip gets its turn."""
+
+
+def _uv_venv(spec: dict, log: JobLog, deps: dict, uv: str) -> str:
+    """The environment, built with uv (core/runtime/uvenv.py says how and why in three steps).
+    A project whose requirements were seen before goes straight to its environment (the
+    pointer venvs/HASH.to names it); else its packages are fetched, and the environment that
+    holds exactly those is shared or made."""
+    venvs, cache = deps["venvs_dir"], deps["uv_cache"]
+    pointer = os.path.join(venvs, deps["hash"] + ".to")
+    known = _read_pointer(pointer)
+    if known and _share_ready(os.path.join(venvs, known)):
+        deps["venv"] = os.path.join(venvs, known)
+        log.line(f"dependencies: reusing environment {known[:12]} (uv)")
+        return os.path.join(venvs, known, "bin", "python")
+    os.makedirs(cache, exist_ok=True)
+    _creating_line(deps, log, deps["hash"], "uv")
+    started = time.time()
+    with open(cache + ".lock", "a") as cache_lock:  # held while installing: `gpu gc` waits its turn
+        fcntl.flock(cache_lock, fcntl.LOCK_SH)
+        os.makedirs(cache, exist_ok=True)  # again: a gc may have taken it before the lock
+        python = _uv_build(spec, log, deps, uv, cache, started)
+        _write_atomic(cache + ".ready", str(time.time()))  # its last use, for `gpu gc`
     return python
+
+
+def _uv_build(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, started: float) -> str:
+    venvs = deps["venvs_dir"]
+    pointer = os.path.join(venvs, deps["hash"] + ".to")
+    options = [*(deps.get("options") or [])]
+    if deps.get("wheelhouse"):
+        options += ["--no-index", f"--find-links {deps['wheelhouse']}"]
+    scratch = _scratch(spec)
+    try:
+        frozen = _uv_resolve(spec, log, deps, uv, cache, scratch)
+        key = uvenv.resolved_key(deps.get("python_key") or spec["base_python"],
+                                 [*options, *([deps["local_key"]] if deps.get("local_key") else [])], frozen)
+        venv = os.path.join(venvs, key)
+        if _share_ready(venv):
+            log.line(f"dependencies: sharing environment {key[:12]}: another project resolved to the "
+                     f"same {len(frozen)} packages (ready in {time.time() - started:.1f}s)")
+        else:
+            _uv_fill(spec, log, uv, cache, scratch, options, frozen)
+            if _hold_env(venv, lambda: _uv_link(spec, log, uv, cache, venv, options, frozen)):
+                log.line(f"dependencies: sharing environment {key[:12]}: another project resolved to "
+                         f"the same {len(frozen)} packages (ready in {time.time() - started:.1f}s)")
+            else:
+                log.line(f"dependencies: installed in {time.time() - started:.1f}s (uv, {len(frozen)} "
+                         "packages, linked from the cache)")
+    finally:  # the scratch goes while the job runs: thousands of links take a while to remove
+        threading.Thread(target=shutil.rmtree, args=(scratch, True), daemon=True).start()
+    _write_atomic(pointer, key)
+    deps["venv"] = venv
+    return os.path.join(venv, "bin", "python")
+
+
+def _read_pointer(path: str) -> str | None:
+    """The environment a project's requirements resolved to last time (venvs/HASH.to)."""
+    try:
+        with open(path) as f:
+            key = f.read().strip()
+    except OSError:
+        return None
+    return key if re.fullmatch(r"[0-9a-f]{32}", key) else None
+
+
+def _scratch(spec: dict) -> str:
+    """A folder of this attempt in the job's own tmp folder (writable in its sandbox)."""
+    import tempfile
+
+    tmp_root = os.path.join(os.path.dirname(spec["log"]), "tmp")
+    os.makedirs(tmp_root, exist_ok=True)
+    return tempfile.mkdtemp(prefix="deps-", dir=tmp_root)
+
+
+def _uv_boxed(spec: dict, log: JobLog, uv: str, cache: str, cmd: list[str]) -> int:
+    """A uv command as the project's build code must run: inside the job's sandbox where it has
+    one, with uv's cache the one more writable folder (and uv's own folder readable)."""
+    base = spec["base_python"]
+    sandbox = _sandbox_plan(spec, base, writable=[cache], readable=[os.path.dirname(os.path.realpath(uv))])
+    env = uvenv.environ(_job_env(spec, base, sandbox), dict(os.environ))
+    return _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox)
+
+
+def _uv_resolve(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, scratch: str) -> list[str]:
+    """Step 1: the exact set of packages the project's lines resolve to (`uv pip compile`; it
+    may build an sdist for its metadata, so it runs boxed)."""
+    args = _requirement_files(deps, scratch)
+    if deps.get("wheelhouse"):  # a target without internet: only the wheels shipped beside the job
+        args += ["--no-index", "--find-links", deps["wheelhouse"]]
+    out = os.path.join(scratch, "resolved.txt")
+    status = _uv_boxed(spec, log, uv, cache, uvenv.compile_cmd(uv, spec["base_python"], cache, args, out))
+    if status != 0 or not os.path.exists(out):
+        raise _UvFailed(f"uv pip compile: status {status}, see the lines above")
+    with open(out) as f:
+        return uvenv.frozen_lines(f.read())
+
+
+def _uv_fill(spec: dict, log: JobLog, uv: str, cache: str, scratch: str, options: list[str],
+             frozen: list[str]) -> None:
+    """Step 2: that set into the cache, through a scratch environment of symlinks (boxed: it
+    downloads and builds)."""
+    env_dir = os.path.join(scratch, "env")
+    status = _run_logged(uvenv.venv_cmd(uv, spec["base_python"], env_dir, cache), log)
+    if status != 0:
+        raise _UvFailed(f"uv venv: status {status}")
+    pinned = os.path.join(scratch, "pinned.txt")
+    with open(pinned, "w") as f:
+        f.write("\n".join([*options, *frozen]) + "\n")
+    status = _uv_boxed(spec, log, uv, cache, uvenv.install_cmd(
+        uv, os.path.join(env_dir, "bin", "python"), cache, ["-r", pinned], link="symlink"))
+    if status != 0:
+        raise _UvFailed(f"uv pip install: status {status}, see the lines above")
+
+
+def _uv_link(spec: dict, log: JobLog, uv: str, cache: str, venv: str, options: list[str],
+             frozen: list[str]) -> None:
+    """Step 3: the exact set, from the cache only (no network, no build: no project code runs,
+    so no sandbox is needed, and the hard links into the cache work) into `venv`."""
+    base = spec["base_python"]
+    status = _run_logged(uvenv.venv_cmd(uv, base, venv, cache), log)
+    if status != 0:
+        raise _UvFailed(f"uv venv: status {status}")
+    req = os.path.join(venv, "requirements.txt")
+    with open(req, "w") as f:
+        f.write("\n".join([*options, *frozen]) + "\n")
+    env = uvenv.environ(boundary.job_environ(dict(os.environ), {}), dict(os.environ))
+    status = _run_logged(uvenv.install_cmd(uv, os.path.join(venv, "bin", "python"), cache, ["-r", req],
+                                           offline=True), log, cwd=spec["workdir"], env=env)
+    if status != 0:
+        shutil.rmtree(venv, ignore_errors=True)
+        raise _UvFailed(f"linking from the cache: status {status}")
 
 
 def _requirement_files(deps: dict, venv: str) -> list[str]:
@@ -432,11 +621,13 @@ def _decide_sandbox(spec: dict, log: JobLog) -> None:
                        "one: a person approves it to run unsandboxed, or installs bubblewrap")
 
 
-def _sandbox_plan(spec: dict, python: str, writable: list[str] = ()) -> dict | None:
+def _sandbox_plan(spec: dict, python: str, writable: list[str] = (),
+                  readable: list[str] = ()) -> dict | None:
     if not _SANDBOX:
         return None
     plan = boundary.plan_for(spec, python)
     plan["rw"] = plan["rw"] + list(writable)
+    plan["ro"] = plan["ro"] + list(readable)
     return plan
 
 
