@@ -161,6 +161,24 @@ def test_pip_installs_when_uv_is_turned_off(home: Path, tmp_path: Path, index: P
     assert not (home / "uv-cache").exists()
 
 
+@pytest.mark.slow
+def test_a_package_that_needs_a_build_is_installed_by_pip_never_built_beside_the_shared_cache(
+        home: Path, tmp_path: Path, index: PackageIndex) -> None:
+    """uv's cache is lent to every project's environment, so no build code (an sdist's, which
+    an agent may have written) runs while it is writable: uv refuses the set (--no-build) and
+    pip installs it into this job's own environment."""
+    index.add_sdist("tinysdist", "1.0", {"tinysdist/__init__.py": "Y = 2\n"})
+    project = make_git_project(tmp_path / "p", {"train.py": "import tinysdist\nprint('built', tinysdist.Y)\n",
+                                                "requirements.txt": "tinysdist\n"})
+    _, log = _run(project)
+    assert "built 2" in log and "trying pip" in log, log
+    cache = home / "uv-cache"
+    # the index's page for it may be cached; nothing of it was fetched or built under uv
+    built = [p for p in cache.rglob("*") if "tinysdist" in p.name.lower()
+             and not p.relative_to(cache).parts[0].startswith("simple")] if cache.exists() else []
+    assert built == []
+
+
 def test_uv_is_found_given_on_path_or_at_home_else_pip(tmp_path: Path) -> None:
     fake = tmp_path / "bin" / "uv"
     fake.parent.mkdir()

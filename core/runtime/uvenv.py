@@ -10,20 +10,23 @@ about a second and almost no new disk.
 How an environment is built with uv (core/runtime/launch.py drives it):
 
 1. resolve: `uv pip compile` gives the exact set of packages (inside the job's sandbox where it
-   has one: it reaches the index, and may build an sdist for its metadata); the environment is
+   has one: it reaches the index; wheels only, every uv step runs with --no-build); the environment is
    named by that set (`resolved_key`), not by how the project wrote its requirements, so two
    projects that resolve to the same packages share one environment, found right here.
 2. fetch: a missing environment's set is installed into a scratch environment in the job's own
    tmp folder (symlinks into the cache, so it costs nothing but the download), in the sandbox
-   too: the step that downloads and runs the project's build code. The only new writable
-   folder in the sandbox is the uv cache.
+   too: the step that downloads. The only new writable folder in the sandbox is the uv cache,
+   and no build code runs there: a set that needs an sdist built (or the project itself) is
+   pip's, in the job's own environment, so no project can change the files the cache lends
+   to other projects' environments.
 3. link: `uv pip install --offline --no-build` of the set into ROOT/venvs/KEY, outside the
    sandbox: no network and no build, so no project code runs, and the hard links into the
    cache work (a link never crosses the sandbox's bind mounts, which would make it a copy).
 
 pip stays where uv cannot be used: no uv on the host, `GPU_ROUTER_INSTALLER=pip` in the
 launcher's environment (the supervisor's, or a target's `env`), requirement lines uv reads
-differently (editable VCS URLs, pip-only options), or uv failing where pip might not.
+differently (editable VCS URLs, pip-only options), a set that needs a build (uv refuses it:
+--no-build), or uv failing where pip might not.
 """
 
 from __future__ import annotations
@@ -49,7 +52,11 @@ UV_KEPT_OUT = {"UV_CACHE_DIR", "UV_NO_CACHE", "UV_LINK_MODE", "UV_PYTHON", "UV_C
 COMMON_FLAGS = ["--no-config", "--color", "never"]
 # pip looks at every index for the best version; uv by default stops at the first that has the
 # package. The same project must get the same packages whichever installer runs.
-INSTALL_FLAGS = ["--index-strategy", "unsafe-best-match", "--no-progress"]
+# --no-build everywhere: uv's cache is shared by every project on the host and its files are
+# linked into their environments, so no project's build code (an sdist's setup.py, which an
+# agent may have written) ever runs with that cache writable; a set that needs a build is
+# installed by pip, into that job's own environment only
+INSTALL_FLAGS = ["--index-strategy", "unsafe-best-match", "--no-progress", "--no-build"]
 
 
 def find_uv(given: str | None, environ: dict[str, str] | None = None) -> str | None:
@@ -108,8 +115,8 @@ def install_cmd(uv: str, python: str, cache: str, args: list[str], *, link: str 
     cmd = [uv, "pip", "install", *COMMON_FLAGS, *INSTALL_FLAGS, "--cache-dir", cache, "--python", python]
     if link:
         cmd += ["--link-mode", link]
-    if offline:  # from the cache only: no network, and no build (no project code runs)
-        cmd += ["--offline", "--no-build"]
+    if offline:  # from the cache only: no network (and, as every uv step, no build)
+        cmd += ["--offline"]
     return cmd + args
 
 
