@@ -21,6 +21,7 @@ So, in tui/:
 from __future__ import annotations
 
 import json
+import os
 import string
 import sys
 from typing import IO, Any
@@ -117,11 +118,22 @@ def renderable(value: object) -> Any:
     return Text(safe(value))
 
 
+PIPED_WIDTH = 1000  # a table's width when stdout is a pipe or a file: whole rows, never cut
+
+
 def console():
-    """The one console: no markup, emoji codes or highlighting applied to anything printed."""
+    """The one console: no markup, emoji codes or highlighting applied to anything printed.
+
+    Piped or redirected (`gpu jobs | grep`, `gpu targets > t.txt`), Rich would lay tables out
+    for 80 columns and drop or cut whole columns (NAME, KIND, GPU); a pipe has no width, so
+    rows are laid out whole. COLUMNS, where set, still wins.
+    """
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
+    width = None
+    if not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
+        width = PIPED_WIDTH
+    return Console(highlight=False, soft_wrap=False, markup=False, emoji=False, width=width)
 
 
 def say(value: object) -> None:
