@@ -36,3 +36,41 @@ def test_piped_tables_are_whole(home: Path) -> None:
     header, *rows = proc.stdout.splitlines()
     assert header.split() == ["ID", "NAME", "STATE", "TARGET", "ELAPSED", "HOURS", "LAST", "METRIC", "AGE"]
     assert rows[0].split()[:2] == [sub["job"]["short_id"], name], rows
+
+
+def _submit_on_a_terminal(project: Path, *args: str, stdin_terminal: bool = True) -> dict:
+    """`gpu submit ARGS | cat` typed at a terminal: stdin is a pty that is the process's
+    controlling terminal (a login shell's), stdout and stderr are pipes. The job's record."""
+    import os
+    import pty
+    import subprocess
+
+    from tests.conftest import gpu_exe, take_controlling_terminal
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run([gpu_exe(), "submit", *args], cwd=project, capture_output=True, text=True,
+                              stdin=slave if stdin_terminal else subprocess.DEVNULL, timeout=120,
+                              start_new_session=True, preexec_fn=take_controlling_terminal
+                              if stdin_terminal else None)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return gpu_json("jobs", "--limit", "1")["jobs"][0]
+
+
+def test_a_person_piping_submit_s_output_is_a_person(home: Path, tmp_path: Path) -> None:
+    """No --hours holds an agent's job, never a person's: stdout piped does not make an agent."""
+    project = make_git_project(tmp_path / "proj", {"run.py": "print('hi')\n"})
+    job = _submit_on_a_terminal(project, "run.py", "--wait-s", "0")
+    assert job["state"] != "awaiting_approval", job
+    status = gpu_json("status", job["short_id"])
+    assert not status["events"][0]["actor"].startswith("agent"), status["events"][0]
+    # the same with nothing on stdin (a script, an agent's subprocess) is held, and says why
+    job = _submit_on_a_terminal(project, "run.py", "--wait-s", "0", stdin_terminal=False)
+    assert job["state"] == "awaiting_approval", job
+    assert "no terminal on stdin" in gpu_json("status", job["short_id"])["events"][0]["actor"]
+    # and --json at a terminal is machine output: an agent's
+    job = _submit_on_a_terminal(project, "run.py", "--wait-s", "0", "--json")
+    assert job["state"] == "awaiting_approval", job
