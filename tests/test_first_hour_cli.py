@@ -74,3 +74,27 @@ def test_a_person_piping_submit_s_output_is_a_person(home: Path, tmp_path: Path)
     # and --json at a terminal is machine output: an agent's
     job = _submit_on_a_terminal(project, "run.py", "--wait-s", "0", "--json")
     assert job["state"] == "awaiting_approval", job
+
+
+def test_gpu_yaml_at_the_repository_root_is_found_from_a_subfolder(home: Path, tmp_path: Path) -> None:
+    """`gpu plan` in repo/src/ means the project whose gpu.yaml is at the root, as git would;
+    a script named from the subfolder is the subfolder's."""
+    project = make_git_project(tmp_path / "repo", {
+        "gpu.yaml": "script: train.py\nhours: 0.1\n", "train.py": "print('root')\n",
+        "src/other.py": "print('src')\n", "src/deep/notes.txt": "x\n"})
+    plan = gpu_json("plan", cwd=project / "src" / "deep")
+    assert plan["plan"]["command"] == ["train.py"], plan["plan"]
+    plan = gpu_json("plan", "other.py", cwd=project / "src")
+    assert plan["plan"]["command"] == ["src/other.py"], plan["plan"]
+    # a gpu.yaml nearer than the root wins, as a nested repository's .git would
+    (project / "src" / "gpu.yaml").write_text("script: other.py\nhours: 0.1\n")
+    assert gpu_json("plan", cwd=project / "src" / "deep")["plan"]["command"] == ["other.py"]
+
+
+def test_no_script_names_the_command_that_was_run(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "bare", {"run.py": "print(1)\n"})
+    proc = run_gpu("plan", cwd=project / ".")
+    assert proc.returncode == 2 and "gpu plan: no script to run" in proc.stderr, proc.stderr
+    assert "gpu plan train.py" in proc.stderr and "gpu submit" not in proc.stderr, proc.stderr
+    proc = run_gpu("submit", cwd=project)
+    assert "gpu submit: no script to run" in proc.stderr, proc.stderr

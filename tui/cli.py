@@ -97,7 +97,9 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from core import paths
     from core.errors import disk_full_guard
 
-    project = resolve_project(args.project_dir or os.getcwd())
+    from tui.cli_common import project_and_script
+
+    project = resolve_project(project_and_script(args)[0])
     values = read_project_file(project)[0]  # checked as a submit checks it
     include = [*values.get("include", []), *(args.include or [])]
     ship = values.get("ship", "repo")

@@ -5,12 +5,18 @@ yes or no to by a person at a terminal (their approval PIN, or the typed job id)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from core.errors import UserError
-from tui.cli_common import actor_of, confirm_broad, here, interactive, open_store
+from tui.cli_common import (
+    actor_of,
+    confirm_broad,
+    here,
+    interactive,
+    open_store,
+    project_and_script,
+)
 from tui.output import ask, emit_json, markup, say
 
 
@@ -30,7 +36,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from core.config.request import build_request
     from core.engine.service import submit
 
-    req = build_request(args.project_dir or os.getcwd(), request_overrides(args))
+    project, args.script = project_and_script(args)
+    req = build_request(project, request_overrides(args))
     actor = actor_of(args)
     interactive = actor.is_person
     result = confirm_broad(args, lambda allow: submit(
@@ -100,7 +107,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from core.config.request import build_request
     from core.engine.service import prepare
 
-    req = build_request(args.project_dir or os.getcwd(), request_overrides(args))
+    project, args.script = project_and_script(args)
+    req = build_request(project, request_overrides(args), command="gpu plan")
     bundle, plan = confirm_broad(args, lambda allow: prepare(
         req, interactive=interactive(args), allow_large_project=allow))
     from core.engine.accounts import elsewhere
