@@ -128,7 +128,21 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
-MCP_CONFIG = '{"mcpServers": {"gpu-router": {"command": "gpu", "args": ["mcp"]}}}'
+# what an MCP client passes the server: a client starts it with a bare environment, so a
+# custom home or config set in the shell must travel in `env`, or the agent's jobs land in
+# another store than the one `gpu jobs` and the dashboard read
+MCP_ENV_VARS = ("GPU_ROUTER_HOME", "GPU_ROUTER_CONFIG")
+
+
+def mcp_config() -> str:
+    """The client configuration for this shell: `env` holds the variables set here."""
+    import json
+
+    server: dict = {"command": "gpu", "args": ["mcp"]}
+    env = {k: os.environ[k] for k in MCP_ENV_VARS if os.environ.get(k)}
+    if env:
+        server["env"] = env
+    return json.dumps({"mcpServers": {"gpu-router": server}})
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -136,7 +150,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     for its import). Started at a terminal by hand, it says what it is for on stderr first."""
     if sys.stdin.isatty():
         write(f"gpu mcp speaks the Model Context Protocol on stdin/stdout; an MCP client starts "
-              f"it. Client configuration: {MCP_CONFIG}\n", sys.stderr)
+              f"it. Client configuration: {mcp_config()}\n", sys.stderr)
     from tui.mcp_server import serve
 
     return serve()
@@ -366,8 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("mcp", cmd_mcp, "serve gpu-router to AI agents over MCP on stdin/stdout (gpu_submit, gpu_wait, "
             "gpu_status, ..., compute_job); no tool approves")
-    p.epilog = (f"MCP client configuration: {MCP_CONFIG}. Every call is an agent's: the approval "
-                f"rules apply in full. {EPILOG}")
+    p.epilog = (f"MCP client configuration: {mcp_config()} (a client starts the server with a "
+                f"bare environment: GPU_ROUTER_HOME and GPU_ROUTER_CONFIG, where you set them, "
+                f"go in env). Every call is an agent's: the approval rules apply in full. {EPILOG}")
 
     p = add("daemon", cmd_daemon, "run the supervisor (started on demand by submit; one per user)")
     p.add_argument("--detach", action="store_true", help="start it in the background and return")
