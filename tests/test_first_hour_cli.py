@@ -98,3 +98,20 @@ def test_no_script_names_the_command_that_was_run(home: Path, tmp_path: Path) ->
     assert "gpu plan train.py" in proc.stderr and "gpu submit" not in proc.stderr, proc.stderr
     proc = run_gpu("submit", cwd=project)
     assert "gpu submit: no script to run" in proc.stderr, proc.stderr
+
+
+def test_adding_a_kaggle_target_offline_says_what_failed_in_one_line(keychain, home: Path) -> None:
+    """No network (here: a proxy that refuses): the target is saved, the failure is one line
+    that says what to do, and its quota reads unknown, not unlimited."""
+    offline = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+    proc = run_gpu("targets", "add", "kaggle", "kg", "--token-stdin",
+                   input="KGAT_0123456789abcdef0123456789abcdef\n", env=offline)
+    assert proc.returncode == 0, proc.stderr
+    saved, why = proc.stdout.strip().splitlines()
+    assert saved.startswith("saved target kg (kaggle)"), proc.stdout
+    assert "Kaggle could not be reached (the proxy did not let it through)" in why, why
+    assert "gpu targets probe kg" in why
+    for raw in ("HTTPSConnectionPool", "Max retries", "NewConnectionError", "Errno"):
+        assert raw not in proc.stdout + proc.stderr, raw
+    row = next(r for r in run_gpu("targets", env=offline).stdout.splitlines() if r.startswith("kg "))
+    assert "unknown" in row and "unlimited" not in row, row
