@@ -115,3 +115,23 @@ def test_adding_a_kaggle_target_offline_says_what_failed_in_one_line(keychain, h
         assert raw not in proc.stdout + proc.stderr, raw
     row = next(r for r in run_gpu("targets", env=offline).stdout.splitlines() if r.startswith("kg "))
     assert "unknown" in row and "unlimited" not in row, row
+
+
+def test_a_mistyped_command_names_the_nearest_one(home: Path) -> None:
+    proc = run_gpu("subit", "run.py")
+    assert proc.returncode == 2 and "did you mean `gpu submit`?" in proc.stderr, proc.stderr
+    proc = run_gpu("targets", "ad", "ssh")
+    assert proc.returncode == 2 and "did you mean `gpu targets add`?" in proc.stderr, proc.stderr
+    proc = run_gpu("xyzzy")  # nothing near: no guess
+    assert proc.returncode == 2 and "did you mean" not in proc.stderr, proc.stderr
+
+
+def test_logs_follow_without_an_id_follows_the_newest_job(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "proj", {"run.py": "print('first job')\n"})
+    gpu_json("submit", "run.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    (project / "run.py").write_text("print('second job', flush=True)\n")
+    second = gpu_json("submit", "run.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    proc = run_gpu("logs", "-f", cwd=project)  # returns once the job ends
+    assert proc.returncode == 0, proc.stderr
+    assert "second job" in proc.stdout and "first job" not in proc.stdout, proc.stdout
+    assert f"job {second['job']['short_id']}" in proc.stderr, proc.stderr

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import IO, Callable
 
@@ -34,6 +35,26 @@ class _Parser(argparse.ArgumentParser):
     def _print_message(self, message: str, file: IO[str] | None = None) -> None:
         if message:
             write(message, file or sys.stderr)
+
+    def error(self, message: str):  # type: ignore[override]
+        """argparse's error, with the nearest command named for a mistyped one (`gpu subit`:
+        did you mean `gpu submit`?), for every parser and subparser alike."""
+        super().error(message + did_you_mean(message, self.prog))
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '?(?P<typed>[^'\s]*)'? \(choose from (?P<choices>.*)\)")
+
+
+def did_you_mean(message: str, prog: str) -> str:
+    """` (did you mean `gpu submit`?)` for an argparse "invalid choice" close to a choice."""
+    import difflib
+
+    m = _INVALID_CHOICE.search(message)
+    if not m:
+        return ""
+    choices = [c.strip().strip("'") for c in m.group("choices").split(",")]
+    close = difflib.get_close_matches(m.group("typed"), choices, n=1, cutoff=0.6)
+    return f"; did you mean `{prog} {close[0]}`?" if close else ""
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
@@ -343,7 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the job object with events and guidance")
 
     p = add("logs", cli_jobs.cmd_logs, "print a job's log (output is shown as plain printable text)")
-    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("id", nargs="?", help="job id, short id, prefix, or 'last' (the newest job of the project "
+                   "you are in; outside a project, the newest job). Default: last")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument("--tail", type=_count, metavar="N", help="only the last N lines")
     p.add_argument("--json", action="store_true", help="print {job, state, log}")
