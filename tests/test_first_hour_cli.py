@@ -7,6 +7,7 @@ repository and real SQLite.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.conftest import gpu_json, make_git_project, run_gpu, write_user_config
@@ -135,3 +136,70 @@ def test_logs_follow_without_an_id_follows_the_newest_job(home: Path, tmp_path: 
     assert proc.returncode == 0, proc.stderr
     assert "second job" in proc.stdout and "first job" not in proc.stdout, proc.stdout
     assert f"job {second['job']['short_id']}" in proc.stderr, proc.stderr
+
+
+def _big_project(tmp_path: Path, size: int) -> Path:
+    """A project with a sparse file of `size` bytes (quick to make, read like any other)."""
+    project = make_git_project(tmp_path / "big", {"train.py": "print('hi')\n"})
+    with open(project / "weights.bin", "wb") as f:
+        f.truncate(size)
+    return project
+
+
+def test_a_large_file_is_warned_about_before_it_is_packed(home: Path, tmp_path: Path) -> None:
+    """The listing knows sizes: the "pass large files as data" warning comes before the first
+    file is read for packing, while the person can still stop it."""
+    from core.config.request import build_request
+    from core.engine.service import prepare
+
+    project = _big_project(tmp_path, 101 * 1024 * 1024)
+    seen: list[tuple[str, str]] = []
+    req = build_request(project, {"script": "train.py", "hours": 0.1})
+    prepare(req, interactive=True, progress=lambda done, total, text: seen.append(("stage", text)),
+            warn=lambda text: seen.append(("warn", text)))
+    warned = next(i for i, (kind, text) in enumerate(seen) if kind == "warn" and "weights.bin" in text)
+    first_read = next(i for i, (kind, text) in enumerate(seen) if text.startswith("bundling"))
+    assert warned < first_read, seen
+    assert "pass large files as data" in seen[warned][1]
+    # the command line says it on stderr (here a pipe: no bar), stdout keeps the plan
+    proc = run_gpu("plan", "train.py", "--hours", "0.1", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: weights.bin is 106 MB: pass large files as data" in proc.stderr, proc.stderr
+
+
+def test_packing_shows_progress_on_a_terminal_and_never_in_json(home: Path, tmp_path: Path) -> None:
+    from tests.conftest import gpu_exe, pty_session
+
+    project = make_git_project(tmp_path / "proj", {"train.py": "print('hi')\n",
+                                                   **{f"src/m{i}.py": f"X = {i}\n" for i in range(250)}})
+    status, out = pty_session([gpu_exe(), "plan", "train.py", "--hours", "0.1"], lambda _: None, cwd=project)
+    assert status == 0, out
+    assert b"bundling: 0/" in out and b"listing the files that ship" in out, out
+    status, out = pty_session([gpu_exe(), "plan", "train.py", "--hours", "0.1", "--json"], lambda _: None,
+                              cwd=project)
+    assert status == 0 and b"bundling" not in out and b"listing the files" not in out, out
+    assert json.loads(out.decode())["plan"]["command"] == ["train.py"]
+
+
+def test_ctrl_c_while_packing_says_what_was_left_undone_and_keeps_no_half_bundle(home: Path,
+                                                                                   tmp_path: Path) -> None:
+    from tests.conftest import gpu_exe, pty_session
+
+    project = _big_project(tmp_path, 40 * 1024 ** 3)  # 40 GB of zeros: packing takes a while
+    state = {"sent": False}
+
+    def react(out: bytes) -> bytes | None:
+        if not state["sent"] and b"bundling: 0/" in out:
+            state["sent"] = True
+            return b"\x03"  # Ctrl-C, as typed: the terminal sends SIGINT
+        return None
+
+    status, out = pty_session([gpu_exe(), "submit", "train.py", "--hours", "0.1"], react, cwd=project,
+                              timeout=300)
+    text = out.decode(errors="replace")
+    assert state["sent"] and status == 130, text
+    assert ("error: interrupted while bundling: 0/2 files read: nothing was submitted and no partial "
+            "bundle was kept") in text, text
+    bundles = home / "bundles"
+    assert not bundles.exists() or not list(bundles.iterdir()), list(bundles.iterdir())
+    assert gpu_json("jobs")["jobs"] == []

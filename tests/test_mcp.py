@@ -361,7 +361,7 @@ async def test_tool_texts_speak_to_an_agent_on_any_machine(home: Path, tmp_path:
 def test_mcp_help_shows_the_env_a_client_must_pass(home: Path) -> None:
     """A client starts `gpu mcp` with a bare environment: the configuration it prints carries
     the home and config set in this shell, so the agent's jobs land in the same store."""
-    proc = subprocess.run([gpu_exe(), "mcp", "--help"], capture_output=True, text=True,
+    proc = subprocess.run([gpu_exe(), "mcp", "--help"], capture_output=True, text=True, check=True,
                           env={**os.environ, "COLUMNS": "2000"}, timeout=60)
     config = json.loads(re.search(r"MCP client configuration: (\{.*?\}\}\}\})", proc.stdout).group(1))
     assert config["mcpServers"]["gpu-router"]["env"] == {

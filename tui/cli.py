@@ -157,13 +157,13 @@ MCP_ENV_VARS = ("GPU_ROUTER_HOME", "GPU_ROUTER_CONFIG")
 
 def mcp_config() -> str:
     """The client configuration for this shell: `env` holds the variables set here."""
-    import json
+    from tui.output import json_text
 
     server: dict = {"command": "gpu", "args": ["mcp"]}
     env = {k: os.environ[k] for k in MCP_ENV_VARS if os.environ.get(k)}
     if env:
         server["env"] = env
-    return json.dumps({"mcpServers": {"gpu-router": server}})
+    return json_text({"mcpServers": {"gpu-router": server}}, indent=None)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from tui.cli_common import (
     open_store,
     project_and_script,
 )
-from tui.output import ask, emit_json, markup, say
+from tui.output import Packing, ask, emit_json, markup, say
 
 
 def request_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -40,9 +40,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     req = build_request(project, request_overrides(args))
     actor = actor_of(args)
     interactive = actor.is_person
-    result = confirm_broad(args, lambda allow: submit(
-        req, actor=actor.label("terminal" if interactive else "cli"), interactive=interactive,
-        allow_large_project=allow))
+
+    def run(allow: bool):  # the bar stops before confirm_broad asks about a broad folder
+        with Packing(bar=not args.json) as packing:
+            return submit(req, actor=actor.label("terminal" if interactive else "cli"),
+                          interactive=interactive, allow_large_project=allow, progress=packing.stage,
+                          warn=None if args.json else packing.warn)
+
+    result = confirm_broad(args, run)
     if args.json:
         emit_json(result.to_json(verbose=req.verbose))
         return 0
@@ -109,8 +114,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     project, args.script = project_and_script(args)
     req = build_request(project, request_overrides(args), command="gpu plan")
-    bundle, plan = confirm_broad(args, lambda allow: prepare(
-        req, interactive=interactive(args), allow_large_project=allow))
+
+    def run(allow: bool):  # the bar stops before confirm_broad asks about a broad folder
+        with Packing(bar=not args.json) as packing:
+            return prepare(req, interactive=interactive(args), allow_large_project=allow,
+                           progress=packing.stage, warn=None if args.json else packing.warn)
+
+    bundle, plan = confirm_broad(args, run)
     from core.engine.accounts import elsewhere
 
     other = elsewhere(req.gpu, req.vram_gb, req.hours)  # None (and nothing read) without accounts
