@@ -127,7 +127,12 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     with disk_full_guard(paths.home()):  # the hash cache lives there: a full disk is said
         listing = confirm_broad(args, lambda allow: list_project(project, include, ship=ship,
                                                                   allow_large=allow))
-        bundle = build(listing, dry_run=True)  # a look: nothing is packed or stored
+        from tui.output import Packing
+
+        with Packing(bar=not args.json) as packing:  # a big project's hashing takes a while
+            packing.stage(0, len(listing.entries), "hashing the files that would ship")
+            bundle = build(listing, dry_run=True,  # a look: nothing is packed or stored
+                           progress=lambda done, total: packing.stage(done, total, f"hashing: {done}/{total} files read"))
     from core.config.request import is_python_file
     from core.packaging.report import left_out_hint
 

@@ -217,7 +217,7 @@ class Packing:
         if self._progress is not None:
             self._progress.stop()
         if kind is KeyboardInterrupt:
-            if self.last.startswith(("listing", "bundling")):
+            if self.last.startswith(("listing", "bundling", "hashing")):
                 done = "nothing was submitted and no partial bundle was kept"
             else:
                 done = "the project was bundled; if the job was recorded, `gpu jobs` lists it"
