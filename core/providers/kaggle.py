@@ -115,7 +115,7 @@ def unreachable(exc: BaseException) -> RuntimeError:
     if isinstance(exc, requests.exceptions.ProxyError):
         cause = "the proxy did not let it through"
     elif isinstance(exc, requests.Timeout):
-        cause = "no answer in time"
+        cause = "timeout: no answer in time"
     elif isinstance(exc, requests.ConnectionError):
         cause = "no connection: offline, or its name did not resolve"
     else:
