@@ -239,6 +239,15 @@ def keychain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, home: Path):
     kc.close()
 
 
+def take_controlling_terminal() -> None:
+    """In a child after setsid (start_new_session): make the terminal on its stdin its
+    controlling terminal, as a login shell's is (`/dev/tty` opens; core.engine.actor asks)."""
+    import fcntl
+    import termios
+
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 def pty_session(argv: list[str], react, *, cwd: Path | None = None, env: dict | None = None,
                 size: tuple[int, int] = (36, 120), timeout: float = 60) -> tuple[int, bytes]:
     """Run a command on a real pseudo-terminal of `size` (rows, cols); `react(output_so_far)`
@@ -253,7 +262,7 @@ def pty_session(argv: list[str], react, *, cwd: Path | None = None, env: dict | 
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd,
                             env=env or {**os.environ, "TERM": "xterm"}, close_fds=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=take_controlling_terminal)
     os.close(slave)
     out = b""
     deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -161,6 +162,19 @@ def test_accounts_show_balance_offers_and_instances(accounts) -> None:
     assert text.returncode == 0, text.stderr
     for word in ("RunPod", "balance $41.27", "RTX 4090", "sweep-7", "$1.38", "TensorPool", "not in its public API"):
         assert word in text.stdout, (word, text.stdout)
+    # each heading reads as a sentence: figures, how old they are, and the state in words
+    runpod = next(line for line in text.stdout.splitlines() if line.startswith("RunPod"))
+    assert re.fullmatch(r"RunPod \(runpod\): balance \$41\.27.*, read \d+ s ago \(up to date\)", runpod.rstrip()), runpod
+    assert not re.search(r"\b(cached|fresh|no_key|never read)\b", text.stdout), text.stdout
+
+    # a key gone from the keychain, nothing cached: said as such, not "no balance never read no_key"
+    from core.secrets import keychain
+
+    keychain.delete("account:lambda")
+    (Path(os.environ["GPU_ROUTER_HOME"]) / "cache" / "accounts" / "lambda.json").unlink()
+    text = run_gpu("accounts", "--refresh")
+    lam = next(line for line in text.stdout.splitlines() if line.startswith("Lambda"))
+    assert lam.rstrip() == "Lambda (lambda): no API key stored", lam
 
 
 def test_provider_text_is_shown_inert(accounts) -> None:

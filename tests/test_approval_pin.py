@@ -270,13 +270,13 @@ def _marker_env(marker) -> dict[str, str]:
 @given(other=st.dictionaries(NAMES.filter(lambda n: n not in KNOWN), st.text(max_size=8), max_size=6),
        marker=st.sampled_from(MARKERS),
        force=st.one_of(st.none(), st.just("person"), st.just("agent"), st.text(max_size=8)),
-       stdin_tty=st.booleans(), stdout_tty=st.booleans(), json_=st.booleans())
-def test_any_marker_makes_an_agent_whatever_else_is_said(other, marker, force, stdin_tty, stdout_tty,
+       stdin_tty=st.booleans(), ctty=st.booleans(), json_=st.booleans())
+def test_any_marker_makes_an_agent_whatever_else_is_said(other, marker, force, stdin_tty, ctty,
                                                           json_) -> None:
     env = {**other, **_marker_env(marker)}
     if force is not None:
         env[FORCE_VAR] = force
-    actor = decide(stdin_tty=stdin_tty, stdout_tty=stdout_tty, json=json_, env=env)
+    actor = decide(stdin_tty=stdin_tty, ctty=ctty, json=json_, env=env)
     assert actor.kind == "agent"
     forced = bool(force) and force.strip().lower() != "person"
     assert actor.marker == (FORCE_VAR if forced else marker.var)
@@ -285,16 +285,16 @@ def test_any_marker_makes_an_agent_whatever_else_is_said(other, marker, force, s
 @settings(max_examples=examples(150), deadline=None)
 @given(other=st.dictionaries(NAMES.filter(lambda n: n not in KNOWN), st.text(max_size=8), max_size=6),
        force=st.one_of(st.none(), st.just(""), st.just("person"), st.just(" Person ")),
-       stdin_tty=st.booleans(), stdout_tty=st.booleans(), json_=st.booleans())
+       stdin_tty=st.booleans(), ctty=st.booleans(), json_=st.booleans())
 def test_without_a_marker_only_a_terminal_without_json_is_a_person(other, force, stdin_tty,
-                                                                     stdout_tty, json_) -> None:
+                                                                     ctty, json_) -> None:
     env = dict(other)
     if force is not None:
         env[FORCE_VAR] = force
     assert agent_marker(env) is None
-    actor = decide(stdin_tty=stdin_tty, stdout_tty=stdout_tty, json=json_, env=env)
-    assert actor.is_person == (stdin_tty and stdout_tty and not json_)
-    forced = decide(stdin_tty=True, stdout_tty=True, env={**env, FORCE_VAR: "agent"})
+    actor = decide(stdin_tty=stdin_tty, ctty=ctty, json=json_, env=env)
+    assert actor.is_person == (stdin_tty and ctty and not json_)  # stdout is never asked
+    forced = decide(stdin_tty=True, ctty=True, env={**env, FORCE_VAR: "agent"})
     assert forced.kind == "agent" and forced.marker == FORCE_VAR
 
 
@@ -302,7 +302,7 @@ def test_a_marker_needs_its_value_and_its_companions() -> None:
     assert agent_marker({"CURSOR_TRACE_ID": "abc"}) is None  # a person's Cursor terminal
     assert agent_marker({"CURSOR_TRACE_ID": "abc", "PAGER": "head -n 10000 | cat"}).tool == "Cursor agent"
     assert agent_marker({"CLAUDECODE": ""}) is None  # set but empty: not set
-    actor = decide(stdin_tty=True, stdout_tty=True, env={"CODEX_THREAD_ID": "019a-secret-id"})
+    actor = decide(stdin_tty=True, ctty=True, env={"CODEX_THREAD_ID": "019a-secret-id"})
     assert "019a-secret-id" not in actor.label("cli")  # a marker's value is never recorded
 
 

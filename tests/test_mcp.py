@@ -341,3 +341,31 @@ async def test_provider_takes_a_kind_and_a_kind_with_no_target_says_how_to_add_o
                           provider="local", hours=0.1)  # the target named local (and the local kind)
         assert plan["plan"]["target"] == "local" and plan["plan"]["reasons"][0] == "pinned with provider=local"
         assert (await call(s, "gpu_jobs"))["jobs"] == []  # nothing was submitted
+
+
+async def test_tool_texts_speak_to_an_agent_on_any_machine(home: Path, tmp_path: Path) -> None:
+    """Beyond the contract's own words (gpu_submit), no tool speaks of "this Mac", and an
+    error's fix names the tool to call, not the shell command a person would type."""
+    async with session() as s:
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+        for name, tool in tools.items():
+            if name == "gpu_submit":
+                continue
+            assert "Mac" not in json.dumps([tool.description, tool.input_schema]), name
+        assert "this machine" in tools["gpu_plan"].input_schema["properties"]["project_dir"]["description"]
+        text = await fails(s, "gpu_status", job="last")  # no jobs yet: "submit one with ..."
+        assert "the gpu_submit tool" in text and "`gpu submit" not in text, text
+        project = tmp_path / "empty"
+        project.mkdir()
+        text = await fails(s, "gpu_plan", project_dir=str(project))
+        assert 'gpu_plan(script="train.py")' in text and "gpu plan " not in text, text
+
+
+def test_mcp_help_shows_the_env_a_client_must_pass(home: Path) -> None:
+    """A client starts `gpu mcp` with a bare environment: the configuration it prints carries
+    the home and config set in this shell, so the agent's jobs land in the same store."""
+    proc = subprocess.run([gpu_exe(), "mcp", "--help"], capture_output=True, text=True, check=True,
+                          env={**os.environ, "COLUMNS": "2000"}, timeout=60)
+    config = json.loads(re.search(r"MCP client configuration: (\{.*?\}\}\}\})", proc.stdout).group(1))
+    assert config["mcpServers"]["gpu-router"]["env"] == {
+        "GPU_ROUTER_HOME": os.environ["GPU_ROUTER_HOME"], "GPU_ROUTER_CONFIG": os.environ["GPU_ROUTER_CONFIG"]}

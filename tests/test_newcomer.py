@@ -82,13 +82,19 @@ def test_undeclared_outputs_are_named_in_the_log_status_and_next_submit(home: Pa
     status = gpu_json("status", short, "--verbose")
     assert any("stayed on the target" in e["reason"] for e in status["events"])
     assert "stayed on the target" in run_gpu("status", short).stdout
+    # the next submit says so (this one, with no hours, is held: it never runs nor ends)
+    again = gpu_json("submit", "train.py", "--wait-s", "0", "--env", "RUN=2", cwd=project)
+    assert f"the last run of this project ({short}) left work behind" in again["guidance"]["note"]
     # ... and they come home on demand, where a declared output would have landed
     fetched = gpu_json("fetch", short, "outputs/", cwd=project)
     assert (fetched["files"], fetched["missing"], fetched["refused"]) == (2, [], [])
     model = pickle.loads((project / "runs" / short / "outputs" / "model.pkl").read_bytes())
     assert model == {"w": 1.5, "rows": 0}
-    again = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", "--env", "RUN=2", cwd=project)
-    assert f"the last run of this project ({short}) left work behind" in again["guidance"]["note"]
+    # once fetched, the note is history: neither the next submit nor the status repeats it
+    after = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", "--env", "RUN=4", cwd=project)
+    assert "left work behind" not in after["guidance"].get("note", ""), after["guidance"]
+    reasons = [e["reason"] for e in gpu_json("status", short, "--verbose")["events"]]
+    assert reasons[-1] == f"fetched 2 files (outputs) home into {project / 'runs' / short}", reasons
     # declaring it on the command line brings it home
     third = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", "--output", "outputs/",
                      "--env", "RUN=3", cwd=project)["job"]

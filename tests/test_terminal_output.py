@@ -31,6 +31,11 @@ ESCAPED_LINK = "\\[link=file:///etc/passwd]bs\\[/link]"  # Rich's own escape, do
 OPEN, AFTER_OPEN = "opens\x9d0;never closed", "after-the-open-arg"
 HOSTILE_ARGS = [OPEN, AFTER_OPEN, OSC52, LINK, ESCAPED_LINK, "\u202eevil\u2066", "\u009b2J", "\x1b[2Jcls", "\x1bP+q\x1b\\dcs"]
 SGR = re.compile(rb"\x1b\[[0-9;]*m")
+# our own packing progress bar (tui.output.Packing, rich's Live display on stderr): the cursor
+# hidden and shown, each redraw erasing the line before one of OUR stage texts, and the last
+# line erased when the bar goes; nothing else of the kind is let through
+BAR = re.compile(rb"\x1b\[\?25[lh]|\x1b\[2K(?=listing the files|bundling|bundled \d|hashing)"
+                 rb"|(?<=\x1b\[\?25h\r)\x1b\[1A\x1b\[2K")
 # ESC is checked after our own colours are removed; these are checked in the raw bytes
 RAW_BAD = [b"\x9b", "\u009b".encode(), b"\x9d", "\u009d".encode(), "\u202e".encode(), "\u2066".encode(),
            "\u061c".encode(), b"\x07"]
@@ -40,7 +45,7 @@ def assert_inert(out: bytes, what: str, payload: bool = True) -> str:
     """No escape but our colours, no C1, bidi or bell, and (unless a message quotes the input
     with repr, which shows it as inert text) not even the parameters of a removed sequence;
     returns the text a person reads."""
-    plain = SGR.sub(b"", out)
+    plain = SGR.sub(b"", BAR.sub(b"", out))
     assert b"\x1b" not in plain, f"{what}: an escape sequence reached the terminal: {plain!r}"
     for bad in RAW_BAD + ([b"UFdORUQ", b"PWNED"] if payload else []):
         assert bad not in out, f"{what}: {bad!r} reached the terminal"

@@ -458,3 +458,40 @@ def test_the_real_wandb_is_followed_in_the_job_process(tmp_path: Path) -> None:
     assert parsed.config == {"lr": 0.5}
     assert parsed.final == {"a": 0.5, "b": 2.0, "c": 3.0, "d": 4.0, "best": 1.0}
     assert list((tmp_path / "out" / "wandb").glob("offline-run-*"))
+
+
+SHOWN_FIGURES_SCRIPT = '''\
+import matplotlib.pyplot as plt
+
+for epoch in range(2):
+    plt.figure()
+    plt.plot([0, 1, 2], [epoch, 1, 0])
+    plt.show()  # no screen on a target: saved, then closed (not saved again next epoch)
+fig, (a, b) = plt.subplots(1, 2)
+plt.figure()
+plt.show()
+plt.show()  # nothing open: nothing saved
+'''
+
+
+def test_plt_show_with_no_screen_saves_the_figures_into_the_outputs(tmp_path: Path) -> None:
+    """Through the job's sitecustomize, as the launcher sets it up: each plt.show() under a
+    backend with no window saves what is open into output_dir()/figures and says so."""
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.fail("matplotlib is not installed here: run the README's test command "
+                    "(pip install -e '.[test]'), which installs it")
+    (tmp_path / "job.py").write_text(SHOWN_FIGURES_SCRIPT)
+    env = _plain_env(PYTHONPATH=os.pathsep.join([RUNTIME, str(JOBSITE_DIR)]),
+                     GPU_ROUTER_OUTPUT_DIR=str(tmp_path / "out"), MPLCONFIGDIR=str(tmp_path / "mpl"))
+    env.pop("DISPLAY", None)
+    env.pop("MPLBACKEND", None)
+    proc = subprocess.run([sys.executable, "job.py"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    saved = sorted(p.name for p in (tmp_path / "out" / "figures").iterdir())
+    assert saved == ["figure-001.png", "figure-002.png", "figure-003.png", "figure-004.png"], saved
+    for name in saved:
+        assert (tmp_path / "out" / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    said = [line for line in proc.stderr.splitlines() if "plt.show() has no screen here" in line]
+    assert len(said) == 3, proc.stderr
+    assert "saved 2 figures" in said[-1] and "plt.savefig(gpu.output_dir() / 'loss.png')" in said[-1]

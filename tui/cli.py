@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import IO, Callable
 
@@ -34,6 +35,26 @@ class _Parser(argparse.ArgumentParser):
     def _print_message(self, message: str, file: IO[str] | None = None) -> None:
         if message:
             write(message, file or sys.stderr)
+
+    def error(self, message: str):  # type: ignore[override]
+        """argparse's error, with the nearest command named for a mistyped one (`gpu subit`:
+        did you mean `gpu submit`?), for every parser and subparser alike."""
+        super().error(message + did_you_mean(message, self.prog))
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '?(?P<typed>[^'\s]*)'? \(choose from (?P<choices>.*)\)")
+
+
+def did_you_mean(message: str, prog: str) -> str:
+    """` (did you mean `gpu submit`?)` for an argparse "invalid choice" close to a choice."""
+    import difflib
+
+    m = _INVALID_CHOICE.search(message)
+    if not m:
+        return ""
+    choices = [c.strip().strip("'") for c in m.group("choices").split(",")]
+    close = difflib.get_close_matches(m.group("typed"), choices, n=1, cutoff=0.6)
+    return f"; did you mean `{prog} {close[0]}`?" if close else ""
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
@@ -97,14 +118,21 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from core import paths
     from core.errors import disk_full_guard
 
-    project = resolve_project(args.project_dir or os.getcwd())
+    from tui.cli_common import project_and_script
+
+    project = resolve_project(project_and_script(args)[0])
     values = read_project_file(project)[0]  # checked as a submit checks it
     include = [*values.get("include", []), *(args.include or [])]
     ship = values.get("ship", "repo")
     with disk_full_guard(paths.home()):  # the hash cache lives there: a full disk is said
         listing = confirm_broad(args, lambda allow: list_project(project, include, ship=ship,
                                                                   allow_large=allow))
-        bundle = build(listing, dry_run=True)  # a look: nothing is packed or stored
+        from tui.output import Packing
+
+        with Packing(bar=not args.json) as packing:  # a big project's hashing takes a while
+            packing.stage(0, len(listing.entries), "hashing the files that would ship")
+            bundle = build(listing, dry_run=True,  # a look: nothing is packed or stored
+                           progress=lambda done, total: packing.stage(done, total, f"hashing: {done}/{total} files read"))
     from core.config.request import is_python_file
     from core.packaging.report import left_out_hint
 
@@ -126,7 +154,21 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
-MCP_CONFIG = '{"mcpServers": {"gpu-router": {"command": "gpu", "args": ["mcp"]}}}'
+# what an MCP client passes the server: a client starts it with a bare environment, so a
+# custom home or config set in the shell must travel in `env`, or the agent's jobs land in
+# another store than the one `gpu jobs` and the dashboard read
+MCP_ENV_VARS = ("GPU_ROUTER_HOME", "GPU_ROUTER_CONFIG")
+
+
+def mcp_config() -> str:
+    """The client configuration for this shell: `env` holds the variables set here."""
+    from tui.output import json_text
+
+    server: dict = {"command": "gpu", "args": ["mcp"]}
+    env = {k: os.environ[k] for k in MCP_ENV_VARS if os.environ.get(k)}
+    if env:
+        server["env"] = env
+    return json_text({"mcpServers": {"gpu-router": server}}, indent=None)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -134,7 +176,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     for its import). Started at a terminal by hand, it says what it is for on stderr first."""
     if sys.stdin.isatty():
         write(f"gpu mcp speaks the Model Context Protocol on stdin/stdout; an MCP client starts "
-              f"it. Client configuration: {MCP_CONFIG}\n", sys.stderr)
+              f"it. Client configuration: {mcp_config()}\n", sys.stderr)
     from tui.mcp_server import serve
 
     return serve()
@@ -335,7 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the job object with events and guidance")
 
     p = add("logs", cli_jobs.cmd_logs, "print a job's log (output is shown as plain printable text)")
-    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("id", nargs="?", help="job id, short id, prefix, or 'last' (the newest job of the project "
+                   "you are in; outside a project, the newest job). Default: last")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument("--tail", type=_count, metavar="N", help="only the last N lines")
     p.add_argument("--json", action="store_true", help="print {job, state, log}")
@@ -372,8 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("mcp", cmd_mcp, "serve gpu-router to AI agents over MCP on stdin/stdout (gpu_submit, gpu_wait, "
             "gpu_status, ..., compute_job); no tool approves")
-    p.epilog = (f"MCP client configuration: {MCP_CONFIG}. Every call is an agent's: the approval "
-                f"rules apply in full. {EPILOG}")
+    p.epilog = (f"MCP client configuration: {mcp_config()} (a client starts the server with a "
+                f"bare environment: GPU_ROUTER_HOME and GPU_ROUTER_CONFIG, where you set them, "
+                f"go in env). Every call is an agent's: the approval rules apply in full. {EPILOG}")
 
     p = add("daemon", cmd_daemon, "run the supervisor (started on demand by submit; one per user)")
     p.add_argument("--detach", action="store_true", help="start it in the background and return")

@@ -132,6 +132,31 @@ def age(seconds: float | None) -> str:
 
 
 STATE_STYLE = {"fresh": "green", "cached": "green", "stale": "yellow", "failed": "red", "no_key": "red"}
+# each state as words a person reads after the figures (or instead of them, where none are known)
+STATE_WORDS = {"fresh": "up to date", "cached": "up to date", "stale": "the last read failed: older figures",
+               "failed": "could not be read", "no_key": "no API key stored"}
+
+
+def heading(a: dict[str, Any]) -> Any:
+    """An account's first line as a sentence: `RunPod (runpod): balance $12.00, read 2 min ago
+    (up to date)`, or `Lambda (lambda): no API key stored` where nothing was ever read (the
+    codes and fragments it used to read as: "no balance never read no_key")."""
+    from rich.text import Text
+
+    acct = a.get("account")
+    words = STATE_WORDS.get(a["state"], a["state"])
+    state = Text(safe(words, single_line=True), style=STATE_STYLE.get(a["state"], ""))
+    title, p = a.get("title", a["provider"]), a["provider"]
+    if not acct:  # never read (no key, or the first read failed): no figures to show
+        seen = f", last {age(a['age_s'])}" if a.get("age_s") is not None else ""
+        return markup("[bold]{title}[/] ({p}): {state}{seen}", title=title, p=p, state=state, seen=seen)
+    bal = acct.get("balance")
+    balance = (f"balance ${bal:.2f}" if isinstance(bal, (int, float))
+               else acct.get("balance_note") or "its API gives no balance")
+    spend = acct.get("spend_per_hour")
+    return markup("[bold]{title}[/] ({p}): {balance}{spend}, [dim]{age}[/] ({state})", title=title, p=p,
+                  balance=balance, spend=f", spending ${spend:.2f}/h" if spend else "",
+                  age=age(a.get("age_s")), state=state)
 
 
 def account_lines(a: dict[str, Any], offers: int = 8) -> list[Any]:
@@ -139,17 +164,7 @@ def account_lines(a: dict[str, Any], offers: int = 8) -> list[Any]:
     and its instances. Every value a provider wrote passes `safe` on its own."""
     from rich.table import Table
 
-    acct = a.get("account") or {}
-    bal = acct.get("balance")
-    balance = f"balance ${bal:.2f}" if isinstance(bal, (int, float)) else (acct.get("balance_note") or "no balance")
-    spend = acct.get("spend_per_hour")
-    from rich.text import Text
-
-    state = Text(safe(a["state"], single_line=True), style=STATE_STYLE.get(a["state"], ""))
-    out: list[Any] = [markup("[bold]{title}[/] ({p}): {balance}{spend}  [dim]{age}[/] {state}",
-                             title=a.get("title", a["provider"]), p=a["provider"], balance=balance,
-                             spend=f", spending ${spend:.2f}/h" if spend else "", age=age(a.get("age_s")),
-                             state=state)]
+    out: list[Any] = [heading(a)]
     if a.get("error"):
         out.append(markup("  [red]{error}[/]", error=a["error"]))
     if a.get("fix"):

@@ -28,6 +28,26 @@ def here() -> str | None:
     return cwd if os.path.exists(os.path.join(cwd, "gpu.yaml")) else None
 
 
+def project_and_script(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The project folder a submit, plan or bundle means, and its SCRIPT argument relative to
+    it. `--project-dir` is taken as given; otherwise the project is found like git finds its
+    repository (core.config.gitroot.find_project: the nearest gpu.yaml from here up to the git
+    root), and a script named relative to the current folder (`gpu submit train.py` in
+    `repo/src/`) is named relative to that project (`src/train.py`), as git takes paths."""
+    from core.config.gitroot import find_project
+    from core.config.request import PROJECT_FILE
+
+    script = getattr(args, "script", None)
+    if args.project_dir:
+        return args.project_dir, script
+    cwd = Path(os.getcwd())
+    project = find_project(cwd, PROJECT_FILE)
+    if project != cwd and script and os.path.isfile(cwd / script) \
+            and not os.path.isfile(project / script):
+        script = os.path.relpath(os.path.normpath(cwd.resolve() / script), project)
+    return str(project), script
+
+
 def open_store():
     """The store, for a command that reads jobs; live jobs that no supervisor drives (a submit
     killed after its commit, a supervisor killed) get one started on the way."""

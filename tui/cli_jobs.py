@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from tui.cli_common import here, open_store
@@ -72,8 +73,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from tui.output import safe
 
     store = open_store()
-    job = store.resolve(args.id, here())
+    job = store.resolve(args.id or "last", here())
     path = log_path(job)
+    if args.id is None and not args.json:  # say whose log this is; stdout stays the log alone
+        write(f"gpu logs: job {job.short_id} ({job.name}), the newest; "
+              f"gpu logs ID for another\n", sys.stderr)
     if args.follow and not args.json:
         return _follow_log(store, job, path, args.tail)
     from core.engine.reports import log_tail, logs_doc

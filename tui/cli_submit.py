@@ -5,13 +5,19 @@ yes or no to by a person at a terminal (their approval PIN, or the typed job id)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from core.errors import UserError
-from tui.cli_common import actor_of, confirm_broad, here, interactive, open_store
-from tui.output import ask, emit_json, markup, say
+from tui.cli_common import (
+    actor_of,
+    confirm_broad,
+    here,
+    interactive,
+    open_store,
+    project_and_script,
+)
+from tui.output import Packing, ask, emit_json, markup, say
 
 
 def request_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -30,12 +36,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from core.config.request import build_request
     from core.engine.service import submit
 
-    req = build_request(args.project_dir or os.getcwd(), request_overrides(args))
+    project, args.script = project_and_script(args)
+    req = build_request(project, request_overrides(args))
     actor = actor_of(args)
     interactive = actor.is_person
-    result = confirm_broad(args, lambda allow: submit(
-        req, actor=actor.label("terminal" if interactive else "cli"), interactive=interactive,
-        allow_large_project=allow))
+
+    def run(allow: bool):  # the bar stops before confirm_broad asks about a broad folder
+        with Packing(bar=not args.json) as packing:
+            return submit(req, actor=actor.label("terminal" if interactive else "cli"),
+                          interactive=interactive, allow_large_project=allow, progress=packing.stage,
+                          warn=None if args.json else packing.warn)
+
+    result = confirm_broad(args, run)
     if args.json:
         emit_json(result.to_json(verbose=req.verbose))
         return 0
@@ -100,9 +112,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from core.config.request import build_request
     from core.engine.service import prepare
 
-    req = build_request(args.project_dir or os.getcwd(), request_overrides(args))
-    bundle, plan = confirm_broad(args, lambda allow: prepare(
-        req, interactive=interactive(args), allow_large_project=allow))
+    project, args.script = project_and_script(args)
+    req = build_request(project, request_overrides(args), command="gpu plan")
+
+    def run(allow: bool):  # the bar stops before confirm_broad asks about a broad folder
+        with Packing(bar=not args.json) as packing:
+            return prepare(req, interactive=interactive(args), allow_large_project=allow,
+                           progress=packing.stage, warn=None if args.json else packing.warn)
+
+    bundle, plan = confirm_broad(args, run)
     from core.engine.accounts import elsewhere
 
     other = elsewhere(req.gpu, req.vram_gb, req.hours)  # None (and nothing read) without accounts

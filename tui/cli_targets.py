@@ -228,7 +228,11 @@ def cmd_add(args: argparse.Namespace) -> int:
                "probe": info.to_json() if info else None})
         return 0
     say(markup("saved target [bold]{name}[/] ({kind}) to {path}", name=args.name, kind=args.kind, path=path))
-    if info is not None:
+    if info is not None and not info.available:  # saved all the same: one line, and what to do
+        say(markup("  [yellow]not available now:[/] {why}; saved anyway: once it can be reached, "
+                   "[bold]gpu targets probe {name}[/] asks again", why=info.why_unavailable or "?",
+                   name=args.name))
+    elif info is not None:
         for line in describe_probe(info):
             say("  " + line)
     return 0

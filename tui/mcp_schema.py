@@ -131,7 +131,23 @@ _OFFSET = _integer("Read from this byte offset (next_offset of the previous call
 _MAX_BYTES = _integer("The most bytes one read by offset returns (default 65536).",
                       default=65536, minimum=1, maximum=1 << 20)
 
-PLAN_PROPERTIES = {k: v for k, v in SUBMIT_PROPERTIES.items()
+# gpu_plan takes gpu_submit's arguments; the contract fixes gpu_submit's words only, so here
+# they say "this machine" (gpu-router runs on Linux too) and name the one step an agent cannot
+# take with a tool as the user's
+_PLAN_WORDS = {
+    "env": "Non-secret environment variables for the job. Secret-looking names or values are "
+           "refused: secrets live in the keychain (the user stores one at their terminal with "
+           "`gpu secrets set NAME`) and are listed under `secrets:` in gpu.yaml.",
+    "smoke": "A quick smoke test: prefers this machine (its GPU, or Apple's MPS) and runs in minutes.",
+    "provider": "Pin one target kind (kaggle, modal, ssh, slurm, pbs, local) or a target name "
+                "(see gpu_targets). local = this machine through gpu-router's queue, one job at "
+                "a time. Usually omit and let gpu-router choose.",
+    "project_dir": "Absolute path of the project directory on this machine (where the script "
+                   "and gpu.yaml live; inside a git repo the whole repo ships). Example: "
+                   "/home/me/code/yolo",
+}
+PLAN_PROPERTIES = {k: ({**v, "description": _PLAN_WORDS[k]} if k in _PLAN_WORDS else v)
+                   for k, v in SUBMIT_PROPERTIES.items()
                    if k not in ("wait_s", "request_id", "verbose")}
 
 # name -> (title, description, input schema)

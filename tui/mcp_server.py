@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -50,7 +51,9 @@ INSTRUCTIONS = (
     "until the job ends), or subscribe to the job's resource (guidance.resource) to be "
     "notified when it changes and ends. When guidance.needs_approval is "
     "true, relay guidance.tell_user to the user word for word and end your turn: no tool "
-    "approves a job. compute_job offers the same engine as one tool with an action argument.")
+    "approves a job. compute_job offers the same engine as one tool with an action argument. "
+    "A `gpu ...` command in an error's fix that has no tool (gpu approve, gpu secrets set, "
+    "gpu targets add) is one for the user to run at their own terminal: tell them.")
 
 _TYPES = {"string": "a string", "number": "a number", "integer": "a whole number",
           "boolean": "true or false", "array": "a list of strings", "object": "an object of strings"}
@@ -115,8 +118,34 @@ def _result(doc: dict[str, Any], *, error: bool = False, text: str | None = None
                                 is_error=error)
 
 
+# the CLI commands an error's fix may name that an agent has a tool for
+_TOOL_OF = {"submit": "gpu_submit", "plan": "gpu_plan", "status": "gpu_status", "wait": "gpu_wait",
+            "logs": "gpu_logs", "metrics": "gpu_metrics", "cancel": "gpu_cancel", "jobs": "gpu_jobs"}
+_CLI_COMMAND = re.compile(r"`gpu ([a-z]+)([^`]*)`")
+
+
+def for_agent(text: str | None) -> str | None:
+    """An engine error's text in an agent's words: a quoted `gpu CMD ...` that has a tool
+    becomes that tool (`gpu submit SCRIPT` -> the gpu_submit tool); one that has none is
+    marked as the user's to run (an agent that ran it in a shell would be an agent at a
+    terminal, and `gpu approve` refuses it there anyway)."""
+    if not text:
+        return text
+
+    def one(m: re.Match) -> str:
+        cmd, rest = m.group(1), m.group(2)
+        tool = _TOOL_OF.get(cmd) or ("gpu_targets" if cmd == "targets" and not rest.strip() else None)
+        if tool:
+            return f"the {tool} tool"
+        return f"{m.group(0)} (the user runs it at their terminal)"
+
+    return _CLI_COMMAND.sub(one, text)
+
+
 def user_error(exc: UserError) -> types.CallToolResult:
-    """The CLI's words (`where: what` and `fix: ...`), filtered: they often echo the input."""
+    """The CLI's words (`where: what` and `fix: ...`), filtered: they often echo the input;
+    a command the fix names is the tool an agent calls instead (`for_agent`)."""
+    exc = UserError(for_agent(exc.what) or "", where=exc.where, fix=for_agent(exc.fix))
     doc = clean(exc.to_json())
     return _result(doc, error=True, text=printable(f"error: {exc.message()}"))
 

@@ -114,7 +114,8 @@ def gpu_submit(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, An
     from core.engine.service import submit
 
     project = project_dir("gpu_submit", "project_dir", args["project_dir"])
-    req = build_request(project, submit_overrides(args), argument=argument("gpu_submit"))
+    req = build_request(project, submit_overrides(args), argument=argument("gpu_submit"),
+                        command="gpu_submit")
     store = engine.store(supervise=False)
     bundling, waiting = settling(call)
     result = submit(req, actor=ACTOR, interactive=False, store=store, front="gpu",
@@ -128,7 +129,8 @@ def gpu_plan(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]
     from core.engine.service import prepare
 
     project = project_dir("gpu_plan", "project_dir", args["project_dir"])
-    req = build_request(project, submit_overrides(args), argument=argument("gpu_plan"))
+    req = build_request(project, submit_overrides(args), argument=argument("gpu_plan"),
+                        command="gpu_plan")
     bundle, plan = prepare(req, interactive=False, store=engine.store(supervise=False),
                            progress=stage(call))
     from core.engine.accounts import elsewhere

@@ -21,9 +21,11 @@ So, in tui/:
 from __future__ import annotations
 
 import json
+import os
 import string
 import sys
-from typing import IO, Any
+from types import TracebackType
+from typing import IO, Any, Self
 
 from core.display.sanitize import printable_doc
 from core.runtime.textsafe import printable
@@ -117,11 +119,22 @@ def renderable(value: object) -> Any:
     return Text(safe(value))
 
 
+PIPED_WIDTH = 1000  # a table's width when stdout is a pipe or a file: whole rows, never cut
+
+
 def console():
-    """The one console: no markup, emoji codes or highlighting applied to anything printed."""
+    """The one console: no markup, emoji codes or highlighting applied to anything printed.
+
+    Piped or redirected (`gpu jobs | grep`, `gpu targets > t.txt`), Rich would lay tables out
+    for 80 columns and drop or cut whole columns (NAME, KIND, GPU); a pipe has no width, so
+    rows are laid out whole. COLUMNS, where set, still wins.
+    """
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
+    width = None
+    if not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
+        width = PIPED_WIDTH
+    return Console(highlight=False, soft_wrap=False, markup=False, emoji=False, width=width)
 
 
 def say(value: object) -> None:
@@ -151,6 +164,71 @@ def ask_hidden(prompt: object) -> str:
     import getpass
 
     return getpass.getpass(safe(prompt, single_line=True))
+
+
+class Packing:
+    """What a submit, plan or bundle is doing while it lists, hashes and packs the project:
+    a progress bar on stderr when stderr is a terminal (never in --json output, which is an
+    agent's, nor in MCP's, which has its own progress notifications), the listing's warnings
+    before anything is packed, and, on Ctrl-C, what was left undone."""
+
+    def __init__(self, bar: bool) -> None:
+        self.last = "listing the files that ship"
+        self.bar = bar and _isatty(sys.stderr)
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Self:
+        if self.bar:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            con = Console(stderr=True, highlight=False, markup=False, emoji=False)
+            self._progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                                      MofNCompleteColumn(), TimeElapsedColumn(), console=con,
+                                      transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task(self.last, total=None)
+        return self
+
+    def stage(self, done: int, total: int | None, text: str) -> None:
+        """core.engine.service's Stage: how far the bundling is."""
+        self.last = safe(text, single_line=True)
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done, total=total, description=self.last,
+                                  refresh=True)  # every 100 files: each step is seen
+
+    def warn(self, text: str) -> None:
+        """A listing warning, said before the packing starts (above the bar)."""
+        line = f"warning: {safe(text, single_line=True)}\n"
+        if self._progress is not None:
+            self._progress.console.print(renderable(line.rstrip("\n")))
+        else:
+            write(line, sys.stderr)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        if kind is KeyboardInterrupt:
+            if self.last.startswith(("listing", "bundling", "hashing")):
+                done = "nothing was submitted and no partial bundle was kept"
+            else:
+                done = "the project was bundled; if the job was recorded, `gpu jobs` lists it"
+            error(f"interrupted while {self.last}: {done}")
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream) and stream.isatty()
+    except (ValueError, OSError):
+        return False
 
 
 def json_text(doc: Any, *, indent: int | None = 2) -> str:

@@ -344,6 +344,16 @@ def elsewhere_panel(doc: dict) -> Any:
     return _group(*parts)
 
 
+# target kinds whose provider keeps a quota: with none read, it is not known, never "unlimited"
+QUOTA_KINDS = ("kaggle",)
+
+
+def quota_unknown(info: Any) -> str:
+    """The QUOTA LEFT cell when no quota was read: a Kaggle account has weekly hours that its
+    probe (which failed, or has not run) reads; a machine of yours has no quota."""
+    return "unknown" if info.kind in QUOTA_KINDS else "unlimited"
+
+
 def targets_table(infos: list) -> Any:
     from rich.table import Table
 
@@ -359,7 +369,7 @@ def targets_table(infos: list) -> Any:
         status = (markup("[green]available[/]") if i.available
                   else markup("[red]{why}[/]", why=i.why_unavailable or "unavailable"))
         _row(table, i.name, i.kind, i.gpu_label, f"{i.vram_gb:g} GB" if i.gpus else "-",
-             status, ", ".join(quota) or "unlimited", money(i.price_per_hour), f"{i.running}/{i.max_jobs}")
+             status, ", ".join(quota) or quota_unknown(i), money(i.price_per_hour), f"{i.running}/{i.max_jobs}")
     notes = [_price_line(i) for i in infos if i.offer_prices]
     return _group(table, *notes) if notes else table
 

@@ -26,3 +26,26 @@ def find_root(project_dir: Path) -> tuple[Path, bool]:
     if out.returncode == 0 and top:
         return Path(top).resolve(), True
     return project_dir, False
+
+
+def find_project(start: Path, project_file: str = "gpu.yaml") -> Path:
+    """The project a command run in `start` means, found the way git finds its repository:
+    the nearest folder from `start` up to the git work tree's root that holds `project_file`;
+    `start` itself when none does, or when `start` is not in a git work tree (a walk outside
+    git could reach a stray gpu.yaml in the home folder).
+
+    Why: a person in `repo/src/` who types `gpu submit` means the project whose gpu.yaml is
+    at the repository's root, as `git status` there means the repository.
+    """
+    root, in_git = find_root(start)
+    if not in_git:
+        return start
+    here = start.resolve()
+    if os.path.commonpath([str(root), str(here)]) != str(root):
+        return start  # a symlink that leads out of the work tree: no walk
+    for folder in (here, *here.parents):
+        if (folder / project_file).is_file():
+            return folder
+        if folder == root:
+            break
+    return start

@@ -287,13 +287,15 @@ def _cli_argument(key: str) -> str:
 
 
 def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
-                  argument: Callable[[str], str] | None = None) -> JobRequest:
+                  argument: Callable[[str], str] | None = None,
+                  command: str = "gpu submit") -> JobRequest:
     """gpu.yaml merged with the caller's arguments (which win; lists add, env merges).
 
     Every front (the CLI, the dashboard, the MCP server) builds its request here: each value
     passes its SCHEMA check, and the finished request `_check_request`, so nothing downstream
     meets a value a job could not start with. `argument(key)` says where a bad argument came
-    from in the front's own words ("argument --hours", "gpu_submit argument hours").
+    from in the front's own words ("argument --hours", "gpu_submit argument hours"); `command`
+    is the one its errors name (`gpu plan` says `gpu plan`; a tool's name, `gpu_submit`, for MCP).
     """
     _argument = argument or _cli_argument
     project = resolve_project(project_dir, _argument("project_dir"))
@@ -337,8 +339,9 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
     _refuse_secret_env(values.get("env", {}), env_origin, lines, path)
     req = JobRequest(project_dir=str(project), data=list(data_specs.values()), **values)
     if not req.script:
-        raise UserError("no script to run", where=str(path) if _stat_is(path, "exists") else "gpu submit",
-                        fix="pass the script (gpu submit train.py) or set `script:` in gpu.yaml")
+        example = f"{command} train.py" if " " in command else f'{command}(script="train.py")'
+        raise UserError("no script to run", where=str(path) if _stat_is(path, "exists") else command,
+                        fix=f"pass the script ({example}) or set `script:` in {project / PROJECT_FILE}")
     _check_script(req, project, where("script"))
     _check_command_size(req, where("args") if req.args else where("env"))
     return req

@@ -13,7 +13,11 @@ agent's when any of these holds, checked in this order:
    more under `approvals: {agent_markers: [NAME, ...]}`), which coding agents set in the
    shells they run commands in and which their child processes inherit;
 3. the command was asked for machine output (`--json`), or came in through MCP;
-4. stdin or stdout is not a terminal.
+4. stdin is not a terminal, or the process has no controlling terminal (`/dev/tty` does not
+   open: a detached process, a cron job, an agent's plain subprocess).
+
+stdout is not asked: a person who pipes or redirects what `gpu` prints (`gpu submit run.py |
+tee log`) still sits at the keyboard, and was wrongly held as an agent when it counted.
 
 Otherwise it is a person's. A marker is a name in the environment, not proof: a person who
 starts `gpu` from an agent's shell is treated as that agent and is told to use a terminal of
@@ -134,11 +138,12 @@ def agent_marker(env: Mapping[str, str], extra: Iterable[str] = ()) -> Marker | 
     return None
 
 
-def decide(*, stdin_tty: bool, stdout_tty: bool, json: bool = False,
+def decide(*, stdin_tty: bool, ctty: bool, json: bool = False,
            env: Mapping[str, str] | None = None, extra_markers: Iterable[str] = (),
            in_job: str | None = None) -> Actor:
     """Person or agent, from the channel's facts, the environment and `in_job` (why this
-    process is a job's, from core.engine.jobguard; see the module doc)."""
+    process is a job's, from core.engine.jobguard; see the module doc). `stdin_tty`: stdin
+    is a terminal; `ctty`: the process has a controlling terminal (`/dev/tty` opens)."""
     if in_job:
         return Actor("agent", f"it runs inside a gpu-router job ({in_job})")
     env = os.environ if env is None else env
@@ -151,8 +156,10 @@ def decide(*, stdin_tty: bool, stdout_tty: bool, json: bool = False,
         return Actor("agent", f"{marker.var} is set: {marker.tool}", marker.var)
     if json:
         return Actor("agent", "--json asks for machine output")
-    if not (stdin_tty and stdout_tty):
-        return Actor("agent", "no terminal")
+    if not stdin_tty:
+        return Actor("agent", "no terminal on stdin")
+    if not ctty:
+        return Actor("agent", "no controlling terminal")
     return Actor("person", "a terminal with no agent marker")
 
 
@@ -161,13 +168,24 @@ def current(*, json: bool = False, terminal: bool | None = None) -> Actor:
     checked them itself (the dashboard refuses to start without a terminal; under a test
     pilot it has none); the environment and the user's extra markers are always read."""
     if terminal is None:
-        stdin_tty, stdout_tty = _isatty(sys.stdin), _isatty(sys.stdout)
+        stdin_tty, ctty = _isatty(sys.stdin), has_controlling_terminal()
     else:
-        stdin_tty = stdout_tty = terminal
+        stdin_tty = ctty = terminal
     from core.engine.jobguard import job_origin
 
-    return decide(stdin_tty=stdin_tty, stdout_tty=stdout_tty, json=json, extra_markers=_extra(),
+    return decide(stdin_tty=stdin_tty, ctty=ctty, json=json, extra_markers=_extra(),
                   in_job=job_origin())
+
+
+def has_controlling_terminal() -> bool:
+    """Whether this process has a controlling terminal: `/dev/tty` opens (Linux and macOS
+    alike). A terminal on stdin alone could be a pty an agent handed over without a session."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 def mcp() -> Actor:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import posixpath
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,23 @@ def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
         raise UserError(f"no such path in job {job.short_id}'s folder on {job.provider}: "
                         + ", ".join(shorten(m) for m in doc["missing"][:5]),
                         fix=f"`gpu status {job.short_id}` names the files the job left behind")
+    if doc.get("files"):
+        _fetched(store, job, rels, int(doc["files"]), dest)
     return {"job": job.short_id, "target": job.provider, "dest": str(dest),
             "files": int(doc.get("files", 0)), "bytes": int(doc.get("bytes", 0)),
             "missing": doc.get("missing", []), "refused": doc.get("refused", []),
             "capped": doc.get("capped"), "notes": notes}
+
+
+def _fetched(store: Store, job: Any, rels: list[str], files: int, dest: Path) -> None:
+    """Record what came home: an event, and the job's "left work behind" note (`stayed`,
+    which `gpu status` and the project's next submit repeat) replaced by what was fetched,
+    so neither keeps telling the person to fetch what is already in runs/<id>/."""
+    where = ", ".join(rels[:5]) + (f" and {len(rels) - 5} more" if len(rels) > 5 else "")
+    text = f"fetched {files} file{'s' * (files != 1)} ({where}) home into {dest}"
+    with store.write():
+        handle = dict(store.get(job.id).handle)
+        handle.pop("stayed", None)
+        handle["fetched"] = {"paths": rels, "files": files, "at": time.time()}
+        store.update(job.id, handle=handle)
+        store.add_event(job.id, text, actor="cli")

@@ -61,12 +61,15 @@ def fingerprint(req: JobRequest, bundle_hash: str) -> str:
 
 
 def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None = None,
-            allow_large_project: bool = False, progress: Stage | None = None) -> tuple[Bundle, dict]:
+            allow_large_project: bool = False, progress: Stage | None = None,
+            warn: Callable[[str], None] | None = None) -> tuple[Bundle, dict]:
     """Bundle the project, route it and apply the rules, without creating a job.
 
     A project that is the home folder or a big folder outside git raises `ProjectTooBroad`
     unless `allow_large_project`: the front asks a person, and refuses an agent. `progress`
-    hears how the bundling goes (a cold pack of a big project takes seconds).
+    hears how the bundling goes (a cold pack of a big project takes seconds); `warn` hears the
+    listing's warnings (a 900 MB file that should be data) before anything is packed, while the
+    person can still stop it.
     Its hf:// data sets are resolved in place: afterwards `req.data` names gpu-router's local
     copy of each, pinned to its commit (so the job, its fingerprint and its digest do too)."""
     read = 0  # progress only grows: files read, then one step more for the planning
@@ -77,7 +80,7 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
 
     def packing(done: int, total: int) -> None:
         nonlocal read
-        if done > read:
+        if done > read or done == 0:  # 0: the reading starts (one huge file says it at once)
             read = done
             tell(done, total + 1, f"bundling: {done}/{total} files read")
 
@@ -98,6 +101,8 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
             tell(0, None, "listing the files that ship")
             listing = list_project(Path(req.project_dir), req.include, ship=req.ship,
                                    allow_large=allow_large_project, cache=cache)
+            for text in listing.warnings if warn is not None else ():
+                warn(text)
             bundle = build(listing, cache, progress=packing)
             tell(read + 1, read + 1, f"bundled {bundle.files} files; planning where it runs")
             data_hashes, data_warnings = _data_hashes(req, cache, may_read_secrets=interactive)
@@ -191,7 +196,8 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
            allow_large_project: bool = False, front: str = "cli",
            expect_digest: str | None = None, progress: Stage | None = None,
            settle: bool = False, cancelled: Callable[[], bool] | None = None,
-           tick: Tick | None = None, purpose: str | None = None) -> SubmitResult:
+           tick: Tick | None = None, purpose: str | None = None,
+           warn: Callable[[str], None] | None = None) -> SubmitResult:
     """Record the job (once: see `_insert_once`) and start the supervisor unless it is held.
 
     `expect_digest` is the digest of a plan the caller was shown (`gpu_plan`, compute_job's
@@ -206,7 +212,7 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
     wait, so it comes before the job's outcome in its history."""
     store = store or Store()
     bundle, plan = prepare(req, interactive=interactive, store=store,
-                           allow_large_project=allow_large_project, progress=progress)
+                           allow_large_project=allow_large_project, progress=progress, warn=warn)
     if expect_digest is not None and expect_digest != plan["digest"]:
         plan["holds"].insert(0, {"rule": "plan_changed", "reason": (
             f"its plan changed since the plan that was shown (digest {expect_digest[:12]}, "

@@ -107,6 +107,22 @@ def _seconds(value: Any) -> float:
     return float(value or 0)
 
 
+def unreachable(exc: BaseException) -> RuntimeError:
+    """A network failure talking to Kaggle, in one line: what failed, not urllib3's retry
+    story (`HTTPSConnectionPool(host=...): Max retries exceeded ... Caused by ProxyError(...)`)."""
+    import requests
+
+    if isinstance(exc, requests.exceptions.ProxyError):
+        cause = "the proxy did not let it through"
+    elif isinstance(exc, requests.Timeout):
+        cause = "timeout: no answer in time"
+    elif isinstance(exc, requests.ConnectionError):
+        cause = "no connection: offline, or its name did not resolve"
+    else:
+        cause = type(exc).__name__
+    return RuntimeError(f"Kaggle could not be reached ({cause})")
+
+
 class KaggleProvider(ServiceTarget, MirroredLog):
     credentials_name = "Kaggle credentials"
     credentials_from = "kaggle.json or a token"
@@ -176,7 +192,7 @@ class KaggleProvider(ServiceTarget, MirroredLog):
                                     fix=f"store new ones: gpu targets add kaggle {self.name}") from None
                 raise RuntimeError(f"Kaggle {method} answered {status}: {text}") from None
             except requests.RequestException as exc:
-                raise RuntimeError(f"Kaggle could not be reached ({type(exc).__name__})") from None
+                raise unreachable(exc) from None
 
     def user(self) -> str:
         """The account's user name: kaggle.json's, or the one the API says the token is for."""
@@ -187,11 +203,16 @@ class KaggleProvider(ServiceTarget, MirroredLog):
             else:
                 from kagglesdk.security.types.oauth_service import IntrospectTokenRequest
 
+                import requests
+
                 with self._client() as client:
                     self._bounded(client)
                     r = IntrospectTokenRequest()
                     r.token = c["token"]
-                    answer = client.security.oauth_client.introspect_token(r)
+                    try:
+                        answer = client.security.oauth_client.introspect_token(r)
+                    except requests.RequestException as exc:  # urllib3's retry story: one line
+                        raise unreachable(exc) from None
                 if not answer.active or not answer.username:
                     raise UserError(f"the Kaggle token of target {self.name} is not active",
                                     fix=f"store a new one: gpu targets add kaggle {self.name}")

@@ -1,4 +1,5 @@
-"""Run by Python at the start of every process of a gpu-router job: W&B logging, followed.
+"""Run by Python at the start of every process of a gpu-router job: W&B logging followed,
+and `plt.show()` figures saved.
 
 The launcher puts this folder on the job's PYTHONPATH, and Python imports `sitecustomize`
 once its site-packages are on sys.path, in every interpreter the job starts (its script, a
@@ -9,10 +10,12 @@ interpreter, without starting a second one to ask:
 - gpu-router's `wandb` stand-in (../shims) is appended to the END of sys.path, so `import
   wandb` finds the real package wherever it is installed and the stand-in only where not;
 - an import hook waits for the real `wandb`: right after it loads, `gpu.wandb_hook.follow`
-  wraps its log, summary and finish calls, so gpu-router receives every value it logs.
+  wraps its log, summary and finish calls, so gpu-router receives every value it logs;
+- the same hook waits for `matplotlib.pyplot`: `gpu.figures.follow` makes a `plt.show()` with
+  no screen save the figures into gpu.output_dir() instead of dropping them.
 
-Nothing else is imported until wandb is (a process that never uses it pays one path append
-and one finder that answers None). A `sitecustomize` that this one hides (a distribution's,
+Nothing else is imported until wandb or pyplot is (a process that never uses them pays one
+path append and one finder that answers None). A `sitecustomize` that this one hides (a distribution's,
 a venv's, the project's own) is run afterwards, so it still does its work. Standard library
 only; a failure here is said once on stderr and never stops the job.
 """
@@ -29,12 +32,16 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _SHIMS = os.path.join(os.path.dirname(_HERE), "shims")
 
 
+# the modules followed, and the `gpu` module that follows each (imported only once it loads)
+FOLLOWED = {"wandb": "wandb_hook", "matplotlib.pyplot": "figures"}
+
+
 class _FollowWandb(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: hands the real `wandb` to the finders after it, with a loader
-    that calls `follow` once the package has run."""
+    """Finds nothing itself: hands the real `wandb` (or `matplotlib.pyplot`) to the finders
+    after it, with a loader that calls its follower once the module has run."""
 
     def find_spec(self, name: str, path=None, target=None):  # noqa: ANN001 - importlib's protocol
-        if name != "wandb":
+        if name not in FOLLOWED:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -47,15 +54,16 @@ class _FollowWandb(importlib.abc.MetaPathFinder):
         origin = os.path.abspath(spec.origin or "")
         if spec.loader is None or origin.startswith(_SHIMS + os.sep):
             return spec  # the stand-in reports by itself
-        spec.loader = _ThenFollow(spec.loader)
+        spec.loader = _ThenFollow(spec.loader, FOLLOWED[name])
         return spec
 
 
 class _ThenFollow(importlib.abc.Loader):
     """The real loader, and then `follow`; every other attribute is the real loader's."""
 
-    def __init__(self, loader) -> None:  # noqa: ANN001
+    def __init__(self, loader, follower: str) -> None:  # noqa: ANN001
         self._loader = loader
+        self._follower = follower
 
     def create_module(self, spec):  # noqa: ANN001
         return self._loader.create_module(spec)
@@ -63,12 +71,12 @@ class _ThenFollow(importlib.abc.Loader):
     def exec_module(self, module) -> None:  # noqa: ANN001
         self._loader.exec_module(module)
         try:
-            from gpu import wandb_hook
-
-            wandb_hook.follow(module)
-        except Exception as exc:  # noqa: BLE001 - wandb works; only gpu-router's copy is lost
-            print(f"[gpu] wandb is not followed: its values will not show in gpu-router "
-                  f"({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+            importlib.import_module(f"gpu.{self._follower}").follow(module)
+        except Exception as exc:  # noqa: BLE001 - the module works; only gpu-router's part is lost
+            what = ("wandb is not followed: its values will not show in gpu-router"
+                    if self._follower == "wandb_hook" else
+                    "plt.show() figures will not be saved: call plt.savefig(gpu.output_dir() / 'name.png')")
+            print(f"[gpu] {what} ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
 
     def __getattr__(self, name: str):
         return getattr(self._loader, name)
