@@ -52,7 +52,7 @@ from core.jobs.store import Job
 from core.errors import UserError
 from core.packaging.local_data import list_data
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
-from core.providers import kaggle_deps, logmirror
+from core.providers import kaggle_deps, logmirror, probing
 from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
@@ -220,8 +220,8 @@ class KaggleProvider(ServiceTarget, MirroredLog):
             if cached is not None:
                 return cached
         try:
-            user = await asyncio.to_thread(self.user)
-            quota = await asyncio.to_thread(self.quota)
+            user = await probing.off_loop(self.user)  # daemon threads: a call that hangs holds
+            quota = await probing.off_loop(self.quota)  # no exit (core.providers.probing)
         except UserError as exc:
             return self._info(False, exc.what)
         except Exception as exc:  # noqa: BLE001 - an unreachable service is a probe answer
