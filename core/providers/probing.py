@@ -13,8 +13,8 @@ minute or more, once per process, saying nothing. Here:
 - **concurrent.** Every target's probe starts at once, so `gpu targets` waits for the slowest
   one, not for the sum.
 - **a failure remembered.** A probe that fails (no answer in time, an error, or the target
-  saying it is unavailable) is remembered on disk for FAILURE_TTL_S, keyed by the target's name
-  and configuration, so the next command (its own process) says so at once instead of waiting
+  saying it is unavailable) is remembered on disk for FAILURE_TTL_S (a host's for as long as
+  its `probe_ttl_s` trusts any answer, default 30 s), keyed by the target's name and configuration, so the next command (its own process) says so at once instead of waiting
   again. `gpu targets probe NAME` forgets it and asks again. A success is remembered where the
   provider already remembers it (core.providers.service, core.providers.remoteprobe). This
   machine's own target is never remembered: its probe is local.
@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 from core import paths
 from core.providers.base import TargetInfo
+from core.providers.remoteprobe import PROBE_TTL_S as HOST_PROBE_TTL_S
 
 FAILURE_TTL_S = 60.0
 DEFAULT_TIMEOUT_S = 5.0  # a provider object built without a config (core.config sets each one's)
@@ -111,9 +112,19 @@ def remembered_failure(provider: Any) -> tuple[str, float] | None:
         at, why = float(doc["at"]), str(doc["why"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if doc.get("key") != _config_key(provider) or not 0 <= time.time() - at < FAILURE_TTL_S:
+    if doc.get("key") != _config_key(provider) or not 0 <= time.time() - at < failure_ttl(provider):
         return None
     return why, at
+
+
+def failure_ttl(provider: Any) -> float:
+    """How long a failed probe is remembered: FAILURE_TTL_S for a service; for a host as long
+    as its own answers are trusted (`probe_ttl_s`, default remoteprobe.PROBE_TTL_S; 0
+    remembers nothing), so a host that comes back is seen as soon as before."""
+    ttl = (getattr(provider, "options", None) or {}).get("probe_ttl_s")
+    if isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+        return min(float(ttl), FAILURE_TTL_S)
+    return HOST_PROBE_TTL_S if provider.kind in ("ssh", "slurm", "pbs") else FAILURE_TTL_S
 
 
 # -- the probe ------------------------------------------------------------------------------------
@@ -142,7 +153,7 @@ def failed_info(provider: Any, why: str, *, at: float | None = None, remembered:
     info = unprobed_info(provider, shown)
     info.details = {**(info.details or {}), "probe_failed": {
         "why": why, "at": round(at, 3), "remembered": remembered, "timeout_s": bound(provider),
-        "remembered_for_s": FAILURE_TTL_S}}
+        "remembered_for_s": failure_ttl(provider)}}
     return info
 
 
