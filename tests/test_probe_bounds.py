@@ -192,3 +192,16 @@ def test_a_probe_that_never_returns_is_given_up_remembered_and_asked_again_when_
         assert p.asked == 3
     finally:
         never.set()
+
+
+def test_the_bound_counts_from_the_question_not_from_importing_the_client(home: Path) -> None:
+    """Importing `modal` takes 5 s on a busy 2-core machine: that is not the service's silence."""
+
+    class SlowImport(Slow):
+        def probe_setup(self) -> None:
+            threading.Event().wait(3)  # longer than the bound: counted, it would fail the probe
+
+    opened = threading.Event()
+    opened.set()
+    p = SlowImport("imports", opened, bound=2)
+    assert probing.probe_all({"imports": p})["imports"].available is True

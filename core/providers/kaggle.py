@@ -212,6 +212,11 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         return {"used_hours": round(used, 3), "allowed_hours": round(allowed, 3),
                 "left_hours": round(max(allowed - used, 0.0), 3), "resets_at": reset}
 
+    def probe_setup(self) -> None:
+        """Import the client before the probe's clock starts (core.providers.probing)."""
+        import kagglesdk  # noqa: F401
+        import requests  # noqa: F401
+
     async def probe(self, refresh: bool = False) -> TargetInfo:
         """Who the account is and its quota, from Kaggle; remembered for PROBE_TTL_S (also
         across processes), so a burst of submits asks Kaggle once."""

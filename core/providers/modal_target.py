@@ -249,6 +249,10 @@ class ModalProvider(ServiceTarget, MirroredLog):
 
     # -- probing ------------------------------------------------------------------------------
 
+    def probe_setup(self) -> None:
+        """Import the client before the probe's clock starts (core.providers.probing)."""
+        import modal  # noqa: F401
+
     async def probe(self, refresh: bool = False) -> TargetInfo:
         """Whether Modal answers this token; remembered for PROBE_TTL_S (also across processes).
         Bounded by `connect_timeout_s` here and by the target's `probe_timeout_s` around it

@@ -7,7 +7,9 @@ minute or more, once per process, saying nothing. Here:
 - **bounded end to end.** Each probe runs on its own daemon thread with its own event loop, and
   the caller waits for it at most the target's `probe_timeout_s` (its kind's default:
   core.config.targetopts.PROBE_TIMEOUT_S); past it the target is unavailable "Modal did not
-  answer in 5 s". A daemon thread, not the loop's executor: a thread stuck in a client library
+  answer in 5 s". The clock starts once the provider's client library is imported
+  (`probe_setup`): importing `modal` alone takes 5 s on a busy 2-core machine, which is not
+  the service's silence. A daemon thread, not the loop's executor: a thread stuck in a client library
   never holds the process's exit (Python joins an executor's threads at exit, and
   `asyncio.run` joins its loop's executor).
 - **concurrent.** Every target's probe starts at once, so `gpu targets` waits for the slowest
@@ -39,6 +41,7 @@ from core.providers.base import TargetInfo
 from core.providers.remoteprobe import PROBE_TTL_S as HOST_PROBE_TTL_S
 
 FAILURE_TTL_S = 60.0
+SETUP_LIMIT_S = 120.0  # a provider's probe_setup (imports): the bound's clock starts after it
 DEFAULT_TIMEOUT_S = 5.0  # a provider object built without a config (core.config sets each one's)
 LABELS = {"modal": "Modal", "kaggle": "Kaggle", "local": "this machine"}
 
@@ -157,10 +160,22 @@ def failed_info(provider: Any, why: str, *, at: float | None = None, remembered:
     return info
 
 
-def _ask(provider: Any, box: dict[str, Any]) -> None:
-    """One probe, on the calling (daemon) thread: `probe_now` where the provider has a
-    synchronous one (this machine; a remote host's cached answer or its own short thread),
-    else its `probe()` on a fresh event loop."""
+def _ask(provider: Any, box: dict[str, Any], asking: threading.Event) -> None:
+    """One probe, on the calling (daemon) thread: the provider's `probe_setup()` first where it
+    has one (importing its client library: seconds of CPU on a busy machine, not the service's
+    wait, so the bound's clock starts after it: `asking` is set then), then `probe_now` where
+    the provider has a synchronous one (this machine; a remote host's cached answer or its own
+    short thread), else its `probe()` on a fresh event loop."""
+    try:
+        setup = getattr(provider, "probe_setup", None)
+        if setup is not None:
+            setup()
+    except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+        box["error"] = exc
+        asking.set()
+        return
+    box["asking_at"] = time.monotonic()
+    asking.set()
     try:
         if hasattr(provider, "probe_now"):
             box["value"] = provider.probe_now()
@@ -175,7 +190,7 @@ def probe_all(providers: dict[str, Any], *, fresh: bool = False) -> dict[str, Ta
     module's doc). `fresh`: past a remembered failure (the provider's own cache is its own
     affair: `forget_probe` first to pass it too). Never raises for a target's sake."""
     out: dict[str, TargetInfo] = {}
-    asked: dict[str, tuple[Any, threading.Thread, dict[str, Any], float]] = {}
+    asked: dict[str, tuple[Any, threading.Thread, dict[str, Any], threading.Event]] = {}
     for name, p in providers.items():
         if p.kind != "local":
             if fresh:
@@ -186,11 +201,13 @@ def probe_all(providers: dict[str, Any], *, fresh: bool = False) -> dict[str, Ta
                     out[name] = failed_info(p, known[0], at=known[1], remembered=True)
                     continue
         box: dict[str, Any] = {}
-        t = threading.Thread(target=_ask, args=(p, box), daemon=True, name=f"probe-{name}")
+        asking = threading.Event()
+        t = threading.Thread(target=_ask, args=(p, box, asking), daemon=True, name=f"probe-{name}")
         t.start()
-        asked[name] = (p, t, box, time.monotonic() + bound(p))
-    for name, (p, t, box, deadline) in asked.items():
-        t.join(max(deadline - time.monotonic(), 0.0))
+        asked[name] = (p, t, box, asking)
+    for name, (p, t, box, asking) in asked.items():
+        asking.wait(SETUP_LIMIT_S)
+        t.join(max(box.get("asking_at", time.monotonic()) + bound(p) - time.monotonic(), 0.0))
         if t.is_alive():
             why = f"{label(p)} did not answer in {bound(p):g} s"
         elif "error" in box:
