@@ -58,7 +58,7 @@ DESCRIBE: dict[str, str] = {
     "target.probe_timeout_s": "seconds one probe of the target may take, connecting and answering, "
                               "before it counts as unavailable for now (\"Modal did not answer in "
                               "5 s\", remembered for 60 s); default by kind: modal and kaggle 5, "
-                              "local, ssh, slurm and pbs 20",
+                              "local 20, ssh, slurm and pbs 30",
     # local
     "local.max_output_bytes": "bytes of a job's outputs that come home (default 20 GiB, counted "
                               "on bytes written)",
