@@ -58,6 +58,10 @@ DESCRIBE: dict[str, str] = {
                               "is cancelled here and planned again elsewhere; default by kind: "
                               "slurm and pbs 1800, kaggle and modal 1200, local and ssh 600; 0: "
                               "wait however long (a request pinned with `provider` always waits)",
+    "target.probe_timeout_s": "seconds one probe of the target may take, connecting and answering, "
+                              "before it counts as unavailable for now (\"Modal did not answer in "
+                              "5 s\", remembered for 60 s); default by kind: modal and kaggle 5, "
+                              "local 20, ssh, slurm and pbs 30",
     # local
     "local.max_output_bytes": "bytes of a job's outputs that come home (default 20 GiB, counted "
                               "on bytes written)",

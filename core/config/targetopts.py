@@ -47,6 +47,15 @@ SCHEDULER = {"local", "partition", "account", "modules", "container", "container
 # time); Modal reports no queue, only the slot wait counts there.
 QUEUE_TIMEOUT_S = {"local": 600.0, "ssh": 600.0, "slurm": 1800.0, "pbs": 1800.0, "kaggle": 1200.0,
                    "modal": 1200.0}
+# how long one probe of a target may take, connecting and answering, in seconds, before it is
+# given up and the target counts as unavailable for now (a target's `probe_timeout_s` overrides
+# it). A service's probe is one API call: 5 s is plenty for a service that is up, and what an
+# offline laptop waits at most. A host's is an SSH login (its `connect_timeout_s`, default 10)
+# and a command (nvidia-smi, sinfo) on a machine that may be busy: 30 s (a healthy host's probe
+# took over 20 s on the 2-core test machine under a load of 10, and a pinned submit fails on a
+# host that "did not answer"). This machine's is nvidia-smi, which takes seconds while the
+# driver wakes up: 20 s.
+PROBE_TIMEOUT_S = {"local": 20.0, "ssh": 30.0, "slurm": 30.0, "pbs": 30.0, "kaggle": 5.0, "modal": 5.0}
 ALLOWED = {"ssh": COMMON, "slurm": COMMON | SCHEDULER, "pbs": COMMON | SCHEDULER}
 
 

@@ -51,7 +51,7 @@ from typing import Any
 
 from core import paths
 from core.config.schema import ENV_NAME_RE, NAME_RE
-from core.config.targetopts import QUEUE_TIMEOUT_S, check_output_caps, validate
+from core.config.targetopts import PROBE_TIMEOUT_S, QUEUE_TIMEOUT_S, check_output_caps, validate
 from core.errors import UserError, shorten
 from core.config import killrules
 
@@ -122,12 +122,20 @@ class TargetConfig:
     # seconds a job may wait to start here (a free slot, the scheduler's queue) before it is
     # planned again elsewhere; None: the kind's default (targetopts.QUEUE_TIMEOUT_S), 0: never
     queue_timeout_s: float | None = None
+    # seconds one probe (connecting and answering) may take before the target counts as
+    # unavailable for now; None: the kind's default (targetopts.PROBE_TIMEOUT_S)
+    probe_timeout_s: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def queue_timeout(self) -> float:
         """The queue timeout in force: the target's own, else its kind's default."""
         return QUEUE_TIMEOUT_S[self.kind] if self.queue_timeout_s is None else self.queue_timeout_s
+
+    @property
+    def probe_timeout(self) -> float:
+        """The probe's bound in force: the target's own, else its kind's default."""
+        return PROBE_TIMEOUT_S[self.kind] if self.probe_timeout_s is None else self.probe_timeout_s
 
 
 @dataclass
@@ -191,7 +199,7 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
                         fix=f"kinds: {', '.join(TARGET_KINDS)}")
     t = TargetConfig(name=name, kind=kind)
     known = {"kind", "max_jobs", "price_per_hour", "hours_per_week", "credits",
-             "session_limit_hours", "gpus", "enabled", "queue_timeout_s"}
+             "session_limit_hours", "gpus", "enabled", "queue_timeout_s", "probe_timeout_s"}
     for key, value in body.items():
         w = f"targets.{name}.{key}"
         if key == "max_jobs":
@@ -206,6 +214,8 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
             t.price_per_hour = _number(value, where, w)
         elif key == "queue_timeout_s":
             t.queue_timeout_s = _number(value, where, w)
+        elif key == "probe_timeout_s":
+            t.probe_timeout_s = _number(value, where, w, allow_zero=False)
         elif key in ("hours_per_week", "credits", "session_limit_hours"):
             setattr(t, key, None if value is None else _number(value, where, w))
         elif key == "gpus" and isinstance(value, int) and not isinstance(value, bool) and kind != "local":

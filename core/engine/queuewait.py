@@ -160,12 +160,13 @@ class QueueWait:
         from core.engine.service import request_from_json
         from core.planning.router import route
 
-        infos = targets.infos(self.store, userconfig.load())
+        cfg, req = userconfig.load(), request_from_json(job.request)
+        infos = targets.for_request(req, self.store, cfg)
         for name, reason in excluded.items():
             if name in infos:
                 infos[name].available = False
                 infos[name].why_unavailable = reason
-        return route(request_from_json(job.request), infos).target
+        return route(req, infos, targets.kinds(cfg)).target
 
     async def _stuck(self, job: Job, text: str) -> Job:
         """Past the timeout with nowhere to go: say so once (an event, the reason, guidance) and

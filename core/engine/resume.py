@@ -63,7 +63,8 @@ def resume(store: Store, ref: str, *, actor: str, interactive: bool,
                         fix="submit it again, or set restart: allow in gpu.yaml for jobs that may "
                             "start over")
     cfg = userconfig.load()
-    chosen = route(request_from_json(job.request), targets.infos(store, cfg))
+    req = request_from_json(job.request)
+    chosen = route(req, targets.for_request(req, store, cfg), targets.kinds(cfg))
     attempt = job.attempt + 1
     plan = {**job.plan, "target": chosen.target, "gpu": chosen.gpu, "reasons": chosen.reasons,
             "passed_over": chosen.passed_over,

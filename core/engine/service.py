@@ -31,7 +31,7 @@ from core.packaging.safe_extract import masked_names
 from core.packaging.report import left_out_hint, ship_warnings
 from core.packaging import requirements
 from core.planning.plan import build_plan, canonical_bytes, data_hash
-from core.planning.router import NoGpuTarget, route
+from core.planning.router import NoGpuTarget, pinned, route
 from core.planning.usage import estimate_and_actual
 
 # told (done, total or None, what is happening) while a submit or a plan bundles the project:
@@ -92,6 +92,7 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
     check_env(req.env)
     check_available(req.secrets)
     cfg = userconfig.load()
+    pinned(req.provider, targets.kinds(cfg))  # a pin to nothing (colab) is refused before packing
     store = store or Store()
     if store.short_of_space():  # what is left is kept for recording how live jobs end
         raise DiskFull(paths.home())
@@ -116,9 +117,8 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
         project, bundle.project_rel, script, req.args, req.is_python_file(), shipped)
     bundle.hint = left_out_hint(project, bundle.project_rel, script, req.is_python_file(),
                                 bundle.left_out, shipped, req.outputs)
-    infos = targets.infos(store, cfg)
     try:
-        chosen = route(req, infos)
+        chosen = route(req, targets.for_request(req, store, cfg), targets.kinds(cfg))
     except NoGpuTarget as exc:
         raise exc.with_offers(_account_offers(req, cfg)) from None
     extra = {"reasons": chosen.reasons, "passed_over": chosen.passed_over}
@@ -335,12 +335,12 @@ def replan(store: Store, job: Job, why: str, exclude: dict[str, str] | None = No
 
     cfg = userconfig.load()
     req = request_from_json(job.request)
-    infos = targets.infos(store, cfg)
+    infos = targets.for_request(req, store, cfg)
     for name, reason in (exclude or {}).items():
         if name in infos:
             infos[name].available = False
             infos[name].why_unavailable = reason
-    chosen = route(req, infos)
+    chosen = route(req, infos, targets.kinds(cfg))
     plan = {**job.plan, "target": chosen.target, "gpu": chosen.gpu, "reasons": chosen.reasons,
             "passed_over": chosen.passed_over}
     plan.pop("offer", None)

@@ -17,9 +17,8 @@ from core.config.user import load
 from core.jobs.states import ACTIVE
 from core.jobs.store import Store
 from core.errors import UserError, shorten
-from core.providers import registry
+from core.providers import probing, registry
 from core.providers.base import TargetInfo
-from core.providers.hostlink import run_sync
 from core.transport import ssh
 from core.transport.base import Unreachable
 
@@ -33,10 +32,12 @@ def configured(name: str) -> tuple[Any, Any]:
 
 
 def probe(name: str) -> TargetInfo:
-    """Probe one target now, past any cached answer (a wrong host or key is said at once)."""
+    """Probe one target now, past any cached answer or remembered failure (a wrong host or key
+    is said at once), within its `probe_timeout_s` like every probe."""
     _, provider = configured(name)
-    provider.forget_probe()
-    return run_sync(lambda: provider.probe(refresh=True))
+    if hasattr(provider, "forget_probe"):  # this machine's target keeps no answer
+        provider.forget_probe()
+    return probing.probe_all({name: provider}, fresh=True)[name]
 
 
 def add(name: str, body: dict, *, probe_now: bool = True) -> tuple[Path, TargetInfo | None]:
@@ -127,4 +128,5 @@ def trust(hk: HostKey, *, replace: bool = False) -> Path:
     path = ssh.trust_host_key(ep, hk.key, replace=hk.changed)
     _, provider = configured(hk.target)
     provider.forget_probe()
+    probing.forget_failure(provider)  # "host key not trusted" was the failure: ask again
     return path

@@ -1,42 +1,51 @@
-"""The targets as the router and `gpu targets` see them: probed facts plus quota and price."""
+"""The targets as the router and `gpu targets` see them: probed facts plus quota and price.
+
+Probing goes through core.providers.probing (bounded, concurrent, failures remembered); a
+request's plan probes only the targets its pin leaves (`for_request`)."""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Iterable
 from typing import Any
 
+from core.config.request import JobRequest
 from core.config.user import UserConfig, load
 from core.jobs.states import LAUNCHED, State
 from core.jobs.store import Store
+from core.planning.router import pinned
 from core.planning.usage import quota_left
-from core.providers import registry
+from core.providers import probing, registry
 from core.providers.base import TargetInfo
 
 
-async def _probe(provider: Any) -> TargetInfo:
-    try:
-        return await asyncio.wait_for(provider.probe(), 30)
-    except Exception as exc:  # noqa: BLE001 - an unreachable target is a fact, not a crash
-        return TargetInfo(name=provider.name, kind=provider.kind, available=False,
-                          why_unavailable=f"probe failed: {exc}")
+def kinds(cfg: UserConfig) -> dict[str, str]:
+    """Every configured target's kind, by name: what a pin is judged by, with no probe."""
+    return {name: t.kind for name, t in cfg.targets.items()}
 
 
-def infos(store: Store, cfg: UserConfig | None = None,
-          provs: dict[str, Any] | None = None) -> dict[str, TargetInfo]:
+def for_request(req: JobRequest, store: Store, cfg: UserConfig) -> dict[str, TargetInfo]:
+    """The targets `req` may run on, probed: only those its `provider` pin leaves (a submit
+    pinned to this machine asks nothing of Modal), all of them without one. A pin that names
+    nothing configured (colab, a kind with no target) is refused here, before any probe."""
+    names, _ = pinned(req.provider, kinds(cfg))
+    return infos(store, cfg, only=names)
+
+
+def infos(store: Store, cfg: UserConfig | None = None, provs: dict[str, Any] | None = None,
+          only: Iterable[str] | None = None) -> dict[str, TargetInfo]:
+    """Each target (or those named in `only`) probed, all at once and each within its
+    `probe_timeout_s` (core.providers.probing), with quota, price and load from the config and
+    the store. A disabled target other than this machine is not asked at all."""
     cfg = cfg or load()
     provs = provs or registry.build(cfg)
-
-    async def gather() -> list[TargetInfo]:
-        return list(await asyncio.gather(*(_probe(p) for p in provs.values())))
-
-    probed = {}
-    for name, p in provs.items():
-        if hasattr(p, "probe_now"):  # cheap and synchronous: no event loop needed
-            probed[name] = p.probe_now()
-    rest = {n: p for n, p in provs.items() if n not in probed}
-    if rest:
-        for info in asyncio.run(gather()) if rest else []:
-            probed[info.name] = info
+    if only is not None:
+        wanted = set(only)
+        provs = {n: p for n, p in provs.items() if n in wanted}
+    skip = {n for n, p in provs.items() if not cfg.targets[n].enabled and p.kind != "local"}
+    probed = probing.probe_all({n: p for n, p in provs.items() if n not in skip})
+    for name in skip:
+        probed[name] = probing.unprobed_info(provs[name], "disabled in your config")
+    probed = {n: probed[n] for n in provs}  # in the config's order
     running: dict[str, int] = {}
     for job in store.jobs(states=LAUNCHED):
         running[job.provider or ""] = running.get(job.provider or "", 0) + 1

@@ -16,6 +16,7 @@ plan says which it chose and why the others were passed over.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from core import paths
@@ -170,30 +171,33 @@ def _no_target_of(kind: str) -> UserError:
                          f"it asks for), or omit provider and let gpu-router choose")
 
 
-def pinned(provider: str | None, infos: dict[str, TargetInfo]) -> tuple[list[str], str | None]:
+def pinned(provider: str | None, kinds: Mapping[str, str]) -> tuple[list[str], str | None]:
     """The targets a `provider` pin leaves to choose among, and the kind it named (None when it
     named a target, or nothing). A name wins over a kind: a target named `colab` attached over
-    ssh is that target, and a target named `ssh` is that one, not every ssh target."""
+    ssh is that target, and a target named `ssh` is that one, not every ssh target.
+
+    `kinds` is every configured target's kind by name: the config says it, no probe is needed,
+    so a pin is judged (and colab refused) before any target is asked anything."""
     if not provider:
-        return sorted(infos), None
-    if provider in infos:
+        return sorted(kinds), None
+    if provider in kinds:
         return [provider], None
     if provider in PIN_KINDS:
-        of_kind = sorted(n for n, i in infos.items() if i.kind == provider)
+        of_kind = sorted(n for n, k in kinds.items() if k == provider)
         if not of_kind:
             raise _no_target_of(provider)
         return of_kind, provider
     raise UserError(f"there is no target named {provider!r}, and {provider!r} is not a kind of target",
                     where="provider",
-                    fix=f"give a target name ({', '.join(sorted(infos))}; see `gpu targets`) or a kind "
+                    fix=f"give a target name ({', '.join(sorted(kinds))}; see `gpu targets`) or a kind "
                         f"({', '.join(PIN_KINDS)}), or omit provider and let gpu-router choose")
 
 
 def _pin_reason(provider: str, kind: str | None, candidates: list[str], chosen: str,
-                infos: dict[str, TargetInfo]) -> str:
+                kinds: Mapping[str, str]) -> str:
     """What the pin did, in the plan's words."""
     if kind is None:
-        others = [n for n, i in infos.items() if i.kind == provider and n != provider]
+        others = [n for n, k in kinds.items() if k == provider and n != provider]
         if provider in PIN_KINDS and others:
             return (f"pinned with provider={provider}: the target named {provider} (a name wins "
                     f"over the kind; {', '.join(sorted(others))} also of kind {provider})")
@@ -204,8 +208,12 @@ def _pin_reason(provider: str, kind: str | None, candidates: list[str], chosen: 
             f"{', '.join(candidates)} (the others are passed over, with why)")
 
 
-def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
-    candidates, kind = pinned(req.provider, infos)
+def route(req: JobRequest, infos: dict[str, TargetInfo], kinds: Mapping[str, str] | None = None) -> Route:
+    """The target for `req` among `infos` (the probed targets: every configured one, or only
+    those its pin leaves); `kinds`, every configured target's kind, words the pin's reason
+    when `infos` holds only the pinned ones."""
+    candidates, kind = pinned(req.provider, {n: i.kind for n, i in infos.items()})
+    kinds = {n: i.kind for n, i in infos.items()} if kinds is None else kinds
     passed: dict[str, str] = {}
     fitting: list[TargetInfo] = []
     for name in candidates:
@@ -228,7 +236,7 @@ def route(req: JobRequest, infos: dict[str, TargetInfo]) -> Route:
     price = estimated_price(chosen, req.hours)
     reasons = []
     if req.provider:
-        reasons.append(_pin_reason(req.provider, kind, candidates, chosen.name, infos))
+        reasons.append(_pin_reason(req.provider, kind, candidates, chosen.name, kinds))
     reasons += _load_reasons(req, chosen, fitting, passed)
     reasons.append(f"{chosen.name} fits ({chosen.gpu_label}) and is "
                    + ("free" if chosen.price_per_hour == 0 else f"${price:.2f} for the estimate"))

@@ -52,7 +52,7 @@ from core.jobs.store import Job
 from core.errors import UserError
 from core.packaging.local_data import list_data
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
-from core.providers import kaggle_deps, logmirror
+from core.providers import kaggle_deps, logmirror, probing
 from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
@@ -233,6 +233,11 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         return {"used_hours": round(used, 3), "allowed_hours": round(allowed, 3),
                 "left_hours": round(max(allowed - used, 0.0), 3), "resets_at": reset}
 
+    def probe_setup(self) -> None:
+        """Import the client before the probe's clock starts (core.providers.probing)."""
+        import kagglesdk  # noqa: F401
+        import requests  # noqa: F401
+
     async def probe(self, refresh: bool = False) -> TargetInfo:
         """Who the account is and its quota, from Kaggle; remembered for PROBE_TTL_S (also
         across processes), so a burst of submits asks Kaggle once."""
@@ -241,8 +246,8 @@ class KaggleProvider(ServiceTarget, MirroredLog):
             if cached is not None:
                 return cached
         try:
-            user = await asyncio.to_thread(self.user)
-            quota = await asyncio.to_thread(self.quota)
+            user = await probing.off_loop(self.user)  # daemon threads: a call that hangs holds
+            quota = await probing.off_loop(self.quota)  # no exit (core.providers.probing)
         except UserError as exc:
             return self._info(False, exc.what)
         except Exception as exc:  # noqa: BLE001 - an unreachable service is a probe answer

@@ -61,7 +61,7 @@ from core.jobs.store import Job
 from core.errors import UserError
 from core.packaging.local_data import list_data
 from core.packaging.safe_extract import OutputCaps, clean_name, safe_extract, write_files
-from core.providers import logmirror
+from core.providers import logmirror, probing
 from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
@@ -249,16 +249,26 @@ class ModalProvider(ServiceTarget, MirroredLog):
 
     # -- probing ------------------------------------------------------------------------------
 
+    def probe_setup(self) -> None:
+        """Import the client before the probe's clock starts (core.providers.probing)."""
+        import modal  # noqa: F401
+
     async def probe(self, refresh: bool = False) -> TargetInfo:
-        """Whether Modal answers this token; remembered for PROBE_TTL_S (also across processes)."""
+        """Whether Modal answers this token; remembered for PROBE_TTL_S (also across processes).
+        Bounded by `connect_timeout_s` here and by the target's `probe_timeout_s` around it
+        (core.providers.probing, which also remembers a failure)."""
         if not refresh:
             cached = self._cached_probe()
             if cached is not None:
                 return cached
-        try:
-            await asyncio.wait_for(asyncio.to_thread(self._hello), float(self.options.get("connect_timeout_s", 30)))
+        limit = float(self.options.get("connect_timeout_s", 30))
+        try:  # on a daemon thread: a hello that never returns holds no loop and no exit
+            await asyncio.wait_for(probing.off_loop(self._hello), limit)
         except UserError as exc:
             return self._info(False, exc.what)
+        except (asyncio.TimeoutError, TimeoutError):
+            self._client_obj = None
+            return self._info(False, f"Modal did not answer in {limit:g} s")
         except Exception as exc:  # noqa: BLE001 - an unreachable service is a probe answer
             self._client_obj = None
             return self._info(False, f"Modal could not be reached ({type(exc).__name__}: {exc})"[:300])

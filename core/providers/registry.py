@@ -45,4 +45,5 @@ def build(cfg: UserConfig | None = None) -> dict[str, Any]:
             out[name] = ModalProvider.from_config(t)
         out[name].enabled = t.enabled
         out[name].queue_timeout_s = t.queue_timeout  # the supervisor's clock for a job not started
+        out[name].probe_timeout_s = t.probe_timeout  # core.providers.probing's bound on its probe
     return out

@@ -102,6 +102,10 @@ class RemoteProbe(ABC):
         self._store_probe(info)
         return info
 
+    def probe_setup(self) -> None:
+        """Import the SSH stack before the probe's clock starts (core.providers.probing)."""
+        import core.transport.ssh  # noqa: F401
+
     def probe_now(self) -> TargetInfo:
         """Synchronous probe for `core.engine.targets` (which may run inside the supervisor's loop):
         the cached answer, or a fresh one from a short-lived thread."""
