@@ -65,7 +65,9 @@ class Heard:
 @asynccontextmanager
 async def session(heard: Heard | None = None) -> AsyncIterator[ClientSession]:
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
-    params = StdioServerParameters(command=gpu_exe(), args=["mcp"], env=env)
+    # started in the test's tmp folder (the home's parent): compute_job's projects root
+    params = StdioServerParameters(command=gpu_exe(), args=["mcp"], env=env,
+                                   cwd=Path(os.environ["GPU_ROUTER_HOME"]).parent)
     heard = heard or Heard()
     with open(os.devnull, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
