@@ -13,14 +13,7 @@ from pathlib import Path
 from core.packaging import checkpoints
 from core.providers.local import LocalProvider
 from core.runtime import RUNTIME_DIR
-
-
-class _Job:
-    def __init__(self, job_id: str) -> None:
-        self.id = job_id
-        self.short_id = job_id[:8]
-        self.attempt = 1
-        self.handle: dict = {}
+from tests.stubs import StubJob as _Job
 
 
 def _saved(ckpt: Path) -> int:

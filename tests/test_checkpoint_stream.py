@@ -22,19 +22,12 @@ from core.providers.ssh import SSHProvider
 from core.runtime import RUNTIME_DIR
 from core.transport.base import OverCap
 from core.transport.ssh import Endpoint, SSHTransport, close_all
+from tests.stubs import StubJob as _Job
 
 pytestmark = pytest.mark.slow
 
 PYTHON = getattr(sys, "_base_executable", None) or sys.executable
 BIG = 50_000_000
-
-
-class _Job:
-    def __init__(self, job_id: str) -> None:
-        self.id = job_id
-        self.short_id = job_id[:8]
-        self.attempt = 1
-        self.handle: dict = {}
 
 
 def _box(sshd, tmp_path: Path, **options) -> SSHProvider:

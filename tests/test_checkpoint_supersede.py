@@ -15,7 +15,8 @@ from core.engine.supervisor import Supervisor
 from core.jobs.store import Store
 from core.packaging import checkpoints
 from core.providers.local import LocalProvider
-from tests.test_checkpoint_generations import _Job, _saved
+from tests.stubs import StubJob as _Job, eventually
+from tests.test_checkpoint_generations import _saved
 
 SIZE = 400_000
 
@@ -54,12 +55,12 @@ def _save(ckpt: Path, step: int) -> int:
     return _saved(ckpt)
 
 
-async def _until(cond, what: str) -> None:
-    for _ in range(400):  # a bound on a wait, not a timing assertion
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never: {what}")
+def _world(job_id: str) -> tuple[_Job, Paced, Path, Supervisor]:
+    """A job, its paced local target with an empty checkpoint folder, and a supervisor."""
+    job, target = _Job(job_id), Paced()
+    ckpt = target.inner.job_dir(job) / "ckpt"
+    ckpt.mkdir(parents=True)
+    return job, target, ckpt, Supervisor(store=Store(), providers={"local": target})
 
 
 def _leftovers(job_id: str) -> list[str]:
@@ -70,47 +71,43 @@ def _leftovers(job_id: str) -> list[str]:
 
 
 def test_a_newer_generation_supersedes_a_copy_not_half_way_and_waits_for_one_past_it(home: Path) -> None:
-    job = _Job("cd" * 16)
-    target = Paced()
-    ckpt = target.inner.job_dir(job) / "ckpt"
-    ckpt.mkdir(parents=True)
-    sup = Supervisor(store=Store(), providers={"local": target})
+    job, target, ckpt, sup = _world("cd" * 16)
 
     async def scenario() -> None:
         g1 = _save(ckpt, 1)
         await sup._mirror_new_generation(job, target, g1)  # returns at once: the copy is a task
-        await _until(lambda: target.started, "the first copy starts")
+        await eventually(lambda: target.started, "the first copy starts")
         assert job.id in sup._copies and not sup._copies[job.id].task.done()
         await sup._mirror(job, target)  # the step's periodic look skips while a copy is in flight
         assert len(target.started) == 1
         for _ in range(2):  # 20% of it came
             target.go.release()
-        await _until(lambda: sup._copies[job.id].progress.moved >= SIZE * 2 // 10, "20% of the copy")
+        await eventually(lambda: sup._copies[job.id].progress.moved >= SIZE * 2 // 10, "20% of the copy")
 
         g2 = _save(ckpt, 2)  # a newer save: the copy not half way gives way to it
         await sup._mirror_new_generation(job, target, g2)
         assert target.cancelled == 1
-        await _until(lambda: len(target.started) == 2, "the newer copy starts")
+        await eventually(lambda: len(target.started) == 2, "the newer copy starts")
         # the superseded copy's partial archive and staging are gone: only the new copy's are there
         assert len([n for n in _leftovers(job.id) if n.endswith(".tar.gz")]) == 1, _leftovers(job.id)
         assert len([n for n in _leftovers(job.id) if n.startswith(".ckpt-new-")]) == 1, _leftovers(job.id)
         for _ in range(6):  # 60% of the second
             target.go.release()
-        await _until(lambda: sup._copies[job.id].progress.moved >= SIZE * 6 // 10, "60% of the second copy")
+        await eventually(lambda: sup._copies[job.id].progress.moved >= SIZE * 6 // 10, "60% of the second copy")
 
         g3 = _save(ckpt, 3)  # past half way: it lands, the newer is asked for by the next poll
         await sup._mirror_new_generation(job, target, g3)
         assert target.cancelled == 1 and len(target.started) == 2
         for _ in range(4):
             target.go.release()
-        await _until(lambda: job.id not in sup._copies, "the second copy lands")
+        await eventually(lambda: job.id not in sup._copies, "the second copy lands")
         assert checkpoints.summary(job.id)["generation"] == g2
         assert json.loads((checkpoints.home_dir(job.id) / "state.json").read_text()) == {"step": 2}
 
         await sup._mirror_new_generation(job, target, g3)  # the next poll still shows g3
         for _ in range(10):
             target.go.release()
-        await _until(lambda: job.id not in sup._copies, "the third copy lands")
+        await eventually(lambda: job.id not in sup._copies, "the third copy lands")
         assert checkpoints.summary(job.id)["generation"] == g3
         assert (checkpoints.home_dir(job.id) / "model.bin").read_bytes() == bytes([3]) * SIZE
         assert _leftovers(job.id) == []
@@ -119,11 +116,7 @@ def test_a_newer_generation_supersedes_a_copy_not_half_way_and_waits_for_one_pas
 
 
 def test_a_job_leaving_its_target_stops_the_copy_still_coming_from_there(home: Path) -> None:
-    job = _Job("ef" * 16)
-    target = Paced()
-    ckpt = target.inner.job_dir(job) / "ckpt"
-    ckpt.mkdir(parents=True)
-    sup = Supervisor(store=Store(), providers={"local": target})
+    job, target, ckpt, sup = _world("ef" * 16)
 
     async def scenario() -> None:
         first = _save(ckpt, 1)
@@ -131,11 +124,11 @@ def test_a_job_leaving_its_target_stops_the_copy_still_coming_from_there(home: P
         for _ in range(9):
             target.go.release()
         await sup._mirror_new_generation(job, target, first)
-        await _until(lambda: job.id not in sup._copies, "the first copy lands")
+        await eventually(lambda: job.id not in sup._copies, "the first copy lands")
         await sup._mirror_new_generation(job, target, _save(ckpt, 2))
         for _ in range(8):  # 80%: past half way, but the job moves
             target.go.release()
-        await _until(lambda: sup._copies[job.id].progress.moved >= SIZE * 8 // 10, "80% of the copy")
+        await eventually(lambda: sup._copies[job.id].progress.moved >= SIZE * 8 // 10, "80% of the copy")
         await sup._stop_copy(job.id)
         assert target.cancelled == 1 and job.id not in sup._copies
         assert checkpoints.summary(job.id)["generation"] == first  # home keeps what it had

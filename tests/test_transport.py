@@ -14,6 +14,7 @@ import asyncssh
 import pytest
 
 from core.transport import base, local, ssh
+from tests.stubs import eventually
 
 # asyncssh's in-process SFTP server leaves an un-awaited Queue.join when a connection closes
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine 'Queue.join' was never awaited:RuntimeWarning")
@@ -172,14 +173,6 @@ def test_names_and_paths() -> None:
 # -- stream_to: a command's stdout into a local file as it arrives -------------------------
 
 
-async def _wait_for(cond, what: str) -> None:
-    for _ in range(600):  # a bound on a wait, not a timing assertion
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never: {what}")
-
-
 async def test_local_stream_writes_output_as_it_arrives_and_keeps_stderr(tmp_path: Path) -> None:
     """The first bytes are in the file while the command still runs (it waits for GO, which
     the test creates only once it has seen them): nothing is held back until the end."""
@@ -188,7 +181,7 @@ async def test_local_stream_writes_output_as_it_arrives_and_keeps_stderr(tmp_pat
     script = (f"printf first; echo 'a note' >&2; while [ ! -e {base.quote(go)} ]; do sleep 0.02; done; "
               "head -c 3000000 /dev/zero; exit 4")
     task = asyncio.ensure_future(t.stream_to(script, dest, max_bytes=10 << 20))
-    await _wait_for(lambda: dest.exists() and dest.read_bytes()[:5] == b"first", "first bytes in the file")
+    await eventually(lambda: dest.exists() and dest.read_bytes()[:5] == b"first", "first bytes in the file")
     assert not task.done()
     go.touch()
     result, n = await task

@@ -33,6 +33,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 
@@ -48,20 +49,18 @@ def _size(path: str) -> int:
         return 0
     if not os.path.isdir(path) or os.path.islink(path):
         return st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
-    total = 0
-    for top, dirs, files in os.walk(path):
-        for name in files + dirs:
-            try:
-                s = os.lstat(os.path.join(top, name))
-            except OSError:
-                continue
-            total += s.st_blocks * 512 if hasattr(s, "st_blocks") else s.st_size
-    return total
+    return _walk_bytes(path, own=False)
 
 
 def _own_size(path: str) -> int:
     """Bytes on disk that only this folder holds: a file with other hard links (a venv's file
     linked from uv's cache) is counted where it is cached, not here."""
+    return _walk_bytes(path, own=True)
+
+
+def _walk_bytes(path: str, own: bool) -> int:
+    """Bytes on disk under `path` (lstat: links are not followed); `own`: files that have
+    other hard links left out."""
     total = 0
     for top, dirs, files in os.walk(path):
         for name in files + dirs:
@@ -69,7 +68,7 @@ def _own_size(path: str) -> int:
                 s = os.lstat(os.path.join(top, name))
             except OSError:
                 continue
-            if s.st_nlink > 1 and not os.path.isdir(os.path.join(top, name)):
+            if own and s.st_nlink > 1 and not stat.S_ISDIR(s.st_mode):
                 continue
             total += s.st_blocks * 512 if hasattr(s, "st_blocks") else s.st_size
     return total

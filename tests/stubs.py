@@ -1,0 +1,26 @@
+"""Small stand-ins the checkpoint and transport tests share: a job as the checkpoint code reads
+it (no store row needed), and a bounded wait for a condition inside a test's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable
+
+
+class StubJob:
+    """What core/packaging/checkpoints.py and the providers' checkpoint calls read of a job."""
+
+    def __init__(self, job_id: str) -> None:
+        self.id = job_id
+        self.short_id = job_id[:8]
+        self.attempt = 1
+        self.handle: dict = {}
+
+
+async def eventually(cond: Callable[[], object], what: str, tries: int = 600, every: float = 0.05) -> None:
+    """Until `cond()` holds: a bound on a wait (tries x every), not a timing assertion."""
+    for _ in range(tries):
+        if cond():
+            return
+        await asyncio.sleep(every)
+    raise AssertionError(f"never: {what}")
