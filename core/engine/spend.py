@@ -92,7 +92,7 @@ def cost_report(store: Store, cfg: UserConfig | None = None, *, since: float,
 
     rows: one per target, day (local date) or job, biggest cost first for targets and jobs,
     in date order for days: {key, hours, gpu_hours, cost, estimate, jobs, running} (a job's
-    row adds name and target). quota: each target with weekly free hours (its
+    row adds id, name and target: the targets its attempts in the period ran on). quota: each target with weekly free hours (its
     `hours_per_week`, or Kaggle's) and what the last 7 days used of them, with Kaggle's own
     count where a probe remembered one. credits: targets with `credits`. budget: the weekly
     budget against the last 7 days' spend."""
@@ -105,12 +105,14 @@ def cost_report(store: Store, cfg: UserConfig | None = None, *, since: float,
     first: dict[str, tuple[float, str]] = {}  # job id -> (start of its first attempt here, group)
     members: dict[str, set[str]] = defaultdict(set)
     running: dict[str, set[str]] = defaultdict(set)
+    where: dict[str, set[str]] = defaultdict(set)  # job id -> the targets its attempts here ran on
     for row in store.usage_rows(since=since):
         start, end = max(row["started_at"], since), min(row["ended_at"] or now, now)
         if end < start or (end == start and row["ended_at"] is not None):
             continue  # ended exactly at `since`, or a clock that moved back
         job = jobs.get(row["job_id"]) or jobs.setdefault(row["job_id"], store.get(row["job_id"]))
         gpus = gpu_count(job)
+        where[job.id].add(row["target"])
         for a, b in _pieces(start, end, by == "day") or [(start, start)]:
             key = _group_key(by, row, job, a)
             g = groups.setdefault(key, {"key": key, "hours": 0.0, "gpu_hours": 0.0, "cost": 0.0,
@@ -134,7 +136,7 @@ def cost_report(store: Store, cfg: UserConfig | None = None, *, since: float,
                "jobs": len(members[key]), "running": len(running[key])}
         if by == "job":
             job = next(jobs[j] for j in members[key])
-            row.update(id=job.id, name=job.name, target=job.provider)
+            row.update(id=job.id, name=job.name, target=", ".join(sorted(where[job.id])))
         rows.append(row)
     rows.sort(key=(lambda r: r["key"]) if by == "day" else (lambda r: (-r["cost"], -r["hours"], r["key"])))
     total = {k: round(sum(r[k] for r in rows), 4) for k in ("hours", "gpu_hours", "cost", "estimate")}
