@@ -45,13 +45,17 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 def _h(hours: float) -> str:
-    return f"{hours:.2f}"
+    """Hours to two places; a few seconds' run is "<0.01", not a 0.00 that reads as nothing."""
+    return "<0.01" if 0 < hours < 0.005 else f"{hours:.2f}"
 
 
 def _usd(value: float | None) -> str:
-    from tui.render import money
-
-    return money(None if value is None else round(value, 2))
+    """Dollars to the cent: "free" only when nothing was charged, "<$0.01" for a priced moment."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "free"
+    return "<$0.01" if value < 0.005 else f"${value:.2f}"
 
 
 def cost_table(doc: dict[str, Any]) -> Any:
