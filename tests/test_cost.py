@@ -234,3 +234,30 @@ async def test_header_without_a_budget(home: Path) -> None:
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause(0.2)
         assert "$3.60 this week" in app.sub_title
+
+
+def test_kaggle_quota_counts_ours_and_shows_kaggles_own(home: Path) -> None:
+    """A Kaggle target's free hours: 30 a week unless set, what our attempts used, and the
+    count Kaggle gave at the last probe (remembered by the provider itself; no call here)."""
+    from core.config.user import load
+    from core.providers import registry
+
+    write_user_config("targets:\n  local: {kind: local}\n  kag: {kind: kaggle}\n")
+    store = Store()
+    jid = _job(store, 1, "nb", "kag", "2x T4", 0.0, 2.0)
+    _attempt(store, jid, 1, "kag", 0.0, time.time() - 3 * H, time.time() - H)
+    doc = spend.cost_report(store, since=time.time() - 7 * DAY)
+    [quota] = doc["quota"]
+    assert quota["target"] == "kag" and quota["allowed_hours"] == 30.0
+    assert quota["used_hours"] == pytest.approx(2.0, abs=1e-3) and quota["reported"] is None
+
+    provider = registry.build(load())["kag"]
+    info = provider._info(True)
+    info.details = {"user": "ada", "quota": {"used_hours": 4.5, "allowed_hours": 30.0,
+                                             "left_hours": 25.5, "resets_at": "2026-05-16T00:00:00"}}
+    provider._store_probe(info)  # what its probe writes after asking Kaggle
+    [quota] = spend.cost_report(store, since=time.time() - 7 * DAY)["quota"]
+    assert quota["reported"]["used_hours"] == 4.5 and quota["reported"]["resets_at"] == "2026-05-16T00:00:00"
+    assert quota["used_hours"] == pytest.approx(2.0, abs=1e-3)  # ours stays ours
+    out = run_gpu("cost").stdout
+    assert "quota kag: 2.00 of 30 free hours used" in out and "Kaggle counted 4.5 of 30 h" in out
