@@ -346,6 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tui.cli_accounts import add_accounts_command
 
     add_accounts_command(add)  # gpu accounts [list | add PROVIDER | rm PROVIDER]
+    from tui.cli_cost import add_cost_command
+
+    add_cost_command(add)  # gpu cost [--since 7d] [--by target|day|job]
     from tui.cli_notify import add_notify_command
 
     add_notify_command(add)  # gpu notify test

@@ -51,16 +51,22 @@ def quota_left(store: Store, target) -> dict:
     return out
 
 
+def planned(job) -> tuple[float | None, float | None]:
+    """What the plan expected of a job: (hours, cost), either None where it gave none. The
+    plan's own estimated price, else its hours times the target's price per hour."""
+    hours = job.plan.get("hours", job.request.get("hours"))
+    price = float(job.plan.get("price_per_hour") or 0)
+    cost = job.plan.get("estimated_price")
+    if cost is None and hours is not None:
+        cost = hours * price
+    return hours, None if cost is None else round(float(cost), 4)
+
+
 def estimate_and_actual(store: Store, job) -> dict:
     """What the plan expected of a job against what it took: {"estimate": {"hours", "cost"},
     "actual": {"hours", "cost"}}. Cost is the target's price per hour times the hours its
     attempts ran (from the usage rows, so a resumed job counts every attempt)."""
-    hours = job.plan.get("hours", job.request.get("hours"))
-    price = float(job.plan.get("price_per_hour") or 0)
-    estimate_cost = job.plan.get("estimated_price")
-    if estimate_cost is None and hours is not None:
-        estimate_cost = hours * price
-    return {"estimate": {"hours": hours,
-                         "cost": None if estimate_cost is None else round(float(estimate_cost), 4)},
+    hours, estimate_cost = planned(job)
+    return {"estimate": {"hours": hours, "cost": estimate_cost},
             "actual": {"hours": round(job_hours(store, job.id), 6),
                        "cost": round(job_cost(store, job.id), 4)}}

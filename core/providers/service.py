@@ -22,6 +22,16 @@ def secret_name(kind: str, target: str) -> str:
     return f"{kind}:{target}"
 
 
+def last_probe(kind: str, target: str) -> dict | None:
+    """The last probe remembered for a target, however old ({"at", "details", ...}), or None:
+    what `gpu cost` shows of a service's own account (Kaggle's quota) without asking it."""
+    try:
+        doc = json.loads((paths.cache_dir() / f"probe-{kind}-{target}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 class ServiceTarget:
     """Mixed into a provider that has `name`, `kind`, `_info(available, why)`, and says what
     its credentials are called (`credentials_name`, e.g. "Kaggle credentials") and what the
@@ -45,7 +55,7 @@ class ServiceTarget:
         return self._stored_credentials
 
     def _probe_file(self) -> Path:
-        return paths.cache_dir() / f"probe-{self.kind}-{self.name}.json"
+        return paths.cache_dir() / f"probe-{self.kind}-{self.name}.json"  # last_probe reads it too
 
     def _cached_probe(self) -> TargetInfo | None:
         try:

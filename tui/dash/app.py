@@ -53,10 +53,34 @@ class MetricsRead(Message):
 
 
 class TargetsRead(Message):
-    def __init__(self, infos: list, accounts: list | None = None) -> None:
+    def __init__(self, infos: list, accounts: list | None = None, budget: dict | None = None) -> None:
         super().__init__()
         self.infos = infos
         self.accounts = accounts or []  # the GPU cloud accounts' documents (core.engine.accounts)
+        self.budget = budget  # this week's spend against the budget (core.engine.spend.budget_doc)
+
+
+def read_budget(store: Store) -> dict | None:
+    """The last 7 days' spend and the weekly budget, for the header; None if the config is
+    unreadable (the targets pane already says why)."""
+    from core.engine.spend import budget_doc
+
+    try:
+        return budget_doc(store)
+    except UserError:
+        return None
+
+
+def spend_text(budget: dict | None) -> str | None:
+    """The header's spend: "$3.20 of $20.00 this week" against a weekly budget, "$3.20 this
+    week" without one, nothing when there is neither a budget nor any spend."""
+    if not budget or (budget.get("weekly") is None and not budget.get("week_spend")):
+        return None
+    spent = f"${budget['week_spend']:.2f}"
+    if budget.get("weekly") is None:
+        return f"{spent} this week"
+    over = " (over budget)" if budget["week_spend"] > budget["weekly"] else ""
+    return f"{spent} of ${budget['weekly']:.2f} this week{over}"
 
 
 def read_accounts() -> list:
@@ -161,6 +185,7 @@ class DashApp(App):
         self.counts: Counter[State] = Counter()
         self.created: dict[str, float] = {}
         self.job_filter = JobFilter()
+        self.budget: dict | None = None  # this week's spend and the budget, read with the targets
         self.paused = False
         self._detail_loading = False
         self.selected: str | None = None
@@ -202,7 +227,7 @@ class DashApp(App):
             from core.engine import targets
 
             self.on_targets_read(TargetsRead(list(targets.infos(Store(self.store.path)).values()),
-                                             read_accounts()))
+                                             read_accounts(), read_budget(Store(self.store.path))))
             self.on_jobs_changed(JobsChanged(self.watcher.initial(), initial=True))
             return
         self.load_initial()
@@ -248,7 +273,7 @@ class DashApp(App):
         except UserError as exc:
             self.call_from_thread(self.tell, exc.message(), severity="error", title="config")
             return
-        self.post_message(TargetsRead(infos, read_accounts()))
+        self.post_message(TargetsRead(infos, read_accounts(), read_budget(Store(self.store.path))))
 
     @work(thread=True, exclusive=True, group="log")
     def poll_log(self) -> None:
@@ -328,6 +353,9 @@ class DashApp(App):
 
     def on_targets_read(self, message: TargetsRead) -> None:
         self.query_one(TargetsTable).show(message.infos, message.accounts, now=self.clock())
+        if message.budget is not None:
+            self.budget = message.budget
+            self._header_counts()
 
     def on_log_lines(self, message: LogLines) -> None:
         if message.job_id != self.selected:
@@ -369,6 +397,9 @@ class DashApp(App):
         parts.append(shown)
         if self.job_filter:
             parts.append(f"filter: {self.job_filter.describe()}")
+        spent = spend_text(self.budget)
+        if spent:
+            parts.append(spent)
         if self.read_only:
             parts.append("read-only")
         self.sub_title = safe(" · ".join(parts), single_line=True)
