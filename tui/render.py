@@ -195,12 +195,13 @@ def journey_panel(doc: dict, *, when: Any = None) -> Any:
     parts: list[Any] = []
     if doc.get("error"):
         parts.append(markup("[bold red]error: [/]{error}", error=doc["error"]))
-        parts += [_dim_line(line) for line in doc.get("error_tail") or []]
-        parts.append("")
+    tail = [_dim_line(line) for line in doc.get("error_tail") or []]
+    if tail:  # after the attempts: on 24 rows the attempts stay on the first screen
+        tail.insert(0, markup("[dim]the end of its log:[/]"))
     attempts = doc.get("attempts") or []
     if not attempts:
         parts.append(markup("[dim]no attempt yet: it has not been placed on a target[/]"))
-        return _group(*parts)
+        return _group(*parts, *tail)
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("#", "TARGET", "STARTED", "RAN", "FROM", "ENDED"):
         table.add_column(col, no_wrap=col in ("#", "TARGET", "STARTED", "RAN"))
@@ -223,7 +224,7 @@ def journey_panel(doc: dict, *, when: Any = None) -> Any:
         _row(table, str(a.get("attempt")), a.get("target") or "-", fmt(start),
              duration(ran) if ran is not None else "-", ", ".join(came) or "-", end_text)
     parts.append(table)
-    return _group(*parts)
+    return _group(*parts, *tail)
 
 
 def _moved() -> Any:

@@ -163,6 +163,7 @@ class DetailScreen(Screen):
                 title = "journey" + (f" ({moves} move{'s' * (moves != 1)})" if moves else "")
                 yield Static(Group(Text(title, style="bold underline"),
                                    journey_panel(self.journey, when=local_time)), id="journey")
+
             req = Table.grid(padding=(0, 2))
             req.add_column(style="bold")
             req.add_column()
@@ -200,6 +201,16 @@ class DetailScreen(Screen):
                     grid.add_row(key, renderable(value))
                 yield Static(Group(Text("tracking", style="bold underline"), grid))
         yield Footer()
+
+    def on_resize(self, event) -> None:
+        """As the dashboard's own footer: narrow, it is compact and leaves out the palette
+        label (it wrapped at 80 columns); ctrl+p still opens the palette."""
+        from tui.dash.widgets import COMPACT_BELOW
+
+        narrow = event.size.width < COMPACT_BELOW
+        footer = self.query_one(Footer)
+        footer.compact = narrow
+        footer.show_command_palette = not narrow
 
 
 class HelpScreen(ModalScreen[None]):
