@@ -143,14 +143,11 @@ def _seed_kaggle_probe() -> None:
     """A fresh probe of the demo's Kaggle target in the probe cache (a Kaggle account with
     its weekly quota), so the dashboard shows it without credentials or a network."""
     from core.config.user import load
-    from core.providers import registry
+    from core.engine.targets import remember_probe
 
-    provider = registry.build(load()).get("kaggle")
-    if provider is None or provider.kind != "kaggle":
-        return  # seeded under another config (a test's own)
-    info = provider._info(True)
-    info.quota_hours_left = 21.5
-    provider._store_probe(info)
+    target = load().targets.get("kaggle")
+    if target is not None and target.kind == "kaggle":  # not under a test's own config
+        remember_probe("kaggle", quota_hours_left=21.5)
 
 
 def main() -> None:
