@@ -91,3 +91,21 @@ def test_help(demo_world, snap_compare) -> None:
         await _settle(pilot)
 
     assert snap_compare(_app(), terminal_size=(120, 36), run_before=open_help)
+
+
+def _open_moved_job_detail():
+    """The detail of bert-finetune (the 5th row): moved from kaggle to lab-a100, then failed."""
+    async def open_detail(pilot):
+        await _settle(pilot)
+        await pilot.press("j", "j", "j", "j", "enter")
+        await _settle(pilot)
+
+    return open_detail
+
+
+def test_job_journey_at_80x24(demo_world, snap_compare) -> None:
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=_open_moved_job_detail())
+
+
+def test_job_journey_at_200x50(demo_world, snap_compare) -> None:
+    assert snap_compare(_app(), terminal_size=(200, 50), run_before=_open_moved_job_detail())

@@ -130,6 +130,12 @@ def test_a_lost_host_moves_the_job_to_the_other_host_from_its_last_checkpoint(
     assert moved["from"] == "migrating" and moved["to"] == "provisioning"
     assert "unreachable" in moved["reason"] and "from checkpoint" in moved["reason"]
     assert moved["data"]["checkpoint"]["generation"] >= 2
+    # the journey (reports.journey, shown by the dashboard's detail): two attempts, a then b,
+    # the second from the checkpoint the move named
+    first, second = doc["journey"]["attempts"]
+    assert (first["target"], first["ended"], second["target"], second["ended"]) == ("a", "moved", "b", "done")
+    assert "unreachable" in first["why"] and second["from_target"] == "a"
+    assert second["checkpoint"]["generation"] == moved["data"]["checkpoint"]["generation"]
 
     # every step done, none lost beyond one checkpoint interval
     on_a = _steps_on(tmp_path / "remote-a", job_id)

@@ -61,10 +61,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     from core.planning.usage import estimate_and_actual
     from tui.render import status_panel
 
+    from core.engine.reports import journey
+
     events = store.events(job.id)
     say(status_panel(job, events, store.metrics_summary(job.id), verbose=args.verbose,
                      usage=estimate_and_actual(store, job), checkpoint=summary(job.id),
-                     mirroring=mirroring_paused(store, job)))
+                     mirroring=mirroring_paused(store, job),
+                     journey=journey(store, job, iso=False) if args.verbose else None))
     return 0
 
 

@@ -24,8 +24,7 @@ def state_text(state: str) -> Any:
     """A job state, styled; a Text that markup() templates take as a styled field."""
     from rich.text import Text
 
-    mark = "⏸ " if state == "awaiting_approval" else ""
-    return Text(mark + state, style=STATE_STYLE.get(state, ""))
+    return Text(state, style=STATE_STYLE.get(state, ""))
 
 
 def _row(table: Any, *cells: object) -> None:
@@ -55,6 +54,13 @@ def duration(seconds: float | None) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def local_time(ts: float | str | None) -> str:
+    """A journey's time, local, as the events table shows it."""
+    if not isinstance(ts, (int, float)):
+        return ts or "-"
+    return time.strftime("%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def elapsed(job) -> float | None:
@@ -117,7 +123,7 @@ def jobs_table(jobs: list, width: int | None = None) -> Any:
 
 def status_panel(job, events: list, metrics: dict, verbose: bool = False,
                  usage: dict | None = None, checkpoint: dict | None = None,
-                 mirroring: str | None = None) -> Any:
+                 mirroring: str | None = None, journey: dict | None = None) -> Any:
     """One job; `verbose` adds every event (not the last 12), every setting, the plan and the
     bundle report. `usage` is `estimate_and_actual`: hours and cost, expected and taken;
     `checkpoint` the last complete checkpoint at home (core.packaging.checkpoints.summary);
@@ -170,11 +176,70 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
         change = f"{e.src or ''} -> {e.dst}" if e.dst else "note"
         _row(ev, time.strftime("%H:%M:%S", time.localtime(e.ts)), change, e.reason)
     parts += ["", ev]
+    if journey is not None:  # --verbose: each attempt, where and why it moved (reports.journey)
+        parts += ["", markup("[bold]journey[/]"), journey_panel(journey, when=local_time)]
     if verbose:
         parts += ["", markup("[bold]plan[/]"), plan_panel(job.plan, state=job.state.value), "",
                   markup("[bold]bundle[/]"),
                   bundle_panel(job.bundle)]
     return _group(*parts)
+
+
+def journey_panel(doc: dict, *, when: Any = None) -> Any:
+    """A job's journey (core.engine.reports.journey): a failed job's error and its log's last
+    lines first, then one row per attempt: where, when, how long, from which target and
+    checkpoint it started, how it ended and why. `when` formats a time (the dashboard's
+    local clock); the document's ISO strings are shown as they are without it."""
+    from rich.table import Table
+
+    parts: list[Any] = []
+    if doc.get("error"):
+        parts.append(markup("[bold red]error: [/]{error}", error=doc["error"]))
+    tail = [_dim_line(line) for line in doc.get("error_tail") or []]
+    if tail:  # after the attempts: on 24 rows the attempts stay on the first screen
+        tail.insert(0, markup("[dim]the end of its log:[/]"))
+    attempts = doc.get("attempts") or []
+    if not attempts:
+        parts.append(markup("[dim]no attempt yet: it has not been placed on a target[/]"))
+        return _group(*parts, *tail)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("#", "TARGET", "STARTED", "RAN", "FROM", "ENDED"):
+        table.add_column(col, no_wrap=col in ("#", "TARGET", "STARTED", "RAN"))
+    fmt = when or (lambda t: t or "-")
+    for a in attempts:
+        start, end = a.get("start"), a.get("end")
+        ran = (end - start) if isinstance(start, (int, float)) and isinstance(end, (int, float)) else None
+        came = []
+        if a.get("from_target"):
+            came.append(f"moved from {a['from_target']}")
+        ck = a.get("checkpoint")
+        if ck:
+            came.append(f"checkpoint {ck.get('generation', '?')}"
+                        + (f" ({human_bytes(ck['bytes'])})" if ck.get("bytes") else ""))
+        elif a.get("from_target"):
+            came.append("from the beginning")
+        ended = a.get("ended")
+        end_text = (markup("{how}: {why}", how=state_text(ended) if ended != "moved" else _moved(), why=a.get("why") or "")
+                    if ended else markup("[green]still on it[/]"))
+        _row(table, str(a.get("attempt")), a.get("target") or "-", fmt(start),
+             duration(ran) if ran is not None else "-", ", ".join(came) or "-", end_text)
+    parts.append(table)
+    return _group(*parts, *tail)
+
+
+def _moved() -> Any:
+    from rich.text import Text
+
+    return Text("moved", style="magenta")
+
+
+def _dim_line(line: str) -> Any:
+    """A line of the job's own log, dim and filtered."""
+    from rich.text import Text
+
+    from tui.output import safe
+
+    return Text("  " + safe(line, single_line=True), style="dim")
 
 
 def checkpoint_text(info: dict) -> str:
@@ -242,7 +307,7 @@ def metrics_table(summary: dict) -> Any:
 def bundle_panel(summary: dict, files: list[str] | None = None) -> Any:
     from rich.table import Table
 
-    parts: list[Any] = [markup("[bold]{files}[/] files, [bold]{size}[/] will ship",
+    parts: list[Any] = [markup("[bold]{files} [/]files, [bold]{size} [/]will ship",
                                files=summary["files"], size=human_bytes(summary["bytes"]))]
     if files:
         parts += [f"  {f}" for f in files]
@@ -259,7 +324,7 @@ def bundle_panel(summary: dict, files: list[str] | None = None) -> Any:
                  item["reason"] + (" (partly counted)" if item.get("partial") else ""))
         parts += ["", table]
     if summary.get("hint"):
-        parts.append(markup("[bold]hint:[/] {hint}", hint=summary["hint"]))
+        parts.append(markup("[bold]hint: [/]{hint}", hint=summary["hint"]))
     for w in summary.get("warnings") or []:
         parts.append(markup("[yellow]warning:[/] {w}", w=w))
     return _group(*parts)
@@ -308,10 +373,10 @@ def plan_panel(plan: dict, bundle: dict | None = None, state: str | None = None)
     if holds and state not in (None, "awaiting_approval"):
         answer = "denied" if state == "denied" else "approved"
         parts.append(markup("[dim]was held for a person's approval, and {answer}:[/]", answer=answer))
-        parts += [markup("  [dim]•[/] {reason}", reason=h["reason"]) for h in holds]
+        parts += [markup("  [dim]• [/]{reason}", reason=h["reason"]) for h in holds]
     elif holds:
         parts.append(markup("[bold yellow]needs a person's approval:[/]"))
-        parts += [markup("  [yellow]•[/] {reason}", reason=h["reason"]) for h in holds]
+        parts += [markup("  [yellow]• [/]{reason}", reason=h["reason"]) for h in holds]
     else:
         parts.append(markup("[green]no rule holds it: it runs without approval[/]"))
     return _group(*parts)

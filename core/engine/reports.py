@@ -16,7 +16,7 @@ from typing import Any
 
 from core.engine.service import SubmitResult, guidance, job_report, log_path
 from core.jobs.states import ACTIVE, TERMINAL, State
-from core.jobs.store import Job, Store
+from core.jobs.store import Job, Store, _iso
 from core.errors import UserError
 from core.planning.usage import job_cost
 
@@ -78,10 +78,13 @@ def wait_doc(store: Store, job: Job, start: State, *, until: str, waited_s: floa
 
 
 def status_doc(store: Store, job: Job, *, verbose: bool = False, front: str = "cli") -> dict[str, Any]:
-    """`gpu status ID --json`: the job object, its last events (all with verbose), guidance."""
+    """`gpu status ID --json`: the job object, its last events (all with verbose), guidance;
+    with verbose, its `journey` too (each attempt, where, why it moved: `journey`)."""
     events = store.events(job.id)
     doc = job_report(store, job, verbose=verbose)
     doc["events"] = [e.to_json() for e in (events if verbose else events[-5:])]
+    if verbose:
+        doc["journey"] = journey(store, job)
     doc["guidance"] = guidance(job, True, front)
     return doc
 
@@ -104,6 +107,72 @@ def agent_status(store: Store, job: Job, *, verbose: bool = False, front: str = 
     if log_lines:
         doc["log_tail"] = log_tail(job, log_lines)
     return doc
+
+
+# -- the journey ---------------------------------------------------------------------------
+
+ERROR_TAIL_LINES = 12  # the lines of a failed job's log shown above its journey
+
+
+def journey(store: Store, job: Job, *, tail_lines: int = ERROR_TAIL_LINES,
+            iso: bool = True) -> dict[str, Any]:
+    """A job's journey, read from its events alone: each attempt, where it ran, when it
+    started and ended, how it ended (`moved`, or the job's end state) and why, and from which
+    checkpoint it started; for a failed job, the last `tail_lines` lines of its log too.
+
+    The supervisor writes one event per step (core/engine/jobsteps.py, jobmoves.py,
+    resume.py); an attempt begins at each move into provisioning (`attempt + 1`) and ends at
+    the next move into migrating or an end state. The dashboard's detail screen and `gpu
+    status --verbose` (and its --json) show this one document, so they cannot tell two
+    stories. Times are ISO 8601 (as in every --json), or epoch seconds with `iso=False` (a
+    front that shows local time). Text is as recorded: the fronts filter it for a terminal."""
+    attempts: list[dict[str, Any]] = []
+    target: str | None = None  # the last target a plan named: where the next attempt goes
+    checkpoint: dict | None = None  # the checkpoint a resume or move named for the next attempt
+    current: dict[str, Any] | None = None
+    for e in store.events(job.id):
+        data = e.data or {}
+        if data.get("target") or data.get("to"):
+            target = str(data.get("to") or data.get("target"))
+        if data.get("checkpoint") and e.dst in (State.ROUTING, State.PROVISIONING):
+            checkpoint = data["checkpoint"]
+        if e.dst == State.PROVISIONING:
+            if current is not None and current["end"] is None:  # never closed: a crash between
+                current.update(end=e.ts, ended="moved", why=e.reason)
+            before = attempts[-1]["target"] if attempts else None
+            current = {"attempt": len(attempts) + 1, "target": target or job.provider, "start": e.ts,
+                       "running": None, "end": None, "ended": None, "why": None,
+                       "from_target": data.get("from") or (before if before != target else None),
+                       "checkpoint": _checkpoint_brief(checkpoint), "started_because": e.reason}
+            attempts.append(current)
+            checkpoint = None
+        elif current is None or current["end"] is not None:
+            continue  # before the first attempt, or between attempts (routing, a hold)
+        elif e.dst is None and data.get("attempt"):
+            current["attempt"] = int(data["attempt"])  # "attempt N started on X": its own number
+        elif e.dst in (State.RUNNING, State.CHECKPOINTING) and current["running"] is None:
+            current["running"] = e.ts
+        elif e.dst == State.MIGRATING:
+            current.update(end=e.ts, ended="moved", why=e.reason)
+        elif e.dst is not None and State(e.dst) in TERMINAL:
+            current.update(end=e.ts, ended=str(e.dst), why=e.reason)
+    when = _iso if iso else (lambda ts: ts)
+    doc: dict[str, Any] = {"job": job.short_id, "state": job.state.value,
+                           "attempts": [{**a, "start": when(a["start"]), "running": when(a["running"]),
+                                         "end": when(a["end"])} for a in attempts],
+                           "moves": sum(1 for a in attempts if a["ended"] == "moved")}
+    if job.state == State.FAILED:
+        doc["error"] = job.reason
+        doc["error_tail"] = [line.decode("utf-8", "replace")
+                             for line in log_tail(job, tail_lines).split(b"\n") if line.strip()]
+    return doc
+
+
+def _checkpoint_brief(ckpt: dict | None) -> dict | None:
+    """What a person asks of the checkpoint an attempt started from: which, how big, whose."""
+    if not ckpt:
+        return None
+    return {k: ckpt[k] for k in ("generation", "bytes", "target", "attempt") if ckpt.get(k) is not None}
 
 
 # -- logs ----------------------------------------------------------------------------------

@@ -75,3 +75,16 @@ def infos(store: Store, cfg: UserConfig | None = None, provs: dict[str, Any] | N
             info.available = False
             info.why_unavailable = "no credits left"
     return probed
+
+
+def remember_probe(name: str, *, quota_hours_left: float | None = None) -> bool:
+    """Keep an available answer for target `name` in its probe cache, as a probe that asked it
+    now would: the seeded demo (tui/dash/demo.py) shows its Kaggle target as an account with
+    quota would, with no credentials and no network. False if `name` has no probe cache."""
+    provider = registry.build(load()).get(name)
+    if provider is None or not hasattr(provider, "_store_probe") or not hasattr(provider, "_info"):
+        return False
+    info = provider._info(True)
+    info.quota_hours_left = quota_hours_left
+    provider._store_probe(info)
+    return True

@@ -542,8 +542,11 @@ class DashApp(App):
             self._show_detail(*self._read_detail(job_id))
 
     def _read_detail(self, job_id: str) -> tuple:
+        from core.engine.reports import journey
+
         store = Store(self.store.path)
-        return store.get(job_id), store.events(job_id), store.metrics_summary(job_id)
+        job = store.get(job_id)
+        return job, store.events(job_id), store.metrics_summary(job_id), journey(store, job, iso=False)
 
     @work(thread=True, group="detail")
     def _load_detail(self, job_id: str) -> None:
@@ -555,10 +558,10 @@ class DashApp(App):
             raise
         self.call_from_thread(self._show_detail, *found)
 
-    def _show_detail(self, job: Job, events: list, summary: dict) -> None:
+    def _show_detail(self, job: Job, events: list, summary: dict, journey: dict) -> None:
         self._detail_loading = False
         if not isinstance(self.screen, DetailScreen):
-            self.push_screen(DetailScreen(job, events, summary, self.clock))
+            self.push_screen(DetailScreen(job, events, summary, self.clock, journey=journey))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

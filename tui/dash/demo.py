@@ -14,12 +14,14 @@ from core.jobs.store import Store
 
 NOW = 1_796_000_000.0  # the demo's fixed "now" (2026-11-30)
 
-# Targets with declared GPUs, so no machine's own GPUs leak into screenshots.
+# Targets with declared GPUs, so no machine's own GPUs leak into screenshots. `kaggle` is a
+# Kaggle target (its 2x T4 from its accelerator): `seed` leaves a fresh probe of it in the
+# cache, so the demo shows it as a Kaggle account would, without asking Kaggle.
 CONFIG = """\
 targets:
   local: {kind: local, gpus: [{name: RTX 4090, memory_gb: 24}]}
   lab-a100: {kind: local, price_per_hour: 1.2, max_jobs: 4, gpus: [{name: A100, memory_gb: 80}, {name: A100, memory_gb: 80}, {name: A100, memory_gb: 80}, {name: A100, memory_gb: 80}]}
-  kaggle: {kind: local, hours_per_week: 30, max_jobs: 2, gpus: [{name: T4, memory_gb: 15}, {name: T4, memory_gb: 15}]}
+  kaggle: {kind: kaggle, hours_per_week: 30, max_jobs: 2, accelerator: t4x2}
 """
 
 _PLAN = {"target": "local", "gpu": "1x RTX 4090", "price_per_hour": 0.0, "estimated_price": 0.0,
@@ -33,9 +35,18 @@ JOBS = [
     (3, "sweep-lr3e-4", ["routing", "awaiting_approval"], 3.0, "kaggle", "2x T4", 0.0, 3, None,
      [{"rule": "agent_hours", "reason": "it was submitted without a terminal (by an agent) for 3 hours, over the 1-hour limit for unattended jobs"}]),
     (4, "eval-mmlu", ["routing", "provisioning", "running", "done"], 0.25, "local", "1x RTX 4090", 0.0, 240, 14, []),
-    (5, "bert-finetune", ["routing", "provisioning", "running", "failed"], 1.0, "lab-a100", "4x A100", 1.2, 300, 3, []),
+    # attempt 1 on kaggle, whose session was lost; moved to lab-a100 from checkpoint 2 (MOVED)
+    (5, "bert-finetune", ["routing", "provisioning", "running", "migrating", "provisioning", "running", "failed"],
+     1.0, "lab-a100", "4x A100", 1.2, 300, 38, []),
     (6, "smoke-test", ["routing", "cancelled"], 0.1, "local", "1x RTX 4090", 0.0, 400, None, []),
 ]
+
+
+# job 5's move, as the supervisor records one (core/engine/jobmoves.py): why, from which checkpoint
+MOVED_CKPT = {"generation": 2, "bytes": 48_200_000, "files": 3, "age_s": 40.0, "target": "kaggle", "attempt": 1}
+MOVED_WHY = "session lost: kaggle unreachable for 180 s"
+# seconds after the job's creation of each of job 5's events, in order
+MOVED_TIMES = [0, 1, 2, 30, 60, 1560, 1600, 1640, 1660, 2340]
 
 
 def _id(n: int) -> str:
@@ -65,7 +76,9 @@ def seed(store: Store | None = None, with_logs: bool = True) -> Store:
             "bundle": {"files": 40 + n, "bytes": 180_000 * n, "hint": "train.py refers to data/, which did not ship (ignored by git): pass it as data (`--data data=data`, read at gpu.data_dir()/data) or, if it is code, ship it with `include: [data/]`",
                        "left_out": [{"path": "data/", "files": 1200, "bytes": 2_400_000_000, "reason": "ignored by git"}]},
         }, reason="submitted by agent (no terminal)", actor="agent (no terminal)")
-        for st in states:
+        if n == 5:
+            _moved_journey(store, jid)
+        for st in ([] if n == 5 else states):
             reason = {"routing": f"{target} fits ({gpu})", "awaiting_approval": "held for approval: " + "; ".join(h["reason"] for h in holds),
                       "provisioning": f"placed on {target}", "running": "started",
                       "done": "exited with status 0", "failed": "exited with status 1: CUDA out of memory",
@@ -77,7 +90,12 @@ def seed(store: Store | None = None, with_logs: bool = True) -> Store:
         store.conn.execute("UPDATE jobs SET created_at=?, updated_at=?, started_at=?, ended_at=?, exit_code=? WHERE id=?",
                            (created, created + 1, started, ended,
                             {"done": 0, "failed": 1}.get(states[-1]), jid))
-        store.conn.execute("UPDATE events SET ts = ? + (id % 97) WHERE job_id = ?", (created, jid))
+        if n == 5:
+            ids = [r[0] for r in store.conn.execute("SELECT id FROM events WHERE job_id = ? ORDER BY id", (jid,))]
+            for event_id, after in zip(ids, MOVED_TIMES):
+                store.conn.execute("UPDATE events SET ts = ? WHERE id = ?", (created + after, event_id))
+        else:
+            store.conn.execute("UPDATE events SET ts = ? + (id % 97) WHERE job_id = ?", (created, jid))
         if "running" in states:
             points = {1: 900, 2: 400, 4: 250, 5: 60}[n]
             rows = []
@@ -95,9 +113,41 @@ def seed(store: Store | None = None, with_logs: bool = True) -> Store:
                      "[gpu-router] attempt 1: running train.py"]
             lines += [f"step {s:5d}  loss {2.5 * math.exp(-s / 100) + 0.15:.4f}" for s in range(0, 400, 20)]
             if states[-1] == "failed":
-                lines += ["Traceback (most recent call last):", "RuntimeError: CUDA out of memory"]
+                lines += ["", "[gpu-router] moved from kaggle to lab-a100: " + MOVED_WHY,
+                          "[gpu-router] attempt 2: running train.py", "resumed from checkpoint 2 at step 380",
+                          "Traceback (most recent call last):",
+                          '  File "train.py", line 88, in <module>', "    loss = model(**batch).loss",
+                          "RuntimeError: CUDA out of memory"]
             log.write_text("\n".join(lines) + "\n")
+    _seed_kaggle_probe()
     return store
+
+
+def _moved_journey(store: Store, jid: str) -> None:
+    """Job 5's events as the supervisor writes a move: placed on kaggle, its session lost,
+    moved to lab-a100 from checkpoint 2, failed there (what the journey is read from)."""
+    store.transition(jid, State.ROUTING, "kaggle fits (2x T4) and is free", data={"target": "kaggle"})
+    store.transition(jid, State.PROVISIONING, "placed on kaggle", attempt=1)
+    store.add_event(jid, "attempt 1 started on kaggle", data={"attempt": 1})
+    store.transition(jid, State.RUNNING, "started")
+    store.transition(jid, State.MIGRATING, MOVED_WHY + "; moving it to another target")
+    store.transition(jid, State.PROVISIONING,
+                     f"migrating from kaggle to lab-a100: {MOVED_WHY}, from checkpoint 2 (48.2 MB, 40 s old)",
+                     attempt=2, data={"from": "kaggle", "to": "lab-a100", "why": MOVED_WHY, "checkpoint": MOVED_CKPT})
+    store.add_event(jid, "attempt 2 started on lab-a100", data={"attempt": 2})
+    store.transition(jid, State.RUNNING, "started")
+    store.transition(jid, State.FAILED, "exited with status 1: CUDA out of memory")
+
+
+def _seed_kaggle_probe() -> None:
+    """A fresh probe of the demo's Kaggle target in the probe cache (a Kaggle account with
+    its weekly quota), so the dashboard shows it without credentials or a network."""
+    from core.config.user import load
+    from core.engine.targets import remember_probe
+
+    target = load().targets.get("kaggle")
+    if target is not None and target.kind == "kaggle":  # not under a test's own config
+        remember_probe("kaggle", quota_hours_left=21.5)
 
 
 def main() -> None:

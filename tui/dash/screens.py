@@ -16,7 +16,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
 from tui.output import joined, markup, renderable
-from tui.render import bundle_panel, metrics_table, plan_panel, state_text, tracked_rows
+from tui.render import local_time, bundle_panel, journey_panel, metrics_table, plan_panel, state_text, tracked_rows
 
 
 class ApprovalScreen(ModalScreen[str | None]):
@@ -50,7 +50,7 @@ class ApprovalScreen(ModalScreen[str | None]):
         job = self.job
         holds = job.plan.get("holds") or []
         with Vertical():
-            yield Static(markup("[b]Approve job {short}[/b] ({name})?", short=job.short_id, name=job.name),
+            yield Static(markup("[b]Approve job {short} [/b]({name})?", short=job.short_id, name=job.name),
                          id="approval-title")
             with VerticalScroll():
                 yield Static(plan_panel(job.plan, job.bundle))
@@ -63,9 +63,9 @@ class ApprovalScreen(ModalScreen[str | None]):
 
     def _hints(self) -> str:
         if self.needs_pin and self.query("#pin.shown"):
-            return "type your approval PIN   [b]enter[/b] approve this plan   [b]esc[/b] back"
+            return "type your approval PIN   [b]enter [/b]approve this plan   [b]esc [/b]back"
         extra = " (asks for your approval PIN)" if self.needs_pin else ""
-        return f"[b]y[/b] approve this plan{extra}   [b]d[/b] deny   [b]n[/b]/[b]esc[/b] back"
+        return f"[b]y [/b]approve this plan{extra}   [b]d [/b]deny   [b]n[/b]/[b]esc [/b]back"
 
     def action_decide(self, decision: str | None) -> None:
         if decision == "approve" and self.needs_pin:
@@ -100,9 +100,9 @@ class ReasonScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(markup("[b]Deny job {short}[/b] ({name})", short=self.job.short_id, name=self.job.name))
+            yield Static(markup("[b]Deny job {short} [/b]({name})", short=self.job.short_id, name=self.job.name))
             yield Input(placeholder="reason (optional)", id="reason")
-            yield Static("[b]enter[/b] deny   [b]esc[/b] back", classes="hints")
+            yield Static("[b]enter [/b]deny   [b]esc [/b]back", classes="hints")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip())
@@ -131,28 +131,39 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(renderable(self.question))
-            yield Static("[b]y[/b] yes   [b]n[/b]/[b]esc[/b] no", classes="hints")
+            yield Static("[b]y [/b]yes   [b]n[/b]/[b]esc [/b]no", classes="hints")
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
 
 
 class DetailScreen(Screen):
-    """Everything about one job: request, plan and digest, bundle, events, outputs, metrics."""
+    """Everything about one job: its journey first (a failed job's error and log tail, then
+    each attempt: where, why it moved, from which checkpoint), then request, plan and digest,
+    bundle, events, outputs, metrics."""
 
     BINDINGS = [Binding("escape,q,enter", "app.pop_screen", "Back", id="detail.back")]
     DEFAULT_CSS = "DetailScreen VerticalScroll { padding: 0 1; }"
 
-    def __init__(self, job, events: list, metrics: dict, clock) -> None:
+    def __init__(self, job, events: list, metrics: dict, clock, journey: dict | None = None) -> None:
         super().__init__()
         self.job, self.events, self.metrics, self.clock = job, events, metrics, clock
+        self.journey = journey
 
     def compose(self) -> ComposeResult:
         job = self.job
         with VerticalScroll():
-            yield Static(markup("[b]job {short}[/b]  {name}  {state}" + ("  [dim]{reason}[/dim]" if job.reason else ""),
+            # each separating space ends the styled run before it: a renderer of the SVG that
+            # drops a run's leading spaces ran "job 01c0ffee" and the name together
+            yield Static(markup("[b]job {short}  [/b]{name}  {state}" + ("  [dim]{reason}[/dim]" if job.reason else ""),
                                 short=job.short_id, name=job.name, state=state_text(job.state.value),
-                                reason=job.reason))
+                                reason=job.reason), id="detail-title")
+            if self.journey is not None:
+                moves = self.journey.get("moves") or 0
+                title = "journey" + (f" ({moves} move{'s' * (moves != 1)})" if moves else "")
+                yield Static(Group(Text(title, style="bold underline"),
+                                   journey_panel(self.journey, when=local_time)), id="journey")
+
             req = Table.grid(padding=(0, 2))
             req.add_column(style="bold")
             req.add_column()
@@ -191,6 +202,16 @@ class DetailScreen(Screen):
                 yield Static(Group(Text("tracking", style="bold underline"), grid))
         yield Footer()
 
+    def on_resize(self, event) -> None:
+        """As the dashboard's own footer: narrow, it is compact and leaves out the palette
+        label (it wrapped at 80 columns); ctrl+p still opens the palette."""
+        from tui.dash.widgets import COMPACT_BELOW
+
+        narrow = event.size.width < COMPACT_BELOW
+        footer = self.query_one(Footer)
+        footer.compact = narrow
+        footer.show_command_palette = not narrow
+
 
 class HelpScreen(ModalScreen[None]):
     """Every key of the dashboard, from the same Bindings the footer and palette use."""
@@ -213,6 +234,6 @@ class HelpScreen(ModalScreen[None]):
         for key, desc, bid in self.rows:
             table.add_row(key, desc, bid)
         with VerticalScroll():
-            yield Static("[b]gpu dash: keys[/b]   (ctrl+p opens the command palette; esc closes this)")
+            yield Static("[b]gpu dash: keys   [/b](ctrl+p opens the command palette; esc closes this)")
             yield Static(table)
 

@@ -23,7 +23,8 @@ COMPACT_COLUMNS = (("id", "ID", 8), ("name", "NAME", 11), ("state", "STATE", 16)
 
 def state_cell(state: State) -> Text:
     if state == State.AWAITING_APPROVAL:
-        return Text("⏸ needs approval", style="bold black on yellow")
+        # plain text: the SVG font has no glyph for ⏸ (it drew a box)
+        return Text("needs approval", style="bold black on yellow")
     return Text(state.value, style=STATE_STYLE.get(state.value, ""))
 
 
