@@ -190,3 +190,12 @@ def test_any_string_comes_out_without_an_invisible_or_control_character(text: st
 def test_a_hidden_instruction_in_tag_characters_is_gone_and_the_visible_text_kept() -> None:
     line = f"epoch 1 done{TAGS}\u200b \u202eevil\u202c ok \ufeff😀\ufe0f\ufe0f\ufe01"
     assert printable(line) == "epoch 1 done evil ok 😀\ufe0f"
+
+
+@given(HOSTILE_BYTES)
+def test_job_log_keeps_carriage_returns_and_nothing_else_of_the_controls(data: bytes) -> None:
+    """The launcher's filter for job.log (`keep_returns`): a progress bar's returns stay for
+    the readers to fold; every other control goes, and the lines stay the job's."""
+    out = printable(data, keep_returns=True)
+    assert not FORBIDDEN.search(out.replace("\r", "")), repr(out)
+    assert out.count("\n") == data.count(b"\n")

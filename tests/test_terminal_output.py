@@ -213,7 +213,7 @@ out.flush()
 
 LOG_LINES = ["start-marker", "clip title cls c1", "osc-never-ends", "after-osc-marker", "dcs",
              "after-dcs-marker", "raw-c1", "after-c1-marker",
-             "bidievil [link=file:///etc/passwd]click[/link]", "progress 10% progress 20%", "last words"]
+             "bidievil [link=file:///etc/passwd]click[/link]", "progress 20%", "last words"]  # a bar: its last state
 
 
 @pytest.mark.slow

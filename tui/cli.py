@@ -386,6 +386,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tail", type=_count, metavar="N", help="only the last N lines")
     p.add_argument("--json", action="store_true", help="print {job, state, log}")
 
+    p = add("grep", cli_jobs.cmd_grep, "search the logs of every job (or the named ones) for a regular "
+            "expression, newest jobs first: job, line number and the line, as gpu logs shows it")
+    p.add_argument("pattern", metavar="PATTERN", help="a Python regular expression, e.g. 'loss=nan|Traceback'")
+    p.add_argument("ids", nargs="*", metavar="ID", help="only these jobs (id, short id, prefix, or 'last'); "
+                   "default: every job")
+    p.add_argument("-i", "--ignore-case", action="store_true", help="match upper and lower case alike")
+    p.add_argument("--max", type=_count, metavar="N", default=200,
+                   help="stop after N hits (default 200), saying where it stopped")
+    p.add_argument("--json", action="store_true",
+                   help="print {pattern, hits: [{job, line, text}], jobs_searched, truncated, stopped}")
+
     p = add("metrics", cli_jobs.cmd_metrics, "a job's metrics: last, min and max per key")
     p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
     p.add_argument("--key", help="only this metric")

@@ -1,4 +1,4 @@
-"""`gpu jobs`, `status`, `logs` (and following one), `metrics`, `cancel`, `resume` and
+"""`gpu jobs`, `status`, `logs` (and following one), `grep`, `metrics`, `cancel`, `resume` and
 `fetch`: watching, stopping and resuming jobs and bringing their files home.
 """
 
@@ -115,7 +115,9 @@ def _follow_log(store, job, path, tail: int | None) -> int:
                 while lines := follower.read()[0]:  # what was written just before it ended
                     _write_lines(lines)
                 if follower.pending:
-                    write(follower.pending + b"\n")
+                    from core.display.logtail import fold_returns
+
+                    write(fold_returns(follower.pending) + b"\n")
                 write(f"-- job {job.short_id} {job.state.value}: {job.reason}\n")
                 return 0 if job.state.value == "done" else 1
             time.sleep(0.2)
@@ -146,6 +148,28 @@ def _say_waiting(job, said: tuple | None) -> tuple | None:
 def _write_lines(lines: list[str]) -> None:
     if lines:
         write("\n".join(lines) + "\n")
+
+
+def cmd_grep(args: argparse.Namespace) -> int:
+    """`gpu grep PATTERN [ID...]`: each hit as `SHORT_ID:LINE: text`, like grep -n over files;
+    exit 0 with hits, 1 without (as grep), so a script can test for a pattern; `--json`
+    exits 0 either way (the document says what was found)."""
+    from core.engine.loggrep import grep_logs
+
+    store = open_store()
+    jobs = [store.resolve(ref, here()) for ref in args.ids] if args.ids else None
+    doc = grep_logs(store, args.pattern, jobs, max_hits=args.max, ignore_case=args.ignore_case)
+    if args.json:
+        emit_json(doc)
+        return 0
+    for hit in doc["hits"]:
+        write(f"{hit['job']}:{hit['line']}: {hit['text']}\n")
+    if doc["stopped"]:
+        write(f"gpu grep: {doc['stopped']}\n", sys.stderr)
+    elif not doc["hits"]:
+        write(f"gpu grep: no line matches in {doc['jobs_searched']} job log"
+              f"{'s' * (doc['jobs_searched'] != 1)}\n", sys.stderr)
+    return 0 if doc["hits"] else 1
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:

@@ -3,6 +3,11 @@
 The last screenfuls are found by reading backwards from the end in blocks (a 1 GB log opens
 as fast as a small one); after that only appended bytes are read. Every line is reduced to
 printable text before anyone sees it.
+
+A progress bar (tqdm and its kind) rewrites its line with carriage returns: job.log keeps
+every step, and a reader sees the line's last state, as a terminal shows it (`fold_returns`,
+the one place that does it: `gpu logs`, `gpu grep`, the dashboard and MCP `gpu_logs` all read
+through it).
 """
 
 from __future__ import annotations
@@ -15,6 +20,20 @@ from core.display.sanitize import printable
 
 BLOCK = 64 * 1024
 MAX_READ = 8 * 1024 * 1024  # per call: a flood is taken in bites, never all at once
+
+
+def fold_returns(data: bytes) -> bytes:
+    """Each line as a terminal leaves it after a progress bar: the text after its last carriage
+    return. Carriage returns that end a line (CRLF, or a bar's last step before its newline)
+    are dropped first, so they never blank the line. No line is added or removed, so line
+    numbers stay those of job.log; the result holds no carriage return.
+
+    Why not overwrite in place, as a terminal does ("abcdef\rXY" shows "XYcdef")? A bar
+    redraws its whole width each step, and the last state alone is what the reader asked for.
+    """
+    if b"\r" not in data:
+        return data
+    return b"\n".join(line.rstrip(b"\r").rpartition(b"\r")[2] for line in data.split(b"\n"))
 
 
 def tail_lines(path: Path, count: int) -> tuple[list[str], int]:
@@ -43,7 +62,7 @@ def tail_lines(path: Path, count: int) -> tuple[list[str], int]:
     if pos > 0:
         lines = lines[1:]  # the first one read may be a partial line
     lines = lines[-count:]
-    return [printable(l) for l in lines], pos + end
+    return [printable(fold_returns(l)) for l in lines], pos + end
 
 
 @dataclass
@@ -89,4 +108,4 @@ class Follower:
         self.pending = data[cut:]
         if len(self.pending) > MAX_READ:  # a single endless line: show it in pieces
             data, self.pending, cut = data + b"\n", b"", len(data) + 1
-        return [printable(l) for l in data[:cut].split(b"\n")[:-1]], reset
+        return [printable(fold_returns(l)) for l in data[:cut].split(b"\n")[:-1]], reset

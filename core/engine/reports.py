@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.display.logtail import fold_returns
 from core.engine.service import SubmitResult, guidance, job_report, log_path
 from core.jobs.states import ACTIVE, TERMINAL, State
 from core.jobs.store import Job, Store, _iso
@@ -184,16 +185,20 @@ def _read_log(job: Job) -> bytes:
 
 
 def _tail(data: bytes, lines: int | None) -> bytes:
-    return data if lines is None else b"\n".join(data.split(b"\n")[-(lines + 1):])
+    """The last `lines` lines, each progress bar folded to its last state (job.log keeps
+    every step; a reader wants what a terminal would show)."""
+    return fold_returns(data if lines is None else b"\n".join(data.split(b"\n")[-(lines + 1):]))
 
 
 def log_tail(job: Job, lines: int | None) -> bytes:
-    """The whole log, or its last `lines` lines (raw bytes: the front filters them)."""
+    """The whole log, or its last `lines` lines (bytes, progress bars folded: the front
+    filters them)."""
     return _tail(_read_log(job), lines)
 
 
 def logs_doc(job: Job, tail: int | None = None, *, offsets: bool = False) -> dict[str, Any]:
-    """`gpu logs ID --json`: {job, state, log} (the log as raw bytes: the front filters it).
+    """`gpu logs ID --json`: {job, state, log} (the log as bytes, progress bars folded to
+    their last state: the front filters it).
     With `offsets`, also the log's size as `next_offset`, where a read by offset goes on."""
     data = _read_log(job)
     doc: dict[str, Any] = {"job": job.short_id, "state": job.state.value, "log": _tail(data, tail)}
@@ -225,7 +230,8 @@ def log_chunk(job: Job, offset: int, max_bytes: int = LOG_CHUNK) -> dict[str, An
         data = data[:data.rfind(b"\n") + 1]
         end = offset + len(data)
     doc: dict[str, Any] = {"job": job.short_id, "state": job.state.value, "offset": offset,
-                           "next_offset": end, "size": size, "more": end < size, "log": data}
+                           "next_offset": end, "size": size, "more": end < size,
+                           "log": fold_returns(data)}  # offsets count job.log's raw bytes
     if restarted:
         doc["restarted"] = "the log is shorter than the offset asked for: read from the start"
     return doc

@@ -60,7 +60,7 @@ else:  # run as a script on the target, beside its sibling files
 MASK = redact.MASK.decode()
 IDLE_FLUSH_S = 0.5  # a partial line (a prompt, a progress dot) shows after this long a pause
 LINE_CAP = 1 << 16  # a line longer than this is written in pieces
-_PLAIN = bytes([0x09, 0x0A, *range(0x20, 0x7F)])  # printable ASCII, tab, newline
+_PLAIN = bytes([0x09, 0x0A, 0x0D, *range(0x20, 0x7F)])  # printable ASCII, tab, newline, CR
 _WRAPPED_LINE = re.compile(rb"[A-Za-z0-9+/_-]{%d,}" % redact.WRAPPED_MIN_LINE)  # MIME, PEM
 RESERVE_BYTES = 256 * 1024  # room kept in the attempt folder for exit.json on a full disk
 LEFTOVER_GRACE_S = 2.0  # after the job's main process ends, before what it left is stopped
@@ -83,9 +83,11 @@ def secret_variants(value: str) -> list[str]:
 
 
 def terminal_safe(data: bytes) -> bytes:
-    """`textsafe.printable` applied to every line that holds anything but printable ASCII, tab
-    and newline; the other lines, which it would return unchanged, are copied as they are
-    (most of a log: this is what keeps the filter fast)."""
+    """`textsafe.printable` applied to every line that holds anything but printable ASCII, tab,
+    newline and carriage return; the other lines, which it would return unchanged, are copied
+    as they are (most of a log: this is what keeps the filter fast). Carriage returns stay
+    (`keep_returns`): job.log keeps every step of a progress bar, and its readers show the
+    last (core/display/logtail.py's `fold_returns`)."""
     if not data.translate(None, _PLAIN):
         return data
     out: list[bytes] = []
@@ -95,11 +97,11 @@ def terminal_safe(data: bytes) -> bytes:
             run.append(line)
             continue
         if run:
-            out.append(textsafe.printable(b"".join(run)).encode("utf-8", "replace"))
+            out.append(textsafe.printable(b"".join(run), keep_returns=True).encode("utf-8", "replace"))
             run = []
         out.append(line)
     if run:
-        out.append(textsafe.printable(b"".join(run)).encode("utf-8", "replace"))
+        out.append(textsafe.printable(b"".join(run), keep_returns=True).encode("utf-8", "replace"))
     return b"".join(out)
 
 
@@ -156,9 +158,9 @@ class Masker:
 
     @staticmethod
     def _line_end(buf: bytes, seen: int) -> int:
-        """Just past the last newline in `buf`, or 0. Only a newline ends a line: the terminal
-        filter turns a CR inside a line into a space, so the text on both sides of it is one
-        line on screen and must be masked as one."""
+        """Just past the last newline in `buf`, or 0. Only a newline ends a line: a reader shows
+        a line's text after its last CR (or, filtering without folding, the CR as a space), so
+        the text on both sides of a CR is masked as one line: what is shown is part of it."""
         return buf.rfind(b"\n", max(0, seen - 1)) + 1
 
     def _before_continued(self, buf: bytes, cut: int) -> int:

@@ -43,6 +43,8 @@ _SEQUENCES = re.compile(f"{_STRING}|{_CSI}|{_OTHER_ESCAPE}")
 # marks (LRM, RLM, ALM), embeddings and overrides (U+202A-202E), isolates (U+2066-2069).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
                       "\u202a-\u202e\u2066-\u2069]")
+_CONTROL_BUT_CR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                             "\u202a-\u202e\u2066-\u2069]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _INVISIBLE_CATEGORIES = {"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"}
 # VS1-14 and VS17-256 always; VS15/16 (text/emoji presentation) when another selector precedes
@@ -69,7 +71,7 @@ def _visible(text: str) -> str:
     return _SELECTORS.sub("", text)
 
 
-def printable(text: str | bytes, *, single_line: bool = False) -> str:
+def printable(text: str | bytes, *, single_line: bool = False, keep_returns: bool = False) -> str:
     """Only printable characters, tab and newline, with the input's lines kept as lines.
 
     A carriage return at the end of a line goes (CRLF output); one inside a line becomes a
@@ -82,10 +84,10 @@ def printable(text: str | bytes, *, single_line: bool = False) -> str:
         text = text.decode("utf-8", "surrogateescape")
     if not text.isascii():
         text = _SURROGATE.sub(_from_surrogate, text)
-    if "\r" in text:
+    if "\r" in text and not keep_returns:
         text = _CR_AT_LINE_END.sub("", text).replace("\r", " ")
     text = _SEQUENCES.sub("", text)
-    text = _CONTROL.sub("", text)
+    text = (_CONTROL_BUT_CR if keep_returns else _CONTROL).sub("", text)
     if not text.isascii():
         text = _visible(text)
     if single_line:

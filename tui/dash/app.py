@@ -145,6 +145,8 @@ class DashApp(App):
     #jobs { height: 1fr; min-height: 5; }
     #filter { display: none; height: 3; }
     #filter.shown { display: block; }
+    #logsearch { display: none; height: 3; }
+    #logsearch.shown { display: block; }
     #bottom { height: 1fr; min-height: 8; }
     #log { width: 1fr; border: round $primary-darken-2; border-title-align: left;
            scrollbar-size-horizontal: 0; }
@@ -212,6 +214,8 @@ class DashApp(App):
         yield Input(placeholder="filter: words match id, name, state, target; !word excludes; esc closes",
                     id="filter")
         yield JobsTable(id="jobs")
+        yield Input(placeholder="search the log: a regular expression; enter finds, n/N step, esc closes",
+                    id="logsearch")
         with Horizontal(id="bottom"):
             yield LogTail(id="log")
             yield Charts(id="charts")
@@ -524,7 +528,9 @@ class DashApp(App):
                      ("n / esc", "in a window: back without changing anything", "approval.back")]
         rows += [("ctrl+p", "command palette: approve, cancel, open logs, filter", "app.command_palette"),
                  ("tab", "move focus between the job table and the log", "app.focus_next"),
-                 ("up/down", "move in the focused table or log", "")]
+                 ("up/down", "move in the focused table or log", ""),
+                 ("/ in the log", "search the log shown (a regular expression)", "log.search"),
+                 ("n / N in the log", "next / previous hit", "log.next_hit")]
         self.push_screen(HelpScreen(rows))
 
     def action_detail(self) -> None:
@@ -585,7 +591,30 @@ class DashApp(App):
         if not event.value.strip():
             event.input.remove_class("shown")
 
+    def open_log_search(self, pattern: str) -> None:
+        """`/` in the log pane: the search box, above the log, holding the last pattern."""
+        box = self.query_one("#logsearch", Input)
+        box.add_class("shown")
+        box.value = pattern
+        box.focus()
+
+    @on(Input.Submitted, "#logsearch")
+    def _log_search_done(self, event: Input.Submitted) -> None:
+        log = self.query_one(LogTail)
+        problem = log.search(event.value.strip())
+        if problem:
+            self.notify(markup("bad pattern: {e}", e=problem), severity="error")
+            return
+        event.input.remove_class("shown")
+        log.focus()
+
     def on_key(self, event) -> None:
+        search = self.query_one("#logsearch", Input)
+        if event.key == "escape" and search.has_focus:
+            search.remove_class("shown")
+            self.query_one(LogTail).focus()
+            event.stop()
+            return
         box = self.query_one("#filter", Input)
         if event.key == "escape" and box.has_focus:
             box.value = ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Log, Static
 from textual_plotext import PlotextPlot
@@ -191,15 +192,76 @@ class TargetsTable(DataTable):
 
 
 class LogTail(Log):
-    """Follows the log; scrolling up stops following and counts the lines that wait."""
+    """Follows the log; scrolling up stops following and counts the lines that wait.
+
+    `/` (while the log has the focus) searches the lines shown for a regular expression;
+    `n` and `N` step to the next and previous hit, wrapping around. Stepping stops following,
+    so the hit stays in view; `f` follows again."""
 
     MAX_LINES = 10_000
+    BINDINGS = [
+        Binding("slash", "search", "Search log", id="log.search"),
+        Binding("n", "next_hit", "Next hit", id="log.next_hit"),
+        Binding("N", "previous_hit", "Previous hit", id="log.previous_hit"),
+    ]
 
     def __init__(self, **kw) -> None:
         super().__init__(max_lines=self.MAX_LINES, auto_scroll=True, **kw)
         self.following = True
         self.waiting: list[str] = []
         self.can_focus = True
+        self.pattern: str = ""
+        self.hits: list[int] = []  # line numbers (0-based) of the lines the pattern matches
+        self.hit = -1  # which of them is shown
+
+    def action_search(self) -> None:
+        self.app.open_log_search(self.pattern)  # the app owns the input box
+
+    def search(self, pattern: str) -> str | None:
+        """Find `pattern` in the lines shown and go to the first hit at or below the top of
+        the view; None, or what was wrong with the pattern (said in the subtitle too)."""
+        import re
+
+        self.pattern, self.hits, self.hit = pattern, [], -1
+        if not pattern:
+            self._subtitle()
+            return None
+        try:
+            rx = re.compile(pattern)
+        except re.error as e:
+            self.pattern = ""
+            self.border_subtitle = markup("bad pattern {p}: {e}", p=pattern, e=str(e))
+            return str(e)
+        self.hits = [i for i, line in enumerate(self.lines) if rx.search(line)]
+        if self.hits:
+            top = int(self.scroll_y)
+            self.hit = next((k for k, line in enumerate(self.hits) if line >= top), 0)
+            self._show_hit()
+        else:
+            self._subtitle()
+        return None
+
+    def action_next_hit(self) -> None:
+        self._step(1)
+
+    def action_previous_hit(self) -> None:
+        self._step(-1)
+
+    def _step(self, by: int) -> None:
+        if not self.hits:
+            self._subtitle()
+            return
+        self.hit = (self.hit + by) % len(self.hits)
+        self._show_hit()
+
+    def _show_hit(self) -> None:
+        """Stop following and put the hit's line in the middle of the view."""
+        self.following = False
+        self.auto_scroll = False
+        line = self.hits[self.hit]
+        self.scroll_to(y=max(0, line - self.scrollable_content_region.height // 2), animate=False,
+                       immediate=True)
+        self._subtitle()
 
     def reset(self, lines: list[str]) -> None:
         self.clear()
@@ -248,10 +310,16 @@ class LogTail(Log):
 
     def _subtitle(self) -> None:
         if self.following:
-            self.border_subtitle = "following"
+            state = "following"
         else:
             n = len(self.waiting)
-            self.border_subtitle = markup("paused: {n} new line{s} (f follows)", n=n, s="s" * (n != 1))
+            state = markup("paused: {n} new line{s} (f follows)", n=n, s="s" * (n != 1)).plain
+        if self.pattern:
+            found = (f"hit {self.hit + 1}/{len(self.hits)} at line {self.hits[self.hit] + 1} (n/N)"
+                     if self.hits and self.hit >= 0 else "no hit")
+            self.border_subtitle = markup("/{p}/ {found} · {state}", p=self.pattern, found=found, state=state)
+        else:
+            self.border_subtitle = state if self.following else markup("{state}", state=state)
 
 
 class Charts(Vertical):
