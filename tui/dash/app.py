@@ -165,6 +165,8 @@ class DashApp(App):
         self._detail_loading = False
         self.selected: str | None = None
         self.watcher = StoreWatcher(Store(self.store.path))
+        self._reading = False  # a store read is under way (the async workers never overlap)
+        self._feeding: set[MetricsFeed] = set()
         self.log_feed: LogFeed | None = None
         self.metrics_feed: MetricsFeed | None = None
         if bell is None:
@@ -219,17 +221,32 @@ class DashApp(App):
 
     # -- reading, in workers -----------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="store")
-    def load_initial(self) -> None:
-        self.post_message(JobsChanged(self.watcher.initial(), initial=True))
+    # The store's reads are awaited through the async read-only Reader (aiosqlite): the loop
+    # draws while SQLite works. A read is never cancelled half-way (that would lose the
+    # changes between two data versions): a poll that finds one running leaves it be.
 
-    @work(thread=True, exclusive=True, group="store")
-    def poll_store(self) -> None:
-        if self.paused:
+    @work(group="store")
+    async def load_initial(self) -> None:
+        self._reading = True
+        try:
+            self.post_message(JobsChanged(await self.watcher.load(), initial=True))
+        finally:
+            self._reading = False
+
+    @work(group="store")
+    async def poll_store(self) -> None:
+        if self.paused or self._reading:
             return
-        jobs = self.watcher.changes()
+        self._reading = True
+        try:
+            jobs = await self.watcher.changes()
+        finally:
+            self._reading = False
         if jobs:
             self.post_message(JobsChanged(jobs))
+
+    async def on_unmount(self) -> None:
+        await self.watcher.reader.close()
 
     @work(thread=True, exclusive=True, group="supervise")
     def keep_supervised(self) -> None:
@@ -259,12 +276,17 @@ class DashApp(App):
         if lines or reset:
             self.post_message(LogLines(job_id, lines, reset))
 
-    @work(thread=True, exclusive=True, group="metrics")
-    def poll_metrics(self) -> None:
+    @work(group="metrics")
+    async def poll_metrics(self) -> None:
         feed, job_id = self.metrics_feed, self.selected
-        if feed is None or job_id is None or self.paused:
+        if feed is None or job_id is None or self.paused or feed in self._feeding:
             return
-        if feed.read():
+        self._feeding.add(feed)
+        try:
+            grew = await feed.aread()
+        finally:
+            self._feeding.discard(feed)
+        if grew:
             self.post_message(MetricsRead(job_id, feed))
 
     # -- applying, on the UI thread ------------------------------------------------------------
@@ -413,7 +435,7 @@ class DashApp(App):
             return
         self.query_one(LogTail).reset([])
         self.log_feed = LogFeed(log_path(job))
-        self.metrics_feed = MetricsFeed(Store(self.store.path), job.id)
+        self.metrics_feed = MetricsFeed(self.watcher.reader if self.live else Store(self.store.path), job.id)
         charts = self.query_one(Charts)
         charts.show({}, downsample, log10_series)
         self._title_log()
@@ -514,15 +536,16 @@ class DashApp(App):
         store = Store(self.store.path)
         return store.get(job_id), store.events(job_id), store.metrics_summary(job_id)
 
-    @work(thread=True, group="detail")
-    def _load_detail(self, job_id: str) -> None:
-        """Events and a metric summary can be large: read them off the UI thread."""
+    @work(group="detail")
+    async def _load_detail(self, job_id: str) -> None:
+        """Events and a metric summary can be large: awaited through the Reader, the loop draws."""
+        reader = self.watcher.reader
         try:
-            found = self._read_detail(job_id)
+            found = (await reader.get(job_id), await reader.events(job_id), await reader.metrics_summary(job_id))
         except Exception:
             self._detail_loading = False
             raise
-        self.call_from_thread(self._show_detail, *found)
+        self._show_detail(*found)
 
     def _show_detail(self, job: Job, events: list, summary: dict) -> None:
         self._detail_loading = False
@@ -679,7 +702,7 @@ class DashApp(App):
             self.call_from_thread(self.tell, exc.message(), severity="error", title=what)
             return
         self.call_from_thread(self.tell, text, title=what)
-        self.poll_store()
+        self.call_from_thread(self.poll_store)
 
     def tell(self, message: str, **kw) -> None:
         """A notification: its text often quotes a job or an error, so it is filtered and
