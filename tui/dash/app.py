@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import Footer, Header, Input, Static
 
 from core.errors import UserError
 from core.jobs.states import ACTIVE, State
@@ -29,7 +29,6 @@ from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
 from tui.output import markup, safe
 
 CHANGING_ACTIONS = {"approve", "deny", "cancel"}
-MAX_ROWS = 1_000  # rows in the job table; the rest of the store is a filter away
 SUPERVISE_CHECK_S = 10.0  # how often the dashboard checks that live jobs have a supervisor
 
 
@@ -159,7 +158,6 @@ class DashApp(App):
         self.live = live
         self.jobs: dict[str, Job] = {}
         self.counts: Counter[State] = Counter()
-        self.created: dict[str, float] = {}
         self.job_filter = JobFilter()
         self.paused = False
         self._detail_loading = False
@@ -188,7 +186,7 @@ class DashApp(App):
         yield TargetsTable(id="targets")
         yield Input(placeholder="filter: words match id, name, state, target; !word excludes; esc closes",
                     id="filter")
-        yield JobsTable(id="jobs")
+        yield JobsTable(self.jobs, self.clock, id="jobs")
         with Horizontal(id="bottom"):
             yield LogTail(id="log")
             yield Charts(id="charts")
@@ -306,16 +304,8 @@ class DashApp(App):
         if message.initial:
             self.apply_filter(self.job_filter.describe())
         else:
-            matching = [j for j in message.jobs if self.job_filter.matches(j)]
-            hidden = [j.id for j in message.jobs if not self.job_filter.matches(j) and j.id in table.rows]
-            with self.batch_update():
-                for key in hidden:
-                    table.remove_row(key)
-                # rows already shown are updated; new ones join at the top
-                added = table.upsert(matching, self.clock(), self.created)
-                if added:
-                    self._trim(table)
-                    table.sort_newest_first(self.created)
+            # rows already shown are drawn again if on screen; new ones are bisected in by age
+            table.apply(message.jobs, self.job_filter.matches)
         if message.initial or (self.selected is None and table.row_count):
             key = table.selected_key()
             if key:
@@ -328,25 +318,6 @@ class DashApp(App):
             if self.ring_bell:
                 self.bell()
         self._header_counts()
-
-    def _shown(self, jobs: list[Job]) -> list[Job]:
-        """What the table holds: every live job, then the newest others, MAX_ROWS in all.
-
-        DataTable recomputes its row offsets on every change (O(rows)), so a table of
-        10,000 finished jobs would make each tick slow; older jobs stay a filter away.
-        """
-        live = [j for j in jobs if j.state in ACTIVE]
-        ended = sorted((j for j in jobs if j.state not in ACTIVE), key=lambda j: -j.created_at)
-        return live + ended[: max(0, MAX_ROWS - len(live))]
-
-    def _trim(self, table: JobsTable) -> None:
-        if table.row_count <= MAX_ROWS:
-            return
-        shown = [self.jobs[k.value] for k in table.rows if k.value in self.jobs]
-        keep = {j.id for j in self._shown(shown)}
-        for job in shown:
-            if job.id not in keep and job.id != self.selected:
-                table.remove_row(job.id)
 
     def on_targets_read(self, message: TargetsRead) -> None:
         self.query_one(TargetsTable).show(message.infos, message.accounts, now=self.clock())
@@ -369,17 +340,7 @@ class DashApp(App):
         """Running jobs' elapsed time moves on even when nothing is written."""
         if self.paused:
             return
-        running = [j for j in self.jobs.values() if j.state in (State.RUNNING, State.CHECKPOINTING)]
-        table = self.query_one(JobsTable)
-        from tui.dash.widgets import job_cells
-
-        with self.batch_update():
-            for job in running:
-                if job.id in table.rows:
-                    cells = job_cells(job, self.clock())
-                    table.update_cell(job.id, "time", cells["time"])
-                    if not table.compact:
-                        table.update_cell(job.id, "cost", cells["cost"])
+        self.query_one(JobsTable).refresh_if_shown(lambda j: j.state in (State.RUNNING, State.CHECKPOINTING))
 
     def _header_counts(self) -> None:
         pending = self.counts[State.AWAITING_APPROVAL]
@@ -387,7 +348,7 @@ class DashApp(App):
         if pending:
             parts.append(f"{pending} awaiting approval")
         rows = self.query_one(JobsTable).row_count
-        shown = f"{rows:,} of {len(self.jobs):,} jobs shown" if rows < len(self.jobs) else f"{len(self.jobs):,} jobs"
+        shown = f"{rows:,} of {len(self.jobs):,} jobs match" if rows < len(self.jobs) else f"{len(self.jobs):,} jobs"
         parts.append(shown)
         if self.job_filter:
             parts.append(f"filter: {self.job_filter.describe()}")
@@ -410,24 +371,23 @@ class DashApp(App):
 
     # -- selection ---------------------------------------------------------------------------
 
-    @on(DataTable.RowHighlighted, "#jobs")
-    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.cursor_row != event.data_table.cursor_row:
-            return  # a stale event from a rebuild (filter, sort): the cursor has moved on
-        if event.row_key and event.row_key.value != self.selected:
-            self.select_job(event.row_key.value)
+    @on(JobsTable.RowHighlighted, "#jobs")
+    def _row_highlighted(self, event: JobsTable.RowHighlighted) -> None:
+        if event.job_id != event.table.selected_key():
+            return  # a stale event from a rebuild (filter): the cursor has moved on
+        if event.job_id != self.selected:
+            self.select_job(event.job_id)
 
-    @on(DataTable.RowSelected, "#jobs")
-    def _row_selected(self, event: DataTable.RowSelected) -> None:
+    @on(JobsTable.RowSelected, "#jobs")
+    def _row_selected(self, event: JobsTable.RowSelected) -> None:
         """Enter on a row (the table's own binding) opens the job's detail screen."""
-        if event.row_key and event.row_key.value:
-            self.open_detail(event.row_key.value)
+        self.open_detail(event.job_id)
 
     def select_job(self, job_id: str) -> None:
         from core.engine.service import log_path
 
         table = self.query_one(JobsTable)
-        if table.selected_key() != job_id and job_id in table.rows:
+        if table.selected_key() != job_id:
             table.select_key(job_id)
         self.selected = job_id
         job = self.jobs.get(job_id)
@@ -458,8 +418,8 @@ class DashApp(App):
         footer.compact = narrow
         footer.show_command_palette = not narrow
         table = self.query_one(JobsTable)
-        if table.compact is not None and table.set_columns(event.size.width < COMPACT_BELOW):
-            self.apply_filter(self.job_filter.describe())
+        if table.compact is not None:
+            table.set_columns(event.size.width < COMPACT_BELOW)
 
     def current(self) -> Job | None:
         key = self.query_one(JobsTable).selected_key()
@@ -480,11 +440,11 @@ class DashApp(App):
 
     def action_top(self) -> None:
         table = self.query_one(JobsTable)
-        table.move_cursor(row=0)
+        table.action_first()
 
     def action_bottom(self) -> None:
         table = self.query_one(JobsTable)
-        table.move_cursor(row=max(0, table.row_count - 1))
+        table.action_last()
 
     def action_follow(self) -> None:
         self.query_one(LogTail).follow()
@@ -587,15 +547,10 @@ class DashApp(App):
         box = self.query_one("#filter", Input)
         if not text.strip() and not box.has_focus:
             box.remove_class("shown")  # cleared from the palette: no empty box left behind
-        table = self.query_one(JobsTable)
-        selected = self.selected
-        with self.batch_update():
-            table.clear()
-            jobs = self._shown([j for j in self.jobs.values() if self.job_filter.matches(j)])
-            table.upsert(jobs, self.clock(), self.created)
-            table.sort_newest_first(self.created)
-            if selected and selected in table.rows:
-                table.select_key(selected)
+        matches = self.job_filter.matches
+        # newest first; equal times keep the store's order (dicts keep insertion order)
+        self.query_one(JobsTable).show(sorted((j for j in self.jobs.values() if matches(j)),
+                                              key=lambda j: -j.created_at))
         self._header_counts()
 
     def action_approve(self) -> None:
