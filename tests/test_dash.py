@@ -40,8 +40,7 @@ async def _settle(pilot, t: float = 0.3) -> None:
 
 
 def _rows(app: DashApp) -> list[str]:
-    table = app.query_one(JobsTable)
-    return [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+    return list(app.query_one(JobsTable).view)
 
 
 async def test_rows_newest_first_and_moving_keys(demo) -> None:
@@ -238,7 +237,7 @@ async def test_live_updates_keep_the_cursor_and_announce_new_pending_jobs(demo, 
         assert rings, "a new pending job rings the bell"
         assert any("ffffffff" in n.message and "approval" in n.message for n in app._notifications)
         table = app.query_one(JobsTable)
-        assert "0.1" in str(table.get_cell(_id(1), "metric"))
+        assert "0.1" in table.row_text(_id(1))
 
 
 async def test_the_filter_box_goes_when_the_filter_is_cleared(demo) -> None:
@@ -374,55 +373,78 @@ async def test_a_hidden_instruction_in_a_real_job_s_log_never_reaches_the_log_pa
         assert not bad, (where, bad[:10])
 
 
-async def test_slash_in_the_log_searches_it_and_n_steps_through_the_hits(demo) -> None:
-    """`/` with the log focused opens its search (not the job filter); enter goes to the first
-    hit, n and N step forward and back (wrapping), a bad pattern says so and keeps the box;
-    a progress bar in the log shows as its last state."""
-    from core.engine.service import log_path
+def _seed_many(n: int) -> list[str]:
+    """n finished jobs in the real store, one second apart: job 0 is the newest, n-1 the oldest."""
+    import json
 
-    path = log_path(Store().get(RUNNING))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as f:
-        f.write(b"".join(b"step %d loss=%s\n" % (i, b"nan" if i in (40, 700, 1500) else b"0.5")
-                         for i in range(2000)))
-        f.write(b"epoch 1:  10%|#\repoch 1:  50%|#####\repoch 1: 100%|##########\r\n")
-    app = _app()
+    store = Store()
+    now = time.time()
+    rows = []
+    for i in range(n):
+        jid = f"{i:08x}" + "a" * 24
+        rows.append((jid, jid[:8], f"job-{i}", "done", "local", now - i, now - i, "/p", f"/p/runs/{jid[:8]}",
+                     f"fp{i}", json.dumps({"script": "a.py"}), json.dumps({"hours": 1}), i + 1))
+    with store.write() as db:
+        db.executemany("INSERT INTO jobs (id, short_id, name, state, provider, created_at, updated_at, project_dir, "
+                       "outputs_dir, fingerprint, request_json, plan_json, rev) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+    return [r[0] for r in rows]
+
+
+async def test_the_oldest_of_10_000_jobs_is_reached_by_end_paging_and_the_filter(home: Path) -> None:
+    ids = _seed_many(10_000)
+    app = DashApp(live=True, bell=False, poll_s=3600)
     async with app.run_test(size=(120, 36)) as pilot:
-        await _settle(pilot)
-        app.query_one(JobsTable).move_cursor(row=_rows(app).index(RUNNING))
-        await _settle(pilot, 0.5)
-        log = app.query_one(LogTail)
-        assert log.lines[-1] == "epoch 1: 100%|##########"
-        log.focus()
-        await pilot.press("slash")
-        box = app.query_one("#logsearch")
-        assert box.has_focus and not app.query_one("#filter").has_class("shown")
-        for key in "loss=nan":
-            await pilot.press(key)
-        await pilot.press("enter")
-        await pilot.pause(0.1)
+        table = app.query_one(JobsTable)
+        deadline = time.monotonic() + 30
+        while table.row_count < 10_000 and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert table.row_count == 10_000 and "10,000 jobs" in app.sub_title
+        await pilot.press("end")
+        await pilot.pause()
+        assert table.selected_key() == ids[-1] and app.selected == ids[-1]
+        assert "job-9999" in _screen(app)  # drawn, not only selected
+        await pilot.press("home")
+        await pilot.pause()
+        assert table.selected_key() == ids[0] and "job-9999" not in _screen(app)
+        await pilot.press("end", "pageup", "pageup", "pageup")
+        await pilot.pause()
+        page = table._page()
+        assert table.selected_key() == ids[-1 - 3 * page] and f"job-{9999 - 3 * page}" in _screen(app)
+        assert "job-9999" not in _screen(app)  # a page is a screenful: the end scrolled away
+        await pilot.press("pagedown", "pagedown", "pagedown", "pagedown")
+        await pilot.pause()
+        assert table.selected_key() == ids[-1] and "job-9999" in _screen(app)
+        await pilot.press("G", "g")
+        await pilot.pause()
+        assert table.selected_key() == ids[0]
+        await pilot.press("slash", *"job-9999", "enter")
+        await pilot.pause()
+        assert table.view == [ids[9999]] and "1 of 10,000 jobs match" in app.sub_title
+        assert table.selected_key() == ids[-1] and "job-9999" in _screen(app)
 
-        def shown() -> str:
-            """The hit's line as drawn: in the middle of the view."""
-            lines = [log.lines[i] for i in range(int(log.scroll_y), int(log.scroll_y) + log.size.height)]
-            return " | ".join(lines)
 
-        assert log.has_focus and not box.has_class("shown")
-        assert not log.following and len(log.hits) == 3
-        assert "step 40 loss=nan" in shown() and "hit 1/3" in str(log.border_subtitle)
-        await pilot.press("n")
-        assert "step 700 loss=nan" in shown() and "hit 2/3" in str(log.border_subtitle)
-        await pilot.press("n", "n")
-        assert "step 40 loss=nan" in shown()  # wrapped round
-        await pilot.press("N")
-        assert "step 1500 loss=nan" in shown() and "hit 3/3" in str(log.border_subtitle)
+async def test_only_a_screenful_of_10_000_rows_is_drawn(home: Path) -> None:
+    _seed_many(10_000)
+    app = DashApp(live=True, bell=False, poll_s=3600)
+    async with app.run_test(size=(120, 36)) as pilot:
+        table = app.query_one(JobsTable)
+        while table.row_count < 10_000:
+            await pilot.pause(0.1)
+        await pilot.pause()
+        visible = table.scrollable_content_region.height - 1  # rows under the header
+        assert 5 <= visible < 40
+        table.reset_count()
+        table.refresh()
+        await pilot.pause()
+        assert 0 < table.rendered_rows <= visible  # a redraw turns only the screenful into text
+        table.reset_count()
+        await pilot.press("end")
+        await pilot.pause()
+        assert 0 < table.rendered_rows <= 3 * visible  # jumping 10,000 rows draws a screen or so
+        assert table.virtual_size.height == 10_001  # the scroll range is every job (+ the header)
 
-        await pilot.press("slash")
-        await pilot.press("ctrl+a", "ctrl+k", "(", "enter")
-        await pilot.pause(0.1)
-        assert box.has_focus and box.has_class("shown") and "bad pattern" in str(log.border_subtitle)
-        await pilot.press("escape")
-        assert log.has_focus and not box.has_class("shown")
-        app.query_one(JobsTable).focus()
-        await pilot.press("slash")  # outside the log, / is still the job filter
-        assert app.query_one("#filter").has_focus
+
+def _screen(app: DashApp) -> str:
+    """The job table's lines as the terminal shows them."""
+    table = app.query_one(JobsTable)
+    return "\n".join(table.render_line(y).text for y in range(table.scrollable_content_region.height))

@@ -146,6 +146,15 @@ _JSON_COLUMNS = ("request_json", "plan_json", "bundle_json", "handle_json", "las
                  "config_json", "final_json")
 
 
+# Reads shared by Store and its async read-only companion (core/jobs/reader.py)
+JOBS_ALL_SQL = "SELECT * FROM jobs ORDER BY created_at DESC, rowid DESC"
+JOBS_AFTER_SQL = "SELECT * FROM jobs WHERE rev > ? ORDER BY rev"
+EVENTS_SQL = "SELECT * FROM events WHERE job_id = ? ORDER BY id"
+METRICS_AFTER_SQL = ("SELECT rowid, key, step, value FROM metrics WHERE job_id = ? AND rowid > ? "
+                     "ORDER BY rowid LIMIT ?")
+METRICS_SUMMARY_SQL = ("SELECT key, COUNT(*), MIN(value), MAX(value), MAX(rowid) FROM metrics "
+                       "WHERE job_id = ? GROUP BY key ORDER BY key")
+METRIC_POINT_SQL = "SELECT step, value FROM metrics WHERE rowid = ?"
 CANCEL_AFTER_CHECKPOINT = 2  # jobs.cancel_requested: 1 stop now, 2 checkpoint first, then stop
 
 
@@ -236,6 +245,11 @@ class Event:
     reason: str
     actor: str
     data: dict
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> "Event":
+        return cls(id=r["id"], job_id=r["job_id"], ts=r["ts"], src=r["src"], dst=r["dst"],
+                   reason=r["reason"], actor=r["actor"], data=json.loads(r["data_json"]))
 
     def to_json(self) -> dict[str, Any]:
         return {"ts": _iso(self.ts), "from": self.src, "to": self.dst, "reason": self.reason,
@@ -514,8 +528,7 @@ class Store:
     def jobs_after(self, rev: int) -> list[Job]:
         """Jobs written after revision `rev` (each write takes the next revision number)."""
         with self._lock:
-            return [Job.from_row(r) for r in self.conn.execute(
-                "SELECT * FROM jobs WHERE rev > ? ORDER BY rev", (rev,)).fetchall()]
+            return [Job.from_row(r) for r in self.conn.execute(JOBS_AFTER_SQL, (rev,)).fetchall()]
 
     def jobs(self, states: Iterable[State] | None = None, limit: int | None = None,
              since: float | None = None) -> list[Job]:
@@ -557,12 +570,8 @@ class Store:
 
     def events(self, job_id: str) -> list[Event]:
         with self._lock:
-            rows = self.conn.execute(
-                "SELECT * FROM events WHERE job_id = ? ORDER BY id", (job_id,)).fetchall()
-        return [
-            Event(id=r["id"], job_id=r["job_id"], ts=r["ts"], src=r["src"], dst=r["dst"],
-                  reason=r["reason"], actor=r["actor"], data=json.loads(r["data_json"]))
-            for r in rows]
+            rows = self.conn.execute(EVENTS_SQL, (job_id,)).fetchall()
+        return [Event.from_row(r) for r in rows]
 
     def last_event_id(self) -> int:
         with self._lock:
@@ -677,19 +686,14 @@ class Store:
                       ) -> list[tuple[int, str, int | None, float]]:
         """(rowid, key, step, value) of points newer than `after_rowid`: for incremental charts."""
         with self._lock:
-            return self.conn.execute(
-                "SELECT rowid, key, step, value FROM metrics WHERE job_id = ? AND rowid > ? "
-                "ORDER BY rowid LIMIT ?", (job_id, after_rowid, limit)).fetchall()
+            return self.conn.execute(METRICS_AFTER_SQL, (job_id, after_rowid, limit)).fetchall()
 
     def metrics_summary(self, job_id: str) -> dict[str, dict[str, Any]]:
         """Per key: points, min, max, last value and last step, computed by SQLite (no series)."""
         out: dict[str, dict[str, Any]] = {}
         with self._lock:
-            for key, n, lo, hi, last_id in self.conn.execute(
-                    "SELECT key, COUNT(*), MIN(value), MAX(value), MAX(rowid) FROM metrics "
-                    "WHERE job_id = ? GROUP BY key ORDER BY key", (job_id,)):
-                step, value = self.conn.execute("SELECT step, value FROM metrics WHERE rowid = ?",
-                                                (last_id,)).fetchone()
+            for key, n, lo, hi, last_id in self.conn.execute(METRICS_SUMMARY_SQL, (job_id,)):
+                step, value = self.conn.execute(METRIC_POINT_SQL, (last_id,)).fetchone()
                 out[key] = {"points": n, "min": lo, "max": hi, "last": value, "last_step": step}
         return out
 

@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import Footer, Header, Input, Static
 
 from core.errors import UserError
 from core.jobs.states import ACTIVE, State
@@ -29,7 +29,6 @@ from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
 from tui.output import markup, safe
 
 CHANGING_ACTIONS = {"approve", "deny", "cancel"}
-MAX_ROWS = 1_000  # rows in the job table; the rest of the store is a filter away
 SUPERVISE_CHECK_S = 10.0  # how often the dashboard checks that live jobs have a supervisor
 
 
@@ -53,34 +52,10 @@ class MetricsRead(Message):
 
 
 class TargetsRead(Message):
-    def __init__(self, infos: list, accounts: list | None = None, budget: dict | None = None) -> None:
+    def __init__(self, infos: list, accounts: list | None = None) -> None:
         super().__init__()
         self.infos = infos
         self.accounts = accounts or []  # the GPU cloud accounts' documents (core.engine.accounts)
-        self.budget = budget  # this week's spend against the budget (core.engine.spend.budget_doc)
-
-
-def read_budget(store: Store) -> dict | None:
-    """The last 7 days' spend and the weekly budget, for the header; None if the config is
-    unreadable (the targets pane already says why)."""
-    from core.engine.spend import budget_doc
-
-    try:
-        return budget_doc(store)
-    except UserError:
-        return None
-
-
-def spend_text(budget: dict | None) -> str | None:
-    """The header's spend: "$3.20 of $20.00 this week" against a weekly budget, "$3.20 this
-    week" without one, nothing when there is neither a budget nor any spend."""
-    if not budget or (budget.get("weekly") is None and not budget.get("week_spend")):
-        return None
-    spent = f"${budget['week_spend']:.2f}"
-    if budget.get("weekly") is None:
-        return f"{spent} this week"
-    over = " (over budget)" if budget["week_spend"] > budget["weekly"] else ""
-    return f"{spent} of ${budget['weekly']:.2f} this week{over}"
 
 
 def read_accounts() -> list:
@@ -145,8 +120,6 @@ class DashApp(App):
     #jobs { height: 1fr; min-height: 5; }
     #filter { display: none; height: 3; }
     #filter.shown { display: block; }
-    #logsearch { display: none; height: 3; }
-    #logsearch.shown { display: block; }
     #bottom { height: 1fr; min-height: 8; }
     #log { width: 1fr; border: round $primary-darken-2; border-title-align: left;
            scrollbar-size-horizontal: 0; }
@@ -185,13 +158,13 @@ class DashApp(App):
         self.live = live
         self.jobs: dict[str, Job] = {}
         self.counts: Counter[State] = Counter()
-        self.created: dict[str, float] = {}
         self.job_filter = JobFilter()
-        self.budget: dict | None = None  # this week's spend and the budget, read with the targets
         self.paused = False
         self._detail_loading = False
         self.selected: str | None = None
         self.watcher = StoreWatcher(Store(self.store.path))
+        self._reading = False  # a store read is under way (the async workers never overlap)
+        self._feeding: set[MetricsFeed] = set()
         self.log_feed: LogFeed | None = None
         self.metrics_feed: MetricsFeed | None = None
         if bell is None:
@@ -213,9 +186,7 @@ class DashApp(App):
         yield TargetsTable(id="targets")
         yield Input(placeholder="filter: words match id, name, state, target; !word excludes; esc closes",
                     id="filter")
-        yield JobsTable(id="jobs")
-        yield Input(placeholder="search the log: a regular expression; enter finds, n/N step, esc closes",
-                    id="logsearch")
+        yield JobsTable(self.jobs, self.clock, id="jobs")
         with Horizontal(id="bottom"):
             yield LogTail(id="log")
             yield Charts(id="charts")
@@ -231,7 +202,7 @@ class DashApp(App):
             from core.engine import targets
 
             self.on_targets_read(TargetsRead(list(targets.infos(Store(self.store.path)).values()),
-                                             read_accounts(), read_budget(Store(self.store.path))))
+                                             read_accounts()))
             self.on_jobs_changed(JobsChanged(self.watcher.initial(), initial=True))
             return
         self.load_initial()
@@ -248,17 +219,32 @@ class DashApp(App):
 
     # -- reading, in workers -----------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="store")
-    def load_initial(self) -> None:
-        self.post_message(JobsChanged(self.watcher.initial(), initial=True))
+    # The store's reads are awaited through the async read-only Reader (aiosqlite): the loop
+    # draws while SQLite works. A read is never cancelled half-way (that would lose the
+    # changes between two data versions): a poll that finds one running leaves it be.
 
-    @work(thread=True, exclusive=True, group="store")
-    def poll_store(self) -> None:
-        if self.paused:
+    @work(group="store")
+    async def load_initial(self) -> None:
+        self._reading = True
+        try:
+            self.post_message(JobsChanged(await self.watcher.load(), initial=True))
+        finally:
+            self._reading = False
+
+    @work(group="store")
+    async def poll_store(self) -> None:
+        if self.paused or self._reading:
             return
-        jobs = self.watcher.changes()
+        self._reading = True
+        try:
+            jobs = await self.watcher.changes()
+        finally:
+            self._reading = False
         if jobs:
             self.post_message(JobsChanged(jobs))
+
+    async def on_unmount(self) -> None:
+        await self.watcher.reader.close()
 
     @work(thread=True, exclusive=True, group="supervise")
     def keep_supervised(self) -> None:
@@ -277,7 +263,7 @@ class DashApp(App):
         except UserError as exc:
             self.call_from_thread(self.tell, exc.message(), severity="error", title="config")
             return
-        self.post_message(TargetsRead(infos, read_accounts(), read_budget(Store(self.store.path))))
+        self.post_message(TargetsRead(infos, read_accounts()))
 
     @work(thread=True, exclusive=True, group="log")
     def poll_log(self) -> None:
@@ -288,12 +274,17 @@ class DashApp(App):
         if lines or reset:
             self.post_message(LogLines(job_id, lines, reset))
 
-    @work(thread=True, exclusive=True, group="metrics")
-    def poll_metrics(self) -> None:
+    @work(group="metrics")
+    async def poll_metrics(self) -> None:
         feed, job_id = self.metrics_feed, self.selected
-        if feed is None or job_id is None or self.paused:
+        if feed is None or job_id is None or self.paused or feed in self._feeding:
             return
-        if feed.read():
+        self._feeding.add(feed)
+        try:
+            grew = await feed.aread()
+        finally:
+            self._feeding.discard(feed)
+        if grew:
             self.post_message(MetricsRead(job_id, feed))
 
     # -- applying, on the UI thread ------------------------------------------------------------
@@ -313,16 +304,8 @@ class DashApp(App):
         if message.initial:
             self.apply_filter(self.job_filter.describe())
         else:
-            matching = [j for j in message.jobs if self.job_filter.matches(j)]
-            hidden = [j.id for j in message.jobs if not self.job_filter.matches(j) and j.id in table.rows]
-            with self.batch_update():
-                for key in hidden:
-                    table.remove_row(key)
-                # rows already shown are updated; new ones join at the top
-                added = table.upsert(matching, self.clock(), self.created)
-                if added:
-                    self._trim(table)
-                    table.sort_newest_first(self.created)
+            # rows already shown are drawn again if on screen; new ones are bisected in by age
+            table.apply(message.jobs, self.job_filter.matches)
         if message.initial or (self.selected is None and table.row_count):
             key = table.selected_key()
             if key:
@@ -336,30 +319,8 @@ class DashApp(App):
                 self.bell()
         self._header_counts()
 
-    def _shown(self, jobs: list[Job]) -> list[Job]:
-        """What the table holds: every live job, then the newest others, MAX_ROWS in all.
-
-        DataTable recomputes its row offsets on every change (O(rows)), so a table of
-        10,000 finished jobs would make each tick slow; older jobs stay a filter away.
-        """
-        live = [j for j in jobs if j.state in ACTIVE]
-        ended = sorted((j for j in jobs if j.state not in ACTIVE), key=lambda j: -j.created_at)
-        return live + ended[: max(0, MAX_ROWS - len(live))]
-
-    def _trim(self, table: JobsTable) -> None:
-        if table.row_count <= MAX_ROWS:
-            return
-        shown = [self.jobs[k.value] for k in table.rows if k.value in self.jobs]
-        keep = {j.id for j in self._shown(shown)}
-        for job in shown:
-            if job.id not in keep and job.id != self.selected:
-                table.remove_row(job.id)
-
     def on_targets_read(self, message: TargetsRead) -> None:
         self.query_one(TargetsTable).show(message.infos, message.accounts, now=self.clock())
-        if message.budget is not None:
-            self.budget = message.budget
-            self._header_counts()
 
     def on_log_lines(self, message: LogLines) -> None:
         if message.job_id != self.selected:
@@ -379,17 +340,7 @@ class DashApp(App):
         """Running jobs' elapsed time moves on even when nothing is written."""
         if self.paused:
             return
-        running = [j for j in self.jobs.values() if j.state in (State.RUNNING, State.CHECKPOINTING)]
-        table = self.query_one(JobsTable)
-        from tui.dash.widgets import job_cells
-
-        with self.batch_update():
-            for job in running:
-                if job.id in table.rows:
-                    cells = job_cells(job, self.clock())
-                    table.update_cell(job.id, "time", cells["time"])
-                    if not table.compact:
-                        table.update_cell(job.id, "cost", cells["cost"])
+        self.query_one(JobsTable).refresh_if_shown(lambda j: j.state in (State.RUNNING, State.CHECKPOINTING))
 
     def _header_counts(self) -> None:
         pending = self.counts[State.AWAITING_APPROVAL]
@@ -397,13 +348,10 @@ class DashApp(App):
         if pending:
             parts.append(f"{pending} awaiting approval")
         rows = self.query_one(JobsTable).row_count
-        shown = f"{rows:,} of {len(self.jobs):,} jobs shown" if rows < len(self.jobs) else f"{len(self.jobs):,} jobs"
+        shown = f"{rows:,} of {len(self.jobs):,} jobs match" if rows < len(self.jobs) else f"{len(self.jobs):,} jobs"
         parts.append(shown)
         if self.job_filter:
             parts.append(f"filter: {self.job_filter.describe()}")
-        spent = spend_text(self.budget)
-        if spent:
-            parts.append(spent)
         if self.read_only:
             parts.append("read-only")
         self.sub_title = safe(" · ".join(parts), single_line=True)
@@ -423,24 +371,23 @@ class DashApp(App):
 
     # -- selection ---------------------------------------------------------------------------
 
-    @on(DataTable.RowHighlighted, "#jobs")
-    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.cursor_row != event.data_table.cursor_row:
-            return  # a stale event from a rebuild (filter, sort): the cursor has moved on
-        if event.row_key and event.row_key.value != self.selected:
-            self.select_job(event.row_key.value)
+    @on(JobsTable.RowHighlighted, "#jobs")
+    def _row_highlighted(self, event: JobsTable.RowHighlighted) -> None:
+        if event.job_id != event.table.selected_key():
+            return  # a stale event from a rebuild (filter): the cursor has moved on
+        if event.job_id != self.selected:
+            self.select_job(event.job_id)
 
-    @on(DataTable.RowSelected, "#jobs")
-    def _row_selected(self, event: DataTable.RowSelected) -> None:
+    @on(JobsTable.RowSelected, "#jobs")
+    def _row_selected(self, event: JobsTable.RowSelected) -> None:
         """Enter on a row (the table's own binding) opens the job's detail screen."""
-        if event.row_key and event.row_key.value:
-            self.open_detail(event.row_key.value)
+        self.open_detail(event.job_id)
 
     def select_job(self, job_id: str) -> None:
         from core.engine.service import log_path
 
         table = self.query_one(JobsTable)
-        if table.selected_key() != job_id and job_id in table.rows:
+        if table.selected_key() != job_id:
             table.select_key(job_id)
         self.selected = job_id
         job = self.jobs.get(job_id)
@@ -448,7 +395,7 @@ class DashApp(App):
             return
         self.query_one(LogTail).reset([])
         self.log_feed = LogFeed(log_path(job))
-        self.metrics_feed = MetricsFeed(Store(self.store.path), job.id)
+        self.metrics_feed = MetricsFeed(self.watcher.reader if self.live else Store(self.store.path), job.id)
         charts = self.query_one(Charts)
         charts.show({}, downsample, log10_series)
         self._title_log()
@@ -471,8 +418,8 @@ class DashApp(App):
         footer.compact = narrow
         footer.show_command_palette = not narrow
         table = self.query_one(JobsTable)
-        if table.compact is not None and table.set_columns(event.size.width < COMPACT_BELOW):
-            self.apply_filter(self.job_filter.describe())
+        if table.compact is not None:
+            table.set_columns(event.size.width < COMPACT_BELOW)
 
     def current(self) -> Job | None:
         key = self.query_one(JobsTable).selected_key()
@@ -493,11 +440,11 @@ class DashApp(App):
 
     def action_top(self) -> None:
         table = self.query_one(JobsTable)
-        table.move_cursor(row=0)
+        table.action_first()
 
     def action_bottom(self) -> None:
         table = self.query_one(JobsTable)
-        table.move_cursor(row=max(0, table.row_count - 1))
+        table.action_last()
 
     def action_follow(self) -> None:
         self.query_one(LogTail).follow()
@@ -528,9 +475,7 @@ class DashApp(App):
                      ("n / esc", "in a window: back without changing anything", "approval.back")]
         rows += [("ctrl+p", "command palette: approve, cancel, open logs, filter", "app.command_palette"),
                  ("tab", "move focus between the job table and the log", "app.focus_next"),
-                 ("up/down", "move in the focused table or log", ""),
-                 ("/ in the log", "search the log shown (a regular expression)", "log.search"),
-                 ("n / N in the log", "next / previous hit", "log.next_hit")]
+                 ("up/down", "move in the focused table or log", "")]
         self.push_screen(HelpScreen(rows))
 
     def action_detail(self) -> None:
@@ -548,26 +493,24 @@ class DashApp(App):
             self._show_detail(*self._read_detail(job_id))
 
     def _read_detail(self, job_id: str) -> tuple:
-        from core.engine.reports import journey
-
         store = Store(self.store.path)
-        job = store.get(job_id)
-        return job, store.events(job_id), store.metrics_summary(job_id), journey(store, job, iso=False)
+        return store.get(job_id), store.events(job_id), store.metrics_summary(job_id)
 
-    @work(thread=True, group="detail")
-    def _load_detail(self, job_id: str) -> None:
-        """Events and a metric summary can be large: read them off the UI thread."""
+    @work(group="detail")
+    async def _load_detail(self, job_id: str) -> None:
+        """Events and a metric summary can be large: awaited through the Reader, the loop draws."""
+        reader = self.watcher.reader
         try:
-            found = self._read_detail(job_id)
+            found = (await reader.get(job_id), await reader.events(job_id), await reader.metrics_summary(job_id))
         except Exception:
             self._detail_loading = False
             raise
-        self.call_from_thread(self._show_detail, *found)
+        self._show_detail(*found)
 
-    def _show_detail(self, job: Job, events: list, summary: dict, journey: dict) -> None:
+    def _show_detail(self, job: Job, events: list, summary: dict) -> None:
         self._detail_loading = False
         if not isinstance(self.screen, DetailScreen):
-            self.push_screen(DetailScreen(job, events, summary, self.clock, journey=journey))
+            self.push_screen(DetailScreen(job, events, summary, self.clock))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -591,30 +534,7 @@ class DashApp(App):
         if not event.value.strip():
             event.input.remove_class("shown")
 
-    def open_log_search(self, pattern: str) -> None:
-        """`/` in the log pane: the search box, above the log, holding the last pattern."""
-        box = self.query_one("#logsearch", Input)
-        box.add_class("shown")
-        box.value = pattern
-        box.focus()
-
-    @on(Input.Submitted, "#logsearch")
-    def _log_search_done(self, event: Input.Submitted) -> None:
-        log = self.query_one(LogTail)
-        problem = log.search(event.value.strip())
-        if problem:
-            self.notify(markup("bad pattern: {e}", e=problem), severity="error")
-            return
-        event.input.remove_class("shown")
-        log.focus()
-
     def on_key(self, event) -> None:
-        search = self.query_one("#logsearch", Input)
-        if event.key == "escape" and search.has_focus:
-            search.remove_class("shown")
-            self.query_one(LogTail).focus()
-            event.stop()
-            return
         box = self.query_one("#filter", Input)
         if event.key == "escape" and box.has_focus:
             box.value = ""
@@ -627,15 +547,10 @@ class DashApp(App):
         box = self.query_one("#filter", Input)
         if not text.strip() and not box.has_focus:
             box.remove_class("shown")  # cleared from the palette: no empty box left behind
-        table = self.query_one(JobsTable)
-        selected = self.selected
-        with self.batch_update():
-            table.clear()
-            jobs = self._shown([j for j in self.jobs.values() if self.job_filter.matches(j)])
-            table.upsert(jobs, self.clock(), self.created)
-            table.sort_newest_first(self.created)
-            if selected and selected in table.rows:
-                table.select_key(selected)
+        matches = self.job_filter.matches
+        # newest first; equal times keep the store's order (dicts keep insertion order)
+        self.query_one(JobsTable).show(sorted((j for j in self.jobs.values() if matches(j)),
+                                              key=lambda j: -j.created_at))
         self._header_counts()
 
     def action_approve(self) -> None:
@@ -742,7 +657,7 @@ class DashApp(App):
             self.call_from_thread(self.tell, exc.message(), severity="error", title=what)
             return
         self.call_from_thread(self.tell, text, title=what)
-        self.poll_store()
+        self.call_from_thread(self.poll_store)
 
     def tell(self, message: str, **kw) -> None:
         """A notification: its text often quotes a job or an error, so it is filtered and

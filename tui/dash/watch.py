@@ -12,12 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.display.logtail import Follower
+from core.jobs.reader import Reader
 from core.jobs.store import Job, Store
 
 
 class StoreWatcher:
-    def __init__(self, store: Store | None = None) -> None:
+    """The job table's reads. Live, through the async read-only `Reader` (aiosqlite: the loop
+    never waits on SQLite); `initial()` is the synchronous read of a still picture."""
+
+    def __init__(self, store: Store | None = None, reader: Reader | None = None) -> None:
         self.store = store or Store()
+        self.reader = reader or Reader(self.store.path)
         self.version: int | None = None
         self.rev = 0
 
@@ -27,13 +32,20 @@ class StoreWatcher:
         self.rev = max((j.rev for j in jobs), default=0)
         return jobs
 
-    def changes(self) -> list[Job]:
+    async def load(self) -> list[Job]:
+        """Every job, newest first, read in chunks that yield to the loop."""
+        self.version = await self.reader.data_version()
+        jobs = await self.reader.jobs()
+        self.rev = max((j.rev for j in jobs), default=0)
+        return jobs
+
+    async def changes(self) -> list[Job]:
         """Jobs written since the last call; [] without touching the jobs table if none were."""
-        version = self.store.data_version()
+        version = await self.reader.data_version()
         if version == self.version:
             return []
         self.version = version
-        jobs = self.store.jobs_after(self.rev)
+        jobs = await self.reader.jobs_after(self.rev)
         if jobs:
             self.rev = jobs[-1].rev
         return jobs
@@ -48,14 +60,21 @@ class Series:
 class MetricsFeed:
     """One job's metric series, grown by the points added since the last read."""
 
-    def __init__(self, store: Store, job_id: str) -> None:
+    def __init__(self, store: Store | Reader, job_id: str) -> None:
         self.store = store
         self.job_id = job_id
         self.last_rowid = 0
         self.series: dict[str, Series] = {}
 
     def read(self) -> bool:
-        rows = self.store.metrics_after(self.job_id, self.last_rowid)
+        """The synchronous read (a `Store`: a still picture)."""
+        return self._grow(self.store.metrics_after(self.job_id, self.last_rowid))  # type: ignore[arg-type]
+
+    async def aread(self) -> bool:
+        """The live read (a `Reader`): awaited, so the loop draws meanwhile."""
+        return self._grow(await self.store.metrics_after(self.job_id, self.last_rowid))  # type: ignore[misc]
+
+    def _grow(self, rows: list) -> bool:
         if not rows:
             return False
         for rowid, key, step, value in rows:

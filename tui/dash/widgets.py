@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import bisect
+import time
 from typing import Callable
 
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 from textual.widgets import DataTable, Log, Static
 from textual_plotext import PlotextPlot
 
@@ -75,63 +82,268 @@ def job_cells(job, now: float) -> dict[str, object]:
     }
 
 
-class JobsTable(DataTable):
-    """Rows keyed by job id, updated in place so the cursor and selection survive updates."""
+class JobsTable(ScrollView, can_focus=True):
+    """Every job, newest first, as a virtual table: its height is the row count, and only the
+    rows on screen are turned into text (render_line). A change touches one list entry, never
+    the other rows, so a tick costs the same at 10 or 100,000 jobs; End, paging and the filter
+    reach the oldest job.
+
+    `view` is the ids in display order (the filter applied), `_keys` their sort keys
+    (-created_at, ascending) for bisecting new jobs in; the app owns the Job objects.
+    """
+
+    BINDINGS = [
+        Binding("up", "cursor_up", "Up", show=False),
+        Binding("down", "cursor_down", "Down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home", "first", "First", show=False),
+        Binding("end", "last", "Last", show=False),
+        Binding("enter", "select_cursor", "Details", show=False),
+    ]
+    COMPONENT_CLASSES = {"jobs--header", "jobs--cursor", "jobs--even-row"}
+    DEFAULT_CSS = """
+    JobsTable { background: $surface; color: $foreground; }
+    JobsTable:focus { background-tint: $foreground 5%; }
+    JobsTable > .jobs--header { text-style: bold; background: $panel; color: $foreground; }
+    JobsTable:ansi > .jobs--header { background: ansi_bright_blue; color: ansi_default; }
+    JobsTable > .jobs--even-row { background: $surface-lighten-1 50%; }
+    JobsTable:dark > .jobs--even-row { background: $surface-darken-1 40%; }
+    JobsTable > .jobs--cursor { background: $block-cursor-blurred-background;
+        color: $block-cursor-blurred-foreground; text-style: $block-cursor-blurred-text-style; }
+    JobsTable:focus > .jobs--cursor { background: $block-cursor-background;
+        color: $block-cursor-foreground; text-style: $block-cursor-text-style; }
+    """
+
+    class RowHighlighted(Message):
+        """The cursor is on another job."""
+
+        def __init__(self, table: "JobsTable", job_id: str) -> None:
+            super().__init__()
+            self.table, self.job_id = table, job_id
+
+        @property
+        def control(self) -> "JobsTable":
+            return self.table
+
+    class RowSelected(Message):
+        """Enter (or a second click) on a job."""
+
+        def __init__(self, table: "JobsTable", job_id: str) -> None:
+            super().__init__()
+            self.table, self.job_id = table, job_id
+
+        @property
+        def control(self) -> "JobsTable":
+            return self.table
 
     compact: bool | None = None
+    cursor_row: reactive[int] = reactive(0, always_update=True, repaint=False)
+
+    def __init__(self, jobs: dict | None = None, now: Callable[[], float] | None = None, **kw) -> None:
+        super().__init__(**kw)
+        self.jobs: dict = jobs if jobs is not None else {}
+        self.now = now or time.time
+        self.view: list[str] = []
+        self._keys: list[float] = []
+        self.rendered_rows = 0  # rows turned into text since the last reset_count(): tests count it
+
+    # -- the rows ---------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        self.cursor_type = "row"
-        self.zebra_stripes = True
         self.set_columns(self.app.size.width < COMPACT_BELOW)
 
+    @property
+    def columns(self) -> tuple:
+        return COMPACT_COLUMNS if self.compact else JOB_COLUMNS
+
     def set_columns(self, compact: bool) -> bool:
-        """Lay out the columns for this width; True if they changed (rows must be added again)."""
+        """Lay out the columns for this width; True if they changed."""
         if compact == self.compact:
             return False
         self.compact = compact
-        self.clear(columns=True)
-        for key, label, width in (COMPACT_COLUMNS if compact else JOB_COLUMNS):
-            self.add_column(label, key=key, width=width)
+        self.refresh()
         return True
 
-    def upsert(self, jobs: list, now: float, created: dict[str, float]) -> bool:
-        """Update changed rows by key; add new ones. True if rows were added (order changed)."""
-        added = False
-        existing = self.rows
-        keys = [c[0] for c in (COMPACT_COLUMNS if self.compact else JOB_COLUMNS)]
-        for job in jobs:
-            all_cells = job_cells(job, now)
-            cells = {k: all_cells[k] for k in keys}
-            if job.id in existing:
-                for col, value in cells.items():
-                    self.update_cell(job.id, col, value)
-            else:
-                self.add_row(*cells.values(), key=job.id)
-                added = True
-            created[job.short_id] = job.created_at
-        return added
+    @property
+    def row_count(self) -> int:
+        return len(self.view)
 
-    def sort_newest_first(self, created: dict[str, float]) -> None:
-        """Newest first (DataTable appends new rows), keeping the selected job selected."""
+    def _sized(self) -> None:
+        width = sum(w + 2 for _, _, w in self.columns)
+        self.virtual_size = Size(width, len(self.view) + 1)  # + the header line
+
+    def show(self, ordered: list) -> None:
+        """Show these jobs (newest first, filtered), keeping the selected job selected."""
         selected = self.selected_key()
-        self.sort("id", key=lambda short_id: -created.get(short_id, 0.0))
-        if selected:
-            self.select_key(selected)
+        self.view = [j.id for j in ordered]
+        self._keys = [-j.created_at for j in ordered]
+        self._sized()
+        self._place(selected, keep_scroll=False)
+        self.refresh()
+
+    def apply(self, changed: list, keep: Callable[[object], bool]) -> None:
+        """Jobs that changed: new ones that `keep` accepts are bisected in by age, ones it no
+        longer accepts leave; the rest only need drawing again. The cursor stays on its job
+        and the rows on screen stay where they were (a new job above them shifts the scroll)."""
+        selected = self.selected_key()
+        shown = set(self.view) if len(changed) > 8 else None
+        above = 0
+        top = int(self.scroll_y)
+        for job in changed:
+            present = (job.id in shown) if shown is not None else (job.id in self.view)
+            wanted = keep(job)
+            if present and not wanted:
+                i = self.view.index(job.id)
+                del self.view[i], self._keys[i]
+                above -= i < top
+            elif wanted and not present:
+                i = bisect.bisect_left(self._keys, -job.created_at)
+                self.view.insert(i, job.id)
+                self._keys.insert(i, -job.created_at)
+                above += i < top or (i == top and top > 0)
+        self._sized()
+        if above and top:
+            self.scroll_to(y=top + above, animate=False, immediate=True)
+        self._place(selected, keep_scroll=True)
+        self.refresh()
+
+    def _place(self, selected: str | None, keep_scroll: bool) -> None:
+        if selected is not None and self.view and (self.cursor_row >= len(self.view)
+                                                   or self.view[self.cursor_row] != selected):
+            try:
+                row = self.view.index(selected)
+            except ValueError:
+                row = min(self.cursor_row, len(self.view) - 1)
+            self.set_reactive(JobsTable.cursor_row, row)
+            if not keep_scroll:
+                self._scroll_to_cursor()
+            if self.view[row] != selected:
+                self.post_message(self.RowHighlighted(self, self.view[row]))
+        elif self.cursor_row >= len(self.view):
+            self.set_reactive(JobsTable.cursor_row, max(0, len(self.view) - 1))
+
+    # -- drawing: only the rows on screen ----------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        if y == 0:
+            style = self.get_component_rich_style("jobs--header")
+            return self._strip([(label, w) for _, label, w in self.columns], style, width)
+        row = int(self.scroll_y) + y - 1
+        base = self.rich_style
+        if row >= len(self.view):
+            return Strip.blank(width, base)
+        job = self.jobs.get(self.view[row])
+        if row == self.cursor_row:
+            style = base + self.get_component_rich_style("jobs--cursor")
+        elif row % 2:
+            style = base + self.get_component_rich_style("jobs--even-row")
+        else:
+            style = base
+        if job is None:
+            return Strip.blank(width, style)
+        self.rendered_rows += 1
+        cells = job_cells(job, self.now())
+        return self._strip([(cells[key], w) for key, _, w in self.columns], style, width)
+
+    def _strip(self, cells: list, style, width: int) -> Strip:
+        line = Text(no_wrap=True, overflow="ellipsis", end="")
+        for value, w in cells:
+            text = value.copy() if isinstance(value, Text) else Text(str(value))
+            text.truncate(w, overflow="ellipsis", pad=True)
+            line.append(" ")
+            line.append_text(text)
+            line.append(" ")
+        segments = list(line.render(self.app.console))
+        return Strip(segments).apply_style(style).crop_extend(int(self.scroll_x), int(self.scroll_x) + width, style)
+
+    def row_text(self, job_id: str) -> str:
+        """The job's row as it is drawn, in plain text (what a person reads in it)."""
+        cells = job_cells(self.jobs[job_id], self.now())
+        strip = self._strip([(cells[key], w) for key, _, w in self.columns], self.rich_style, 10_000)
+        return strip.text.rstrip()
+
+    def reset_count(self) -> None:
+        self.rendered_rows = 0
+
+    # -- the cursor --------------------------------------------------------------------------
+
+    def watch_cursor_row(self, old: int, new: int) -> None:
+        if not self.view:
+            return
+        clamped = max(0, min(new, len(self.view) - 1))
+        if clamped != new:
+            self.cursor_row = clamped
+            return
+        self._scroll_to_cursor()
+        self.refresh()
+        self.post_message(self.RowHighlighted(self, self.view[new]))
+
+    def _scroll_to_cursor(self) -> None:
+        height = max(1, self.scrollable_content_region.height - 1)  # rows below the header
+        top = int(self.scroll_y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= top + height:
+            self.scroll_to(y=self.cursor_row - height + 1, animate=False, immediate=True)
+
+    def _page(self) -> int:
+        return max(1, self.scrollable_content_region.height - 2)
+
+    def move_cursor(self, row: int, animate: bool = False) -> None:
+        self.cursor_row = max(0, min(row, len(self.view) - 1))
+
+    def action_cursor_up(self) -> None:
+        self.move_cursor(self.cursor_row - 1)
+
+    def action_cursor_down(self) -> None:
+        self.move_cursor(self.cursor_row + 1)
+
+    def action_page_up(self) -> None:
+        self.move_cursor(self.cursor_row - self._page())
+
+    def action_page_down(self) -> None:
+        self.move_cursor(self.cursor_row + self._page())
+
+    def action_first(self) -> None:
+        self.move_cursor(0)
+
+    def action_last(self) -> None:
+        self.move_cursor(len(self.view) - 1)
+
+    def action_select_cursor(self) -> None:
+        key = self.selected_key()
+        if key:
+            self.post_message(self.RowSelected(self, key))
+
+    def on_click(self, event) -> None:
+        row = int(self.scroll_y) + event.y - 1
+        if event.y >= 1 and 0 <= row < len(self.view):
+            if row == self.cursor_row and event.chain > 1:
+                self.action_select_cursor()
+            self.move_cursor(row)
 
     def selected_key(self) -> str | None:
-        if not self.row_count:
+        if not self.view or not 0 <= self.cursor_row < len(self.view):
             return None
-        try:
-            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        except Exception:  # noqa: BLE001 - an empty or changing table has no selection
-            return None
+        return self.view[self.cursor_row]
 
     def select_key(self, key: str) -> None:
         try:
-            self.move_cursor(row=self.get_row_index(key), animate=False)
-        except Exception:  # noqa: BLE001
+            self.move_cursor(self.view.index(key))
+        except ValueError:
             pass
+
+    def refresh_if_shown(self, which: Callable[[object], bool]) -> None:
+        """Draw again if a job on screen is one of `which` (running jobs' elapsed time moved
+        on): only the screenful is looked at, whatever the job count."""
+        top = int(self.scroll_y)
+        for job_id in self.view[top: top + self.scrollable_content_region.height]:
+            job = self.jobs.get(job_id)
+            if job is not None and which(job):
+                self.refresh()
+                return
 
 
 class TargetsTable(DataTable):
