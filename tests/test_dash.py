@@ -373,6 +373,60 @@ async def test_a_hidden_instruction_in_a_real_job_s_log_never_reaches_the_log_pa
         assert not bad, (where, bad[:10])
 
 
+async def test_slash_in_the_log_searches_it_and_n_steps_through_the_hits(demo) -> None:
+    """`/` with the log focused opens its search (not the job filter); enter goes to the first
+    hit, n and N step forward and back (wrapping), a bad pattern says so and keeps the box;
+    a progress bar in the log shows as its last state."""
+    from core.engine.service import log_path
+
+    path = log_path(Store().get(RUNNING))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        f.write(b"".join(b"step %d loss=%s\n" % (i, b"nan" if i in (40, 700, 1500) else b"0.5")
+                         for i in range(2000)))
+        f.write(b"epoch 1:  10%|#\repoch 1:  50%|#####\repoch 1: 100%|##########\r\n")
+    app = _app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        app.query_one(JobsTable).move_cursor(row=_rows(app).index(RUNNING))
+        await _settle(pilot, 0.5)
+        log = app.query_one(LogTail)
+        assert log.lines[-1] == "epoch 1: 100%|##########"
+        log.focus()
+        await pilot.press("slash")
+        box = app.query_one("#logsearch")
+        assert box.has_focus and not app.query_one("#filter").has_class("shown")
+        for key in "loss=nan":
+            await pilot.press(key)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+
+        def shown() -> str:
+            """The hit's line as drawn: in the middle of the view."""
+            lines = [log.lines[i] for i in range(int(log.scroll_y), int(log.scroll_y) + log.size.height)]
+            return " | ".join(lines)
+
+        assert log.has_focus and not box.has_class("shown")
+        assert not log.following and len(log.hits) == 3
+        assert "step 40 loss=nan" in shown() and "hit 1/3" in str(log.border_subtitle)
+        await pilot.press("n")
+        assert "step 700 loss=nan" in shown() and "hit 2/3" in str(log.border_subtitle)
+        await pilot.press("n", "n")
+        assert "step 40 loss=nan" in shown()  # wrapped round
+        await pilot.press("N")
+        assert "step 1500 loss=nan" in shown() and "hit 3/3" in str(log.border_subtitle)
+
+        await pilot.press("slash")
+        await pilot.press("ctrl+a", "ctrl+k", "(", "enter")
+        await pilot.pause(0.1)
+        assert box.has_focus and box.has_class("shown") and "bad pattern" in str(log.border_subtitle)
+        await pilot.press("escape")
+        assert log.has_focus and not box.has_class("shown")
+        app.query_one(JobsTable).focus()
+        await pilot.press("slash")  # outside the log, / is still the job filter
+        assert app.query_one("#filter").has_focus
+
+
 def _seed_many(n: int) -> list[str]:
     """n finished jobs in the real store, one second apart: job 0 is the newest, n-1 the oldest."""
     import json

@@ -7,6 +7,7 @@ as `gpu approve` (core.engine.approvals), bound to the digest shown in the modal
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from typing import Callable
@@ -52,10 +53,34 @@ class MetricsRead(Message):
 
 
 class TargetsRead(Message):
-    def __init__(self, infos: list, accounts: list | None = None) -> None:
+    def __init__(self, infos: list, accounts: list | None = None, budget: dict | None = None) -> None:
         super().__init__()
         self.infos = infos
         self.accounts = accounts or []  # the GPU cloud accounts' documents (core.engine.accounts)
+        self.budget = budget  # this week's spend against the budget (core.engine.spend.budget_doc)
+
+
+def read_budget(store: Store) -> dict | None:
+    """The last 7 days' spend and the weekly budget, for the header; None if the config is
+    unreadable (the targets pane already says why)."""
+    from core.engine.spend import budget_doc
+
+    try:
+        return budget_doc(store)
+    except UserError:
+        return None
+
+
+def spend_text(budget: dict | None) -> str | None:
+    """The header's spend: "$3.20 of $20.00 this week" against a weekly budget, "$3.20 this
+    week" without one, nothing when there is neither a budget nor any spend."""
+    if not budget or (budget.get("weekly") is None and not budget.get("week_spend")):
+        return None
+    spent = f"${budget['week_spend']:.2f}"
+    if budget.get("weekly") is None:
+        return f"{spent} this week"
+    over = " (over budget)" if budget["week_spend"] > budget["weekly"] else ""
+    return f"{spent} of ${budget['weekly']:.2f} this week{over}"
 
 
 def read_accounts() -> list:
@@ -120,6 +145,8 @@ class DashApp(App):
     #jobs { height: 1fr; min-height: 5; }
     #filter { display: none; height: 3; }
     #filter.shown { display: block; }
+    #logsearch { display: none; height: 3; }
+    #logsearch.shown { display: block; }
     #bottom { height: 1fr; min-height: 8; }
     #log { width: 1fr; border: round $primary-darken-2; border-title-align: left;
            scrollbar-size-horizontal: 0; }
@@ -159,6 +186,7 @@ class DashApp(App):
         self.jobs: dict[str, Job] = {}
         self.counts: Counter[State] = Counter()
         self.job_filter = JobFilter()
+        self.budget: dict | None = None  # this week's spend and the budget, read with the targets
         self.paused = False
         self._detail_loading = False
         self.selected: str | None = None
@@ -187,6 +215,8 @@ class DashApp(App):
         yield Input(placeholder="filter: words match id, name, state, target; !word excludes; esc closes",
                     id="filter")
         yield JobsTable(self.jobs, self.clock, id="jobs")
+        yield Input(placeholder="search the log: a regular expression; enter finds, n/N step, esc closes",
+                    id="logsearch")
         with Horizontal(id="bottom"):
             yield LogTail(id="log")
             yield Charts(id="charts")
@@ -202,7 +232,7 @@ class DashApp(App):
             from core.engine import targets
 
             self.on_targets_read(TargetsRead(list(targets.infos(Store(self.store.path)).values()),
-                                             read_accounts()))
+                                             read_accounts(), read_budget(Store(self.store.path))))
             self.on_jobs_changed(JobsChanged(self.watcher.initial(), initial=True))
             return
         self.load_initial()
@@ -263,7 +293,7 @@ class DashApp(App):
         except UserError as exc:
             self.call_from_thread(self.tell, exc.message(), severity="error", title="config")
             return
-        self.post_message(TargetsRead(infos, read_accounts()))
+        self.post_message(TargetsRead(infos, read_accounts(), read_budget(Store(self.store.path))))
 
     @work(thread=True, exclusive=True, group="log")
     def poll_log(self) -> None:
@@ -321,6 +351,9 @@ class DashApp(App):
 
     def on_targets_read(self, message: TargetsRead) -> None:
         self.query_one(TargetsTable).show(message.infos, message.accounts, now=self.clock())
+        if message.budget is not None:
+            self.budget = message.budget
+            self._header_counts()
 
     def on_log_lines(self, message: LogLines) -> None:
         if message.job_id != self.selected:
@@ -352,6 +385,9 @@ class DashApp(App):
         parts.append(shown)
         if self.job_filter:
             parts.append(f"filter: {self.job_filter.describe()}")
+        spent = spend_text(self.budget)
+        if spent:
+            parts.append(spent)
         if self.read_only:
             parts.append("read-only")
         self.sub_title = safe(" · ".join(parts), single_line=True)
@@ -475,7 +511,9 @@ class DashApp(App):
                      ("n / esc", "in a window: back without changing anything", "approval.back")]
         rows += [("ctrl+p", "command palette: approve, cancel, open logs, filter", "app.command_palette"),
                  ("tab", "move focus between the job table and the log", "app.focus_next"),
-                 ("up/down", "move in the focused table or log", "")]
+                 ("up/down", "move in the focused table or log", ""),
+                 ("/ in the log", "search the log shown (a regular expression)", "log.search"),
+                 ("n / N in the log", "next / previous hit", "log.next_hit")]
         self.push_screen(HelpScreen(rows))
 
     def action_detail(self) -> None:
@@ -492,25 +530,37 @@ class DashApp(App):
         else:
             self._show_detail(*self._read_detail(job_id))
 
+    def _read_journey(self, job: Job) -> dict:
+        """The job's attempts and moves (core.engine.reports.journey), on a thread of its own:
+        it reads the events and, for a failed job, its log's end."""
+        from core.engine.reports import journey
+
+        return journey(Store(self.store.path), job, iso=False)
+
     def _read_detail(self, job_id: str) -> tuple:
+        from core.engine.reports import journey
+
         store = Store(self.store.path)
-        return store.get(job_id), store.events(job_id), store.metrics_summary(job_id)
+        job = store.get(job_id)
+        return job, store.events(job_id), store.metrics_summary(job_id), journey(store, job, iso=False)
 
     @work(group="detail")
     async def _load_detail(self, job_id: str) -> None:
         """Events and a metric summary can be large: awaited through the Reader, the loop draws."""
         reader = self.watcher.reader
         try:
-            found = (await reader.get(job_id), await reader.events(job_id), await reader.metrics_summary(job_id))
+            job = await reader.get(job_id)
+            found = (job, await reader.events(job_id), await reader.metrics_summary(job_id),
+                     await asyncio.to_thread(self._read_journey, job))
         except Exception:
             self._detail_loading = False
             raise
         self._show_detail(*found)
 
-    def _show_detail(self, job: Job, events: list, summary: dict) -> None:
+    def _show_detail(self, job: Job, events: list, summary: dict, journey: dict) -> None:
         self._detail_loading = False
         if not isinstance(self.screen, DetailScreen):
-            self.push_screen(DetailScreen(job, events, summary, self.clock))
+            self.push_screen(DetailScreen(job, events, summary, self.clock, journey=journey))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -534,7 +584,30 @@ class DashApp(App):
         if not event.value.strip():
             event.input.remove_class("shown")
 
+    def open_log_search(self, pattern: str) -> None:
+        """`/` in the log pane: the search box, above the log, holding the last pattern."""
+        box = self.query_one("#logsearch", Input)
+        box.add_class("shown")
+        box.value = pattern
+        box.focus()
+
+    @on(Input.Submitted, "#logsearch")
+    def _log_search_done(self, event: Input.Submitted) -> None:
+        log = self.query_one(LogTail)
+        problem = log.search(event.value.strip())
+        if problem:
+            self.notify(markup("bad pattern: {e}", e=problem), severity="error")
+            return
+        event.input.remove_class("shown")
+        log.focus()
+
     def on_key(self, event) -> None:
+        search = self.query_one("#logsearch", Input)
+        if event.key == "escape" and search.has_focus:
+            search.remove_class("shown")
+            self.query_one(LogTail).focus()
+            event.stop()
+            return
         box = self.query_one("#filter", Input)
         if event.key == "escape" and box.has_focus:
             box.value = ""
