@@ -211,7 +211,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--log-gb", type=float, default=1.0)
     parser.add_argument("--points", type=int, default=1_000_000)
-    args = parse_small(parser, {'jobs': 50, 'log_gb': 0.001, 'points': 2000})
+    args = parse_small(parser, {'jobs': 200, 'log_gb': 0.001, 'points': 2000})
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.environ["GPU_ROUTER_HOME"] = str(root / "home")

@@ -24,7 +24,7 @@ from _common import (REPO, git, gpu_cmd, gpu_entry_point, gpu_shim, log, median,
 # `--small` (tests/test_benches.py): the same path, 2 runs each, in seconds; targets not judged.
 SMALL = "--small" in sys.argv[1:]
 _ARGS = [a for a in sys.argv[1:] if a != "--small"]
-N = int(_ARGS[0]) if _ARGS else (2 if SMALL else 15)
+N = int(_ARGS[0]) if _ARGS else (1 if SMALL else 15)
 FILES = 1000
 TARGET_MS = 300
 
