@@ -8,6 +8,7 @@ any job process group still alive, then deletes the directory.
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import json
 import math
@@ -24,6 +25,20 @@ from pathlib import Path
 from core.runtime.jobprocs import exists as _alive  # the local target's liveness check
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def parse_small(parser: argparse.ArgumentParser, small: dict) -> argparse.Namespace:
+    """Parse the command line, with `--small`: the same code path on tiny inputs (`small`, the
+    option values it sets), in seconds. tests/test_benches.py runs every bench so, so none rots:
+    the figures still print, no target is judged, and anything broken still exits non-zero."""
+    parser.add_argument("--small", action="store_true",
+                        help="CI mode: the same code path on tiny inputs, in seconds (figures "
+                             "printed, targets not judged)")
+    args = parser.parse_args()
+    if args.small:
+        for key, value in small.items():
+            setattr(args, key, value)
+    return args
 
 
 def log(msg: str) -> None:

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import parse_small  # noqa: E402
 
 
 def ms(seconds: float) -> str:
@@ -272,7 +274,7 @@ def main() -> None:
     parser.add_argument("--scroll-jobs", type=int, default=100_000, help="a second store this size, scrolled (0 skips)")
     parser.add_argument("--log-gb", type=float, default=1.0)
     parser.add_argument("--points", type=int, default=1_000_000)
-    args = parser.parse_args()
+    args = parse_small(parser, {'jobs': 200, 'log_gb': 0.001, 'points': 2000})
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.environ["GPU_ROUTER_HOME"] = str(root / "home")

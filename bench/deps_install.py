@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import git, gpu_entry_point, log, private_world  # noqa: E402
+from _common import parse_small, git, gpu_entry_point, log, private_world  # noqa: E402
 from tests.pyindex import PackageIndex  # noqa: E402
 
 JOB = "import numpy, scipy.linalg\nprint('ok', numpy.__version__, scipy.__version__)\n"
@@ -103,7 +103,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--wheels", type=Path, default=Path("/opt/pypi-more/files"))
     ap.add_argument("--installer", choices=("both", "pip", "uv"), default="both")
-    args = ap.parse_args()
+    args = parse_small(ap, {'installer': 'uv'})
     missing = [f for f in WANTED.values() if not (args.wheels / f).is_file()]
     if missing:
         sys.exit(f"not in {args.wheels}: {', '.join(missing)} (pass --wheels DIR holding them)")

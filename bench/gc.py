@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import gpu_entry_point, log, median, private_world, timed  # noqa: E402
+from _common import parse_small, gpu_entry_point, log, median, private_world, timed  # noqa: E402
 
 DAY = 86400
 
@@ -62,7 +62,7 @@ def main() -> int:
     ap.add_argument("--kb", type=int, default=256)
     ap.add_argument("--live", type=int, default=50)
     ap.add_argument("--reps", type=int, default=3)
-    a = ap.parse_args()
+    a = parse_small(ap, {'bundles': 20, 'kb': 4, 'live': 5, 'reps': 1})
     world = private_world("gc")
     seed = world.tmp / "seed"
     world.set_home(seed)

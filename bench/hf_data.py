@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import parse_small  # noqa: E402
 
 from bench._common import git, gpu_entry_point, log, private_world, stats_ms, timed  # noqa: E402
 from tests.fake_hub import FakeHub  # noqa: E402
@@ -31,7 +33,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=50)
     ap.add_argument("--kb", type=int, default=256)
     ap.add_argument("--reps", type=int, default=5)
-    opts = ap.parse_args()
+    opts = parse_small(ap, {'files': 3, 'kb': 4, 'reps': 1})
     world = private_world("hf")
     hub = FakeHub()
     files = {f"train/part-{i:04d}.bin": os.urandom(opts.kb * 1024) for i in range(opts.files)}

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import gpu_doc as gpu, log, make_code_project, private_world  # noqa: E402
+from _common import parse_small, gpu_doc as gpu, log, make_code_project, private_world  # noqa: E402
 
 JOB = """import gpu
 gpu.log(step=0, ok=1)
@@ -35,7 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--mb", type=float, default=10)
-    a = ap.parse_args()
+    a = parse_small(ap, {'files': 20, 'mb': 0.1})
     world = private_world("kaggle-submit")
     os.environ.update(GPU_ROUTER_TICK_S="0.2", KAGGLE_API_ENVIRONMENT="LOCALHOST", NO_PROXY="localhost,127.0.0.1")
     from tests.fake_kaggle import FakeKaggle

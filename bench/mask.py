@@ -33,6 +33,8 @@ import urllib.parse
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import parse_small  # noqa: E402
 from core.runtime import launch  # noqa: E402
 
 SECRETS = ["hf_Zx8Kq2LmN4pR7sT1vW3yA5bC6dE9fG0hJk", "tok-3xAmPle/VALUE+with=chars",
@@ -157,7 +159,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lines", type=int, default=500_000)
     ap.add_argument("--reps", type=int, default=3)
-    args = ap.parse_args()
+    args = parse_small(ap, {'lines': 5000, 'reps': 1})
     lines = make_lines(args.lines)
     data = b"".join(lines)
     print(f"{args.lines} lines, {len(data) / 1e6:.1f} MB, 3 secrets, "

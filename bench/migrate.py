@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import git, gpu_entry_point, log, private_world  # noqa: E402
+from _common import parse_small, git, gpu_entry_point, log, private_world  # noqa: E402
 
 JOB = """import json, os, time
 import gpu
@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--ckpt-mb", type=float, default=20)
     ap.add_argument("--grace", type=float, default=3)
     ap.add_argument("--frequent", action="store_true", help="save every step, kill a 60 steps in")
-    a = ap.parse_args()
+    a = parse_small(ap, {'ckpt_mb': 0.5, 'grace': 1.0})
     world = private_world("migrate")
     os.environ["GPU_ROUTER_TICK_S"] = "0.2"
     os.environ["GPU_ROUTER_CKPT_EVERY_S"] = "15" if a.frequent else "1"

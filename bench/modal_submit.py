@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import gpu_doc as gpu, log, make_code_project, private_world  # noqa: E402
+from _common import parse_small, gpu_doc as gpu, log, make_code_project, private_world  # noqa: E402
 
 JOB = """import time, gpu
 gpu.log(step=0, ok=1)
@@ -38,7 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=300)
     ap.add_argument("--mb", type=float, default=2)
-    a = ap.parse_args()
+    a = parse_small(ap, {'files': 20, 'mb': 0.1})
     world = private_world("modal-submit")
     from tests.fake_modal import FakeModal
     from tests.services import Keychain

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import git, log, median, private_world, timed  # noqa: E402
+from _common import parse_small, git, log, median, private_world, timed  # noqa: E402
 
 WORDS = ("tensor gradient layer batch epoch model weight bias loss optimizer learning rate "
          "dropout activation relu softmax attention head token embedding vector matrix "
@@ -121,7 +121,7 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=20_000)
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--reps", type=int, default=3)
-    a = ap.parse_args()
+    a = parse_small(ap, {'files': 300, 'mb': 2, 'reps': 1})
 
     world = private_world("pack")
     tree = world.tmp / "tree"

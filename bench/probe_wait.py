@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, git, gpu_entry_point, log, private_world  # noqa: E402
+from _common import parse_small, REPO, git, gpu_entry_point, log, private_world  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 from tests.services import Keychain  # noqa: E402
@@ -90,7 +90,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--code", help="a checkout whose code to run (PYTHONPATH)", default=str(REPO))
     ap.add_argument("--modes", default="silent,closed")
-    opts = ap.parse_args()
+    opts = parse_small(ap, {'modes': 'closed'})
     world = private_world("probe-wait")
     kc = Keychain(world.tmp / "keychain")
     try:

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import parse_small  # noqa: E402
 
 from core.runtime import boundary  # noqa: E402
 
@@ -59,7 +61,7 @@ def _row(name: str, ms: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=40)
-    a = ap.parse_args()
+    a = parse_small(ap, {'runs': 3})
     t0 = time.perf_counter()
     found = boundary.probe()
     probe_ms = (time.perf_counter() - t0) * 1000

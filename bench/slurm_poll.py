@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import git, log, private_world  # noqa: E402
+from _common import parse_small, git, log, private_world  # noqa: E402
 
 SHIM = """#!/bin/sh
 echo "$$ $(date +%s.%N) $*" >> {log}
@@ -38,7 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=100)
     ap.add_argument("--cycles", type=int, default=10)
-    a = ap.parse_args()
+    a = parse_small(ap, {'jobs': 4, 'cycles': 2})
     world = private_world("slurm-poll")
     from tests.services import SlurmCluster
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import gpu_doc as gpu, log, make_code_project, private_world  # noqa: E402
+from _common import parse_small, gpu_doc as gpu, log, make_code_project, private_world  # noqa: E402
 
 JOB = """import gpu, time
 gpu.log(step=0, ok=1)
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=2000)
     ap.add_argument("--mb", type=float, default=20)
     ap.add_argument("--data-mb", type=float, default=50)
-    a = ap.parse_args()
+    a = parse_small(ap, {'files': 20, 'mb': 0.1, 'data_mb': 0.5})
     world = private_world("ssh-upload")
     os.environ["GPU_ROUTER_TICK_S"] = "0.2"
     from tests.services import Sshd

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import log, private_world  # noqa: E402
+from _common import parse_small, log, private_world  # noqa: E402
 
 HOLD_S = 1.0
 
@@ -140,7 +140,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=10)
-    a = ap.parse_args()
+    a = parse_small(ap, {'jobs': 10, 'rounds': 2})
     world = private_world("store-calls")
     from core.jobs.store import Store
 

@@ -21,7 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (REPO, git, gpu_cmd, gpu_entry_point, gpu_shim, log, median, private_world,  # noqa: E402
                      stats_ms, timed)
 
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+# `--small` (tests/test_benches.py): the same path, 2 runs each, in seconds; targets not judged.
+SMALL = "--small" in sys.argv[1:]
+_ARGS = [a for a in sys.argv[1:] if a != "--small"]
+N = int(_ARGS[0]) if _ARGS else (1 if SMALL else 15)
 FILES = 1000
 TARGET_MS = 300
 
@@ -110,7 +113,7 @@ def main() -> int:
     floor_imp = [timed([py, "-c", "import core.engine.service, core.config.request, tui.cli"], cwd=proj,
                        env=world.env())[0] for _ in range(N)]
     help_path = [timed(gpu_cmd() + ["--help"], env=world.env())[0] for _ in range(N)]
-    shim = gpu_shim()
+    shim = None if SMALL else gpu_shim()  # --small: the console script only
     help_shim = [timed(shim + ["--help"], env=world.env())[0] for _ in range(N)] if shim else []
 
     log("gpu bundle --json (first one packs with a cold stat cache) ...")
@@ -118,7 +121,7 @@ def main() -> int:
     bdoc = json.loads(out.stdout)
     log(f"  bundle: {bdoc['files']} files, {bdoc['bytes']} bytes, cold {bundle_cold * 1000:.0f} ms")
     bundle_warm = [timed(gpu_entry_point() + ["bundle", "--json"], cwd=proj, env=world.env())[0]
-                   for _ in range(5)]
+                   for _ in range(1 if SMALL else 5)]
 
     def submit(tag: str, cmd: list[str], wait: list[str], env: dict | None = None) -> tuple[float, dict]:
         dt, out = timed(cmd + ["submit", "a.py", "--json", *wait, "--hours", "0.1",
@@ -173,12 +176,12 @@ def main() -> int:
     wait_idle(world)
     default_wait = []
     states = []
-    for i in range(3):
+    for i in range(1 if SMALL else 3):
         wait_idle(world)
         dt, doc = submit(f"wait{i}", gpu_cmd(), [])  # no --wait-s: the default (10 s)
         default_wait.append(dt)
         states.append(doc["job"]["state"])
-        print(f"    default wait run {i + 1}/3: {dt * 1000:6.1f} ms -> {doc['job']['state']}", flush=True)
+        print(f"    default wait run {i + 1}: {dt * 1000:6.1f} ms -> {doc['job']['state']}", flush=True)
 
     med = median(s_path) * 1000
     print()

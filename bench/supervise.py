@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import git, gpu_entry_point, live_groups, log, private_world, timed  # noqa: E402
+from _common import parse_small, git, gpu_entry_point, live_groups, log, private_world, timed  # noqa: E402
 
 TARGET_PCT = 10.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -122,7 +122,7 @@ def main() -> int:
     ap.add_argument("--full-config", action="store_true",
                     help="write the fuller user config documented in core/config/user.py "
                          "(targets, rules, budget, dashboard) instead of the 4-line one")
-    a = ap.parse_args()
+    a = parse_small(ap, {'jobs': 4, 'window': 2.0, 'job_s': 60.0, 'profile_ticks': 1, 'settle': 0.5})
 
     world = private_world("supervise")
     world.write_config((FULL_CONFIG if a.full_config else SMALL_CONFIG).format(n=a.jobs))

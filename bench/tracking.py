@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "bench"), str(REPO)]
+from _common import parse_small  # noqa: E402
 RUNTIME = REPO / "core" / "runtime"
 JOBSITE = RUNTIME / "jobsite"
 
@@ -76,7 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--reps", type=int, default=5)
-    args = parser.parse_args()
+    args = parse_small(parser, {'calls': 200, 'reps': 1})
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         (tmp / "out").mkdir()

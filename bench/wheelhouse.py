@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import gpu_doc as gpu, log, private_world  # noqa: E402
+from _common import parse_small, gpu_doc as gpu, log, private_world  # noqa: E402
 
 JOB = """import importlib, gpu
 names = open("requirements.txt").read().split()
@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--wheels", type=int, default=20)
     ap.add_argument("--kb", type=int, default=200)
     ap.add_argument("--target", choices=("kaggle", "ssh"), default="kaggle")
-    a = ap.parse_args()
+    a = parse_small(ap, {'wheels': 2, 'kb': 10})
     if a.target == "ssh":
         return ssh_case(a)
     world = private_world("wheelhouse")

@@ -6,7 +6,6 @@ allowed; nothing downstream re-checks types.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import shlex
@@ -219,6 +218,8 @@ def is_python_file(script: str, project_dir: Path | None = None) -> bool:
 
 
 def _did_you_mean(key: str) -> str:
+    import difflib  # only for a misspelt key: not on every submit's import path
+
     close = difflib.get_close_matches(key, SCHEMA, n=1) if len(key) <= 64 else []
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -283,7 +282,7 @@ def _insert_once(store: Store, req: JobRequest, plan: dict, bundle: Bundle, fp: 
                     fix="use a new request_id for a new job, or resubmit the original request unchanged")
             return existing, False
         for _ in range(5):
-            job_id = uuid.uuid4().hex
+            job_id = os.urandom(16).hex()  # uuid4's 122 random bits and more, without importing uuid (and platform)
             short = job_id[:8]
             if db.execute("SELECT 1 FROM jobs WHERE short_id = ?", (short,)).fetchone() is None:
                 break

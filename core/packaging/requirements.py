@@ -37,23 +37,25 @@ the content of local paths), not comments, spacing or file names; a target adds 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import optparse
 import os
 import posixpath
 import re
 import shlex
-import tarfile
 import threading
-import tomllib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import TYPE_CHECKING, Iterable, Protocol
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+# optparse, tarfile, tomllib and `packaging` are imported inside the functions that use them:
+# a submit whose project declares no requirements never needs them, and importing them costs
+# about 10 ms of every `gpu submit` (bench/submit_latency.py).
+if TYPE_CHECKING:
+    import optparse
+    import tarfile
 
 from core.errors import UserError
 from core.packaging.credentials import url_credential
@@ -165,6 +167,7 @@ class BundleFiles(_Files):
         self._members: dict[str, tarfile.TarInfo] = {}
         self._data: dict[str, bytes] = {}  # small files, whole: requirement files are among them
         self._digests: dict[str, bytes] = {}  # every regular file: what a local path's hash needs
+        import tarfile
         with tarfile.open(bundle, "r:gz") as tar:
             for member in tar:
                 name = posixpath.normpath(member.name.lstrip("./")) if member.name not in ("", ".") else ""
@@ -236,10 +239,18 @@ class ListingFiles(_Files):
 # -- reading -------------------------------------------------------------------------------
 
 
+@functools.cache
+def _parser_once() -> optparse.OptionParser:
+    """The one parser, built on the first requirement file read (not at import)."""
+    return _parser()
+
+
 def _parser() -> optparse.OptionParser:
     """pip's requirements-file options (pip/_internal/req/req_file.py SUPPORTED_OPTIONS and
     SUPPORTED_OPTIONS_REQ), with optparse as pip uses it: `--opt=V`, `--opt V`, `-iV` and
     unambiguous long prefixes all mean what they mean to pip."""
+    import optparse
+
     p = optparse.OptionParser(add_help_option=False)
 
     def err(msg: str):  # optparse exits on an error; pip turns that into its own error too
@@ -261,7 +272,6 @@ def _parser() -> optparse.OptionParser:
     return p
 
 
-_PARSER = _parser()
 
 
 def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
@@ -351,7 +361,7 @@ class _Reader:
     def line(self, rel: str, number: int, line: str, constraint: bool) -> None:
         args, opt_text = _split(line)
         try:
-            opts, rest = _PARSER.parse_args(shlex.split(opt_text))
+            opts, rest = _parser_once().parse_args(shlex.split(opt_text))
         except ValueError as exc:
             raise UserError(f"pip cannot read this line: {line!r} ({exc})", where=self.where(rel, number),
                             fix="see `pip install --help` for the options a requirements file may hold") from None
@@ -434,6 +444,8 @@ class _Reader:
         if _VCS.match(text) or re.match(r"^[a-z]+://", text, re.I):
             target.append(("-e " if editable else "") + text)  # a URL: pip's to fetch, nothing to check
             return
+        from packaging.requirements import InvalidRequirement, Requirement
+
         try:
             Requirement(text)
         except InvalidRequirement as exc:
@@ -494,6 +506,11 @@ def _local_path(text: str) -> str | None:
 def _pyproject(files: ProjectFiles, rel: str, extras: Iterable[str], deps: Dependencies) -> None:
     """[project] dependencies and the named optional groups, a group naming the project's own
     extras (`mypkg[train]`) read as that group too, as pip would install them."""
+    import tomllib
+
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     text = files.read(rel)
     if text is None:
         raise UserError(f"`extras` names optional groups of {rel}, which is not in the project",

@@ -7,7 +7,7 @@ The answer is cached in a small file for a few minutes so that a submit does not
 from __future__ import annotations
 
 import json
-import platform
+import os
 import shutil
 import subprocess
 import sys
@@ -62,7 +62,7 @@ def _probe() -> list[Gpu]:
                 return parse_nvidia_smi(out.stdout)
         except (OSError, subprocess.TimeoutExpired):
             pass
-    if sys.platform == "darwin" and platform.machine() == "arm64":
+    if sys.platform == "darwin" and os.uname().machine == "arm64":  # platform.machine(), without importing platform
         try:  # Apple Silicon shares memory between CPU and GPU
             mem = int(subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True,
                                      text=True, timeout=5).stdout.strip())

@@ -26,7 +26,6 @@ Standard library only: the launcher imports this on the machine that runs the jo
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import stat
@@ -261,12 +260,24 @@ _SCOPE_SIGNAL = 2
 _PR_SET_NO_NEW_PRIVS = 38
 
 
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+# ctypes is imported here, not at the top: only a launcher about to exec bubblewrap and the
+# one-off probe call the kernel, while every `gpu submit` imports this module (about 3 ms).
+
+
+def _ruleset_attr(fs: int, net: int, scoped: int):
+    """struct landlock_ruleset_attr, built when a launcher needs it."""
+    import ctypes
+
+    class _RulesetAttr(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                    ("scoped", ctypes.c_uint64)]
+
+    return _RulesetAttr(fs, net, scoped)
 
 
 def _libc():
+    import ctypes
+
     return ctypes.CDLL(None, use_errno=True)
 
 
@@ -274,6 +285,8 @@ def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 where there is none."""
     if sys.platform != "linux":
         return 0
+    import ctypes
+
     try:
         abi = _libc().syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_VERSION))
     except (OSError, AttributeError):
@@ -288,8 +301,10 @@ def restrict_self() -> bool:
     address, are what keep the session bus out)."""
     if landlock_abi() < 6:
         return False
+    import ctypes
+
     libc = _libc()
-    attr = _RulesetAttr(0, 0, _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL)
+    attr = _ruleset_attr(0, 0, _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL)
     fd = libc.syscall(_SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
                       ctypes.c_uint32(0))
     if fd < 0:
