@@ -82,7 +82,7 @@ def test_grep_searches_every_job_newest_first_bounded_and_sanitized(home: Path, 
     assert "stopped at 2 hits" in bounded.stderr and "--max" in bounded.stderr
     capped = json.loads(run_gpu("grep", "hit", "--max", "3", "--json", cwd=project).stdout)
     assert len(capped["hits"]) == 3 and capped["truncated"] is True
-    assert f"1 older job not searched" in capped["stopped"]
+    assert "1 older job not searched" in capped["stopped"]
 
     none = run_gpu("grep", "no such words", cwd=project)
     assert none.returncode == 1 and none.stdout == "" and "no line matches in 2 job logs" in none.stderr

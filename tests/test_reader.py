@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from core.jobs.reader import Reader
-from core.jobs.store import Store
 from tui.dash.demo import seed
 
 
