@@ -35,6 +35,12 @@ NEEDS = {
 HEAVY = {"slow", *NEEDS.values()}
 
 
+# pytest-xdist's workers carry COLUMNS=80 (a terminal's width where there is no terminal). A
+# user's shell does not export it, and `gpu` honours it when it is set, so without this the CLI
+# under test lays its output out for 80 columns in parallel runs only (CI's) and not alone.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
+
 def pytest_configure(config: pytest.Config) -> None:
     """The quick loop (`-m quick`) runs each property test with about a fifth of its examples
     (tests/props.py); the full run, and any run that names a profile, keeps them all."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import gpu_json, make_git_project, run_gpu, write_user_config
 
 LONG = "a-target-with-a-rather-long-name-for-a-lab-box"
@@ -108,6 +110,7 @@ def test_adding_a_kaggle_target_offline_says_what_failed_in_one_line(keychain, h
     proc = run_gpu("targets", "add", "kaggle", "kg", "--token-stdin",
                    input="KGAT_0123456789abcdef0123456789abcdef\n", env=offline)
     assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.strip().splitlines()) == 2, proc.stdout + proc.stderr
     saved, why = proc.stdout.strip().splitlines()
     assert saved.startswith("saved target kg (kaggle)"), proc.stdout
     assert "Kaggle could not be reached (the proxy did not let it through)" in why, why
@@ -203,3 +206,25 @@ def test_ctrl_c_while_packing_says_what_was_left_undone_and_keeps_no_half_bundle
     bundles = home / "bundles"
     assert not bundles.exists() or not list(bundles.iterdir()), list(bundles.iterdir())
     assert gpu_json("jobs")["jobs"] == []
+
+
+def test_an_interrupt_anywhere_in_a_pack_leaves_no_half_archive(home: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Ctrl-C above can land between the temp archive's creation and the code that would
+    remove it (its name not yet known there): whatever this pack made is removed all the same."""
+    import tempfile
+
+    from core import paths
+    from core.packaging import bundle
+
+    project = make_git_project(tmp_path / "p", {"train.py": "print(1)\n"})
+    real = tempfile.mkstemp
+
+    def made_then_interrupted(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bundle.tempfile, "mkstemp", made_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bundle.make_bundle(project)
+    assert [p.name for p in paths.bundles_dir().iterdir()] == []

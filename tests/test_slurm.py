@@ -8,6 +8,7 @@ the state mapping and parsers on recorded output and need no cluster.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -211,11 +212,19 @@ def test_a_new_checkpoint_generation_comes_home_on_the_poll(slurm, lab: Path, tm
     home_copy = Path(os.environ["GPU_ROUTER_HOME"]) / "jobs" / job_id / "ckpt-home" / "state"
     seen: dict[int, str] = {}
     deadline = time.monotonic() + 120
+    from core.packaging import checkpoints
+
     while time.monotonic() < deadline and 2 not in seen:
+        # the copy home runs beside the job's polls: read home's manifest, then the file, and
+        # keep the pair only where the file is the one that manifest names (a swap may land
+        # between the two reads)
         doc = gpu_json("status", short)
-        gen = (doc.get("checkpoint") or {}).get("generation")
+        held = checkpoints.manifest(job_id) or {}
+        gen, want = held.get("generation"), (held.get("files") or {}).get("state", {}).get("sha256")
         if gen and doc["state"] == "running" and home_copy.exists():
-            seen[gen] = home_copy.read_text()
+            data = home_copy.read_bytes()
+            if hashlib.sha256(data).hexdigest() == want:
+                seen[gen] = data.decode()
         time.sleep(0.3)
     log = run_gpu("logs", short).stdout
     assert seen.get(2) == "step-2", (seen, log)

@@ -19,6 +19,7 @@ import posixpath
 import stat
 import tarfile
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -149,6 +150,7 @@ def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False,
                       warnings=listing.warnings, manifest=manifest(listing), packed=packed)
     finally:
         if not dry_run:
+            _drop_half_packs(paths.bundles_dir())  # none left once a pack was renamed into place
             cache.flush()
         if own_cache:
             cache.close()
@@ -187,9 +189,21 @@ class _HashingReader:
         return block
 
 
+def _temp_prefix() -> str:
+    """This process's and thread's half-made archives are named by it, so whatever ends a
+    pack (a Ctrl-C between any two lines, even before its own cleanup could know the name)
+    leaves none behind: make_bundle removes what still carries it (_drop_half_packs)."""
+    return f".pack-{os.getpid()}-{threading.get_ident()}-"
+
+
+def _drop_half_packs(store: Path) -> None:
+    for stale in store.glob(_temp_prefix() + "*"):
+        stale.unlink(missing_ok=True)
+
+
 def _pack(listing: Listing, store: Path, cache: FileHashCache | None,
           tick: Callable[[], None] = lambda: None) -> Path:
-    fd, tmp_name = tempfile.mkstemp(prefix=".pack-", suffix=".tar.gz", dir=store)
+    fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(), suffix=".tar.gz", dir=store)
     os.close(fd)
     tmp = Path(tmp_name)
     try:

@@ -596,7 +596,7 @@ class DashApp(App):
         log = self.query_one(LogTail)
         problem = log.search(event.value.strip())
         if problem:
-            self.notify(markup("bad pattern: {e}", e=problem), severity="error")
+            self.tell(f"bad pattern: {problem}", severity="error")
             return
         event.input.remove_class("shown")
         log.focus()
