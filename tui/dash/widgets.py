@@ -115,27 +115,22 @@ class JobsTable(ScrollView, can_focus=True):
         color: $block-cursor-foreground; text-style: $block-cursor-text-style; }
     """
 
-    class RowHighlighted(Message):
+    class _RowMessage(Message):
+        """A message about one job's row (its table is the control, as DataTable's are)."""
+
+        def __init__(self, table: "JobsTable", job_id: str) -> None:
+            super().__init__()
+            self.table, self.job_id = table, job_id
+
+        @property
+        def control(self) -> "JobsTable":
+            return self.table
+
+    class RowHighlighted(_RowMessage):
         """The cursor is on another job."""
 
-        def __init__(self, table: "JobsTable", job_id: str) -> None:
-            super().__init__()
-            self.table, self.job_id = table, job_id
-
-        @property
-        def control(self) -> "JobsTable":
-            return self.table
-
-    class RowSelected(Message):
+    class RowSelected(_RowMessage):
         """Enter (or a second click) on a job."""
-
-        def __init__(self, table: "JobsTable", job_id: str) -> None:
-            super().__init__()
-            self.table, self.job_id = table, job_id
-
-        @property
-        def control(self) -> "JobsTable":
-            return self.table
 
     compact: bool | None = None
     cursor_row: reactive[int] = reactive(0, always_update=True, repaint=False)
