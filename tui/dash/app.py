@@ -142,7 +142,7 @@ class DashApp(App):
     COMMANDS = App.COMMANDS | {JobCommands}
     CSS = """
     #targets { height: auto; max-height: 7; }
-    #jobs { height: 1fr; min-height: 5; }
+    #jobs { height: 1fr; min-height: 4; }  /* fit_layout sets its height: rows, or a share */
     #filter { display: none; height: 3; }
     #filter.shown { display: block; }
     #logsearch { display: none; height: 3; }
@@ -151,10 +151,9 @@ class DashApp(App):
     #log { width: 1fr; border: round $primary-darken-2; border-title-align: left;
            scrollbar-size-horizontal: 0; }
     #charts { width: 1fr; border: round $primary-darken-2; }
-    #charts .empty { color: $text-muted; padding: 1; }
     #paused { display: none; background: $warning; color: $text; text-align: center; }
     #paused.shown { display: block; }
-    PlotextPlot { height: 1fr; min-height: 6; }
+    PlotextPlot { height: 1fr; min-height: 4; }
     """
     BINDINGS = [
         Binding("a", "approve", "Approve", id="dash.approve"),
@@ -314,7 +313,7 @@ class DashApp(App):
             grew = await feed.aread()
         finally:
             self._feeding.discard(feed)
-        if grew:
+        if grew or not feed.series:  # none: the charts pane collapses, the log says so
             self.post_message(MetricsRead(job_id, feed))
 
     # -- applying, on the UI thread ------------------------------------------------------------
@@ -348,12 +347,14 @@ class DashApp(App):
             if self.ring_bell:
                 self.bell()
         self._header_counts()
+        self.fit_layout()
 
     def on_targets_read(self, message: TargetsRead) -> None:
         self.query_one(TargetsTable).show(message.infos, message.accounts, now=self.clock())
         if message.budget is not None:
             self.budget = message.budget
             self._header_counts()
+        self.fit_layout()
 
     def on_log_lines(self, message: LogLines) -> None:
         if message.job_id != self.selected:
@@ -363,11 +364,14 @@ class DashApp(App):
             log.reset(message.lines)
         else:
             log.add(message.lines)
+        self.fit_layout()
 
     def on_metrics_read(self, message: MetricsRead) -> None:
         if message.job_id != self.selected:
             return
         self.query_one(Charts).show(message.feed.series, downsample, log10_series)
+        self._title_log()
+        self.fit_layout()
 
     def tick_elapsed(self) -> None:
         """Running jobs' elapsed time moves on even when nothing is written."""
@@ -398,9 +402,11 @@ class DashApp(App):
             state = job.state.value  # a failed job's title says why (its error: core/engine/failure.py)
             if job.state == State.FAILED and job.reason:
                 state += ": " + job.reason.removeprefix(f"exited with status {job.exit_code}: ")
-            self.query_one(LogTail).border_title = markup("log {short} {name} ({state})", short=job.short_id,
-                                                          name=safe(job.name, single_line=True),
-                                                          state=safe(state, single_line=True))
+            charts = self.query_one(Charts)
+            self.query_one(LogTail).border_title = markup(
+                "log {short} {name} ({state}){none}", short=job.short_id, name=safe(job.name, single_line=True),
+                state=safe(state, single_line=True),
+                none=" · no metrics" if not charts.keys and self.metrics_feed and self.metrics_feed.read_once else "")
             self.query_one(Charts).border_title = markup(
                 "metrics {short}{scale}", short=job.short_id,
                 scale=" (log10)" if self.query_one(Charts).log_scale else "")
@@ -443,6 +449,8 @@ class DashApp(App):
             self.query_one(LogTail).reset(lines)
             self.metrics_feed.read()
             self.query_one(Charts).show(self.metrics_feed.series, downsample, log10_series)
+            self._title_log()
+            self.fit_layout()
 
     def on_resize(self, event) -> None:
         from tui.dash.widgets import COMPACT_BELOW
@@ -456,6 +464,33 @@ class DashApp(App):
         table = self.query_one(JobsTable)
         if table.compact is not None:
             table.set_columns(event.size.width < COMPACT_BELOW)
+        self.fit_layout(event.size.height)
+
+    # Heights, in rows, the layout keeps for each pane when both want more than there is.
+    TABLE_MIN = 4  # the header and 3 jobs
+    BOTTOM_MIN = 8  # the log's frame and 6 lines
+
+    def fit_layout(self, height: int | None = None) -> None:
+        """Give the screen to what has content. The job table is as tall as its rows (six jobs
+        take seven lines, not half the screen over blank lines); the log and charts below get
+        the rest. When the table has more rows than fit, the bottom keeps what its content asks
+        for (its log lines, or its charts at a readable height), at most half, and the table
+        takes the remainder. Called when the size, the row count, the charts or the boxes
+        shown change; it sets a height only when it differs (a tick that changes nothing lays
+        nothing out)."""
+        height = height or self.size.height
+        if not height:
+            return
+        table = self.query_one(JobsTable)
+        fixed = 2 + min(7, self.query_one(TargetsTable).row_count + 1)  # header, footer, targets
+        fixed += self.paused + sum(3 for box in self.query("#filter, #logsearch") if box.has_class("shown"))
+        room = height - fixed
+        log = self.query_one(LogTail)
+        wants = max(self.BOTTOM_MIN, self.query_one(Charts).wanted_rows(), log.line_count + 2)
+        bottom = min(wants, room // 2)
+        rows = max(self.TABLE_MIN, min(table.row_count + 1, room - max(bottom, self.BOTTOM_MIN)))
+        if table.styles.height is None or table.styles.height.value != rows:
+            table.styles.height = rows
 
     def current(self) -> Job | None:
         key = self.query_one(JobsTable).selected_key()
@@ -495,6 +530,7 @@ class DashApp(App):
     def action_pause(self) -> None:
         self.paused = not self.paused
         self.query_one("#paused").set_class(self.paused, "shown")
+        self.fit_layout()
         if not self.paused:
             self.poll_store()
 
@@ -565,6 +601,7 @@ class DashApp(App):
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.add_class("shown")
+        self.fit_layout()
         box.value = self.job_filter.describe()
         box.focus()
 
@@ -577,17 +614,20 @@ class DashApp(App):
         self.query_one(JobsTable).focus()
         if not event.value.strip():
             self.query_one("#filter").remove_class("shown")
+            self.fit_layout()
 
     @on(Input.Blurred, "#filter")
     def _filter_left(self, event: Input.Blurred) -> None:
         """An empty filter box has nothing to show: it goes when the focus leaves it."""
         if not event.value.strip():
             event.input.remove_class("shown")
+            self.fit_layout()
 
     def open_log_search(self, pattern: str) -> None:
         """`/` in the log pane: the search box, above the log, holding the last pattern."""
         box = self.query_one("#logsearch", Input)
         box.add_class("shown")
+        self.fit_layout()
         box.value = pattern
         box.focus()
 
@@ -599,12 +639,14 @@ class DashApp(App):
             self.tell(f"bad pattern: {problem}", severity="error")
             return
         event.input.remove_class("shown")
+        self.fit_layout()
         log.focus()
 
     def on_key(self, event) -> None:
         search = self.query_one("#logsearch", Input)
         if event.key == "escape" and search.has_focus:
             search.remove_class("shown")
+            self.fit_layout()
             self.query_one(LogTail).focus()
             event.stop()
             return
@@ -612,6 +654,7 @@ class DashApp(App):
         if event.key == "escape" and box.has_focus:
             box.value = ""
             box.remove_class("shown")
+            self.fit_layout()
             self.query_one(JobsTable).focus()
             event.stop()
 
@@ -625,6 +668,7 @@ class DashApp(App):
         self.query_one(JobsTable).show(sorted((j for j in self.jobs.values() if matches(j)),
                                               key=lambda j: -j.created_at))
         self._header_counts()
+        self.fit_layout()
 
     def action_approve(self) -> None:
         job = self.current()

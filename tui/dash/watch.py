@@ -65,6 +65,7 @@ class MetricsFeed:
         self.job_id = job_id
         self.last_rowid = 0
         self.series: dict[str, Series] = {}
+        self.read_once = False  # a read has answered: no series now means the job has no metric
 
     def read(self) -> bool:
         """The synchronous read (a `Store`: a still picture)."""
@@ -75,6 +76,7 @@ class MetricsFeed:
         return self._grow(await self.store.metrics_after(self.job_id, self.last_rowid))  # type: ignore[misc]
 
     def _grow(self, rows: list) -> bool:
+        self.read_once = True
         if not rows:
             return False
         for rowid, key, step, value in rows:

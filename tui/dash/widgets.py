@@ -14,10 +14,11 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import DataTable, Log, Static
+from textual.widgets import DataTable, Log
 from textual_plotext import PlotextPlot
 
 from core.jobs.states import State
+from tui.dash import axes
 from tui.output import markup, renderable, safe
 from tui.render import STATE_STYLE, duration, money
 
@@ -530,31 +531,61 @@ class LogTail(Log):
 
 
 class Charts(Vertical):
-    """One plotext chart per metric key (the first few), step on x, downsampled to the width."""
+    """One plotext chart per metric key (loss first), step on x, downsampled to the width.
+
+    Only charts with content take rows: the pane is hidden while the job has no metric (the
+    log takes the width), and a chart that would get fewer than CHART_MIN_ROWS rows is left
+    out (named in the pane's subtitle) rather than squashed to an unreadable strip. Each y
+    axis is labelled by the range its curve spans and the title says the last value
+    (tui/dash/axes.py)."""
 
     MAX_CHARTS = 4
+    CHART_MIN_ROWS = 8  # title, frame, x labels and 4 rows of curve
+    CHART_ROWS = 12  # what a chart asks of the layout when the job table wants the room too
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.log_scale = False
-        self.empty = Static("no metrics yet: the job calls gpu.log(step=..., loss=...)", classes="empty")
+        self.keys: list[str] = []  # the metrics with a chart, in order (shown or not)
+        self.series: dict = {}
+        self._fns: tuple[Callable, Callable] | None = None
+        self.display = False  # until a job with metrics is selected
 
-    def compose(self):
-        yield self.empty
+    def wanted_rows(self) -> int:
+        """The height this pane asks for: its charts at CHART_ROWS each, in its frame."""
+        return 2 + len(self.keys) * self.CHART_ROWS if self.keys else 0
 
     def show(self, series: dict, downsample: Callable, log10: Callable) -> None:
-        keys = sorted(series, key=lambda k: (0 if "loss" in k else 1, k))[: self.MAX_CHARTS]
+        keys = sorted((k for k, s in series.items() if s.values),
+                      key=lambda k: (0 if "loss" in k else 1, k))[: self.MAX_CHARTS]
+        self.series, self.keys, self._fns = series, keys, (downsample, log10)
+        self.display = bool(keys)
+        self._draw()
+
+    def on_resize(self, event) -> None:
+        if self.keys:
+            self._draw()
+
+    def _draw(self) -> None:
+        keys = self.keys
+        inner = self.size.height - 2 if self.size.height else 0  # inside the frame; 0: not laid out yet
+        fits = max(1, inner // self.CHART_MIN_ROWS) if inner > 0 else len(keys)
+        shown, left_out = keys[:fits], keys[fits:]
+        self.border_subtitle = safe("not shown (too low): " + ", ".join(left_out), single_line=True) if left_out else ""
         plots = list(self.query(PlotextPlot))
-        self.empty.display = not keys
-        while len(plots) < len(keys):  # charts are mounted once and kept: mounting is slow
+        while len(plots) < len(shown):  # charts are mounted once and kept: mounting is slow
             plot = PlotextPlot()
             self.mount(plot)
             plots.append(plot)
         for i, plot in enumerate(plots):
-            plot.display = i < len(keys)
-        for plot, key in zip(plots, keys):
-            s = series[key]
+            plot.display = i < len(shown)
+        if self._fns is None:
+            return
+        downsample, log10 = self._fns
+        for plot, key in zip(plots, shown):
+            s = self.series[key]
             width = max(20, plot.size.width or 60)
+            rows = max(1, (plot.size.height or 10) - 4)  # less the title, frame and x labels
             xs, ys = downsample(s.steps, s.values, width)
             if self.log_scale:
                 xs, ys = log10(xs, ys)
@@ -563,7 +594,12 @@ class Charts(Vertical):
             plt.clear_figure()
             if xs:
                 plt.plot(xs, ys, marker="braille")
-            label = f"log10({key})" if self.log_scale else key
-            last = s.values[-1] if s.values else float("nan")
-            plt.title(safe(f"{label}  last {last:.4g}  ({len(s.values)} pts)"))
+                lo, hi = min(ys), max(ys)
+                ticks, labels = axes.y_ticks(lo, hi, rows, (lambda v: 10 ** v) if self.log_scale else (lambda v: v))
+                if hi > lo:
+                    plt.ylim(lo, hi)  # the curve spans the height: its ends sit on the end labels
+                plt.yticks(ticks, labels)
+                xticks, xlabels = axes.x_ticks(xs[0], xs[-1], width)
+                plt.xticks(xticks, xlabels)
+            plt.title(safe(axes.chart_title(key, s.values, self.log_scale), single_line=True))
             plot.refresh()
