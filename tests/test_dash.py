@@ -502,3 +502,67 @@ def _screen(app: DashApp) -> str:
     """The job table's lines as the terminal shows them."""
     table = app.query_one(JobsTable)
     return "\n".join(table.render_line(y).text for y in range(table.scrollable_content_region.height))
+
+
+async def test_at_200x50_the_table_is_as_tall_as_its_jobs_and_the_charts_get_the_rest(demo) -> None:
+    """Six jobs take seven lines (header included), not half the screen over blank lines; the
+    log and the running job's two charts share what is left, each chart readable."""
+    app = _app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _settle(pilot)
+        await pilot.press("j")  # yolo-train: running, loss and lr
+        await _settle(pilot)
+        table = app.query_one(JobsTable)
+        assert table.size.height == table.row_count + 1 == 7
+        assert all(line.text.strip() for line in map(table.render_line, range(table.size.height)))
+        charts = app.query_one(Charts)
+        bottom = app.query_one("#bottom")
+        assert charts.display and bottom.size.height >= 50 - 2 - 4 - 7 - 1
+        from textual_plotext import PlotextPlot
+
+        plots = [p for p in charts.query(PlotextPlot) if p.display]
+        assert len(plots) == 2 and all(p.size.height >= 12 for p in plots)
+        assert not charts.border_subtitle  # nothing left out
+
+
+async def test_a_job_without_metrics_gives_the_log_the_width(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _settle(pilot)
+        await pilot.press("G")  # smoke-test: cancelled before it ran, no metric
+        await _settle(pilot)
+        assert not app.query_one(Charts).display
+        log = app.query_one(LogTail)
+        assert log.size.width >= 195 and "no metrics" in str(log.border_title)
+
+
+async def test_at_80x24_a_chart_too_low_to_read_is_named_not_squashed(demo) -> None:
+    app = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        await pilot.press("j")
+        await _settle(pilot)
+        from textual_plotext import PlotextPlot
+
+        charts = app.query_one(Charts)
+        plots = [p for p in charts.query(PlotextPlot) if p.display]
+        assert len(plots) == 1 and plots[0].size.height >= Charts.CHART_MIN_ROWS
+        assert "lr" in str(charts.border_subtitle)
+        assert app.query_one(JobsTable).size.height == 7  # every job still on screen
+
+
+async def test_many_jobs_take_the_free_height_and_the_log_keeps_its_rows(home: Path) -> None:
+    _seed_many(300)
+    app = DashApp(live=True, bell=False, poll_s=3600)
+    async with app.run_test(size=(200, 50)) as pilot:
+        table = app.query_one(JobsTable)
+        while table.row_count < 300:
+            await pilot.pause(0.1)
+        await _settle(pilot)
+        room = 50 - 2 - app.query_one("#targets").size.height
+        bottom = app.query_one("#bottom").size.height
+        # the selected job has no log and no metric: the bottom keeps its minimum, the table the rest
+        assert bottom == DashApp.BOTTOM_MIN and table.size.height == room - DashApp.BOTTOM_MIN
+        await pilot.press("slash", *"job-29", "enter")  # the filter box takes 3 rows from the table
+        await _settle(pilot)
+        assert table.row_count == 11 and table.size.height == 12

@@ -66,6 +66,16 @@ def test_dashboard_at_80x24(demo_world, snap_compare) -> None:
     assert snap_compare(_app(), terminal_size=(80, 24), run_before=select_running)
 
 
+def test_dashboard_at_200x50(demo_world, snap_compare) -> None:
+    """The table as tall as its six jobs, the log and the running job's two charts below it."""
+    async def select_running(pilot):
+        await _settle(pilot)
+        await pilot.press("j")
+        await _settle(pilot)
+
+    assert snap_compare(_app(), terminal_size=(200, 50), run_before=select_running)
+
+
 def test_approval_modal(demo_world, snap_compare) -> None:
     async def open_approval(pilot):
         await _settle(pilot)
