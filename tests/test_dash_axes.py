@@ -21,7 +21,7 @@ FALLING = [3.83 * math.exp(-i / 42) for i in range(301)] + [0.0026]  # 3.83 down
 
 def test_a_curve_at_0_0026_is_labelled_in_its_own_range() -> None:
     lo, hi = min(SETTLED), max(SETTLED)
-    ticks, labels = y_ticks(lo, hi, rows=8)
+    _ticks, labels = y_ticks(lo, hi, rows=8)
     assert labels[0] == "0.0021" and labels[-1] == "0.0031"
     assert all(0.0021 <= float(label) <= 0.0031 for label in labels)
     assert "3.83" not in labels and len(set(labels)) == len(labels)
@@ -30,7 +30,7 @@ def test_a_curve_at_0_0026_is_labelled_in_its_own_range() -> None:
 
 def test_a_curve_that_fell_labels_its_bottom_where_it_sits_now() -> None:
     """plotext's own ticks were 3.83 / 2.56 / 0.64 here: nothing named the 0.0026 it ends at."""
-    ticks, labels = y_ticks(min(FALLING), max(FALLING), rows=3)
+    _ticks, labels = y_ticks(min(FALLING), max(FALLING), rows=3)
     assert labels == ["0.0026", "3.83"]
     assert chart_title("loss", FALLING) == "loss 0.0026 (0.0026-3.83)"
 
@@ -43,13 +43,13 @@ def test_labels_get_the_digits_that_tell_them_apart() -> None:
 
 
 def test_a_log10_chart_labels_the_metric_s_own_values() -> None:
-    ticks, labels = y_ticks(math.log10(0.001), math.log10(10.0), rows=8, shown=lambda v: 10 ** v)
+    _ticks, labels = y_ticks(math.log10(0.001), math.log10(10.0), rows=8, shown=lambda v: 10 ** v)
     assert labels[0] == "0.001" and labels[-1] == "10"
     assert chart_title("loss", [10.0, 0.001], log_scale=True) == "log10 loss 0.001 (0.001-10)"
 
 
 def test_whole_steps_are_labelled_as_whole_numbers() -> None:
-    ticks, labels = x_ticks(0.0, 399.0, 64)
+    _ticks, labels = x_ticks(0.0, 399.0, 64)
     assert labels[0] == "0" and labels[-1] == "399" and all("." not in label for label in labels)
 
 
