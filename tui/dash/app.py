@@ -24,6 +24,7 @@ from core.errors import UserError
 from core.jobs.states import ACTIVE, State
 from core.jobs.store import Job, Store
 from tui.dash.filtering import JobFilter
+from tui.dash.jobindex import JobIndex
 from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
 from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10_series
 from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
@@ -34,10 +35,15 @@ SUPERVISE_CHECK_S = 10.0  # how often the dashboard checks that live jobs have a
 
 
 class JobsChanged(Message):
-    def __init__(self, jobs: list[Job], initial: bool = False) -> None:
+    """Jobs read from the store. `view` is set for the first live load, which the worker has
+    already put into the index in chunks: the filter it was computed for and the rows it shows."""
+
+    def __init__(self, jobs: list[Job], initial: bool = False,
+                 view: tuple[JobFilter, list[str], list[float]] | None = None) -> None:
         super().__init__()
         self.jobs = jobs
         self.initial = initial
+        self.view = view
 
 
 class LogLines(Message):
@@ -100,7 +106,7 @@ class JobCommands(Provider):
     async def search(self, query: str) -> Hits:
         app: DashApp = self.app  # type: ignore[assignment]
         matcher = self.matcher(query)
-        for job in sorted(app.jobs.values(), key=lambda j: -j.created_at)[:300]:
+        for job in app.index.newest(300):
             options: list[tuple[str, Callable, str]] = [
                 (f"open logs of {job.short_id} ({job.name})", lambda j=job: app.select_job(j.id), "select it"),
                 (f"show details of {job.short_id} ({job.name})", lambda j=job: app.open_detail(j.id), "the detail screen"),
@@ -183,8 +189,9 @@ class DashApp(App):
         self.clock = clock
         self.poll_s = poll_s
         self.live = live
-        self.jobs: dict[str, Job] = {}
-        self.counts: Counter[State] = Counter()
+        self.index = JobIndex()
+        self.jobs: dict[str, Job] = self.index.jobs  # shared with the JobsTable, which draws from it
+        self.counts: Counter[State] = self.index.counts
         self.job_filter = JobFilter()
         self.budget: dict | None = None  # this week's spend and the budget, read with the targets
         self.paused = False
@@ -255,9 +262,16 @@ class DashApp(App):
 
     @work(group="store")
     async def load_initial(self) -> None:
+        """Read every job, put them into the index and compute the first view, all in chunks
+        that yield to the loop (at 100,000 jobs no step holds it long); the UI's part is then
+        only showing the view. Polls wait (`_reading`), and their messages come after this one."""
         self._reading = True
         try:
-            self.post_message(JobsChanged(await self.watcher.load(), initial=True))
+            jobs = await self.watcher.load()
+            await self.index.load(jobs)
+            shown = self.job_filter
+            ids, keys = await self.index.amatching(shown)
+            self.post_message(JobsChanged([], initial=True, view=(shown, ids, keys)))
         finally:
             self._reading = False
 
@@ -323,15 +337,14 @@ class DashApp(App):
         table = self.query_one(JobsTable)
         newly_pending = []
         for job in message.jobs:
-            before = self.jobs.get(job.id)
-            if before is not None:
-                self.counts[before.state] -= 1
-            self.counts[job.state] += 1
+            before = self.index.put(job, read_in_order=message.initial)
             if (job.state == State.AWAITING_APPROVAL and not message.initial
                     and (before is None or before.state != State.AWAITING_APPROVAL)):
                 newly_pending.append(job)
-            self.jobs[job.id] = job
-        if message.initial:
+        if message.view is not None and message.view[0] == self.job_filter:
+            table.show_ids(message.view[1], message.view[2])  # computed in chunks by the worker
+            self._header_counts()
+        elif message.initial:
             self.apply_filter(self.job_filter.describe())
         else:
             # rows already shown are drawn again if on screen; new ones are bisected in by age
@@ -620,10 +633,8 @@ class DashApp(App):
         box = self.query_one("#filter", Input)
         if not text.strip() and not box.has_focus:
             box.remove_class("shown")  # cleared from the palette: no empty box left behind
-        matches = self.job_filter.matches
-        # newest first; equal times keep the store's order (dicts keep insertion order)
-        self.query_one(JobsTable).show(sorted((j for j in self.jobs.values() if matches(j)),
-                                              key=lambda j: -j.created_at))
+        # one pass over the kept order and search texts: no sort, no text built per keystroke
+        self.query_one(JobsTable).show_ids(*self.index.matching(self.job_filter))
         self._header_counts()
 
     def action_approve(self) -> None:
