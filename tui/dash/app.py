@@ -17,6 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static
 
@@ -371,7 +372,10 @@ class DashApp(App):
     def on_log_lines(self, message: LogLines) -> None:
         if message.job_id != self.selected:
             return
-        log = self.query_one(LogTail)
+        try:
+            log = self.query_one(LogTail)
+        except NoMatches:
+            return  # the app is closing: a thread's read arrived after its panes were removed
         if message.reset:
             log.reset(message.lines)
         else:
@@ -380,7 +384,11 @@ class DashApp(App):
     def on_metrics_read(self, message: MetricsRead) -> None:
         if message.job_id != self.selected:
             return
-        self.query_one(Charts).show(message.feed.series, downsample, log10_series)
+        try:
+            charts = self.query_one(Charts)
+        except NoMatches:
+            return  # the app is closing (as in on_log_lines)
+        charts.show(message.feed.series, downsample, log10_series)
 
     def tick_elapsed(self) -> None:
         """Running jobs' elapsed time moves on even when nothing is written."""
