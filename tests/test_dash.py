@@ -240,6 +240,25 @@ async def test_live_updates_keep_the_cursor_and_announce_new_pending_jobs(demo, 
         assert "0.1" in table.row_text(_id(1))
 
 
+async def test_the_filter_finds_a_job_by_what_its_row_says_now(demo) -> None:
+    """Each job's search text is kept between keystrokes; a changed row must be found by its
+    new state and no longer by its old one (the kept text is made again)."""
+    app = _app(live=True, poll_s=0.1)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        app.apply_filter("yolo running")
+        assert _rows(app) == [_id(2)]
+        Store().transition(_id(2), State.DONE, "finished")  # another process: the job ended
+        deadline = time.monotonic() + 10
+        while app.jobs[_id(2)].state != State.DONE and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert _rows(app) == []  # it no longer matches: the live change took it out
+        app.apply_filter("yolo running")  # typed again: the kept text is the new one
+        assert _rows(app) == []
+        app.apply_filter("yolo done")
+        assert _rows(app) == [_id(2)] and "1 of 6 jobs match" in app.sub_title
+
+
 async def test_the_filter_box_goes_when_the_filter_is_cleared(demo) -> None:
     app = _app()
     async with app.run_test(size=(120, 36)) as pilot:

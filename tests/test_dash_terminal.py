@@ -93,6 +93,33 @@ def test_tmux_sees_a_submitted_job_approves_it_and_watches_it_finish(home: Path,
         tmux.close()
 
 
+def test_tmux_finds_the_oldest_of_10_000_jobs(home: Path) -> None:
+    """10,000 jobs in the real store, the installed `gpu dash` in a real tmux pane: End brings
+    the oldest job's row onto the screen, and so does typing its name into the filter."""
+    from tests.test_dash import _seed_many
+
+    ids = _seed_many(10_000)  # job 0 the newest, job 9999 (id 0000270f...) the oldest
+    oldest, newest = ids[-1][:8], ids[0][:8]
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "36"}
+    tmux = Tmux(env)
+    try:
+        tmux.start(f"{gpu_exe()} dash")
+        screen = tmux.wait_for(lambda s: "10,000 jobs" in s and "job-0 " in _row(s, newest), timeout=90)
+        assert oldest not in screen  # the newest first: the oldest is 10,000 rows down
+        tmux.keys("End")
+        screen = tmux.wait_for(lambda s: "job-9999" in _row(s, oldest))
+        assert _row(screen, newest) == ""  # the table scrolled (the log pane's title may lag)
+        tmux.keys("Home")
+        tmux.wait_for(lambda s: "job-0 " in _row(s, newest) and _row(s, oldest) == "")
+        tmux.keys("/")
+        tmux.keys("-l", "job-9999")  # typed as literal text, key by key
+        tmux.keys("Enter")
+        screen = tmux.wait_for(lambda s: "1 of 10,000 jobs match" in s and "job-9999" in _row(s, oldest))
+        assert _row(screen, newest) == ""
+    finally:
+        tmux.close()
+
+
 def _record_dash(env: dict, seconds: float) -> bytes:
     """Every byte `gpu dash` writes to a 36x140 terminal in `seconds`, then `q`."""
     quit_at = time.monotonic() + seconds

@@ -17,6 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static
 
@@ -24,6 +25,7 @@ from core.errors import UserError
 from core.jobs.states import ACTIVE, State
 from core.jobs.store import Job, Store
 from tui.dash.filtering import JobFilter
+from tui.dash.jobindex import JobIndex
 from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
 from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10_series
 from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
@@ -34,10 +36,15 @@ SUPERVISE_CHECK_S = 10.0  # how often the dashboard checks that live jobs have a
 
 
 class JobsChanged(Message):
-    def __init__(self, jobs: list[Job], initial: bool = False) -> None:
+    """Jobs read from the store. `view` is set for the first live load, which the worker has
+    already put into the index in chunks: the filter it was computed for and the rows it shows."""
+
+    def __init__(self, jobs: list[Job], initial: bool = False,
+                 view: tuple[JobFilter, list[str], list[float]] | None = None) -> None:
         super().__init__()
         self.jobs = jobs
         self.initial = initial
+        self.view = view
 
 
 class LogLines(Message):
@@ -100,7 +107,7 @@ class JobCommands(Provider):
     async def search(self, query: str) -> Hits:
         app: DashApp = self.app  # type: ignore[assignment]
         matcher = self.matcher(query)
-        for job in sorted(app.jobs.values(), key=lambda j: -j.created_at)[:300]:
+        for job in app.index.newest(300):
             options: list[tuple[str, Callable, str]] = [
                 (f"open logs of {job.short_id} ({job.name})", lambda j=job: app.select_job(j.id), "select it"),
                 (f"show details of {job.short_id} ({job.name})", lambda j=job: app.open_detail(j.id), "the detail screen"),
@@ -182,8 +189,9 @@ class DashApp(App):
         self.clock = clock
         self.poll_s = poll_s
         self.live = live
-        self.jobs: dict[str, Job] = {}
-        self.counts: Counter[State] = Counter()
+        self.index = JobIndex()
+        self.jobs: dict[str, Job] = self.index.jobs  # shared with the JobsTable, which draws from it
+        self.counts: Counter[State] = self.index.counts
         self.job_filter = JobFilter()
         self.budget: dict | None = None  # this week's spend and the budget, read with the targets
         self.paused = False
@@ -254,9 +262,16 @@ class DashApp(App):
 
     @work(group="store")
     async def load_initial(self) -> None:
+        """Read every job, put them into the index and compute the first view, all in chunks
+        that yield to the loop (at 100,000 jobs no step holds it long); the UI's part is then
+        only showing the view. Polls wait (`_reading`), and their messages come after this one."""
         self._reading = True
         try:
-            self.post_message(JobsChanged(await self.watcher.load(), initial=True))
+            jobs = await self.watcher.load()
+            await self.index.load(jobs)
+            shown = self.job_filter
+            ids, keys = await self.index.amatching(shown)
+            self.post_message(JobsChanged([], initial=True, view=(shown, ids, keys)))
         finally:
             self._reading = False
 
@@ -322,15 +337,14 @@ class DashApp(App):
         table = self.query_one(JobsTable)
         newly_pending = []
         for job in message.jobs:
-            before = self.jobs.get(job.id)
-            if before is not None:
-                self.counts[before.state] -= 1
-            self.counts[job.state] += 1
+            before = self.index.put(job, read_in_order=message.initial)
             if (job.state == State.AWAITING_APPROVAL and not message.initial
                     and (before is None or before.state != State.AWAITING_APPROVAL)):
                 newly_pending.append(job)
-            self.jobs[job.id] = job
-        if message.initial:
+        if message.view is not None and message.view[0] == self.job_filter:
+            table.show_ids(message.view[1], message.view[2])  # computed in chunks by the worker
+            self._header_counts()
+        elif message.initial:
             self.apply_filter(self.job_filter.describe())
         else:
             # rows already shown are drawn again if on screen; new ones are bisected in by age
@@ -359,7 +373,10 @@ class DashApp(App):
     def on_log_lines(self, message: LogLines) -> None:
         if message.job_id != self.selected:
             return
-        log = self.query_one(LogTail)
+        try:
+            log = self.query_one(LogTail)
+        except NoMatches:
+            return  # the app is closing: a thread's read arrived after its panes were removed
         if message.reset:
             log.reset(message.lines)
         else:
@@ -369,7 +386,11 @@ class DashApp(App):
     def on_metrics_read(self, message: MetricsRead) -> None:
         if message.job_id != self.selected:
             return
-        self.query_one(Charts).show(message.feed.series, downsample, log10_series)
+        try:
+            charts = self.query_one(Charts)
+        except NoMatches:
+            return  # the app is closing (as in on_log_lines)
+        charts.show(message.feed.series, downsample, log10_series)
         self._title_log()
         self.fit_layout()
 
@@ -663,10 +684,8 @@ class DashApp(App):
         box = self.query_one("#filter", Input)
         if not text.strip() and not box.has_focus:
             box.remove_class("shown")  # cleared from the palette: no empty box left behind
-        matches = self.job_filter.matches
-        # newest first; equal times keep the store's order (dicts keep insertion order)
-        self.query_one(JobsTable).show(sorted((j for j in self.jobs.values() if matches(j)),
-                                              key=lambda j: -j.created_at))
+        # one pass over the kept order and search texts: no sort, no text built per keystroke
+        self.query_one(JobsTable).show_ids(*self.index.matching(self.job_filter))
         self._header_counts()
         self.fit_layout()
 

@@ -169,11 +169,12 @@ class JobsTable(ScrollView, can_focus=True):
         width = sum(w + 2 for _, _, w in self.columns)
         self.virtual_size = Size(width, len(self.view) + 1)  # + the header line
 
-    def show(self, ordered: list) -> None:
-        """Show these jobs (newest first, filtered), keeping the selected job selected."""
+    def show_ids(self, ids: list[str], keys: list[float]) -> None:
+        """Show these job ids (newest first, filtered; `keys` their -created_at), keeping the
+        selected job selected. The lists become the table's own."""
         selected = self.selected_key()
-        self.view = [j.id for j in ordered]
-        self._keys = [-j.created_at for j in ordered]
+        self.view = ids
+        self._keys = keys
         self._sized()
         self._place(selected, keep_scroll=False)
         self.refresh()
