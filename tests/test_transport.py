@@ -218,3 +218,14 @@ async def test_ssh_stream_copies_the_output_and_stops_at_its_cap(server, tmp_pat
     r, _ = await t.stream_to("exit 3", dest, max_bytes=10)
     assert r.code == 3 and dest.read_bytes() == b""
     assert (await t.run("echo still")).out == "still\n"  # the stopped copy left the link usable
+
+
+async def test_a_local_stream_stopped_over_its_cap_never_hangs_on_its_full_pipe(tmp_path: Path) -> None:
+    """Python 3.11's Process.wait() returns only once every pipe has closed: a copy stopped
+    mid-stream leaves its stdout paused full, and waiting for the killed command hung (about
+    one stop in four). Each stop here must come back; the bound only turns a hang into a failure."""
+    t = local.LocalTransport("here")
+    for i in range(12):
+        with pytest.raises(base.OverCap):
+            await asyncio.wait_for(t.stream_to("exec yes", tmp_path / f"got-{i}.bin", max_bytes=3_000_000), 60)
+        assert not (tmp_path / f"got-{i}.bin").exists()

@@ -127,16 +127,16 @@ def console():
 
     Piped or redirected (`gpu jobs | grep`, `gpu targets > t.txt`), Rich would lay tables out
     for 80 columns and drop or cut whole columns (NAME, KIND, GPU); a pipe has no width, so
-    rows are laid out whole. COLUMNS, where set, still wins for tables; a line of text is never
-    wrapped into a pipe (a path cut in two is no path to copy).
+    rows are laid out whole, and a line of text is not wrapped (a path cut in two is no path to
+    copy). COLUMNS, where set, still wins: tables and text are laid out for it.
     """
     from rich.console import Console
 
     width = None
-    piped = not sys.stdout.isatty()
-    if piped and not os.environ.get("COLUMNS"):
+    unbounded = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    if unbounded:
         width = PIPED_WIDTH
-    return Console(highlight=False, soft_wrap=piped, markup=False, emoji=False, width=width)
+    return Console(highlight=False, soft_wrap=unbounded, markup=False, emoji=False, width=width)
 
 
 def say(value: object) -> None:

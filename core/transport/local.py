@@ -8,7 +8,7 @@ import shutil
 from typing import Callable
 from pathlib import Path
 
-from core.transport.base import Result, Transport, TransportError, pump, tail_of
+from core.transport.base import STREAM_CHUNK, Result, Transport, TransportError, pump, tail_of
 
 # -- the local shell -----------------------------------------------------------------------
 
@@ -58,6 +58,11 @@ class LocalTransport(Transport):
             try:  # the whole group: the copy stops, and nothing is left holding the pipes
                 os.killpg(proc.pid, 9)
             except ProcessLookupError:
+                pass
+            # Python 3.11's wait() returns only once every pipe has closed, and a stdout left
+            # full (the copy stopped reading it) is paused and never sees its end: read it to
+            # the end (the group is gone, so the end comes), then reap
+            while await proc.stdout.read(STREAM_CHUNK):
                 pass
             await proc.wait()
             err.cancel()
