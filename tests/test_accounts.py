@@ -280,10 +280,16 @@ def test_plan_with_no_gpu_target_names_the_accounts_offers(accounts, tmp_path: P
 
 def _scan(root: Path, secrets: list[str]) -> list[str]:
     found = []
-    for path in root.rglob("*"):
-        if not path.is_file() or path.is_symlink():
+    # os.walk, not rglob: a job's dependency install may still be making and removing its
+    # temporary folders (uv's cache) while this looks; what vanished held no key
+    paths_ = [Path(top) / name for top, _, names in os.walk(root) for name in names]
+    for path in paths_:
+        try:
+            if not path.is_file() or path.is_symlink():
+                continue
+            data = path.read_bytes()
+        except FileNotFoundError:
             continue
-        data = path.read_bytes()
         blobs = [data]
         if path.name.endswith(".tar.gz"):
             with tarfile.open(path) as tar:
