@@ -133,8 +133,17 @@ def test_a_job_pbs_forgets_with_no_exit_record_resumes_as_a_session_that_ended(f
     moved = [e for e in doc["events"] if e["to"] == "migrating"]
     assert moved and moved[0]["reason"].startswith("PBS no longer knows job 4242.pbs01 and it recorded "
                                                     "no exit status: the session ended"), moved
-    assert "4242.pbs01" in (fake_pbs / "qdel.log").read_text().split()  # its leftovers stopped
-    assert (fake_pbs / "count").read_text().strip() == "2"  # qsub ran again for attempt 2
+    # attempt 2 is recorded before its qsub runs, and the leftovers are stopped beside it: wait
+    # for both to be seen (the CI run read the count between the two)
+    deadline = time.monotonic() + 60
+    while not ("4242.pbs01" in _read(fake_pbs / "qdel.log").split()
+               and _read(fake_pbs / "count").strip() == "2"):
+        assert time.monotonic() < deadline, (_read(fake_pbs / "qdel.log"), _read(fake_pbs / "count"))
+        time.sleep(0.2)
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 def test_parsers_and_states_on_recorded_output() -> None:
