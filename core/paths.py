@@ -42,6 +42,11 @@ def bundles_dir() -> Path:
     return _sub("bundles")
 
 
+def objects_dir() -> Path:
+    """Every shipped file's content once, named by its sha256 (core.packaging.objects)."""
+    return _sub("objects")
+
+
 def jobs_dir() -> Path:
     return _sub("jobs")
 

@@ -311,7 +311,7 @@ def test_keys_in_no_file_log_store_or_bundle(accounts, tmp_path: Path) -> None:
         for s in secrets:
             assert s not in proc.stdout and s not in proc.stderr
     home = Path(os.environ["GPU_ROUTER_HOME"])
-    assert list((home / "bundles").rglob("*.tar.gz")), "the submit made a bundle to scan"
+    assert list((home / "objects").rglob("*")), "the submit stored the files to scan"
     assert _scan(home, secrets) == []
     assert _scan(project, secrets) == []
     assert _scan(Path(os.environ["GPU_ROUTER_CONFIG"]).parent, secrets) == []  # the config

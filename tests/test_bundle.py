@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from core import paths
+from core.packaging import objects
 from core.packaging.bundle import Bundle, make_bundle
 from core.packaging.listing import list_project
 from core.errors import UserError
@@ -97,14 +99,17 @@ def marker(rel: str) -> str:
 
 
 def members(bundle: Bundle) -> dict[str, tarfile.TarInfo]:
-    """The packed tarball's members by name, as the remote side would see them."""
-    with tarfile.open(bundle.path, "r:gz") as tar:
+    """The bundle's files by name, as a target that takes one archive would see them."""
+    with tarfile.open(objects.archive(bundle.hash), "r:gz") as tar:
         return {m.name: m for m in tar.getmembers()}
 
 
 def raw_tar(bundle: Bundle) -> bytes:
-    """The whole uncompressed tar stream: a secret must not be anywhere in it."""
-    return gzip.decompress(bundle.path.read_bytes())
+    """Every byte the store holds (manifests and objects, whichever bundle made them), and the
+    one-archive form: a secret must not be anywhere in them."""
+    stored = b"".join(p.read_bytes() for where in (paths.bundles_dir(), paths.objects_dir())
+                      for p in sorted(where.rglob("*")) if p.is_file())
+    return stored + gzip.decompress(objects.archive(bundle.hash).read_bytes())
 
 
 def left_out(bundle: Bundle) -> dict[str, dict]:
@@ -488,7 +493,7 @@ def test_changing_one_file_changes_the_hash(home: Path, tmp_path: Path) -> None:
     (project / "lib" / "a.py").write_text("a = 22\n")
     second = make_bundle(project)
     assert second.hash != first.hash and second.packed
-    with tarfile.open(second.path, "r:gz") as tar:
+    with tarfile.open(objects.archive(second.hash), "r:gz") as tar:
         assert tar.extractfile("lib/a.py").read() == b"a = 22\n"
     assert bundle_files(home) == {first.path.name, second.path.name}
 
@@ -507,7 +512,7 @@ def test_packed_files_keep_content_and_executable_bit(home: Path, tmp_path: Path
     bundle = make_bundle(project)
     names = members(bundle)
     assert names["run.sh"].mode & 0o111 and not names["train.py"].mode & 0o111
-    with tarfile.open(bundle.path, "r:gz") as tar:
+    with tarfile.open(objects.archive(bundle.hash), "r:gz") as tar:
         assert tar.extractfile("train.py").read() == TRAIN.encode()
     assert bundle.summary()["bytes"] == len(TRAIN) + len("#!/bin/sh\necho hi\n")
 
@@ -517,11 +522,11 @@ def test_gpu_bundle_is_a_dry_run_that_writes_nothing(home: Path, tmp_path: Path)
     for _ in range(5):
         doc = gpu_json("bundle", cwd=project)
         assert doc["files"] == 2
-    assert not list(home.glob("bundles/*.tar.gz")), "gpu bundle stored an archive"
+    assert not list(home.glob("bundles/*.json")), "gpu bundle stored an archive"
     # the same hash a submit then stores: the dry run hashed exactly what ships
     sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
-    stored = [p.name for p in home.glob("bundles/*.tar.gz")]
-    assert stored == [f"{doc['hash']}.tar.gz"] and sub["bundle"]["files"] == 2
+    stored = [p.name for p in home.glob("bundles/*.json")]
+    assert stored == [f"{doc['hash']}.json"] and sub["bundle"]["files"] == 2
 
 
 def test_gpu_routers_own_home_never_ships_wherever_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -556,7 +561,7 @@ def test_bundle_and_submit_agree_on_gpu_yaml_include(home: Path, tmp_path: Path)
     assert "vendor/lib.py" in listed["list"]
     sub = gpu_json("submit", "--wait-s", "0", cwd=project)
     assert sub["bundle"]["files"] == listed["files"] and sub["job"]["id"]
-    assert f"{listed['hash']}.tar.gz" in [p.name for p in home.glob("bundles/*.tar.gz")]
+    assert f"{listed['hash']}.json" in [p.name for p in home.glob("bundles/*.json")]
 
 
 # -- the report: counts that add up, a hint only where it applies -------------------------

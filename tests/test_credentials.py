@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import UserError
+from core.packaging import objects
 from core.packaging.bundle import build, make_bundle
 from core.packaging.listing import ProjectTooBroad, list_project
 from core.packaging.local_data import list_data
@@ -170,7 +171,7 @@ def test_env_templates_without_values_ship(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {"train.py": TRAIN, ".env": marker(".env"),
                                                 **{name: text for name in TEMPLATES}})
     bundle = make_bundle(project)
-    with tarfile.open(bundle.path, "r:gz") as tar:
+    with tarfile.open(objects.archive(bundle.hash), "r:gz") as tar:
         for name in TEMPLATES:
             assert tar.extractfile(name).read() == text.encode(), name
     assert_not_shipped(bundle, ".env", marker(".env"))
@@ -378,10 +379,11 @@ def test_cli_list_agrees_with_the_tarball(home: Path, user_home: Path, tmp_path:
     nested = make_git_project(project / "vendor", {"v.py": "v\n"}, gitignore="out/\n")
     write(nested / "out" / "gen.py", "generated\n")
     doc = gpu_json("bundle", "--list", cwd=project)
-    assert not list(home.glob("bundles/*.tar.gz"))  # `gpu bundle` is a dry run: the submit stores it
+    assert not list(home.glob("bundles/*.json"))  # `gpu bundle` is a dry run: the submit stores it
     gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
-    with tarfile.open(home / "bundles" / f"{doc['hash']}.tar.gz", "r:gz") as tar:
-        shipped = sorted(m.name for m in tar.getmembers())
+    from core.packaging import objects
+
+    shipped = sorted(row[0] for row in objects.entries(doc["hash"]))
     assert sorted(doc["list"]) == shipped and doc["files"] == len(shipped)
     assert {"train.py", "lib/a.py", "vendor/v.py"} <= set(shipped)
     assert not {".env", "k.txt", "notes.txt", "vendor/out/gen.py"} & set(shipped)
@@ -402,7 +404,8 @@ def test_a_file_turned_into_a_key_while_packing_is_not_shipped(home: Path, tmp_p
     (project / "notes.txt").write_text(pem_keys["RSA"])
     with pytest.raises(UserError, match="notes.txt changed while packing"):
         build(listing)
-    assert not list((home / "bundles").glob("*.tar.gz"))
+    assert not list((home / "bundles").glob("*.json"))
+    assert pem_keys["RSA"].encode() not in b"".join(p.read_bytes() for p in (home / "objects").rglob("*") if p.is_file())
 
 
 # -- places: symlinked folders, case, nested repositories -----------------------------------
@@ -503,7 +506,7 @@ def test_home_folder_project_asks_a_person(home: Path, user_home: Path, answer: 
     code, out = run_in_terminal([gpu_exe(), "bundle", "--list"], answer, cwd=user_home)
     assert "home folder" in out and "Ship it anyway? [y/N]" in out
     assert code == status, out
-    assert not list(home.glob("bundles/*.tar.gz"))  # a dry run stores nothing, yes or no
+    assert not list(home.glob("bundles/*.json"))  # a dry run stores nothing, yes or no
     if status == 0:
         assert "train.py" in out
     else:
@@ -573,7 +576,7 @@ def test_non_utf8_names_ship_with_their_bytes(home: Path, tmp_path: Path, git_pr
         subprocess.run(["git", "init", "-q", str(project)], check=True)
         commit_all(project)
     bundle = make_bundle(project)
-    with tarfile.open(bundle.path, "r:gz") as tar:
+    with tarfile.open(objects.archive(bundle.hash), "r:gz") as tar:
         got = {os.fsencode(m.name): tar.extractfile(m).read() for m in tar.getmembers()}
     assert {raw: raw for raw in NON_UTF8}.items() <= got.items()
     assert b"\xff.env" not in got and marker("env").encode() not in raw_tar(bundle)
@@ -581,7 +584,7 @@ def test_non_utf8_names_ship_with_their_bytes(home: Path, tmp_path: Path, git_pr
     assert sorted(os.fsencode(n) for n in doc["list"]) == sorted(got)
     dest = tmp_path / "untar"  # the remote targets unpack with GNU tar
     dest.mkdir()
-    subprocess.run(["tar", "-xzf", str(bundle.path), "-C", str(dest)], check=True, capture_output=True)
+    subprocess.run(["tar", "-xzf", str(objects.archive(bundle.hash)), "-C", str(dest)], check=True, capture_output=True)
     assert (os.fsencode(dest) + b"/d\xff/x.py") and open(os.fsencode(dest) + b"/d\xff/x.py", "rb").read() == b"d\xff/x.py"
 
 

@@ -203,8 +203,8 @@ def test_ctrl_c_while_packing_says_what_was_left_undone_and_keeps_no_half_bundle
     assert state["sent"] and status == 130, text
     assert ("error: interrupted while bundling: 0/2 files read: nothing was submitted and no partial "
             "bundle was kept") in text, text
-    bundles = home / "bundles"
-    assert not bundles.exists() or not list(bundles.iterdir()), list(bundles.iterdir())
+    for kept in (home / "bundles", home / "objects"):
+        assert not kept.exists() or not list(kept.rglob("*")), list(kept.rglob("*"))
     assert gpu_json("jobs")["jobs"] == []
 
 
@@ -228,3 +228,4 @@ def test_an_interrupt_anywhere_in_a_pack_leaves_no_half_archive(home: Path, tmp_
     with pytest.raises(KeyboardInterrupt):
         bundle.make_bundle(project)
     assert [p.name for p in paths.bundles_dir().iterdir()] == []
+    assert [p.name for p in paths.objects_dir().rglob("*")] == []

@@ -1,31 +1,33 @@
-"""What ships: a project's listing, hashed and packed once per content hash.
+"""What ships: a project's listing, hashed and stored as a manifest over file objects.
 
 The listing (`core.packaging.listing`) says which files ship; here they are hashed (the stat
-cache first) and packed into a gzip'd tar under gpu-router's home. Only regular files are
-opened, with O_NOFOLLOW|O_NONBLOCK, so a FIFO cannot hang a submit, and the packer checks the
-bytes it actually packs again (a file rewritten or swapped after it was judged is not shipped).
+cache first) and each content is copied once into gpu-router's object store
+(`core.packaging.objects`), then the manifest is written. Only regular files are opened, with
+O_NOFOLLOW|O_NONBLOCK, so a FIFO cannot hang a submit, and the packer checks the bytes it
+actually stores again (a file rewritten or swapped after it was judged is not shipped).
 
 The bundle's hash is taken over the manifest (path, mode, content hash), so an unchanged tree
-is neither packed nor stored twice, and with the stat cache it is not even read. File names are
-kept exactly, bytes included: a name that is not UTF-8 travels as PAX binary path bytes.
+is neither read nor stored twice, and a changed one stores only its changed files. File names
+are kept exactly, bytes included (the manifest's JSON escapes a name that is not UTF-8).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import posixpath
 import stat
-import tarfile
+import contextlib
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from core import paths
 from core.errors import UserError, disk_full_guard
+from core.packaging import objects
 from core.packaging.credentials import CONTENT_HEAD, content_verdict
 from core.packaging.filecache import CHUNK, FileHashCache, hash_fd
 from core.packaging.listing import Entry, Listing, list_project
@@ -116,64 +118,57 @@ def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False,
             e.sha256 = known.get(str(listing.root / e.rel))
             if e.sha256 is None:
                 missing.append(e)
-        store = paths.bundles_dir()
         packed = False
         tell = progress or (lambda done, total: None)
         if dry_run:
             tell(0, len(missing))
             _hash_only(listing, missing, _ticker(progress, len(missing)))
             digest = manifest_hash(listing)
-            target = store / f"{digest}.tar.gz"
-        elif missing:
-            # Cold cache: read each file once, hashing while packing into a temp archive.
-            tell(0, len(files))
-            tmp = _pack(listing, store, cache=cache, tick=_ticker(progress, len(files)))
-            digest = manifest_hash(listing)
-            target = store / f"{digest}.tar.gz"
-            if target.exists():
-                tmp.unlink()
-            else:
-                os.replace(tmp, target)
-                packed = True
+        elif not missing and objects.stored(digest := manifest_hash(listing)):
+            tell(0, 0)  # the same tree was stored before: nothing is read
         else:
+            # each file whose content the store lacks is read once: hashed while it is copied
+            # into its object (a file the stat cache knows, with its object present, is not read)
+            todo = missing + [e for e in files if e.sha256 is not None and not objects.reuse_object(e.sha256)]
+            tell(0, len(todo))
+            _store_objects(listing, todo, cache, _ticker(progress, len(todo)))
             digest = manifest_hash(listing)
-            target = store / f"{digest}.tar.gz"
-            tell(0, 0 if target.exists() else len(files))
-            if not target.exists():
-                tmp = _pack(listing, store, cache=None, tick=_ticker(progress, len(files)))
-                os.replace(tmp, target)
+            if not objects.stored(digest):
+                objects.write_manifest(digest, manifest(listing, sizes=True))
                 packed = True
         left_out = listing.ignored + listing.withheld
         shipped = [e for e in listing.entries.values()]
-        return Bundle(hash=digest, path=target, root=listing.root, project_rel=listing.project_rel,
-                      files=len(shipped), bytes=sum(e.size for e in shipped), left_out=left_out,
+        return Bundle(hash=digest, path=objects.manifest_file(digest), root=listing.root,
+                      project_rel=listing.project_rel, files=len(shipped),
+                      bytes=sum(e.size for e in shipped), left_out=left_out,
                       warnings=listing.warnings, manifest=manifest(listing), packed=packed)
     finally:
         if not dry_run:
-            _drop_half_packs(paths.bundles_dir())  # none left once a pack was renamed into place
+            _drop_half_packs(paths.objects_dir())  # none left once each object was renamed into place
             cache.flush()
         if own_cache:
             cache.close()
 
 
-def manifest(listing: Listing) -> list[list]:
+def manifest(listing: Listing, *, sizes: bool = False) -> list[list]:
+    """(path, kind, content hash or link target) per entry, sorted; `sizes` adds each file's
+    size (the stored manifest's fourth column: what a target reports and gc counts)."""
     rows = []
     for rel in sorted(listing.entries):
         e = listing.entries[rel]
         if e.kind == "file":
-            rows.append([rel, "x" if e.executable else "f", e.sha256])
+            rows.append([rel, "x" if e.executable else "f", e.sha256] + ([e.size] if sizes else []))
         else:
-            rows.append([rel, "l", e.link])
+            rows.append([rel, "l", e.link] + ([0] if sizes else []))
     return rows
 
 
 def manifest_hash(listing: Listing) -> str:
-    text = json.dumps(manifest(listing), separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+    return objects.manifest_digest(manifest(listing))
 
 
 class _HashingReader:
-    """Feeds tarfile from an fd while hashing, so a cold file is read from disk once; keeps the
+    """Reads an fd while hashing, so a cold file is read from disk once; keeps the
     first bytes so the packer can judge what it actually packed."""
 
     def __init__(self, fd: int) -> None:
@@ -201,50 +196,87 @@ def _drop_half_packs(store: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
-def _pack(listing: Listing, store: Path, cache: FileHashCache | None,
-          tick: Callable[[], None] = lambda: None) -> Path:
-    fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(), suffix=".tar.gz", dir=store)
-    os.close(fd)
-    tmp = Path(tmp_name)
+def _store_objects(listing: Listing, todo: list[Entry], cache: FileHashCache,
+                   tick: Callable[[], None]) -> None:
+    """Copy each file of `todo` into its object, on every core: hashing and copying release
+    the GIL, so threads read, hash and write several files at once. The first failure (a file
+    that changed into a credential, a link swapped in) stops the rest and is raised."""
+    if not todo:
+        return
+    lock = threading.Lock()
+
+    def one(e: Entry) -> tuple[Entry, str, str]:
+        sig, digest = _store_object(listing, e)
+        with lock:
+            tick()
+        return e, sig, digest
+
+    workers = max(1, min(8, os.cpu_count() or 1))
+    if workers == 1 or len(todo) < 8:
+        results = [one(e) for e in todo]
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="pack") as pool:
+            futures = [pool.submit(one, e) for e in todo]
+            try:
+                results = [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+    for e, sig, digest in results:
+        cache.remember(str(listing.root / e.rel), sig, digest)
+
+
+def _store_object(listing: Listing, e: Entry) -> tuple[str, str]:
+    """One file into the object store: read through O_NOFOLLOW, judged again on the bytes
+    actually read, renamed into place under its hash; returns (stat signature, hash)."""
+    store = paths.objects_dir()
+    full = listing.root / e.rel
     try:
-        with tarfile.open(tmp, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
-            for rel in sorted(listing.entries):
-                e = listing.entries[rel]
-                info = tarfile.TarInfo(rel)
-                info.mtime = 0
-                if e.kind == "link":
-                    info.type = tarfile.SYMTYPE
-                    info.linkname = e.link or ""
-                    tar.addfile(info)
-                    continue
-                full = listing.root / rel
-                try:
-                    fd = os.open(full, _OPEN_FLAGS)
-                except OSError as exc:
-                    raise UserError(f"cannot read {rel}: {exc.strerror}",
-                                    fix="fix its permissions or ignore it in .gitignore") from exc
-                try:
-                    st = os.fstat(fd)
-                    if not stat.S_ISREG(st.st_mode):
-                        raise UserError(f"{rel} changed into a non-regular file while packing",
-                                        fix="submit again")
-                    _check_same_file(e, st)
-                    info.size = st.st_size
-                    info.mode = 0o755 if e.executable else 0o644
-                    reader = _HashingReader(fd)
-                    tar.addfile(info, reader)
-                    _check_packed_content(e, bytes(reader.head), st.st_size)
-                    # what was packed is what the manifest names, even if the file changed
-                    e.sha256, e.size = reader.h.hexdigest(), st.st_size
-                    if cache is not None:
-                        cache.remember(str(full), FileHashCache.signature(st), e.sha256)
-                finally:
-                    os.close(fd)
-                tick()
-        return tmp
+        fd = os.open(full, _OPEN_FLAGS)
+    except OSError as exc:
+        raise UserError(f"cannot read {e.rel}: {exc.strerror}",
+                        fix="fix its permissions or ignore it in .gitignore") from exc
+    out_fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(), dir=store)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{e.rel} changed into a non-regular file while packing",
+                            fix="submit again")
+        _check_same_file(e, st)
+        reader = _HashingReader(fd)
+        size = 0
+        while block := reader.read(CHUNK):
+            _write_all(out_fd, block)
+            size += len(block)
+        _check_packed_content(e, bytes(reader.head), size)
+        digest = reader.h.hexdigest()
+        os.fchmod(out_fd, 0o444)
+        os.close(out_fd)
+        out_fd = -1
+        final = objects.object_file(digest)
+        if objects.reuse_object(digest):
+            os.unlink(tmp_name)
+        else:
+            final.parent.mkdir(exist_ok=True)
+            os.replace(tmp_name, final)
+        # what was stored is what the manifest names, even if the file changed since listing
+        e.sha256, e.size = digest, size
+        return FileHashCache.signature(st), digest
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if out_fd >= 0:
+            os.close(out_fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
         raise
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, block: bytes) -> None:
+    view = memoryview(block)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _check_same_file(e: Entry, st: os.stat_result) -> None:
@@ -266,10 +298,3 @@ def _check_packed_content(e: Entry, head: bytes, size: int) -> None:
 
 def make_bundle(project_dir: Path, include: list[str] = (), *, allow_large: bool = False) -> Bundle:
     return build(list_project(project_dir, include, allow_large=allow_large))
-
-
-def extract(bundle_path: Path, dest: Path) -> None:
-    """Unpack one of our own bundles (made by `_pack`) into a fresh directory."""
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(bundle_path, "r:gz") as tar:
-        tar.extractall(dest, filter="data")

@@ -55,7 +55,6 @@ from typing import TYPE_CHECKING, Iterable, Protocol
 # about 10 ms of every `gpu submit` (bench/submit_latency.py).
 if TYPE_CHECKING:
     import optparse
-    import tarfile
 
 from core.errors import UserError
 from core.packaging.credentials import url_credential
@@ -161,37 +160,62 @@ class _Files(ABC):
 
 
 class BundleFiles(_Files):
-    """A bundle tar.gz: what every target installs from (read once, small files kept)."""
+    """A stored bundle (its manifest over file objects, core.packaging.objects), or a bundle
+    tar.gz: what every target installs from (small files read once and kept)."""
 
     def __init__(self, bundle: Path) -> None:
-        self._members: dict[str, tarfile.TarInfo] = {}
+        self._kinds: dict[str, str] = {}
+        self._links: dict[str, str] = {}
         self._data: dict[str, bytes] = {}  # small files, whole: requirement files are among them
         self._digests: dict[str, bytes] = {}  # every regular file: what a local path's hash needs
+        self._objects: dict[str, Path] = {}  # a manifest's small files, by their object
+        if bundle.suffix == ".json":
+            self._from_manifest(bundle)
+        else:
+            self._from_archive(bundle)
+
+    def _from_manifest(self, manifest: Path) -> None:
+        from core.packaging import objects
+        from core.runtime import codetree
+        for rel, kind, ref, size in codetree.read_manifest(str(manifest)):
+            if kind == "l":
+                self._kinds[rel], self._links[rel] = "link", ref
+                continue
+            self._kinds[rel] = "file"
+            self._digests[rel] = bytes.fromhex(ref)
+            if size <= KEEP_BYTES:
+                self._objects[rel] = objects.object_file(ref)  # read when asked for
+
+    def _from_archive(self, bundle: Path) -> None:
         import tarfile
         with tarfile.open(bundle, "r:gz") as tar:
             for member in tar:
                 name = posixpath.normpath(member.name.lstrip("./")) if member.name not in ("", ".") else ""
-                self._members[name] = member
-                if member.isreg():
-                    f = tar.extractfile(member)
-                    h = hashlib.sha256()
-                    kept = bytearray()
-                    while f is not None and (chunk := f.read(1 << 20)):
-                        h.update(chunk)
-                        if len(kept) <= KEEP_BYTES:
-                            kept += chunk
-                    self._digests[name] = h.digest()
+                if member.issym():
+                    self._kinds[name], self._links[name] = "link", member.linkname
+                if not member.isreg():
+                    continue
+                self._kinds[name] = "file"
+                f = tar.extractfile(member)
+                h = hashlib.sha256()
+                kept = bytearray()
+                while f is not None and (chunk := f.read(1 << 20)):
+                    h.update(chunk)
                     if len(kept) <= KEEP_BYTES:
-                        self._data[name] = bytes(kept)
+                        kept += chunk
+                self._digests[name] = h.digest()
+                if len(kept) <= KEEP_BYTES:
+                    self._data[name] = bytes(kept)
 
     def _kind(self, rel: str) -> str | None:
-        m = self._members.get(rel)
-        return None if m is None else "file" if m.isreg() else "link" if m.issym() else None
+        return self._kinds.get(rel)
 
     def _link(self, rel: str) -> str:
-        return self._members[rel].linkname
+        return self._links[rel]
 
     def _bytes(self, rel: str) -> bytes:
+        if rel not in self._data and rel in getattr(self, "_objects", {}):
+            self._data[rel] = self._objects[rel].read_bytes()
         if rel not in self._data:
             raise UserError(f"{rel} is larger than {KEEP_BYTES >> 20} MiB: not a requirements file pip would read",
                             where=rel, fix="name a requirements file, or a package folder or wheel")

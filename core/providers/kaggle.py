@@ -57,7 +57,7 @@ from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
 from core.providers.service import secret_name as _secret_name
-from core.packaging import requirements
+from core.packaging import objects, requirements
 from core.providers.runtimeship import runtime_archive
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
@@ -362,7 +362,7 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         return f"gr-{job.short_id}-a{attempt or job.attempt}"
 
     def _requirements(self, job: Job) -> requirements.Dependencies | None:
-        return requirements.bundle_dependencies(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+        return requirements.bundle_dependencies(objects.manifest_file(job.bundle_hash),
                                                 job.plan.get("workdir") or "", job.plan.get("extras") or ())
 
     def _spec(self, job: Job, keys: dict, wheelhouse: str | None = None) -> dict:
@@ -423,7 +423,7 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         if found and offline:  # resolved before any upload: what cannot ship is named first
             wh, wh_archive = self._wheelhouse(job, found, say)
         rt_hash, rt_bytes = runtime_archive()
-        bundle = paths.bundles_dir() / f"{job.bundle_hash}.tar.gz"
+        bundle = objects.archive(job.bundle_hash)
         key = hashlib.sha256(f"{job.bundle_hash}:{rt_hash}".encode()).hexdigest()[:24]
         keys = {"bundle": f"{job.bundle_hash[:32]}.gr", "runtime": f"{rt_hash}.gr"}
         sent = self._dataset(f"gr-{key}", {keys["bundle"]: bundle, keys["runtime"]: rt_bytes})

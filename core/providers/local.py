@@ -22,7 +22,7 @@ from typing import Any
 from core import paths
 from core.errors import disk_full_guard
 from core.packaging import requirements
-from core.packaging.bundle import extract
+from core.packaging import objects
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
 from core.providers.gpuprobe import local_gpus
 from core.runtime import boundary, ckptscan, diskspace, jobprocs
@@ -45,7 +45,7 @@ def dependency_spec(job: Job, python: str) -> dict | None:
     """The launcher's `deps` for this job: the project's dependencies as pip reads them
     (core.packaging.requirements, from the bundle, as every target reads them), hashed with
     this machine's Python."""
-    deps = requirements.bundle_dependencies(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+    deps = requirements.bundle_dependencies(objects.manifest_file(job.bundle_hash),
                                             job.plan.get("workdir") or "", job.plan.get("extras") or ())
     return requirements.deps_spec(deps, python=python, version=sys.version,
                                   venvs_dir=str(paths.venvs_dir()), uv=requirements.home_uv())
@@ -106,7 +106,7 @@ class LocalProvider:
         code = jdir / "code"
         if not (jdir / ".code-ready").exists():
             shutil.rmtree(code, ignore_errors=True)
-            extract(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz", code)
+            objects.materialize(job.bundle_hash, code)
             (jdir / ".code-ready").touch()
         runtime = jdir / "runtime"
         if not (runtime / "gpu" / "__init__.py").exists():

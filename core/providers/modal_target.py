@@ -66,7 +66,7 @@ from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
 from core.providers.service import secret_name as _secret_name
-from core.packaging import requirements
+from core.packaging import objects, requirements
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
 
@@ -358,14 +358,14 @@ class ModalProvider(ServiceTarget, MirroredLog):
 
         py = f"{sys.version_info.major}.{min(max(sys.version_info.minor, 10), 13)}"
         image = modal.Image.debian_slim(python_version=py)
-        deps = requirements.bundle_dependencies(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+        deps = requirements.bundle_dependencies(objects.manifest_file(job.bundle_hash),
                                                 job.plan.get("workdir") or "", job.plan.get("extras") or ())
         if deps:
             image = image.pip_install(*deps.requirements, **modal_pip_options(deps))  # built once, then reused
         image = image.add_local_file(FUNCTION_FILE, "/root/modal_function.py", copy=False)
         image = image.add_local_dir(RUNTIME_DIR, f"{REMOTE}/runtime", copy=False,
                                     ignore=["**/__pycache__", "**/__pycache__/**", "**/*.pyc"])
-        image = image.add_local_file(paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+        image = image.add_local_file(objects.archive(job.bundle_hash),
                                      f"{REMOTE}/bundle/{job.bundle_hash}.tar.gz", copy=False)
         for path in data.values():
             image = image.add_local_file(path, f"{REMOTE}/data/{path.name}", copy=False)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from core import paths
-from core.packaging import requirements
+from core.packaging import objects, requirements
 from core.jobs.store import Job
 from core.providers.hostlink import make_transport
 from core.providers.remotecache import RemoteCache
@@ -175,7 +175,7 @@ printf '%s\\n' "$py"
         remote = await self.remote()
         notes: list[str] = []  # what was decided about the dependencies: the job's events
         found = await asyncio.to_thread(
-            requirements.bundle_dependencies, paths.bundles_dir() / f"{job.bundle_hash}.tar.gz",
+            requirements.bundle_dependencies, objects.manifest_file(job.bundle_hash),
             job.plan.get("workdir") or "", job.plan.get("extras") or ())
         python = base_python or remote["python"]
         # before any upload: a requirement the host cannot get is named with nothing sent

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from core import paths
 from core.jobs.store import Job
+from core.packaging import objects
 from core.packaging.local_data import DataListing, list_data
 from core.providers.runtimeship import runtime_archive
 from core.providers.spec import local_data
@@ -109,14 +110,14 @@ class RemoteCache:
         return final, 0
 
     async def _ensure_bundle(self, job: Job) -> tuple[str, int]:
-        local = paths.bundles_dir() / f"{job.bundle_hash}.tar.gz"
         final = f"{self._root()}/bundles/{job.bundle_hash}.tar.gz"
         marker = f"{self._root()}/bundles/{job.bundle_hash}.ready"
         async with self._lock(marker):
             if await self._missing([marker]):
-                if not local.exists():
-                    raise RuntimeError(f"bundle {job.bundle_hash[:12]} is gone from {local.parent}; "
-                                       "submit the job again")
+                try:
+                    local = await asyncio.to_thread(objects.archive, job.bundle_hash)
+                except FileNotFoundError as exc:
+                    raise RuntimeError(str(exc)) from exc
                 return final, await self._upload_file(local, final, marker)
         return final, 0
 

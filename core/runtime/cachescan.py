@@ -8,7 +8,8 @@ Python, so every machine judges its own files (sizes, last use, whether a job ho
 
 Entries (relative to ROOT):
     jobs/<id>/code/         (+ jobs/<id>/.code-ready)            an ended job's working folder
-    bundles/<hash>.tar.gz   (+ bundles/<hash>.ready on hosts)   a project bundle
+    bundles/<hash>.json     (+ bundles/<hash>.ready on hosts)   a project bundle's manifest
+    objects/<h[:2]>/<h[2:]>                                      a shipped file's content, by hash
     data/<hash>/            (+ data/<hash>.ready)                an uploaded data set
     runtime/<hash>/         (+ runtime/<hash>.ready)             the launcher and `gpu` module
     venvs/<hash>/           (+ venvs/<hash>.lock)                a dependency environment
@@ -21,6 +22,12 @@ it alone holds, the cache counts each of its files once, so the bytes of a locat
 what its disk holds, and removing a venv frees what it says. The cache is in use while a
 launcher installs from it (it holds uv-cache.lock shared); removing it takes from no venv
 (their links keep the files) and frees the files no venv links to, which is what it reports.
+
+A bundle counts its manifest and the objects no other manifest names: what removing it frees.
+Removing it removes the manifest first, then every object no manifest names any more that was
+not used within `min_age_s` (a submit touches each object it reuses, so an object a new
+manifest is about to name is never taken from under it). Objects no manifest names (a submit
+that stopped before its manifest) are one entry, `objects`, freed the same way.
 
 A venv whose lock file another process holds (the launcher keeps a shared lock on it while its
 job runs) is in use and is never removed. Last use is the newest mtime of the entry's marker
@@ -38,6 +45,7 @@ import sys
 import time
 
 KINDS = {"bundles": "bundle", "data": "data", "runtime": "runtime", "venvs": "venv", "wheelhouse": "wheelhouse"}
+OBJECTS = "objects"
 MIN_AGE_S = 600.0  # core.engine.storage's: nothing used this recently is freed
 
 
@@ -108,8 +116,70 @@ def _venv_busy(lock_path: str) -> bool:
     return False
 
 
+def _manifest_objects(path: str) -> set[str]:
+    try:
+        with open(path, encoding="ascii") as f:
+            return {r[2] for r in json.load(f)["entries"] if r[1] != "l"}
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return set()
+
+
+def _references(root: str) -> dict[str, set[str]]:
+    """Each stored manifest's key -> the objects it names."""
+    base = os.path.join(root, "bundles")
+    try:
+        names = [n for n in os.listdir(base) if n.endswith(".json") and not n.startswith(".")]
+    except OSError:
+        return {}
+    return {n[: -len(".json")]: _manifest_objects(os.path.join(base, n)) for n in names}
+
+
+def _objects(root: str) -> dict[str, tuple[str, int, float]]:
+    """Every object (and stale temporary file) under objects/: name -> (path, bytes, mtime)."""
+    out = {}
+    for top, dirs, files in os.walk(os.path.join(root, OBJECTS)):
+        for name in files:
+            path = os.path.join(top, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            digest = os.path.basename(top) + name if len(name) == 62 else name
+            out[digest] = (path, st.st_blocks * 512, st.st_mtime)
+    return out
+
+
+def _unreferenced(root: str) -> tuple[dict[str, tuple[str, int, float]], dict[str, int]]:
+    """The objects no manifest names, and each manifest's bytes that only it names."""
+    refs = _references(root)
+    count: dict[str, int] = {}
+    for names in refs.values():
+        for d in names:
+            count[d] = count.get(d, 0) + 1
+    objs = _objects(root)
+    own = {key: sum(objs[d][1] for d in names if count[d] == 1 and d in objs) for key, names in refs.items()}
+    return {d: v for d, v in objs.items() if d not in count}, own
+
+
+def _sweep_objects(root: str, min_age_s: float) -> int:
+    """Remove the objects no manifest names that were not used in the last `min_age_s`."""
+    loose, _ = _unreferenced(root)
+    freed = 0
+    now = time.time()
+    for path, size, mtime in loose.values():
+        if now - mtime < min_age_s:
+            continue
+        try:
+            os.unlink(path)
+            freed += size
+        except OSError:
+            pass
+    return freed
+
+
 def scan(root: str) -> list[dict]:
     out = []
+    loose, own = _unreferenced(root)
     for folder, kind in KINDS.items():
         base = os.path.join(root, folder)
         try:
@@ -119,18 +189,32 @@ def scan(root: str) -> list[dict]:
         for name in names:
             if name.endswith((".ready", ".lock", ".to")) or ".part-" in name or ".tmp" in name:
                 continue
-            key = name[: -len(".tar.gz")] if name.endswith(".tar.gz") else name
+            if name.startswith(".manifest-"):
+                continue  # a manifest being written
+            key = _key(name)
             path = os.path.join(base, name)
             marker = os.path.join(base, key + ".ready")
             busy = kind == "venv" and _venv_busy(os.path.join(base, key + ".lock"))
             size = _own_size(path) if kind == "venv" and os.path.isdir(path) else _size(path)
+            size += own.get(key, 0) if name.endswith(".json") else 0
             out.append({"kind": kind, "key": key, "path": path, "bytes": size,
                         "used_at": max(_mtime(path), _mtime(marker),
                                        _mtime(os.path.join(path, ".ready"))),
                         "busy": busy})
+    if loose:
+        out.append({"kind": "objects", "key": OBJECTS, "path": os.path.join(root, OBJECTS),
+                    "bytes": sum(v[1] for v in loose.values()),
+                    "used_at": max(v[2] for v in loose.values()), "busy": False})
     out += _workdirs(root)
     out += _uv_cache(root)
     return out
+
+
+def _key(name: str) -> str:
+    for suffix in (".tar.gz", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def _workdirs(root: str) -> list[dict]:
@@ -176,6 +260,10 @@ def evict(root: str, paths: list[str], min_age_s: float = 0.0) -> dict:
                 removed.append(path)
                 freed += done
             continue
+        if real == os.path.join(real_root, OBJECTS):
+            removed.append(path)
+            freed += _sweep_objects(real_root, min_age_s)
+            continue
         if _is_workdir(real, real_root):
             try:  # the marker first: a launch that finds no marker unpacks the code again
                 os.unlink(os.path.join(parent, ".code-ready"))
@@ -190,7 +278,7 @@ def evict(root: str, paths: list[str], min_age_s: float = 0.0) -> dict:
             kept.append({"path": path, "why": "not a cache entry under the root"})
             continue
         name = os.path.basename(real)
-        key = name[: -len(".tar.gz")] if name.endswith(".tar.gz") else name
+        key = _key(name)
         lock_fd = None
         if os.path.basename(parent) == "venvs":
             lock_fd = os.open(os.path.join(parent, key + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
@@ -222,6 +310,8 @@ def evict(root: str, paths: list[str], min_age_s: float = 0.0) -> dict:
                     pass
             removed.append(path)
             freed += size
+            if name.endswith(".json"):  # then the objects only it named
+                freed += _sweep_objects(real_root, min_age_s)
         finally:
             if lock_fd is not None:
                 os.close(lock_fd)

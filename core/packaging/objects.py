@@ -1,0 +1,138 @@
+"""Bundles at home: a manifest per bundle over file objects named by their content hash.
+
+A bundle is `bundles/<hash>.json` (each shipped path with its kind, content hash or link target
+and size) and, under `objects/`, one read-only file per distinct content. Nothing is stored
+twice: a second submit that changed one file writes one object and one manifest, and a target
+is sent only the objects it lacks (core/runtime/codetree.py asks it in one round trip and builds
+each job's code folder from them, the same code here and on hosts).
+
+The bundle's hash is the manifest's (path, kind, hash) rows, as it was for the archives this
+replaced, so approvals, idempotency and digests are unchanged. A manifest is written only
+after every object it names is in place, so a manifest that exists is whole; gc removes a
+manifest before the objects only it named (core/runtime/cachescan.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tarfile
+import tempfile
+from pathlib import Path
+
+from core import paths
+from core.runtime import codetree
+
+MANIFEST_SUFFIX = ".json"
+
+
+def manifest_file(bundle_hash: str) -> Path:
+    return paths.bundles_dir() / f"{bundle_hash}{MANIFEST_SUFFIX}"
+
+
+def object_file(digest: str) -> Path:
+    return Path(codetree.object_path(str(paths.objects_dir()), digest))
+
+
+def reuse_object(digest: str) -> bool:
+    """True when the object is stored; it is touched, so gc (which frees only objects unused
+    for a while, core/runtime/cachescan.py) does not take it before the manifest naming it is
+    written."""
+    try:
+        os.utime(object_file(digest))
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def stored(bundle_hash: str) -> bool:
+    return manifest_file(bundle_hash).is_file()
+
+
+def write_manifest(bundle_hash: str, rows: list[list]) -> Path:
+    """Write the manifest (rows: path, kind, hash or link, size) once its objects are in place."""
+    final = manifest_file(bundle_hash)
+    if final.exists():
+        return final
+    # ASCII JSON: a name that is not UTF-8 travels as \udcXX escapes and comes back as its bytes
+    text = json.dumps({"version": codetree.MANIFEST_VERSION, "entries": rows}, separators=(",", ":"))
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=final.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(text)
+        os.replace(tmp, final)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return final
+
+
+def entries(bundle_hash: str) -> list[list]:
+    """The manifest's rows; a bundle gc removed (or never packed here) is an error that says so."""
+    path = manifest_file(bundle_hash)
+    if not path.is_file():
+        raise FileNotFoundError(f"bundle {bundle_hash[:12]} is gone from {path.parent}; submit the job again")
+    return codetree.read_manifest(str(path))
+
+
+def digests(bundle_hash: str) -> list[str]:
+    """The distinct content hashes a bundle's files need, in manifest order."""
+    return list(dict.fromkeys(r[2] for r in entries(bundle_hash) if r[1] != "l"))
+
+
+def materialize(bundle_hash: str, dest: Path) -> int:
+    """A job's own copy of the bundle's files at `dest` (see codetree: copies, reflinked where
+    the file system can); returns the bytes copied."""
+    return codetree.build(entries(bundle_hash), str(paths.objects_dir()), str(dest))
+
+
+def object_stream(digests_: list[str], out) -> int:
+    """A tar of the named objects (members named by hash) written to `out`, the way a target
+    receives what it lacks (codetree.receive); returns the content bytes."""
+    total = 0
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for d in dict.fromkeys(digests_):
+            path = object_file(d)
+            info = tarfile.TarInfo(d)
+            info.size = path.stat().st_size
+            info.mode = 0o444
+            with open(path, "rb") as f:
+                tar.addfile(info, f)
+            total += info.size
+    return total
+
+
+def archive(bundle_hash: str) -> Path:
+    """The whole bundle as one tar.gz (kept under cache/archives by hash), for a target that
+    takes one file: made from the objects on first use."""
+    out = paths.cache_dir() / "archives" / f"{bundle_hash}.tar.gz"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".archive-", suffix=".tar.gz", dir=out.parent)
+    os.close(fd)
+    try:
+        with tarfile.open(tmp, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
+            for rel, kind, ref, *_ in entries(bundle_hash):
+                info = tarfile.TarInfo(rel)
+                info.mtime = 0
+                if kind == "l":
+                    info.type, info.linkname = tarfile.SYMTYPE, ref
+                    tar.addfile(info)
+                    continue
+                path = object_file(ref)
+                info.size, info.mode = path.stat().st_size, 0o755 if kind == "x" else 0o644
+                with open(path, "rb") as f:
+                    tar.addfile(info, f)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def manifest_digest(rows: list[list]) -> str:
+    """The bundle's hash: its (path, kind, hash or link) rows, sizes left out."""
+    text = json.dumps([r[:3] for r in rows], separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()

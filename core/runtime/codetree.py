@@ -1,0 +1,185 @@
+"""A job's code folder, built from a bundle's manifest over content-addressed file objects.
+
+    python codetree.py missing OBJECTS < hashes          -> the hashes OBJECTS lacks, a line each
+    python codetree.py receive OBJECTS < tar             -> objects placed, each checked by its hash
+    python codetree.py build MANIFEST OBJECTS DEST       -> DEST made from the manifest
+
+Standard library only: the same code builds a local job's folder and, sent to a host's Python,
+an ssh, Slurm or PBS job's. A bundle is a manifest (path, kind, hash or link target, size) and
+one object per distinct file content, stored once under OBJECTS/<hash[:2]>/<hash[2:]>; a
+submit sends only the objects a target lacks, so a one-line change ships one file.
+
+Copies, not hard links: every target runs a job as the same user that owns the object store,
+and that user may chmod and rewrite any file it owns, so a hard-linked code folder would let one
+job rewrite the files of every other job (and of every later submit) through the shared object.
+A copy is private to its job. Where the file system can share blocks copy-on-write (a reflink:
+btrfs, XFS, overlay on those) the copy is one ioctl and takes no room until the job writes.
+
+`receive` trusts nothing it reads: a member is an object only when its name is a sha256 and its
+bytes hash to that name, and it is renamed into place only once checked, so a broken or hostile
+stream leaves no object that lies about its content.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+
+HASH = re.compile(r"[0-9a-f]{64}")
+FICLONE = 0x40049409  # linux/fs.h: share the source's blocks copy-on-write
+CHUNK = 1 << 20
+MANIFEST_VERSION = 1
+
+
+def object_path(objects: str, digest: str) -> str:
+    return os.path.join(objects, digest[:2], digest[2:])
+
+
+def missing(objects: str, digests: list[str]) -> list[str]:
+    """The objects of `digests` the store lacks (one round trip answers a whole manifest)."""
+    return [d for d in dict.fromkeys(digests)
+            if HASH.fullmatch(d) and not os.path.isfile(object_path(objects, d))]
+
+
+def receive(objects: str, stream) -> list[str]:
+    """Objects from a tar stream (members named by their hash), each written to a temporary
+    file, hashed, and renamed into place only when its bytes are what its name says."""
+    placed = []
+    with tarfile.open(fileobj=stream, mode="r|*") as tar:
+        for member in tar:
+            name = os.path.basename(member.name)
+            if not member.isreg() or not HASH.fullmatch(name):
+                continue
+            src = tar.extractfile(member)
+            if src is None:
+                continue
+            if _store(objects, name, src):
+                placed.append(name)
+    return placed
+
+
+def _store(objects: str, digest: str, src) -> bool:
+    """Write one object from `src`, checked against its name; False when it is already there."""
+    final = object_path(objects, digest)
+    if os.path.isfile(final):
+        while src.read(CHUNK):
+            pass
+        return False
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".obj-", dir=os.path.dirname(final))
+    try:
+        h = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out:
+            while chunk := src.read(CHUNK):
+                h.update(chunk)
+                out.write(chunk)
+        if h.hexdigest() != digest:
+            raise ValueError(f"object {digest[:12]} arrived with other content: refused")
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, final)
+        return True
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_manifest(path: str) -> list[list]:
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        doc = json.load(f)
+    if doc.get("version") != MANIFEST_VERSION:
+        raise ValueError(f"{path}: manifest version {doc.get('version')!r} is not {MANIFEST_VERSION}")
+    return doc["entries"]
+
+
+def safe_rel(rel: str) -> bool:
+    """A manifest path that stays inside the folder it is built in."""
+    parts = rel.split("/")
+    return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
+
+
+def link_stays_inside(rel: str, target: str) -> bool:
+    """A link whose target, read from where it sits, names something inside the folder (the
+    rule of tarfile's "data" filter, which the archives this replaces were unpacked with)."""
+    if not target or target.startswith("/"):
+        return False
+    depth = rel.count("/")
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part not in ("", "."):
+            depth += 1
+    return True
+
+
+def build(entries: list[list], objects: str, dest: str) -> int:
+    """Make `dest` (which must not exist yet) from the manifest's entries; returns the bytes
+    written. Built beside `dest` and renamed into place, so a folder that exists is whole."""
+    parent = os.path.dirname(os.path.abspath(dest))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".code-", dir=parent)
+    written = 0
+    try:
+        for row in entries:
+            rel, kind, ref = row[0], row[1], row[2]
+            if not safe_rel(rel):
+                raise ValueError(f"manifest path {rel!r} leaves the folder: refused")
+            path = os.path.join(tmp, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if kind == "l":
+                if not link_stays_inside(rel, ref):
+                    raise ValueError(f"manifest link {rel!r} -> {ref!r} leaves the folder: refused")
+                os.symlink(ref, path)
+                continue
+            written += copy_object(object_path(objects, ref), path)
+            os.chmod(path, 0o755 if kind == "x" else 0o644)
+        os.rename(tmp, dest)
+        return written
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def copy_object(src: str, dst: str) -> int:
+    """A private copy of one object: a reflink where the file system offers one, else bytes."""
+    with open(src, "rb") as fin:
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "wb") as fout:
+            try:
+                fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
+                return 0
+            except OSError:
+                pass
+            shutil.copyfileobj(fin, fout, CHUNK)
+            return fout.tell()
+
+
+def main(argv: list[str]) -> int:
+    cmd = argv[1] if len(argv) > 1 else ""
+    if cmd == "missing" and len(argv) == 3:
+        for d in missing(argv[2], sys.stdin.read().split()):
+            print(d)
+        return 0
+    if cmd == "receive" and len(argv) == 3:
+        placed = receive(argv[2], sys.stdin.buffer)
+        print(json.dumps({"placed": len(placed)}))
+        return 0
+    if cmd == "build" and len(argv) == 5:
+        if os.path.isdir(argv[4]):
+            return 0
+        print(json.dumps({"bytes": build(read_manifest(argv[2]), argv[3], argv[4])}))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
