@@ -86,8 +86,9 @@ def test_a_job_runs_on_kaggle_and_comes_home(kaggle: FakeKaggle, home: Path, tmp
                for e in gpu_json("status", short, "--verbose")["events"])
     assert push["isPrivate"] is True and push["enableGpu"] is True and push["enableInternet"] is False
     assert push["machineShape"] == "NvidiaTeslaT4" and push["slug"] == f"alice/gr-{short}-a1"
-    (created,) = kaggle.bodies("CreateDataset")
-    assert created["isPrivate"] is True and created["slug"] in push["datasetDataSources"][0]
+    created = kaggle.bodies("CreateDataset")  # the code's base data set and the runtime's
+    assert sorted(c["slug"][:5] for c in created) == ["gr-c-", "gr-rt"]
+    assert all(c["isPrivate"] is True and f"alice/{c['slug']}" in push["datasetDataSources"] for c in created)
     bundle_hash = gpu_json("status", short, "--verbose")["plan"]["bundle_hash"]
     assert any(bundle_hash[:32] in call["body"].get("name", "") for call in kaggle.calls
                if call["method"] == "StartBlobUpload")
@@ -219,7 +220,7 @@ def test_a_data_set_goes_up_once_and_undeclared_work_is_fetched(kaggle: FakeKagg
         assert wait_state(shorts[-1], {"done", "failed"}, timeout=120)["state"] == "done"
         assert (Path(sub["job"]["outputs_dir"]) / "seen.txt").read_text() == "data from home"
     created = [b["slug"] for b in kaggle.bodies("CreateDataset")]
-    assert len(created) == 2 and sum(s.startswith("gr-data-") for s in created) == 1  # bundle + data, once
+    assert len(created) == 3 and sum(s.startswith("gr-data-") for s in created) == 1  # code, runtime, data: once
     assert any(src.endswith(created[-1]) or "gr-data-" in src
                for src in kaggle.bodies("SaveKernel")[-1]["datasetDataSources"])
     fetched = gpu_json("fetch", shorts[-1], "notes.txt", cwd=project)
