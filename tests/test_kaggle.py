@@ -281,3 +281,74 @@ async def test_provider_kaggle_pins_the_kind_the_readme_adds(kaggle: FakeKaggle,
     assert done["state"] == "done", run_gpu("logs", job["short_id"]).stdout + json.dumps(done)
     (push,) = [b for b in kaggle.bodies("SaveKernel") if b["slug"] != "alice/gr-image-probe"]
     assert push["slug"] == f"alice/gr-{job['short_id']}-a1"
+
+
+SHOWS = '''
+import gpu, pathlib
+(gpu.output_dir() / "msg.txt").write_text(pathlib.Path("msg.txt").read_text())
+'''
+
+
+def _code_set(kaggle: FakeKaggle, slug: str) -> tuple[list[list], list[str]]:
+    """What the fake holds in a code data set: the manifest's rows and the object tar's members."""
+    import gzip
+    import io
+    import tarfile
+
+    files = kaggle.datasets[f"alice/{slug}"]
+    (manifest,) = [v for k, v in files.items() if k.endswith(".grm")]
+    tars = [v for k, v in files.items() if k.endswith(".gro")]
+    members: list[str] = []
+    for blob in tars:
+        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob))) as tar:
+            members += [m.name for m in tar]
+    return json.loads(gzip.decompress(manifest))["entries"], members
+
+
+def test_a_changed_file_ships_as_one_small_delta_over_the_base(kaggle: FakeKaggle, home: Path,
+                                                              tmp_path: Path) -> None:
+    """The first submit uploads every object once, as the base; a second one with one file
+    changed uploads one small delta (that file's object and the manifest), its kernel mounts the
+    base and that delta, and the job sees the new content. Editing the same file again mounts
+    the base and the newest delta only."""
+    import hashlib
+    import os
+
+    add_kaggle(tmp_path)
+    lib = {f"lib/part{i}.txt": os.urandom(8192).hex() for i in range(40)}  # ~650 kB of code
+    project = make_git_project(tmp_path / "inc", {"train.py": SHOWS, "msg.txt": "first\n", **lib})
+
+    def submit(run: int) -> tuple[dict, int, list[dict]]:
+        before_puts, before_sets = len(kaggle.bodies("PUT")), len(kaggle.bodies("CreateDataset"))
+        sub = gpu_json("submit", "train.py", "--hours", "0.1", "--env", f"RUN={run}", "--wait-s", "0", cwd=project)
+        short = sub["job"]["short_id"]
+        assert wait_state(short, {"done", "failed"}, timeout=240)["state"] == "done", run_gpu("logs", short).stdout
+        sent = sum(p["bytes"] for p in kaggle.bodies("PUT")[before_puts:])
+        return sub, sent, kaggle.bodies("CreateDataset")[before_sets:]
+
+    first, sent1, made1 = submit(1)
+    assert (Path(first["job"]["outputs_dir"]) / "msg.txt").read_text() == "first\n"
+    (base,) = [m["slug"] for m in made1 if m["slug"].startswith("gr-c-")]
+    rows, members = _code_set(kaggle, base)
+    assert {r[0] for r in rows} >= {"train.py", "msg.txt", *lib}
+    assert sorted(members) == sorted({r[2] for r in rows if r[1] != "l"})  # every object, once
+    assert sent1 > 300_000  # hex: gzip halves it
+
+    (project / "msg.txt").write_text("second\n")
+    second, sent2, made2 = submit(2)
+    assert (Path(second["job"]["outputs_dir"]) / "msg.txt").read_text() == "second\n"
+    (delta,) = [m["slug"] for m in made2]  # one data set, nothing else went up
+    rows2, members2 = _code_set(kaggle, delta)
+    assert members2 == [hashlib.sha256(b"second\n").hexdigest()]  # one file: the changed one
+    files2 = kaggle.datasets[f"alice/{delta}"]
+    assert len(files2) == 2 and sent2 == sum(len(v) for v in files2.values())  # manifest + one object
+    assert sent2 < 4_000 and sent2 < sent1 / 100
+    push = kaggle.bodies("SaveKernel")[-1]
+    assert f"alice/{base}" in push["datasetDataSources"] and f"alice/{delta}" in push["datasetDataSources"]
+
+    (project / "msg.txt").write_text("third\n")
+    third, _, made3 = submit(3)
+    assert (Path(third["job"]["outputs_dir"]) / "msg.txt").read_text() == "third\n"
+    (delta3,) = [m["slug"] for m in made3]
+    code_sources = [s for s in kaggle.bodies("SaveKernel")[-1]["datasetDataSources"] if "/gr-c-" in s]
+    assert sorted(code_sources) == sorted([f"alice/{base}", f"alice/{delta3}"])  # not the old delta

@@ -105,8 +105,10 @@ def chain_of(user: str, project_dir: str) -> Iterator[list[dict]]:
 
 
 def set_files(own: dict) -> dict[str, bytes]:
-    """The files of a bundle's data set: its manifest, and its objects as one tar.gz."""
-    files = {manifest_name(own["bundle"]): objects.manifest_file(own["bundle"]).read_bytes()}
+    """The files of a bundle's data set: its manifest and its objects, each gzipped (the
+    manifest's paths and hashes halve: most of what a one-file change sends)."""
+    manifest = objects.manifest_file(own["bundle"]).read_bytes()
+    files = {manifest_name(own["bundle"]): gzip.compress(manifest, compresslevel=6, mtime=0)}
     if own["objects"]:
         buf = io.BytesIO()
         with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=1, mtime=0) as gz:

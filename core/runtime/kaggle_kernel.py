@@ -23,6 +23,7 @@ Standard library only.
 
 
 
+import gzip
 import json
 import os
 import shutil
@@ -72,7 +73,10 @@ def _build_code(inputs: str, kaggle: dict, dest: str) -> str | None:
                 return f"the objects {key} are not among this kernel's inputs"
             with open(found, "rb") as f:
                 codetree.receive(store, f)
-        entries = codetree.read_manifest(manifest)
+        plain = os.path.join(store, "manifest.json")  # it travels gzipped
+        with gzip.open(manifest, "rb") as src, open(plain, "wb") as out:
+            shutil.copyfileobj(src, out)
+        entries = codetree.read_manifest(plain)
         lacking = codetree.missing(store, [r[2] for r in entries if r[1] != "l"])
         if lacking:
             return f"{len(lacking)} of the code's files came in no data set (first {lacking[0][:12]})"
