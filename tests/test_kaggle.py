@@ -338,7 +338,7 @@ def test_a_changed_file_ships_as_one_small_delta_over_the_base(kaggle: FakeKaggl
     second, sent2, made2 = submit(2)
     assert (Path(second["job"]["outputs_dir"]) / "msg.txt").read_text() == "second\n"
     (delta,) = [m["slug"] for m in made2]  # one data set, nothing else went up
-    rows2, members2 = _code_set(kaggle, delta)
+    _, members2 = _code_set(kaggle, delta)
     assert members2 == [hashlib.sha256(b"second\n").hexdigest()]  # one file: the changed one
     files2 = kaggle.datasets[f"alice/{delta}"]
     assert len(files2) == 2 and sent2 == sum(len(v) for v in files2.values())  # manifest + one object

@@ -52,11 +52,11 @@ def test_a_change_adds_a_delta_of_the_changed_file_and_mounts_only_what_it_needs
 def test_a_delta_that_would_pass_the_cap_cuts_a_new_base() -> None:
     files = {"a.py": "a", "b.py": "b", "c.py": "c", "d.py": "d"}
     b, d = bundle(files)
-    chain, base, _ = plan([], b, d, room=3)
+    chain, _, _ = plan([], b, d, room=3)
     files["a.py"] = "a2"
-    chain, delta_a, mounts = plan(chain, *bundle(files), room=3)
+    chain, _, mounts = plan(chain, *bundle(files), room=3)
     files["b.py"] = "b2"
-    chain, delta_b, mounts = plan(chain, *bundle(files), room=3)
+    chain, _, mounts = plan(chain, *bundle(files), room=3)
     assert len(mounts) == 3  # its own (b2), a2's delta, and the base (c, d): at the cap
     files["c.py"] = "c2"
     b4, d4 = bundle(files)

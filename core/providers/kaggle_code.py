@@ -32,9 +32,9 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from core import paths
 from core.errors import UserError
