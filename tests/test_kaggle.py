@@ -352,3 +352,53 @@ def test_a_changed_file_ships_as_one_small_delta_over_the_base(kaggle: FakeKaggl
     (delta3,) = [m["slug"] for m in made3]
     code_sources = [s for s in kaggle.bodies("SaveKernel")[-1]["datasetDataSources"] if "/gr-c-" in s]
     assert sorted(code_sources) == sorted([f"alice/{base}", f"alice/{delta3}"])  # not the old delta
+
+
+def test_a_tampered_object_is_refused_and_a_lost_base_is_uploaded_again(kaggle: FakeKaggle, home: Path,
+                                                                        tmp_path: Path) -> None:
+    """The kernel checks each object against its hash: a base whose bytes changed on Kaggle's
+    side fails the job with the reason, before any of the project's code runs. A base deleted on
+    Kaggle breaks the chain: the next submit uploads a new base and runs."""
+    import gzip
+    import io
+    import tarfile
+
+    add_kaggle(tmp_path)
+    project = make_git_project(tmp_path / "t", {"train.py": SHOWS, "msg.txt": "first\n", "lib.py": "X = 1\n"})
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    assert wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=240)["state"] == "done"
+    (base,) = [b["slug"] for b in kaggle.bodies("CreateDataset") if b["slug"].startswith("gr-c-")]
+    files = kaggle.datasets[f"alice/{base}"]
+    (key,) = [k for k in files if k.endswith(".gro")]
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(files[key]))) as src, \
+            tarfile.open(fileobj=out, mode="w") as dst:
+        for m in src:
+            data = src.extractfile(m).read()
+            if data == b"X = 1\n":
+                data = b"X = 666\n"  # same name (its hash), other bytes
+            m.size = len(data)
+            dst.addfile(m, io.BytesIO(data))
+    files[key] = gzip.compress(out.getvalue())
+
+    (project / "msg.txt").write_text("second\n")
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    failed = wait_state(short, {"done", "failed"}, timeout=240)
+    assert failed["state"] == "failed"
+    session = kaggle.sessions[f"alice/gr-{short}-a1"]
+    text = session.stdout.read_text()
+    assert "arrived with other content: refused" in text, text
+    assert not (session.working / "gpu-router" / "job" / "code").exists()  # no code folder at all
+
+    del kaggle.datasets[f"alice/{base}"]  # deleted on kaggle.com
+    (project / "msg.txt").write_text("third\n")
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    assert wait_state(short, {"done", "failed"}, timeout=240)["state"] == "done", run_gpu("logs", short).stdout
+    assert (Path(sub["job"]["outputs_dir"]) / "msg.txt").read_text() == "third\n"
+    new_base = kaggle.bodies("CreateDataset")[-1]["slug"]
+    _, members = _code_set(kaggle, new_base)
+    assert len(members) == 3  # every object again: train.py, msg.txt, lib.py
+    assert any("is gone from Kaggle: a new base" in e["reason"]
+               for e in gpu_json("status", short, "--verbose")["events"])

@@ -82,6 +82,8 @@ def _build_code(inputs: str, kaggle: dict, dest: str) -> str | None:
             return f"{len(lacking)} of the code's files came in no data set (first {lacking[0][:12]})"
         codetree.build(entries, store, dest)
         return None
+    except (ValueError, OSError, tarfile.TarError) as exc:  # an object that is not what its name says
+        return f"the code could not be built: {exc}"
     finally:
         shutil.rmtree(store, ignore_errors=True)
 
