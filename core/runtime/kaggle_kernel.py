@@ -62,19 +62,21 @@ def _build_code(inputs: str, kaggle: dict, dest: str) -> str | None:
     once the folder is built."""
     import codetree  # the runtime just unpacked
 
-    manifest = _find(inputs, kaggle["manifest"])
-    if not manifest:
-        return f"the manifest {kaggle['manifest']} is not among this kernel's inputs"
+    wanted = {kaggle["manifest"], *kaggle["objects"]}
+    found = {}  # one walk for them all: the inputs may hold a large data set beside them
+    for here, _dirs, files in os.walk(inputs):
+        for name in wanted.intersection(files):
+            found.setdefault(name, os.path.join(here, name))
+    lacking = sorted(wanted - set(found))
+    if lacking:
+        return f"the code's data set file {lacking[0]} is not among this kernel's inputs"
     store = tempfile.mkdtemp(prefix="gpu-router-objects-")
     try:
         for key in kaggle["objects"]:
-            found = _find(inputs, key)
-            if not found:
-                return f"the objects {key} are not among this kernel's inputs"
-            with open(found, "rb") as f:
+            with open(found[key], "rb") as f:
                 codetree.receive(store, f)
         plain = os.path.join(store, "manifest.json")  # it travels gzipped
-        with gzip.open(manifest, "rb") as src, open(plain, "wb") as out:
+        with gzip.open(found[kaggle["manifest"]], "rb") as src, open(plain, "wb") as out:
             shutil.copyfileobj(src, out)
         entries = codetree.read_manifest(plain)
         lacking = codetree.missing(store, [r[2] for r in entries if r[1] != "l"])
