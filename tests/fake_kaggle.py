@@ -48,6 +48,10 @@ def _kill_session(sid: int, sig: int) -> None:
                 pass
 
 
+MAX_DATASET_FILES = 1000  # Kaggle's answer past it: "The file count exceeds the maximum of 1000"
+MAX_KERNEL_SOURCES = 20  # the cap gpu-router assumes (core/providers/kaggle_code.SOURCES_CAP)
+
+
 class Session:
     """One run of one kernel version."""
 
@@ -86,6 +90,7 @@ class FakeKaggle:
         self.stall: set[str] = set()  # methods that answer only after the client gave up
         self.calls: list[dict] = []
         self.blobs: dict[str, bytes] = {}
+        self.declared: dict[str, int] = {}  # blob token -> the contentLength its upload announced
         self.datasets: dict[str, dict[str, bytes]] = {}  # "owner/slug" -> files
         self.sessions: dict[str, Session] = {}  # "owner/slug" -> its latest session
         self.kernel_ids: dict[int, str] = {}
@@ -187,6 +192,8 @@ class FakeKaggle:
     def _put(self, h: BaseHTTPRequestHandler) -> None:
         token = h.path.rsplit("/", 1)[-1]
         data = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        if self.declared.get(token) != len(data):  # an unknown token, or not the length announced
+            return self._error(h, 400, f"upload {token}: {len(data)} bytes, announced {self.declared.get(token)}")
         with self._lock:
             self.calls.append({"service": "upload", "method": "PUT", "body": {"token": token, "bytes": len(data)},
                                "authorized": self._authorized(h.headers.get("Authorization")), "raw": ""})
@@ -216,11 +223,14 @@ class FakeKaggle:
         with self._lock:
             self._n += 1
             token = f"blob{self._n}-{body.get('name')}"
+            self.declared[token] = int(body.get("contentLength") or 0)
         return 200, {"token": token, "createUrl": f"{self.base}/upload/{token}"}
 
     def _m_CreateDataset(self, body: dict) -> tuple[int, Any]:
         ref = f"{body.get('ownerSlug')}/{body.get('slug')}"
         files = {}
+        if len(body.get("files", [])) > MAX_DATASET_FILES:
+            return 400, f"The file count exceeds the maximum of {MAX_DATASET_FILES}"
         for f in body.get("files", []):
             token = f.get("token")
             if token not in self.blobs:
@@ -248,6 +258,10 @@ class FakeKaggle:
         if body.get("enableInternet") and not self.phone_verified:
             return 200, {"ref": f"/code/{ref}", "error": "Internet access requires a phone-verified account "
                                                           "(kaggle.com > Settings > Phone verification)"}
+        sources = [*body.get("datasetDataSources", []), *body.get("kernelDataSources", [])]
+        if len(sources) > MAX_KERNEL_SOURCES:
+            return 200, {"ref": f"/code/{ref}", "error": f"a kernel takes at most {MAX_KERNEL_SOURCES} "
+                                                         f"data sources, {len(sources)} were given"}
         for src in body.get("datasetDataSources", []):
             if src not in self.datasets:
                 return 200, {"ref": f"/code/{ref}", "error": "", "invalidDatasetSources": [src]}

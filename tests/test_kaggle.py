@@ -86,8 +86,9 @@ def test_a_job_runs_on_kaggle_and_comes_home(kaggle: FakeKaggle, home: Path, tmp
                for e in gpu_json("status", short, "--verbose")["events"])
     assert push["isPrivate"] is True and push["enableGpu"] is True and push["enableInternet"] is False
     assert push["machineShape"] == "NvidiaTeslaT4" and push["slug"] == f"alice/gr-{short}-a1"
-    (created,) = kaggle.bodies("CreateDataset")
-    assert created["isPrivate"] is True and created["slug"] in push["datasetDataSources"][0]
+    created = kaggle.bodies("CreateDataset")  # the code's base data set and the runtime's
+    assert sorted(c["slug"][:5] for c in created) == ["gr-c-", "gr-rt"]
+    assert all(c["isPrivate"] is True and f"alice/{c['slug']}" in push["datasetDataSources"] for c in created)
     bundle_hash = gpu_json("status", short, "--verbose")["plan"]["bundle_hash"]
     assert any(bundle_hash[:32] in call["body"].get("name", "") for call in kaggle.calls
                if call["method"] == "StartBlobUpload")
@@ -219,7 +220,7 @@ def test_a_data_set_goes_up_once_and_undeclared_work_is_fetched(kaggle: FakeKagg
         assert wait_state(shorts[-1], {"done", "failed"}, timeout=120)["state"] == "done"
         assert (Path(sub["job"]["outputs_dir"]) / "seen.txt").read_text() == "data from home"
     created = [b["slug"] for b in kaggle.bodies("CreateDataset")]
-    assert len(created) == 2 and sum(s.startswith("gr-data-") for s in created) == 1  # bundle + data, once
+    assert len(created) == 3 and sum(s.startswith("gr-data-") for s in created) == 1  # code, runtime, data: once
     assert any(src.endswith(created[-1]) or "gr-data-" in src
                for src in kaggle.bodies("SaveKernel")[-1]["datasetDataSources"])
     fetched = gpu_json("fetch", shorts[-1], "notes.txt", cwd=project)
@@ -280,3 +281,124 @@ async def test_provider_kaggle_pins_the_kind_the_readme_adds(kaggle: FakeKaggle,
     assert done["state"] == "done", run_gpu("logs", job["short_id"]).stdout + json.dumps(done)
     (push,) = [b for b in kaggle.bodies("SaveKernel") if b["slug"] != "alice/gr-image-probe"]
     assert push["slug"] == f"alice/gr-{job['short_id']}-a1"
+
+
+SHOWS = '''
+import gpu, pathlib
+(gpu.output_dir() / "msg.txt").write_text(pathlib.Path("msg.txt").read_text())
+'''
+
+
+def _code_set(kaggle: FakeKaggle, slug: str) -> tuple[list[list], list[str]]:
+    """What the fake holds in a code data set: the manifest's rows and the object tar's members."""
+    import gzip
+    import io
+    import tarfile
+
+    files = kaggle.datasets[f"alice/{slug}"]
+    (manifest,) = [v for k, v in files.items() if k.endswith(".grm")]
+    tars = [v for k, v in files.items() if k.endswith(".gro")]
+    members: list[str] = []
+    for blob in tars:
+        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob))) as tar:
+            members += [m.name for m in tar]
+    return json.loads(gzip.decompress(manifest))["entries"], members
+
+
+def test_a_changed_file_ships_as_one_small_delta_over_the_base(kaggle: FakeKaggle, home: Path,
+                                                              tmp_path: Path) -> None:
+    """The first submit uploads every object once, as the base; a second one with one file
+    changed uploads one small delta (that file's object and the manifest), its kernel mounts the
+    base and that delta, and the job sees the new content. Editing the same file again mounts
+    the base and the newest delta only."""
+    import hashlib
+    import os
+
+    add_kaggle(tmp_path)
+    lib = {f"lib/part{i}.txt": os.urandom(8192).hex() for i in range(40)}  # ~650 kB of code
+    project = make_git_project(tmp_path / "inc", {"train.py": SHOWS, "msg.txt": "first\n", **lib})
+
+    def submit(run: int) -> tuple[dict, int, list[dict]]:
+        before_puts, before_sets = len(kaggle.bodies("PUT")), len(kaggle.bodies("CreateDataset"))
+        sub = gpu_json("submit", "train.py", "--hours", "0.1", "--env", f"RUN={run}", "--wait-s", "0", cwd=project)
+        short = sub["job"]["short_id"]
+        assert wait_state(short, {"done", "failed"}, timeout=240)["state"] == "done", run_gpu("logs", short).stdout
+        sent = sum(p["bytes"] for p in kaggle.bodies("PUT")[before_puts:])
+        return sub, sent, kaggle.bodies("CreateDataset")[before_sets:]
+
+    first, sent1, made1 = submit(1)
+    assert (Path(first["job"]["outputs_dir"]) / "msg.txt").read_text() == "first\n"
+    (base,) = [m["slug"] for m in made1 if m["slug"].startswith("gr-c-")]
+    rows, members = _code_set(kaggle, base)
+    assert {r[0] for r in rows} >= {"train.py", "msg.txt", *lib}
+    assert sorted(members) == sorted({r[2] for r in rows if r[1] != "l"})  # every object, once
+    assert sent1 > 300_000  # hex: gzip halves it
+
+    (project / "msg.txt").write_text("second\n")
+    second, sent2, made2 = submit(2)
+    assert (Path(second["job"]["outputs_dir"]) / "msg.txt").read_text() == "second\n"
+    (delta,) = [m["slug"] for m in made2]  # one data set, nothing else went up
+    _, members2 = _code_set(kaggle, delta)
+    assert members2 == [hashlib.sha256(b"second\n").hexdigest()]  # one file: the changed one
+    files2 = kaggle.datasets[f"alice/{delta}"]
+    assert len(files2) == 2 and sent2 == sum(len(v) for v in files2.values())  # manifest + one object
+    assert sent2 < 4_000 and sent2 < sent1 / 100
+    push = kaggle.bodies("SaveKernel")[-1]
+    assert f"alice/{base}" in push["datasetDataSources"] and f"alice/{delta}" in push["datasetDataSources"]
+
+    (project / "msg.txt").write_text("third\n")
+    third, _, made3 = submit(3)
+    assert (Path(third["job"]["outputs_dir"]) / "msg.txt").read_text() == "third\n"
+    (delta3,) = [m["slug"] for m in made3]
+    code_sources = [s for s in kaggle.bodies("SaveKernel")[-1]["datasetDataSources"] if "/gr-c-" in s]
+    assert sorted(code_sources) == sorted([f"alice/{base}", f"alice/{delta3}"])  # not the old delta
+
+
+def test_a_tampered_object_is_refused_and_a_lost_base_is_uploaded_again(kaggle: FakeKaggle, home: Path,
+                                                                        tmp_path: Path) -> None:
+    """The kernel checks each object against its hash: a base whose bytes changed on Kaggle's
+    side fails the job with the reason, before any of the project's code runs. A base deleted on
+    Kaggle breaks the chain: the next submit uploads a new base and runs."""
+    import gzip
+    import io
+    import tarfile
+
+    add_kaggle(tmp_path)
+    project = make_git_project(tmp_path / "t", {"train.py": SHOWS, "msg.txt": "first\n", "lib.py": "X = 1\n"})
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    assert wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=240)["state"] == "done"
+    (base,) = [b["slug"] for b in kaggle.bodies("CreateDataset") if b["slug"].startswith("gr-c-")]
+    files = kaggle.datasets[f"alice/{base}"]
+    (key,) = [k for k in files if k.endswith(".gro")]
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(files[key]))) as src, \
+            tarfile.open(fileobj=out, mode="w") as dst:
+        for m in src:
+            data = src.extractfile(m).read()
+            if data == b"X = 1\n":
+                data = b"X = 666\n"  # same name (its hash), other bytes
+            m.size = len(data)
+            dst.addfile(m, io.BytesIO(data))
+    files[key] = gzip.compress(out.getvalue())
+
+    (project / "msg.txt").write_text("second\n")
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    failed = wait_state(short, {"done", "failed"}, timeout=240)
+    assert failed["state"] == "failed"
+    session = kaggle.sessions[f"alice/gr-{short}-a1"]
+    text = session.stdout.read_text()
+    assert "arrived with other content: refused" in text, text
+    assert not (session.working / "gpu-router" / "job" / "code").exists()  # no code folder at all
+
+    del kaggle.datasets[f"alice/{base}"]  # deleted on kaggle.com
+    (project / "msg.txt").write_text("third\n")
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    assert wait_state(short, {"done", "failed"}, timeout=240)["state"] == "done", run_gpu("logs", short).stdout
+    assert (Path(sub["job"]["outputs_dir"]) / "msg.txt").read_text() == "third\n"
+    new_base = kaggle.bodies("CreateDataset")[-1]["slug"]
+    _, members = _code_set(kaggle, new_base)
+    assert len(members) == 3  # every object again: train.py, msg.txt, lib.py
+    assert any("is gone from Kaggle: a new base" in e["reason"]
+               for e in gpu_json("status", short, "--verbose")["events"])

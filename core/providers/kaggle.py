@@ -6,9 +6,11 @@
 How a job travels (every call is one of Kaggle's public API calls, made with `kagglesdk`, the
 SDK the official `kaggle` package is built on):
 
-- the project's bundle and gpu-router's runtime go up as one private data set named by their
-  content hash (`gr-<hash>`); an unchanged re-submit finds it (GetDatasetStatus) and uploads
-  nothing but the kernel; each local data set likewise, once per content hash;
+- the project's code goes up as file objects in a chain of private data sets, each named by the
+  hash of what it holds: a base, then per later submit a small delta with only the objects the
+  chain lacks (core/providers/kaggle_code.py); gpu-router's runtime is one more (`gr-rt-<hash>`);
+  an unchanged re-submit finds them (GetDatasetStatus) and uploads nothing but the kernel;
+  each local data set likewise, once per content hash;
 - dependencies: without internet (Kaggle's default), the project's requirements are resolved
   here for Kaggle's image into a wheelhouse (core/providers/kaggle_deps.py), shipped once as a
   private data set named by its hash, and installed with `--no-index`; this happens in the
@@ -52,7 +54,7 @@ from core.jobs.store import Job
 from core.errors import UserError
 from core.packaging.local_data import list_data
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
-from core.providers import kaggle_deps, logmirror, probing
+from core.providers import kaggle_code, kaggle_deps, logmirror, probing
 from core.providers.base import Poll, TargetInfo
 from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
@@ -356,6 +358,36 @@ class KaggleProvider(ServiceTarget, MirroredLog):
             slugs.append(f"{self.user()}/{slug}")
         return keys, slugs, sent
 
+    def _code_sets(self, job: Job, room: int, say) -> tuple[list[str], str, list[str], int]:
+        """The bundle's code as data sets of the project's chain (core/providers/kaggle_code.py):
+        (the slugs to mount, the manifest's file name, the object tars' file names, bytes sent).
+        Only the bundle's own data set can be new; one of the chain that Kaggle no longer has
+        (deleted there) starts a new base."""
+        user = self.user()
+        digests = objects.digests(job.bundle_hash)
+        with kaggle_code.chain_of(user, job.project_dir) as chain:
+            new_chain, own, mounts = kaggle_code.plan(chain, job.bundle_hash, digests, room)
+            for slug in mounts:
+                if slug == own["slug"]:
+                    continue
+                state = self._dataset_state(user, slug)
+                if state in (None, "FAILED", "DELETED"):
+                    say(f"code: data set {slug} of the chain is gone from Kaggle: a new base")
+                    new_chain, own, mounts = kaggle_code.plan([], job.bundle_hash, digests, room)
+                    break
+                if state != "READY":
+                    self._wait_ready(user, slug)
+            state = self._dataset_state(user, own["slug"])
+            sent = 0 if state == "READY" else self._dataset(own["slug"], kaggle_code.set_files(own))
+            kind = "base" if new_chain[0] is own else "delta"
+            say(f"code: {kind} {own['slug']} " + (f"uploaded ({len(own['objects'])} objects, {sent} bytes)"
+                                                    if sent else "already on Kaggle: nothing uploaded")
+                + f"; the kernel mounts {len(mounts)} code data set(s)")
+            chain[:] = new_chain
+        held = {s["slug"]: s for s in new_chain}
+        tars = [kaggle_code.objects_name(s) for s in mounts if held[s]["objects"]]
+        return mounts, kaggle_code.manifest_name(job.bundle_hash), tars, sent
+
     # -- running ------------------------------------------------------------------------------
 
     def kernel_slug(self, job: Job, attempt: int | None = None) -> str:
@@ -423,14 +455,18 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         if found and offline:  # resolved before any upload: what cannot ship is named first
             wh, wh_archive = self._wheelhouse(job, found, say)
         rt_hash, rt_bytes = runtime_archive()
-        bundle = objects.archive(job.bundle_hash)
-        key = hashlib.sha256(f"{job.bundle_hash}:{rt_hash}".encode()).hexdigest()[:24]
-        keys = {"bundle": f"{job.bundle_hash[:32]}.gr", "runtime": f"{rt_hash}.gr"}
-        sent = self._dataset(f"gr-{key}", {keys["bundle"]: bundle, keys["runtime"]: rt_bytes})
+        keys: dict[str, Any] = {"runtime": f"{rt_hash}.gr"}
+        sent = self._dataset(f"gr-rt-{rt_hash}", {keys["runtime"]: rt_bytes})
+        # the code's data sets share the cap with the runtime, the data sets, a wheelhouse and
+        # (resuming) the previous session's output
+        room = (kaggle_code.SOURCES_CAP - 1 - len(job.request.get("data", [])) - (1 if found else 0)
+                - (1 if job.attempt > 1 else 0))
+        code_slugs, keys["manifest"], keys["objects"], sent_c = self._code_sets(job, room, say)
         data_keys, data_slugs, sent_d = self._data_sets(job)
+        sent_d += sent_c
         keys["data"] = data_keys
         user = self.user()
-        sources = [f"{user}/gr-{key}", *data_slugs]
+        sources = [*(f"{user}/{s}" for s in code_slugs), f"{user}/gr-rt-{rt_hash}", *data_slugs]
 
         def ship_wheelhouse() -> int:
             assert wh is not None
