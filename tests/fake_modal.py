@@ -21,7 +21,10 @@ with the bytes their URLs serve; `block_gets` records each block served, by volu
 `refuse_reads` makes every read fail.
 
 Every call is recorded (`calls`: method, request, whether it carried the token) so tests assert
-what was asked: GPU type, timeout, image packages, network blocked, bytes sent. Files over the
+what was asked: GPU type, timeout, image packages, network blocked, bytes sent (`received`: each
+file's hash and content as MountPutFile brought it). As on Modal, a mount names files by hash
+and may name only contents the server already holds: the client asks which hashes are missing
+(MountBatchedCheckExistence) and sends only those; a mount naming a hash never sent is refused. Files over the
 client's 4 MiB blob limit go through an HTTP blob store this fake does not serve.
 """
 
@@ -91,6 +94,7 @@ class FakeModal:
         self.calls: list[dict] = []
         self.files: dict[str, bytes] = {}  # sha256 -> content
         self.uploaded_bytes = 0
+        self.received: list[tuple[str, bytes]] = []  # (sha256, content) of each file sent, in order
         self.mounts: dict[str, list[tuple[str, str]]] = {}  # mount id -> [(remote path, sha)]
         self.images: dict[str, str] = {}
         self.volumes: dict[str, str] = {}  # name -> id
@@ -202,14 +206,22 @@ class FakeModal:
 
     def _m_MountPutFile(self, req):
         if req.WhichOneof("data_oneof") == "data":
-            assert hashlib.sha256(req.data).hexdigest() == req.sha256_hex
+            if hashlib.sha256(req.data).hexdigest() != req.sha256_hex:
+                raise GRPCError(Status.INVALID_ARGUMENT, "file content does not match its sha256")
+            self.received.append((req.sha256_hex, bytes(req.data)))
             if req.sha256_hex not in self.files:
                 self.uploaded_bytes += len(req.data)
             self.files[req.sha256_hex] = bytes(req.data)
+        elif req.WhichOneof("data_oneof") == "data_blob_id":
+            raise GRPCError(Status.UNIMPLEMENTED, "this fake serves no blob store (files over 4 MiB)")
         return api_pb2.MountPutFileResponse(exists=req.sha256_hex in self.files)
 
     def _m_MountGetOrCreate(self, req):
         files = [(f.filename, f.sha256_hex) for f in req.files]
+        unknown = [name for name, sha in files if sha not in self.files]
+        if unknown:  # a mount names only contents the store holds (checked or put before)
+            raise GRPCError(Status.FAILED_PRECONDITION, f"{len(unknown)} mount files were never uploaded: "
+                            f"{unknown[:3]}")
         key = hashlib.sha256(repr(sorted(files)).encode()).hexdigest()[:16]
         self.mounts[f"mo-{key}"] = files
         return api_pb2.MountGetOrCreateResponse(mount_id=f"mo-{key}",
