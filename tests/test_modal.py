@@ -156,6 +156,11 @@ def test_a_one_file_change_uploads_that_file_and_the_manifest_and_the_job_runs_i
     rows = {r[0]: r for r in manifest["entries"]}
     assert rows["msg.txt"][2] == hashlib.sha256(b"v2\n").hexdigest() and rows["msg-link"][1:3] == ["l", "msg.txt"]
     assert sum(len(c) for _, c in sent) < 2_000  # not the 190 kB file again, nor the runtime
+    mounted = [f for mid in modal_fake.requests("FunctionCreate")[-1].function.mount_ids
+               for f in modal_fake.mounts[mid] if f[0].startswith("/root/gr/objects/")]
+    # the store holds v1's object too: the mount takes only this bundle's objects, by hash
+    assert sorted(name.replace("/root/gr/objects/", "").replace("/", "") for name, _ in mounted) \
+        == sorted(sha for _, sha in mounted) == sorted({r[2] for r in manifest["entries"] if r[1] != "l"})
 
 
 def test_a_failing_job_shows_its_traceback_and_cancel_stops_the_call(modal_fake: FakeModal, home: Path,
