@@ -106,14 +106,16 @@ def test_a_job_runs_on_modal_comes_home_and_an_unchanged_resubmit_uploads_nothin
     _no_token_anywhere(modal_fake, home, project, tmp_path / "modal")
 
 
-CODE_CHECK = """import os, pathlib
+CODE_CHECK = """import hashlib, os, pathlib
 msg = pathlib.Path("msg.txt").read_text().strip()
-print(f"msg={msg} exec={os.access('run.sh', os.X_OK)} link={os.readlink('msg-link')}", flush=True)
+print(f"msg={msg} exec={os.access('run.sh', os.X_OK)} link={os.readlink('msg-link')} "
+      f"weights={hashlib.sha256(pathlib.Path('weights.txt').read_bytes()).hexdigest()[:16]}", flush=True)
 pathlib.Path("msg.txt").write_text("the job wrote its own copy")  # private: no later job sees it
 """
 
 
 INCOMPRESSIBLE = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(3000))  # 192 kB
+WEIGHTS = "".join(hashlib.sha256(f"w{i}".encode()).hexdigest() for i in range(80_000))  # 5 MB: a blob
 
 
 def test_a_one_file_change_uploads_that_file_and_the_manifest_and_the_job_runs_it(
@@ -121,7 +123,7 @@ def test_a_one_file_change_uploads_that_file_and_the_manifest_and_the_job_runs_i
     add_modal()
     project = make_git_project(tmp_path / "inc", {"train.py": CODE_CHECK, "msg.txt": "v1\n",
                                                   "run.sh": "#!/bin/sh\necho hi\n",
-                                                  "lib/big.txt": INCOMPRESSIBLE})
+                                                  "lib/big.txt": INCOMPRESSIBLE, "weights.txt": WEIGHTS})
     (project / "run.sh").chmod(0o755)
     (project / "msg-link").symlink_to("msg.txt")
 
@@ -133,8 +135,10 @@ def test_a_one_file_change_uploads_that_file_and_the_manifest_and_the_job_runs_i
         assert done["state"] == "done", run_gpu("logs", short).stdout + json.dumps(done)
         return run_gpu("logs", short).stdout
 
-    assert "msg=v1 exec=True link=msg.txt" in submit()
+    weights = hashlib.sha256(WEIGHTS.encode()).hexdigest()
+    assert f"msg=v1 exec=True link=msg.txt weights={weights[:16]}" in submit()
     first = len(modal_fake.received)
+    assert weights in dict(modal_fake.received) and len(modal_fake.requests("BlobCreate")) == 1  # > 4 MiB
     assert first > 0
 
     # a submit of the same project touches the objects it reuses (their mtime is gc's "last
