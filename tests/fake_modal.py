@@ -21,8 +21,13 @@ with the bytes their URLs serve; `block_gets` records each block served, by volu
 `refuse_reads` makes every read fail.
 
 Every call is recorded (`calls`: method, request, whether it carried the token) so tests assert
-what was asked: GPU type, timeout, image packages, network blocked, bytes sent. Files over the
-client's 4 MiB blob limit go through an HTTP blob store this fake does not serve.
+what was asked: GPU type, timeout, image packages, network blocked, bytes sent (`received`: each
+file's hash and content as MountPutFile brought it). As on Modal, a mount names files by hash
+and may name only contents the server already holds: the client asks which hashes are missing
+(MountBatchedCheckExistence) and sends only those; a mount naming a hash never sent is
+refused. Files over the client's 4 MiB limit go to a blob first (BlobCreate, then a PUT to the
+URL it gives, served by the same loopback HTTP server, checked against the announced length
+and sha256), and MountPutFile names the blob.
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ class FakeModal:
         self.calls: list[dict] = []
         self.files: dict[str, bytes] = {}  # sha256 -> content
         self.uploaded_bytes = 0
+        self.received: list[tuple[str, bytes]] = []  # (sha256, content) of each file sent, in order
         self.mounts: dict[str, list[tuple[str, str]]] = {}  # mount id -> [(remote path, sha)]
         self.images: dict[str, str] = {}
         self.volumes: dict[str, str] = {}  # name -> id
@@ -101,6 +107,8 @@ class FakeModal:
         self.block_gets: list[str] = []  # the volume path of each block served
         self.refuse_reads = False  # VolumeGetFile2 answers PERMISSION_DENIED (a read that fails)
         self._blocks: dict[str, tuple[str, Any, int, int]] = {}  # token -> (path, source, start, length)
+        self._uploads: dict[str, tuple[str, int, str]] = {}  # PUT token -> (blob id, length, sha256 b64)
+        self._blobs: dict[str, bytes] = {}  # blob id -> content, once PUT whole
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         with socket.socket() as s:
@@ -201,15 +209,33 @@ class FakeModal:
             missing_sha256_hex_hashes=[h for h in req.sha256_hex_hashes if h not in self.files])
 
     def _m_MountPutFile(self, req):
-        if req.WhichOneof("data_oneof") == "data":
-            assert hashlib.sha256(req.data).hexdigest() == req.sha256_hex
+        how = req.WhichOneof("data_oneof")
+        if how in ("data", "data_blob_id"):
+            data = bytes(req.data) if how == "data" else self._blobs.get(req.data_blob_id)
+            if data is None:
+                raise GRPCError(Status.NOT_FOUND, f"blob {req.data_blob_id} was never uploaded")
+            if hashlib.sha256(data).hexdigest() != req.sha256_hex:
+                raise GRPCError(Status.INVALID_ARGUMENT, "file content does not match its sha256")
+            self.received.append((req.sha256_hex, data))
             if req.sha256_hex not in self.files:
-                self.uploaded_bytes += len(req.data)
-            self.files[req.sha256_hex] = bytes(req.data)
+                self.uploaded_bytes += len(data)
+            self.files[req.sha256_hex] = data
         return api_pb2.MountPutFileResponse(exists=req.sha256_hex in self.files)
+
+    def _m_BlobCreate(self, req):
+        """A file over the client's 4 MiB limit goes to a blob first: one presigned PUT URL (the
+        loopback HTTP server), which takes exactly the announced length and sha256."""
+        blob_id, token = self._id("bl"), secrets.token_hex(16)
+        self._uploads[token] = (blob_id, req.content_length, req.content_sha256_base64)
+        return api_pb2.BlobCreateResponse(blob_ids=[blob_id], upload_urls=api_pb2.UploadUrlList(
+            items=[f"{self.blocks_url}/put/{token}"]))
 
     def _m_MountGetOrCreate(self, req):
         files = [(f.filename, f.sha256_hex) for f in req.files]
+        unknown = [name for name, sha in files if sha not in self.files]
+        if unknown:  # a mount names only contents the store holds (checked or put before)
+            raise GRPCError(Status.FAILED_PRECONDITION, f"{len(unknown)} mount files were never uploaded: "
+                            f"{unknown[:3]}")
         key = hashlib.sha256(repr(sorted(files)).encode()).hexdigest()[:16]
         self.mounts[f"mo-{key}"] = files
         return api_pb2.MountGetOrCreateResponse(mount_id=f"mo-{key}",
@@ -328,6 +354,22 @@ class FakeModal:
                 self.send_header("Repr-Digest", f"sha-256=:{digest}:")
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_PUT(self) -> None:  # noqa: N802 - a presigned blob upload (BlobCreate)
+                entry = fake._uploads.pop(self.path.rsplit("/", 1)[-1], None)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if entry is None:
+                    self.send_error(403, "no such upload")
+                    return
+                blob_id, length, sha_b64 = entry
+                if len(body) != length or base64.b64encode(hashlib.sha256(body).digest()).decode() != sha_b64:
+                    self.send_error(400, "the body is not the length and sha256 BlobCreate announced")
+                    return
+                fake._blobs[blob_id] = body
+                self.send_response(200)
+                self.send_header("ETag", f'"{hashlib.md5(body).hexdigest()}"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
             def log_message(self, *args) -> None:
                 pass

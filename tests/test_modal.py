@@ -6,6 +6,7 @@ client only through the keychain and the provider (never the environment of thes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -103,6 +104,67 @@ def test_a_job_runs_on_modal_comes_home_and_an_unchanged_resubmit_uploads_nothin
     assert len(modal_fake.requests("FunctionCreate")) == 2
     assert "MODAL_TOKEN_SECRET" not in os.environ
     _no_token_anywhere(modal_fake, home, project, tmp_path / "modal")
+
+
+CODE_CHECK = """import hashlib, os, pathlib
+msg = pathlib.Path("msg.txt").read_text().strip()
+print(f"msg={msg} exec={os.access('run.sh', os.X_OK)} link={os.readlink('msg-link')} "
+      f"weights={hashlib.sha256(pathlib.Path('weights.txt').read_bytes()).hexdigest()[:16]}", flush=True)
+pathlib.Path("msg.txt").write_text("the job wrote its own copy")  # private: no later job sees it
+"""
+
+
+INCOMPRESSIBLE = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(3000))  # 192 kB
+WEIGHTS = "".join(hashlib.sha256(f"w{i}".encode()).hexdigest() for i in range(80_000))  # 5 MB: a blob
+
+
+def test_a_one_file_change_uploads_that_file_and_the_manifest_and_the_job_runs_it(
+        modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
+    add_modal()
+    project = make_git_project(tmp_path / "inc", {"train.py": CODE_CHECK, "msg.txt": "v1\n",
+                                                  "run.sh": "#!/bin/sh\necho hi\n",
+                                                  "lib/big.txt": INCOMPRESSIBLE, "weights.txt": WEIGHTS})
+    (project / "run.sh").chmod(0o755)
+    (project / "msg-link").symlink_to("msg.txt")
+
+    def submit(*extra: str) -> str:
+        sub = gpu_json("submit", "train.py", "--hours", "0.1", "--provider", "md", "--wait-s", "0", *extra,
+                       cwd=project)
+        short = sub["job"]["short_id"]
+        done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
+        assert done["state"] == "done", run_gpu("logs", short).stdout + json.dumps(done)
+        return run_gpu("logs", short).stdout
+
+    weights = hashlib.sha256(WEIGHTS.encode()).hexdigest()
+    assert f"msg=v1 exec=True link=msg.txt weights={weights[:16]}" in submit()
+    first = len(modal_fake.received)
+    assert weights in dict(modal_fake.received) and len(modal_fake.requests("BlobCreate")) == 1  # > 4 MiB
+    assert first > 0
+
+    # a submit of the same project touches the objects it reuses (their mtime is gc's "last
+    # used"); one that does so while this upload runs must not fail it (Modal's client refuses a
+    # file modified after the build started unless told the files never change)
+    future = time.time() + 3600
+    for obj in (home / "objects").rglob("*"):
+        if obj.is_file():
+            os.utime(obj, (future, future))
+    assert "msg=v1 exec=True link=msg.txt" in submit("--env", "RUN=2")
+    assert len(modal_fake.received) == first  # the same tree: every hash known, nothing sent
+
+    (project / "msg.txt").write_text("v2\n")  # edited, not committed: what the user has on disk
+    assert "msg=v2 exec=True link=msg.txt" in submit()
+    sent = modal_fake.received[first:]
+    by_hash = dict(sent)
+    assert len(sent) == 2 and hashlib.sha256(b"v2\n").hexdigest() in by_hash, [len(c) for _, c in sent]
+    (manifest,) = [json.loads(c) for h, c in sent if c != b"v2\n"]
+    rows = {r[0]: r for r in manifest["entries"]}
+    assert rows["msg.txt"][2] == hashlib.sha256(b"v2\n").hexdigest() and rows["msg-link"][1:3] == ["l", "msg.txt"]
+    assert sum(len(c) for _, c in sent) < 2_000  # not the 190 kB file again, nor the runtime
+    mounted = [f for mid in modal_fake.requests("FunctionCreate")[-1].function.mount_ids
+               for f in modal_fake.mounts[mid] if f[0].startswith("/root/gr/objects/")]
+    # the store holds v1's object too: the mount takes only this bundle's objects, by hash
+    assert sorted(name.replace("/root/gr/objects/", "").replace("/", "") for name, _ in mounted) \
+        == sorted(sha for _, sha in mounted) == sorted({r[2] for r in manifest["entries"] if r[1] != "l"})
 
 
 def test_a_failing_job_shows_its_traceback_and_cancel_stops_the_call(modal_fake: FakeModal, home: Path,

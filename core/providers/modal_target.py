@@ -9,9 +9,11 @@ process with a client built from the keychain's token: `modal.Client.from_creden
 - each attempt is a detached Modal app `gr-<short id>-a<attempt>` with one function whose
   body is core/runtime/modal_function.py; its image is Debian slim with the project's
   requirements.txt / pyproject.toml dependencies pip-installed (Modal builds an image once
-  per definition, so an unchanged dependency list reuses the built one), and the bundle, the
-  runtime and each data set attached as mounted files: Modal uploads a file only when its
-  content hash is new, so an unchanged re-submit sends no file;
+  per definition, so an unchanged dependency list reuses the built one), and the bundle's
+  manifest with the file objects it names (core/packaging/objects.py), the runtime and each
+  data set attached as mounted files: Modal uploads a file only when its content hash is new,
+  so an unchanged re-submit sends no file and a one-file change sends that file (and the
+  manifest); the function builds the code folder from them (core/runtime/codetree.py);
 - GPU type from the request (`gpu`, `vram_gb`; the router picks the cheapest fitting type from
   PRICES), the function's timeout from the hours with a margin (Modal caps a function at 24 h:
   longer jobs are passed over at plan time, with the reason), outbound network blocked unless
@@ -170,6 +172,27 @@ def parse_token(text: str) -> dict[str, str]:
                         fix="create one at modal.com > Settings > API Tokens (or `modal token new`) "
                             "and give both, separated by a space")
     return {"token_id": parts[0], "token_secret": parts[1]}
+
+
+def _objects_outside(needed: Iterable[str]):
+    """The `ignore` of the mount over the object store: every file but the bundle's objects
+    (`<h[:2]>/<h[2:]>`). The store holds every bundle's objects and the mount takes only this
+    one's; Modal hashes each file it mounts and uploads it only when its hash is new, so an
+    object sent once (by any job, any bundle) is never sent again."""
+    keep = {f"{d[:2]}/{d[2:]}" for d in needed}
+    return lambda rel: rel.as_posix() not in keep
+
+
+def _objects_never_change() -> None:
+    """Modal's client refuses a mounted file whose mtime is newer than the build's start ("was
+    modified during build process", `build_validation`, default "error"). An object's mtime is
+    its last use (a submit that reuses it touches it, so gc keeps it), so a submit of the same
+    project while this one uploads would fail it, though an object's content never changes
+    (named by its hash, checked again by Modal on upload) and everything else mounted is
+    gpu-router's own (the runtime, data sets packed once by hash). The check guards nothing
+    here: it is off for this process (the client reads it from the environment only)."""
+    if os.environ.get("MODAL_BUILD_VALIDATION") != "ignore":
+        os.environ["MODAL_BUILD_VALIDATION"] = "ignore"
 
 
 def timeout_for(hours: float) -> int:
@@ -341,7 +364,7 @@ class ModalProvider(ServiceTarget, MirroredLog):
         spec["env"]["GPU_ROUTER_DATA_DIR"] = f"{work}/data"  # unpacked on the container's disk
         limit = self.session_timeout(job)
         lead = float(self.options.get("checkpoint_lead_s", min(CHECKPOINT_LEAD_S, limit / 10)))
-        spec["modal"] = {"bundle": f"{job.bundle_hash}.tar.gz", "checkpoint_after_s": max(limit - lead, 1.0),
+        spec["modal"] = {"bundle": f"{job.bundle_hash}.json", "checkpoint_after_s": max(limit - lead, 1.0),
                          "data": {name: p.name for name, p in data.items()}}
         return spec
 
@@ -365,8 +388,10 @@ class ModalProvider(ServiceTarget, MirroredLog):
         image = image.add_local_file(FUNCTION_FILE, "/root/modal_function.py", copy=False)
         image = image.add_local_dir(RUNTIME_DIR, f"{REMOTE}/runtime", copy=False,
                                     ignore=["**/__pycache__", "**/__pycache__/**", "**/*.pyc"])
-        image = image.add_local_file(objects.archive(job.bundle_hash),
-                                     f"{REMOTE}/bundle/{job.bundle_hash}.tar.gz", copy=False)
+        image = image.add_local_file(objects.manifest_file(job.bundle_hash),
+                                     f"{REMOTE}/bundle/{job.bundle_hash}.json", copy=False)
+        image = image.add_local_dir(paths.objects_dir(), f"{REMOTE}/objects", copy=False,
+                                    ignore=_objects_outside(objects.digests(job.bundle_hash)))
         for path in data.values():
             image = image.add_local_file(path, f"{REMOTE}/data/{path.name}", copy=False)
         return image
@@ -385,6 +410,7 @@ class ModalProvider(ServiceTarget, MirroredLog):
                           block_network=not bool(self.options.get("internet", False)),
                           volumes={f"{REMOTE}/state": volume}, include_source=False, retries=0,
                           name="run", serialized=False)(self._function_module().run)
+        _objects_never_change()
         with app.run(client=self.client(), detach=True):
             call = fn.spawn(spec)
         return {"attempt": job.attempt, "app_id": app.app_id, "call_id": call.object_id,

@@ -1,17 +1,19 @@
 """The body of the Modal function that runs one attempt of a gpu-router job.
 
 Modal imports this file as the module `modal_function` from the container's /root (the
-provider mounts it there, with the runtime, the bundle and each data set beside it under
-gr/, each uploaded once per content hash) and calls `run(spec)`. Every path is found from
-this file's own folder, so the layout is the one the provider mounted, wherever that is.
+provider mounts it there, with the runtime, the bundle's manifest, the file objects it names
+and each data set beside it under gr/, each uploaded once per content hash) and calls
+`run(spec)`. Every path is found from this file's own folder, so the layout is the one the
+provider mounted, wherever that is.
 
 The job's folder lives on the job's Modal Volume (gr/state/job): checkpoints, outputs, the
 log and the metrics survive the container, so an attempt that follows a timeout reads the
-last checkpoint of the one before. The code and data are unpacked into the container's own
-disk. The job runs through the launcher in the foreground, as on Kaggle, so it gets the same
-`gpu` module, log filter (the masker) and exit record as on every target; the launcher's
-already masked log lines and its metric rows (behind a marker) go to standard output, which
-is the log Modal keeps and the supervisor follows.
+last checkpoint of the one before. The code folder is built on the container's own disk from
+the manifest over the mounted objects (the runtime's codetree, as on every target), and the
+data sets are unpacked there. The job runs through the launcher in the foreground, as on
+Kaggle, so it gets the same `gpu` module, log filter (the masker) and exit record as on every
+target; the launcher's already masked log lines and its metric rows (behind a marker) go to
+standard output, which is the log Modal keeps and the supervisor follows.
 
 Before the function's timeout the job is asked to checkpoint (`gpu.should_checkpoint()`); a
 clean exit then means "resume", not "done". Outputs come back as a gzipped tar in the result,
@@ -38,6 +40,22 @@ def _unpack(archive: str, dest: str) -> None:
     os.makedirs(dest, exist_ok=True)
     with tarfile.open(archive, "r:*") as tar:
         tar.extractall(dest, filter="data")  # no links out, no devices, no absolute names
+
+
+def _build_code(base: str, manifest: str, dest: str) -> None:
+    """The job's code folder from the bundle's manifest and the objects mounted beside it, by
+    the runtime's codetree (as on every target: paths and links that leave the folder are
+    refused, modes set from the manifest). The mounted objects stay read-only sources; the job
+    gets its own copies. A container that already built it (the same disk) keeps it."""
+    if os.path.isdir(dest):
+        return
+    runtime = os.path.join(base, "runtime")
+    if runtime not in sys.path:
+        sys.path.insert(0, runtime)
+    import codetree  # the runtime mounted with the function
+
+    entries = codetree.read_manifest(os.path.join(base, "bundle", manifest))
+    codetree.build(entries, os.path.join(base, "objects"), dest)
 
 
 def _pack(folder: str) -> bytes:
@@ -68,7 +86,7 @@ def run(spec: dict) -> dict:
     shutil.rmtree(os.path.join(job, "ctl"), ignore_errors=True)  # an old attempt's requests
     os.makedirs(os.path.join(job, "ctl"), exist_ok=True)
     os.makedirs(spec["attempt_dir"], exist_ok=True)
-    _unpack(os.path.join(base, "bundle", modal["bundle"]), os.path.join(work, "code"))
+    _build_code(base, modal["bundle"], os.path.join(work, "code"))
     for name, key in modal.get("data", {}).items():
         _unpack(os.path.join(base, "data", key), os.path.join(work, "data", name))
     if rerun:
