@@ -824,6 +824,10 @@ def main(argv: list[str]) -> int:
         return 2
     if kill_mode:
         return _kill(rest[0], force="--force" in flags)
+    # before this process leads a group anyone can signal: the checkpoint signal sent to the
+    # group as soon as it exists (a time limit already near) must not kill the launcher
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     spec_path = rest[0]
     with open(spec_path) as f:
         spec = json.load(f)
