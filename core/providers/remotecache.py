@@ -11,6 +11,7 @@ the transport, the host's root (`remote()`, `_root()`), the locks (`_lock`) and 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import os
 import tarfile
 import tempfile
@@ -110,16 +111,51 @@ class RemoteCache:
         return final, 0
 
     async def _ensure_bundle(self, job: Job) -> tuple[str, int]:
-        final = f"{self._root()}/bundles/{job.bundle_hash}.tar.gz"
-        marker = f"{self._root()}/bundles/{job.bundle_hash}.ready"
+        """The bundle's manifest in the host's cache, over the host's object store.
+
+        One round trip sends the manifest (gzip'd) and the host answers which of its objects
+        it lacks (codetree.py `missing`, which touches the ones it has, so gc leaves them);
+        one upload carries only those (a tar.gz, each object checked against its hash as
+        `receive` places it); one last command puts the manifest in place, then its marker.
+        A one-line change sends one object and the manifest. Returns (manifest path, bytes)."""
+        root = self._root()
+        final = f"{root}/bundles/{job.bundle_hash}.json"
+        marker = f"{root}/bundles/{job.bundle_hash}.ready"
+        store = f"{root}/objects"
         async with self._lock(marker):
-            if await self._missing([marker]):
+            if not await self._missing([marker]):
+                return final, 0
+            manifest = objects.manifest_file(job.bundle_hash)
+            try:
+                text = await asyncio.to_thread(manifest.read_bytes)
+            except FileNotFoundError:
+                raise RuntimeError(f"bundle {job.bundle_hash[:12]} is gone from {manifest.parent}; "
+                                   "submit the job again") from None
+            packed = gzip.compress(text, compresslevel=6)
+            tag = uuid.uuid4().hex[:8]
+            part = f"{final}.part-{tag}"
+            ask = await self._runtime_command("codetree.py", ["missing", store, part])
+            r = await self.transport.run(
+                f'set -e; mkdir -p {quote(store)}; m={quote(part)}; gzip -dc > "$m"; {ask}',
+                input=packed, check=f"asking {self.name} which files it lacks")
+            lacking = r.out.split()
+            sent = len(packed)
+            place = ":"
+            if lacking:
+                tarball = await asyncio.to_thread(_pack_objects, lacking)
                 try:
-                    local = await asyncio.to_thread(objects.archive, job.bundle_hash)
-                except FileNotFoundError as exc:
-                    raise RuntimeError(str(exc)) from exc
-                return final, await self._upload_file(local, final, marker)
-        return final, 0
+                    incoming = f"{store}/.incoming-{tag}.tar.gz"
+                    sent += await self.transport.put_file(tarball, incoming)
+                    size = tarball.stat().st_size
+                finally:
+                    tarball.unlink(missing_ok=True)
+                receive = await self._runtime_command("codetree.py", ["receive", store])
+                place = (f'i={quote(incoming)}; [ $(wc -c < "$i") -eq {size} ] || {{ rm -f "$i"; '
+                         "echo 'the upload arrived incomplete' >&2; exit 1; }; "
+                         f'{receive} < "$i" > /dev/null || {{ rm -f "$i"; exit 1; }}; rm -f "$i"')
+            await self._settle(part, len(text), f'{place}; mv -f "$p" {quote(final)}', marker,
+                               check=f"storing bundle {job.bundle_hash[:12]} on {self.name}")
+            return final, sent
 
     async def _ensure_data(self, job: Job) -> tuple[dict[str, str], int]:
         """Each data set once per content hash (an hf:// set is its copy downloaded at submit)."""
@@ -151,6 +187,14 @@ class RemoteCache:
                 else:
                     raise RuntimeError(f"data {item['name']}: {src} no longer exists here")
         return links, sent
+
+
+def _pack_objects(digests: list[str]) -> Path:
+    """The named objects as a temporary tar.gz (gzip level 1: fast, and text shrinks)."""
+    fd, name = tempfile.mkstemp(prefix=".objects-", suffix=".tar.gz", dir=paths.cache_dir())
+    with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz:
+        objects.object_stream(digests, gz)
+    return Path(name)
 
 
 def _pack_dir(listing: DataListing) -> Path:
