@@ -431,3 +431,11 @@ def test_a_one_line_change_ships_one_object_and_jobs_cannot_touch_each_others_co
     assert (jobs / third["id"] / "code" / "data.txt").read_text() == "ORIGINAL\n"
     for p in store.glob("??/*"):  # every object still holds the bytes its name says
         assert hashlib.sha256(p.read_bytes()).hexdigest() == p.parent.name + p.name
+
+    # `gpu gc` over ssh: once their manifests go (unused for days), so do the objects
+    then = time.time() - 9 * 86400
+    for p in [*manifests.iterdir(), *store.glob("??/*")]:
+        os.utime(p, (then, then))
+    gc = gpu_json("gc", "--where", "box", "--all")["locations"][0]
+    assert gc["error"] is None and gc["freed"] > 200_000
+    assert not list(manifests.glob("*.json")) and not list(store.glob("??/*"))

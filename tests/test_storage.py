@@ -131,6 +131,48 @@ def test_a_target_host_frees_its_own_caches(home: Path, tmp_path: Path) -> None:
     assert (root / "bundles" / "bun.tar.gz").exists()
 
 
+def test_a_hosts_objects_go_with_the_last_manifest_that_names_them(home: Path, tmp_path: Path) -> None:
+    """On a target host (the remote layout: bundles/<hash>.json over objects/), `gpu gc` that
+    removes a manifest frees the objects only it named; an object another manifest still
+    names stays, and so does everything a live job's manifest needs."""
+    import hashlib
+    import json
+
+    root = tmp_path / "host-root"
+    then = time.time() - 9 * DAY
+
+    def obj(content: bytes) -> str:
+        h = hashlib.sha256(content).hexdigest()
+        path = root / "objects" / h[:2] / h[2:]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        os.utime(path, (then, then))
+        return h
+
+    shared, only_old, only_live = obj(os.urandom(40_000)), obj(os.urandom(50_000)), obj(os.urandom(30_000))
+    stray = obj(os.urandom(20_000))  # no manifest names it (a submit that stopped halfway)
+    for key, names in (("old", [shared, only_old]), ("live", [shared, only_live])):
+        rows = [[f"f{i}.bin", "f", h, 1] for i, h in enumerate(names)]
+        manifest = root / "bundles" / f"{key}.json"
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.write_text(json.dumps({"version": 1, "entries": rows}))
+        (root / "bundles" / f"{key}.ready").touch()
+        for p in (manifest, root / "bundles" / f"{key}.ready"):
+            os.utime(p, (then, then))
+    _config(home, f"targets:\n  lab: {{kind: slurm, local: true, root: {root}}}\n")
+    _job(Store(), 7, "live", provider="lab")  # queued: it needs its bundle at launch
+
+    dry = gpu_json("gc", "--where", "lab", "--all", "--dry-run")["locations"][0]
+    sizes = {e["key"]: e["bytes"] for e in dry["evict"]}
+    assert sizes["old"] >= 50_000 > sizes["old"] - 40_000  # its manifest and only_old: not shared
+    doc = gpu_json("gc", "--where", "lab", "--all")["locations"][0]
+    assert doc["error"] is None and sorted(e["key"] for e in doc["evict"]) == ["objects", "old"]
+    left = {p.parent.name + p.name for p in (root / "objects").glob("??/*")}
+    assert left == {shared, only_live} and stray not in left
+    assert sorted(p.name for p in (root / "bundles").iterdir()) == ["live.json", "live.ready"]
+    assert doc["freed"] >= 70_000
+
+
 def test_gc_help_and_bad_location(home: Path) -> None:
     assert "--dry-run" in run_gpu("gc", "--help").stdout
     bad = run_gpu("gc", "--where", "nowhere")
