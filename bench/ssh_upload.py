@@ -141,6 +141,7 @@ def main() -> None:
         for label, sent, launch, wall, code in rows:
             print(f"{label:20}{sent:>16,}{launch:>9.3f}s{wall:>16.2f}s{code / 1e6:>11.1f} MB")
         (_, b1, _, w1, _), (_, b2, _, w2, _), (_, b3, _, _, _) = rows
+        print(f"one line changed / cold bytes: {b2 / b1:.5f}")
         print(f"host: object store {store / 1e6:.1f} MB, manifests {manifests / 1e6:.2f} MB, "
               f"jobs/ {du} (each job's code is its own copy)")
         print(f"one line changed / cold: wall {w2 / w1:.3f}x (target <= 0.1x: {'MET' if w2 <= 0.1 * w1 else 'NOT MET'}), "
