@@ -287,3 +287,37 @@ def test_a_hostile_host_gets_only_the_bundles_objects(home: Path, tmp_path: Path
     assert Path(manifest).read_bytes() == bundle.path.read_bytes()
     assert sent < 20_000
     assert sorted(p.name for p in (root / "bundles").iterdir()) == [f"{bundle.hash}.json", f"{bundle.hash}.ready"]
+
+
+def test_a_host_that_held_the_bundle_as_an_archive_gets_its_manifest(home: Path, tmp_path: Path) -> None:
+    """A host whose cache predates objects has `bundles/<hash>.tar.gz` and its `.ready` marker
+    for the same hash: the marker alone is not taken as the manifest, which is sent, and the
+    job's code folder builds from it."""
+    import asyncio
+    import subprocess as sp
+    import types
+
+    from core.packaging.bundle import make_bundle
+    from core.providers.ssh import SSHProvider
+    from core.transport.local import LocalTransport
+    from tests.conftest import make_git_project
+
+    project = make_git_project(tmp_path / "p", {"a.py": "print('hi')\n"})
+    bundle = make_bundle(project)
+    root = tmp_path / "host-root"
+    (root / "bundles").mkdir(parents=True)
+    (root / "bundles" / f"{bundle.hash}.tar.gz").write_bytes(b"an old archive")
+    (root / "bundles" / f"{bundle.hash}.ready").touch()
+    box = SSHProvider("box", LocalTransport("box"), root=str(root), python=sys.executable)
+
+    async def go() -> tuple[str, int]:
+        await box.remote()
+        return await box._ensure_bundle(types.SimpleNamespace(bundle_hash=bundle.hash))
+
+    manifest, sent = asyncio.run(go())
+    assert sent > 0 and Path(manifest).read_bytes() == bundle.path.read_bytes()
+    from core.runtime import codetree
+
+    sp.run([sys.executable, codetree.__file__, "build", manifest, str(root / "objects"), str(tmp_path / "code")],
+           check=True, capture_output=True)
+    assert (tmp_path / "code" / "a.py").read_text() == "print('hi')\n"

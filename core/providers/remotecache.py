@@ -124,7 +124,9 @@ class RemoteCache:
         marker = f"{root}/bundles/{job.bundle_hash}.ready"
         store = f"{root}/objects"
         async with self._lock(marker):
-            if not await self._missing([marker]):
+            # the manifest too: a host that held this bundle as a .tar.gz (before objects) has
+            # its marker but no manifest
+            if not await self._missing([marker, final]):
                 return final, 0
             manifest = objects.manifest_file(job.bundle_hash)
             try:
