@@ -374,3 +374,68 @@ def test_every_call_to_a_frozen_host_ends_within_its_silence_and_says_since_when
         # silence (4 s) + a reconnect's timeout (2 s), generously; never the old 75 s
         assert took < 30, (what, took)
         assert since is not None and since <= started + 1, what  # silent since the call began
+
+
+def test_a_one_line_change_ships_one_object_and_jobs_cannot_touch_each_others_code(
+        sshd, home: Path, tmp_path: Path) -> None:
+    """Bundles travel as objects: the second submit, one line changed, sends that file's new
+    content and the manifest, nothing else of the project; each job's code folder is its own
+    copy, so a job overwriting a shipped file changes neither another job's copy nor the
+    host's object store (the next job from the same bundle reads the original bytes)."""
+    import hashlib
+
+    add_box(sshd, tmp_path)
+    blob = os.urandom(200_000).hex()  # 400 KB of text that gzip halves, no more
+    project = make_git_project(tmp_path / "p", {
+        "a.py": "import os, pathlib\n"
+                "print('DATA', pathlib.Path('data.txt').read_text().strip())\n"
+                "if os.environ.get('WRITE') == '1':\n"
+                "    pathlib.Path('data.txt').write_text('CORRUPTED\\n')\n",
+        "data.txt": "ORIGINAL\n",
+        "notes.txt": "line one\nline two\n",
+        "blob.txt": blob,
+    })
+    store = tmp_path / "remote" / "objects"
+
+    def submit(write: str, run: str) -> dict:
+        sub = gpu_json("submit", "a.py", "--provider", "box", "--hours", "0.1", "--env", f"WRITE={write}",
+                       "--env", f"RUN={run}", "--wait-s", "10", cwd=project)
+        short = sub["job"]["short_id"]
+        done = wait_state(short, {"done", "failed"}, timeout=120)
+        assert done["state"] == "done", run_gpu("logs", short).stdout
+        assert "DATA ORIGINAL" in run_gpu("logs", short).stdout
+        return job_doc(short)
+
+    def stored() -> set[str]:
+        return {p.parent.name + p.name for p in store.glob("??/*")}
+
+    first = submit("0", "1")
+    before = stored()
+    assert hashlib.sha256(blob.encode()).hexdigest() in before
+    assert first["handle"]["uploaded_bytes"] > 200_000
+
+    changed = "line one\nline two, changed\n"
+    (project / "notes.txt").write_text(changed)
+    second = submit("1", "2")  # this job overwrites its data.txt
+    assert stored() - before == {hashlib.sha256(changed.encode()).hexdigest()}
+    manifests = tmp_path / "remote" / "bundles"
+    assert len(list(manifests.glob("*.json"))) == 2
+    # the manifest (gzip'd), one small object and the attempt's spec: nothing of the blob
+    assert second["handle"]["uploaded_bytes"] < 16_000, second["handle"]
+
+    third = submit("0", "3")  # the same bundle as the second: read "ORIGINAL" (asserted above)
+    assert len(list(manifests.glob("*.json"))) == 2 and third["handle"]["uploaded_bytes"] < 8_000
+    jobs = tmp_path / "remote" / "jobs"
+    assert (jobs / second["id"] / "code" / "data.txt").read_text() == "CORRUPTED\n"
+    assert (jobs / first["id"] / "code" / "data.txt").read_text() == "ORIGINAL\n"
+    assert (jobs / third["id"] / "code" / "data.txt").read_text() == "ORIGINAL\n"
+    for p in store.glob("??/*"):  # every object still holds the bytes its name says
+        assert hashlib.sha256(p.read_bytes()).hexdigest() == p.parent.name + p.name
+
+    # `gpu gc` over ssh: once their manifests go (unused for days), so do the objects
+    then = time.time() - 9 * 86400
+    for p in [*manifests.iterdir(), *store.glob("??/*")]:
+        os.utime(p, (then, then))
+    gc = gpu_json("gc", "--where", "box", "--all")["locations"][0]
+    assert gc["error"] is None and gc["freed"] > 200_000
+    assert not list(manifests.glob("*.json")) and not list(store.glob("??/*"))

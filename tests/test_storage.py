@@ -9,10 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from core.engine import storage
 from core.jobs.states import State
 from core.jobs.store import Store
 from tests.conftest import gpu_json, run_gpu
+from tests.props import examples
 
 DAY = 86400.0
 
@@ -131,6 +135,48 @@ def test_a_target_host_frees_its_own_caches(home: Path, tmp_path: Path) -> None:
     assert (root / "bundles" / "bun.tar.gz").exists()
 
 
+def test_a_hosts_objects_go_with_the_last_manifest_that_names_them(home: Path, tmp_path: Path) -> None:
+    """On a target host (the remote layout: bundles/<hash>.json over objects/), `gpu gc` that
+    removes a manifest frees the objects only it named; an object another manifest still
+    names stays, and so does everything a live job's manifest needs."""
+    import hashlib
+    import json
+
+    root = tmp_path / "host-root"
+    then = time.time() - 9 * DAY
+
+    def obj(content: bytes) -> str:
+        h = hashlib.sha256(content).hexdigest()
+        path = root / "objects" / h[:2] / h[2:]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        os.utime(path, (then, then))
+        return h
+
+    shared, only_old, only_live = obj(os.urandom(40_000)), obj(os.urandom(50_000)), obj(os.urandom(30_000))
+    stray = obj(os.urandom(20_000))  # no manifest names it (a submit that stopped halfway)
+    for key, names in (("old", [shared, only_old]), ("live", [shared, only_live])):
+        rows = [[f"f{i}.bin", "f", h, 1] for i, h in enumerate(names)]
+        manifest = root / "bundles" / f"{key}.json"
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.write_text(json.dumps({"version": 1, "entries": rows}))
+        (root / "bundles" / f"{key}.ready").touch()
+        for p in (manifest, root / "bundles" / f"{key}.ready"):
+            os.utime(p, (then, then))
+    _config(home, f"targets:\n  lab: {{kind: slurm, local: true, root: {root}}}\n")
+    _job(Store(), 7, "live", provider="lab")  # queued: it needs its bundle at launch
+
+    dry = gpu_json("gc", "--where", "lab", "--all", "--dry-run")["locations"][0]
+    sizes = {e["key"]: e["bytes"] for e in dry["evict"]}
+    assert sizes["old"] >= 50_000 > sizes["old"] - 40_000  # its manifest and only_old: not shared
+    doc = gpu_json("gc", "--where", "lab", "--all")["locations"][0]
+    assert doc["error"] is None and sorted(e["key"] for e in doc["evict"]) == ["objects", "old"]
+    left = {p.parent.name + p.name for p in (root / "objects").glob("??/*")}
+    assert left == {shared, only_live} and stray not in left
+    assert sorted(p.name for p in (root / "bundles").iterdir()) == ["live.json", "live.ready"]
+    assert doc["freed"] >= 70_000
+
+
 def test_gc_help_and_bad_location(home: Path) -> None:
     assert "--dry-run" in run_gpu("gc", "--help").stdout
     bad = run_gpu("gc", "--where", "nowhere")
@@ -176,3 +222,102 @@ def test_the_upload_cache_takes_only_whole_uploads(home: Path, tmp_path: Path) -
     assert (data / "f").read_bytes() == local.read_bytes()
     assert (data / "t" / "blob.bin").read_bytes() == (data / "b" / "blob.bin").read_bytes() == local.read_bytes()
     assert sorted(p.name for p in data.iterdir()) == ["b", "b.ready", "f", "f.ready", "t", "t.ready"]
+
+
+HEX = "0123456789abcdef"
+
+
+@given(st.lists(st.sampled_from(["known", "other", "path", "junk"]), max_size=12), st.data())
+@settings(max_examples=examples(100), deadline=None)
+def test_a_hosts_missing_answer_never_chooses_a_file_to_send(kinds: list[str], data) -> None:
+    """Property of the one choke point between a host's "I lack these" answer and what is
+    packed here: whatever the host answers (paths, other hashes, junk), only objects the
+    manifest names are sent, each once."""
+    from core.providers.remotecache import objects_to_send
+
+    names = set(data.draw(st.lists(st.text(HEX, min_size=64, max_size=64), min_size=1, max_size=5)))
+    words = []
+    for kind in kinds:
+        if kind == "known":
+            words.append(data.draw(st.sampled_from(sorted(names))))
+        elif kind == "other":
+            words.append(data.draw(st.text(HEX, min_size=64, max_size=64)))
+        elif kind == "path":
+            words.append(data.draw(st.sampled_from(["../../.ssh/id_rsa", "/etc/passwd", "ab/../../x",
+                                                    "~/.netrc", "./" + sorted(names)[0]])))
+        else:
+            words.append(data.draw(st.text(min_size=1, max_size=80)))
+    answer = data.draw(st.sampled_from(["\n", " ", "\r\n", "\t"])).join(words)
+    sent = objects_to_send(answer, names)
+    assert set(sent) <= names and len(sent) == len(set(sent))
+    assert set(sent) == names & set(answer.split())
+
+
+def test_a_hostile_host_gets_only_the_bundles_objects(home: Path, tmp_path: Path) -> None:
+    """A host whose `missing` answer also names a local path (`..` + an absolute path is where
+    objects/<d[:2]>/<d[2:]> would lead) and a hash the manifest lacks is sent the bundle's
+    objects and nothing else (the bytes sent stay far under the secret's)."""
+    import asyncio
+    import types
+
+    from core.packaging.bundle import make_bundle
+    from core.providers.ssh import SSHProvider
+    from core.transport.local import LocalTransport
+    from tests.conftest import make_git_project
+
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(os.urandom(300_000))
+    project = make_git_project(tmp_path / "p", {"a.py": "print('hi')\n", "b.txt": "b\n"})
+    bundle = make_bundle(project)
+    fake = tmp_path / "hostpy"
+    fake.write_text(f"#!/bin/sh\nif [ \"$3\" = missing ]; then {sys.executable} \"$@\"; "
+                    f"echo ..{secret}; echo ../../../../{secret}; echo {'e' * 64}; exit 0; fi\n"
+                    f"exec {sys.executable} \"$@\"\n")
+    fake.chmod(0o755)
+    root = tmp_path / "host-root"
+    box = SSHProvider("box", LocalTransport("box"), root=str(root), python=str(fake))
+
+    async def go() -> tuple[str, int]:
+        await box.remote()
+        return await box._ensure_bundle(types.SimpleNamespace(bundle_hash=bundle.hash))
+
+    manifest, sent = asyncio.run(go())
+    want = {r[2] for r in bundle.manifest if r[1] != "l"}
+    assert {p.parent.name + p.name for p in (root / "objects").glob("??/*")} == want
+    assert Path(manifest).read_bytes() == bundle.path.read_bytes()
+    assert sent < 20_000
+    assert sorted(p.name for p in (root / "bundles").iterdir()) == [f"{bundle.hash}.json", f"{bundle.hash}.ready"]
+
+
+def test_a_host_that_held_the_bundle_as_an_archive_gets_its_manifest(home: Path, tmp_path: Path) -> None:
+    """A host whose cache predates objects has `bundles/<hash>.tar.gz` and its `.ready` marker
+    for the same hash: the marker alone is not taken as the manifest, which is sent, and the
+    job's code folder builds from it."""
+    import asyncio
+    import subprocess as sp
+    import types
+
+    from core.packaging.bundle import make_bundle
+    from core.providers.ssh import SSHProvider
+    from core.transport.local import LocalTransport
+    from tests.conftest import make_git_project
+
+    project = make_git_project(tmp_path / "p", {"a.py": "print('hi')\n"})
+    bundle = make_bundle(project)
+    root = tmp_path / "host-root"
+    (root / "bundles").mkdir(parents=True)
+    (root / "bundles" / f"{bundle.hash}.tar.gz").write_bytes(b"an old archive")
+    (root / "bundles" / f"{bundle.hash}.ready").touch()
+    box = SSHProvider("box", LocalTransport("box"), root=str(root), python=sys.executable)
+
+    async def go() -> tuple[str, int]:
+        await box.remote()
+        return await box._ensure_bundle(types.SimpleNamespace(bundle_hash=bundle.hash))
+
+    manifest, sent = asyncio.run(go())
+    assert sent > 0 and Path(manifest).read_bytes() == bundle.path.read_bytes()
+    from core.runtime import codetree
+
+    sp.run([sys.executable, codetree.__file__, "build", manifest, str(root / "objects"), str(tmp_path / "code")],
+           check=True, capture_output=True)
+    assert (tmp_path / "code" / "a.py").read_text() == "print('hi')\n"

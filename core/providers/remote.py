@@ -3,12 +3,14 @@
 The layout on the host, under the target's `root` (default `~/.gpu-router`, so it never
 collides with the local target's folders):
 
-    root/bundles/<hash>.tar.gz  (+ <hash>.ready)   each bundle, uploaded once per content hash
+    root/bundles/<hash>.json    (+ <hash>.ready)   each bundle's manifest (core/packaging/objects.py)
+    root/objects/<h[:2]>/<h[2:]>                   each file content, sent once (only those it lacks)
     root/data/<hash>            (+ <hash>.ready)   each data set, once per content hash
     root/runtime/<hash>/        (+ <hash>.ready)   launch.py and the `gpu` module
     root/venvs/<dep hash>/                         dependency envs, made by launch.py
     root/wheelhouse/<hash>/     (+ <hash>.ready)   wheels for a host without an index (remotedeps.py)
     root/jobs/<job id>/{code,out,ckpt,ckpt-gens,ctl,data}/   one job; job.log, metrics.jsonl
+                                                   (code/: the job's own copy, from the objects)
     root/jobs/<job id>/attempts/<n>/               spec.json, pid, phase, exit.json
 
 This module holds where things live on the host, one attempt's preparation (its spec and job
@@ -198,9 +200,11 @@ printf '%s\\n' "$py"
         setup = [
             "set -e", f"J={quote(jd)}", f"A={quote(ad)}",
             'mkdir -p "$J/out" "$J/ckpt" "$J/ckpt-gens" "$J/ctl" "$J/data" "$A"',
-            # each job gets its own copy of the code (jobs may write into their folder)
-            f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code"; mkdir -p "$J/code"; '
-            f'tar -xzf {quote(bundle)} -C "$J/code"; : > "$J/.code-ready"; fi',
+            # each job gets its own copy of the code, built from the host's objects (copies:
+            # a job may write into its folder, and must reach no other job's files nor the store)
+            f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code"; '
+            f'{quote(remote["python"])} {quote(runtime + "/codetree.py")} build {quote(bundle)} '
+            f'{quote(remote["root"] + "/objects")} "$J/code" > /dev/null; : > "$J/.code-ready"; fi',
             'rm -f "$J/ctl/checkpoint"',
             *([f"mkdir -p {quote(wh_dir)}"] if wh_dir and wh_dir.endswith("/empty") else []),
             *([restore] if restore else []),

@@ -1,6 +1,7 @@
 """A job's code folder, built from a bundle's manifest over content-addressed file objects.
 
     python codetree.py missing OBJECTS < hashes          -> the hashes OBJECTS lacks, a line each
+    python codetree.py missing OBJECTS MANIFEST          -> the same for the objects MANIFEST names
     python codetree.py receive OBJECTS < tar             -> objects placed, each checked by its hash
     python codetree.py build MANIFEST OBJECTS DEST       -> DEST made from the manifest
 
@@ -43,9 +44,23 @@ def object_path(objects: str, digest: str) -> str:
 
 
 def missing(objects: str, digests: list[str]) -> list[str]:
-    """The objects of `digests` the store lacks (one round trip answers a whole manifest)."""
-    return [d for d in dict.fromkeys(digests)
-            if HASH.fullmatch(d) and not os.path.isfile(object_path(objects, d))]
+    """The objects of `digests` the store lacks (one round trip answers a whole manifest).
+
+    Each one present is touched: gc frees only objects unused for a while (cachescan.py), so
+    one a new manifest is about to name is not taken between this answer and that manifest."""
+    lacking = []
+    for d in dict.fromkeys(digests):
+        if not HASH.fullmatch(d):
+            continue
+        path = object_path(objects, d)
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            lacking.append(d)
+        except OSError:  # not ours to touch: present is what counts
+            if not os.path.isfile(path):
+                lacking.append(d)
+    return lacking
 
 
 def receive(objects: str, stream) -> list[str]:
@@ -164,9 +179,10 @@ def copy_object(src: str, dst: str) -> int:
 
 def main(argv: list[str]) -> int:
     cmd = argv[1] if len(argv) > 1 else ""
-    if cmd == "missing" and len(argv) == 3:
-        for d in missing(argv[2], sys.stdin.read().split()):
-            print(d)
+    if cmd == "missing" and len(argv) in (3, 4):
+        wanted = ([r[2] for r in read_manifest(argv[3]) if r[1] != "l"] if len(argv) == 4
+                  else sys.stdin.read().split())
+        sys.stdout.write("".join(f"{d}\n" for d in missing(argv[2], wanted)))
         return 0
     if cmd == "receive" and len(argv) == 3:
         placed = receive(argv[2], sys.stdin.buffer)
