@@ -120,13 +120,19 @@ def test_tmux_finds_the_oldest_of_10_000_jobs(home: Path) -> None:
         tmux.close()
 
 
-def _record_dash(env: dict, seconds: float) -> bytes:
-    """Every byte `gpu dash` writes to a 36x140 terminal in `seconds`, then `q`."""
-    quit_at = time.monotonic() + seconds
-    state = {"quit": False}
+def _record_dash(env: dict, until: list[bytes], seconds: float = 90, settle: float = 2) -> bytes:
+    """Every byte `gpu dash` writes to a 36x140 terminal until each of `until` was drawn (and
+    `settle` seconds more, for whatever a hostile line would draw after it) or `seconds` passed,
+    then `q`. Waiting for what is asserted, not a fixed time: a loaded machine draws late."""
+    give_up = time.monotonic() + seconds
+    state: dict = {"quit": False, "seen": None}
 
     def react(out: bytes) -> bytes | None:
-        if not state["quit"] and time.monotonic() > quit_at:
+        now = time.monotonic()
+        if state["seen"] is None and all(u in out for u in until):
+            state["seen"] = now
+        due = now > give_up or (state["seen"] is not None and now > state["seen"] + settle)
+        if not state["quit"] and due:
             state["quit"] = True
             return b"q"
         return None
@@ -150,7 +156,7 @@ def test_job_output_cannot_drive_the_terminal(home: Path, tmp_path: Path) -> Non
     with open(log, "ab") as f:
         f.write(b"raw-again \x1b]52;c;UFdORUQ=\x07 \x1b]0;PWNED2\x07 \x1b[2J \x9b2J\n"
                 b"\x1b]8;;file:///etc/passwd\x1b\\click\x1b]8;;\x1b\\ after-marker-2\n")
-    out = _record_dash({**os.environ, "TERM": "xterm-256color"}, seconds=5)
+    out = _record_dash({**os.environ, "TERM": "xterm-256color"}, until=[b"after-marker-2"])
     text = out.decode("utf-8", "replace")
     assert "after-marker" in text and "after-marker-2" in text, "the dashboard did not show the job's log"
     for bad in ("\x1b]52", "PWNED-TITLE", "PWNED2", "\x1b]0;", "\x1b]2;", "\x1b]8;", "\x1b[2J", "\u009b",

@@ -34,9 +34,14 @@ class Reader:
         self.path = Path(path or paths.db_file())
         self._db: aiosqlite.Connection | None = None
         self._opening = asyncio.Lock()
+        self._closed = False
 
     async def _conn(self) -> aiosqlite.Connection:
         async with self._opening:
+            if self._closed:
+                # the UI is closing: a read that starts now has no one to read for; ending it as
+                # cancelled (not as an error) lets a worker caught mid-way end quietly
+                raise asyncio.CancelledError("the reader is closed")
             if self._db is None:
                 # the Store that made the file has set WAL; a read-only connection reads it
                 db = await aiosqlite.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
@@ -47,6 +52,7 @@ class Reader:
             return self._db
 
     async def close(self) -> None:
+        self._closed = True
         if self._db is not None:
             db, self._db = self._db, None
             await db.close()

@@ -288,6 +288,9 @@ class DashApp(App):
             self.post_message(JobsChanged(jobs))
 
     async def on_unmount(self) -> None:
+        # the workers first: one still reading when the reader closes would fail the app's exit
+        # ("Cannot operate on a closed database": the whole-suite run met it under load)
+        self.workers.cancel_all()
         await self.watcher.reader.close()
 
     @work(thread=True, exclusive=True, group="supervise")
