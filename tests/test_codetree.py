@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from core import paths
@@ -37,6 +37,10 @@ _rel = st.lists(_part, min_size=1, max_size=5).map("/".join)
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(st.tuples(_rel, st.sampled_from(["f", "x", "l"]), _rel), min_size=1, max_size=6))
+# a link to "." under which later links climb further than their written depth says
+@example(rows=[("d", "l", "."), ("d/d/e", "l", "../../outside")])
+@example(rows=[("d", "l", "."), ("d/e", "l", "../outside"), ("d/e/f", "f", "")])
+@example(rows=[("d", "l", ".."), ("d/f", "f", "")])
 def test_a_built_folder_never_reaches_outside_itself(tmp_path: Path, rows: list) -> None:
     """For any manifest, build either refuses it whole or makes only paths inside the folder,
     whose links resolve inside it: a hostile or broken manifest writes nothing anywhere else."""
