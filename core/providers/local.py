@@ -24,7 +24,7 @@ from core.errors import disk_full_guard
 from core.packaging import requirements
 from core.packaging.bundle import extract
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
-from core.providers.gpuprobe import local_gpus
+from core.providers.gpuprobe import forget_sandbox_verdict, local_gpus, sandbox_verdict
 from core.runtime import boundary, ckptscan, diskspace, jobprocs
 from core.runtime import workdir as workdir_files
 from core.runtime import files as runtime_files
@@ -86,11 +86,15 @@ class LocalProvider:
     async def probe(self) -> TargetInfo:
         return self.probe_now()
 
+    def forget_probe(self) -> None:
+        """`gpu targets probe local`: the sandbox is tried again, not remembered."""
+        forget_sandbox_verdict()
+
     def probe_now(self) -> TargetInfo:
         gpus = self.declared_gpus
         if gpus is None:
             gpus = [{"name": g.name, "memory_gb": g.memory_gb} for g in local_gpus()]
-        sandbox = boundary.probe()
+        sandbox = sandbox_verdict()  # remembered a few minutes; the launch asks afresh
         return TargetInfo(name=self.name, kind=self.kind, available=True, gpus=gpus,
                           max_jobs=self.max_jobs, unsandboxed_why=None if sandbox["ok"] else sandbox["why"])
 
