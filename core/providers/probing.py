@@ -27,7 +27,6 @@ the same reason: a daemon thread that the process does not wait for.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -60,6 +59,7 @@ def label(provider: Any) -> str:
 async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
     """`fn(*args)` on a daemon thread, awaited: like `asyncio.to_thread`, but a call that never
     returns holds neither the loop's shutdown nor the process's exit (see the module's doc)."""
+    import asyncio  # lazy: off `gpu submit`'s start
     loop = asyncio.get_running_loop()
     done: asyncio.Future = loop.create_future()
 
@@ -180,6 +180,8 @@ def _ask(provider: Any, box: dict[str, Any], asking: threading.Event) -> None:
         if hasattr(provider, "probe_now"):
             box["value"] = provider.probe_now()
         else:
+            import asyncio  # only here: this machine's probe (a submit's usual one) needs none
+
             box["value"] = asyncio.run(provider.probe())
     except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
         box["error"] = exc
