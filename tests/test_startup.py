@@ -172,3 +172,40 @@ def test_a_remembered_parse_is_the_fresh_parse_type_for_type(home: Path, doc) ->
     for _ in range(2):  # the first may parse (and keep), the second may answer from memory
         got = yamlfile.remembered(path, text, "test/1", lambda t: safeyaml.load(t, str(path)))
         assert repr(got) == repr(fresh)
+
+
+def test_the_git_root_is_asked_once_and_a_new_repository_is_seen_at_once(tmp_path: Path) -> None:
+    """A submit asks `git rev-parse` once per folder (the command line and the listing share
+    the answer), yet a `git init` or a removed `.git` between two asks is never missed."""
+    import shutil
+
+    from core.config.gitroot import find_root
+
+    asked: list[list[str]] = []
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "subprocess.Popen" and "rev-parse" in list(args[1] or []):
+            asked.append(list(args[1]))
+
+    sys.addaudithook(hook)  # stays for the session; it only counts this test's folders
+    outer = tmp_path / "outer"
+    inner = outer / "sub" / "inner"
+    inner.mkdir(parents=True)
+
+    def ask(folder: Path) -> tuple[Path, bool]:
+        return find_root(folder)
+
+    def count() -> int:
+        return sum(1 for a in asked if str(tmp_path) in " ".join(a))
+
+    assert ask(inner) == (inner, False) and ask(inner) == (inner, False)
+    assert count() == 1  # the second answer was the first one's
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    assert ask(inner) == (outer.resolve(), True) and count() == 2
+    assert ask(inner) == (outer.resolve(), True) and count() == 2
+    subprocess.run(["git", "init", "-q", str(inner)], check=True)  # a nested repository
+    assert ask(inner) == (inner.resolve(), True) and count() == 3
+    shutil.rmtree(inner / ".git")
+    assert ask(inner) == (outer.resolve(), True) and count() == 4
+    shutil.rmtree(outer / ".git")
+    assert ask(inner) == (inner, False) and count() == 5
