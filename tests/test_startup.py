@@ -26,14 +26,14 @@ from tests.props import examples
 from core.errors import UserError
 
 # never on a local-target submit's path: each is a library another command or target needs
-# (the dashboard, ssh, keychain, Hugging Face, notifications, MCP), or a standard module a
-# former import pulled in for nothing (asyncio with ssl and logging; PyYAML once the files'
-# parse is remembered)
+# (the dashboard, ssh and the other targets' code, keychain, Hugging Face, notifications, MCP),
+# or a standard module a former import pulled in for nothing (asyncio with ssl and logging;
+# PyYAML once the files' parse is remembered)
 HEAVY = ("yaml", "asyncio", "ssl", "logging", "concurrent.futures", "ctypes", "difflib", "uuid",
          "platform", "gzip", "textual", "rich", "pydantic", "jsonschema", "asyncssh", "keyring",
          "huggingface_hub", "apprise", "aiosqlite", "mcp", "httpx", "tui.render", "tui.dash",
-         "core.transport.ssh", "core.providers.kaggle", "core.providers.modal_target",
-         "core.providers.slurm", "core.providers.pbs")
+         "core.transport", "core.providers.remoteprobe", "core.providers.kaggle",
+         "core.providers.modal_target", "core.providers.slurm", "core.providers.pbs")
 
 SUBMIT = r"""
 import json, sys

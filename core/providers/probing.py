@@ -37,7 +37,6 @@ from typing import Any, Callable
 
 from core import paths
 from core.providers.base import TargetInfo
-from core.providers.remoteprobe import PROBE_TTL_S as HOST_PROBE_TTL_S
 
 FAILURE_TTL_S = 60.0
 SETUP_LIMIT_S = 120.0  # a provider's probe_setup (imports): the bound's clock starts after it
@@ -127,7 +126,11 @@ def failure_ttl(provider: Any) -> float:
     ttl = (getattr(provider, "options", None) or {}).get("probe_ttl_s")
     if isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
         return min(float(ttl), FAILURE_TTL_S)
-    return HOST_PROBE_TTL_S if provider.kind in ("ssh", "slurm", "pbs") else FAILURE_TTL_S
+    if provider.kind in ("ssh", "slurm", "pbs"):
+        from core.providers.remoteprobe import PROBE_TTL_S  # a host's: its transport, not for a local submit
+
+        return PROBE_TTL_S
+    return FAILURE_TTL_S
 
 
 # -- the probe ------------------------------------------------------------------------------------
