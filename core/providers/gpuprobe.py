@@ -114,7 +114,7 @@ def _sandbox_key() -> list | None:
     return [tool, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, os.uname().release, switches]
 
 
-def sandbox_verdict(refresh: bool = False) -> dict:
+def sandbox_verdict() -> dict:
     """`boundary.probe()`, remembered for CACHE_TTL_S across processes (a submit asks it for
     its plan: an agent's job is held where no sandbox can be made).
 
@@ -128,15 +128,12 @@ def sandbox_verdict(refresh: bool = False) -> dict:
     if key is None:
         return boundary.probe()
     cache = paths.cache_dir() / "local-sandbox.json"
-    if not refresh:
-        try:
-            doc = json.loads(cache.read_text())
-            if doc["key"] == key and 0 <= time.time() - doc["at"] < CACHE_TTL_S:
-                return doc["verdict"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    else:
-        boundary.forget_probe()
+    try:
+        doc = json.loads(cache.read_text())
+        if doc["key"] == key and 0 <= time.time() - doc["at"] < CACHE_TTL_S:
+            return doc["verdict"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     verdict = boundary.probe()
     try:
         cache.write_text(json.dumps({"at": time.time(), "key": key, "verdict": verdict}))
@@ -146,6 +143,7 @@ def sandbox_verdict(refresh: bool = False) -> dict:
 
 
 def forget_sandbox_verdict() -> None:
+    """The next `sandbox_verdict` tries bubblewrap again (`gpu targets probe local`)."""
     boundary.forget_probe()
     try:
         (paths.cache_dir() / "local-sandbox.json").unlink()
