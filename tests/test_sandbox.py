@@ -335,6 +335,41 @@ def test_the_launch_refuses_an_unsandboxed_run_it_was_not_cleared_for(tmp_path: 
     boundary.forget_probe()
 
 
+def test_the_submit_side_sandbox_verdict_is_remembered_until_bubblewrap_changes(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A submit's plan reads the sandbox verdict from a cache (the trial start costs ~60 ms of
+    CPU per submit); a changed binary, and `gpu targets probe local`, ask again."""
+    from core.providers import gpuprobe
+
+    tries = tmp_path / "tries"
+    broken = tmp_path / "bwrap"
+    broken.write_text(f"#!/bin/sh\necho x >> {tries}\necho 'bwrap: No permissions' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv(boundary.BWRAP_ENV, str(broken))
+
+    def verdict() -> dict:
+        boundary.forget_probe()  # as a new process would start: only the file remembers
+        return gpuprobe.sandbox_verdict()
+
+    def tried() -> int:
+        return len(tries.read_text().splitlines()) if tries.exists() else 0
+
+    first = verdict()
+    assert not first["ok"] and "No permissions" in first["why"]
+    n = tried()
+    assert n >= 1
+    assert verdict() == first and tried() == n  # remembered: bubblewrap not started again
+    broken.write_text(broken.read_text().replace("exit 1", "exit 1 # upgraded"))
+    assert not verdict()["ok"] and tried() > n  # another binary: tried afresh
+    n = tried()
+    assert verdict()["ok"] is False and tried() == n
+    from core.engine import target_setup
+
+    target_setup.probe("local")  # `gpu targets probe local`: past the remembered answer
+    assert tried() > n
+    boundary.forget_probe()
+
+
 # -- the environment allow-list ----------------------------------------------------------------
 
 SESSION = ["DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "XDG_RUNTIME_DIR", "DISPLAY",

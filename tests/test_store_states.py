@@ -119,3 +119,20 @@ def test_resolve_by_prefix_short_id_and_last(home: Path) -> None:
         store.resolve("zzzz")
     with pytest.raises(NotFound):
         store.resolve("'; drop table jobs; --")
+
+
+def test_the_per_target_counts_are_the_jobs_counted(tmp_path: Path) -> None:
+    """`count_by_provider` (what a submit's routing reads instead of every queued job) says
+    what counting the jobs themselves says, a job with no target under ""."""
+    store = Store(tmp_path / "s.db")
+    for n, provider in enumerate(["local", "local", "box", None, "box", "local"]):
+        job = _job(store, n)
+        store.conn.execute("UPDATE jobs SET provider = ? WHERE id = ?", (provider, job.id))
+        if n % 2:
+            store.transition(job.id, State.ROUTING, "placed", actor="test")
+    for states in ([State.ROUTING], [State.QUEUED], [State.QUEUED, State.ROUTING], [State.RUNNING]):
+        counted: dict[str, int] = {}
+        for job in store.jobs(states=states):
+            counted[job.provider or ""] = counted.get(job.provider or "", 0) + 1
+        assert store.count_by_provider(states) == counted, states
+    assert store.count_by_provider([State.ROUTING]) == {"local": 2, "": 1}

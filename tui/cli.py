@@ -15,7 +15,7 @@ import argparse
 import os
 import re
 import sys
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 from core.errors import UserError
 from tui import cli_jobs, cli_submit
@@ -299,12 +299,47 @@ def _add_allow_large(p: argparse.ArgumentParser) -> None:
                         "credential files are withheld either way")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """A command's parser left unbuilt because this run parses another command: whatever is
+    asked of it (add_argument, set_defaults, add_subparsers, ...) is ignored."""
+
+    def __getattr__(self, name: str) -> Callable[..., "_Unbuilt"]:
+        return lambda *args, **kwargs: self
+
+
+class _LazyCommands(argparse._SubParsersAction):
+    """The subcommands, of which only `only` (the command this run names) gets its parser
+    built: every other one keeps its name and help line (so `gpu --help`, `invalid choice` and
+    did-you-mean read the same) but none of its ~30 arguments. Why: building every command's
+    parser was ~30 ms of each `gpu submit`'s start. `only=None` builds them all."""
+
+    only: str | None = None
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:  # type: ignore[override]
+        if self.only is None or name == self.only:
+            return super().add_parser(name, **kwargs)
+        if "help" in kwargs:
+            self._choices_actions.append(self._ChoicesPseudoAction(name, (), kwargs["help"]))
+        self._name_parser_map[name] = stub = _Unbuilt()
+        return stub
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command `argv` names: its first word that is not an option (the top level's only
+    options, --version and --help, take no value); None when there is none."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole `gpu` parser; with `only`, just that command's arguments are built (see
+    `_LazyCommands`): the rest parse nothing this run."""
     parser = _Parser(
         prog="gpu", description="Run GPU jobs wherever free or cheap GPUs are, and keep them running.",
         epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"gpu-router {_version()}")
+    parser.register("action", "parsers", _LazyCommands)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.only = only
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str, **kw) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_, epilog=EPILOG, **kw)
@@ -456,11 +491,11 @@ def main(argv: list[str] | None = None) -> int:
     1; GPU_ROUTER_DEBUG=1 lets the traceback through instead.
     """
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
     extra: list[str] = []
     if "--" in argv:  # everything after -- belongs to the script, even with no SCRIPT given
         at = argv.index("--")
         argv, extra = argv[:at], argv[at + 1:]
+    parser = build_parser(only=_command_of(argv))
     args = parser.parse_args(argv)
     if extra:
         if not hasattr(args, "args"):

@@ -226,34 +226,61 @@ def _did_you_mean(key: str) -> str:
 
 def read_project_file(project_dir: Path) -> tuple[dict[str, Any], dict[str, int], Path]:
     """The validated keys of gpu.yaml, the line of each key, and the file's path."""
-    from core.config import safeyaml
+    from core.config import yamlfile
 
     path = project_dir / PROJECT_FILE
     source = str(path)
-    text = safeyaml.read_text(path)
-    node = None if text is None else safeyaml.compose(text, source)
+    text = yamlfile.read_text(path)
+    entries = [] if text is None else yamlfile.remembered(path, text, "project-file/1",
+                                                          lambda t: _entries(t, source))
+    return _checked(entries, source) + (path,)
+
+
+def _checked(entries: list[list[Any]], source: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """The entries' keys and values checked against SCHEMA, in the file's order: (values, the
+    line of each key and `env:` entry). Run on every read, remembered or not."""
+    values: dict[str, Any] = {}
+    lines: dict[str, int] = {}
+    for key, line, raw, env_lines in entries:  # no file, empty, only comments, `---`: none
+        _check_key(key, f"{source}:{line}", lines)
+        values[key] = _check(key, raw, f"{source}:{line}")
+        lines[key] = line
+        if key == "env":
+            lines.update(env_lines)
+    return values, lines
+
+
+def _check_key(key: Any, where: str, seen: dict[str, int]) -> None:
+    if not isinstance(key, str) or key not in SCHEMA:
+        raise UserError(f"unknown key {shorten(key)}{_did_you_mean(str(key)[:65])}", where=where,
+                        fix=f"allowed keys: {', '.join(SCHEMA)}")
+    if key in seen:
+        raise UserError(f"key {key!r} appears twice (first on line {seen[key]})", where=where)
+
+
+def _entries(text: str, source: str) -> list[list[Any]]:
+    """gpu.yaml's top-level entries as parsed: [key, line, value, the line of each `env:`
+    entry] each (what yamlfile remembers for a text it has seen). Each entry is checked as it
+    is built, so a file with several mistakes names the first one, as `_checked` would."""
+    from core.config import safeyaml  # PyYAML only when the file's text is new
+
+    node = safeyaml.compose(text, source)
     if node is None:
-        return {}, {}, path  # no file, empty, only comments, or a bare `---`
+        return []
     if node.id != "mapping":
         raise UserError("must be a mapping of keys to values (key: value)",
                         where=f"{source}:{safeyaml.line_of(node)}",
                         fix=f"allowed keys: {', '.join(SCHEMA)}")
-    values: dict[str, Any] = {}
-    lines: dict[str, int] = {}
+    entries: list[list[Any]] = []
+    seen: dict[str, int] = {}
     for key_node, value_node in node.value:
-        line = safeyaml.line_of(key_node)
-        where = f"{source}:{line}"
-        key = safeyaml.construct(key_node, source)
-        if not isinstance(key, str) or key not in SCHEMA:
-            raise UserError(f"unknown key {shorten(key)}{_did_you_mean(str(key)[:65])}", where=where,
-                            fix=f"allowed keys: {', '.join(SCHEMA)}")
-        if key in values:
-            raise UserError(f"key {key!r} appears twice (first on line {lines[key]})", where=where)
-        values[key] = _check(key, safeyaml.construct(value_node, source), where)
-        lines[key] = line
-        if key == "env":
-            lines.update(_env_entry_lines(value_node))
-    return values, lines, path
+        key, line = safeyaml.construct(key_node, source), safeyaml.line_of(key_node)
+        _check_key(key, f"{source}:{line}", seen)
+        raw = safeyaml.construct(value_node, source)
+        _check(key, raw, f"{source}:{line}")
+        seen[key] = line
+        entries.append([key, line, raw, _env_entry_lines(value_node) if key == "env" else {}])
+    return entries
 
 
 def _env_entry_lines(node: Any) -> dict[str, int]:

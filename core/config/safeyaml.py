@@ -19,8 +19,6 @@ Every problem, including anything PyYAML itself raises while building values, be
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +26,9 @@ import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.events import AliasEvent, ScalarEvent
 
+from core.config.yamlfile import MAX_BYTES, read_text  # noqa: F401 - read_text: the one safe read, here too
 from core.errors import UserError
 
-MAX_BYTES = 1 << 20
 MAX_DEPTH = 32
 MAX_NODES = 10_000
 MAX_CHARS = MAX_BYTES
@@ -126,35 +124,6 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _int_with_bounds)
-
-
-def read_text(path: Path, limit: int = MAX_BYTES) -> str | None:
-    """The file's text, or None when there is no such file.
-
-    Opened without blocking and checked to be a regular file first: a FIFO or a device named
-    like a config would otherwise hang or stream forever.
-    """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise UserError(f"cannot read: {exc.strerror}", where=str(path),
-                        fix="check the file's name and permissions") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UserError("is not a regular file", where=str(path),
-                            fix="make it a plain YAML file")
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise UserError(f"is larger than {limit // 1024} KiB", where=str(path),
-                        fix="keep settings in it, not data: pass large inputs with data: NAME=PATH")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"is not UTF-8 text (byte {exc.start})", where=str(path),
-                        fix="save it as UTF-8") from None
 
 
 def compose(text: str, source: str) -> yaml.Node | None:

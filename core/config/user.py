@@ -237,12 +237,20 @@ def _target(name: str, body: Any, where: str) -> TargetConfig:
     return t
 
 
+def _parse(text: str, where: str) -> Any:
+    from core.config import safeyaml  # PyYAML only when the file's text is new (yamlfile)
+
+    return safeyaml.load(text, where)
+
+
 def load() -> UserConfig:
-    from core.config import safeyaml
+    from core.config import yamlfile
 
     path = paths.user_config_file()
     where = str(path)
-    raw = safeyaml.load_file(path)
+    text = yamlfile.read_text(path)
+    raw = None if text is None else yamlfile.remembered(path, text, "user-config/1",
+                                                        lambda t: _parse(t, where))
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

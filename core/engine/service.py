@@ -6,7 +6,6 @@ plan and the guidance an agent relays are decided in one place.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -540,6 +539,7 @@ def ignore_runs(runs: Path) -> None:
 async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
     """The job's outputs into runs/<id>/; for a job that holds secrets, under names masked
     with their values, read from the keychain now (core/secrets/names.py)."""
+    import asyncio  # lazy: off `gpu submit`'s start
     from core.secrets import names
 
     dest = runs_folder(job)

@@ -35,7 +35,7 @@ def probe(name: str) -> TargetInfo:
     """Probe one target now, past any cached answer or remembered failure (a wrong host or key
     is said at once), within its `probe_timeout_s` like every probe."""
     _, provider = configured(name)
-    if hasattr(provider, "forget_probe"):  # this machine's target keeps no answer
+    if hasattr(provider, "forget_probe"):  # cached answers (a host's, this machine's sandbox) go
         provider.forget_probe()
     return probing.probe_all({name: provider}, fresh=True)[name]
 

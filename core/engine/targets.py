@@ -46,12 +46,8 @@ def infos(store: Store, cfg: UserConfig | None = None, provs: dict[str, Any] | N
     for name in skip:
         probed[name] = probing.unprobed_info(provs[name], "disabled in your config")
     probed = {n: probed[n] for n in provs}  # in the config's order
-    running: dict[str, int] = {}
-    for job in store.jobs(states=LAUNCHED):
-        running[job.provider or ""] = running.get(job.provider or "", 0) + 1
-    waiting: dict[str, int] = {}  # placed, not started: each takes a slot before a new job would
-    for job in store.jobs(states=[State.ROUTING]):
-        waiting[job.provider or ""] = waiting.get(job.provider or "", 0) + 1
+    running = store.count_by_provider(LAUNCHED)
+    waiting = store.count_by_provider([State.ROUTING])  # placed, not started: each takes a slot before a new job would
     for name, info in probed.items():
         t = cfg.targets[name]
         left = quota_left(store, t)

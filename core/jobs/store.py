@@ -549,6 +549,15 @@ class Store:
         with self._lock:
             return [Job.from_row(r) for r in self.conn.execute(sql, args).fetchall()]
 
+    def count_by_provider(self, states: Iterable[State]) -> dict[str, int]:
+        """How many jobs in `states` each target holds ("" for none), counted by SQLite: a
+        submit asks this of every queued job, which it need not read (a sweep queues hundreds)."""
+        states = [State(s).value for s in states]
+        with self._lock:
+            rows = self.conn.execute(f"SELECT COALESCE(provider, ''), COUNT(*) FROM jobs WHERE state IN "
+                                     f"({', '.join('?' * len(states))}) GROUP BY 1", states).fetchall()
+        return {provider: n for provider, n in rows}
+
     def bundle_last_use(self) -> dict[str, float]:
         """When each bundle was last asked for: the newest job (any state) that uses it."""
         with self._lock:

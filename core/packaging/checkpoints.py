@@ -43,7 +43,6 @@ launch read, so the job finds its files under the names it wrote; a seal that no
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import json
@@ -275,6 +274,7 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
     (an event): skipped entries, a checkpoint over the cap, a pause for a full disk at home and
     its end, each said once. Raises what the transport raises (the caller logs it: mirroring
     never fails a job). `progress`, if given, is kept up to date while the files come home."""
+    import asyncio  # lazy: off `gpu submit`'s start
     if not hasattr(provider, "checkpoint_scan"):
         return None  # a target that can show none
     now = time.time() if now is None else now
@@ -359,6 +359,7 @@ async def _bring(job: Job, provider: Any, where: Path, wanted: dict, changed: li
     """Pack the changed files there (by the names the job wrote: `real`), unpack them here
     (under the names home shows: `mask`), assemble the new version: (its manifest, or None
     when a file changed meanwhile, or the disk-full text; bytes moved)."""
+    import asyncio  # lazy: off `gpu submit`'s start
     moved = 0
     staging = Path(tempfile.mkdtemp(prefix=".ckpt-new-", dir=where))
     try:

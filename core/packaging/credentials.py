@@ -198,7 +198,14 @@ NAME_KEYWORDS: tuple[str, ...] = (
     "claude", ".dev.vars", "local.settings", "runtimeconfig", ".yml.enc", ".yaml.enc",
 )
 
-_NAME = re.compile("|".join(f"(?P<n{i}>{rx})" for i, (rx, _) in enumerate(NAME_RULES)))
+
+@functools.cache
+def _name_regex() -> re.Pattern[str]:
+    """NAME_RULES as one regex, compiled at the first name with a keyword in it (most
+    projects' files have none: `might_be_credential_name`), not at every submit's import."""
+    return re.compile("|".join(f"(?P<n{i}>{rx})" for i, (rx, _) in enumerate(NAME_RULES)))
+
+
 _DIRS = {d: what for d, what in DIR_RULES}
 _SUFFIX_HEADS = frozenset(s[0] for s, _ in SUFFIX_RULES)
 _SUFFIX_TAILS = frozenset(s[-1] for s, _ in SUFFIX_RULES)
@@ -241,7 +248,7 @@ def name_reason(name: str) -> str | None:
     if any(ENV_TEMPLATE.fullmatch(v) for v in variants):
         return None
     for plain in variants:
-        m = _NAME.fullmatch(plain)
+        m = _name_regex().fullmatch(plain)
         if m is not None:
             what = NAME_RULES[int(m.lastgroup[1:])][1]
             return f"withheld: credential file ({what})"
@@ -373,7 +380,10 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
 _GATES = (b"private", b"secret", b"auth", b"putty", b"password")
 
 
-def _group_rules() -> tuple[tuple[bytes, tuple[tuple[bytes, tuple], ...]], ...]:
+@functools.cache
+def _content_rules() -> tuple[tuple[bytes, tuple[tuple[bytes, tuple], ...]], ...]:
+    """CONTENT_RULES grouped and compiled at the first file whose content is read (a warm
+    submit reads none: its verdicts are remembered by the hash cache)."""
     by_word: dict[bytes, list] = {}
     for word, rxs, what in CONTENT_RULES:
         by_word.setdefault(word, []).append((tuple(re.compile(rx, re.MULTILINE) for rx in rxs), what))
@@ -384,7 +394,6 @@ def _group_rules() -> tuple[tuple[bytes, tuple[tuple[bytes, tuple], ...]], ...]:
     return tuple((gate, tuple(words)) for gate, words in by_gate.items())
 
 
-_CONTENT = _group_rules()
 
 # A URL with a password: a git-credential store line (`https://user:token@host` alone on its
 # line), or a package index, registry or git URL set in a config (pip.conf, uv.toml, .condarc,
@@ -487,7 +496,7 @@ def content_reason(head: bytes, size: int | None = None) -> str | None:
 
 def _text_what(head: bytes, lowered: bytes, mask: bytes | None = None) -> str | None:
     """The text rules and vendor tokens over `head`; `mask` is `head` through _B64_CHARS."""
-    for gate, words in _CONTENT:
+    for gate, words in _content_rules():
         if gate in lowered:
             for word, rules in words:
                 if word in lowered:

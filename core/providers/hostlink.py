@@ -5,7 +5,6 @@ synchronous code (a probe asked while planning, `gpu gc`, `gpu fetch`, `gpu targ
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from typing import Any
 
@@ -33,6 +32,7 @@ def make_transport(name: str, options: dict) -> Transport:
 def run_sync(coro_fn) -> Any:
     """Run an async function to completion from synchronous code, even inside a running loop
     (a fresh loop in a short-lived thread), closing the connections it opened."""
+    import asyncio  # lazy: off `gpu submit`'s start
     from core.transport.ssh import close_all
 
     box: dict[str, Any] = {}

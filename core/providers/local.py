@@ -8,7 +8,6 @@ re-adopt a job after a crash is in those files.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -24,8 +23,8 @@ from core.errors import disk_full_guard
 from core.packaging import requirements
 from core.packaging import objects
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
-from core.providers.gpuprobe import local_gpus
-from core.runtime import boundary, ckptscan, diskspace, jobprocs
+from core.providers.gpuprobe import forget_sandbox_verdict, local_gpus, sandbox_verdict
+from core.runtime import ckptscan, diskspace, jobprocs
 from core.runtime import workdir as workdir_files
 from core.runtime import files as runtime_files
 from core.packaging import checkpoints
@@ -49,6 +48,14 @@ def dependency_spec(job: Job, python: str) -> dict | None:
                                             job.plan.get("workdir") or "", job.plan.get("extras") or ())
     return requirements.deps_spec(deps, python=python, version=sys.version,
                                   venvs_dir=str(paths.venvs_dir()), uv=requirements.home_uv())
+
+
+async def _in_thread(fn: Any, /, *args: Any) -> Any:
+    """`asyncio.to_thread`, with asyncio imported here: a submit, which only probes this
+    target, then never imports it (~25 ms of a busy machine's start)."""
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args)
 
 
 class LocalProvider:
@@ -86,16 +93,20 @@ class LocalProvider:
     async def probe(self) -> TargetInfo:
         return self.probe_now()
 
+    def forget_probe(self) -> None:
+        """`gpu targets probe local`: the sandbox is tried again, not remembered."""
+        forget_sandbox_verdict()
+
     def probe_now(self) -> TargetInfo:
         gpus = self.declared_gpus
         if gpus is None:
             gpus = [{"name": g.name, "memory_gb": g.memory_gb} for g in local_gpus()]
-        sandbox = boundary.probe()
+        sandbox = sandbox_verdict()  # remembered a few minutes; the launch asks afresh
         return TargetInfo(name=self.name, kind=self.kind, available=True, gpus=gpus,
                           max_jobs=self.max_jobs, unsandboxed_why=None if sandbox["ok"] else sandbox["why"])
 
     async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
-        return await asyncio.to_thread(self._launch, job, env_secrets)
+        return await _in_thread(self._launch, job, env_secrets)
 
     def _launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
         with disk_full_guard(self.job_dir(job)):
@@ -217,13 +228,13 @@ class LocalProvider:
                 return b"", offset  # the common case: nothing new, one stat
         except FileNotFoundError:
             return b"", offset
-        return await asyncio.to_thread(_read_from, path, offset)
+        return await _in_thread(_read_from, path, offset)
 
     async def cancel(self, job: Job, force: bool = False) -> None:
         """Every process of the attempt, however it detached: the launcher's own kill routine
         (the one `launch.py --kill` runs on remote hosts), called in-process here."""
         adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
-        await asyncio.to_thread(jobprocs.kill_attempt, str(adir), force, str(self.log_path(job)))
+        await _in_thread(jobprocs.kill_attempt, str(adir), force, str(self.log_path(job)))
 
     async def request_checkpoint(self, job: Job) -> None:
         ctl = self.job_dir(job) / "ctl"
@@ -244,10 +255,10 @@ class LocalProvider:
     async def read_exit(self, job: Job) -> dict | None:
         """The attempt's exit record (exit.json), as the launcher wrote it."""
         adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
-        return await asyncio.to_thread(_read_json, adir / "exit.json")
+        return await _in_thread(_read_json, adir / "exit.json")
 
     async def fetch_outputs(self, job: Job, dest: Path) -> list[str]:
-        return await asyncio.to_thread(self._fetch_outputs, job, dest)
+        return await _in_thread(self._fetch_outputs, job, dest)
 
     def _fetch_outputs(self, job: Job, dest: Path) -> list[str]:
         """out/ and the log and metrics, by the same rules and caps as a remote archive: the job
@@ -264,11 +275,11 @@ class LocalProvider:
 
     async def checkpoint_scan(self, job: Job) -> dict:
         """The job's ckpt/ listed with hashes, by the same code a remote host runs."""
-        return await asyncio.to_thread(ckptscan.scan, str(self.job_dir(job) / "ckpt"), self.caps.max_bytes)
+        return await _in_thread(ckptscan.scan, str(self.job_dir(job) / "ckpt"), self.caps.max_bytes)
 
     async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, generation: str | None = None,
                               progress: Any = None) -> dict:
-        return await asyncio.to_thread(ckptscan.pack, str(self.job_dir(job) / "ckpt"), str(archive), rels,
+        return await _in_thread(ckptscan.pack, str(self.job_dir(job) / "ckpt"), str(archive), rels,
                                        generation)
 
     async def fetch_paths(self, job: Job, rels: list[str], archive: Path, caps: OutputCaps) -> dict:
@@ -278,7 +289,7 @@ class LocalProvider:
         if not jdir.is_dir():
             return {"gone": True}
         inner = f"code/{job.plan.get('workdir') or ''}".rstrip("/")
-        return await asyncio.to_thread(workdir_files.pack, str(jdir), inner, rels, str(archive),
+        return await _in_thread(workdir_files.pack, str(jdir), inner, rels, str(archive),
                                        caps.max_bytes, caps.max_files)
 
 

@@ -27,7 +27,6 @@ the same reason: a daemon thread that the process does not wait for.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -38,7 +37,6 @@ from typing import Any, Callable
 
 from core import paths
 from core.providers.base import TargetInfo
-from core.providers.remoteprobe import PROBE_TTL_S as HOST_PROBE_TTL_S
 
 FAILURE_TTL_S = 60.0
 SETUP_LIMIT_S = 120.0  # a provider's probe_setup (imports): the bound's clock starts after it
@@ -60,6 +58,7 @@ def label(provider: Any) -> str:
 async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
     """`fn(*args)` on a daemon thread, awaited: like `asyncio.to_thread`, but a call that never
     returns holds neither the loop's shutdown nor the process's exit (see the module's doc)."""
+    import asyncio  # lazy: off `gpu submit`'s start
     loop = asyncio.get_running_loop()
     done: asyncio.Future = loop.create_future()
 
@@ -127,7 +126,11 @@ def failure_ttl(provider: Any) -> float:
     ttl = (getattr(provider, "options", None) or {}).get("probe_ttl_s")
     if isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
         return min(float(ttl), FAILURE_TTL_S)
-    return HOST_PROBE_TTL_S if provider.kind in ("ssh", "slurm", "pbs") else FAILURE_TTL_S
+    if provider.kind in ("ssh", "slurm", "pbs"):
+        from core.providers.remoteprobe import PROBE_TTL_S  # a host's: its transport, not for a local submit
+
+        return PROBE_TTL_S
+    return FAILURE_TTL_S
 
 
 # -- the probe ------------------------------------------------------------------------------------
@@ -180,6 +183,8 @@ def _ask(provider: Any, box: dict[str, Any], asking: threading.Event) -> None:
         if hasattr(provider, "probe_now"):
             box["value"] = provider.probe_now()
         else:
+            import asyncio  # only here: this machine's probe (a submit's usual one) needs none
+
             box["value"] = asyncio.run(provider.probe())
     except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
         box["error"] = exc

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from typing import Callable
@@ -25,6 +24,7 @@ class LocalTransport(Transport):
 
     async def run(self, script: str, *, input: bytes | None = None, timeout: float = 120.0,
                   check: str | None = None, retry: bool = True) -> Result:
+        import asyncio  # lazy: off `gpu submit`'s start
         proc = await asyncio.create_subprocess_exec(
             "/bin/sh", "-c", script, stdin=asyncio.subprocess.PIPE if input is not None
             else asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -45,6 +45,7 @@ class LocalTransport(Transport):
     async def stream_to(self, script: str, local: Path, *, max_bytes: int, idle_s: float = 60.0,
                         what: str = "a copy", on_bytes: Callable[[int], None] | None = None) -> tuple[Result, int]:
         """See Transport.stream_to: the command's stdout pumped into `local` as it comes."""
+        import asyncio  # lazy: off `gpu submit`'s start
         proc = await asyncio.create_subprocess_exec(
             "/bin/sh", "-c", script, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env={**os.environ, **self.env}, start_new_session=True)
@@ -129,6 +130,7 @@ class LocalTransport(Transport):
 
 async def _local_io(fn):
     """Run a file operation off the loop; a refused one is a TransportError like over SSH."""
+    import asyncio  # lazy: off `gpu submit`'s start
     try:
         return await asyncio.to_thread(fn)
     except TransportError:
