@@ -74,10 +74,12 @@ class FrameClock:
         self.screen = app.screen
         self.event = asyncio.Event()
         self.at = (0.0, 0.0)
+        self.times: list[float] = []  # every frame since arm()
         drawn = self.screen._compositor_refresh
 
         def hooked() -> None:
             drawn()
+            self.times.append(time.perf_counter())
             if not self.event.is_set():
                 self.at = (time.perf_counter(), time.process_time())
                 self.event.set()
@@ -86,6 +88,7 @@ class FrameClock:
 
     def arm(self) -> None:
         self.event.clear()
+        self.times.clear()
 
     async def next(self, timeout: float = 5.0) -> tuple[float, float]:
         """(wall, CPU) clocks at the next composed frame."""
@@ -142,7 +145,7 @@ async def bench_table(n: int) -> dict:
         out["  rows turned into text per tick"] = f"{statistics.median(drawn):g}"
         out["update tick, wall to idle (pilot.pause's 20 ms+ idle wait included)"] = statistics.median(ticks)
         out["  CPU to idle"] = statistics.median(tick_cpu)
-        presses, cpu, key_frame, key_cpu = [], [], [], []
+        presses, cpu, key_frame, key_cpu, settled, nframes = [], [], [], [], [], []
         for _ in range(15):
             await pilot.pause(0.2)  # the last press's log and metric reads are done
             frames.arm()
@@ -154,8 +157,12 @@ async def bench_table(n: int) -> dict:
             await pilot.pause()
             presses.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
+            settled.append(frames.times[-1] - t0)
+            nframes.append(len(frames.times))
         out["key press (j) to redrawn frame, wall"] = statistics.median(key_frame)
         out["  CPU of it"] = statistics.median(key_cpu)
+        out["key press (j) to its last frame (the new job's log pane read and titled), wall"] = statistics.median(settled)
+        out["  frames drawn per press"] = f"{statistics.median(nframes):g}"
         out["key press (j) to idle, wall (pilot's own waits included)"] = statistics.median(presses)
         out["  CPU to idle (the log and metric reads of the new job included)"] = statistics.median(cpu)
         for key in ("end", "home", "pagedown"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import aiosqlite
 
@@ -57,18 +57,23 @@ class Reader:
         async with db.execute("PRAGMA data_version") as cur:
             return (await cur.fetchone())[0]
 
-    async def _jobs(self, sql: str, args: tuple = ()) -> list[Job]:
+    async def _jobs(self, sql: str, args: tuple = (), between: Callable[[], None] | None = None
+                    ) -> list[Job]:
         db = await self._conn()
         out: list[Job] = []
         async with db.execute(sql, args) as cur:
             while rows := await cur.fetchmany(CHUNK):
                 out += [Job.from_row(r) for r in rows]
+                if between is not None:
+                    between()
                 await asyncio.sleep(0)  # let the loop draw between chunks
         return out
 
-    async def jobs(self) -> list[Job]:
-        """Every job, newest first (as `Store.jobs()`)."""
-        return await self._jobs(JOBS_ALL_SQL)
+    async def jobs(self, between_chunks: Callable[[], None] | None = None) -> list[Job]:
+        """Every job, newest first (as `Store.jobs()`). `between_chunks` is called after each
+        chunk of rows is turned into Jobs (the dashboard keeps them out of the garbage
+        collector's full passes there: tui/dash/jobindex.keep_from_gc)."""
+        return await self._jobs(JOBS_ALL_SQL, between=between_chunks)
 
     async def jobs_after(self, rev: int) -> list[Job]:
         """Jobs written after revision `rev`, oldest write first (as `Store.jobs_after`)."""

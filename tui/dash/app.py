@@ -25,7 +25,7 @@ from core.errors import UserError
 from core.jobs.states import ACTIVE, State
 from core.jobs.store import Job, Store
 from tui.dash.filtering import JobFilter
-from tui.dash.jobindex import JobIndex
+from tui.dash.jobindex import JobIndex, keep_from_gc, release_to_gc
 from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
 from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10_series
 from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
@@ -267,7 +267,7 @@ class DashApp(App):
         only showing the view. Polls wait (`_reading`), and their messages come after this one."""
         self._reading = True
         try:
-            jobs = await self.watcher.load()
+            jobs = await self.watcher.load(keep_from_gc)  # no full GC pass over them: see there
             await self.index.load(jobs)
             shown = self.job_filter
             ids, keys = await self.index.amatching(shown)
@@ -288,6 +288,7 @@ class DashApp(App):
             self.post_message(JobsChanged(jobs))
 
     async def on_unmount(self) -> None:
+        release_to_gc()  # the first load's jobs, frozen out of full GC passes (jobindex.py)
         await self.watcher.reader.close()
 
     @work(thread=True, exclusive=True, group="supervise")
@@ -504,7 +505,8 @@ class DashApp(App):
             return
         table = self.query_one(JobsTable)
         fixed = 2 + min(7, self.query_one(TargetsTable).row_count + 1)  # header, footer, targets
-        fixed += self.paused + sum(3 for box in self.query("#filter, #logsearch") if box.has_class("shown"))
+        # the two boxes by id (query_one is cached; a query with two selectors walks the DOM)
+        fixed += self.paused + sum(3 for box in ("#filter", "#logsearch") if self.query_one(box).has_class("shown"))
         room = height - fixed
         log = self.query_one(LogTail)
         wants = max(self.BOTTOM_MIN, self.query_one(Charts).wanted_rows(), log.line_count + 2)
