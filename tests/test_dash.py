@@ -587,6 +587,27 @@ async def test_at_200x50_the_table_is_as_tall_as_its_jobs_and_the_charts_get_the
         plots = [p for p in charts.query(PlotextPlot) if p.display]
         assert len(plots) == 2 and all(p.size.height >= 12 for p in plots)
         assert not charts.border_subtitle  # nothing left out
+        # a wide screen puts the charts side by side, each wide enough to read
+        loss, lr = (p.region for p in plots)
+        assert loss.y == lr.y and loss.right <= lr.x and min(loss.width, lr.width) >= 50
+
+
+async def test_charts_stack_below_160_columns_and_sit_side_by_side_from_it(demo) -> None:
+    from textual_plotext import PlotextPlot
+
+    app = _app()
+    async with app.run_test(size=(159, 50)) as pilot:
+        await _settle(pilot)
+        await pilot.press("j")  # yolo-train: loss and lr
+        await _settle(pilot)
+        charts = app.query_one(Charts)
+        loss, lr = (p.region for p in charts.query(PlotextPlot) if p.display)
+        assert loss.x == lr.x and loss.bottom <= lr.y  # one column
+        await pilot.resize_terminal(160, 50)
+        await _settle(pilot)
+        loss, lr = (p.region for p in charts.query(PlotextPlot) if p.display)
+        assert loss.y == lr.y and loss.right <= lr.x  # side by side
+        assert charts.wanted_rows() == 2 + Charts.CHART_ROWS  # one row of charts asked for
 
 
 async def test_a_job_without_metrics_gives_the_log_the_width(demo) -> None:

@@ -486,6 +486,7 @@ class DashApp(App):
         table = self.query_one(JobsTable)
         if table.compact is not None:
             table.set_columns(event.size.width < COMPACT_BELOW)
+        self.query_one(Charts).fit_terminal(event.size.width)  # side by side from Charts.WIDE_FROM columns
         self.fit_layout(event.size.height)
 
     # Heights, in rows, the layout keeps for each pane when both want more than there is.

@@ -628,6 +628,9 @@ class Charts(Vertical):
     MAX_CHARTS = 4
     CHART_MIN_ROWS = 8  # title, frame, x labels and 4 rows of curve
     CHART_ROWS = 12  # what a chart asks of the layout when the job table wants the room too
+    WIDE_FROM = 160  # terminal columns from which two or more charts sit side by side
+    WIDE_COLUMNS = 2  # charts per row then (four charts: two rows of two)
+    WIDE_WIDTH = "1.5fr"  # the pane's width then, beside the log's 1fr (at 200 columns: 120 and 80)
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -635,27 +638,61 @@ class Charts(Vertical):
         self.keys: list[str] = []  # the metrics with a chart, in order (shown or not)
         self.series: dict = {}
         self._fns: tuple[Callable, Callable] | None = None
+        self.terminal_width = 0  # told by the app on resize (0: ask the app)
         self.display = False  # until a job with metrics is selected
 
+    def columns(self) -> int:
+        """Charts side by side: one column below WIDE_FROM terminal columns (or with one
+        chart), else WIDE_COLUMNS; a wide screen's height is better spent on the job table
+        than on charts stretched 100 columns wide."""
+        width = self.terminal_width or self.app.size.width
+        if len(self.keys) < 2 or width < self.WIDE_FROM:
+            return 1
+        return min(self.WIDE_COLUMNS, len(self.keys))
+
     def wanted_rows(self) -> int:
-        """The height this pane asks for: its charts at CHART_ROWS each, in its frame."""
-        return 2 + len(self.keys) * self.CHART_ROWS if self.keys else 0
+        """The height this pane asks for: its rows of charts at CHART_ROWS each, in its frame."""
+        if not self.keys:
+            return 0
+        return 2 + -(-len(self.keys) // self.columns()) * self.CHART_ROWS
 
     def show(self, series: dict, downsample: Callable, log10: Callable) -> None:
         keys = sorted((k for k, s in series.items() if s.values),
                       key=lambda k: (0 if "loss" in k else 1, k))[: self.MAX_CHARTS]
         self.series, self.keys, self._fns = series, keys, (downsample, log10)
         self.display = bool(keys)
+        self._arrange()
         self._draw()
 
     def on_resize(self, event) -> None:
         if self.keys:
+            self._arrange()
             self._draw()
+
+    def fit_terminal(self, width: int) -> None:
+        """The terminal was resized to `width` columns (the app calls this: crossing WIDE_FROM
+        need not change this pane's own size, so its on_resize may not come)."""
+        self.terminal_width = width
+        if self.keys:
+            self._arrange()
+
+    def _arrange(self) -> None:
+        """A grid of `columns()` charts a row, the pane wider, on a wide screen; a column of
+        charts otherwise. Styles are only set when they change (no layout pass else)."""
+        cols = self.columns()
+        layout, width = ("grid", self.WIDE_WIDTH) if cols > 1 else ("vertical", "1fr")
+        if self.styles.layout is None or self.styles.layout.name != layout:
+            self.styles.layout = layout
+        if cols > 1 and self.styles.grid_size_columns != cols:
+            self.styles.grid_size_columns = cols
+        if str(self.styles.width) != width:
+            self.styles.width = width
 
     def _draw(self) -> None:
         keys = self.keys
         inner = self.size.height - 2 if self.size.height else 0  # inside the frame; 0: not laid out yet
-        fits = max(1, inner // self.CHART_MIN_ROWS) if inner > 0 else len(keys)
+        cols = self.columns()
+        fits = cols * max(1, inner // self.CHART_MIN_ROWS) if inner > 0 else len(keys)
         shown, left_out = keys[:fits], keys[fits:]
         self.border_subtitle = safe("not shown (too low): " + ", ".join(left_out), single_line=True) if left_out else ""
         plots = list(self.query(PlotextPlot))
