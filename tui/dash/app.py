@@ -440,7 +440,10 @@ class DashApp(App):
         if event.job_id != event.table.selected_key():
             return  # a stale event from a rebuild (filter): the cursor has moved on
         if event.job_id != self.selected:
-            self.select_job(event.job_id)
+            try:
+                self.select_job(event.job_id)
+            except NoMatches:
+                return  # the app is closing: a cursor move arrived after its panes were removed
 
     @on(JobsTable.RowSelected, "#jobs")
     def _row_selected(self, event: JobsTable.RowSelected) -> None:
