@@ -35,6 +35,22 @@ CHANGING_ACTIONS = {"approve", "deny", "cancel"}
 SUPERVISE_CHECK_S = 10.0  # how often the dashboard checks that live jobs have a supervisor
 
 
+def _unless_closing(method: Callable) -> Callable:
+    """For what a late message runs: as the app closes, its panes are removed while a
+    worker's read may still arrive; finding a pane gone (NoMatches) then means "closing",
+    and the method does nothing instead of failing the app (it did at the end of runs)."""
+    import functools
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kw):
+        try:
+            return method(self, *args, **kw)
+        except NoMatches:
+            return None
+
+    return guarded
+
+
 class JobsChanged(Message):
     """Jobs read from the store. `view` is set for the first live load, which the worker has
     already put into the index in chunks: the filter it was computed for and the rows it shows."""
@@ -334,6 +350,7 @@ class DashApp(App):
 
     # -- applying, on the UI thread ------------------------------------------------------------
 
+    @_unless_closing
     def on_jobs_changed(self, message: JobsChanged) -> None:
         table = self.query_one(JobsTable)
         newly_pending = []
@@ -401,6 +418,7 @@ class DashApp(App):
             return
         self.query_one(JobsTable).refresh_if_shown(lambda j: j.state in (State.RUNNING, State.CHECKPOINTING))
 
+    @_unless_closing
     def _header_counts(self) -> None:
         pending = self.counts[State.AWAITING_APPROVAL]
         parts = [f"{self.counts[State.RUNNING]} running"]
@@ -418,6 +436,7 @@ class DashApp(App):
             parts.append("read-only")
         self.sub_title = safe(" · ".join(parts), single_line=True)
 
+    @_unless_closing
     def _title_log(self) -> None:
         job = self.jobs.get(self.selected or "")
         if job:
@@ -440,16 +459,14 @@ class DashApp(App):
         if event.job_id != event.table.selected_key():
             return  # a stale event from a rebuild (filter): the cursor has moved on
         if event.job_id != self.selected:
-            try:
-                self.select_job(event.job_id)
-            except NoMatches:
-                return  # the app is closing: a cursor move arrived after its panes were removed
+            self.select_job(event.job_id)
 
     @on(JobsTable.RowSelected, "#jobs")
     def _row_selected(self, event: JobsTable.RowSelected) -> None:
         """Enter on a row (the table's own binding) opens the job's detail screen."""
         self.open_detail(event.job_id)
 
+    @_unless_closing
     def select_job(self, job_id: str) -> None:
         from core.engine.service import log_path
 
@@ -496,6 +513,7 @@ class DashApp(App):
     TABLE_MIN = 4  # the header and 3 jobs
     BOTTOM_MIN = 8  # the log's frame and 6 lines
 
+    @_unless_closing
     def fit_layout(self, height: int | None = None) -> None:
         """Give the screen to what has content. The job table is as tall as its rows (six jobs
         take seven lines, not half the screen over blank lines); the log and charts below get
