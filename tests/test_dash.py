@@ -517,6 +517,51 @@ async def test_only_a_screenful_of_10_000_rows_is_drawn(home: Path) -> None:
         assert table.virtual_size.height == 10_001  # the scroll range is every job (+ the header)
 
 
+async def test_a_tick_draws_only_the_changed_rows_on_screen_and_a_step_only_two(home: Path) -> None:
+    """Rows are turned into text only where what is shown changed: jobs that changed off
+    screen cost no row, two changed on screen cost two, a step of the cursor redraws the row it
+    left and the row it reached; what is drawn is the changed text."""
+    from tui.dash.app import JobsChanged
+
+    ids = _seed_many(2000)
+    app = DashApp(live=True, bell=False, poll_s=3600)
+    async with app.run_test(size=(120, 36)) as pilot:
+        table = app.query_one(JobsTable)
+        while table.row_count < 2000:
+            await pilot.pause(0.1)
+        await pilot.pause()
+        store = Store()
+        for jid in ids[1000:1005] + ids[1:3]:  # five far below the screen, two on it
+            store.update(jid, last_metric={"loss": 0.25})
+        table.reset_count()
+        app.on_jobs_changed(JobsChanged(await app.watcher.changes()))
+        await pilot.pause()
+        assert table.rendered_rows == 2
+        assert "loss=0.25" in _screen(app).splitlines()[2]  # job-1, under the header and job-0
+        table.reset_count()
+        await pilot.press("j")
+        await pilot.pause()
+        assert table.selected_key() == ids[1] and table.rendered_rows == 2
+
+
+async def test_the_first_load_keeps_its_jobs_out_of_full_gc_passes_until_the_dashboard_closes(
+        home: Path) -> None:
+    """A full garbage collection over 100,000 loaded jobs held the event loop 200-750 ms: the
+    load moves them out of the collector's generations (gc.freeze), and closing gives them back."""
+    import gc
+
+    _seed_many(3000)
+    app = DashApp(live=True, bell=False, poll_s=3600)
+    async with app.run_test(size=(120, 36)) as pilot:
+        table = app.query_one(JobsTable)
+        while table.row_count < 3000:
+            await pilot.pause(0.1)
+        job = next(iter(app.jobs.values()))
+        assert gc.get_freeze_count() > 3000
+        assert not any(o is job for o in gc.get_objects())  # no generation holds it
+    assert gc.get_freeze_count() == 0
+
+
 def _screen(app: DashApp) -> str:
     """The job table's lines as the terminal shows them."""
     table = app.query_one(JobsTable)
@@ -542,6 +587,27 @@ async def test_at_200x50_the_table_is_as_tall_as_its_jobs_and_the_charts_get_the
         plots = [p for p in charts.query(PlotextPlot) if p.display]
         assert len(plots) == 2 and all(p.size.height >= 12 for p in plots)
         assert not charts.border_subtitle  # nothing left out
+        # a wide screen puts the charts side by side, each wide enough to read
+        loss, lr = (p.region for p in plots)
+        assert loss.y == lr.y and loss.right <= lr.x and min(loss.width, lr.width) >= 50
+
+
+async def test_charts_stack_below_160_columns_and_sit_side_by_side_from_it(demo) -> None:
+    from textual_plotext import PlotextPlot
+
+    app = _app()
+    async with app.run_test(size=(159, 50)) as pilot:
+        await _settle(pilot)
+        await pilot.press("j")  # yolo-train: loss and lr
+        await _settle(pilot)
+        charts = app.query_one(Charts)
+        loss, lr = (p.region for p in charts.query(PlotextPlot) if p.display)
+        assert loss.x == lr.x and loss.bottom <= lr.y  # one column
+        await pilot.resize_terminal(160, 50)
+        await _settle(pilot)
+        loss, lr = (p.region for p in charts.query(PlotextPlot) if p.display)
+        assert loss.y == lr.y and loss.right <= lr.x  # side by side
+        assert charts.wanted_rows() == 2 + Charts.CHART_ROWS  # one row of charts asked for
 
 
 async def test_a_job_without_metrics_gives_the_log_the_width(demo) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import aiosqlite
 
@@ -57,24 +57,42 @@ class Reader:
             db, self._db = self._db, None
             await db.close()
 
+    # Each aiosqlite call is a hop to its thread and back (a queue, then a wake-up of the
+    # loop): execute, fetch and close are three. The dashboard's tick makes two reads, so
+    # they go as one hop each (execute_fetchall); on a loaded machine each hop waits for the
+    # scheduler, and the tick's wall time was mostly these waits.
+
     async def data_version(self) -> int:
         """Changes whenever another connection commits: the cheap "did anything change?"."""
         db = await self._conn()
-        async with db.execute("PRAGMA data_version") as cur:
-            return (await cur.fetchone())[0]
+        return (await db.execute_fetchall("PRAGMA data_version"))[0][0]  # type: ignore[index]
 
     async def _jobs(self, sql: str, args: tuple = ()) -> list[Job]:
+        """A few rows (a tick's changes, one job), fetched in one hop, turned into Jobs in
+        chunks that yield to the loop (after a long pause there may be many)."""
         db = await self._conn()
+        rows = list(await db.execute_fetchall(sql, args))
         out: list[Job] = []
-        async with db.execute(sql, args) as cur:
-            while rows := await cur.fetchmany(CHUNK):
-                out += [Job.from_row(r) for r in rows]
+        for start in range(0, len(rows), CHUNK):
+            if start:
                 await asyncio.sleep(0)  # let the loop draw between chunks
+            out += [Job.from_row(r) for r in rows[start:start + CHUNK]]
         return out
 
-    async def jobs(self) -> list[Job]:
-        """Every job, newest first (as `Store.jobs()`)."""
-        return await self._jobs(JOBS_ALL_SQL)
+    async def jobs(self, between_chunks: Callable[[], None] | None = None) -> list[Job]:
+        """Every job, newest first (as `Store.jobs()`), fetched and parsed a chunk at a time
+        (the rows of 100,000 jobs are never all held at once). `between_chunks` is called
+        after each chunk is turned into Jobs (the dashboard keeps them out of the garbage
+        collector's full passes there: tui/dash/jobindex.keep_from_gc)."""
+        db = await self._conn()
+        out: list[Job] = []
+        async with db.execute(JOBS_ALL_SQL) as cur:
+            while rows := await cur.fetchmany(CHUNK):
+                out += [Job.from_row(r) for r in rows]
+                if between_chunks is not None:
+                    between_chunks()
+                await asyncio.sleep(0)  # let the loop draw between chunks
+        return out
 
     async def jobs_after(self, rev: int) -> list[Job]:
         """Jobs written after revision `rev`, oldest write first (as `Store.jobs_after`)."""
@@ -88,24 +106,22 @@ class Reader:
 
     async def events(self, job_id: str) -> list[Event]:
         db = await self._conn()
-        async with db.execute(EVENTS_SQL, (job_id,)) as cur:
-            return [Event.from_row(r) for r in await cur.fetchall()]
+        return [Event.from_row(r) for r in await db.execute_fetchall(EVENTS_SQL, (job_id,))]
 
     async def metrics_after(self, job_id: str, after_rowid: int = 0, limit: int = 200_000
                             ) -> list[tuple[int, str, int | None, float]]:
         """(rowid, key, step, value) of points newer than `after_rowid`, as `Store.metrics_after`."""
         db = await self._conn()
-        async with db.execute(METRICS_AFTER_SQL, (job_id, after_rowid, limit)) as cur:
-            return [tuple(r) for r in await cur.fetchall()]
+        # one hop, and no cursor left to close: a read cancelled as the app closes (its
+        # reader closed meanwhile) once failed closing its cursor on the closed database
+        return [tuple(r) for r in await db.execute_fetchall(METRICS_AFTER_SQL, (job_id, after_rowid, limit))]
 
     async def metrics_summary(self, job_id: str) -> dict[str, dict[str, Any]]:
         """Per key: points, min, max, last value and last step (as `Store.metrics_summary`)."""
         db = await self._conn()
         out: dict[str, dict[str, Any]] = {}
-        async with db.execute(METRICS_SUMMARY_SQL, (job_id,)) as cur:
-            groups = await cur.fetchall()
+        groups = await db.execute_fetchall(METRICS_SUMMARY_SQL, (job_id,))
         for key, n, lo, hi, last_id in groups:
-            async with db.execute(METRIC_POINT_SQL, (last_id,)) as cur:
-                step, value = await cur.fetchone()
+            step, value = (await db.execute_fetchall(METRIC_POINT_SQL, (last_id,)))[0]  # type: ignore[index]
             out[key] = {"points": n, "min": lo, "max": hi, "last": value, "last_step": step}
         return out

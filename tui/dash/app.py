@@ -25,7 +25,7 @@ from core.errors import UserError
 from core.jobs.states import ACTIVE, State
 from core.jobs.store import Job, Store
 from tui.dash.filtering import JobFilter
-from tui.dash.jobindex import JobIndex
+from tui.dash.jobindex import JobIndex, keep_from_gc, release_to_gc
 from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
 from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10_series
 from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
@@ -33,6 +33,22 @@ from tui.output import markup, safe
 
 CHANGING_ACTIONS = {"approve", "deny", "cancel"}
 SUPERVISE_CHECK_S = 10.0  # how often the dashboard checks that live jobs have a supervisor
+
+
+def _unless_closing(method: Callable) -> Callable:
+    """For what a late message runs: as the app closes, its panes are removed while a
+    worker's read may still arrive; finding a pane gone (NoMatches) then means "closing",
+    and the method does nothing instead of failing the app (it did at the end of runs)."""
+    import functools
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kw):
+        try:
+            return method(self, *args, **kw)
+        except NoMatches:
+            return None
+
+    return guarded
 
 
 class JobsChanged(Message):
@@ -267,7 +283,7 @@ class DashApp(App):
         only showing the view. Polls wait (`_reading`), and their messages come after this one."""
         self._reading = True
         try:
-            jobs = await self.watcher.load()
+            jobs = await self.watcher.load(keep_from_gc)  # no full GC pass over them: see there
             await self.index.load(jobs)
             shown = self.job_filter
             ids, keys = await self.index.amatching(shown)
@@ -291,6 +307,7 @@ class DashApp(App):
         # the workers first: one still reading when the reader closes would fail the app's exit
         # ("Cannot operate on a closed database": the whole-suite run met it under load)
         self.workers.cancel_all()
+        release_to_gc()  # the first load's jobs, frozen out of full GC passes (jobindex.py)
         await self.watcher.reader.close()
 
     @work(thread=True, exclusive=True, group="supervise")
@@ -336,6 +353,7 @@ class DashApp(App):
 
     # -- applying, on the UI thread ------------------------------------------------------------
 
+    @_unless_closing
     def on_jobs_changed(self, message: JobsChanged) -> None:
         table = self.query_one(JobsTable)
         newly_pending = []
@@ -403,6 +421,7 @@ class DashApp(App):
             return
         self.query_one(JobsTable).refresh_if_shown(lambda j: j.state in (State.RUNNING, State.CHECKPOINTING))
 
+    @_unless_closing
     def _header_counts(self) -> None:
         pending = self.counts[State.AWAITING_APPROVAL]
         parts = [f"{self.counts[State.RUNNING]} running"]
@@ -420,6 +439,7 @@ class DashApp(App):
             parts.append("read-only")
         self.sub_title = safe(" · ".join(parts), single_line=True)
 
+    @_unless_closing
     def _title_log(self) -> None:
         job = self.jobs.get(self.selected or "")
         if job:
@@ -449,6 +469,7 @@ class DashApp(App):
         """Enter on a row (the table's own binding) opens the job's detail screen."""
         self.open_detail(event.job_id)
 
+    @_unless_closing
     def select_job(self, job_id: str) -> None:
         from core.engine.service import log_path
 
@@ -488,12 +509,14 @@ class DashApp(App):
         table = self.query_one(JobsTable)
         if table.compact is not None:
             table.set_columns(event.size.width < COMPACT_BELOW)
+        self.query_one(Charts).fit_terminal(event.size.width)  # side by side from Charts.WIDE_FROM columns
         self.fit_layout(event.size.height)
 
     # Heights, in rows, the layout keeps for each pane when both want more than there is.
     TABLE_MIN = 4  # the header and 3 jobs
     BOTTOM_MIN = 8  # the log's frame and 6 lines
 
+    @_unless_closing
     def fit_layout(self, height: int | None = None) -> None:
         """Give the screen to what has content. The job table is as tall as its rows (six jobs
         take seven lines, not half the screen over blank lines); the log and charts below get
@@ -507,7 +530,8 @@ class DashApp(App):
             return
         table = self.query_one(JobsTable)
         fixed = 2 + min(7, self.query_one(TargetsTable).row_count + 1)  # header, footer, targets
-        fixed += self.paused + sum(3 for box in self.query("#filter, #logsearch") if box.has_class("shown"))
+        # the two boxes by id (query_one is cached; a query with two selectors walks the DOM)
+        fixed += self.paused + sum(3 for box in ("#filter", "#logsearch") if self.query_one(box).has_class("shown"))
         room = height - fixed
         log = self.query_one(LogTail)
         wants = max(self.BOTTOM_MIN, self.query_one(Charts).wanted_rows(), log.line_count + 2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from core.display.logtail import Follower
 from core.jobs.reader import Reader
@@ -32,10 +33,11 @@ class StoreWatcher:
         self.rev = max((j.rev for j in jobs), default=0)
         return jobs
 
-    async def load(self) -> list[Job]:
-        """Every job, newest first, read in chunks that yield to the loop."""
+    async def load(self, between_chunks: Callable[[], None] | None = None) -> list[Job]:
+        """Every job, newest first, read in chunks that yield to the loop (`between_chunks`
+        called after each)."""
         self.version = await self.reader.data_version()
-        jobs = await self.reader.jobs()
+        jobs = await self.reader.jobs(between_chunks)
         self.rev = max((j.rev for j in jobs), default=0)
         return jobs
 

@@ -6,10 +6,13 @@ import bisect
 import time
 from typing import Callable
 
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -143,6 +146,10 @@ class JobsTable(ScrollView, can_focus=True):
         self.view: list[str] = []
         self._keys: list[float] = []
         self.rendered_rows = 0  # rows turned into text since the last reset_count(): tests count it
+        # each job's last drawn row: (its Job object, what else the row depends on, the strip);
+        # a row is turned into text again only when one of them changed (see render_line)
+        self._drawn: dict[str, tuple[object, tuple, Strip]] = {}
+        self._frame_styles: tuple | None = None  # the row styles of the frame being drawn
 
     # -- the rows ---------------------------------------------------------------------------
 
@@ -177,16 +184,19 @@ class JobsTable(ScrollView, can_focus=True):
         self._keys = keys
         self._sized()
         self._place(selected, keep_scroll=False)
-        self.refresh()
+        self._repaint()
 
     def apply(self, changed: list, keep: Callable[[object], bool]) -> None:
         """Jobs that changed: new ones that `keep` accepts are bisected in by age, ones it no
         longer accepts leave; the rest only need drawing again. The cursor stays on its job
         and the rows on screen stay where they were (a new job above them shifts the scroll)."""
         selected = self.selected_key()
+        cursor = self.cursor_row
         shown = set(self.view) if len(changed) > 8 else None
         above = 0
+        shifted = False  # a row came or went above the screen's bottom
         top = int(self.scroll_y)
+        bottom = top + self.scrollable_content_region.height
         for job in changed:
             present = (job.id in shown) if shown is not None else (job.id in self.view)
             wanted = keep(job)
@@ -194,16 +204,45 @@ class JobsTable(ScrollView, can_focus=True):
                 i = self.view.index(job.id)
                 del self.view[i], self._keys[i]
                 above -= i < top
+                shifted = shifted or i < bottom
             elif wanted and not present:
                 i = bisect.bisect_left(self._keys, -job.created_at)
                 self.view.insert(i, job.id)
                 self._keys.insert(i, -job.created_at)
                 above += i < top or (i == top and top > 0)
+                shifted = shifted or i < bottom
         self._sized()
         if above and top:
             self.scroll_to(y=top + above, animate=False, immediate=True)
         self._place(selected, keep_scroll=True)
-        self.refresh()
+        if shifted or self.cursor_row != cursor:
+            self._repaint()  # rows on screen moved: every line again (unchanged rows from _drawn)
+        else:
+            self.refresh_rows(job.id for job in changed)
+
+    def refresh_rows(self, job_ids) -> None:
+        """Mark for drawing only the lines of these jobs that are on screen: a tick that
+        changed 20 rows, of which 3 are shown, turns 3 rows into text, and the compositor
+        repaints only those lines."""
+        top = int(self.scroll_y)
+        height = self.scrollable_content_region.height
+        on_screen = {jid: i for i, jid in enumerate(self.view[top: top + height], 1)}
+        width = max(1, self.size.width)
+        regions = [Region(0, on_screen[jid], width, 1) for jid in job_ids if jid in on_screen]
+        if regions:
+            self.refresh(*regions)
+
+    def _repaint(self) -> None:
+        """Every line drawn again (the rows moved), rows that did not change from _drawn."""
+        self.refresh(self.size.region)
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False):
+        """A refresh of the whole widget (a theme, focus or column change) draws every row
+        anew; one of regions (rows that changed, a scroll) keeps the rows drawn before."""
+        if not regions and repaint:
+            self._drawn.clear()
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
     def _place(self, selected: str | None, keep_scroll: bool) -> None:
         if selected is not None and self.view and (self.cursor_row >= len(self.view)
@@ -222,38 +261,85 @@ class JobsTable(ScrollView, can_focus=True):
 
     # -- drawing: only the rows on screen ----------------------------------------------------
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._frame_styles = None  # styles are looked up once per frame, not once per row
+        return super().render_lines(crop)
+
+    def _row_styles(self) -> tuple:
+        """(plain, even, cursor, header) rich styles for this frame."""
+        if self._frame_styles is None:
+            base = self.rich_style
+            self._frame_styles = (base, base + self.get_component_rich_style("jobs--even-row"),
+                                  base + self.get_component_rich_style("jobs--cursor"),
+                                  self.get_component_rich_style("jobs--header"))
+        return self._frame_styles
+
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
+        plain, even, cursor, header = self._row_styles()
         if y == 0:
-            style = self.get_component_rich_style("jobs--header")
-            return self._strip([(label, w) for _, label, w in self.columns], style, width)
+            return self._strip([(label, w) for _, label, w in self.columns], header, width)
         row = int(self.scroll_y) + y - 1
-        base = self.rich_style
         if row >= len(self.view):
-            return Strip.blank(width, base)
-        job = self.jobs.get(self.view[row])
-        if row == self.cursor_row:
-            style = base + self.get_component_rich_style("jobs--cursor")
-        elif row % 2:
-            style = base + self.get_component_rich_style("jobs--even-row")
-        else:
-            style = base
+            return Strip.blank(width, plain)
+        job_id = self.view[row]
+        job = self.jobs.get(job_id)
+        style = cursor if row == self.cursor_row else even if row % 2 else plain
         if job is None:
             return Strip.blank(width, style)
+        now = self.now()
+        # what the row's text depends on besides the Job object: a running job's elapsed time
+        # and cost move with the clock (to the second, as duration() shows them)
+        moving = int(now) if job.started_at and not job.ended_at else 0
+        depends = (style, width, int(self.scroll_x), self.compact, moving)
+        drawn = self._drawn.get(job_id)
+        if drawn is not None and drawn[0] is job and drawn[1] == depends:
+            return drawn[2]
         self.rendered_rows += 1
-        cells = job_cells(job, self.now())
-        return self._strip([(cells[key], w) for key, _, w in self.columns], style, width)
+        cells = job_cells(job, now)
+        strip = self._strip([(cells[key], w) for key, _, w in self.columns], style, width)
+        if len(self._drawn) > 4096:  # rows scrolled past long ago
+            self._drawn.clear()
+        self._drawn[job_id] = (job, depends, strip)
+        return strip
 
     def _strip(self, cells: list, style, width: int) -> Strip:
-        line = Text(no_wrap=True, overflow="ellipsis", end="")
+        """One row's line: each cell cut to its width (an ellipsis where cut) or padded, a space
+        either side, in the row's style under the cell's own. Segments are made directly (a
+        rich Text per row, rendered, cost more than the rest of a tick together); adjacent
+        runs of one style are joined, as Text.render joins them."""
+        parts: list[tuple[str, Style]] = []
+        get_style = self.app.console.get_style
         for value, w in cells:
-            text = value.copy() if isinstance(value, Text) else Text(str(value))
-            text.truncate(w, overflow="ellipsis", pad=True)
-            line.append(" ")
-            line.append_text(text)
-            line.append(" ")
-        segments = list(line.render(self.app.console))
-        return Strip(segments).apply_style(style).crop_extend(int(self.scroll_x), int(self.scroll_x) + width, style)
+            if isinstance(value, Text):
+                if value.spans:  # never made by job_cells; drawn the general way
+                    parts.append((" ", style))
+                    text = value.copy()
+                    text.truncate(w, overflow="ellipsis", pad=True)
+                    parts += [(seg.text, style + seg.style if seg.style else style)
+                              for seg in text.render(self.app.console)]
+                    parts.append((" ", style))
+                    continue
+                plain, own = value.plain, value.style
+            else:
+                plain, own = str(value), None
+            length = cell_len(plain)
+            if length > w:
+                plain = set_cell_size(plain, w - 1) + "…"
+            elif length < w:
+                plain += " " * (w - length)
+            cell_style = style + (get_style(own) if isinstance(own, str) else own) if own else style
+            parts += ((" ", style), (plain, cell_style), (" ", style))
+        segments: list[Segment] = []
+        text, run = parts[0]
+        for piece, piece_style in parts[1:]:
+            if piece_style == run:
+                text += piece
+            else:
+                segments.append(Segment(text, run))
+                text, run = piece, piece_style
+        segments.append(Segment(text, run))
+        return Strip(segments).crop_extend(int(self.scroll_x), int(self.scroll_x) + width, style)
 
     def row_text(self, job_id: str) -> str:
         """The job's row as it is drawn, in plain text (what a person reads in it)."""
@@ -273,8 +359,9 @@ class JobsTable(ScrollView, can_focus=True):
         if clamped != new:
             self.cursor_row = clamped
             return
-        self._scroll_to_cursor()
-        self.refresh()
+        self._scroll_to_cursor()  # a scroll repaints every line itself (rows kept in _drawn)
+        rows = [self.view[r] for r in (old, new) if 0 <= r < len(self.view)]
+        self.refresh_rows(rows)  # the old and new cursor rows: two lines
         self.post_message(self.RowHighlighted(self, self.view[new]))
 
     def _scroll_to_cursor(self) -> None:
@@ -336,11 +423,9 @@ class JobsTable(ScrollView, can_focus=True):
         """Draw again if a job on screen is one of `which` (running jobs' elapsed time moved
         on): only the screenful is looked at, whatever the job count."""
         top = int(self.scroll_y)
-        for job_id in self.view[top: top + self.scrollable_content_region.height]:
-            job = self.jobs.get(job_id)
-            if job is not None and which(job):
-                self.refresh()
-                return
+        moving = [job_id for job_id in self.view[top: top + self.scrollable_content_region.height]
+                  if (job := self.jobs.get(job_id)) is not None and which(job)]
+        self.refresh_rows(moving)  # their lines only
 
 
 class TargetsTable(DataTable):
@@ -543,6 +628,9 @@ class Charts(Vertical):
     MAX_CHARTS = 4
     CHART_MIN_ROWS = 8  # title, frame, x labels and 4 rows of curve
     CHART_ROWS = 12  # what a chart asks of the layout when the job table wants the room too
+    WIDE_FROM = 160  # terminal columns from which two or more charts sit side by side
+    WIDE_COLUMNS = 2  # charts per row then (four charts: two rows of two)
+    WIDE_WIDTH = "1.5fr"  # the pane's width then, beside the log's 1fr (at 200 columns: 120 and 80)
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -550,27 +638,61 @@ class Charts(Vertical):
         self.keys: list[str] = []  # the metrics with a chart, in order (shown or not)
         self.series: dict = {}
         self._fns: tuple[Callable, Callable] | None = None
+        self.terminal_width = 0  # told by the app on resize (0: ask the app)
         self.display = False  # until a job with metrics is selected
 
+    def columns(self) -> int:
+        """Charts side by side: one column below WIDE_FROM terminal columns (or with one
+        chart), else WIDE_COLUMNS; a wide screen's height is better spent on the job table
+        than on charts stretched 100 columns wide."""
+        width = self.terminal_width or self.app.size.width
+        if len(self.keys) < 2 or width < self.WIDE_FROM:
+            return 1
+        return min(self.WIDE_COLUMNS, len(self.keys))
+
     def wanted_rows(self) -> int:
-        """The height this pane asks for: its charts at CHART_ROWS each, in its frame."""
-        return 2 + len(self.keys) * self.CHART_ROWS if self.keys else 0
+        """The height this pane asks for: its rows of charts at CHART_ROWS each, in its frame."""
+        if not self.keys:
+            return 0
+        return 2 + -(-len(self.keys) // self.columns()) * self.CHART_ROWS
 
     def show(self, series: dict, downsample: Callable, log10: Callable) -> None:
         keys = sorted((k for k, s in series.items() if s.values),
                       key=lambda k: (0 if "loss" in k else 1, k))[: self.MAX_CHARTS]
         self.series, self.keys, self._fns = series, keys, (downsample, log10)
         self.display = bool(keys)
+        self._arrange()
         self._draw()
 
     def on_resize(self, event) -> None:
         if self.keys:
+            self._arrange()
             self._draw()
+
+    def fit_terminal(self, width: int) -> None:
+        """The terminal was resized to `width` columns (the app calls this: crossing WIDE_FROM
+        need not change this pane's own size, so its on_resize may not come)."""
+        self.terminal_width = width
+        if self.keys:
+            self._arrange()
+
+    def _arrange(self) -> None:
+        """A grid of `columns()` charts a row, the pane wider, on a wide screen; a column of
+        charts otherwise. Styles are only set when they change (no layout pass else)."""
+        cols = self.columns()
+        layout, width = ("grid", self.WIDE_WIDTH) if cols > 1 else ("vertical", "1fr")
+        if self.styles.layout is None or self.styles.layout.name != layout:
+            self.styles.layout = layout
+        if cols > 1 and self.styles.grid_size_columns != cols:
+            self.styles.grid_size_columns = cols
+        if str(self.styles.width) != width:
+            self.styles.width = width
 
     def _draw(self) -> None:
         keys = self.keys
         inner = self.size.height - 2 if self.size.height else 0  # inside the frame; 0: not laid out yet
-        fits = max(1, inner // self.CHART_MIN_ROWS) if inner > 0 else len(keys)
+        cols = self.columns()
+        fits = cols * max(1, inner // self.CHART_MIN_ROWS) if inner > 0 else len(keys)
         shown, left_out = keys[:fits], keys[fits:]
         self.border_subtitle = safe("not shown (too low): " + ", ".join(left_out), single_line=True) if left_out else ""
         plots = list(self.query(PlotextPlot))
