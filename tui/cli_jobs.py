@@ -25,9 +25,10 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     if not jobs:
         say(markup("no jobs yet: submit one with [bold]gpu submit SCRIPT --hours H[/]"))
         return 0
+    from core.engine.reports import groups_of
     from tui.render import jobs_table
 
-    say(jobs_table(jobs))
+    say(jobs_table(jobs, groups=groups_of(store, jobs)))  # a sweep: one row
     return 0
 
 

@@ -278,6 +278,8 @@ def _check(key: str, raw: Any, where: str) -> Any:
     check, allowed = SCHEMA[key]
     try:
         return check(raw)
+    except UserError as exc:  # a check with its own words (a sweep's): said where it was written
+        raise UserError(exc.what, where=where, fix=exc.fix) from None
     except (TypeError, ValueError) as exc:
         raise UserError(f"{key} must be {exc} (got {shorten(raw)})", where=where,
                         fix=f"{key}: {allowed}") from None
