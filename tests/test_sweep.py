@@ -206,3 +206,38 @@ def test_request_id_names_a_group(home: Path, tmp_path: Path) -> None:
     other = run_gpu(*[a if a != "LR=1,2" else "LR=1,3" for a in argv], "--json", cwd=project)
     assert other.returncode == 2 and "already used for a different sweep" in other.stdout
     assert os.path.isdir(project / "runs" / one["jobs"][0]["short_id"])
+
+
+# -- over MCP --------------------------------------------------------------------------------
+
+
+async def test_an_agent_sweeps_over_mcp_and_uses_the_group_id(home: Path, tmp_path: Path) -> None:
+    from tests.test_mcp import call, session
+
+    project = make_git_project(tmp_path / "p", {"a.py": SEEN})
+    async with session() as s:
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+        assert "sweep" not in tools["gpu_submit"].input_schema["required"]
+        plan = await call(s, "gpu_plan", project_dir=str(project), script="a.py", hours=0.1,
+                          sweep={"LR": [1, 2], "BATCH": [3]})
+        assert len(plan["points"]) == 2 and plan["group"]["hours"] == 0.2 and len(plan["digest"]) == 64
+        doc = await call(s, "gpu_submit", project_dir=str(project), script="a.py", hours=0.1,
+                         wait_s=0, sweep=[{"LR": 1, "BATCH": 3}, {"LR": 2, "BATCH": 3}])
+        assert set(doc) == {"group", "jobs", "guidance", "submitted", "bundle"}
+        assert doc["group"]["digest"] == plan["digest"]  # the plan shown is the plan submitted
+        short = doc["group"]["short_id"]
+        done = await call(s, "gpu_wait", job=short, until="end", timeout_s=120)
+        assert done["wait"]["ended"] is True and done["group"]["states"] == {"done": 2}
+        metrics = await call(s, "gpu_metrics", job=short)
+        assert sorted(p["metrics"]["loss"]["last"] for p in metrics["points"]) == [3.0, 6.0]
+        status = await call(s, "gpu_status", job=short)
+        assert status["group"]["progress"] == 1.0 and len(status["jobs"]) == 2
+        # compute_job: {KEY} in the command line
+        start = await call(s, "compute_job", action="start", cwd=str(project), hours=0.1, wait_s=0,
+                           command="python a.py --tag {LR}", sweep={"LR": [5, 7], "BATCH": [1]})
+        group = start["group"]["short_id"]
+        assert start["digest"] == start["group"]["digest"]
+        await call(s, "compute_job", action="wait", job=group, until="end", timeout_s=120)
+    for job in start["jobs"]:
+        seen = json.loads((project / "runs" / job["short_id"] / "seen.json").read_text())
+        assert seen["argv"] == ["--tag", str(job["point"]["LR"])] and seen["params"] == job["point"]

@@ -50,7 +50,7 @@ def _sweep_argument(args: argparse.Namespace) -> Any:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from core.config.request import build_request
-    from core.engine.service import submit
+    from core.engine.sweeps import submit  # a sweep as one group, else one job
 
     project, args.script = project_and_script(args)
     req = build_request(project, request_overrides(args))
@@ -181,6 +181,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     project, args.script = project_and_script(args)
     req = build_request(project, request_overrides(args), command="gpu plan")
+    if req.sweep:  # the group's plan: each point's target, the totals, what holds it
+        from core.engine.sweeps import preview
+
+        doc = confirm_broad(args, lambda allow: preview(req, interactive=interactive(args),
+                                                         allow_large_project=allow))
+        if args.json:
+            emit_json(doc)
+            return 0
+        g = doc["group"]
+        say(markup("sweep of {n} points on {where}: {hours} h in all, ${price} estimated{held}",
+                   n=len(doc["points"]), where=", ".join(f"{k} ({v})" for k, v in g["targets"].items()),
+                   hours=f"{g['hours']:g}" if g.get("hours") is not None else "?",
+                   price=f"{g.get('estimated_price') or 0:.2f}",
+                   held="; held: " + "; ".join(h["reason"] for h in g["holds"]) if g["holds"] else ""))
+        return 0
 
     def run(allow: bool):  # the bar stops before confirm_broad asks about a broad folder
         with Packing(bar=not args.json) as packing:

@@ -17,14 +17,12 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.errors import UserError, shorten
-
-if TYPE_CHECKING:
-    from core.config.request import JobRequest
 
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 PARAMS_VAR = "GPU_ROUTER_PARAMS"  # the point's values as JSON: gpu.params() reads it
@@ -201,13 +199,18 @@ def label(point: Point) -> str:
     return " ".join(f"{k}={env_text(v)}" for k, v in point.items())
 
 
-def point_request(req: "JobRequest", point: Point) -> "JobRequest":
-    """The request one point runs: its values in env and in GPU_ROUTER_PARAMS, `{KEY}` in the
+def point_request(req: Any, point: Point) -> Any:
+    """The request (a core.config.request.JobRequest: not imported, it imports this module's
+    checks) one point runs: its values in env and in GPU_ROUTER_PARAMS, `{KEY}` in the
     args replaced, the sweep itself gone (a point is an ordinary job), no request_id (the group
     holds it)."""
     env = {**req.env, **{k: env_text(v) for k, v in point.items()},
            PARAMS_VAR: json.dumps(point, sort_keys=True, separators=(",", ":"))}
-    args = list(req.args)
+    args, script = list(req.args), req.script
+    line = bool(script) and "{" in script and not req.is_python_file()  # compute_job's command
     for key, value in point.items():
         args = [a.replace("{" + key + "}", env_text(value)) for a in args]
-    return replace(req, env=env, args=args, sweep=None, max_parallel=None, request_id=None)
+        if line:
+            script = script.replace("{" + key + "}", shlex.quote(env_text(value)))
+    return replace(req, env=env, args=args, script=script, sweep=None, max_parallel=None,
+                   request_id=None)

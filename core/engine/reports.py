@@ -74,6 +74,8 @@ def submit_doc(store: Store, result: SubmitResult, *, verbose: bool = False,
     `exit_code` and the last `tail_lines` lines of its log as `job.log_tail`, so the agent
     needs no second call; with `verbose`, the job carries every event as `job.events`."""
     doc = result.to_json(verbose=verbose)
+    if not hasattr(result, "job"):  # a sweep's group: {group, jobs, guidance, submitted, bundle}
+        return doc
     job = result.job
     if verbose:
         doc["job"]["events"] = [e.to_json() for e in store.events(job.id)]

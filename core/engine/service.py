@@ -233,12 +233,9 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
     (why the job runs, in the caller's words) is recorded as the new job's event before any
     wait, so it comes before the job's outcome in its history."""
     store = store or Store()
-    if req.sweep:  # many points, one group decided once (core/engine/sweeps.py)
-        from core.engine.sweeps import submit_group
-
-        return submit_group(req, actor=actor, interactive=interactive, store=store,  # type: ignore[return-value]
-                            start_supervisor=start_supervisor, allow_large_project=allow_large_project,
-                            front=front, progress=progress, warn=warn, expect_digest=expect_digest)
+    if req.sweep:  # a front's slip: core/engine/sweeps.py submits a sweep, as one group
+        raise UserError("a sweep is submitted as a group, not as one job",
+                        fix="call core.engine.sweeps.submit, which takes either")
     bundle, plan = prepare(req, interactive=interactive, store=store,
                            allow_large_project=allow_large_project, progress=progress, warn=warn)
     if expect_digest is not None and expect_digest != plan["digest"]:

@@ -140,6 +140,18 @@ def tell_user(short: str, name: str, group_plan: dict) -> str:
         f"`gpu dash`; to refuse them, run `gpu deny {short}`.")
 
 
+def submit(req: JobRequest, **kwargs: Any) -> Any:
+    """What every front calls to submit: a request with a sweep as a group (`submit_group`),
+    any other as one job (core.engine.service.submit, with the same keywords)."""
+    if req.sweep:
+        known = ("actor", "interactive", "store", "start_supervisor", "allow_large_project",
+                 "front", "progress", "warn", "expect_digest")
+        return submit_group(req, **{k: v for k, v in kwargs.items() if k in known})
+    from core.engine.service import submit as submit_job
+
+    return submit_job(req, **kwargs)
+
+
 def submit_group(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
                  store: Store | None = None, start_supervisor: bool = True,
                  allow_large_project: bool = False, front: str = "cli",
@@ -399,3 +411,42 @@ def resolve_group(store: Store, ref: str) -> Group | None:
 
 def live(jobs: list[Job]) -> list[Job]:
     return [j for j in jobs if j.state in ACTIVE]
+
+
+def wait_group(store: Store, group: Group, *, until: str = "change", timeout_s: float,
+               cancelled: Callable[[], bool] | None = None) -> tuple[list[Job], bool]:
+    """Block until a point of the group changes state ("change"), or every point ended or one
+    waits for a person ("end"), or `timeout_s` passes; (the points as they are then, whether
+    the wait was woken). One indexed read of the store each WAIT_POLL_S, as `wait_job`."""
+    from core.engine.service import WAIT_POLL_S, WAIT_UNTIL
+
+    if until not in WAIT_UNTIL:
+        raise UserError(f"until must be one of {', '.join(WAIT_UNTIL)} (got {until!r})",
+                        fix="until=\"end\" waits for every point to end; \"change\" for any change")
+    start = {j.id: j.state for j in store.group_jobs(group.id)}
+    began = time.monotonic()
+    while True:
+        jobs = store.group_jobs(group.id)
+        if until == "end":
+            woken = all(j.state in TERMINAL or j.state == State.AWAITING_APPROVAL for j in jobs)
+        else:
+            woken = any(start.get(j.id) != j.state for j in jobs)
+        left = timeout_s - (time.monotonic() - began)
+        if woken or left <= 0 or (cancelled is not None and cancelled()):
+            return jobs, woken
+        time.sleep(min(WAIT_POLL_S, left))
+
+
+def preview(req: JobRequest, *, interactive: bool, store: Store | None = None,
+            allow_large_project: bool = False, progress: Any = None,
+            warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """`gpu plan` (gpu_plan, compute_job plan) of a sweep, without submitting: the group's plan
+    (points, where each would run, totals, the holds, the digest) and what ships."""
+    bundle, _, plans, gplan = plan_group(req, interactive=interactive, store=store or Store(),
+                                         allow_large_project=allow_large_project,
+                                         progress=progress, warn=warn)
+    points = [{"point": p["point"], "target": p["target"], "gpu": p["gpu"], "hours": p.get("hours"),
+               "estimated_price": p.get("estimated_price"), "digest": p["digest"]} for p in plans]
+    return printable_doc({"group": {k: v for k, v in gplan.items() if k != "points"}, "points": points,
+                          "bundle": bundle.summary(), "digest": gplan["digest"],
+                          "needs_approval": bool(gplan["holds"])})
