@@ -241,3 +241,66 @@ async def test_an_agent_sweeps_over_mcp_and_uses_the_group_id(home: Path, tmp_pa
     for job in start["jobs"]:
         seen = json.loads((project / "runs" / job["short_id"] / "seen.json").read_text())
         assert seen["argv"] == ["--tag", str(job["point"]["LR"])] and seen["params"] == job["point"]
+
+
+# -- the dashboard ---------------------------------------------------------------------------
+
+
+def _held_sweep(tmp_path: Path, values: str = "1,2,3"):
+    """A sweep held for approval, recorded by the engine itself (no supervisor: nothing runs)."""
+    from core.config.request import build_request
+    from core.engine.sweeps import submit_group
+    from core.jobs.store import Store
+
+    write_user_config("rules:\n  approve_everything: true\n")
+    project = make_git_project(tmp_path / f"p{values.replace(',', '')}", {"a.py": SEEN})
+    req = build_request(project, {"script": "a.py", "hours": 0.1, "sweep": sweep.from_flags([f"LR={values}"])})
+    return submit_group(req, interactive=False, store=Store(), start_supervisor=False)
+
+
+async def test_a_on_a_held_point_approves_its_whole_sweep_in_the_dashboard(home: Path, tmp_path: Path) -> None:
+    from core.jobs.store import Store
+    from tui.dash.app import DashApp
+    from tui.dash.screens import ApprovalScreen
+    from tui.dash.widgets import JobsTable
+
+    result = _held_sweep(tmp_path)
+    ids = {j.id for j in result.jobs}
+    app = DashApp(live=False, bell=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+        assert app.query_one(JobsTable).selected_key() in ids
+        await pilot.press("a")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ApprovalScreen)
+        title = str(app.screen.query_one("#approval-title").render())
+        assert f"Approve sweep {result.group.short_id}" in title and "all 3 points" in title
+        await pilot.press("y")
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+    store = Store()
+    assert {j.state.value for j in store.group_jobs(result.group.id)} == {"routing"}
+    assert store.group(result.group.id).approval == "approved"
+    for job in result.jobs:
+        decisions = [e for e in store.events(job.id) if e.data.get("decision") == "approve"]
+        assert len(decisions) == 1 and "dashboard" in decisions[0].actor
+
+
+async def test_deny_on_a_held_point_denies_its_whole_sweep_in_the_dashboard(home: Path, tmp_path: Path) -> None:
+    from core.jobs.store import Store
+    from tui.dash.app import DashApp
+    from tui.dash.screens import ReasonScreen
+
+    result = _held_sweep(tmp_path)
+    app = DashApp(live=False, bell=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+        await pilot.press("d")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ReasonScreen)
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+    assert {j.state.value for j in Store().group_jobs(result.group.id)} == {"denied"}

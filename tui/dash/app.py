@@ -712,11 +712,14 @@ class DashApp(App):
         except UserError as exc:
             self.tell(exc.message(), severity="error", title="approve")
             return
-        screen = ApprovalScreen(job, needs_pin=needs_pin)
+        group = None
+        if job.group_id and job.plan.get("hold_kind") == "group":  # a sweep is approved as one
+            group = Store(self.store.path).group(job.group_id)
+        screen = ApprovalScreen(job, needs_pin=needs_pin, group=group)
 
         def decided(decision: str | None) -> None:
             if decision == "approve":
-                self._decide(job, "approve", None, pin=screen.pin)
+                self._decide(job, "approve", None, pin=screen.pin, group=group)
             elif decision == "deny":
                 self.open_deny(job.id)
 
@@ -769,14 +772,29 @@ class DashApp(App):
                                               state=job.state.value)), answered)
 
     @work(thread=True, group="decisions")
-    def _decide(self, job: Job, what: str, reason: str | None, pin: str | None = None) -> None:
+    def _decide(self, job: Job, what: str, reason: str | None, pin: str | None = None,
+                group=None) -> None:
         from core.engine.approvals import approve, deny, require_person, require_pin
         from core.engine.service import cancel
+        from core.engine.sweeps import approve_group, deny_group
 
         store = Store(self.store.path)
         actor = _actor()
+        if what == "deny" and job.group_id and job.plan.get("hold_kind") == "group":
+            group = store.group(job.group_id)  # held with its sweep: denied with it
         try:
-            if what == "approve":
+            if group is not None and what in ("approve", "deny"):
+                if what == "approve":
+                    require_person(actor, group.short_id, store=store, job=job)
+                    checked = require_pin(pin, where="gpu dash", store=store, job=job,
+                                          actor=actor.label("dashboard"))
+                    points = approve_group(store, group, digest=group.digest, actor=actor.label("dashboard"),
+                                           pin_checked=checked)
+                    text = f"approved sweep {group.short_id}: its {len(points)} points will run"
+                else:
+                    points = deny_group(store, group, actor=actor.label("dashboard"), reason=reason)
+                    text = f"sweep {group.short_id}: {len(points)} points denied"
+            elif what == "approve":
                 require_person(actor, job.short_id, store=store, job=job)
                 checked = require_pin(pin, where="gpu dash", store=store, job=job,
                                       actor=actor.label("dashboard"))  # a wrong one waits, in the worker
