@@ -304,3 +304,26 @@ async def test_deny_on_a_held_point_denies_its_whole_sweep_in_the_dashboard(home
         await app.workers.wait_for_complete()
         await pilot.pause(0.3)
     assert {j.state.value for j in Store().group_jobs(result.group.id)} == {"denied"}
+
+
+async def test_the_chart_of_a_sweep_point_overlays_the_other_points(home: Path) -> None:
+    from tui.dash.app import DashApp
+    from tui.dash.demo import NOW, SWEEP_POINTS, _id, seed, seed_sweep
+    from tui.dash.widgets import Charts, JobsTable
+
+    seed()
+    seed_sweep()
+    app = DashApp(clock=lambda: NOW, live=False, bell=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+        app.select_job(_id(SWEEP_POINTS[0][0]))
+        await pilot.pause(0.3)
+        charts = app.query_one(Charts)
+        assert charts.keys == ["loss"] and charts.label == "LR=0.0003"
+        assert set(charts.overlay) == {"LR=0.001", "LR=0.003"}
+        assert all(len(s["loss"].values) == 300 for s in charts.overlay.values())
+        app.select_job(_id(2))  # not a sweep's: one curve
+        await pilot.pause(0.3)
+        assert app.query_one(Charts).overlay == {}
+        assert app.query_one(JobsTable).selected_key() == _id(2)

@@ -202,6 +202,7 @@ class DashApp(App):
         self._feeding: set[MetricsFeed] = set()
         self.log_feed: LogFeed | None = None
         self.metrics_feed: MetricsFeed | None = None
+        self.overlay_feeds: dict[str, MetricsFeed] = {}  # the selected sweep point's siblings
         if bell is None:
             try:
                 from core.config.user import load
@@ -326,6 +327,8 @@ class DashApp(App):
         self._feeding.add(feed)
         try:
             grew = await feed.aread()
+            for other in list(self.overlay_feeds.values()):  # a sweep's other points' curves
+                grew = await other.aread() or grew
         finally:
             self._feeding.discard(feed)
         if grew or not feed.series:  # none: the charts pane collapses, the log says so
@@ -387,10 +390,10 @@ class DashApp(App):
         if message.job_id != self.selected:
             return
         try:
-            charts = self.query_one(Charts)
+            self.query_one(Charts)
         except NoMatches:
             return  # the app is closing (as in on_log_lines)
-        charts.show(message.feed.series, downsample, log10_series)
+        self._show_charts()
         self._title_log()
         self.fit_layout()
 
@@ -459,6 +462,7 @@ class DashApp(App):
         self.query_one(LogTail).reset([])
         self.log_feed = LogFeed(log_path(job))
         self.metrics_feed = MetricsFeed(self.watcher.reader if self.live else Store(self.store.path), job.id)
+        self.overlay_feeds = self._sibling_feeds(job)
         charts = self.query_one(Charts)
         charts.show({}, downsample, log10_series)
         self._title_log()
@@ -469,9 +473,34 @@ class DashApp(App):
             lines, _ = self.log_feed.read()
             self.query_one(LogTail).reset(lines)
             self.metrics_feed.read()
-            self.query_one(Charts).show(self.metrics_feed.series, downsample, log10_series)
+            for other in self.overlay_feeds.values():
+                other.read()
+            self._show_charts()
             self._title_log()
             self.fit_layout()
+
+    OVERLAY_MAX = 7  # a sweep's other points charted under the selected one
+
+    def _sibling_feeds(self, job: Job) -> dict[str, MetricsFeed]:
+        """The metric feeds of the other points of the selected job's sweep (by their point's
+        label), whose curves the charts overlay; none for a job that is not a sweep's."""
+        if not job.group_id:
+            return {}
+        from core.config.sweep import label
+
+        source = self.watcher.reader if self.live else Store(self.store.path)
+        others = [j for j in Store(self.store.path).group_jobs(job.group_id) if j.id != job.id]
+        return {label(j.plan.get("point") or {}) or j.short_id: MetricsFeed(source, j.id)
+                for j in others[: self.OVERLAY_MAX]}
+
+    def _show_charts(self) -> None:
+        from core.config.sweep import label
+
+        job = self.jobs.get(self.selected or "")
+        overlay = {name: f.series for name, f in self.overlay_feeds.items()}
+        self.query_one(Charts).show(self.metrics_feed.series if self.metrics_feed else {}, downsample,
+                                    log10_series, overlay=overlay,
+                                    label=label(job.plan.get("point") or {}) if job is not None else "")
 
     def on_resize(self, event) -> None:
         from tui.dash.widgets import COMPACT_BELOW
@@ -545,7 +574,7 @@ class DashApp(App):
         charts = self.query_one(Charts)
         charts.log_scale = not charts.log_scale
         if self.metrics_feed:
-            charts.show(self.metrics_feed.series, downsample, log10_series)
+            self._show_charts()
         self._title_log()
 
     def action_pause(self) -> None:

@@ -549,6 +549,8 @@ class Charts(Vertical):
         self.log_scale = False
         self.keys: list[str] = []  # the metrics with a chart, in order (shown or not)
         self.series: dict = {}
+        self.overlay: dict[str, dict] = {}  # a sweep's other points: label -> their series
+        self.label = ""
         self._fns: tuple[Callable, Callable] | None = None
         self.display = False  # until a job with metrics is selected
 
@@ -556,10 +558,15 @@ class Charts(Vertical):
         """The height this pane asks for: its charts at CHART_ROWS each, in its frame."""
         return 2 + len(self.keys) * self.CHART_ROWS if self.keys else 0
 
-    def show(self, series: dict, downsample: Callable, log10: Callable) -> None:
+    def show(self, series: dict, downsample: Callable, log10: Callable,
+             overlay: dict[str, dict] | None = None, label: str = "") -> None:
+        """Chart `series` (the selected job's); `overlay`, by label, the series of the other
+        points of its sweep: each chart then holds every point's curve of that metric, the
+        selected one labelled `label`, so the points compare at a glance."""
         keys = sorted((k for k, s in series.items() if s.values),
                       key=lambda k: (0 if "loss" in k else 1, k))[: self.MAX_CHARTS]
         self.series, self.keys, self._fns = series, keys, (downsample, log10)
+        self.overlay, self.label = overlay or {}, label
         self.display = bool(keys)
         self._draw()
 
@@ -594,8 +601,19 @@ class Charts(Vertical):
             plt.clear_data()
             plt.clear_figure()
             if xs:
-                plt.plot(xs, ys, marker="braille")
                 lo, hi = min(ys), max(ys)
+                for name, other in self.overlay.items():  # the sweep's other points, under it
+                    o = other.get(key)
+                    if o is None or not o.values:
+                        continue
+                    oxs, oys = downsample(o.steps, o.values, width)
+                    if self.log_scale:
+                        oxs, oys = log10(oxs, oys)
+                    if oxs:
+                        plt.plot(oxs, oys, marker="braille", label=safe(name, single_line=True)[:24])
+                        lo, hi = min(lo, min(oys)), max(hi, max(oys))
+                plt.plot(xs, ys, marker="braille",
+                         **({"label": safe(self.label, single_line=True)[:24]} if self.overlay else {}))
                 ticks, labels = axes.y_ticks(lo, hi, rows, (lambda v: 10 ** v) if self.log_scale else (lambda v: v))
                 if hi > lo:
                     plt.ylim(lo, hi)  # the curve spans the height: its ends sit on the end labels
