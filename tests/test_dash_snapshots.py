@@ -139,7 +139,7 @@ def _select_sweep_point(pilot):
 
 
 def test_sweep_points_overlaid_at_80x24(sweep_world, snap_compare) -> None:
-    """A sweep's point selected: its chart holds the other points' loss curves too (issue 28)."""
+    """A sweep folded into one row, selected: its chart holds every point's loss curve (issue 28)."""
     assert snap_compare(_app(), terminal_size=(80, 24), run_before=_select_sweep_point)
 
 

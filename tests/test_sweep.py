@@ -327,3 +327,33 @@ async def test_the_chart_of_a_sweep_point_overlays_the_other_points(home: Path) 
         await pilot.pause(0.3)
         assert app.query_one(Charts).overlay == {}
         assert app.query_one(JobsTable).selected_key() == _id(2)
+
+
+async def test_a_sweep_is_one_row_that_opens_into_its_points(home: Path) -> None:
+    from tui.dash.app import DashApp
+    from tui.dash.demo import NOW, SWEEP_POINTS, _id, seed, seed_sweep
+    from tui.dash.widgets import JobsTable
+
+    seed()
+    seed_sweep()
+    points = [_id(n) for n, _ in SWEEP_POINTS]
+    app = DashApp(clock=lambda: NOW, live=False, bell=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+        table = app.query_one(JobsTable)
+        assert [i for i in table.view if i in points] == [points[0]]  # folded: one row
+        row = table.row_text(points[0])
+        assert "▸3× lr-sweep" in row and "3 running" in row and "best=0.2104" in row
+        await pilot.press("j")  # onto the sweep's row
+        assert table.selected_key() == points[0]
+        await pilot.press("space")
+        await pilot.pause(0.2)
+        assert [i for i in table.view if i in points] == points  # opened: every point
+        assert "lr-sweep[LR=0" in table.row_text(points[0]) and "running" in table.row_text(points[2])
+        await pilot.press("j", "j")
+        assert table.selected_key() == points[2]
+        await pilot.press("space")  # folded again: the cursor on the sweep's row
+        await pilot.pause(0.2)
+        assert [i for i in table.view if i in points] == [points[0]]
+        assert table.selected_key() == points[0]

@@ -341,6 +341,8 @@ class DashApp(App):
         newly_pending = []
         for job in message.jobs:
             before = self.index.put(job, read_in_order=message.initial)
+            if job.group_id and before is None:  # a sweep's point: its group's row counts it
+                table.members.setdefault(job.group_id, []).append(job.id)
             if (job.state == State.AWAITING_APPROVAL and not message.initial
                     and (before is None or before.state != State.AWAITING_APPROVAL)):
                 newly_pending.append(job)
@@ -408,8 +410,13 @@ class DashApp(App):
         parts = [f"{self.counts[State.RUNNING]} running"]
         if pending:
             parts.append(f"{pending} awaiting approval")
-        rows = self.query_one(JobsTable).row_count
+        table = self.query_one(JobsTable)
+        rows = table.row_count
+        if table.heads:  # a closed sweep's row stands for all its points
+            rows += sum(len(table.members.get(g, ())) - 1 for g in table.heads)
         shown = f"{rows:,} of {len(self.jobs):,} jobs match" if rows < len(self.jobs) else f"{len(self.jobs):,} jobs"
+        if table.heads:
+            shown += f" ({len(table.heads)} sweep{'s' * (len(table.heads) != 1)} folded: space opens)"
         parts.append(shown)
         if self.job_filter:
             parts.append(f"filter: {self.job_filter.describe()}")
@@ -443,6 +450,17 @@ class DashApp(App):
             return  # a stale event from a rebuild (filter): the cursor has moved on
         if event.job_id != self.selected:
             self.select_job(event.job_id)
+
+    @on(JobsTable.GroupToggled, "#jobs")
+    def _group_toggled(self, event: JobsTable.GroupToggled) -> None:
+        """A sweep opened into its points (the cursor stays on the point it was on), or folded
+        into one row again (the cursor goes to that row)."""
+        table = event.table
+        table.show_ids(*self.index.matching(self.job_filter))
+        job = self.jobs.get(event.job_id)
+        if job is not None and job.group_id not in table.opened:
+            table.select_key(table.heads.get(job.group_id or "", event.job_id))
+        self.fit_layout()
 
     @on(JobsTable.RowSelected, "#jobs")
     def _row_selected(self, event: JobsTable.RowSelected) -> None:
@@ -595,7 +613,9 @@ class DashApp(App):
             rows += [("y", "in the approval window: approve the plan shown", "approval.approve"),
                      ("d", "in the approval window: deny (with an optional reason)", "approval.deny"),
                      ("n / esc", "in a window: back without changing anything", "approval.back")]
-        rows += [("ctrl+p", "command palette: approve, cancel, open logs, filter", "app.command_palette"),
+        rows += [("space", "on a sweep's row: open it into its points, or fold them into one row",
+                  "jobs.toggle_group"),
+                 ("ctrl+p", "command palette: approve, cancel, open logs, filter", "app.command_palette"),
                  ("tab", "move focus between the job table and the log", "app.focus_next"),
                  ("up/down", "move in the focused table or log", ""),
                  ("/ in the log", "search the log shown (a regular expression)", "log.search"),

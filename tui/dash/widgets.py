@@ -83,6 +83,33 @@ def job_cells(job, now: float) -> dict[str, object]:
     }
 
 
+def group_cells(head, points: list, now: float) -> dict[str, object]:
+    """A sweep folded into one row (drawn where its newest point would be): its name and point
+    count, its points counted by state, their targets, their cost so far, the best loss."""
+    cells = job_cells(head, now)
+    counts: dict[str, int] = {}
+    spent = 0.0
+    best = None
+    for job in points:
+        counts[job.state.value] = counts.get(job.state.value, 0) + 1
+        if job.started_at:
+            spent += ((job.ended_at or now) - job.started_at) / 3600 * float(job.plan.get("price_per_hour") or 0)
+        loss = job.last_metric.get("loss")
+        if isinstance(loss, (int, float)) and (best is None or loss < best):
+            best = loss
+    base = head.name.split("[", 1)[0] or head.name
+    order = [s.value for s in State]
+    summary = " ".join(f"{n} {st.replace('awaiting_approval', 'held')}"
+                       for st, n in sorted(counts.items(), key=lambda kv: order.index(kv[0])))
+    held = counts.get(State.AWAITING_APPROVAL.value)
+    cells.update(name=Text(safe(f"▸{len(points)}× {base}")),
+                 state=Text(summary, style="bold yellow" if held else ""),
+                 target=Text(safe(",".join(sorted({j.provider or "-" for j in points})))),
+                 time="sweep", cost=money(spent) if spent else cells["cost"],
+                 metric=Text(f"best={best:.4g}" if best is not None else ""))  # of loss
+    return cells
+
+
 class JobsTable(ScrollView, can_focus=True):
     """Every job, newest first, as a virtual table: its height is the row count, and only the
     rows on screen are turned into text (render_line). A change touches one list entry, never
@@ -101,6 +128,7 @@ class JobsTable(ScrollView, can_focus=True):
         Binding("home", "first", "First", show=False),
         Binding("end", "last", "Last", show=False),
         Binding("enter", "select_cursor", "Details", show=False),
+        Binding("space", "toggle_group", "Open sweep", show=False, id="jobs.toggle_group"),
     ]
     COMPONENT_CLASSES = {"jobs--header", "jobs--cursor", "jobs--even-row"}
     DEFAULT_CSS = """
@@ -133,6 +161,10 @@ class JobsTable(ScrollView, can_focus=True):
     class RowSelected(_RowMessage):
         """Enter (or a second click) on a job."""
 
+    class GroupToggled(_RowMessage):
+        """Space on a sweep's row: it opens into its points, or they fold into one row again
+        (the app shows the rows again, `show_ids`, which folds the closed groups)."""
+
     compact: bool | None = None
     cursor_row: reactive[int] = reactive(0, always_update=True, repaint=False)
 
@@ -143,6 +175,11 @@ class JobsTable(ScrollView, can_focus=True):
         self.view: list[str] = []
         self._keys: list[float] = []
         self.rendered_rows = 0  # rows turned into text since the last reset_count(): tests count it
+        # sweeps: each group's point ids (kept by the app as jobs arrive), the groups opened
+        # into their points, and each closed group's one row (the point it is drawn in)
+        self.members: dict[str, list[str]] = {}
+        self.opened: set[str] = set()
+        self.heads: dict[str, str] = {}
 
     # -- the rows ---------------------------------------------------------------------------
 
@@ -173,6 +210,11 @@ class JobsTable(ScrollView, can_focus=True):
         """Show these job ids (newest first, filtered; `keys` their -created_at), keeping the
         selected job selected. The lists become the table's own."""
         selected = self.selected_key()
+        if self.members:
+            ids, keys = self._fold(ids, keys)
+            if selected is not None and selected not in ids:  # folded away: its group's row
+                group = self.jobs[selected].group_id if selected in self.jobs else None
+                selected = self.heads.get(group or "", selected)
         self.view = ids
         self._keys = keys
         self._sized()
@@ -190,6 +232,15 @@ class JobsTable(ScrollView, can_focus=True):
         for job in changed:
             present = (job.id in shown) if shown is not None else (job.id in self.view)
             wanted = keep(job)
+            group = job.group_id if job.group_id and job.group_id not in self.opened else None
+            if group is not None:  # a closed sweep shows one row: its first point to arrive
+                head = self.heads.get(group)
+                if wanted and head not in (None, job.id):
+                    wanted = False
+                elif wanted:
+                    self.heads[group] = job.id
+                elif head == job.id:
+                    del self.heads[group]
             if present and not wanted:
                 i = self.view.index(job.id)
                 del self.view[i], self._keys[i]
@@ -204,6 +255,40 @@ class JobsTable(ScrollView, can_focus=True):
             self.scroll_to(y=top + above, animate=False, immediate=True)
         self._place(selected, keep_scroll=True)
         self.refresh()
+
+    def _fold(self, ids: list[str], keys: list[float]) -> tuple[list[str], list[float]]:
+        """`ids` with each closed sweep's points folded into its newest one shown."""
+        self.heads = {}
+        out_ids: list[str] = []
+        out_keys: list[float] = []
+        for jid, key in zip(ids, keys):
+            job = self.jobs.get(jid)
+            group = job.group_id if job is not None else None
+            if group and group not in self.opened:
+                if group in self.heads:
+                    continue
+                self.heads[group] = jid
+            out_ids.append(jid)
+            out_keys.append(key)
+        return out_ids, out_keys
+
+    def folded(self, job) -> bool:
+        """Whether `job`'s row stands for its whole (closed) sweep."""
+        return bool(job.group_id) and job.group_id not in self.opened and self.heads.get(job.group_id) == job.id
+
+    def cells(self, job) -> dict[str, object]:
+        if self.folded(job):
+            points = [self.jobs[i] for i in self.members.get(job.group_id, []) if i in self.jobs]
+            return group_cells(job, points or [job], self.now())
+        return job_cells(job, self.now())
+
+    def action_toggle_group(self) -> None:
+        key = self.selected_key()
+        job = self.jobs.get(key) if key else None
+        if job is None or not job.group_id:
+            return
+        self.opened.symmetric_difference_update({job.group_id})
+        self.post_message(self.GroupToggled(self, job.id))
 
     def _place(self, selected: str | None, keep_scroll: bool) -> None:
         if selected is not None and self.view and (self.cursor_row >= len(self.view)
@@ -241,7 +326,7 @@ class JobsTable(ScrollView, can_focus=True):
         if job is None:
             return Strip.blank(width, style)
         self.rendered_rows += 1
-        cells = job_cells(job, self.now())
+        cells = self.cells(job)
         return self._strip([(cells[key], w) for key, _, w in self.columns], style, width)
 
     def _strip(self, cells: list, style, width: int) -> Strip:
@@ -257,7 +342,7 @@ class JobsTable(ScrollView, can_focus=True):
 
     def row_text(self, job_id: str) -> str:
         """The job's row as it is drawn, in plain text (what a person reads in it)."""
-        cells = job_cells(self.jobs[job_id], self.now())
+        cells = self.cells(self.jobs[job_id])
         strip = self._strip([(cells[key], w) for key, _, w in self.columns], self.rich_style, 10_000)
         return strip.text.rstrip()
 
