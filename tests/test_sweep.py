@@ -206,6 +206,12 @@ def test_request_id_names_a_group(home: Path, tmp_path: Path) -> None:
     other = run_gpu(*[a if a != "LR=1,2" else "LR=1,3" for a in argv], "--json", cwd=project)
     assert other.returncode == 2 and "already used for a different sweep" in other.stdout
     assert os.path.isdir(project / "runs" / one["jobs"][0]["short_id"])
+    # a log is a point's: the group's id says which points there are; grep reads them all
+    group = one["group"]["short_id"]
+    proc = run_gpu("logs", group, cwd=project)
+    assert proc.returncode == 2 and one["jobs"][0]["short_id"] in proc.stderr
+    hits = gpu_json("grep", "^ran ", group)["hits"]
+    assert sorted(h["job"] for h in hits) == sorted(j["short_id"] for j in one["jobs"])
 
 
 # -- over MCP --------------------------------------------------------------------------------
@@ -357,3 +363,20 @@ async def test_a_sweep_is_one_row_that_opens_into_its_points(home: Path) -> None
         await pilot.pause(0.2)
         assert [i for i in table.view if i in points] == [points[0]]
         assert table.selected_key() == points[0]
+
+
+def test_a_held_sweep_is_told_once_to_the_notify_urls(home: Path, tmp_path: Path) -> None:
+    """Three points held with their sweep are one approval to ask for: one notification, whose
+    text names the group (its tell_user), not three."""
+    from core.config.user import NotifyURL
+    from core.engine import notify
+    from core.jobs.store import Store
+
+    result = _held_sweep(tmp_path)
+    notifier = notify.Notifier()
+    notifier.configure([NotifyURL("json://127.0.0.1:1/x")])
+    moves = notifier.collect(Store())
+    held = [(e, j) for e, j in moves if e.dst == "awaiting_approval"]
+    assert len(held) == 1 and held[0][1].group_id == result.group.id
+    notice = notify.build(*held[0])
+    assert f"sweep {result.group.short_id}" in notice.body and "3 points" in notice.body

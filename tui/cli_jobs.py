@@ -74,6 +74,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_job(store, ref: str, command: str):
+    """The job `ref` names; a sweep's id is answered with its points (a log, a job's files,
+    are a point's)."""
+    found = store.resolve_any(ref, here())
+    if hasattr(found, "state"):
+        return found
+    from core.errors import UserError
+
+    points = [j.short_id for j in store.group_jobs(found.id)]
+    raise UserError(f"{ref} is sweep {found.short_id}, of {len(points)} points: `gpu {command}` "
+                    "reads one point", fix=f"give one of its points: {', '.join(points[:20])}"
+                    + (" ..." if len(points) > 20 else "") + f" (`gpu status {found.short_id}` lists them)")
+
+
+def _jobs_of(store, ref: str) -> list:
+    """The job `ref` names, or every point of the sweep it names."""
+    found = store.resolve_any(ref, here())
+    return [found] if hasattr(found, "state") else store.group_jobs(found.id)
+
+
 def _group_status(store, group, args: argparse.Namespace) -> int:
     """`gpu status GROUP`: counts per state, progress, each point, the best by --metric."""
     from core.engine.sweeps import status_doc
@@ -105,7 +125,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from tui.output import safe
 
     store = open_store()
-    job = store.resolve(args.id or "last", here())
+    job = _one_job(store, args.id or "last", "logs")
     path = log_path(job)
     if args.id is None and not args.json:  # say whose log this is; stdout stays the log alone
         write(f"gpu logs: job {job.short_id} ({job.name}), the newest; "
@@ -186,7 +206,7 @@ def cmd_grep(args: argparse.Namespace) -> int:
     from core.engine.loggrep import grep_logs
 
     store = open_store()
-    jobs = [store.resolve(ref, here()) for ref in args.ids] if args.ids else None
+    jobs = [j for ref in args.ids for j in _jobs_of(store, ref)] if args.ids else None
     doc = grep_logs(store, args.pattern, jobs, max_hits=args.max, ignore_case=args.ignore_case)
     if args.json:
         emit_json(doc)
@@ -320,7 +340,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     from tui.render import human_bytes
 
     store = open_store()
-    doc = fetch(store, store.resolve(args.id, here()).id, args.paths)
+    doc = fetch(store, _one_job(store, args.id, "fetch").id, args.paths)
     if args.json:
         emit_json(doc)
         return 0
