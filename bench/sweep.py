@@ -7,7 +7,9 @@ Target (from the issue): a 100-point sweep submits in under 2 s, wall clock, for
 probed once), every point recorded in one transaction. The user config holds every job for
 approval (rules.approve_everything), so the points are recorded and nothing runs. Prints the
 wall-clock figures, an in-process breakdown (pack and plan, record) and one plain submit for
-reference. Runs in a private GPU_ROUTER_HOME / GPU_ROUTER_CONFIG.
+reference. Then the dashboard with that sweep's points running (a 300-point loss curve each):
+an update tick with 20 points changed, and selecting a point whose chart overlays seven others.
+Runs in a private GPU_ROUTER_HOME / GPU_ROUTER_CONFIG.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ def main() -> int:
         walls.append(dt)
     log(f"{args.points}-point sweep, `gpu submit --sweep ... --json`: {stats_ms(walls)}")
     breakdown(project, args.points)
+    import asyncio
+
+    asyncio.run(dashboard(args.points))
     verdict = "met" if median(walls) < TARGET_S else "MISSED"
     log(f"target: median under {TARGET_S:g} s for {args.points} points: {verdict}"
         + (" (small mode: not judged)" if args.points < 100 else ""))
@@ -76,6 +81,60 @@ def breakdown(project: Path, points: int) -> None:
     assert result.submitted and len(result.jobs) == points
     log(f"in process: pack + plan of {points} points {(t1 - t0) * 1000:.0f} ms; "
         f"a whole submit_group (pack, plan, record) {(t2 - t1) * 1000:.0f} ms")
+
+
+async def dashboard(points: int) -> None:
+    """The dashboard with a running sweep of `points` points, each with a 300-point loss curve:
+    an update tick with 20 points changed (read, apply, redraw; the frame budget is 16 ms), and
+    selecting a point, whose chart overlays seven of the others (what a key press costs)."""
+    # the tick is measured as bench/dash.py measures its own (read, apply, the pilot's redraw)
+    import math
+    import statistics
+
+    from core.jobs.states import State
+    from core.jobs.store import Store
+    from tui.dash.app import DashApp, JobsChanged
+    from tui.dash.widgets import Charts, JobsTable
+
+    store = Store()
+    group = store.groups()[0]  # the breakdown's sweep: running it here is only rows in the store
+    ids = [j.id for j in store.group_jobs(group.id)]
+    now = time.time()
+    for i, jid in enumerate(ids):
+        for st in (State.ROUTING, State.PROVISIONING, State.RUNNING):
+            store.transition(jid, st, "bench")
+        rows = [(step, "loss", 2.0 * math.exp(-step / (20 + i)) + 0.2, now + step) for step in range(300)]
+        store.add_metrics(jid, rows, 0, {"loss": rows[-1][2]})
+    app = DashApp(live=True, bell=False, poll_s=3600)
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.query_one(JobsTable)
+        while not table.row_count:
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        ticks = []
+        for rnd in range(5):
+            with store.write():
+                for jid in ids[(rnd * 20) % len(ids):][:20]:
+                    store.update(jid, reason=f"tick {rnd}", last_metric={"loss": rnd / 10})
+            t0 = time.perf_counter()
+            changed = await app.watcher.changes()
+            app.on_jobs_changed(JobsChanged(changed))
+            await pilot.pause()
+            ticks.append(time.perf_counter() - t0)
+        log(f"dashboard, {len(ids)} running points folded into one row: update tick with "
+            f"{min(20, len(ids))} points changed (read + apply + redraw) median "
+            f"{statistics.median(ticks) * 1000:.1f} ms (the same measure as bench/dash.py's update "
+            "tick of 20 plain rows, pilot's waits included: compare the two on one machine)")
+        picks = []
+        for jid in ids[:5]:
+            t0 = time.perf_counter()
+            app.select_job(jid)
+            while not app.query_one(Charts).overlay or app.query_one(Charts).series.get("loss") is None:
+                await pilot.pause(0.01)
+            await pilot.pause()
+            picks.append(time.perf_counter() - t0)
+        log(f"dashboard: selecting a point, its chart with {len(app.query_one(Charts).overlay)} others "
+            f"overlaid, median {statistics.median(picks) * 1000:.1f} ms")
 
 
 if __name__ == "__main__":
