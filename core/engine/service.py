@@ -55,6 +55,9 @@ def fingerprint(req: JobRequest, bundle_hash: str) -> str:
     doc = req.to_json()
     for key in ("wait_s", "verbose", "request_id"):
         doc.pop(key, None)
+    for key in ("sweep", "max_parallel"):  # unset (a plain job): the fingerprint it always had
+        if doc.get(key) is None:
+            doc.pop(key, None)
     doc["bundle_hash"] = bundle_hash
     return hashlib.sha256(canonical_bytes(doc)).hexdigest()
 
