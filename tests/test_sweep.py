@@ -380,3 +380,25 @@ def test_a_held_sweep_is_told_once_to_the_notify_urls(home: Path, tmp_path: Path
     assert len(held) == 1 and held[0][1].group_id == result.group.id
     notice = notify.build(*held[0])
     assert f"sweep {result.group.short_id}" in notice.body and "3 points" in notice.body
+
+
+async def test_c_on_a_folded_sweep_cancels_every_live_point(home: Path) -> None:
+    from core.jobs.store import Store
+    from tui.dash.app import DashApp
+    from tui.dash.demo import NOW, SWEEP_GROUP, seed, seed_sweep
+    from tui.dash.screens import ConfirmScreen
+
+    seed()
+    seed_sweep()
+    app = DashApp(clock=lambda: NOW, live=False, bell=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+        await pilot.press("j", "c")  # the sweep's row
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ConfirmScreen) and "3 live points" in str(app.screen.query("Static").first().render())
+        await pilot.press("y")
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+    points = Store().group_jobs(SWEEP_GROUP)
+    assert all(p.cancel_requested for p in points) and len(points) == 3

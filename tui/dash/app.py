@@ -811,6 +811,20 @@ class DashApp(App):
 
     def open_cancel(self, job_id: str) -> None:
         job = self.jobs[job_id]
+        table = self.query_one(JobsTable)
+        if table.folded(job):  # a sweep's one row: every live point of it
+            live = [i for i in table.members.get(job.group_id or "", []) if i in self.jobs
+                    and self.jobs[i].state in ACTIVE]
+
+            def all_of_it(yes: bool | None) -> None:
+                if yes:
+                    self._decide(job, "cancel_group", None)
+
+            short = str((job.plan.get("group") or {}).get("short_id") or (job.group_id or "")[:8])
+            self.push_screen(ConfirmScreen(markup("Cancel sweep [b]{short}[/b]: its {n} live points? Their "
+                                                  "whole process groups stop (space opens it, to cancel one).",
+                                                  short=short, n=len(live))), all_of_it)
+            return
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -832,7 +846,13 @@ class DashApp(App):
         if what == "deny" and job.group_id and job.plan.get("hold_kind") == "group":
             group = store.group(job.group_id)  # held with its sweep: denied with it
         try:
-            if group is not None and what in ("approve", "deny"):
+            if what == "cancel_group":
+                from core.engine.sweeps import cancel_group
+
+                points = cancel_group(store, store.group(job.group_id or ""), actor=actor.label("dashboard"),
+                                      wait_s=0)
+                text = f"cancel sent to the {sum(p.state in ACTIVE for p in points)} live points of its sweep"
+            elif group is not None and what in ("approve", "deny"):
                 if what == "approve":
                     require_person(actor, group.short_id, store=store, job=job)
                     checked = require_pin(pin, where="gpu dash", store=store, job=job,
