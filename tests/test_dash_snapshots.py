@@ -119,3 +119,29 @@ def test_job_journey_at_80x24(demo_world, snap_compare) -> None:
 
 def test_job_journey_at_200x50(demo_world, snap_compare) -> None:
     assert snap_compare(_app(), terminal_size=(200, 50), run_before=_open_moved_job_detail())
+
+
+@pytest.fixture
+def sweep_world(demo_world):
+    from tui.dash.demo import seed_sweep
+
+    seed_sweep()
+    yield
+
+
+def _select_sweep_point(pilot):
+    async def select(pilot):
+        await _settle(pilot)
+        await pilot.press("j")  # below the held job: the sweep's newest point, LR 3e-4
+        await _settle(pilot)
+
+    return select(pilot)
+
+
+def test_sweep_points_overlaid_at_80x24(sweep_world, snap_compare) -> None:
+    """A sweep folded into one row, selected: its chart holds every point's loss curve (issue 28)."""
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=_select_sweep_point)
+
+
+def test_sweep_points_overlaid_at_200x50(sweep_world, snap_compare) -> None:
+    assert snap_compare(_app(), terminal_size=(200, 50), run_before=_select_sweep_point)

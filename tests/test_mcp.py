@@ -94,7 +94,8 @@ async def test_gpu_submit_schema_is_the_contract(home: Path) -> None:
     assert tool.description.replace("<project_dir>", "").replace("<short_id>", "") == description
     schema = tool.input_schema
     assert schema["type"] == "object" and schema.get("additionalProperties") is False
-    assert list(schema["properties"]) == [r["name"] for r in rows]
+    # the contract's fields exactly, in its order; then only `sweep`, optional (issue 28)
+    assert list(schema["properties"]) == [r["name"] for r in rows] + ["sweep"]
     assert schema["required"] == [r["name"] for r in rows if r["required"] == "Yes"] == ["project_dir"]
     for row in rows:
         prop = schema["properties"][row["name"]]

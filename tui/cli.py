@@ -285,11 +285,20 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="short job name for humans")
     p.add_argument("--request-id", help="idempotency key: the same id returns the same job")
     p.add_argument("--smoke", action="store_true", help="a quick smoke test on this machine")
+    p.add_argument("--sweep", action="append", metavar="KEY=V1,V2",
+                   help="run at every value (repeatable: the grid of every combination), one job "
+                        "each, as one group approved once; each run reads its value as $KEY, "
+                        "gpu.params() and {KEY} in args")
+    p.add_argument("--sweep-list", metavar="FILE",
+                   help="run at each point of FILE (a YAML list of mappings, or JSON lines), as one group")
+    p.add_argument("--max-parallel", type=int, metavar="N",
+                   help="a sweep's points that run at once (default: as the targets' free slots allow)")
     p.add_argument("--wait-s", type=float, help="seconds to wait for the job to be placed (default 10)")
     p.add_argument("--verbose", action="store_true", help="full documents in --json output")
     p.add_argument("--project-dir", metavar="DIR", help="the project folder (default: the current one)")
     _add_allow_large(p)
-    p.add_argument("--json", action="store_true", help="print {job, guidance, submitted, bundle} as JSON")
+    p.add_argument("--json", action="store_true", help="print {job, guidance, submitted, bundle} as JSON "
+                   "(a sweep: {group, jobs, guidance, submitted, bundle})")
 
 
 def _add_allow_large(p: argparse.ArgumentParser) -> None:
@@ -356,7 +365,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = add("approve", cli_submit.cmd_approve, "approve a held job's plan (a person, at a terminal; asks for the "
                                      "approval PIN if one is set)")
-    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job); or a sweep's group id (the whole group)")
     p.add_argument("--json", action="store_true",
                    help="always refused with {error, where, fix}: machine output is an agent's, "
                         "and an agent never approves")
@@ -366,7 +375,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     add_approvals_command(add)
 
     p = add("deny", cli_submit.cmd_deny, "refuse a held job (a person, at a terminal)")
-    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job); or a sweep's group id (the whole group)")
     p.add_argument("--reason", help="why, for the record")
     p.add_argument("--json", action="store_true", help="print {job}")
 
@@ -410,9 +419,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print {jobs: [...]}")
 
     p = add("status", cli_jobs.cmd_status, "one job in detail, or the live jobs and the supervisor")
-    p.add_argument("id", nargs="?", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("id", nargs="?", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job); or a sweep's group id")
     p.add_argument("--verbose", action="store_true", help="full documents and every event")
-    p.add_argument("--json", action="store_true", help="print the job object with events and guidance")
+    p.add_argument("--metric", metavar="KEY", help="a sweep: its best point by this metric's last value")
+    p.add_argument("--max", action="store_true", help="with --metric: the highest is best (default: lowest)")
+    p.add_argument("--json", action="store_true", help="print the job object with events and guidance "
+                   "(a sweep: {group, jobs[, best]})")
 
     p = add("logs", cli_jobs.cmd_logs, "print a job's log (output is shown as plain printable text)")
     p.add_argument("id", nargs="?", help="job id, short id, prefix, or 'last' (the newest job of the project "
@@ -433,12 +445,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="print {pattern, hits: [{job, line, text}], jobs_searched, truncated, stopped}")
 
     p = add("metrics", cli_jobs.cmd_metrics, "a job's metrics: last, min and max per key")
-    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job); or a sweep's group id (the whole group)")
     p.add_argument("--key", help="only this metric")
     p.add_argument("--json", action="store_true", help="print every series point too")
 
     p = add("cancel", cli_jobs.cmd_cancel, "stop a job (every process it started, however detached) and record it cancelled")
-    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job); or a sweep's group id (the whole group)")
     p.add_argument("--checkpoint", action="store_true",
                    help="ask the job to checkpoint first (gpu.should_checkpoint() turns true), bring "
                         "that checkpoint home, then stop it (gpu resume goes on from it)")
@@ -448,12 +460,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = add("resume", cli_jobs.cmd_resume, "run an ended job (cancelled, failed) again from its last "
             "checkpoint, as the same job's next attempt: planned again, the approval rules applied again")
-    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job); or a sweep's group id (the whole group)")
     p.add_argument("--json", action="store_true", help="print {job, guidance}")
 
     p = add("fetch", cli_jobs.cmd_fetch, "bring files a job wrote in its working folder (and did not declare "
                                 "as outputs) home into runs/<id>/, from any target")
-    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job)")
+    p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job); or a sweep's group id (the whole group)")
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="files or folders relative to the job's working folder, e.g. outputs/ model.pkl")
     p.add_argument("--json", action="store_true", help="print {job, target, dest, files, bytes, missing, refused, capped, notes}")

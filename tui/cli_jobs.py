@@ -25,9 +25,10 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     if not jobs:
         say(markup("no jobs yet: submit one with [bold]gpu submit SCRIPT --hours H[/]"))
         return 0
+    from core.engine.reports import groups_of
     from tui.render import jobs_table
 
-    say(jobs_table(jobs))
+    say(jobs_table(jobs, groups=groups_of(store, jobs)))  # a sweep: one row
     return 0
 
 
@@ -50,7 +51,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         say(f"supervisor: {'running (pid %d)' % pid if pid else 'not running (starts on demand)'}")
         say(jobs_table(jobs) if jobs else markup("no live jobs (see all with [bold]gpu jobs[/])"))
         return 0
-    job = store.resolve(args.id, here())
+    job = store.resolve_any(args.id, here())
+    if not hasattr(job, "state"):  # a sweep's group
+        return _group_status(store, job, args)
     if args.json:
         from core.engine.reports import status_doc
 
@@ -71,12 +74,58 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_job(store, ref: str, command: str):
+    """The job `ref` names; a sweep's id is answered with its points (a log, a job's files,
+    are a point's)."""
+    found = store.resolve_any(ref, here())
+    if hasattr(found, "state"):
+        return found
+    from core.errors import UserError
+
+    points = [j.short_id for j in store.group_jobs(found.id)]
+    raise UserError(f"{ref} is sweep {found.short_id}, of {len(points)} points: `gpu {command}` "
+                    "reads one point", fix=f"give one of its points: {', '.join(points[:20])}"
+                    + (" ..." if len(points) > 20 else "") + f" (`gpu status {found.short_id}` lists them)")
+
+
+def _jobs_of(store, ref: str) -> list:
+    """The job `ref` names, or every point of the sweep it names."""
+    found = store.resolve_any(ref, here())
+    return [found] if hasattr(found, "state") else store.group_jobs(found.id)
+
+
+def _group_status(store, group, args: argparse.Namespace) -> int:
+    """`gpu status GROUP`: counts per state, progress, each point, the best by --metric."""
+    from core.engine.sweeps import status_doc
+
+    doc = status_doc(store, group, metric=args.metric, mode="max" if args.max else "min")
+    if args.json:
+        emit_json(doc)
+        return 0
+    g = doc["group"]
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(g["states"].items()))
+    say(markup("sweep [bold]{short}[/] ({name}): {n} points, {done} ended ({pct}%): {counts}",
+               short=g["short_id"], name=g["name"], n=g["points"], done=g["done"],
+               pct=f"{g['progress'] * 100:.0f}", counts=counts))
+    from core.config.sweep import label
+
+    for j in doc["jobs"]:
+        say(markup("  {short}  {state:<18} {point}  {provider}", short=j["short_id"], state=j["state"],
+                   point=label(j.get("point") or {}), provider=j.get("provider") or ""))
+    best = doc.get("best")
+    if args.metric:
+        say(markup("best by {key} ({mode}): {job} {point} = {value}", key=args.metric,
+                   mode="max" if args.max else "min", job=best["job"], point=label(best["point"]),
+                   value=f"{best['value']:g}") if best else f"no point has logged {args.metric} yet")
+    return 0
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     from core.engine.service import log_path
     from tui.output import safe
 
     store = open_store()
-    job = store.resolve(args.id or "last", here())
+    job = _one_job(store, args.id or "last", "logs")
     path = log_path(job)
     if args.id is None and not args.json:  # say whose log this is; stdout stays the log alone
         write(f"gpu logs: job {job.short_id} ({job.name}), the newest; "
@@ -157,7 +206,7 @@ def cmd_grep(args: argparse.Namespace) -> int:
     from core.engine.loggrep import grep_logs
 
     store = open_store()
-    jobs = [store.resolve(ref, here()) for ref in args.ids] if args.ids else None
+    jobs = [j for ref in args.ids for j in _jobs_of(store, ref)] if args.ids else None
     doc = grep_logs(store, args.pattern, jobs, max_hits=args.max, ignore_case=args.ignore_case)
     if args.json:
         emit_json(doc)
@@ -176,7 +225,9 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     from core.engine.reports import metrics_doc
 
     store = open_store()
-    job = store.resolve(args.id, here())
+    job = store.resolve_any(args.id, here())
+    if not hasattr(job, "state"):  # a sweep: one line per point
+        return _group_metrics(store, job, args)
     doc = metrics_doc(store, job, args.key)  # an unknown --key is an error here
     if args.json:
         emit_json(doc)
@@ -191,11 +242,45 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _group_metrics(store, group, args: argparse.Namespace) -> int:
+    """`gpu metrics GROUP [--key K]`: one line per point (its values, its metrics' last values)."""
+    from core.config.sweep import label
+    from core.display.sanitize import printable_doc
+
+    rows = []
+    for job in store.group_jobs(group.id):
+        summary = store.metrics_summary(job.id)
+        if args.key:
+            summary = {k: v for k, v in summary.items() if k == args.key}
+        rows.append({"job": job.short_id, "state": job.state.value, "point": job.plan.get("point") or {},
+                     "metrics": summary})
+    if args.json:
+        emit_json(printable_doc({"group": group.to_json(), "points": rows}))
+        return 0
+    for r in rows:
+        values = "  ".join(f"{k}={v['last']:g} (min {v['min']:g}, max {v['max']:g})"
+                           for k, v in r["metrics"].items()) or "no metrics yet"
+        say(markup("{job}  {state:<10} {point}  {values}", job=r["job"], state=r["state"],
+                   point=label(r["point"]), values=values))
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from core.engine.service import cancel
 
     store = open_store()
-    job = cancel(store, store.resolve(args.id, here()).id, actor="cli",
+    target = store.resolve_any(args.id, here())
+    if not hasattr(target, "state"):  # a sweep: every live point
+        from core.engine.sweeps import cancel_group
+
+        jobs = cancel_group(store, target, actor="cli")
+        if args.json:
+            emit_json({"group": target.to_json(), "jobs": [j.to_json() for j in jobs]})
+        else:
+            for j in jobs:
+                say(markup("job [bold]{short}[/]: {state}", short=j.short_id, state=j.state.value))
+        return 0
+    job = cancel(store, target.id, actor="cli",
                  checkpoint=args.checkpoint, grace_s=args.grace)
     if args.json:
         from core.engine.reports import job_only
@@ -217,7 +302,21 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     store = open_store()
     actor = actor_of(args)
-    job = resume(store, store.resolve(args.id, here()).id,
+    target = store.resolve_any(args.id, here())
+    if not hasattr(target, "state"):  # a sweep: its failed and cancelled points
+        from core.engine.sweeps import resume_group
+
+        done = resume_group(store, target, actor=actor.label("terminal" if actor.is_person else "cli"),
+                            interactive=actor.is_person)
+        if args.json:
+            emit_json({"group": target.to_json(),
+                       "jobs": [{**j.to_json(), **({"not_resumed": why} if why else {})} for j, why in done]})
+        else:
+            for j, why in done:
+                say(markup("job [bold]{short}[/]: {state}  {why}", short=j.short_id, state=j.state.value,
+                           why=why or j.reason))
+        return 0
+    job = resume(store, target.id,
                  actor=actor.label("terminal" if actor.is_person else "cli"), interactive=actor.is_person)
     if args.json:
         from core.engine.reports import job_only
@@ -241,7 +340,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     from tui.render import human_bytes
 
     store = open_store()
-    doc = fetch(store, store.resolve(args.id, here()).id, args.paths)
+    doc = fetch(store, _one_job(store, args.id, "fetch").id, args.paths)
     if args.json:
         emit_json(doc)
         return 0

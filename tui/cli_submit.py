@@ -29,12 +29,28 @@ def request_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "vram_gb": args.vram_gb, "provider": args.provider, "name": args.name,
         "request_id": args.request_id, "smoke": True if args.smoke else None,
         "wait_s": args.wait_s, "verbose": True if args.verbose else None,
+        "sweep": _sweep_argument(args), "max_parallel": getattr(args, "max_parallel", None),
     }
+
+
+def _sweep_argument(args: argparse.Namespace) -> Any:
+    """--sweep KEY=V1,V2 (a grid) or --sweep-list FILE (points), None without either."""
+    from core.config import sweep
+
+    flags, listed = getattr(args, "sweep", None), getattr(args, "sweep_list", None)
+    if flags and listed:
+        raise UserError("--sweep and --sweep-list were both given", where="argument --sweep-list",
+                        fix="give the grid with --sweep, or every point in the --sweep-list file")
+    if flags:
+        return sweep.from_flags(flags)
+    if listed:
+        return sweep.read_list(listed)
+    return None
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from core.config.request import build_request
-    from core.engine.service import submit
+    from core.engine.sweeps import submit  # a sweep as one group, else one job
 
     project, args.script = project_and_script(args)
     req = build_request(project, request_overrides(args))
@@ -51,6 +67,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.to_json(verbose=req.verbose))
         return 0
+    if req.sweep:
+        return _said_group(result, actor, interactive)
     if interactive and result.submitted and result.guidance.get("needs_approval"):
         return _ask_at_submit(result, actor)
     from tui.render import bundle_panel, state_text
@@ -108,12 +126,76 @@ def _ask_at_submit(result, actor) -> int:
     return 0
 
 
+def _said_group(result, actor, interactive: bool) -> int:
+    """A sweep submitted: the group, where its points run, and what holds it."""
+    from tui.render import bundle_panel
+
+    group, doc = result.group, result.to_json()["group"]
+    verb = "submitted" if result.submitted else "already active, not submitted again:"
+    where = ", ".join(f"{k} ({v})" for k, v in doc["targets"].items())
+    say(markup("[bold]{verb}[/] sweep [bold]{short}[/] ({name}): {n} points on {where}",
+               verb=verb, short=group.short_id, name=group.name, n=doc["points"], where=where))
+    say(bundle_panel(result.bundle))
+    for key in ("note", "tell_user"):
+        if key in result.guidance:
+            say(result.guidance[key])
+    if interactive and result.submitted and result.guidance.get("needs_approval"):
+        return _approve_group_here(group, actor, "terminal, at submit")
+    say(markup("follow: [bold]{follow}[/]", follow=result.guidance["follow"]))
+    return 0
+
+
+def _approve_group_here(group, actor, where: str) -> int:
+    """A person approves (or denies) a whole sweep: the typed group id, or their PIN."""
+    from core.engine.approvals import require_person
+    from core.engine.sweeps import approve_group, held_points
+
+    store = open_store()
+    points = held_points(store, group)
+    require_person(actor, group.short_id, store=store, job=points[0] if points else None)
+    if not points:
+        raise UserError(f"sweep {group.short_id} has no point awaiting approval ({group.approval})",
+                        fix=f"see `gpu status {group.short_id}`")
+    spec = group.spec
+    say(markup("[bold]sweep {short}[/] ({name}): {n} points, {hours} h in all, ${price} estimated, on {where}",
+               short=group.short_id, name=group.name, n=len(spec.get("points", [])),
+               hours=f"{spec['hours']:g}" if spec.get("hours") is not None else "?",
+               price=f"{spec.get('estimated_price') or 0:.2f}",
+               where=", ".join(f"{k} ({v})" for k, v in spec.get("targets", {}).items())))
+    from core.config.sweep import label
+
+    for n, point in enumerate(spec.get("points", [])[:20], start=1):
+        say(markup("  {n}. {label}", n=n, label=label(point)))
+    if len(spec.get("points", [])) > 20:
+        say(f"  ... and {len(spec['points']) - 20} more")
+    checked = _approve_on_terminal(group, actor)  # a group has a short_id like a job
+    jobs = approve_group(store, group, digest=group.digest, actor=actor.label(where), pin_checked=checked)
+    say(markup("approved sweep {short} (plan {digest}): {n} points will run",
+               short=group.short_id, digest=group.digest[:12], n=len(jobs)))
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from core.config.request import build_request
     from core.engine.service import prepare
 
     project, args.script = project_and_script(args)
     req = build_request(project, request_overrides(args), command="gpu plan")
+    if req.sweep:  # the group's plan: each point's target, the totals, what holds it
+        from core.engine.sweeps import preview
+
+        doc = confirm_broad(args, lambda allow: preview(req, interactive=interactive(args),
+                                                         allow_large_project=allow))
+        if args.json:
+            emit_json(doc)
+            return 0
+        g = doc["group"]
+        say(markup("sweep of {n} points on {where}: {hours} h in all, ${price} estimated{held}",
+                   n=len(doc["points"]), where=", ".join(f"{k} ({v})" for k, v in g["targets"].items()),
+                   hours=f"{g['hours']:g}" if g.get("hours") is not None else "?",
+                   price=f"{g.get('estimated_price') or 0:.2f}",
+                   held="; held: " + "; ".join(h["reason"] for h in g["holds"]) if g["holds"] else ""))
+        return 0
 
     def run(allow: bool):  # the bar stops before confirm_broad asks about a broad folder
         with Packing(bar=not args.json) as packing:
@@ -149,7 +231,8 @@ def _pin_at_terminal(job, where: str, actor=None) -> bool:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError("the approval PIN is only read at a terminal", fix="run it in a terminal")
     entered = ask_hidden(f"approval PIN for job {job.short_id} (hidden): ")
-    return require_pin(entered, where=f"gpu approve {job.short_id} ({where})", store=open_store(), job=job,
+    return require_pin(entered, where=f"gpu approve {job.short_id} ({where})", store=open_store(),
+                       job=job if hasattr(job, "state") else None,  # a group keeps no events
                        actor=actor.label(where) if actor is not None else "")
 
 
@@ -182,7 +265,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
     actor = actor_of(args)
     store = open_store()
-    job = store.resolve(args.id, here())
+    job = store.resolve_any(args.id, here())
+    if not hasattr(job, "state"):  # a sweep's group: every point held with it, at once
+        return _approve_group_here(job, actor, "terminal")
     # a job's process, then an agent, is refused before it is shown or asked anything
     require_person(actor, job.short_id, store=store, job=job)
     if job.state != State.AWAITING_APPROVAL:
@@ -203,7 +288,20 @@ def cmd_deny(args: argparse.Namespace) -> int:
     from core.engine.approvals import deny, require_not_job
 
     store = open_store()
-    job = store.resolve(args.id, here())
+    job = store.resolve_any(args.id, here())
+    if not hasattr(job, "state"):  # a sweep's group: every point held with it
+        from core.engine.sweeps import deny_group, held_points
+
+        points = held_points(store, job)
+        if points:
+            require_not_job("denial", store=store, job=points[0], undone="nothing was denied")
+        _confirm_on_terminal(job, "deny")
+        jobs = deny_group(store, job, actor=actor_of(args).label("terminal"), reason=args.reason)
+        if args.json:
+            emit_json({"group": job.to_json(), "jobs": [j.to_json() for j in jobs]})
+        else:
+            say(markup("sweep [bold]{short}[/]: {n} points denied", short=job.short_id, n=len(jobs)))
+        return 0
     require_not_job("denial", store=store, job=job, undone="nothing was denied")  # before any prompt
     _confirm_on_terminal(job, "deny")
     # a no spends nothing: an agent at a pty may give it, and is recorded as the agent it is

@@ -49,7 +49,7 @@ def _request(engine: Engine, args: dict[str, Any]):
     req = build_request(cwd, {"script": args["command"], "name": _name(args.get("name")),
                               "outputs": outputs or None, "hours": args.get("hours"),
                               "checkpoint": args.get("checkpoint"),
-                              "provider": args.get("provider")},
+                              "provider": args.get("provider"), "sweep": args.get("sweep")},
                         argument=lambda key: where(names.get(key, key)))
     # the command is the whole line: gpu.yaml's args belong to gpu.yaml's script
     return dataclasses.replace(req, args=[])
@@ -70,7 +70,12 @@ def compute_job(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, A
         from core.engine.reports import plan_doc
         from core.engine.service import prepare
 
-        bundle, plan = prepare(_request(engine, args), interactive=False,
+        req = _request(engine, args)
+        if req.sweep:
+            from core.engine.sweeps import preview
+
+            return preview(req, interactive=False, store=engine.store(supervise=False), progress=stage(call))
+        bundle, plan = prepare(req, interactive=False,
                                store=engine.store(supervise=False), progress=stage(call))
         return {**plan_doc(bundle.summary(), plan), "digest": plan["digest"]}
     if action == "start":
@@ -87,6 +92,15 @@ def compute_job(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, A
     from core.engine.service import CHECKPOINT_GRACE_S, cancel, guidance
 
     store = engine.store()
+    group = engine.group(args["job"])
+    if group is not None:  # a sweep: the whole group
+        from core.engine.sweeps import cancel_group, resume_group
+
+        if action == "resume":
+            done = resume_group(store, group, actor=ACTOR)
+            return {"group": group.to_json(),
+                    "jobs": [{**j.to_json(), **({"not_resumed": why} if why else {})} for j, why in done]}
+        return {"group": group.to_json(), "jobs": [j.to_json() for j in cancel_group(store, group, actor=ACTOR)]}
     if action == "resume":
         from core.engine.resume import resume
 
@@ -102,7 +116,7 @@ def _start(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
     """Submit, then wait out the grace (`wait_s`): a job that ends in it comes back with its
     outcome and its log's tail (`submit_doc`); one still running, with where it is."""
     from core.engine.reports import submit_doc
-    from core.engine.service import submit
+    from core.engine.sweeps import submit  # a sweep as one group, else one job
 
     store = engine.store(supervise=False)
     req = dataclasses.replace(_request(engine, args), wait_s=float(args.get("wait_s", START_WAIT_S)))
@@ -111,5 +125,5 @@ def _start(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
                     expect_digest=args.get("digest"), progress=bundling, settle=True,
                     cancelled=call.cancelled, tick=waiting, purpose=args.get("purpose"))
     doc = submit_doc(store, result, verbose=bool(args.get("verbose")))
-    doc["digest"] = result.job.digest
+    doc["digest"] = result.group.digest if hasattr(result, "group") else result.job.digest
     return doc

@@ -104,6 +104,14 @@ SUBMIT_PROPERTIES: dict[str, dict[str, Any]] = {
                         "and gpu.yaml live; inside a git repo the whole repo ships). Example: "
                         "/Users/me/code/yolo"),
 }
+# beyond the contract's table, optional: a sweep (docs/sweeps.md)
+SWEEP = {"type": ["object", "array"], "description":
+         "Optional: run the job at many points as one group, held and approved once: an object "
+         "KEY: [values] is the grid of every combination, an array of objects gives the points. "
+         "Each run reads its values as environment variables, gpu.params() and {KEY} in args; "
+         "the result is {group, jobs, guidance, submitted, bundle}, and group.short_id works "
+         "wherever a job id does."}
+SUBMIT_PROPERTIES["sweep"] = SWEEP
 
 
 def _object(properties: dict[str, dict[str, Any]], required: list[str]) -> dict[str, Any]:
@@ -252,6 +260,7 @@ COMPUTE_SCHEMA = _object({
                        "restored there when the job moves or resumes, and in the outputs as "
                        "checkpoint/ when it ends."),
     "digest": _str("start: the digest plan returned; a changed plan is held for approval."),
+    "sweep": {**SWEEP, "description": "start: " + SWEEP["description"].removeprefix("Optional: ")},
     "hours": _number("plan/start: honest expected wall-clock hours; none, or over 1, waits "
                      "for approval."),
     "provider": _str("plan/start: pin a target kind (kaggle, local, ssh, slurm, pbs, modal) or "

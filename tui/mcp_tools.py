@@ -56,7 +56,21 @@ class Engine:
         return self._store
 
     def job(self, ref: str):
-        return self.store().resolve(ref)
+        """A job by its reference; a sweep's group id is answered with its points' ids (a
+        log or an outputs folder is a point's)."""
+        store = self.store()
+        group = store.find_group(ref)
+        if group is not None:
+            from core.errors import UserError
+
+            points = ", ".join(j.short_id for j in store.group_jobs(group.id)[:20])
+            raise UserError(f"{ref} is sweep {group.short_id}: its logs and files are its points'",
+                            fix=f"ask for one of its points ({points})")
+        return store.resolve(ref)
+
+    def group(self, ref: str):
+        """The sweep's group `ref` names, or None (then it names a job)."""
+        return self.store().find_group(ref)
 
     def project(self, tool: str, key: str, name: str) -> str:
         """compute_job's `cwd`: a folder under the projects root (core.config.projectsroot, the
@@ -111,7 +125,7 @@ def settling(call: Call) -> tuple[Callable[[int, int | None, str], None], Callab
 def gpu_submit(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
     from core.config.request import build_request
     from core.engine.reports import submit_doc
-    from core.engine.service import submit
+    from core.engine.sweeps import submit  # a sweep as one group, else one job
 
     project = project_dir("gpu_submit", "project_dir", args["project_dir"])
     req = build_request(project, submit_overrides(args), argument=argument("gpu_submit"),
@@ -131,6 +145,10 @@ def gpu_plan(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]
     project = project_dir("gpu_plan", "project_dir", args["project_dir"])
     req = build_request(project, submit_overrides(args), argument=argument("gpu_plan"),
                         command="gpu_plan")
+    if req.sweep:
+        from core.engine.sweeps import preview
+
+        return preview(req, interactive=False, store=engine.store(supervise=False), progress=stage(call))
     bundle, plan = prepare(req, interactive=False, store=engine.store(supervise=False),
                            progress=stage(call))
     from core.engine.accounts import elsewhere
@@ -143,6 +161,12 @@ def gpu_status(engine: Engine, args: dict[str, Any], call: Call, front: str = "g
     from core.engine.reports import agent_status
 
     store = engine.store()
+    group = engine.group(args["job"])
+    if group is not None:  # a sweep: its points counted, each point, what to call next
+        from core.engine.sweeps import guidance, status_doc
+
+        doc = status_doc(store, group)
+        return {**doc, "guidance": guidance(group, store.group_jobs(group.id), True, front)}
     return agent_status(store, store.resolve(args["job"]), verbose=bool(args.get("verbose")),
                         front=front, log_lines=args.get("log_lines"))
 
@@ -156,11 +180,20 @@ def gpu_wait(engine: Engine, args: dict[str, Any], call: Call, front: str = "gpu
     from core.engine.service import wait_job
 
     store = engine.store()
-    job = store.resolve(args["job"])
     timeout = args.get("timeout_s")
     timeout = WAIT_DEFAULT_S if timeout is None else max(0.0, min(float(timeout), WAIT_MAX_S))
     until = args.get("until") or "change"
     began = time.monotonic()
+    group = engine.group(args["job"])
+    if group is not None:  # a sweep: until a point moves, or until every point ended
+        from core.engine.sweeps import guidance, status_doc, wait_group
+
+        jobs, woken = wait_group(store, group, until=until, timeout_s=timeout, cancelled=call.cancelled)
+        doc = status_doc(store, group)
+        return {**doc, "guidance": guidance(group, jobs, True, front),
+                "wait": {"until": until, "changed": woken, "waited_s": round(time.monotonic() - began, 1),
+                         "ended": all(j.state.value in ("done", "failed", "cancelled", "denied") for j in jobs)}}
+    job = store.resolve(args["job"])
 
     def alive(waited_s: float, now: Any) -> None:
         call.progress(round(waited_s, 1), timeout, f"job {now.short_id} is still {now.state.value}")
@@ -186,6 +219,12 @@ def gpu_metrics(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, A
     from core.engine.reports import metrics_doc
 
     store = engine.store()
+    group = engine.group(args["job"])
+    if group is not None:  # a sweep: each point's metrics, one entry per point
+        return {"group": group.to_json(), "points": [
+            {"job": j.short_id, "state": j.state.value, "point": j.plan.get("point") or {},
+             **metrics_doc(store, j, None, series=bool(args.get("series")))}
+            for j in store.group_jobs(group.id)]}
     return metrics_doc(store, store.resolve(args["job"]), args.get("key"),
                        series=bool(args.get("series")))
 
@@ -195,6 +234,11 @@ def gpu_cancel(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, An
     from core.engine.service import cancel
 
     store = engine.store()
+    group = engine.group(args["job"])
+    if group is not None:  # a sweep: every live point
+        from core.engine.sweeps import cancel_group
+
+        return {"group": group.to_json(), "jobs": [j.to_json() for j in cancel_group(store, group, actor=ACTOR)]}
     return job_only(cancel(store, store.resolve(args["job"]).id, actor=ACTOR))
 
 

@@ -91,15 +91,35 @@ def fit_columns(headers: tuple[str, ...], rows: list[list[str]], width: int,
     return [h for h in headers if h in chosen]
 
 
-def jobs_table(jobs: list, width: int | None = None) -> Any:
-    """The jobs, one line each; short ids are never cut, whatever the width, piped or not."""
+def jobs_table(jobs: list, width: int | None = None, groups: dict | None = None) -> Any:
+    """The jobs, one line each; short ids are never cut, whatever the width, piped or not.
+    The points of a sweep in `groups` (reports.groups_of) fold into one row for their group,
+    where its newest point would be: its id, point count, states counted and targets."""
     from rich.table import Table
+    from rich.text import Text
 
     from tui.output import console, safe
 
     now = time.time()
     rows = []
+    shown_jobs: list = []
+    folded: set[str] = set()
     for job in jobs:
+        if groups and job.group_id in groups:
+            if job.group_id in folded:
+                continue
+            folded.add(job.group_id)
+            group, points = groups[job.group_id]
+            counts: dict[str, int] = {}
+            for p in points:
+                counts[p.state.value] = counts.get(p.state.value, 0) + 1
+            summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+            hours = group.spec.get("hours")
+            rows.append([group.short_id, safe(f"{group.name} (sweep of {len(points)})", single_line=True),
+                         summary, safe(",".join(group.spec.get("targets", {})) or "-", single_line=True),
+                         "-", f"{hours:g}" if hours else "-", "", duration(now - group.created_at) + " ago"])
+            shown_jobs.append(Text(summary))
+            continue
         metric = sorted(((k, v) for k, v in job.last_metric.items() if not k.startswith("_")),
                         key=lambda kv: kv[0].startswith("gpu/"))  # the job's own before the samples
         last = ", ".join(f"{safe(k, single_line=True)}={v:.4g}" for k, v in metric[:2])
@@ -107,16 +127,17 @@ def jobs_table(jobs: list, width: int | None = None) -> Any:
         rows.append([job.short_id, safe(job.name, single_line=True), state_text(job.state.value).plain,
                      safe(job.provider or "-", single_line=True), duration(elapsed(job)),
                      f"{hours:g}" if hours else "-", last, duration(now - job.created_at) + " ago"])
+        shown_jobs.append(job)
     shown = fit_columns(JOB_COLUMNS, rows, width or console().width, JOB_PRIORITY, shrink="NAME")
     table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, GAP, 0, 0))
     for col in shown:
         table.add_column(col, no_wrap=True, overflow="ellipsis",
                          min_width=8 if col == "ID" else None)
     index = [JOB_COLUMNS.index(c) for c in shown]
-    for job, row in zip(jobs, rows):
+    for job, row in zip(shown_jobs, rows):
         cells: list[object] = [row[i] for i in index]
         if "STATE" in shown:
-            cells[shown.index("STATE")] = state_text(job.state.value)
+            cells[shown.index("STATE")] = job if isinstance(job, Text) else state_text(job.state.value)
         _row(table, *cells)
     return table
 

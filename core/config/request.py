@@ -175,6 +175,9 @@ class JobRequest:
     retry_on_exit_codes: list[int] = field(default_factory=list)
     max_retries: int = 1
     kill_rules: list[dict] = field(default_factory=list)  # core.config.killrules, as JSON
+    # a sweep: the points (core.config.sweep) this request runs at, one job each, as one group
+    sweep: list[dict] | None = None
+    max_parallel: int | None = None  # a sweep's points running at once (None: the free slots)
 
     def resources(self) -> dict[str, Any]:
         """The scheduler resources that were asked for (none: an empty dict)."""
@@ -302,6 +305,8 @@ def _check(key: str, raw: Any, where: str) -> Any:
     check, allowed = SCHEMA[key]
     try:
         return check(raw)
+    except UserError as exc:  # a check with its own words (a sweep's): said where it was written
+        raise UserError(exc.what, where=where, fix=exc.fix) from None
     except (TypeError, ValueError) as exc:
         raise UserError(f"{key} must be {exc} (got {shorten(raw)})", where=where,
                         fix=f"{key}: {allowed}") from None
@@ -370,6 +375,10 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
         example = f"{command} train.py" if " " in command else f'{command}(script="train.py")'
         raise UserError("no script to run", where=str(path) if _stat_is(path, "exists") else command,
                         fix=f"pass the script ({example}) or set `script:` in {project / PROJECT_FILE}")
+    if req.sweep:
+        from core.config.sweep import check_clash
+
+        check_clash(req.sweep, req.env, where("sweep"))
     _check_script(req, project, where("script"))
     _check_command_size(req, where("args") if req.args else where("env"))
     return req

@@ -309,6 +309,12 @@ def _kill_rules(v: Any) -> list[dict]:
     return killrules.to_json(killrules.parse(v))
 
 
+def _sweep(v: Any) -> list[dict]:
+    from core.config import sweep  # the one parser of every form a sweep is written in
+
+    return sweep.points(v)
+
+
 SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "script": (_script, "the script to run, e.g. train.py, or a command line like `bash run.sh`"),
     "args": (_args, "arguments for the script, a list of strings"),
@@ -350,6 +356,12 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "retry_on_exit_codes": (_exit_codes, "exit codes that mean 'try again', e.g. [75]; any other "
                                          "non-zero exit fails the job"),
     "max_retries": (_whole(1, 3), "how many times a listed exit code is retried (1 to 3, default 1)"),
+    "sweep": (_sweep, "run the job at many points as one group, approved once: a mapping KEY: "
+                      "[values] (the grid of every combination) or a list of mappings (the "
+                      "points); each run gets its values as environment variables, gpu.params() "
+                      "and {KEY} in args (docs/sweeps.md)"),
+    "max_parallel": (_whole(1, 1000), "a sweep's points that run at once (default: as many as "
+                                      "the targets' free slots allow)"),
     "kill_rules": (_kill_rules, "rules that stop the job, added to your own: nan_metric, "
                                 "no_improvement, gpu_util_below, over_budget (docs/checkpoints.md)"),
 }

@@ -142,6 +142,12 @@ def build(event: Event, job: Job) -> Notice | None:
     name = scrub(job.name)
     target = scrub(str(job.plan.get("target") or job.provider or "?"))
     reason = scrub(event.reason)
+    group = job.plan.get("group") or {}
+    if "approval_wait" in kinds and job.group_id and job.plan.get("hold_kind") == "group":
+        gshort = str(group.get("short_id") or job.group_id[:8])  # hex: safe as it is
+        return Notice(kinds, f"gpu-router: sweep {gshort} waits for your approval",
+                      scrub(str(job.plan.get("tell_user") or f"sweep {gshort} waits: gpu approve {gshort}")),
+                      "warning", gshort)
     if "approval_wait" in kinds:
         gpu = scrub(str(job.plan.get("gpu") or "no GPU named"))
         holds = event.data.get("holds") or job.plan.get("holds") or []
@@ -360,7 +366,16 @@ class Notifier:
         moves = store.moves_between(cursor, last, INTO)
         self.state.claim(last)
         oldest = time.time() - MAX_AGE_S
-        return [(e, j) for e, j in moves if e.ts >= oldest]
+        out, held_groups = [], set()
+        for e, j in moves:
+            if e.ts < oldest:
+                continue
+            if e.dst == State.AWAITING_APPROVAL.value and j.group_id and j.plan.get("hold_kind") == "group":
+                if j.group_id in held_groups:  # a sweep held as one is told once (its tell_user names it)
+                    continue
+                held_groups.add(j.group_id)
+            out.append((e, j))
+        return out
 
     def dispatch(self, moves: list[tuple[Event, Job]]) -> None:
         """Queue the messages (never waits): built on one thread, sent on one per URL."""

@@ -37,10 +37,25 @@ def parse_states(text: str) -> list[State]:
 
 def jobs_doc(store: Store, *, states: list[State] | None = None, active: bool = False,
              limit: int | None = 50) -> dict[str, Any]:
-    """`gpu jobs --json`: {jobs: [...]}, newest first."""
+    """`gpu jobs --json`: {jobs: [...]}, newest first; with sweeps among them also
+    {groups: [...]}: each group (counts per state, progress) with its points' short ids."""
     if states is None and active:
         states = list(ACTIVE)
-    return {"jobs": [j.to_json() for j in store.jobs(states=states, limit=limit)]}
+    jobs = store.jobs(states=states, limit=limit)
+    doc: dict[str, Any] = {"jobs": [j.to_json() for j in jobs]}
+    groups = groups_of(store, jobs)
+    if groups:
+        from core.engine.sweeps import group_json
+
+        doc["groups"] = [{**group_json(g, points), "jobs": [p.short_id for p in points]}
+                         for g, points in groups.values()]
+    return doc
+
+
+def groups_of(store: Store, jobs: list) -> dict[str, tuple[Any, list]]:
+    """The groups (sweeps) the `jobs` belong to, each with all of its points, by group id."""
+    ids = list(dict.fromkeys(j.group_id for j in jobs if j.group_id))
+    return {g.id: (g, store.group_jobs(g.id)) for g in store.groups(ids)} if ids else {}
 
 
 def live_doc(store: Store, supervisor_pid: int | None) -> dict[str, Any]:
@@ -59,6 +74,8 @@ def submit_doc(store: Store, result: SubmitResult, *, verbose: bool = False,
     `exit_code` and the last `tail_lines` lines of its log as `job.log_tail`, so the agent
     needs no second call; with `verbose`, the job carries every event as `job.events`."""
     doc = result.to_json(verbose=verbose)
+    if not hasattr(result, "job"):  # a sweep's group: {group, jobs, guidance, submitted, bundle}
+        return doc
     job = result.job
     if verbose:
         doc["job"]["events"] = [e.to_json() for e in store.events(job.id)]

@@ -54,6 +54,9 @@ def fingerprint(req: JobRequest, bundle_hash: str) -> str:
     doc = req.to_json()
     for key in ("wait_s", "verbose", "request_id"):
         doc.pop(key, None)
+    for key in ("sweep", "max_parallel"):  # unset (a plain job): the fingerprint it always had
+        if doc.get(key) is None:
+            doc.pop(key, None)
     doc["bundle_hash"] = bundle_hash
     return hashlib.sha256(canonical_bytes(doc)).hexdigest()
 
@@ -70,6 +73,21 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
     person can still stop it.
     Its hf:// data sets are resolved in place: afterwards `req.data` names gpu-router's local
     copy of each, pinned to its commit (so the job, its fingerprint and its digest do too)."""
+    bundle, data_hashes, cfg, store = pack(req, interactive=interactive, store=store,
+                                           allow_large_project=allow_large_project,
+                                           progress=progress, warn=warn)
+    from core.engine import targets
+
+    return bundle, place(req, bundle, data_hashes, store, cfg,
+                         targets.for_request(req, store, cfg), interactive=interactive)
+
+
+def pack(req: JobRequest, *, interactive: bool = False, store: Store | None = None,
+         allow_large_project: bool = False, progress: Stage | None = None,
+         warn: Callable[[str], None] | None = None) -> tuple[Bundle, dict[str, str], Any, Store]:
+    """The checks and the bundle of `prepare` (see there), without routing: a sweep packs once
+    for all its points (core/engine/sweeps.py). Returns the bundle, each data set's hash, the
+    user config and the store."""
     read = 0  # progress only grows: files read, then one step more for the planning
 
     def tell(done: int, total: int | None, text: str) -> None:
@@ -115,8 +133,16 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
         project, bundle.project_rel, script, req.args, req.is_python_file(), shipped)
     bundle.hint = left_out_hint(project, bundle.project_rel, script, req.is_python_file(),
                                 bundle.left_out, shipped, req.outputs)
+    return bundle, data_hashes, cfg, store
+
+
+def place(req: JobRequest, bundle: Bundle, data_hashes: dict[str, str], store: Store, cfg: Any,
+          infos: dict, *, interactive: bool) -> dict:
+    """Route a packed request among the probed `infos` and price it under the rules: its plan."""
+    from core.engine import targets
+
     try:
-        chosen = route(req, targets.for_request(req, store, cfg), targets.kinds(cfg))
+        chosen = route(req, infos, targets.kinds(cfg))
     except NoGpuTarget as exc:
         raise exc.with_offers(_account_offers(req, cfg)) from None
     extra = {"reasons": chosen.reasons, "passed_over": chosen.passed_over}
@@ -124,7 +150,7 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
         extra["offer"] = chosen.offer
     plan = build_plan(req, bundle, chosen.target, chosen.gpu, data_hashes, extra=extra)
     apply_rules(plan, store, cfg, chosen.info, interactive=interactive)
-    return bundle, plan
+    return plan
 
 
 def _data_hashes(req: JobRequest, cache: FileHashCache, *,
@@ -209,6 +235,9 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
     (why the job runs, in the caller's words) is recorded as the new job's event before any
     wait, so it comes before the job's outcome in its history."""
     store = store or Store()
+    if req.sweep:  # a front's slip: core/engine/sweeps.py submits a sweep, as one group
+        raise UserError("a sweep is submitted as a group, not as one job",
+                        fix="call core.engine.sweeps.submit, which takes either")
     bundle, plan = prepare(req, interactive=interactive, store=store,
                            allow_large_project=allow_large_project, progress=progress, warn=warn)
     if expect_digest is not None and expect_digest != plan["digest"]:

@@ -143,11 +143,17 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, CheckpointCopies):
             self._configure_notify()
         jobs = await self._live_jobs()
         load: dict[str, int] = {}
+        group_load: dict[str, int] = {}  # a sweep's points started: at most its max_parallel
         for job in jobs:
             if job.state in LAUNCHED:
                 load[job.provider or ""] = load.get(job.provider or "", 0) + 1
+            if job.group_id and (job.state in LAUNCHED or (job.state == State.ROUTING and job.id in self.busy)):
+                group_load[job.group_id] = group_load.get(job.group_id, 0) + 1  # mid-start counts
         for job in self._this_tick(jobs):
             if job.state == State.ROUTING:
+                most = (job.plan.get("group") or {}).get("max_parallel") if job.group_id else None
+                if most is not None and group_load.get(job.group_id or "", 0) >= most:
+                    continue  # its sweep runs max_parallel points already: it waits its turn
                 provider = self.providers.get(job.provider or "")
                 if provider is None or not getattr(provider, "enabled", True):
                     await self.db(self._replan, job, f"target {job.provider!r} is no longer "
@@ -158,6 +164,8 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, CheckpointCopies):
                         self._spawn(tasks, job, self._slot_timeout(job, provider))  # waited too long
                     continue
                 load[job.provider] = load.get(job.provider, 0) + 1
+                if job.group_id:
+                    group_load[job.group_id] = group_load.get(job.group_id, 0) + 1
             elif job.state not in LAUNCHED and job.state != State.MIGRATING:
                 continue
             self._spawn(tasks, job, self.step(job))

@@ -134,6 +134,28 @@ MIGRATIONS: list[str] = [
         last_wrong REAL
     );
     """,
+    # 7: job groups (a sweep: core/engine/sweeps.py): every point is an ordinary job that names
+    # its group; the group holds what is decided once for all of them (the digest over every
+    # point's plan, the approval, max_parallel) and the request_id/fingerprint it answers to
+    """
+    CREATE TABLE groups (
+        id TEXT PRIMARY KEY,
+        short_id TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        project_dir TEXT NOT NULL,
+        request_id TEXT,
+        fingerprint TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        spec_json TEXT NOT NULL DEFAULT '{}',
+        max_parallel INTEGER,
+        approval TEXT NOT NULL DEFAULT 'none'
+    );
+    CREATE UNIQUE INDEX groups_request_id ON groups(request_id) WHERE request_id IS NOT NULL;
+    CREATE INDEX groups_fingerprint ON groups(fingerprint);
+    ALTER TABLE jobs ADD COLUMN group_id TEXT REFERENCES groups(id);
+    CREATE INDEX jobs_group ON jobs(group_id);
+    """,
 ]
 
 _NEXT_REV = "(SELECT COALESCE(MAX(rev), 0) + 1 FROM jobs)"
@@ -192,6 +214,7 @@ class Job:
     cancel_checkpoint: bool = False
     config: dict = field(default_factory=dict)  # the settings the job's tracking reported
     final: dict = field(default_factory=dict)  # its final numbers (summary)
+    group_id: str | None = None  # the sweep it is a point of (core/engine/sweeps.py)
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Job":
@@ -226,6 +249,9 @@ class Job:
             "digest": self.digest,
             "last_metric": self.last_metric,
         }
+        if self.group_id:
+            doc["group_id"] = self.group_id
+            doc["point"] = self.plan.get("point") or {}
         if verbose:
             doc.update(request=self.request, plan=self.plan, bundle=self.bundle,
                        project_dir=self.project_dir, request_id=self.request_id,
@@ -233,6 +259,37 @@ class Job:
         else:
             doc = {k: v for k, v in doc.items() if v not in (None, "", {})}
         return doc
+
+
+@dataclass
+class Group:
+    """A job group (a sweep): its points are ordinary jobs whose `group_id` names it."""
+    id: str
+    short_id: str
+    name: str
+    created_at: float
+    project_dir: str
+    request_id: str | None
+    fingerprint: str
+    digest: str
+    spec: dict  # the points, the group's plan (targets, totals, holds), the tell_user text
+    max_parallel: int | None
+    approval: str  # none (nothing held it) | held | approved | denied
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "Group":
+        d = dict(row)
+        d["spec"] = json.loads(d.pop("spec_json") or "{}")
+        return cls(**d)
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented group object of `--json` output."""
+        return {"id": self.id, "short_id": self.short_id, "name": self.name,
+                "created_at": _iso(self.created_at), "points": len(self.spec.get("points", [])),
+                "digest": self.digest, "max_parallel": self.max_parallel,
+                "approval": self.approval, "hours": self.spec.get("hours"),
+                "estimated_price": self.spec.get("estimated_price"),
+                "targets": self.spec.get("targets", {})}
 
 
 @dataclass
@@ -519,6 +576,80 @@ class Store:
         if len(rows) > 1:
             raise UserError(f"{ref!r} matches several jobs", fix="give more characters of the id")
         return Job.from_row(rows[0])
+
+    # -- groups -------------------------------------------------------------------------
+
+    def insert_group(self, row: dict[str, Any], db: sqlite3.Connection) -> None:
+        """Record a group inside the caller's write transaction (its points follow in it)."""
+        row = {k: v for k, v in row.items() if k != "spec"} | {"spec_json": json.dumps(row["spec"], sort_keys=True)}
+        db.execute(f"INSERT INTO groups ({', '.join(row)}) VALUES ({', '.join(':' + c for c in row)})", row)
+
+    def group(self, group_id: str) -> Group:
+        with self._lock:
+            row = self.conn.execute("SELECT * FROM groups WHERE id = ?", (group_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no group {group_id}")
+        return Group.from_row(row)
+
+    def set_group(self, group_id: str, **fields: Any) -> None:
+        if "spec" in fields:
+            fields["spec_json"] = json.dumps(fields.pop("spec"), sort_keys=True)
+        with self.write() as db:
+            db.execute(f"UPDATE groups SET {', '.join(f'{c} = :{c}' for c in fields)} WHERE id = :_id",
+                       {**fields, "_id": group_id})
+
+    def find_group(self, ref: str) -> Group | None:
+        """The group `ref` names (full id, short id, or a unique prefix of either), or None:
+        the one place a reference is tried as a group (before it is tried as a job)."""
+        ref = ref.strip()
+        if not ref or not all(c.isalnum() or c in "-_" for c in ref):
+            return None
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT * FROM groups WHERE id = ? OR short_id = ? OR id LIKE ? LIMIT 2",
+                (ref, ref, ref + "%")).fetchall()
+        exact = [r for r in rows if ref in (r["id"], r["short_id"])]
+        if exact or len(rows) == 1:
+            return Group.from_row((exact or rows)[0])
+        return None
+
+    def groups(self, ids: Iterable[str] | None = None) -> list[Group]:
+        with self._lock:
+            if ids is None:
+                rows = self.conn.execute("SELECT * FROM groups ORDER BY created_at DESC").fetchall()
+            else:
+                ids = list(ids)
+                rows = self.conn.execute(
+                    f"SELECT * FROM groups WHERE id IN ({', '.join('?' * len(ids))})", ids).fetchall()
+        return [Group.from_row(r) for r in rows]
+
+    def group_jobs(self, group_id: str, db: sqlite3.Connection | None = None) -> list[Job]:
+        """A group's points, in the order they were submitted."""
+        with self._lock:
+            rows = (db or self.conn).execute(
+                "SELECT * FROM jobs WHERE group_id = ? ORDER BY rowid", (group_id,)).fetchall()
+        return [Job.from_row(r) for r in rows]
+
+    def find_active_group(self, *, request_id: str | None = None, fingerprint: str | None = None,
+                          db: sqlite3.Connection | None = None) -> Group | None:
+        """The group a request_id names (any state), or a group with this fingerprint and a
+        point still live: what a submit of the same sweep returns instead of a second group."""
+        db = db or self.conn
+        if request_id is not None:
+            row = db.execute("SELECT * FROM groups WHERE request_id = ?", (request_id,)).fetchone()
+            return Group.from_row(row) if row else None
+        active = [s.value for s in ACTIVE]
+        row = db.execute(
+            f"SELECT g.* FROM groups g WHERE g.fingerprint = ? AND g.request_id IS NULL AND EXISTS "
+            f"(SELECT 1 FROM jobs j WHERE j.group_id = g.id AND j.state IN ({', '.join('?' * len(active))})) "
+            "ORDER BY g.created_at DESC LIMIT 1", (fingerprint, *active)).fetchone()
+        return Group.from_row(row) if row else None
+
+    def resolve_any(self, ref: str, project: str | None = None) -> "Job | Group":
+        """What `ref` names: a job group (a sweep) by its id, short id or unique prefix, else a
+        job as `resolve` finds it. Every command that takes a job id reads it here."""
+        group = self.find_group(ref)
+        return group if group is not None else self.resolve(ref, project)
 
     def last_rev(self) -> int:
         """The newest revision: read before a full read, `jobs_after` it then misses nothing."""

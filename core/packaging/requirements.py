@@ -653,8 +653,20 @@ def deps_spec(deps: Dependencies | None, *, python: str, version: str, venvs_dir
 def home_uv() -> str | None:
     """The uv binary of the `uv` package installed beside gpu-router (the local target installs
     with it), or None where it is missing: the launcher then looks for one, else uses pip."""
-    try:
-        import uv
-        return uv.find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        return None
+    with _HOME_UV_LOCK:  # launches run on threads: uv's lookup reads sysconfig, whose first
+        # read is not thread-safe (two at once: get_config_var("EXE") is None, a TypeError in
+        # uv's code; a sweep's points launching together met it)
+        if "uv" not in _HOME_UV:
+            try:
+                import sysconfig
+
+                sysconfig.get_config_vars()
+                import uv
+                _HOME_UV["uv"] = uv.find_uv_bin()
+            except (ImportError, FileNotFoundError):
+                _HOME_UV["uv"] = None
+        return _HOME_UV["uv"]
+
+
+_HOME_UV: dict[str, str | None] = {}
+_HOME_UV_LOCK = threading.Lock()

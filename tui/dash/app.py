@@ -218,6 +218,7 @@ class DashApp(App):
         self._feeding: set[MetricsFeed] = set()
         self.log_feed: LogFeed | None = None
         self.metrics_feed: MetricsFeed | None = None
+        self.overlay_feeds: dict[str, MetricsFeed] = {}  # the selected sweep point's siblings
         if bell is None:
             try:
                 from core.config.user import load
@@ -346,6 +347,8 @@ class DashApp(App):
         self._feeding.add(feed)
         try:
             grew = await feed.aread()
+            for other in list(self.overlay_feeds.values()):  # a sweep's other points' curves
+                grew = await other.aread() or grew
         finally:
             self._feeding.discard(feed)
         if grew or not feed.series:  # none: the charts pane collapses, the log says so
@@ -359,6 +362,8 @@ class DashApp(App):
         newly_pending = []
         for job in message.jobs:
             before = self.index.put(job, read_in_order=message.initial)
+            if job.group_id and before is None:  # a sweep's point: its group's row counts it
+                table.members.setdefault(job.group_id, []).append(job.id)
             if (job.state == State.AWAITING_APPROVAL and not message.initial
                     and (before is None or before.state != State.AWAITING_APPROVAL)):
                 newly_pending.append(job)
@@ -408,10 +413,10 @@ class DashApp(App):
         if message.job_id != self.selected:
             return
         try:
-            charts = self.query_one(Charts)
+            self.query_one(Charts)
         except NoMatches:
             return  # the app is closing (as in on_log_lines)
-        charts.show(message.feed.series, downsample, log10_series)
+        self._show_charts()
         self._title_log()
         self.fit_layout()
 
@@ -427,8 +432,13 @@ class DashApp(App):
         parts = [f"{self.counts[State.RUNNING]} running"]
         if pending:
             parts.append(f"{pending} awaiting approval")
-        rows = self.query_one(JobsTable).row_count
+        table = self.query_one(JobsTable)
+        rows = table.row_count
+        if table.heads:  # a closed sweep's row stands for all its points
+            rows += sum(len(table.members.get(g, ())) - 1 for g in table.heads)
         shown = f"{rows:,} of {len(self.jobs):,} jobs match" if rows < len(self.jobs) else f"{len(self.jobs):,} jobs"
+        if table.heads:
+            shown += f" ({len(table.heads)} sweep{'s' * (len(table.heads) != 1)} folded: space opens)"
         parts.append(shown)
         if self.job_filter:
             parts.append(f"filter: {self.job_filter.describe()}")
@@ -464,6 +474,17 @@ class DashApp(App):
         if event.job_id != self.selected:
             self.select_job(event.job_id)
 
+    @on(JobsTable.GroupToggled, "#jobs")
+    def _group_toggled(self, event: JobsTable.GroupToggled) -> None:
+        """A sweep opened into its points (the cursor stays on the point it was on), or folded
+        into one row again (the cursor goes to that row)."""
+        table = event.table
+        table.show_ids(*self.index.matching(self.job_filter))
+        job = self.jobs.get(event.job_id)
+        if job is not None and job.group_id not in table.opened:
+            table.select_key(table.heads.get(job.group_id or "", event.job_id))
+        self.fit_layout()
+
     @on(JobsTable.RowSelected, "#jobs")
     def _row_selected(self, event: JobsTable.RowSelected) -> None:
         """Enter on a row (the table's own binding) opens the job's detail screen."""
@@ -483,6 +504,7 @@ class DashApp(App):
         self.query_one(LogTail).reset([])
         self.log_feed = LogFeed(log_path(job))
         self.metrics_feed = MetricsFeed(self.watcher.reader if self.live else Store(self.store.path), job.id)
+        self.overlay_feeds = self._sibling_feeds(job)
         charts = self.query_one(Charts)
         charts.show({}, downsample, log10_series)
         self._title_log()
@@ -493,9 +515,34 @@ class DashApp(App):
             lines, _ = self.log_feed.read()
             self.query_one(LogTail).reset(lines)
             self.metrics_feed.read()
-            self.query_one(Charts).show(self.metrics_feed.series, downsample, log10_series)
+            for other in self.overlay_feeds.values():
+                other.read()
+            self._show_charts()
             self._title_log()
             self.fit_layout()
+
+    OVERLAY_MAX = 7  # a sweep's other points charted under the selected one
+
+    def _sibling_feeds(self, job: Job) -> dict[str, MetricsFeed]:
+        """The metric feeds of the other points of the selected job's sweep (by their point's
+        label), whose curves the charts overlay; none for a job that is not a sweep's."""
+        if not job.group_id:
+            return {}
+        from core.config.sweep import label
+
+        source = self.watcher.reader if self.live else Store(self.store.path)
+        others = [j for j in Store(self.store.path).group_jobs(job.group_id) if j.id != job.id]
+        return {label(j.plan.get("point") or {}) or j.short_id: MetricsFeed(source, j.id)
+                for j in others[: self.OVERLAY_MAX]}
+
+    def _show_charts(self) -> None:
+        from core.config.sweep import label
+
+        job = self.jobs.get(self.selected or "")
+        overlay = {name: f.series for name, f in self.overlay_feeds.items()}
+        self.query_one(Charts).show(self.metrics_feed.series if self.metrics_feed else {}, downsample,
+                                    log10_series, overlay=overlay,
+                                    label=label(job.plan.get("point") or {}) if job is not None else "")
 
     def on_resize(self, event) -> None:
         from tui.dash.widgets import COMPACT_BELOW
@@ -572,7 +619,7 @@ class DashApp(App):
         charts = self.query_one(Charts)
         charts.log_scale = not charts.log_scale
         if self.metrics_feed:
-            charts.show(self.metrics_feed.series, downsample, log10_series)
+            self._show_charts()
         self._title_log()
 
     def action_pause(self) -> None:
@@ -593,7 +640,9 @@ class DashApp(App):
             rows += [("y", "in the approval window: approve the plan shown", "approval.approve"),
                      ("d", "in the approval window: deny (with an optional reason)", "approval.deny"),
                      ("n / esc", "in a window: back without changing anything", "approval.back")]
-        rows += [("ctrl+p", "command palette: approve, cancel, open logs, filter", "app.command_palette"),
+        rows += [("space", "on a sweep's row: open it into its points, or fold them into one row",
+                  "jobs.toggle_group"),
+                 ("ctrl+p", "command palette: approve, cancel, open logs, filter", "app.command_palette"),
                  ("tab", "move focus between the job table and the log", "app.focus_next"),
                  ("up/down", "move in the focused table or log", ""),
                  ("/ in the log", "search the log shown (a regular expression)", "log.search"),
@@ -739,11 +788,14 @@ class DashApp(App):
         except UserError as exc:
             self.tell(exc.message(), severity="error", title="approve")
             return
-        screen = ApprovalScreen(job, needs_pin=needs_pin)
+        group = None
+        if job.group_id and job.plan.get("hold_kind") == "group":  # a sweep is approved as one
+            group = Store(self.store.path).group(job.group_id)
+        screen = ApprovalScreen(job, needs_pin=needs_pin, group=group)
 
         def decided(decision: str | None) -> None:
             if decision == "approve":
-                self._decide(job, "approve", None, pin=screen.pin)
+                self._decide(job, "approve", None, pin=screen.pin, group=group)
             elif decision == "deny":
                 self.open_deny(job.id)
 
@@ -786,6 +838,20 @@ class DashApp(App):
 
     def open_cancel(self, job_id: str) -> None:
         job = self.jobs[job_id]
+        table = self.query_one(JobsTable)
+        if table.folded(job):  # a sweep's one row: every live point of it
+            live = [i for i in table.members.get(job.group_id or "", []) if i in self.jobs
+                    and self.jobs[i].state in ACTIVE]
+
+            def all_of_it(yes: bool | None) -> None:
+                if yes:
+                    self._decide(job, "cancel_group", None)
+
+            short = str((job.plan.get("group") or {}).get("short_id") or (job.group_id or "")[:8])
+            self.push_screen(ConfirmScreen(markup("Cancel sweep [b]{short}[/b]: its {n} live points? Their "
+                                                  "whole process groups stop (space opens it, to cancel one).",
+                                                  short=short, n=len(live))), all_of_it)
+            return
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -796,14 +862,35 @@ class DashApp(App):
                                               state=job.state.value)), answered)
 
     @work(thread=True, group="decisions")
-    def _decide(self, job: Job, what: str, reason: str | None, pin: str | None = None) -> None:
+    def _decide(self, job: Job, what: str, reason: str | None, pin: str | None = None,
+                group=None) -> None:
         from core.engine.approvals import approve, deny, require_person, require_pin
         from core.engine.service import cancel
+        from core.engine.sweeps import approve_group, deny_group
 
         store = Store(self.store.path)
         actor = _actor()
+        if what == "deny" and job.group_id and job.plan.get("hold_kind") == "group":
+            group = store.group(job.group_id)  # held with its sweep: denied with it
         try:
-            if what == "approve":
+            if what == "cancel_group":
+                from core.engine.sweeps import cancel_group
+
+                points = cancel_group(store, store.group(job.group_id or ""), actor=actor.label("dashboard"),
+                                      wait_s=0)
+                text = f"cancel sent to the {sum(p.state in ACTIVE for p in points)} live points of its sweep"
+            elif group is not None and what in ("approve", "deny"):
+                if what == "approve":
+                    require_person(actor, group.short_id, store=store, job=job)
+                    checked = require_pin(pin, where="gpu dash", store=store, job=job,
+                                          actor=actor.label("dashboard"))
+                    points = approve_group(store, group, digest=group.digest, actor=actor.label("dashboard"),
+                                           pin_checked=checked)
+                    text = f"approved sweep {group.short_id}: its {len(points)} points will run"
+                else:
+                    points = deny_group(store, group, actor=actor.label("dashboard"), reason=reason)
+                    text = f"sweep {group.short_id}: {len(points)} points denied"
+            elif what == "approve":
                 require_person(actor, job.short_id, store=store, job=job)
                 checked = require_pin(pin, where="gpu dash", store=store, job=job,
                                       actor=actor.label("dashboard"))  # a wrong one waits, in the worker

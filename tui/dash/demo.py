@@ -159,3 +159,54 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+SWEEP_GROUP = "5eed" + "0" * 28  # the demo sweep's group id (seed_sweep)
+SWEEP_POINTS = [(7, 3e-4), (8, 1e-3), (9, 3e-3)]  # (n, LR): three points of one sweep, running
+
+
+def seed_sweep(store: Store | None = None) -> Store:
+    """A sweep of three running points (LR 3e-4, 1e-3, 3e-3), each with its own loss curve, on
+    top of `seed`'s jobs: the dashboard's overlaid charts and a sweep's approval, deterministic."""
+    store = store or Store()
+    created = NOW - 10 * 60
+    points = [{"LR": lr} for _, lr in SWEEP_POINTS]
+    with store.write() as db:
+        store.insert_group({"id": SWEEP_GROUP, "short_id": SWEEP_GROUP[:8], "name": "lr-sweep",
+                            "created_at": created, "project_dir": "/home/ada/code/lr-sweep",
+                            "request_id": None, "fingerprint": "demo-sweep", "digest": "5e" * 32,
+                            "spec": {"points": points, "targets": {"lab-a100": 3}, "hours": 1.5,
+                                     "estimated_price": 1.8, "holds": []},
+                            "max_parallel": None, "approval": "approved"}, db)
+    for i, (n, lr) in enumerate(SWEEP_POINTS):
+        jid = _id(n)
+        plan = {**_PLAN, "target": "lab-a100", "gpu": "1x A100", "price_per_hour": 1.2, "hours": 0.5,
+                "estimated_price": 0.6, "command": ["train.py", "--lr", str(lr)], "point": {"LR": lr},
+                "group": {"id": SWEEP_GROUP, "short_id": SWEEP_GROUP[:8], "index": i + 1, "max_parallel": None},
+                "digest": f"{n:02d}" + "cd" * 31}
+        store.insert_job({
+            "id": jid, "short_id": jid[:8], "name": f"lr-sweep[LR={lr}]", "provider": "lab-a100",
+            "project_dir": "/home/ada/code/lr-sweep", "outputs_dir": f"/home/ada/code/lr-sweep/runs/{jid[:8]}",
+            "fingerprint": f"demo{n}", "request": {"script": "train.py", "hours": 0.5, "data": [],
+                                                   "args": ["--lr", str(lr)], "env": {"LR": str(lr)}},
+            "plan": plan, "digest": plan["digest"], "bundle_hash": "b" * 64, "group_id": SWEEP_GROUP,
+            "bundle": {"files": 12, "bytes": 90_000},
+        }, reason="submitted by agent (no terminal) as a point of sweep 5eed0000", actor="agent (no terminal)")
+        for st in ("routing", "provisioning", "running"):
+            store.transition(jid, State(st), {"routing": "lab-a100 fits (1x A100)", "provisioning": "placed on lab-a100",
+                                              "running": "started"}[st])
+        at = created - i  # the first point is the newest row
+        store.conn.execute("UPDATE jobs SET created_at=?, updated_at=?, started_at=? WHERE id=?",
+                           (at, at + 1, at + 60, jid))
+        store.conn.execute("UPDATE events SET ts = ? + (id % 97) WHERE job_id = ?", (at, jid))
+        rows = []
+        rate = {3e-4: 60.0, 1e-3: 25.0, 3e-3: 10.0}[lr]
+        for step in range(300):
+            loss = 2.0 * math.exp(-step / rate) + 0.2 + 0.1 * i + 0.03 * math.sin(step / 5.0)
+            rows.append((step, "loss", round(loss, 5), at + 60 + step))
+        store.add_metrics(jid, rows, 0, {"loss": rows[-1][2], "_step": 299})
+        log = paths.jobs_dir() / jid / "job.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("[gpu-router] attempt 1: running train.py --lr %s\n" % lr
+                       + "".join(f"step {s:4d}  loss {r[2]:.4f}\n" for s, r in zip(range(0, 300, 30), rows[::30])))
+    return store

@@ -40,23 +40,34 @@ class ApprovalScreen(ModalScreen[str | None]):
         Binding("n,escape", "decide(None)", "Back", id="approval.back"),
     ]
 
-    def __init__(self, job, needs_pin: bool = False) -> None:
+    def __init__(self, job, needs_pin: bool = False, group=None) -> None:
         super().__init__()
         self.job = job
         self.needs_pin = needs_pin
         self.pin: str | None = None
+        self.group = group  # a sweep held as one: y approves every point of it (its digest)
 
     def compose(self) -> ComposeResult:
-        job = self.job
+        job, group = self.job, self.group
         holds = job.plan.get("holds") or []
         with Vertical():
-            yield Static(markup("[b]Approve job {short} [/b]({name})?", short=job.short_id, name=job.name),
-                         id="approval-title")
+            if group is not None:
+                spec = group.spec
+                yield Static(markup("[b]Approve sweep {short} [/b]({name}): all {n} points, {hours} h in all, "
+                                    "${price} estimated, on {where}?", short=group.short_id, name=group.name,
+                                    n=len(spec.get("points", [])),
+                                    hours=f"{spec['hours']:g}" if spec.get("hours") is not None else "?",
+                                    price=f"{spec.get('estimated_price') or 0:.2f}",
+                                    where=", ".join(f"{k} ({v})" for k, v in spec.get("targets", {}).items())),
+                             id="approval-title")
+            else:
+                yield Static(markup("[b]Approve job {short} [/b]({name})?", short=job.short_id, name=job.name),
+                             id="approval-title")
             with VerticalScroll():
                 yield Static(plan_panel(job.plan, job.bundle))
             yield Static(markup("held by: {rules}   digest {digest}",
                                 rules=", ".join(h["rule"] for h in holds) or "rules",
-                                digest=job.digest[:16] if job.digest else "-"))
+                                digest=(group.digest if group is not None else job.digest or "-")[:16]))
             if self.needs_pin:
                 yield Input(placeholder="your approval PIN, then enter", password=True, id="pin")
             yield Static(self._hints(), classes="hints", id="approval-hints")

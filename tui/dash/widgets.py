@@ -86,6 +86,33 @@ def job_cells(job, now: float) -> dict[str, object]:
     }
 
 
+def group_cells(head, points: list, now: float) -> dict[str, object]:
+    """A sweep folded into one row (drawn where its newest point would be): its name and point
+    count, its points counted by state, their targets, their cost so far, the best loss."""
+    cells = job_cells(head, now)
+    counts: dict[str, int] = {}
+    spent = 0.0
+    best = None
+    for job in points:
+        counts[job.state.value] = counts.get(job.state.value, 0) + 1
+        if job.started_at:
+            spent += ((job.ended_at or now) - job.started_at) / 3600 * float(job.plan.get("price_per_hour") or 0)
+        loss = job.last_metric.get("loss")
+        if isinstance(loss, (int, float)) and (best is None or loss < best):
+            best = loss
+    base = head.name.split("[", 1)[0] or head.name
+    order = [s.value for s in State]
+    summary = " ".join(f"{n} {st.replace('awaiting_approval', 'held')}"
+                       for st, n in sorted(counts.items(), key=lambda kv: order.index(kv[0])))
+    held = counts.get(State.AWAITING_APPROVAL.value)
+    cells.update(name=Text(safe(f"▸{len(points)}× {base}")),
+                 state=Text(summary, style="bold yellow" if held else ""),
+                 target=Text(safe(",".join(sorted({j.provider or "-" for j in points})))),
+                 time="sweep", cost=money(spent) if spent else cells["cost"],
+                 metric=Text(f"best={best:.4g}" if best is not None else ""))  # of loss
+    return cells
+
+
 class JobsTable(ScrollView, can_focus=True):
     """Every job, newest first, as a virtual table: its height is the row count, and only the
     rows on screen are turned into text (render_line). A change touches one list entry, never
@@ -104,6 +131,7 @@ class JobsTable(ScrollView, can_focus=True):
         Binding("home", "first", "First", show=False),
         Binding("end", "last", "Last", show=False),
         Binding("enter", "select_cursor", "Details", show=False),
+        Binding("space", "toggle_group", "Open sweep", show=False, id="jobs.toggle_group"),
     ]
     COMPONENT_CLASSES = {"jobs--header", "jobs--cursor", "jobs--even-row"}
     DEFAULT_CSS = """
@@ -136,6 +164,10 @@ class JobsTable(ScrollView, can_focus=True):
     class RowSelected(_RowMessage):
         """Enter (or a second click) on a job."""
 
+    class GroupToggled(_RowMessage):
+        """Space on a sweep's row: it opens into its points, or they fold into one row again
+        (the app shows the rows again, `show_ids`, which folds the closed groups)."""
+
     compact: bool | None = None
     cursor_row: reactive[int] = reactive(0, always_update=True, repaint=False)
 
@@ -150,6 +182,11 @@ class JobsTable(ScrollView, can_focus=True):
         # a row is turned into text again only when one of them changed (see render_line)
         self._drawn: dict[str, tuple[object, tuple, Strip]] = {}
         self._frame_styles: tuple | None = None  # the row styles of the frame being drawn
+        # sweeps: each group's point ids (kept by the app as jobs arrive), the groups opened
+        # into their points, and each closed group's one row (the point it is drawn in)
+        self.members: dict[str, list[str]] = {}
+        self.opened: set[str] = set()
+        self.heads: dict[str, str] = {}
 
     # -- the rows ---------------------------------------------------------------------------
 
@@ -180,6 +217,11 @@ class JobsTable(ScrollView, can_focus=True):
         """Show these job ids (newest first, filtered; `keys` their -created_at), keeping the
         selected job selected. The lists become the table's own."""
         selected = self.selected_key()
+        if self.members:
+            ids, keys = self._fold(ids, keys)
+            if selected is not None and selected not in ids:  # folded away: its group's row
+                group = self.jobs[selected].group_id if selected in self.jobs else None
+                selected = self.heads.get(group or "", selected)
         self.view = ids
         self._keys = keys
         self._sized()
@@ -200,6 +242,15 @@ class JobsTable(ScrollView, can_focus=True):
         for job in changed:
             present = (job.id in shown) if shown is not None else (job.id in self.view)
             wanted = keep(job)
+            group = job.group_id if job.group_id and job.group_id not in self.opened else None
+            if group is not None:  # a closed sweep shows one row: its first point to arrive
+                head = self.heads.get(group)
+                if wanted and head not in (None, job.id):
+                    wanted = False
+                elif wanted:
+                    self.heads[group] = job.id
+                elif head == job.id:
+                    del self.heads[group]
             if present and not wanted:
                 i = self.view.index(job.id)
                 del self.view[i], self._keys[i]
@@ -243,6 +294,40 @@ class JobsTable(ScrollView, can_focus=True):
         if not regions and repaint:
             self._drawn.clear()
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def _fold(self, ids: list[str], keys: list[float]) -> tuple[list[str], list[float]]:
+        """`ids` with each closed sweep's points folded into its newest one shown."""
+        self.heads = {}
+        out_ids: list[str] = []
+        out_keys: list[float] = []
+        for jid, key in zip(ids, keys):
+            job = self.jobs.get(jid)
+            group = job.group_id if job is not None else None
+            if group and group not in self.opened:
+                if group in self.heads:
+                    continue
+                self.heads[group] = jid
+            out_ids.append(jid)
+            out_keys.append(key)
+        return out_ids, out_keys
+
+    def folded(self, job) -> bool:
+        """Whether `job`'s row stands for its whole (closed) sweep."""
+        return bool(job.group_id) and job.group_id not in self.opened and self.heads.get(job.group_id) == job.id
+
+    def cells(self, job) -> dict[str, object]:
+        if self.folded(job):
+            points = [self.jobs[i] for i in self.members.get(job.group_id, []) if i in self.jobs]
+            return group_cells(job, points or [job], self.now())
+        return job_cells(job, self.now())
+
+    def action_toggle_group(self) -> None:
+        key = self.selected_key()
+        job = self.jobs.get(key) if key else None
+        if job is None or not job.group_id:
+            return
+        self.opened.symmetric_difference_update({job.group_id})
+        self.post_message(self.GroupToggled(self, job.id))
 
     def _place(self, selected: str | None, keep_scroll: bool) -> None:
         if selected is not None and self.view and (self.cursor_row >= len(self.view)
@@ -291,16 +376,17 @@ class JobsTable(ScrollView, can_focus=True):
         # what the row's text depends on besides the Job object: a running job's elapsed time
         # and cost move with the clock (to the second, as duration() shows them)
         moving = int(now) if job.started_at and not job.ended_at else 0
-        depends = (style, width, int(self.scroll_x), self.compact, moving)
+        depends = (style, width, int(self.scroll_x), self.compact, moving, self.folded(job))
         drawn = self._drawn.get(job_id)
         if drawn is not None and drawn[0] is job and drawn[1] == depends:
             return drawn[2]
         self.rendered_rows += 1
-        cells = job_cells(job, now)
+        cells = self.cells(job)
         strip = self._strip([(cells[key], w) for key, _, w in self.columns], style, width)
-        if len(self._drawn) > 4096:  # rows scrolled past long ago
-            self._drawn.clear()
-        self._drawn[job_id] = (job, depends, strip)
+        if not depends[-1]:  # a sweep's folded row depends on its points: drawn each time
+            if len(self._drawn) > 4096:  # rows scrolled past long ago
+                self._drawn.clear()
+            self._drawn[job_id] = (job, depends, strip)
         return strip
 
     def _strip(self, cells: list, style, width: int) -> Strip:
@@ -343,7 +429,7 @@ class JobsTable(ScrollView, can_focus=True):
 
     def row_text(self, job_id: str) -> str:
         """The job's row as it is drawn, in plain text (what a person reads in it)."""
-        cells = job_cells(self.jobs[job_id], self.now())
+        cells = self.cells(self.jobs[job_id])
         strip = self._strip([(cells[key], w) for key, _, w in self.columns], self.rich_style, 10_000)
         return strip.text.rstrip()
 
@@ -637,6 +723,8 @@ class Charts(Vertical):
         self.log_scale = False
         self.keys: list[str] = []  # the metrics with a chart, in order (shown or not)
         self.series: dict = {}
+        self.overlay: dict[str, dict] = {}  # a sweep's other points: label -> their series
+        self.label = ""
         self._fns: tuple[Callable, Callable] | None = None
         self.terminal_width = 0  # told by the app on resize (0: ask the app)
         self.display = False  # until a job with metrics is selected
@@ -656,10 +744,15 @@ class Charts(Vertical):
             return 0
         return 2 + -(-len(self.keys) // self.columns()) * self.CHART_ROWS
 
-    def show(self, series: dict, downsample: Callable, log10: Callable) -> None:
+    def show(self, series: dict, downsample: Callable, log10: Callable,
+             overlay: dict[str, dict] | None = None, label: str = "") -> None:
+        """Chart `series` (the selected job's); `overlay`, by label, the series of the other
+        points of its sweep: each chart then holds every point's curve of that metric, the
+        selected one labelled `label`, so the points compare at a glance."""
         keys = sorted((k for k, s in series.items() if s.values),
                       key=lambda k: (0 if "loss" in k else 1, k))[: self.MAX_CHARTS]
         self.series, self.keys, self._fns = series, keys, (downsample, log10)
+        self.overlay, self.label = overlay or {}, label
         self.display = bool(keys)
         self._arrange()
         self._draw()
@@ -716,8 +809,19 @@ class Charts(Vertical):
             plt.clear_data()
             plt.clear_figure()
             if xs:
-                plt.plot(xs, ys, marker="braille")
                 lo, hi = min(ys), max(ys)
+                for name, other in self.overlay.items():  # the sweep's other points, under it
+                    o = other.get(key)
+                    if o is None or not o.values:
+                        continue
+                    oxs, oys = downsample(o.steps, o.values, width)
+                    if self.log_scale:
+                        oxs, oys = log10(oxs, oys)
+                    if oxs:
+                        plt.plot(oxs, oys, marker="braille", label=safe(name, single_line=True)[:24])
+                        lo, hi = min(lo, min(oys)), max(hi, max(oys))
+                plt.plot(xs, ys, marker="braille",
+                         **({"label": safe(self.label, single_line=True)[:24]} if self.overlay else {}))
                 ticks, labels = axes.y_ticks(lo, hi, rows, (lambda v: 10 ** v) if self.log_scale else (lambda v: v))
                 if hi > lo:
                     plt.ylim(lo, hi)  # the curve spans the height: its ends sit on the end labels

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 
 __all__ = ["job_id", "attempt", "output_dir", "data_dir", "checkpoint_dir", "log",
-           "should_checkpoint", "checkpoint_saved"]
+           "should_checkpoint", "checkpoint_saved", "params"]
 
 COMPLETE_MARKER = ".complete"  # in checkpoint_dir(); core/runtime/ckptscan.py reads it
 
@@ -76,6 +76,17 @@ def job_id() -> str | None:
 def attempt() -> int:
     """1 for the first run; higher after a resume or a migration (then load a checkpoint)."""
     return int(os.environ.get("GPU_ROUTER_ATTEMPT", "1"))
+
+
+def params() -> dict:
+    """This run's point of a sweep (`gpu submit --sweep LR=0.1,0.01`): {"LR": 0.1}; {} for a
+    job that is not part of one, or outside gpu-router. Each value is also in the environment
+    variable named by its key, as text."""
+    try:
+        doc = json.loads(os.environ.get("GPU_ROUTER_PARAMS") or "{}")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def output_dir() -> Path:

@@ -1,0 +1,452 @@
+"""Sweeps: one request run at many points, as one job group decided once.
+
+Every point is an ordinary job (retried, moved and brought home to runs/<id>/ like any other);
+the group (the store's `groups` row) holds what is decided once for all of them:
+
+- one bundle (packed once) and one plan: each point routed in turn among the targets probed
+  once, each placed point taking a slot there, so the points spread over the targets that fit;
+- one digest over every point's plan digest and max_parallel: a person approves exactly that,
+  and a changed sweep is a new group, held again;
+- the approval rules (core/planning/policy.py) judged on the group's totals (hours and price
+  of all its points), so a hundred cheap points cannot slip under a limit one by one; an
+  agent's sweep is held once, with one tell_user that names the group, its points and totals;
+- idempotency: the same sweep while a point of it is live, or the same request_id, returns
+  the group with `submitted: false`.
+
+The supervisor starts at most `max_parallel` points of a group at once (supervisor.tick).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from core.config.request import JobRequest
+from core.config.sweep import label, point_request
+from core.display.sanitize import printable_doc
+from core.errors import NotFound, UserError
+from core.jobs.states import ACTIVE, LAUNCHED, TERMINAL, State
+from core.jobs.store import Group, Job, Store
+from core.planning.plan import canonical_bytes
+
+
+@dataclass
+class GroupResult:
+    group: Group
+    jobs: list[Job]
+    submitted: bool
+    bundle: dict
+    guidance: dict
+
+    def to_json(self, verbose: bool = False) -> dict[str, Any]:
+        """{group, jobs, guidance, submitted, bundle}: the documented result of a sweep's submit."""
+        return {"group": group_json(self.group, self.jobs),
+                "jobs": [j.to_json(verbose) for j in self.jobs], "guidance": self.guidance,
+                "submitted": self.submitted, "bundle": self.bundle}
+
+
+def group_json(group: Group, jobs: list[Job]) -> dict[str, Any]:
+    """The group object: its fields, and its points' states counted."""
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j.state.value] = counts.get(j.state.value, 0) + 1
+    ended = sum(1 for j in jobs if j.state in TERMINAL)
+    return {**group.to_json(), "states": counts, "done": ended,
+            "progress": round(ended / len(jobs), 4) if jobs else 0.0}
+
+
+def group_digest(point_digests: list[str], max_parallel: int | None) -> str:
+    """sha256 over every point's plan digest, in order, and max_parallel."""
+    return hashlib.sha256(canonical_bytes({"points": point_digests,
+                                           "max_parallel": max_parallel})).hexdigest()
+
+
+def plan_group(req: JobRequest, *, interactive: bool, store: Store,
+               allow_large_project: bool = False, progress: Any = None,
+               warn: Callable[[str], None] | None = None) -> tuple[Any, list[JobRequest], list[dict], dict]:
+    """Pack once, route each point among the targets probed once, judge the totals.
+
+    Returns the bundle, each point's request and plan, and the group's plan (points, where
+    each runs, total hours and price, the holds, the digest)."""
+    from core.engine import targets
+    from core.engine.service import pack, place
+    from core.planning.policy import evaluate, rule_hours
+    from core.planning.usage import weekly_spend
+
+    assert req.sweep
+    first = point_request(req, req.sweep[0])
+    bundle, data_hashes, cfg, store = pack(first, interactive=interactive, store=store,
+                                           allow_large_project=allow_large_project,
+                                           progress=progress, warn=warn)
+    req.data = first.data  # hf:// data resolved once, for every point
+    infos = targets.for_request(first, store, cfg)
+    reqs, plans = [], []
+    for point in req.sweep:
+        preq = point_request(req, point)
+        plan = place(preq, bundle, data_hashes, store, cfg, infos, interactive=interactive)
+        plan["point"] = point
+        info = infos.get(plan["target"])
+        if info is not None:
+            info.waiting += 1  # the point takes a slot there: the next may go elsewhere
+        reqs.append(preq)
+        plans.append(plan)
+    where: dict[str, int] = {}
+    for plan in plans:
+        where[plan["target"]] = where.get(plan["target"], 0) + 1
+    hours_each = [rule_hours(p.get("hours"), bool(p.get("smoke")), cfg.rules) for p in plans]
+    total_hours = None if any(h is None for h in hours_each) else round(sum(hours_each), 4)
+    total_price = round(sum(p.get("estimated_price") or 0 for p in plans), 4)
+    holds: list[dict] = []
+    spent = weekly_spend(store)
+    for name in where:  # the totals against each target the group uses (its sandbox, quota)
+        for h in evaluate(hours=total_hours, secrets=list(req.secrets), price=total_price,
+                          info=infos[name], rules=cfg.rules, weekly_spend=spent,
+                          interactive=interactive, smoke=req.smoke):
+            doc = h.to_json()
+            if doc not in holds and not any(x["rule"] == doc["rule"] and name not in doc["reason"]
+                                            and x["reason"] == doc["reason"] for x in holds):
+                holds.append(doc)
+    if not interactive and total_hours is not None:  # say whose totals the hold is about
+        for h in holds:
+            h["reason"] = f"the sweep's {len(plans)} points together: {h['reason']}"
+    group_plan = {"points": list(req.sweep), "targets": where, "hours": total_hours,
+                  "estimated_price": total_price, "holds": holds,
+                  "submitted_by": "person" if interactive else "agent",
+                  "command": plans[0]["command"], "max_parallel": req.max_parallel}
+    group_plan["digest"] = group_digest([p["digest"] for p in plans], req.max_parallel)
+    return bundle, reqs, plans, group_plan
+
+
+def tell_user(short: str, name: str, group_plan: dict) -> str:
+    """The one paragraph an agent relays about a held sweep: the group, its point count, totals."""
+    from core.planning.policy import plain_paragraph
+
+    n = len(group_plan["points"])
+    hours = group_plan.get("hours")
+    price = group_plan.get("estimated_price") or 0
+    cost = (f"{hours:g} hours in all" if hours is not None else "no time estimate") + (
+        ", free (no charge on these targets)" if not price else f", estimated ${price:.2f} in all")
+    where = ", ".join(f"{k} ({v})" for k, v in group_plan["targets"].items())
+    command = " ".join(group_plan.get("command") or [])
+    why = "; ".join(h["reason"] for h in group_plan["holds"]) or "a rule in your config"
+    return plain_paragraph(
+        f"gpu-router sweep {short} ({name}) of {n} points is waiting for your approval: it would "
+        f"run `{command}` at each point on {where}, {cost}. It is held because {why}. To approve "
+        f"all {n} points, run `gpu approve {short}` in a terminal or press `a` on the group in "
+        f"`gpu dash`; to refuse them, run `gpu deny {short}`.")
+
+
+def submit(req: JobRequest, **kwargs: Any) -> Any:
+    """What every front calls to submit: a request with a sweep as a group (`submit_group`),
+    any other as one job (core.engine.service.submit, with the same keywords)."""
+    if req.sweep:
+        known = ("actor", "interactive", "store", "start_supervisor", "allow_large_project",
+                 "front", "progress", "warn", "expect_digest")
+        return submit_group(req, **{k: v for k, v in kwargs.items() if k in known})
+    from core.engine.service import submit as submit_job
+
+    return submit_job(req, **kwargs)
+
+
+def submit_group(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
+                 store: Store | None = None, start_supervisor: bool = True,
+                 allow_large_project: bool = False, front: str = "cli",
+                 progress: Any = None, warn: Callable[[str], None] | None = None,
+                 expect_digest: str | None = None) -> GroupResult:
+    """Record the group and its points (once), holding them all where the rules say so."""
+    from core.engine.service import fingerprint, ignore_runs, needs_supervisor
+
+    store = store or Store()
+    bundle, reqs, plans, gplan = plan_group(req, interactive=interactive, store=store,
+                                            allow_large_project=allow_large_project,
+                                            progress=progress, warn=warn)
+    if expect_digest is not None and expect_digest != gplan["digest"]:
+        gplan["holds"].insert(0, {"rule": "plan_changed", "reason": (
+            f"its plan changed since the plan that was shown (digest {expect_digest[:12]}, "
+            f"now {gplan['digest'][:12]})")})
+    fp = fingerprint(req, bundle.hash)
+    summary = bundle.summary()
+    group, jobs, submitted = _insert_once(store, req, reqs, plans, gplan, bundle, fp, summary, actor)
+    try:
+        ignore_runs(Path(req.project_dir) / "runs")
+    except OSError:
+        pass
+    if submitted and start_supervisor and jobs and needs_supervisor(jobs[0]):
+        from core.engine.daemon import ensure_running
+
+        ensure_running()
+    return GroupResult(group=group, jobs=jobs, submitted=submitted, bundle=summary,
+                       guidance=guidance(group, jobs, submitted, front))
+
+
+def _insert_once(store: Store, req: JobRequest, reqs: list[JobRequest], plans: list[dict],
+                 gplan: dict, bundle: Any, fp: str, summary: dict,
+                 actor: str) -> tuple[Group, list[Job], bool]:
+    now = time.time()
+    with store.write() as db:
+        existing = store.find_active_group(request_id=req.request_id, db=db) if req.request_id \
+            else store.find_active_group(fingerprint=fp, db=db)
+        if existing is not None:
+            if req.request_id and existing.fingerprint != fp:
+                raise UserError(f"request_id {req.request_id!r} was already used for a different "
+                                f"sweep (group {existing.short_id})",
+                                fix="use a new request_id for a new sweep, or resubmit the original unchanged")
+            return existing, store.group_jobs(existing.id, db=db), False
+        group_id = _fresh_id(db, "groups")
+        short = group_id[:8]
+        held = bool(gplan["holds"])
+        name = req.display_name()
+        gplan["tell_user"] = tell_user(short, name, gplan) if held else ""
+        store.insert_group({"id": group_id, "short_id": short, "name": name, "created_at": now,
+                            "project_dir": req.project_dir, "request_id": req.request_id,
+                            "fingerprint": fp, "digest": gplan["digest"], "spec": gplan,
+                            "max_parallel": req.max_parallel,
+                            "approval": "held" if held else "none"}, db)
+        from core.engine.service import fingerprint
+
+        for n, (preq, plan) in enumerate(zip(reqs, plans), start=1):
+            job_id = _fresh_id(db, "jobs")
+            jshort = job_id[:8]
+            plan["group"] = {"id": group_id, "short_id": short, "index": n,
+                             "max_parallel": req.max_parallel}
+            request_doc = preq.to_json()
+            for key in ("wait_s", "verbose"):
+                request_doc.pop(key, None)
+            row = {"id": job_id, "short_id": jshort, "name": f"{name}[{label(plan['point'])}]"[:120],
+                   "provider": plan["target"], "project_dir": preq.project_dir,
+                   "outputs_dir": str(Path(preq.project_dir) / "runs" / jshort),
+                   "request_id": None, "fingerprint": fingerprint(preq, bundle.hash),
+                   "request": request_doc, "plan": plan, "digest": plan["digest"],
+                   "bundle_hash": bundle.hash, "group_id": group_id,
+                   "bundle": {**summary, "hash": bundle.hash, "root": str(bundle.root),
+                              "project_rel": bundle.project_rel}}
+            store.insert_job(row, reason=f"submitted by {actor} as point {n} of sweep {short}",
+                             actor=actor)
+            store.transition(job_id, State.ROUTING, "; ".join(plan["reasons"]), actor=actor,
+                             data={"target": plan["target"], "passed_over": plan["passed_over"]})
+            if held:
+                hplan = {**plan, "holds": gplan["holds"], "hold_kind": "group",
+                         "tell_user": gplan["tell_user"]}
+                store.transition(job_id, State.AWAITING_APPROVAL,
+                                 f"held with its sweep {short} for approval: "
+                                 + "; ".join(h["reason"] for h in gplan["holds"]),
+                                 actor=actor, data={"holds": gplan["holds"], "group": short},
+                                 plan=hplan)
+        return store.group(group_id), store.group_jobs(group_id, db=db), True
+
+
+def _fresh_id(db: Any, table: str) -> str:
+    for _ in range(5):
+        new = os.urandom(16).hex()
+        if db.execute(f"SELECT 1 FROM {table} WHERE short_id = ?", (new[:8],)).fetchone() is None:
+            break
+    return new
+
+
+def guidance(group: Group, jobs: list[Job], submitted: bool, front: str = "cli") -> dict[str, Any]:
+    """What the caller does next about the whole group."""
+    short = group.short_id
+    held = any(j.state == State.AWAITING_APPROVAL and j.plan.get("hold_kind") == "group" for j in jobs)
+    if front == "cli":
+        doc: dict[str, Any] = {"follow": f"gpu status {short}", "status": f"gpu status {short}"}
+    else:
+        from core.engine.service import tool_call
+
+        tool = "compute_job" if front == "compute" else "gpu_status"
+        args = {"action": "status", "job": short} if front == "compute" else {"job": short}
+        doc = {"follow": tool_call(tool, **args), "status": tool_call(tool, **args),
+               "next_call": {"tool": tool, "arguments": args}}
+    doc["needs_approval"] = held
+    if not submitted:
+        doc["note"] = (f"sweep {short} with the same request still has live points: returned it "
+                       "instead of starting a second copy")
+    if held:
+        from core.planning.policy import plain_paragraph
+
+        doc["tell_user"] = plain_paragraph(group.spec.get("tell_user") or "")
+        doc["approve"] = f"gpu approve {short}"
+    return doc
+
+
+# -- the group as a unit ---------------------------------------------------------------------
+
+
+def held_points(store: Store, group: Group) -> list[Job]:
+    return [j for j in store.group_jobs(group.id)
+            if j.state == State.AWAITING_APPROVAL and j.plan.get("hold_kind") == "group"]
+
+
+def approve_group(store: Store, group: Group, *, digest: str, actor: str,
+                  pin_checked: bool = False) -> list[Job]:
+    """Approve exactly the sweep with `digest`: every point held with it goes on, in one
+    transaction. A job's process is refused (the check no front can skip)."""
+    from core.engine.approvals import _wake, require_not_job
+
+    points = held_points(store, group)
+    if not points:
+        raise UserError(f"sweep {group.short_id} has no point awaiting approval ({group.approval})",
+                        fix=f"see `gpu status {group.short_id}`")
+    require_not_job("approval", store=store, job=points[0])
+    with store.write():
+        group = store.group(group.id)
+        if digest != group.digest:
+            raise UserError(f"the plan of sweep {group.short_id} changed since it was shown "
+                            f"(digest {digest[:12]} is now {group.digest[:12]})",
+                            fix=f"review it again with `gpu approve {group.short_id}`")
+        out = []
+        for job in held_points(store, group):
+            out.append(store.transition(
+                job.id, State.ROUTING, f"approved with sweep {group.short_id} by {actor} "
+                f"(plan {group.digest[:12]})", actor=actor, expect=[State.AWAITING_APPROVAL],
+                data={"decision": "approve", "digest": job.digest, "group_digest": group.digest,
+                      "hold": "group", "pin": pin_checked}, approved_digest=job.digest))
+        store.set_group(group.id, approval="approved")
+    _wake()
+    return out
+
+
+def deny_group(store: Store, group: Group, *, actor: str, reason: str | None = None) -> list[Job]:
+    """Refuse every point held with the sweep (`denied`)."""
+    from core.engine.approvals import require_not_job
+
+    points = held_points(store, group)
+    if not points:
+        raise UserError(f"sweep {group.short_id} has no point awaiting approval ({group.approval})",
+                        fix=f"see `gpu status {group.short_id}`")
+    require_not_job("denial", store=store, job=points[0], undone="nothing was denied")
+    text = f"denied with sweep {group.short_id} by {actor}" + (f": {reason}" if reason else "")
+    with store.write():
+        out = [store.transition(j.id, State.DENIED, text, actor=actor, expect=[State.AWAITING_APPROVAL],
+                                data={"decision": "deny", "digest": j.digest, "reason": reason})
+               for j in held_points(store, group)]
+        store.set_group(group.id, approval="denied")
+    return out
+
+
+def cancel_group(store: Store, group: Group, *, actor: str = "cli", wait_s: float = 15.0) -> list[Job]:
+    """Stop every live point: those not launched are cancelled at once, the launched are asked
+    to stop (the supervisor stops them); waits up to `wait_s` for all to end."""
+    from core.engine.daemon import ensure_running
+
+    live = [j for j in store.group_jobs(group.id) if j.state not in TERMINAL]
+    if not live:
+        raise UserError(f"every point of sweep {group.short_id} already ended", fix="nothing to cancel")
+    with store.write():
+        for job in live:
+            job = store.get(job.id)
+            if job.state in TERMINAL:
+                continue
+            if job.state not in LAUNCHED:
+                store.transition(job.id, State.CANCELLED, f"cancelled with sweep {group.short_id} by {actor}",
+                                 actor=actor)
+            else:
+                store.update(job.id, cancel_requested=1)
+                store.add_event(job.id, f"cancel requested with sweep {group.short_id} by {actor}", actor=actor)
+    ensure_running()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        jobs = store.group_jobs(group.id)
+        if all(j.state in TERMINAL for j in jobs):
+            break
+        time.sleep(0.1)
+    return store.group_jobs(group.id)
+
+
+def resume_group(store: Store, group: Group, *, actor: str = "cli",
+                 interactive: bool = False) -> list[tuple[Job, str | None]]:
+    """Resume each ended point that did not finish (failed, cancelled); each as `gpu resume`
+    would. Returns (job, why not) for each point tried."""
+    from core.engine.resume import resume
+
+    out = []
+    for job in store.group_jobs(group.id):
+        if job.state not in (State.FAILED, State.CANCELLED):
+            continue
+        try:
+            out.append((resume(store, job.id, actor=actor, interactive=interactive), None))
+        except UserError as exc:
+            out.append((job, exc.what))
+    if not out:
+        raise UserError(f"sweep {group.short_id} has no failed or cancelled point to resume",
+                        fix=f"see `gpu status {group.short_id}`")
+    return out
+
+
+def best_point(store: Store, jobs: list[Job], key: str, mode: str = "min") -> dict[str, Any] | None:
+    """The point whose last value of `key` is lowest (mode min) or highest (max)."""
+    scored = []
+    for job in jobs:
+        summary = store.metrics_summary(job.id).get(key)
+        value = summary["last"] if summary else job.final.get(key) if isinstance(job.final.get(key), (int, float)) else None
+        if value is not None:
+            scored.append((value, job))
+    if not scored:
+        return None
+    value, job = (min if mode == "min" else max)(scored, key=lambda t: t[0])
+    return {"job": job.short_id, "point": job.plan.get("point") or {}, "key": key, "value": value,
+            "mode": mode, "state": job.state.value}
+
+
+def status_doc(store: Store, group: Group, *, metric: str | None = None, mode: str = "min") -> dict:
+    """`gpu status GROUP --json`: the group (counts per state, progress), each point, the best."""
+    jobs = store.group_jobs(group.id)
+    doc: dict[str, Any] = {"group": group_json(group, jobs),
+                           "jobs": [j.to_json() for j in jobs]}
+    if metric:
+        doc["best"] = best_point(store, jobs, metric, mode)
+    return printable_doc(doc)
+
+
+def resolve_group(store: Store, ref: str) -> Group | None:
+    """The group `ref` names, or None (then it is a job's reference)."""
+    try:
+        return store.find_group(ref)
+    except NotFound:
+        return None
+
+
+def live(jobs: list[Job]) -> list[Job]:
+    return [j for j in jobs if j.state in ACTIVE]
+
+
+def wait_group(store: Store, group: Group, *, until: str = "change", timeout_s: float,
+               cancelled: Callable[[], bool] | None = None) -> tuple[list[Job], bool]:
+    """Block until a point of the group changes state ("change"), or every point ended or one
+    waits for a person ("end"), or `timeout_s` passes; (the points as they are then, whether
+    the wait was woken). One indexed read of the store each WAIT_POLL_S, as `wait_job`."""
+    from core.engine.service import WAIT_POLL_S, WAIT_UNTIL
+
+    if until not in WAIT_UNTIL:
+        raise UserError(f"until must be one of {', '.join(WAIT_UNTIL)} (got {until!r})",
+                        fix="until=\"end\" waits for every point to end; \"change\" for any change")
+    start = {j.id: j.state for j in store.group_jobs(group.id)}
+    began = time.monotonic()
+    while True:
+        jobs = store.group_jobs(group.id)
+        if until == "end":
+            woken = all(j.state in TERMINAL or j.state == State.AWAITING_APPROVAL for j in jobs)
+        else:
+            woken = any(start.get(j.id) != j.state for j in jobs)
+        left = timeout_s - (time.monotonic() - began)
+        if woken or left <= 0 or (cancelled is not None and cancelled()):
+            return jobs, woken
+        time.sleep(min(WAIT_POLL_S, left))
+
+
+def preview(req: JobRequest, *, interactive: bool, store: Store | None = None,
+            allow_large_project: bool = False, progress: Any = None,
+            warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """`gpu plan` (gpu_plan, compute_job plan) of a sweep, without submitting: the group's plan
+    (points, where each would run, totals, the holds, the digest) and what ships."""
+    bundle, _, plans, gplan = plan_group(req, interactive=interactive, store=store or Store(),
+                                         allow_large_project=allow_large_project,
+                                         progress=progress, warn=warn)
+    points = [{"point": p["point"], "target": p["target"], "gpu": p["gpu"], "hours": p.get("hours"),
+               "estimated_price": p.get("estimated_price"), "digest": p["digest"]} for p in plans]
+    return printable_doc({"group": {k: v for k, v in gplan.items() if k != "points"}, "points": points,
+                          "bundle": bundle.summary(), "digest": gplan["digest"],
+                          "needs_approval": bool(gplan["holds"])})
