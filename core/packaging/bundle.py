@@ -20,7 +20,6 @@ import stat
 import contextlib
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -215,6 +214,8 @@ def _store_objects(listing: Listing, todo: list[Entry], cache: FileHashCache,
     if workers == 1 or len(todo) < 8:
         results = [one(e) for e in todo]
     else:
+        from concurrent.futures import ThreadPoolExecutor  # a warm submit stores nothing: not imported
+
         with ThreadPoolExecutor(workers, thread_name_prefix="pack") as pool:
             futures = [pool.submit(one, e) for e in todo]
             try:
