@@ -10,7 +10,8 @@ at its remote path under `fs/`, each volume a lasting folder at its mount path),
 the function names is imported there by this Python in a subprocess that calls the function
 with the pickled input; standard output is the call's log (AppFetchLogs), the pickled return
 value its result (FunctionGetOutputs). The function's timeout is enforced (the result is then
-GENERIC_STATUS_TIMEOUT), and FunctionCallCancel stops the process (GENERIC_STATUS_TERMINATED).
+GENERIC_STATUS_TIMEOUT; `timeout_kill_after_s` keeps the container running a moment after
+that), and FunctionCallCancel stops the process (GENERIC_STATUS_TERMINATED).
 
 A volume is read from outside as the client reads it: VolumeListFiles (VolumeListFiles2 for a
 v2 volume) lists a folder with paths relative to the volume's root, and VolumeGetFile2 answers
@@ -106,6 +107,9 @@ class FakeModal:
         self.volume_extra: dict[str, dict[str, bytes]] = {}  # volume name -> {listed path: content}
         self.block_gets: list[str] = []  # the volume path of each block served
         self.refuse_reads = False  # VolumeGetFile2 answers PERMISSION_DENIED (a read that fails)
+        # a call at its timeout is reported at once and its container stopped this much later
+        # (as a real one may go on a moment after Modal says the input timed out)
+        self.timeout_kill_after_s = 0.0
         self._blocks: dict[str, tuple[str, Any, int, int]] = {}  # token -> (path, source, start, length)
         self._uploads: dict[str, tuple[str, int, str]] = {}  # PUT token -> (blob id, length, sha256 b64)
         self._blobs: dict[str, bytes] = {}  # blob id -> content, once PUT whole
@@ -525,7 +529,10 @@ class FakeModal:
         if call.status is None:
             call.status, call.exception = GR.GENERIC_STATUS_TIMEOUT, \
                 f"Function timed out after {call.function.timeout_secs}s"
-            self._kill(call)
+            if self.timeout_kill_after_s:
+                threading.Timer(self.timeout_kill_after_s, self._kill, args=(call,)).start()
+            else:
+                self._kill(call)
 
     @staticmethod
     def _kill(call: Call) -> None:

@@ -136,3 +136,39 @@ def test_a_job_leaving_its_target_stops_the_copy_still_coming_from_there(home: P
         assert _leftovers(job.id) == []
 
     asyncio.run(scenario())
+
+
+def test_a_job_saving_faster_than_a_copy_travels_still_gets_one_home(home: Path) -> None:
+    """Each save comes before the copy in flight has moved a byte (a busy host: its listing and
+    its stream start slowly). The copy that took the place of one that gave way gives way to no
+    other: it lands, and the next poll's newest comes after it. Before, every new generation
+    superseded the copy in flight and none came home while the job saved."""
+    job, target, ckpt, sup = _world("ab" * 16)
+
+    async def scenario() -> None:
+        await sup._mirror_new_generation(job, target, _save(ckpt, 1))
+        await eventually(lambda: len(target.started) == 1, "the first copy starts")
+        g2 = _save(ckpt, 2)  # before a byte of the first came: it gives way
+        await sup._mirror_new_generation(job, target, g2)
+        assert target.cancelled == 1
+        await eventually(lambda: len(target.started) == 2, "the second copy starts")
+        for step in (3, 4):  # save after save (g2 still among the few kept), each before a byte came
+            await sup._mirror_new_generation(job, target, _save(ckpt, step))
+            assert target.cancelled == 1 and len(target.started) == 2, (step, target.started)
+        for _ in range(10):
+            target.go.release()
+        await eventually(lambda: job.id not in sup._copies, "the second copy lands")
+        assert checkpoints.summary(job.id)["generation"] == g2
+        assert json.loads((checkpoints.home_dir(job.id) / "state.json").read_text()) == {"step": 2}
+
+        newest = _save(ckpt, 5)  # the next poll asks for the newest; this copy may give way once again
+        await sup._mirror_new_generation(job, target, newest)
+        await eventually(lambda: len(target.started) == 3, "the copy of the newest starts")
+        assert not sup._copies[job.id].replaced
+        for _ in range(10):
+            target.go.release()
+        await eventually(lambda: job.id not in sup._copies, "the newest lands")
+        assert checkpoints.summary(job.id)["generation"] == newest
+        assert _leftovers(job.id) == []
+
+    asyncio.run(scenario())

@@ -219,6 +219,52 @@ def test_a_call_at_its_timeout_resumes_from_the_checkpoint_on_the_volume(modal_f
     assert json.loads(kept.read_text()) == list(range(24))
 
 
+# a job deaf to the checkpoint request: Modal stops each call at its timeout. It logs a step's
+# row before it saves the step (a call stopped between the two does the step again: its row
+# twice, never none) and saves by rename (a call stopped mid-save leaves the last whole one)
+DEAF = """
+import json, os, time
+import gpu
+ckpt = gpu.checkpoint_dir() / "steps.json"
+done = json.loads(ckpt.read_text()) if ckpt.exists() else []
+for step in range(len(done), 24):
+    time.sleep(0.5)
+    gpu.log(step=step, loss=1.0 / (step + 1))
+    done.append(step)
+    (gpu.checkpoint_dir() / "steps.tmp").write_text(json.dumps(done))
+    os.replace(gpu.checkpoint_dir() / "steps.tmp", ckpt)
+(gpu.output_dir() / "steps.json").write_text(json.dumps(done))
+"""
+
+
+def test_rows_a_call_writes_after_modal_reported_its_timeout_still_come_home(
+        modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
+    """Modal reports the timeout at once and the container goes on a moment (here 4 s): home
+    reads the volume when the timeout is reported, and the rows written after that reach
+    neither the call's stream nor that read. They are on the volume, and come home when the
+    next call there has ended (the flake: 23 points of 24 under load)."""
+    add_modal()
+    modal_fake.timeout_kill_after_s = 4
+    cfg = Path(home).parent / "user-config.yaml"
+    doc = yaml.safe_load(cfg.read_text())
+    doc["targets"]["md"].update(session_limit_hours=0.00278, checkpoint_lead_s=3)  # 10 s calls
+    cfg.write_text(yaml.safe_dump(doc))
+    project = make_git_project(tmp_path / "r", {"train.py": DEAF})
+    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--provider", "md", "--wait-s", "0", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    done = wait_state(short, {"done", "failed"}, timeout=240)
+    assert done["state"] == "done", run_gpu("logs", short).stdout
+    assert json.loads((Path(sub["job"]["outputs_dir"]) / "steps.json").read_text()) == list(range(24))
+    assert any("Modal stopped the function at its timeout" in e["reason"]
+               for e in gpu_json("status", short, "--verbose")["events"])
+    written = sorted(r for f in (modal_fake.root / "volumes").glob("*/job/metrics.jsonl")
+                     for r in f.read_text().splitlines())
+    assert {json.loads(r)["step"] for r in written} == set(range(24))
+    # every row the job wrote came home, once: in the joined file and in what `gpu metrics` counts
+    assert sorted((home / "jobs" / job_id / "metrics.jsonl").read_text().splitlines()) == written
+    assert gpu_json("metrics", short)["metrics"]["loss"]["points"] == len(written)
+
+
 def _held_script(total: int, holds: tuple[int, ...], marked: bool) -> str:
     """A job of `total` steps that saves each one to its checkpoint (with gpu.checkpoint_saved()
     when `marked`, beside a 1 MB file written once) and, before each step in `holds`, waits

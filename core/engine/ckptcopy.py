@@ -4,8 +4,13 @@ A large checkpoint takes a while to come home; while it streams the job's step g
 log, its metrics, its poll: a silent host is still noticed within its grace). When the poll
 shows a newer generation while a copy is in flight, the copy in flight gives way to it if it
 has not come half way yet (its partial stream and staging are removed), else it lands and the
-next poll asks for the newer one: a job that saves faster than its checkpoint travels still
-gets one home, and one that saves slowly never waits behind a stale copy. One job never has
+next poll asks for the newer one. A copy that took the place of one that gave way never gives
+way itself: it lands, then the next poll asks for the newest. Without that, a job that saves
+faster than one copy takes (its listing and its stream: two commands on the host, slow on a
+busy or distant host, before a byte is counted) had every copy superseded before it came half
+way, and no checkpoint came home for as long as it ran. So a job that saves faster than its
+checkpoint travels gets one home within two copies' time, and one that saves slowly never
+waits behind a stale copy. One job never has
 two copies at once: the other looks at its checkpoint (the periodic one skips, the ones at the
 end of a session wait for the copy in flight first). A job leaving its target stops a copy
 still coming from there. A mixin of `core.engine.supervisor.Supervisor`, beside jobsteps.py.
@@ -29,9 +34,11 @@ SUPERSEDE_BEFORE = 0.5  # a copy in flight gives way to a newer checkpoint until
 
 @dataclass
 class Copy:
-    """One copy home in flight: its task and how far it has come."""
+    """One copy home in flight: its task, how far it has come, and whether it took the place of
+    one that gave way (then it gives way to none: it lands)."""
     task: asyncio.Task
     progress: CopyProgress
+    replaced: bool = False
 
 
 class CheckpointCopies:
@@ -70,14 +77,16 @@ class CheckpointCopies:
         """The poll saw a checkpoint generation frozen on the target that was not asked for
         yet: start bringing it home now, in a task of its own (the newest one there when the
         copy starts; one the job pruned before it was pinned gives way to the next), within
-        one poll of its save. A copy in flight not yet half way is superseded by it."""
+        one poll of its save. A copy in flight not yet half way is superseded by it, unless
+        that copy already superseded one (two in a row would let a fast saver starve them all)."""
         key = f"{job.id}:{job.attempt}"  # a moved job numbers on from the checkpoint it resumed
         if generation <= self._ckpt_asked.get(key, 0):
             return
         copy = self._copies.get(job.id)
-        if copy is not None and not copy.task.done():
-            if copy.progress.fraction() >= SUPERSEDE_BEFORE:
-                return  # nearly home: it lands, and the next poll asks for this one
+        replacing = copy is not None and not copy.task.done()
+        if copy is not None and replacing:
+            if copy.replaced or copy.progress.fraction() >= SUPERSEDE_BEFORE:
+                return  # it lands (nearly home, or one gave way for it already): the next poll asks for this one
             await self._stop_copy(job.id)
             log.info("job %s: checkpoint %s superseded by %s (%d of %d bytes had come)", job.short_id,
                      copy.progress.generation, generation, copy.progress.moved, copy.progress.expected)
@@ -87,7 +96,7 @@ class CheckpointCopies:
         progress = CopyProgress(generation=generation)
         checkpoints.due(job.id, self._mirrored, True)  # this window's look is this copy
         task = asyncio.get_running_loop().create_task(self._copy(job, provider, progress))
-        self._copies[job.id] = Copy(task, progress)
+        self._copies[job.id] = Copy(task, progress, replaced=replacing)
 
     async def _copy(self, job: Job, provider: Any, progress: CopyProgress) -> None:
         try:
