@@ -286,7 +286,9 @@ async def test_a_on_a_held_point_approves_its_whole_sweep_in_the_dashboard(home:
         await app.workers.wait_for_complete()
         await pilot.pause(0.3)
     store = Store()
-    assert {j.state.value for j in store.group_jobs(result.group.id)} == {"routing"}
+    states = {j.state.value for j in store.group_jobs(result.group.id)}
+    # approved: every point left the hold (a supervisor may already be provisioning some)
+    assert states and states <= {"routing", "provisioning", "running", "done"}, states
     assert store.group(result.group.id).approval == "approved"
     for job in result.jobs:
         decisions = [e for e in store.events(job.id) if e.data.get("decision") == "approve"]
