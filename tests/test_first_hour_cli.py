@@ -66,17 +66,19 @@ def _submit_on_a_terminal(project: Path, *args: str, stdin_terminal: bool = True
 def test_a_person_piping_submit_s_output_is_a_person(home: Path, tmp_path: Path) -> None:
     """No --hours holds an agent's job, never a person's: stdout piped does not make an agent."""
     project = make_git_project(tmp_path / "proj", {"run.py": "print('hi')\n"})
-    job = _submit_on_a_terminal(project, "run.py", "--wait-s", "0")
+    # each submit is its own request (RUN=n): the same request while the last is active would
+    # return that job, and the assertions would read the first submit's actor
+    job = _submit_on_a_terminal(project, "run.py", "--wait-s", "0", "--env", "RUN=1")
     assert job["state"] != "awaiting_approval", job
     status = gpu_json("status", job["short_id"])
     assert not status["events"][0]["actor"].startswith("agent"), status["events"][0]
     # the same with nothing on stdin (a script, an agent's subprocess) is held, and says why
-    job = _submit_on_a_terminal(project, "run.py", "--wait-s", "0", stdin_terminal=False)
-    assert job["state"] == "awaiting_approval", job
-    assert "no terminal on stdin" in gpu_json("status", job["short_id"])["events"][0]["actor"]
+    second = _submit_on_a_terminal(project, "run.py", "--wait-s", "0", "--env", "RUN=2", stdin_terminal=False)
+    assert second["id"] != job["id"] and second["state"] == "awaiting_approval", second
+    assert "no terminal on stdin" in gpu_json("status", second["short_id"])["events"][0]["actor"]
     # and --json at a terminal is machine output: an agent's
-    job = _submit_on_a_terminal(project, "run.py", "--wait-s", "0", "--json")
-    assert job["state"] == "awaiting_approval", job
+    third = _submit_on_a_terminal(project, "run.py", "--wait-s", "0", "--env", "RUN=3", "--json")
+    assert third["id"] not in (job["id"], second["id"]) and third["state"] == "awaiting_approval", third
 
 
 def test_gpu_yaml_at_the_repository_root_is_found_from_a_subfolder(home: Path, tmp_path: Path) -> None:
