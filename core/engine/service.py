@@ -50,6 +50,15 @@ class SubmitResult:
                 "submitted": self.submitted, "bundle": self.bundle}
 
 
+def hold_if_changed(plan: dict, expect_digest: str | None) -> None:
+    """A submit that names the digest of the plan it was shown is held when the plan it gets is
+    another one (a job's or a sweep's: both digests cover everything a person approves)."""
+    if expect_digest is not None and expect_digest != plan["digest"]:
+        plan["holds"].insert(0, {"rule": "plan_changed", "reason": (
+            f"its plan changed since the plan that was shown (digest {expect_digest[:12]}, "
+            f"now {plan['digest'][:12]})")})
+
+
 def fingerprint(req: JobRequest, bundle_hash: str) -> str:
     doc = req.to_json()
     for key in ("wait_s", "verbose", "request_id"):
@@ -240,10 +249,7 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
                         fix="call core.engine.sweeps.submit, which takes either")
     bundle, plan = prepare(req, interactive=interactive, store=store,
                            allow_large_project=allow_large_project, progress=progress, warn=warn)
-    if expect_digest is not None and expect_digest != plan["digest"]:
-        plan["holds"].insert(0, {"rule": "plan_changed", "reason": (
-            f"its plan changed since the plan that was shown (digest {expect_digest[:12]}, "
-            f"now {plan['digest'][:12]})")})
+    hold_if_changed(plan, expect_digest)
     fp = fingerprint(req, bundle.hash)
     summary = bundle.summary()
     request_doc = req.to_json()

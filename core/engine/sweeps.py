@@ -158,16 +158,13 @@ def submit_group(req: JobRequest, *, actor: str = "cli", interactive: bool = Fal
                  progress: Any = None, warn: Callable[[str], None] | None = None,
                  expect_digest: str | None = None) -> GroupResult:
     """Record the group and its points (once), holding them all where the rules say so."""
-    from core.engine.service import fingerprint, ignore_runs, needs_supervisor
+    from core.engine.service import fingerprint, hold_if_changed, ignore_runs, needs_supervisor
 
     store = store or Store()
     bundle, reqs, plans, gplan = plan_group(req, interactive=interactive, store=store,
                                             allow_large_project=allow_large_project,
                                             progress=progress, warn=warn)
-    if expect_digest is not None and expect_digest != gplan["digest"]:
-        gplan["holds"].insert(0, {"rule": "plan_changed", "reason": (
-            f"its plan changed since the plan that was shown (digest {expect_digest[:12]}, "
-            f"now {gplan['digest'][:12]})")})
+    hold_if_changed(gplan, expect_digest)
     fp = fingerprint(req, bundle.hash)
     summary = bundle.summary()
     group, jobs, submitted = _insert_once(store, req, reqs, plans, gplan, bundle, fp, summary, actor)
