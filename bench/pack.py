@@ -225,7 +225,7 @@ def main() -> int:
     print(f"(c)/(a)  = {rc:.3f}x  target under 0.2x:  {'PASS' if rc < 0.2 and not repacked else 'FAIL'}")
     print(f"(b)/(a') = {mb / ma1:.2f}x   (against tar at gpu-router's own gzip level 1; reference)")
     print("note: tar | gzip is a two-process pipeline (tar reads, gzip compresses, on 2 cores); "
-          "gpu-router reads, hashes and gzips in one Python thread.")
+          "gpu-router reads, hashes and writes each file into its object on threads (one object file per distinct content).")
     return 0
 
 
