@@ -104,8 +104,9 @@ def object_stream(digests_: list[str], out) -> int:
 
 
 def archive(bundle_hash: str) -> Path:
-    """The whole bundle as one tar.gz (kept under cache/archives by hash), for a target that
-    takes one file: made from the objects on first use."""
+    """The whole bundle as one tar.gz (kept under cache/archives by hash), made from the
+    objects on first use: no target takes one archive any more (each is sent objects); it is
+    how a person or a test reads a bundle with tar."""
     out = paths.cache_dir() / "archives" / f"{bundle_hash}.tar.gz"
     if out.is_file():
         return out
