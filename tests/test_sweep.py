@@ -404,3 +404,45 @@ async def test_c_on_a_folded_sweep_cancels_every_live_point(home: Path) -> None:
         await pilot.pause(0.3)
     points = Store().group_jobs(SWEEP_GROUP)
     assert all(p.cancel_requested for p in points) and len(points) == 3
+
+
+async def test_the_live_dashboard_folds_a_sweep_from_its_first_read_and_redraws_it_as_points_move(
+        home: Path) -> None:
+    """The live dashboard's first read goes into its index in chunks, not one job at a time
+    through the app: the sweep's points were left unfolded until each changed (bench/sweep.py
+    saw 201 rows shrink by 20 a tick). And a folded row shows its points' counts: a point that
+    moves draws the row again, even when the row's own point has ended."""
+    from core.jobs.states import State
+    from core.jobs.store import Store
+    from tui.dash.app import DashApp
+    from tui.dash.demo import SWEEP_POINTS, _id, seed, seed_sweep
+    from tui.dash.widgets import JobsTable
+
+    seed()
+    seed_sweep()
+    store = Store()
+    points = [_id(n) for n, _ in SWEEP_POINTS]
+    app = DashApp(live=True, bell=False, poll_s=0.1)
+    async with app.run_test(size=(200, 50)) as pilot:
+        table = app.query_one(JobsTable)
+        for _ in range(100):
+            if table.row_count:
+                break
+            await pilot.pause(0.05)
+        assert [i for i in table.view if i in points] == [points[0]]  # one row from the first frame
+        assert "3 running" in table.row_text(points[0])
+        app.select_job(_id(2))  # not a point: nothing else about the sweep is drawn meanwhile
+
+        async def drawn_after(jid: str, state: State) -> str:
+            await pilot.pause(0.3)
+            table.reset_count()
+            store.transition(jid, state, "test")
+            for _ in range(40):  # the poll's read, then the frame
+                await pilot.pause(0.05)
+                if table.rendered_rows:
+                    break
+            assert table.rendered_rows, f"the sweep's row was not drawn again after {jid[:8]} moved"
+            return table.row_text(points[0])
+
+        assert "2 running" in await drawn_after(points[0], State.DONE)  # its row's own point
+        assert "1 running" in await drawn_after(points[2], State.CANCELLED)  # another point

@@ -238,7 +238,7 @@ class DashApp(App):
         yield TargetsTable(id="targets")
         yield Input(placeholder="filter: words match id, name, state, target; !word excludes; esc closes",
                     id="filter")
-        yield JobsTable(self.jobs, self.clock, id="jobs")
+        yield JobsTable(self.jobs, self.clock, self.index.members, id="jobs")
         yield Input(placeholder="search the log: a regular expression; enter finds, n/N step, esc closes",
                     id="logsearch")
         with Horizontal(id="bottom"):
@@ -362,8 +362,6 @@ class DashApp(App):
         newly_pending = []
         for job in message.jobs:
             before = self.index.put(job, read_in_order=message.initial)
-            if job.group_id and before is None:  # a sweep's point: its group's row counts it
-                table.members.setdefault(job.group_id, []).append(job.id)
             if (job.state == State.AWAITING_APPROVAL and not message.initial
                     and (before is None or before.state != State.AWAITING_APPROVAL)):
                 newly_pending.append(job)

@@ -48,7 +48,10 @@ def release_to_gc() -> None:
 class JobIndex:
     """Jobs by id (`jobs`, shared with the JobsTable, which draws from it), `counts` by state,
     `order` (ids, newest first; equal times keep the order they arrived in) with `keys` beside
-    it (-created_at, ascending, for bisecting), and `texts`, each job's search text."""
+    it (-created_at, ascending, for bisecting), `texts`, each job's search text, and `members`,
+    each sweep's point ids (shared with the table too, which folds a closed sweep into one row:
+    kept here so that the first load, which never passes through the app's handler one job at
+    a time, counts them as every later read does)."""
 
     def __init__(self, jobs: dict[str, Job] | None = None) -> None:
         self.jobs: dict[str, Job] = jobs if jobs is not None else {}
@@ -56,6 +59,7 @@ class JobIndex:
         self.order: list[str] = []
         self.keys: list[float] = []
         self.texts: dict[str, str] = {}
+        self.members: dict[str, list[str]] = {}
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -74,6 +78,8 @@ class JobIndex:
         self.counts[job.state] += 1
         self.jobs[job.id] = job
         self.texts[job.id] = search_text(job)  # the row changed: its text is made again, once
+        if before is None and job.group_id:
+            self.members.setdefault(job.group_id, []).append(job.id)
         if before is None or moved:
             key = -job.created_at
             i = (bisect.bisect_right if read_in_order else bisect.bisect_left)(self.keys, key)

@@ -171,7 +171,8 @@ class JobsTable(ScrollView, can_focus=True):
     compact: bool | None = None
     cursor_row: reactive[int] = reactive(0, always_update=True, repaint=False)
 
-    def __init__(self, jobs: dict | None = None, now: Callable[[], float] | None = None, **kw) -> None:
+    def __init__(self, jobs: dict | None = None, now: Callable[[], float] | None = None,
+                 members: dict[str, list[str]] | None = None, **kw) -> None:
         super().__init__(**kw)
         self.jobs: dict = jobs if jobs is not None else {}
         self.now = now or time.time
@@ -182,9 +183,9 @@ class JobsTable(ScrollView, can_focus=True):
         # a row is turned into text again only when one of them changed (see render_line)
         self._drawn: dict[str, tuple[object, tuple, Strip]] = {}
         self._frame_styles: tuple | None = None  # the row styles of the frame being drawn
-        # sweeps: each group's point ids (kept by the app as jobs arrive), the groups opened
-        # into their points, and each closed group's one row (the point it is drawn in)
-        self.members: dict[str, list[str]] = {}
+        # sweeps: each group's point ids (the app's JobIndex keeps them as jobs arrive), the
+        # groups opened into their points, and each closed group's one row (its point drawn)
+        self.members: dict[str, list[str]] = members if members is not None else {}
         self.opened: set[str] = set()
         self.heads: dict[str, str] = {}
 
@@ -268,8 +269,9 @@ class JobsTable(ScrollView, can_focus=True):
         self._place(selected, keep_scroll=True)
         if shifted or self.cursor_row != cursor:
             self._repaint()  # rows on screen moved: every line again (unchanged rows from _drawn)
-        else:
-            self.refresh_rows(job.id for job in changed)
+        else:  # a closed sweep's row shows its points' counts: a point's change draws it
+            self.refresh_rows({self.heads.get(job.group_id, job.id) if job.group_id and job.group_id not in self.opened
+                               else job.id for job in changed})
 
     def refresh_rows(self, job_ids) -> None:
         """Mark for drawing only the lines of these jobs that are on screen: a tick that
