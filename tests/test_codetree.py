@@ -3,6 +3,7 @@ as an object, and what gc frees (core/runtime/codetree.py, core/packaging/object
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
@@ -41,6 +42,7 @@ _rel = st.lists(_part, min_size=1, max_size=5).map("/".join)
 @example(rows=[("d", "l", "."), ("d/d/e", "l", "../../outside")])
 @example(rows=[("d", "l", "."), ("d/e", "l", "../outside"), ("d/e/f", "f", "")])
 @example(rows=[("d", "l", ".."), ("d/f", "f", "")])
+@example(rows=[("a", "l", "a//")])  # a loop: realpath answers "/" for it
 def test_a_built_folder_never_reaches_outside_itself(tmp_path: Path, rows: list) -> None:
     """For any manifest, build either refuses it whole or makes only paths inside the folder,
     whose links resolve inside it: a hostile or broken manifest writes nothing anywhere else."""
@@ -61,6 +63,11 @@ def test_a_built_folder_never_reaches_outside_itself(tmp_path: Path, rows: list)
                 path = Path(top) / name
                 assert str(path).startswith(str(dest) + "/")
                 if path.is_symlink():
+                    try:
+                        os.path.realpath(path, strict=True)
+                    except OSError as exc:
+                        if exc.errno == errno.ELOOP:
+                            continue  # a loop (a -> a//) reaches nothing; realpath says "/" for it
                     assert os.path.realpath(path).startswith(str(dest)), (path, os.readlink(path))
     assert list(outside.iterdir()) == []
     assert sorted(p.name for p in work.iterdir()) == ["box", "objects", "outside"]
@@ -100,8 +107,13 @@ def test_a_job_rewriting_its_code_changes_no_other_job_and_no_object(home: Path,
     assert (two / "train.py").read_text() == "print('original')\n"
     assert (two / "lib" / "a.py").read_text() == "A = 1\n"
     three = tmp_path / "job3" / "code"
-    objects.materialize(bundle.hash, three)
+    objects.materialize(bundle.hash, three, reuse=one)  # offered job 1's (ended) folder: refused
     assert (three / "lib" / "a.py").read_text() == "A = 1\n"
+    assert (three / "train.py").read_text() == "print('original')\n"
+    assert (one / "train.py").read_text() == "print('tampered')\n"  # left as the job left it
+    four = tmp_path / "job4" / "code"
+    objects.materialize(bundle.hash, four, reuse=two)  # job 2 wrote nothing: taken over
+    assert not two.exists() and (four / "train.py").read_text() == "print('original')\n"
     for rel, _, ref, _size in objects.entries(bundle.hash):
         assert hashlib.sha256(objects.object_file(ref).read_bytes()).hexdigest() == ref, rel
 
@@ -144,11 +156,165 @@ def test_an_object_used_lately_is_not_swept_though_no_manifest_names_it(home: Pa
     """A submit reusing an object touches it before its manifest exists: gc leaves it."""
     digest = _store(paths.objects_dir(), b"about to be named\n")
     stale = _store(paths.objects_dir(), b"long unused\n")
+    lately = _store(paths.objects_dir(), b"named a minute ago\n")
     old = time.time() - 2 * cachescan.MIN_AGE_S
     os.utime(objects.object_file(stale), (old, old))
     os.utime(objects.object_file(digest), (old, old))
-    assert objects.reuse_object(digest)  # what a submit does when it finds the object
+    minute = time.time() - 60
+    os.utime(objects.object_file(lately), (minute, minute))
+    # what a submit does with the objects it finds (and one it lacks)
+    assert objects.reuse_objects([digest, lately, "ab" * 32]) == {"ab" * 32}
+    assert objects.object_file(lately).stat().st_mtime == pytest.approx(minute)  # fresh: not written again
     entry = [r for r in cachescan.scan(str(home)) if r["kind"] == "objects"]
     assert len(entry) == 1
     cachescan.evict(str(home), [entry[0]["path"]], cachescan.MIN_AGE_S)
     assert objects.object_file(digest).exists() and not objects.object_file(stale).exists()
+    assert objects.object_file(lately).exists()
+
+
+# -- reuse: an ended job's untouched folder taken over by the next build ----------------------
+
+_NAMES = ["a.py", "b.py", "d/c.py", "d/e/f.txt", "g/h.bin", "run.sh", "ln"]
+_CONTENT = [b"one\n", b"two\n", b"three\n", b""]
+
+
+def _manifest(store: Path, rows: dict[str, tuple[str, object]]) -> list[list]:
+    """{rel: (kind, content bytes, or a link target)} as manifest entries."""
+    out = []
+    for rel, (kind, what) in rows.items():
+        if kind == "l":
+            out.append([rel, "l", what, 0])
+        else:
+            out.append([rel, kind, _store(store, what), len(what)])
+    return out
+
+
+def _tree(top: Path) -> dict[str, tuple]:
+    """What a person would see in the folder: each path's kind, content or link target, mode."""
+    seen = {}
+    for dirpath, dirs, files in os.walk(top):
+        for name in dirs + files:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(top))
+            if path.is_symlink():
+                seen[rel] = ("l", os.readlink(path))
+            elif path.is_dir():
+                seen[rel] = ("d",)
+            else:
+                seen[rel] = ("f", path.read_bytes(), path.stat().st_mode & 0o777)
+    return seen
+
+
+_rows = st.dictionaries(st.sampled_from(_NAMES[:-1]), st.tuples(st.sampled_from(["f", "x"]), st.sampled_from(_CONTENT)),
+                        max_size=6)
+
+# what a job may do to its folder before it ends (None: nothing)
+_TOUCH = st.sampled_from([None, "write", "append", "chmod", "utime-back", "new-file", "new-dir", "remove",
+                          "replace-by-rename", "relink"])
+
+
+def _touch(top: Path, how: str | None) -> bool:
+    """Do `how` to the folder as a job might; False when there was nothing to do it to."""
+    files = sorted(p for p in top.rglob("*") if p.is_file() and not p.is_symlink())
+    if how is None:
+        return True
+    if how == "new-file":
+        (top / "model.pt").write_bytes(b"weights")
+        return True
+    if how == "new-dir":
+        (top / "cache").mkdir()
+        return True
+    if how == "relink":
+        links = [p for p in top.rglob("*") if p.is_symlink()]
+        if not links:
+            return False
+        links[0].unlink()
+        links[0].symlink_to("a.py")
+        return True
+    if not files:
+        return False
+    f = files[0]
+    st_ = f.stat()
+    if how == "write":
+        f.write_bytes(b"changed by the job\n")
+    elif how == "append":
+        with open(f, "ab") as out:
+            out.write(b"# more\n")
+    elif how == "chmod":
+        f.chmod(0o600)
+        f.chmod(st_.st_mode & 0o777)  # and back: the ctime still moved
+    elif how == "utime-back":
+        f.write_bytes(f.read_bytes())  # the same bytes again, then the times set back
+        os.utime(f, ns=(st_.st_atime_ns, st_.st_mtime_ns))
+    elif how == "remove":
+        f.unlink()
+    elif how == "replace-by-rename":
+        tmp = f.with_name(f.name + ".tmp")
+        tmp.write_bytes(f.read_bytes())
+        os.replace(tmp, f)
+    return True
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(old=_rows, new=_rows, link=st.booleans(), how=_TOUCH)
+@example(old={"a.py": ("f", b"one\n"), "d/c.py": ("f", b"two\n")}, new={"a.py": ("f", b"one\n"), "d/c.py": ("f", b"three\n")},
+         link=False, how=None)
+@example(old={"d/c.py": ("f", b"two\n")}, new={"d/c.py": ("x", b"two\n")}, link=False, how=None)
+@example(old={"a.py": ("f", b"one\n")}, new={"a.py": ("f", b"one\n")}, link=False, how="utime-back")
+def test_a_reused_folder_is_the_new_build_and_a_touched_one_is_left_whole(
+        tmp_path: Path, old: dict, new: dict, link: bool, how: str | None) -> None:
+    """For any two manifests of a project and anything the first job did to its folder: the
+    second job's folder is exactly what a fresh build makes; when the first job changed, added
+    or removed anything (a write, chmod, same bytes with the times set back, a rename over a
+    file, a new file or folder, a link pointed elsewhere), its folder is left as it left it, for
+    `gpu fetch`, and nothing of it reaches the second job."""
+    work = Path(os.path.realpath(tmp_path)) / f"w{time.monotonic_ns()}"
+    store = work / "objects"
+    store.mkdir(parents=True)
+    if link:
+        old = {**old, "ln": ("l", "a.py")}
+    first, second, fresh = work / "j1" / "code", work / "j2" / "code", work / "j3" / "code"
+    codetree.build(_manifest(store, old), str(store), str(first))
+    changed = _touch(first, how) and how is not None
+    left = _tree(first)
+    time.sleep(0.002)  # past the timestamp tick: a touch never shares its ctime with the build
+    entries = _manifest(store, new)
+    codetree.build(entries, str(store), str(second), reuse=str(first))
+    codetree.build(entries, str(store), str(fresh))
+    assert _tree(second) == _tree(fresh)
+    if changed:
+        assert _tree(first) == left  # whole, as the job left it
+    else:
+        assert not first.exists()  # taken over
+        assert sorted(p.name for p in (work / "j1").iterdir()) == ["code.reused"]  # its record went
+    # every build leaves its record, and only the reused folder's is gone
+    assert (work / "j2" / "code.tree").is_file() and (work / "j3" / "code.tree").is_file()
+
+
+def test_reuse_writes_only_what_differs(tmp_path: Path) -> None:
+    store = tmp_path / "objects"
+    old = {f"src/m{i}.py": ("f", f"print({i})\n".encode()) for i in range(50)}
+    new = {**old, "src/m7.py": ("f", b"print('seven')\n")}
+    first, second = tmp_path / "j1" / "code", tmp_path / "j2" / "code"
+    codetree.build(_manifest(store, old), str(store), str(first))
+    inodes = {p.name: p.stat().st_ino for p in (first / "src").iterdir()}
+    written = codetree.build(_manifest(store, new), str(store), str(second), reuse=str(first))
+    assert written == len(b"print('seven')\n")  # one file's bytes, not fifty
+    after = {p.name: p.stat().st_ino for p in (second / "src").iterdir()}
+    assert all(after[n] == inodes[n] for n in inodes if n != "m7.py")  # the same files, not copies
+    assert (second / "src" / "m7.py").read_bytes() == b"print('seven')\n"
+
+
+def test_two_builds_never_share_one_folder(tmp_path: Path) -> None:
+    """Two jobs launched together, both offered the same ended job's folder: one takes it, the
+    other builds its own; each folder is whole."""
+    store = tmp_path / "objects"
+    rows = {f"f{i}.py": ("f", f"{i}\n".encode()) for i in range(20)}
+    entries = _manifest(store, rows)
+    first = tmp_path / "j1" / "code"
+    codetree.build(entries, str(store), str(first))
+    a, b = tmp_path / "j2" / "code", tmp_path / "j3" / "code"
+    codetree.build(entries, str(store), str(a), reuse=str(first))
+    codetree.build(entries, str(store), str(b), reuse=str(first))  # already taken: a build of its own
+    assert _tree(a) == _tree(b) and len(_tree(a)) == 20
+    assert {p.stat().st_ino for p in a.iterdir()}.isdisjoint({p.stat().st_ino for p in b.iterdir()})

@@ -381,7 +381,9 @@ def test_a_one_line_change_ships_one_object_and_jobs_cannot_touch_each_others_co
     """Bundles travel as objects: the second submit, one line changed, sends that file's new
     content and the manifest, nothing else of the project; each job's code folder is its own
     copy, so a job overwriting a shipped file changes neither another job's copy nor the
-    host's object store (the next job from the same bundle reads the original bytes)."""
+    host's object store (the next job from the same bundle reads the original bytes). An
+    ended job's folder that it left untouched is taken over by the next job (only the changed
+    file written); one it wrote into is left as it is, and the next job gets a fresh copy."""
     import hashlib
 
     add_box(sshd, tmp_path)
@@ -410,6 +412,8 @@ def test_a_one_line_change_ships_one_object_and_jobs_cannot_touch_each_others_co
         return {p.parent.name + p.name for p in store.glob("??/*")}
 
     first = submit("0", "1")
+    jobs = tmp_path / "remote" / "jobs"
+    first_inode = (jobs / first["id"] / "code" / "blob.txt").stat().st_ino
     before = stored()
     assert hashlib.sha256(blob.encode()).hexdigest() in before
     assert first["handle"]["uploaded_bytes"] > 200_000
@@ -423,12 +427,19 @@ def test_a_one_line_change_ships_one_object_and_jobs_cannot_touch_each_others_co
     # the manifest (gzip'd), one small object and the attempt's spec: nothing of the blob
     assert second["handle"]["uploaded_bytes"] < 16_000, second["handle"]
 
+    # the first job wrote nothing into its folder: the second took it over, changing one file
+    assert not (jobs / first["id"] / "code").exists()
+    assert (jobs / second["id"] / "code" / "blob.txt").stat().st_ino == first_inode
+    assert (jobs / second["id"] / "code" / "notes.txt").read_text() == changed
+    fetched = run_gpu("fetch", first["short_id"], "data.txt")
+    assert fetched.returncode != 0 and "took it over" in fetched.stderr, fetched.stderr
+
     third = submit("0", "3")  # the same bundle as the second: read "ORIGINAL" (asserted above)
     assert len(list(manifests.glob("*.json"))) == 2 and third["handle"]["uploaded_bytes"] < 8_000
-    jobs = tmp_path / "remote" / "jobs"
+    # the second job wrote into its folder: left as it was (for `gpu fetch`), the third built anew
     assert (jobs / second["id"] / "code" / "data.txt").read_text() == "CORRUPTED\n"
-    assert (jobs / first["id"] / "code" / "data.txt").read_text() == "ORIGINAL\n"
     assert (jobs / third["id"] / "code" / "data.txt").read_text() == "ORIGINAL\n"
+    assert (jobs / third["id"] / "code" / "blob.txt").stat().st_ino != first_inode
     for p in store.glob("??/*"):  # every object still holds the bytes its name says
         assert hashlib.sha256(p.read_bytes()).hexdigest() == p.parent.name + p.name
 

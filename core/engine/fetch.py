@@ -86,6 +86,11 @@ def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
         except TransportError as exc:
             raise UserError(f"could not read job {job.short_id}'s folder on {job.provider}: {exc}",
                             fix="check the target (`gpu targets probe ...`) and try again") from None
+        if doc.get("reused"):
+            raise UserError(f"job {job.short_id} wrote nothing into its working folder on {job.provider} "
+                            "(only the code it was given was there), so a later job of this project "
+                            "took it over: there is nothing of the job's own to fetch",
+                            fix=f"its outputs are in {job.outputs_dir}; the code is your project's")
         if doc.get("gone"):
             raise UserError(f"job {job.short_id}'s working folder on {job.provider} was cleaned up "
                             "(storage cap or `gpu gc`): its undeclared files are gone",

@@ -230,6 +230,9 @@ class JobSteps:
         except UserError as exc:
             await self.db(self._fail, job, exc.message())
             return
+        donor = await self.db(self.store.code_donor, job)
+        if donor:  # for this launch only (not carried): whose ended code folder it may reuse
+            job.handle = {**job.handle, "code_from": donor}
         try:
             handle = await provider.launch(job, env_secrets)
         except DiskFull as exc:

@@ -786,6 +786,20 @@ class Store:
                       handle=json.loads(r["handle_json"]), since=r["since"], tries=r["tries"],
                       next_try=r["next_try"], stop_sent=r["stop_sent"]) for r in rows]
 
+    def code_donor(self, job: Job) -> str | None:
+        """An ended job of the same project on the same target whose code folder a launch of
+        `job` may take over (core/runtime/codetree.py, reuse: the build checks that it is
+        untouched first): the newest one, with no attempt of it left running anywhere."""
+        if not job.provider:
+            return None
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT id FROM jobs WHERE provider = ? AND project_dir = ? AND id != ? "
+                "AND state IN ('done', 'failed', 'cancelled') "
+                "AND id NOT IN (SELECT job_id FROM strays) ORDER BY ended_at DESC LIMIT 1",
+                (job.provider, job.project_dir, job.id)).fetchone()
+        return row["id"] if row else None
+
     def stray_tried(self, job_id: str, attempt: int, next_try: float,
                     stop_sent: float | None = None) -> None:
         with self.write() as db:

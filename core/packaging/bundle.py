@@ -112,10 +112,11 @@ def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False,
     cache = cache or FileHashCache()
     try:
         files = [e for e in listing.entries.values() if e.kind == "file"]
-        known = cache.lookup_many([(str(listing.root / e.rel), e.sig) for e in files])
+        root = str(listing.root)  # plain strings: 20,000 Paths joined twice cost 0.3 s
+        known = cache.lookup_many([(f"{root}/{e.rel}", e.sig) for e in files])
         missing = []
         for e in files:
-            e.sha256 = known.get(str(listing.root / e.rel))
+            e.sha256 = known.get(f"{root}/{e.rel}")
             if e.sha256 is None:
                 missing.append(e)
         packed = False
@@ -129,7 +130,8 @@ def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False,
         else:
             # each file whose content the store lacks is read once: hashed while it is copied
             # into its object (a file the stat cache knows, with its object present, is not read)
-            todo = missing + [e for e in files if e.sha256 is not None and not objects.reuse_object(e.sha256)]
+            lacking = objects.reuse_objects(e.sha256 for e in files if e.sha256 is not None)
+            todo = missing + [e for e in files if e.sha256 is not None and e.sha256 in lacking]
             tell(0, len(todo))
             _store_objects(listing, todo, cache, _ticker(progress, len(todo)))
             digest = manifest_hash(listing)

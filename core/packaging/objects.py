@@ -19,6 +19,7 @@ import json
 import os
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 from core import paths
@@ -35,15 +36,21 @@ def object_file(digest: str) -> Path:
     return Path(codetree.object_path(str(paths.objects_dir()), digest))
 
 
-def reuse_object(digest: str) -> bool:
-    """True when the object is stored; it is touched, so gc (which frees only objects unused
-    for a while, core/runtime/cachescan.py) does not take it before the manifest naming it is
-    written."""
-    try:
-        os.utime(object_file(digest))
-        return True
-    except FileNotFoundError:
-        return False
+def reuse_objects(digests) -> set[str]:
+    """The digests whose objects are not stored. The rest are marked used (touched unless
+    touched lately: codetree.touch_if_stale), so gc (which frees only objects unused for a
+    while, core/runtime/cachescan.py) does not take one before the manifest naming it is
+    written. The store's folder is found once: a Path and a mkdir per object were 1.7 s of a
+    warm 20,000-file submit."""
+    store = str(paths.objects_dir())
+    lacking: set[str] = set()
+    now = time.time()
+    for d in digests:
+        try:
+            codetree.touch_if_stale(codetree.object_path(store, d), now)
+        except FileNotFoundError:
+            lacking.add(d)
+    return lacking
 
 
 def stored(bundle_hash: str) -> bool:
@@ -81,10 +88,12 @@ def digests(bundle_hash: str) -> list[str]:
     return list(dict.fromkeys(r[2] for r in entries(bundle_hash) if r[1] != "l"))
 
 
-def materialize(bundle_hash: str, dest: Path) -> int:
+def materialize(bundle_hash: str, dest: Path, reuse: Path | None = None) -> int:
     """A job's own copy of the bundle's files at `dest` (see codetree: copies, reflinked where
-    the file system can); returns the bytes copied."""
-    return codetree.build(entries(bundle_hash), str(paths.objects_dir()), str(dest))
+    the file system can; `reuse`, an ended job's folder taken over when untouched); returns
+    the bytes copied."""
+    return codetree.build(entries(bundle_hash), str(paths.objects_dir()), str(dest),
+                          reuse=str(reuse) if reuse else None)
 
 
 def object_stream(digests_: list[str], out) -> int:

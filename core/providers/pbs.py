@@ -196,7 +196,7 @@ class PBSProvider(RemoteProvider):
         self._wanted.add(pbs_id)
         return {"attempt": job.attempt, "attempt_dir": prep["adir"], "launched_at": time.time(),
                 "pbs_job_id": pbs_id, "uploaded_bytes": prep["sent"] + len(text),
-                "launch_s": round(time.monotonic() - started, 3), "notes": prep["notes"],
+                "launch_s": round(time.monotonic() - started, 3), "launch_steps": prep["steps"], "notes": prep["notes"],
                 "wheelhouse_bytes": prep["wheelhouse_bytes"]}
 
     async def poll(self, job: Job) -> Poll:

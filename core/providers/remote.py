@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from abc import ABC
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -176,6 +177,14 @@ printf '%s\\n' "$py"
         launcher and hands `notes` (what was decided about the dependencies) to the job's events."""
         remote = await self.remote()
         notes: list[str] = []  # what was decided about the dependencies: the job's events
+        steps: dict[str, float] = {}  # seconds each part took: the handle's launch_steps
+        clock = [time.monotonic()]
+
+        def step(name: str) -> None:
+            now = time.monotonic()
+            steps[name] = round(now - clock[0], 3)
+            clock[0] = now
+
         found = await asyncio.to_thread(
             requirements.bundle_dependencies, objects.manifest_file(job.bundle_hash),
             job.plan.get("workdir") or "", job.plan.get("extras") or ())
@@ -183,10 +192,14 @@ printf '%s\\n' "$py"
         # before any upload: a requirement the host cannot get is named with nothing sent
         wh = await self.plan_wheelhouse(found, remote["python"], notes.append,
                                         container=base_python is not None)
+        step("dependencies")
         runtime, sent_rt = await self._ensure_runtime()
+        step("runtime")
         bundle, sent_b = await self._ensure_bundle(job)
+        step("bundle")
         links, sent_d = await self._ensure_data(job)
         wh_dir, sent_w = await self.ship_wheelhouse(wh, notes.append) if wh is not None else (None, 0)
+        step("data")
         attempt = job.attempt
         jd, ad = self.job_dir(job), self.attempt_dir(job, attempt)
         workdir = f"{jd}/code/{job.plan.get('workdir') or ''}".rstrip("/")
@@ -197,14 +210,21 @@ printf '%s\\n' "$py"
         spec = launch_spec(job, job_dir=jd, attempt_dir=ad, workdir=workdir, runtime_dir=runtime,
                            python=python, deps=deps, env_secrets=env_secrets, frozen_checkpoints=True)
         restore, sent_c = await self._restore_checkpoint(job, env_secrets)
+        donor = job.handle.get("code_from")
+        reuse_marker = reuse_arg = ""
+        if donor and donor != job.id:  # its folder, once taken, is built again if it resumes
+            dj = f"{self._root()}/jobs/{donor}"
+            reuse_marker, reuse_arg = f'rm -f {quote(dj + "/.code-ready")}; ', f" {quote(dj + '/code')}"
         setup = [
             "set -e", f"J={quote(jd)}", f"A={quote(ad)}",
             'mkdir -p "$J/out" "$J/ckpt" "$J/ckpt-gens" "$J/ctl" "$J/data" "$A"',
             # each job gets its own copy of the code, built from the host's objects (copies:
             # a job may write into its folder, and must reach no other job's files nor the store)
-            f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code"; '
+            # (or an ended job's folder of the same project, taken over when it is untouched
+            # and changed only where the manifests differ: codetree.py, reuse)
+            f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code" "$J/code.tree" "$J/code.reused"; {reuse_marker}'
             f'{quote(remote["python"])} {quote(runtime + "/codetree.py")} build {quote(bundle)} '
-            f'{quote(remote["root"] + "/objects")} "$J/code" > /dev/null; : > "$J/.code-ready"; fi',
+            f'{quote(remote["root"] + "/objects")} "$J/code"{reuse_arg} > /dev/null; : > "$J/.code-ready"; fi',
             'rm -f "$J/ctl/checkpoint"',
             *([f"mkdir -p {quote(wh_dir)}"] if wh_dir and wh_dir.endswith("/empty") else []),
             *([restore] if restore else []),
@@ -214,7 +234,8 @@ printf '%s\\n' "$py"
         spec_bytes = json.dumps(spec, indent=1).encode()
         await self.transport.run("\n".join(setup), input=spec_bytes,
                                  check=f"preparing job {job.short_id} on {self.name}")
-        return {"spec": f"{ad}/spec.json", "runtime": runtime, "adir": ad, "jdir": jd,
+        step("job folder")  # the code folder built from the objects, the spec written
+        return {"steps": steps, "spec": f"{ad}/spec.json", "runtime": runtime, "adir": ad, "jdir": jd,
                 "sent": sent_rt + sent_b + sent_d + sent_w + sent_c + len(spec_bytes), "python": python,
                 "checkpoint_bytes": sent_c, "wheelhouse_bytes": sent_w, "notes": notes}
 

@@ -150,7 +150,7 @@ class RemoteCache:
                             final: str, marker: str) -> int:
         """_ensure_bundle's three steps; returns the bytes sent."""
         store = f"{self._root()}/objects"
-        packed = gzip.compress(text, compresslevel=6)
+        packed = gzip.compress(text, compresslevel=1)  # 2 MB of JSON: 25 ms at 1, 70 ms at 6, 3% larger
         ask = await self._runtime_command("codetree.py", ["missing", store, part])
         r = await self.transport.run(
             f'set -e; mkdir -p {quote(store)}; m={quote(part)}; gzip -dc > "$m"; {ask}',

@@ -286,7 +286,7 @@ class SlurmProvider(RemoteProvider):
             raise RuntimeError(f"sbatch on {self.name} answered {r.out.strip()[:200]!r}, not a job id")
         return {"attempt": job.attempt, "attempt_dir": prep["adir"], "launched_at": time.time(),
                 "slurm_job_id": slurm_id, "uploaded_bytes": prep["sent"] + len(text),
-                "launch_s": round(time.monotonic() - started, 3), "notes": prep["notes"],
+                "launch_s": round(time.monotonic() - started, 3), "launch_steps": prep["steps"], "notes": prep["notes"],
                 "wheelhouse_bytes": prep["wheelhouse_bytes"]}
 
     # -- status -----------------------------------------------------------------------------

@@ -68,7 +68,7 @@ class SSHProvider(RemoteProvider):
         return {"attempt": job.attempt, "attempt_dir": prep["adir"], "launched_at": time.time(),
                 "uploaded_bytes": prep["sent"] + len(json.dumps(env_secrets)),
                 "checkpoint_bytes": prep.get("checkpoint_bytes", 0),
-                "launch_s": round(time.monotonic() - started, 3), "notes": prep["notes"],
+                "launch_s": round(time.monotonic() - started, 3), "launch_steps": prep["steps"], "notes": prep["notes"],
                 "wheelhouse_bytes": prep["wheelhouse_bytes"]}
 
     async def poll(self, job: Job) -> Poll:

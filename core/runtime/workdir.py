@@ -277,7 +277,8 @@ def pack(job_dir: str, inner: str, rels: list[str], archive: str, max_bytes: int
     try:
         top = nofollow.open_root(job_dir, inner)
     except FileNotFoundError:
-        return {"gone": True}
+        # taken over by a later job of the project: it held only the code it was given
+        return {"gone": True, **({"reused": True} if os.path.exists(os.path.join(job_dir, "code.reused")) else {})}
     except nofollow.Refused as exc:
         return {"files": 0, "bytes": 0, "missing": [], "refused": [], "capped": None,
                 "replaced": f"{exc.rel} is {exc.why}"}
