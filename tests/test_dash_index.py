@@ -18,7 +18,8 @@ from tui.dash.jobindex import JobIndex
 
 @dataclass(frozen=True)
 class Row:
-    """A job's row as the index reads it (the fields the table's order and filter use)."""
+    """A job's row as the index reads it (the fields the table's order and filter use, and
+    the sweep a point belongs to)."""
 
     id: str
     short_id: str
@@ -26,6 +27,7 @@ class Row:
     state: State
     provider: str | None
     created_at: float
+    group_id: str | None = None
 
 
 WORDS = ["train", "eval", "llama", "sweep", "a100", "local", "kaggle", "run", "done", "fail"]

@@ -280,6 +280,14 @@ def _alive_on(root: Path, job_id: str, attempt: int) -> bool:
 STRAY_PACE = "time.sleep(0.2 if gpu.attempt() > 1 else 0.6)"
 
 
+def _story(short: str) -> str:
+    """Where a job stands and its last events, each with its time: what a timed-out wait says
+    (the whole status document is cut off in pytest's report)."""
+    doc = gpu_json("status", short, "--verbose")
+    events = [f"{e['ts']} {e['from']}->{e['to']}: {e['reason']}" for e in doc["events"][-12:]]
+    return f"{doc['state']} on {doc.get('provider')}; events:\n" + "\n".join(events)
+
+
 def _wait_stray_stopped(short: str) -> None:
     """The sweep that stopped the copy left on a says so in the job's events once the stop
     command on a returned (a loaded host answers it a little after the copy is gone)."""
@@ -307,7 +315,7 @@ def test_the_copy_left_on_a_host_that_comes_back_is_stopped_then(
     two_hosts["a"].stop()  # cut off, not dead: the copy on A keeps running
     deadline = time.monotonic() + 90
     while _store_job(job_id).provider != "b" or _store_job(job_id).state.value != "running":
-        assert time.monotonic() < deadline, gpu_json("status", short)
+        assert time.monotonic() < deadline, _story(short)
         time.sleep(0.2)
     assert _alive_on(root_a, job_id, 1), "the copy on a should still run while a is cut off"
     steps_before = len(_steps_on(root_a, job_id))
