@@ -210,7 +210,7 @@ _rows = st.dictionaries(st.sampled_from(_NAMES[:-1]), st.tuples(st.sampled_from(
 
 # what a job may do to its folder before it ends (None: nothing)
 _TOUCH = st.sampled_from([None, "write", "append", "chmod", "utime-back", "new-file", "new-dir", "remove",
-                          "replace-by-rename", "relink"])
+                          "replace-by-rename", "relink", "pycache", "pycache-link"])
 
 
 def _touch(top: Path, how: str | None) -> bool:
@@ -223,6 +223,13 @@ def _touch(top: Path, how: str | None) -> bool:
         return True
     if how == "new-dir":
         (top / "cache").mkdir()
+        return True
+    if how == "pycache":  # what importing a module writes: derived, so the folder is still reusable
+        (top / "__pycache__").mkdir()
+        (top / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"planted bytecode")
+        return True
+    if how == "pycache-link":  # a "__pycache__" that is a link: the job's own doing
+        (top / "__pycache__").symlink_to("/")
         return True
     if how == "relink":
         links = [p for p in top.rglob("*") if p.is_symlink()]
@@ -261,13 +268,16 @@ def _touch(top: Path, how: str | None) -> bool:
          link=False, how=None)
 @example(old={"d/c.py": ("f", b"two\n")}, new={"d/c.py": ("x", b"two\n")}, link=False, how=None)
 @example(old={"a.py": ("f", b"one\n")}, new={"a.py": ("f", b"one\n")}, link=False, how="utime-back")
+@example(old={"a.py": ("f", b"one\n")}, new={"a.py": ("f", b"one\n")}, link=False, how="pycache")
+@example(old={"a.py": ("f", b"one\n")}, new={"a.py": ("f", b"one\n")}, link=False, how="pycache-link")
 def test_a_reused_folder_is_the_new_build_and_a_touched_one_is_left_whole(
         tmp_path: Path, old: dict, new: dict, link: bool, how: str | None) -> None:
     """For any two manifests of a project and anything the first job did to its folder: the
     second job's folder is exactly what a fresh build makes; when the first job changed, added
     or removed anything (a write, chmod, same bytes with the times set back, a rename over a
     file, a new file or folder, a link pointed elsewhere), its folder is left as it left it, for
-    `gpu fetch`, and nothing of it reaches the second job."""
+    `gpu fetch`, and nothing of it reaches the second job. Bytecode caches Python wrote are
+    not the job's work: the folder is reused and the caches are gone from it."""
     work = Path(os.path.realpath(tmp_path)) / f"w{time.monotonic_ns()}"
     store = work / "objects"
     store.mkdir(parents=True)
@@ -275,7 +285,7 @@ def test_a_reused_folder_is_the_new_build_and_a_touched_one_is_left_whole(
         old = {**old, "ln": ("l", "a.py")}
     first, second, fresh = work / "j1" / "code", work / "j2" / "code", work / "j3" / "code"
     codetree.build(_manifest(store, old), str(store), str(first))
-    changed = _touch(first, how) and how is not None
+    changed = _touch(first, how) and how not in (None, "pycache")
     left = _tree(first)
     time.sleep(0.002)  # past the timestamp tick: a touch never shares its ctime with the build
     entries = _manifest(store, new)

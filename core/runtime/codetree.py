@@ -24,7 +24,8 @@ only what differs. It does so only when that folder is exactly as its own build 
 build records every entry's inode and change time (ctime: any write, chmod, rename or utime
 moves it, and no process can set it back) in DEST + ".tree", and a folder with any entry
 changed, added or missing is left where it is, whole, for `gpu fetch` (what a job wrote into
-its folder is its output). The folder is claimed by renaming it away first, so two builds
+its folder is its output); only the `__pycache__` folders Python adds beside imported modules
+are not counted as the job's work (they are removed before the folder is reused). The folder is claimed by renaming it away first, so two builds
 never share one; the job it came from, if resumed, builds its folder again. What this guards
 is a job's accidental writes reaching the next job; a job that sets out to tamper can write
 into the object store itself (every job on a host runs as the store's user), so nothing here
@@ -268,21 +269,35 @@ def _take_over(folder: str, parent: str) -> tuple[str, dict[str, list], set[str]
         return None  # gone, or claimed by another build first
     with contextlib.suppress(OSError):
         os.unlink(f"{folder}.tree")  # it describes no folder now, and never will again
-    dirs = _untouched(tmp, record)
-    if dirs is None:
+    found = _untouched(tmp, record)
+    try:
+        for rel in found[1] if found else ():
+            shutil.rmtree(os.path.join(tmp, rel))  # bytecode caches: derived, never reused
+    except OSError:
+        found = None
+    if found is None:
         with contextlib.suppress(OSError):
             os.rename(tmp, folder)  # left whole for `gpu fetch`: what the job wrote is its output
         return None
+    dirs = found[0]
     with contextlib.suppress(OSError):  # what `gpu fetch` of that job says (workdir.py pack)
         with open(f"{folder}.reused", "w", encoding="utf-8") as f:
             f.write(os.path.abspath(parent) + "\n")
     return tmp, record, {os.path.join(tmp, d) for d in dirs}
 
 
-def _untouched(top: str, record: dict[str, list]) -> set[str] | None:
+def _untouched(top: str, record: dict[str, list]) -> tuple[set[str], list[str]] | None:
     """The folder's own folders (relative) when every entry is what its record says (same
-    kind, inode and ctime; for a link, the same target) and there is nothing else; else None."""
+    kind, inode and ctime; for a link, the same target) and there is nothing else, with the
+    `__pycache__` folders Python added beside the modules it imported; else None.
+
+    Bytecode caches are the one thing a job's run adds to its folder as a matter of course
+    (any local import writes one), so they do not make a folder the job's own work: they are
+    derived, and removed before the folder is reused (a .pyc left behind would be loaded by
+    the next job in place of a source file with the same size and mtime)."""
+    needed = _all_parents(record)
     dirs: set[str] = set()
+    derived: list[str] = []
     seen = 0
     stack = [("", top)]
     try:
@@ -292,6 +307,9 @@ def _untouched(top: str, record: dict[str, list]) -> set[str] | None:
                 for entry in it:
                     rel = f"{rel_dir}{entry.name}"
                     if entry.is_dir(follow_symlinks=False):
+                        if entry.name == "__pycache__" and rel not in needed:
+                            derived.append(rel)
+                            continue
                         dirs.add(rel)
                         stack.append((rel + "/", entry.path))
                         continue
@@ -311,9 +329,9 @@ def _untouched(top: str, record: dict[str, list]) -> set[str] | None:
         return None  # a folder it cannot read: not as built
     if seen != len(record):
         return None  # something removed
-    if not dirs <= _all_parents(record):
+    if not dirs <= needed:
         return None  # an empty folder the job made
-    return dirs
+    return dirs, derived
 
 
 def _all_parents(rels) -> set[str]:
