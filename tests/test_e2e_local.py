@@ -74,8 +74,15 @@ def test_second_job_with_same_dependencies_installs_nothing(home: Path, tmp_path
     project = copy_example(tmp_path / "p")
     first = gpu_json("submit", "--wait-s", "0", "--name", "one", "--", "--steps", "3", "--sleep", "0", cwd=project)
     wait_state(first["job"]["short_id"], {"done"}, timeout=180)
+    code1 = home / "jobs" / first["job"]["id"] / "code"
+    inodes = {p.relative_to(code1): p.stat().st_ino for p in code1.rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts}
     second = gpu_json("submit", "--wait-s", "0", "--name", "two", "--", "--steps", "3", "--sleep", "0", cwd=project)
     wait_state(second["job"]["short_id"], {"done"}, timeout=180)
+    # the first job wrote nothing into its code folder: the second took it over (the same files)
+    code2 = home / "jobs" / second["job"]["id"] / "code"
+    assert not code1.exists() and inodes
+    assert {rel: (code2 / rel).stat().st_ino for rel in inodes} == inodes
     log1 = run_gpu("logs", first["job"]["short_id"]).stdout
     log2 = run_gpu("logs", second["job"]["short_id"]).stdout
     assert "creating environment" in log1
