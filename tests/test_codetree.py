@@ -328,3 +328,17 @@ def test_two_builds_never_share_one_folder(tmp_path: Path) -> None:
     codetree.build(entries, str(store), str(b), reuse=str(first))  # already taken: a build of its own
     assert _tree(a) == _tree(b) and len(_tree(a)) == 20
     assert {p.stat().st_ino for p in a.iterdir()}.isdisjoint({p.stat().st_ino for p in b.iterdir()})
+
+
+def test_a_build_killed_half_way_leaves_nothing_the_next_build_keeps(tmp_path: Path) -> None:
+    """A build killed mid-way (no exception handler runs) leaves its temporary folder beside
+    the job's; the job's next build clears it."""
+    store = tmp_path / "objects"
+    entries = _manifest(store, {"a.py": ("f", b"one\n")})
+    job = tmp_path / "job"
+    (job / (codetree.BUILDING + "x1y2")).mkdir(parents=True)
+    (job / (codetree.BUILDING + "x1y2") / "half.py").write_text("half")
+    (job / (codetree.REUSING + "77-abcd")).mkdir()
+    (job / ".code-ready").write_text("")  # the job's marker is not a build's leftover
+    codetree.build(entries, str(store), str(job / "code"))
+    assert sorted(p.name for p in job.iterdir()) == [".code-ready", "code", "code.tree"]

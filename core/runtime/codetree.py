@@ -184,11 +184,12 @@ def build(entries: list[list], objects: str, dest: str, workers: int = 4, reuse:
             raise ValueError(f"manifest path {rel!r} leaves the folder: refused")
         if kind == "l" and not link_stays_inside(rel, ref):
             raise ValueError(f"manifest link {rel!r} -> {ref!r} leaves the folder: refused")
+    _drop_half_builds(parent)
     taken = _take_over(reuse, parent) if reuse else None
     if taken is not None:
         tmp, old, made = taken
     else:
-        tmp, old, made = tempfile.mkdtemp(prefix=".code-", dir=parent), {}, set()
+        tmp, old, made = tempfile.mkdtemp(prefix=BUILDING, dir=parent), {}, set()
     keep = {}
     try:
         if old:
@@ -220,6 +221,17 @@ def build(entries: list[list], objects: str, dest: str, workers: int = 4, reuse:
 
 
 RECORD_VERSION = 1
+BUILDING, REUSING = ".code-build-", ".code-reuse-"  # a folder being made, one being taken over
+
+
+def _drop_half_builds(parent: str) -> None:
+    """What a build killed half-way left beside its job's folder (a build that fails any other
+    way removes its own): the next build of that job, which the engine never runs two of at
+    once, clears it."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent):
+            if name.startswith((BUILDING, REUSING)):
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 def _record(top: str, entries: list[list], keep: dict[str, list]) -> list[list]:
@@ -262,7 +274,7 @@ def _take_over(folder: str, parent: str) -> tuple[str, dict[str, list], set[str]
     record = _read_record(folder)
     if record is None:
         return None
-    tmp = os.path.join(parent, f".code-reuse-{os.getpid()}-{os.urandom(4).hex()}")
+    tmp = os.path.join(parent, f"{REUSING}{os.getpid()}-{os.urandom(4).hex()}")
     try:
         os.rename(folder, tmp)
     except OSError:
