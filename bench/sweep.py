@@ -119,7 +119,8 @@ async def dashboard(points: int) -> None:
             ticks, to_frame, frame_cpu = [], [], []
             # 20 points each tick; opened, 20 of those on screen (a change off screen draws nothing)
             top, height = int(table.scroll_y), table.scrollable_content_region.height
-            shown = [i for i in table.view[top:top + height] if i in set(ids)]
+            points = set(ids)
+            shown = [i for i in table.view[top:top + height] if i in points]
             pool = shown if len(shown) >= 20 else ids
             for rnd in range(5):
                 with store.write():

@@ -342,3 +342,23 @@ def test_a_build_killed_half_way_leaves_nothing_the_next_build_keeps(tmp_path: P
     (job / ".code-ready").write_text("")  # the job's marker is not a build's leftover
     codetree.build(entries, str(store), str(job / "code"))
     assert sorted(p.name for p in job.iterdir()) == [".code-ready", "code", "code.tree"]
+
+
+def test_a_taken_over_folder_takes_its_jobs_ready_mark_and_a_refused_one_keeps_it(tmp_path: Path) -> None:
+    """The mark that a job's folder is built goes only with a folder taken over (its job, if
+    resumed, builds again); a folder refused for what its job wrote keeps its mark, so a resume
+    keeps what the job wrote."""
+    store = tmp_path / "objects"
+    entries = _manifest(store, {"a.py": ("f", b"one\n")})
+    for name in ("clean", "wrote"):
+        codetree.build(entries, str(store), str(tmp_path / name / "code"))
+        (tmp_path / name / codetree.READY).write_text("")
+    (tmp_path / "wrote" / "code" / "out.txt").write_text("the job's own\n")
+    codetree.build(entries, str(store), str(tmp_path / "next1" / "code"), reuse=str(tmp_path / "clean" / "code"))
+    codetree.build(entries, str(store), str(tmp_path / "next2" / "code"), reuse=str(tmp_path / "wrote" / "code"))
+    assert not (tmp_path / "clean" / codetree.READY).exists() and not (tmp_path / "clean" / "code").exists()
+    assert (tmp_path / "wrote" / codetree.READY).exists()
+    assert (tmp_path / "wrote" / "code" / "out.txt").read_text() == "the job's own\n"
+    # built again (its job resumed): the stale record and note of the take-over go
+    codetree.build(entries, str(store), str(tmp_path / "clean" / "code"))
+    assert sorted(p.name for p in (tmp_path / "clean").iterdir()) == ["code", "code.tree"]

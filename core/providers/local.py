@@ -117,13 +117,8 @@ class LocalProvider:
         code = jdir / "code"
         if not (jdir / ".code-ready").exists():
             shutil.rmtree(code, ignore_errors=True)
-            for stale in ("code.tree", "code.reused"):  # a resumed job whose folder was taken over
-                (jdir / stale).unlink(missing_ok=True)
-            donor = job.handle.get("code_from")
-            reuse = None
-            if donor and donor != job.id:  # an ended job's folder, built again if it resumes
-                reuse = paths.jobs_dir() / donor / "code"
-                (reuse.parent / ".code-ready").unlink(missing_ok=True)
+            donor = job.handle.get("code_from")  # an ended job's folder, taken over if untouched
+            reuse = paths.jobs_dir() / donor / "code" if donor and donor != job.id else None
             objects.materialize(job.bundle_hash, code, reuse)
             (jdir / ".code-ready").touch()
         runtime = jdir / "runtime"

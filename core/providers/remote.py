@@ -210,11 +210,8 @@ printf '%s\\n' "$py"
         spec = launch_spec(job, job_dir=jd, attempt_dir=ad, workdir=workdir, runtime_dir=runtime,
                            python=python, deps=deps, env_secrets=env_secrets, frozen_checkpoints=True)
         restore, sent_c = await self._restore_checkpoint(job, env_secrets)
-        donor = job.handle.get("code_from")
-        reuse_marker = reuse_arg = ""
-        if donor and donor != job.id:  # its folder, once taken, is built again if it resumes
-            dj = f"{self._root()}/jobs/{donor}"
-            reuse_marker, reuse_arg = f'rm -f {quote(dj + "/.code-ready")}; ', f" {quote(dj + '/code')}"
+        donor = job.handle.get("code_from")  # an ended job's folder, taken over if untouched
+        reuse_arg = f" {quote(f'{self._root()}/jobs/{donor}/code')}" if donor and donor != job.id else ""
         setup = [
             "set -e", f"J={quote(jd)}", f"A={quote(ad)}",
             'mkdir -p "$J/out" "$J/ckpt" "$J/ckpt-gens" "$J/ctl" "$J/data" "$A"',
@@ -222,7 +219,7 @@ printf '%s\\n' "$py"
             # a job may write into its folder, and must reach no other job's files nor the store)
             # (or an ended job's folder of the same project, taken over when it is untouched
             # and changed only where the manifests differ: codetree.py, reuse)
-            f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code" "$J/code.tree" "$J/code.reused"; {reuse_marker}'
+            f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code"; '
             f'{quote(remote["python"])} {quote(runtime + "/codetree.py")} build {quote(bundle)} '
             f'{quote(remote["root"] + "/objects")} "$J/code"{reuse_arg} > /dev/null; : > "$J/.code-ready"; fi',
             'rm -f "$J/ctl/checkpoint"',

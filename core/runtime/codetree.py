@@ -25,8 +25,9 @@ build records every entry's inode and change time (ctime: any write, chmod, rena
 moves it, and no process can set it back) in DEST + ".tree", and a folder with any entry
 changed, added or missing is left where it is, whole, for `gpu fetch` (what a job wrote into
 its folder is its output); only the `__pycache__` folders Python adds beside imported modules
-are not counted as the job's work (they are removed before the folder is reused). The folder is claimed by renaming it away first, so two builds
-never share one; the job it came from, if resumed, builds its folder again. What this guards
+are not counted as the job's work (they are removed before the folder is reused). The folder
+is claimed by renaming it away first, so two builds never share one; the job it came from
+loses its READY marker with it, so if resumed it builds its folder again. What this guards
 is a job's accidental writes reaching the next job; a job that sets out to tamper can write
 into the object store itself (every job on a host runs as the store's user), so nothing here
 is a boundary against that.
@@ -185,6 +186,9 @@ def build(entries: list[list], objects: str, dest: str, workers: int = 4, reuse:
         if kind == "l" and not link_stays_inside(rel, ref):
             raise ValueError(f"manifest link {rel!r} -> {ref!r} leaves the folder: refused")
     _drop_half_builds(parent)
+    for stale in (".tree", ".reused"):  # a folder built again (its job resumed after a take-over)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(dest + stale)
     taken = _take_over(reuse, parent) if reuse else None
     if taken is not None:
         tmp, old, made = taken
@@ -222,6 +226,7 @@ def build(entries: list[list], objects: str, dest: str, workers: int = 4, reuse:
 
 RECORD_VERSION = 1
 BUILDING, REUSING = ".code-build-", ".code-reuse-"  # a folder being made, one being taken over
+READY = ".code-ready"  # beside a job's folder: the targets' mark that it is built (not built again)
 
 
 def _drop_half_builds(parent: str) -> None:
@@ -282,20 +287,22 @@ def _take_over(folder: str, parent: str) -> tuple[str, dict[str, list], set[str]
     with contextlib.suppress(OSError):
         os.unlink(f"{folder}.tree")  # it describes no folder now, and never will again
     found = _untouched(tmp, record)
-    try:
-        for rel in found[1] if found else ():
-            shutil.rmtree(os.path.join(tmp, rel))  # bytecode caches: derived, never reused
-    except OSError:
-        found = None
+    if found is not None:
+        try:
+            for rel in found[1]:
+                shutil.rmtree(os.path.join(tmp, rel))  # bytecode caches: derived, never reused
+        except OSError:
+            found = None
     if found is None:
         with contextlib.suppress(OSError):
             os.rename(tmp, folder)  # left whole for `gpu fetch`: what the job wrote is its output
         return None
-    dirs = found[0]
+    with contextlib.suppress(FileNotFoundError):  # its job, if resumed, builds a folder again
+        os.unlink(os.path.join(os.path.dirname(folder), READY))
     with contextlib.suppress(OSError):  # what `gpu fetch` of that job says (workdir.py pack)
         with open(f"{folder}.reused", "w", encoding="utf-8") as f:
             f.write(os.path.abspath(parent) + "\n")
-    return tmp, record, {os.path.join(tmp, d) for d in dirs}
+    return tmp, record, {os.path.join(tmp, d) for d in found[0]}
 
 
 def _untouched(top: str, record: dict[str, list]) -> tuple[set[str], list[str]] | None:
