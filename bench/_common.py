@@ -203,6 +203,19 @@ def git(cwd: Path, *args: str) -> None:
                    stdout=subprocess.DEVNULL)
 
 
+def committed_project(root: Path, files: dict[str, str]) -> Path:
+    """A new git project at `root` holding `files` (path: text), all committed: what a bench
+    submits."""
+    root.mkdir(parents=True)
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "bench project")
+    return root
+
+
 def timed(cmd: list[str] | str, *, env: dict | None = None, cwd: Path | None = None,
           shell: bool = False, check: bool = True) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import parse_small, git, gpu_entry_point, log, private_world  # noqa: E402
+from _common import committed_project, parse_small, gpu_entry_point, log, private_world  # noqa: E402
 from tests.pyindex import PackageIndex  # noqa: E402
 
 JOB = "import numpy, scipy.linalg\nprint('ok', numpy.__version__, scipy.__version__)\n"
@@ -71,13 +71,7 @@ def one(installer: str, wheels: Path) -> list[dict]:
     os.environ["PIP_CONFIG_FILE"] = os.devnull
     rows = []
     for label, reqs in PROJECTS.items():
-        project = world.tmp / label
-        project.mkdir()
-        (project / "train.py").write_text(JOB)
-        (project / "requirements.txt").write_text(reqs)
-        git(project, "init", "-q")
-        git(project, "add", "-A")
-        git(project, "commit", "-qm", "x")
+        project = committed_project(world.tmp / label, {"train.py": JOB, "requirements.txt": reqs})
         served = len(index.downloads())
         started = time.perf_counter()
         sub = gpu("submit", "train.py", "--wait-s", "0", "--hours", "0.5", cwd=project)

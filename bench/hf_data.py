@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parse_small  # noqa: E402
+from _common import committed_project, parse_small  # noqa: E402
 
-from bench._common import git, gpu_entry_point, log, private_world, stats_ms, timed  # noqa: E402
+from bench._common import gpu_entry_point, log, private_world, stats_ms, timed  # noqa: E402
 from tests.fake_hub import FakeHub  # noqa: E402
 
 
@@ -38,12 +38,7 @@ def main() -> None:
     hub = FakeHub()
     files = {f"train/part-{i:04d}.bin": os.urandom(opts.kb * 1024) for i in range(opts.files)}
     sha = hub.commit("bench/set", files)
-    project = world.tmp / "p"
-    project.mkdir()
-    (project / "train.py").write_text("print('hi')\n")
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-qm", "init")
+    project = committed_project(world.tmp / "p", {"train.py": "print('hi')\n"})
     gpu = gpu_entry_point()
     base = [*gpu, "plan", "train.py", "--hours", "0.1", "--json"]
     env = world.env(HF_ENDPOINT=hub.url, HF_HOME=str(world.tmp / "hf-home"))

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import parse_small, git, gpu_entry_point, log, private_world  # noqa: E402
+from _common import committed_project, parse_small, gpu_entry_point, log, private_world  # noqa: E402
 
 JOB = """import json, os, time
 import gpu
@@ -104,12 +104,7 @@ def main() -> None:
                          f"key: {o['key']}, known_hosts: {o['known_hosts']}, root: {o['root']}, "
                          f"python: {o['python']}, unreachable_grace_s: {a.grace}, connect_timeout_s: 2}}")
         world.write_config("\n".join(lines) + "\n")
-        project = world.tmp / "project"
-        project.mkdir()
-        (project / "job.py").write_text(FREQUENT if a.frequent else JOB)
-        git(project, "init", "-q")
-        git(project, "add", "-A")
-        git(project, "commit", "-qm", "bench")
+        project = committed_project(world.tmp / "project", {"job.py": FREQUENT if a.frequent else JOB})
         sub = gpu("submit", "job.py", "--hours", "0.1", "--env", f"CKPT_MB={a.ckpt_mb}", "--wait-s", "10",
                   "--json", "--project-dir", str(project))
         short = sub["job"]["short_id"]

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parse_small, REPO, git, gpu_entry_point, log, private_world  # noqa: E402
+from _common import committed_project, parse_small, REPO, gpu_entry_point, log, private_world  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 from tests.services import Keychain  # noqa: E402
@@ -94,12 +94,7 @@ def main() -> None:
     world = private_world("probe-wait")
     kc = Keychain(world.tmp / "keychain")
     try:
-        project = world.tmp / "proj"
-        project.mkdir()
-        (project / "train.py").write_text("print('hello')\n")
-        git(project, "init", "-q")
-        git(project, "add", "-A")
-        git(project, "commit", "-q", "-m", "p")
+        project = committed_project(world.tmp / "proj", {"train.py": "print('hello')\n"})
         for mode in opts.modes.split(","):
             server = Silent() if mode == "silent" else None
             port = server.port if server else closed_port()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import parse_small, git, log, private_world  # noqa: E402
+from _common import committed_project, parse_small, log, private_world  # noqa: E402
 
 SHIM = """#!/bin/sh
 echo "$$ $(date +%s.%N) $*" >> {log}
@@ -66,12 +66,7 @@ def run(world, cluster, a) -> None:
         f"  lab: {{kind: slurm, local: true, root: {world.tmp / 'remote'}, python: {python},\n"
         f"        max_jobs: {a.jobs}, gpus: 0, cpus: 1,\n"
         f"        env: {{SLURM_CONF: {cluster.conf}, PATH: '{shim_dir}:{os.environ['PATH']}'}}}}\n")
-    project = world.tmp / "project"
-    project.mkdir()
-    (project / "sleep.py").write_text("import time\ntime.sleep(600)\n")
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-qm", "bench")
+    project = committed_project(world.tmp / "project", {"sleep.py": "import time\ntime.sleep(600)\n"})
 
     from core.config.request import build_request
     from core.engine.service import submit

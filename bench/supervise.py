@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parse_small, git, gpu_entry_point, live_groups, log, private_world, timed  # noqa: E402
+from _common import committed_project, parse_small, gpu_entry_point, live_groups, log, private_world, timed  # noqa: E402
 
 TARGET_PCT = 10.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -129,12 +129,7 @@ def main() -> int:
     targets = ["local"]
     if a.ssh_hosts:
         targets += _ssh_hosts(world, a.ssh_hosts, a.jobs)
-    proj = world.tmp / "project"
-    proj.mkdir()
-    (proj / "beat.py").write_text(JOB)
-    git(proj, "init", "-q")
-    git(proj, "add", "-A")
-    git(proj, "commit", "-q", "-m", "bench job")
+    proj = committed_project(world.tmp / "project", {"beat.py": JOB})
     log(f"config ({'full, ' if a.full_config else ''}{len(world.config.read_text().splitlines())} lines): "
         f"max_jobs {a.jobs}; tick: default (GPU_ROUTER_TICK_S unset -> 1.0 s)")
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (REPO, git, gpu_entry_point, log, median, parse_small,  # noqa: E402
+from _common import (committed_project, REPO, gpu_entry_point, log, median, parse_small,  # noqa: E402
                      private_world, stats_ms, timed)
 
 TARGET_S = 2.0
@@ -34,12 +34,7 @@ def main() -> int:
     args = parse_small(parser, {"points": 10, "runs": 1})
     world = private_world("sweep")
     world.write_config("rules:\n  approve_everything: true\n")
-    project = world.tmp / "project"
-    project.mkdir()
-    (project / "a.py").write_text("import gpu\nprint(gpu.params())\n")
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-q", "-m", "bench project")
+    project = committed_project(world.tmp / "project", {"a.py": "import gpu\nprint(gpu.params())\n"})
     env = world.env()
     cmd = gpu_entry_point() + ["submit", "a.py", "--hours", "0.01", "--wait-s", "0", "--json"]
     dt, _ = timed(cmd + ["--name", "plain"], env=env, cwd=project)

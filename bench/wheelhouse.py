@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import parse_small, gpu_doc as gpu, log, private_world  # noqa: E402
+from _common import committed_project, parse_small, gpu_doc as gpu, log, private_world  # noqa: E402
 
 JOB = """import importlib, gpu
 names = open("requirements.txt").read().split()
@@ -53,7 +53,6 @@ def main() -> None:
     from tests.fake_kaggle import FakeKaggle
     from tests.pyindex import PackageIndex
     from tests.services import Keychain
-    from _common import git
 
     keychain = Keychain(world.tmp / "keychain")
     os.environ.update(keychain.env)
@@ -71,13 +70,7 @@ def main() -> None:
         creds = world.tmp / "kaggle.json"
         creds.write_text(json.dumps({"username": "alice", "key": "bench-key"}))
         gpu("targets", "add", "kaggle", "kg", "--kaggle-json", str(creds), "--json")
-        project = world.tmp / "project"
-        project.mkdir()
-        (project / "job.py").write_text(JOB)
-        (project / "requirements.txt").write_text("\n".join(names) + "\n")
-        git(project, "init", "-q")
-        git(project, "add", "-A")
-        git(project, "commit", "-qm", "bench")
+        project = make_project(world, names)
         log(f"requirements: {a.wheels} wheels of ~{a.kb} KB and one source-only package")
         rows = []
         for run in (1, 2):
@@ -134,16 +127,7 @@ def make_index(world, a) -> tuple[object, list[str]]:
 
 
 def make_project(world, names: list[str]) -> Path:
-    from _common import git
-
-    project = world.tmp / "project"
-    project.mkdir()
-    (project / "job.py").write_text(JOB)
-    (project / "requirements.txt").write_text("\n".join(names) + "\n")
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-qm", "bench")
-    return project
+    return committed_project(world.tmp / "project", {"job.py": JOB, "requirements.txt": "\n".join(names) + "\n"})
 
 
 def ssh_case(a) -> None:
