@@ -3,6 +3,7 @@ together. Through the installed `gpu` command, with the real supervisor on local
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -32,6 +33,22 @@ ENDED = {"done", "failed", "cancelled", "denied"}
 
 def _points(doc: dict) -> dict[str, dict]:
     return {j["short_id"]: j for j in doc["jobs"]}
+
+
+@contextlib.asynccontextmanager
+async def _demo_dash(size: tuple[int, int]):
+    """The still dashboard over the demo's jobs and its three-point sweep (tui/dash/demo.py),
+    drawn once: (app, pilot)."""
+    from tui.dash.app import DashApp
+    from tui.dash.demo import NOW, seed, seed_sweep
+
+    seed()
+    seed_sweep()
+    app = DashApp(clock=lambda: NOW, live=False, bell=False)
+    async with app.run_test(size=size) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+        yield app, pilot
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -315,16 +332,10 @@ async def test_deny_on_a_held_point_denies_its_whole_sweep_in_the_dashboard(home
 
 
 async def test_the_chart_of_a_sweep_point_overlays_the_other_points(home: Path) -> None:
-    from tui.dash.app import DashApp
-    from tui.dash.demo import NOW, SWEEP_POINTS, _id, seed, seed_sweep
+    from tui.dash.demo import SWEEP_POINTS, _id
     from tui.dash.widgets import Charts, JobsTable
 
-    seed()
-    seed_sweep()
-    app = DashApp(clock=lambda: NOW, live=False, bell=False)
-    async with app.run_test(size=(200, 50)) as pilot:
-        await app.workers.wait_for_complete()
-        await pilot.pause(0.3)
+    async with _demo_dash((200, 50)) as (app, pilot):
         app.select_job(_id(SWEEP_POINTS[0][0]))
         await pilot.pause(0.3)
         charts = app.query_one(Charts)
@@ -338,17 +349,11 @@ async def test_the_chart_of_a_sweep_point_overlays_the_other_points(home: Path) 
 
 
 async def test_a_sweep_is_one_row_that_opens_into_its_points(home: Path) -> None:
-    from tui.dash.app import DashApp
-    from tui.dash.demo import NOW, SWEEP_POINTS, _id, seed, seed_sweep
+    from tui.dash.demo import SWEEP_POINTS, _id
     from tui.dash.widgets import JobsTable
 
-    seed()
-    seed_sweep()
     points = [_id(n) for n, _ in SWEEP_POINTS]
-    app = DashApp(clock=lambda: NOW, live=False, bell=False)
-    async with app.run_test(size=(200, 50)) as pilot:
-        await app.workers.wait_for_complete()
-        await pilot.pause(0.3)
+    async with _demo_dash((200, 50)) as (app, pilot):
         table = app.query_one(JobsTable)
         assert [i for i in table.view if i in points] == [points[0]]  # folded: one row
         row = table.row_text(points[0])
@@ -386,16 +391,10 @@ def test_a_held_sweep_is_told_once_to_the_notify_urls(home: Path, tmp_path: Path
 
 async def test_c_on_a_folded_sweep_cancels_every_live_point(home: Path) -> None:
     from core.jobs.store import Store
-    from tui.dash.app import DashApp
-    from tui.dash.demo import NOW, SWEEP_GROUP, seed, seed_sweep
+    from tui.dash.demo import SWEEP_GROUP
     from tui.dash.screens import ConfirmScreen
 
-    seed()
-    seed_sweep()
-    app = DashApp(clock=lambda: NOW, live=False, bell=False)
-    async with app.run_test(size=(120, 36)) as pilot:
-        await app.workers.wait_for_complete()
-        await pilot.pause(0.3)
+    async with _demo_dash((120, 36)) as (app, pilot):
         await pilot.press("j", "c")  # the sweep's row
         await pilot.pause(0.3)
         assert isinstance(app.screen, ConfirmScreen) and "3 live points" in str(app.screen.query("Static").first().render())
