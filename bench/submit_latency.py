@@ -148,13 +148,24 @@ def main() -> int:
     log("first submit (starts the supervisor) ...")
     first, _ = submit("first", gpu_cmd(), ["--wait-s", "0"])
 
-    log(f"{N} submits with --wait-s 0 via `gpu` on PATH ({gpu_cmd()[0]}) ...")
-    s_path, c_path = [], []
+    warm_sock = Path(world.env()["GPU_ROUTER_HOME"]) / "warm.sock"
+    deadline = time.monotonic() + 10
+    while not warm_sock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log(f"warm server {'up' if warm_sock.exists() else 'NOT up after 10 s'} (tui/warmserver.py)")
+    log(f"{N} submits with --wait-s 0 via `gpu` on PATH ({gpu_cmd()[0]}), each followed by one "
+        f"with GPU_ROUTER_WARM=0 (the whole submit in its own process) ...")
+    s_path, c_path, s_here, c_here = [], [], [], []
+    env_here = world.env(GPU_ROUTER_WARM="0")
     for i in range(N):
         dt, _ = submit(f"path{i}", gpu_cmd(), ["--wait-s", "0"])
         s_path.append(dt)
         c_path.append(cpu_of[f"path{i}"])
-        print(f"    run {i + 1:2d}/{N}: {dt * 1000:6.1f} ms wall, {c_path[-1] * 1000:6.1f} ms CPU", flush=True)
+        dt_here, _ = submit(f"here{i}", gpu_cmd(), ["--wait-s", "0"], env_here)
+        s_here.append(dt_here)
+        c_here.append(cpu_of[f"here{i}"])
+        print(f"    run {i + 1:2d}/{N}: warm {dt * 1000:6.1f} ms wall, {c_path[-1] * 1000:6.1f} ms CPU;"
+              f"  in-process {dt_here * 1000:6.1f} ms wall, {c_here[-1] * 1000:6.1f} ms CPU", flush=True)
     s_shim = []
     if shim:
         log(f"{N} submits with --wait-s 0 via the pyenv shim ({shim[0]}: what a shell runs) ...")
@@ -232,7 +243,10 @@ def main() -> int:
     print(f"gpu bundle --json, warm                {stats_ms(bundle_warm)}")
     print(f"first gpu submit (starts supervisor)   {first * 1000:7.1f} ms")
     print(f"gpu submit --wait-s 0 (console script) {stats_ms(s_path)}")
-    print(f"   its CPU (user+sys, with git)        {stats_ms(c_path)}")
+    print(f"   its CPU (the client only: the work runs in the warm server's child) {stats_ms(c_path)}")
+    print(f"same, GPU_ROUTER_WARM=0 (in-process)   {stats_ms(s_here)}")
+    print(f"   its CPU (user+sys, with git)        {stats_ms(c_here)}")
+    print(f"warm / in-process, median wall         {median(s_path) / median(s_here):.2f}x")
     if shim:
         print(f"gpu submit --wait-s 0 (pyenv shim)     {stats_ms(s_shim)}")
     if no_bytecode:

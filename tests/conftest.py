@@ -105,14 +105,15 @@ def agent_marker_names() -> list[str]:
 
 
 def _stop_world(h: Path) -> None:
-    lock = h / "supervisor.lock"
-    if lock.exists():
-        try:
-            pid = int(lock.read_text().strip() or 0)
-            if pid:
-                os.kill(pid, signal.SIGKILL)
-        except (ValueError, ProcessLookupError, PermissionError):
-            pass
+    for name in ("supervisor.lock", "warm.lock"):  # the supervisor, and its warm server (tui/warmserver.py)
+        lock = h / name
+        if lock.exists():
+            try:
+                pid = int(lock.read_text().strip() or 0)
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+            except (ValueError, ProcessLookupError, PermissionError):
+                pass
     kill_remote_jobs(h)
 
 

@@ -266,6 +266,33 @@ def detect(pid: int | None = None) -> Origin | None:
     return None
 
 
+def peer_origin(pid: int) -> Origin | None:
+    """The facts of `detect`, asked of another process (a warm server's client, by the pid the
+    kernel gave its socket): its ancestors, its cgroup, its sandbox mark as its root sees it,
+    and its namespaces, which must be this process's own. A process that cannot be read is
+    counted as a job's (fail closed: its command then runs in its own process and is judged
+    there)."""
+    if not _proc():
+        return Origin("its process cannot be read here")
+    found = by_ancestors(pid)
+    if found is not None:
+        return found
+    raw = _read(f"/proc/{pid}/cgroup")
+    found = by_cgroup(raw.decode(errors="replace")) if raw is not None else None
+    if found is not None:
+        return found
+    if os.path.lexists(f"/proc/{pid}/root{SANDBOX_MARK}"):
+        return Origin(f"it is inside a job's sandbox ({SANDBOX_MARK} exists)")
+    for ns in ("pid", "mnt", "user"):
+        try:
+            theirs, ours = os.readlink(f"/proc/{pid}/ns/{ns}"), os.readlink(f"/proc/self/ns/{ns}")
+        except OSError:
+            return Origin(f"its {ns} namespace cannot be read")
+        if theirs != ours:
+            return Origin(f"it is in another {ns} namespace ({theirs}, not {ours})")
+    return None
+
+
 def job_origin() -> str | None:
     """The reason this process is a job's, or None when it is not."""
     found = detect()

@@ -1,0 +1,200 @@
+"""The `gpu` console script: hand an agent's `gpu submit --json` to the warm server, else run
+the command here.
+
+Why: most of a submit's time is Python starting and importing the engine (~110 ms of ~200 ms
+on a 2-core machine). A warm server (tui/warmserver.py) has imported it once; for each request
+it forks a child that runs the very same `tui.cli.main` on this process's own stdin, stdout and
+stderr (passed over the socket), in its environment and folder. So nothing about the command
+changes but its start: its output, its errors, its exit status, its Ctrl-C (forwarded here).
+
+Only `gpu submit ... --json` goes there: machine output is always an agent's (core.engine.actor),
+so the server never has to tell a person from an agent, and approvals, the PIN and every other
+command never pass through it. Anything unusual (no server, another install, a request it
+declines, a slow answer) runs the command here, as before; the server is started beside a
+running supervisor after such a run (`GPU_ROUTER_WARM=0` turns all of this off).
+
+This module is imported on every `gpu` start: the standard library's light modules only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+SOCKET_NAME = "warm.sock"
+LOG_NAME = "warm.log"
+LOCK_NAME = "warm.lock"
+OFF_VAR = "GPU_ROUTER_WARM"
+HANDSHAKE_S = 3.0  # the server's child says its pid within this, or the command runs here
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    if wanted(argv, os.environ):
+        rc = _try_warm(argv)
+        if rc is not None:
+            return rc
+    from tui.cli import main as run_here
+
+    rc = run_here(argv)
+    if rc == 0 and wanted(argv, os.environ):
+        _start_server()
+    return rc
+
+
+def wanted(argv: list[str], env) -> bool:
+    """Whether to ask the warm server: an agent's submit (`--json`), help and version aside
+    (the server re-checks all of it by parsing; this only spares a connection)."""
+    if env.get(OFF_VAR, "1") == "0" or env.get("GPU_ROUTER_JOB"):
+        return False
+    head = argv[:argv.index("--")] if "--" in argv else argv
+    words = [a for a in head if not a.startswith("-")]
+    return (bool(words) and words[0] == "submit" and "--json" in head
+            and not any(a in ("-h", "--help", "--version") for a in head))
+
+
+def home_dir(env) -> str:
+    """core.paths.home(), without importing pathlib on the fast path (tests/test_warm.py checks
+    that both agree)."""
+    got = env.get("GPU_ROUTER_HOME")
+    if got:
+        return os.path.expanduser(got)
+    if sys.platform == "darwin":
+        return os.path.expanduser("~/Library/Application Support/gpu-router")
+    return os.path.join(env.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "gpu-router")
+
+
+def connect(home: str) -> socket.socket | None:
+    """A connection to the warm server of `home`, or None. The socket is reached through the
+    folder's descriptor, so a long home path (beyond sockaddr_un's 107 bytes) works too."""
+    try:
+        dirfd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(f"/proc/self/fd/{dirfd}/{SOCKET_NAME}" if os.path.isdir("/proc/self/fd")
+                     else os.path.join(home, SOCKET_NAME))
+        return sock
+    except OSError:
+        sock.close()
+        return None
+    finally:
+        os.close(dirfd)
+
+
+def request(argv: list[str]) -> dict:
+    """What the server's child needs to be this process: its words, environment, folder, umask,
+    and how its streams encode; `code`, `exe` and `path` (sys.path but the script's folder) make
+    sure it runs the same install and would import the same modules."""
+    mask = os.umask(0)
+    os.umask(mask)
+    streams = {}
+    for name in ("stdin", "stdout", "stderr"):
+        s = getattr(sys, name)
+        streams[name] = [getattr(s, "encoding", None) or "utf-8", getattr(s, "errors", None) or "strict",
+                         bool(getattr(s, "line_buffering", False))]
+    return {"v": 1, "argv": argv, "argv0": sys.argv[0], "cwd": os.getcwd(), "env": dict(os.environ),
+            "umask": mask, "exe": os.path.realpath(sys.executable), "code": os.path.dirname(os.path.abspath(__file__)),
+            "path": sys.path[1:], "streams": streams}
+
+
+def send_request(sock: socket.socket, doc: dict) -> None:
+    body = json.dumps(doc).encode()
+    data = struct.pack(">I", len(body)) + body
+    sent = socket.send_fds(sock, [data[:65536]], [0, 1, 2])
+    if sent < len(data):  # (sendall of nothing still writes, and fails once the server closed)
+        sock.sendall(data[sent:])
+
+
+def _try_warm(argv: list[str]) -> int | None:
+    """The command's exit status from the warm server's child, or None to run it here."""
+    try:
+        for fd in (0, 1, 2):
+            os.fstat(fd)
+        cwd_ok = os.getcwd()
+    except OSError:  # a closed stream or a removed folder: the command here says so
+        return None
+    sock = connect(home_dir(os.environ))
+    if sock is None:
+        return None
+    with sock:
+        try:
+            doc = request(argv)
+            doc["cwd"] = cwd_ok
+            send_request(sock, doc)
+            sock.settimeout(HANDSHAKE_S)
+            reader = sock.makefile("rb")
+            first = json.loads(reader.readline() or b"{}")
+            pid = first.get("pid")
+            if not isinstance(pid, int):
+                return None  # declined ({"fallback": why}) or gone: nothing was done
+            sock.sendall(b"go\n")
+        except (OSError, ValueError):
+            return None  # no "go" was sent: the child does nothing and exits
+        return _follow(sock, reader, pid)
+
+
+def _follow(sock: socket.socket, reader, pid: int) -> int | None:
+    """Wait for the child's exit status, passing it the signals a terminal sends this process."""
+    def forward(signum, _frame):
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    sock.settimeout(None)
+    while True:
+        try:
+            line = reader.readline()
+        except InterruptedError:
+            continue
+        except OSError:
+            line = b""
+        if not line:
+            sys.stderr.write("error: gpu-router's warm server ended this command without an exit "
+                             f"status (see {os.path.join(home_dir(os.environ), LOG_NAME)}); "
+                             f"run it again, or with {OFF_VAR}=0\n")
+            return 1
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if "rc" in doc:
+            return int(doc["rc"])
+        if "fallback" in doc:  # the child declined before doing anything
+            for signum in FORWARDED:
+                signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+            return None
+
+
+def _start_server() -> None:
+    """Start the warm server unless one answers already: the next agent's submit then starts
+    warm. It serves while a supervisor runs (the one this submit started may still be starting:
+    the server waits a little for it) and goes when the supervisor does."""
+    home = home_dir(os.environ)
+    sock = connect(home)
+    if sock is not None:
+        sock.close()
+        return
+    import subprocess
+
+    try:
+        log = os.open(os.path.join(home, LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError:
+        return
+    try:
+        subprocess.Popen([sys.executable, "-m", "tui.warmserver"], stdin=subprocess.DEVNULL,
+                         stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                         cwd=home)  # this environment: a client serves only with its own
+    except OSError:
+        pass
+    finally:
+        os.close(log)

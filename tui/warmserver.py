@@ -1,0 +1,408 @@
+"""The warm server: gpu-router imported once, a forked child per agent's `gpu submit --json`.
+
+    python -m tui.warmserver      (started by tui/launcher.py; one per GPU_ROUTER_HOME)
+
+What it guarantees (tests/test_warm.py):
+- It runs nothing but `gpu submit` with `--json`, parsed by the command's own parser: machine
+  output is always an agent's (core.engine.actor), so no request here can pass for a person's,
+  and approvals, the PIN and every other command are never served (the client runs them).
+- Its child is the client in all but its start: the client's stdin, stdout and stderr (passed
+  as descriptors), its environment, folder, umask and stream encodings; `tui.cli.main` runs
+  there unchanged. The client forwards its signals (Ctrl-C) to the child.
+- It serves only its own user (SO_PEERCRED), only a client of the same install and interpreter
+  (the same sys.path) whose GPU_ROUTER_* and PYTHON* settings equal its own (some are read at
+  import), and only a client that
+  is not a job's by the facts core.engine.jobguard reads from the kernel (ancestors, cgroup,
+  sandbox mark, namespaces). Any other request is declined, and the client runs it itself.
+- It leaves when the supervisor does (after a short grace at its start), when its socket is
+  no longer its own (a removed home), when a module it imported changed on disk (an edited or
+  reinstalled gpu-router), and on SIGTERM.
+The socket lives in the home folder (0600), out of a job's reach as the home is.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+from core import paths
+from core.engine import daemon, jobguard
+from tui.launcher import HANDSHAKE_S, LOCK_NAME, LOG_NAME, SOCKET_NAME
+
+SUPERVISOR_GRACE_S = 10.0  # the supervisor the first submit started may still be starting
+CHECK_EVERY_S = 1.0
+PER_CALL_ENV = {"GPU_ROUTER_ACTOR", "GPU_ROUTER_WARM", "GPU_ROUTER_DEBUG"}  # read per call, not at import
+
+
+def preload() -> None:
+    """Import what a submit uses and build its parser, so that a child starts with them."""
+    from core.config import request, user, yamlfile  # noqa: F401
+    from core.engine import actor, service, sweeps, targets  # noqa: F401 (targets: the providers)
+    from core.jobs import store  # noqa: F401
+    from core.packaging import bundle, credentials, gate, listing  # noqa: F401
+    from core.planning import policy, router, usage  # noqa: F401
+    from core.secrets import launch, scan  # noqa: F401
+    from tui import cli
+
+    cli.build_parser(only="submit")
+    credentials.withheld_reason("warm/.env.example")  # compiles the name rules
+
+
+def code_files() -> dict[str, tuple[int, int]]:
+    """(mtime, size) of every imported module file of gpu-router: a change means a new install."""
+    roots = tuple(os.path.dirname(os.path.dirname(os.path.abspath(m.__file__))) + os.sep
+                  for m in (sys.modules["core"], sys.modules["tui"]))
+    found = {}
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if f and f.startswith(roots):
+            try:
+                st = os.stat(f)
+            except OSError:
+                continue
+            found[f] = (st.st_mtime_ns, st.st_size)
+    return found
+
+
+def stale(files: dict[str, tuple[int, int]]) -> str | None:
+    for f, was in files.items():
+        try:
+            st = os.stat(f)
+        except OSError:
+            return f"{f} is gone"
+        if (st.st_mtime_ns, st.st_size) != was:
+            return f"{f} changed"
+    return None
+
+
+def import_env(env) -> dict[str, str]:
+    """The settings that shape what an import does: gpu-router's own (a few are read at import)
+    and Python's (PYTHONPATH and the like)."""
+    return {k: v for k, v in env.items()
+            if (k.startswith("GPU_ROUTER_") and k not in PER_CALL_ENV) or k.startswith("PYTHON")}
+
+
+def log(text: str) -> None:
+    """One line in warm.log (never a request's words: they may hold an --env value)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        fd = os.open(os.path.join(paths.home(), LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError:
+        return
+    try:
+        os.write(fd, f"{stamp} [{os.getpid()}] {text}\n".encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Server:
+    def __init__(self) -> None:
+        self.home = str(paths.home())
+        self.exe = os.path.realpath(sys.executable)
+        self.code = os.path.dirname(os.path.abspath(sys.modules["tui.launcher"].__file__))
+        self.env = import_env(os.environ)
+        self.path = sys.path[1:]
+        self.lock_fd: int | None = None
+        self.listener: socket.socket | None = None
+        self.inode: tuple[int, int] | None = None
+        self.files: dict[str, tuple[int, int]] = {}
+
+    # -- life -----------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Take the lock and the socket; False when another server has them."""
+        import fcntl
+
+        fd = os.open(os.path.join(self.home, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self.lock_fd = fd
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())  # who serves, for `kill` and the tests' cleanup
+        preload()
+        self.files = code_files()
+        path = self._path()
+        try:
+            os.unlink(path)  # a dead server's: the lock is ours, so no live one uses it
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old)
+        sock.listen(64)
+        st = os.stat(path)
+        self.inode = (st.st_dev, st.st_ino)
+        self.listener = sock
+        return True
+
+    def _path(self) -> str:
+        """The socket's path through the home's descriptor (sockaddr_un holds 107 bytes)."""
+        self._dirfd = getattr(self, "_dirfd", None) or os.open(self.home, os.O_RDONLY | os.O_DIRECTORY)
+        return f"/proc/self/fd/{self._dirfd}/{SOCKET_NAME}" if os.path.isdir("/proc/self/fd") \
+            else os.path.join(self.home, SOCKET_NAME)
+
+    def leave_reason(self, started: float) -> str | None:
+        try:
+            st = os.stat(os.path.join(self.home, SOCKET_NAME))
+            if (st.st_dev, st.st_ino) != self.inode:
+                return "its socket was replaced"
+        except OSError:
+            return "its socket is gone"
+        if not daemon.running_pid(wait_s=0) and time.monotonic() - started > SUPERVISOR_GRACE_S:
+            return "no supervisor runs"
+        return stale(self.files)
+
+    def serve(self) -> str:
+        started = time.monotonic()
+        last_check = 0.0
+        while True:
+            _reap()
+            now = time.monotonic()
+            if now - last_check >= CHECK_EVERY_S:
+                last_check = now
+                why = self.leave_reason(started)
+                if why:
+                    return why
+            ready, _, _ = select.select([self.listener], [], [], CHECK_EVERY_S)
+            if ready:
+                try:
+                    conn, _ = self.listener.accept()
+                except OSError:
+                    continue
+                with conn:
+                    try:
+                        self.accept(conn)
+                    except Exception as exc:  # noqa: BLE001 - one bad request never ends the server
+                        log(f"a request failed: {type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        try:
+            st = os.stat(os.path.join(self.home, SOCKET_NAME))
+            if (st.st_dev, st.st_ino) == self.inode:
+                os.unlink(os.path.join(self.home, SOCKET_NAME))
+        except OSError:
+            pass
+
+    # -- one request ----------------------------------------------------------------------
+
+    def accept(self, conn: socket.socket) -> None:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _ = struct.unpack("3i", creds)
+        if uid != os.getuid():
+            log(f"refused a connection from uid {uid}")
+            return
+        conn.settimeout(HANDSHAKE_S)
+        try:
+            doc, fds = _receive(conn)
+        except _Probe:
+            return  # a connection that only checks the server is up
+        except (OSError, ValueError) as exc:
+            log(f"pid {pid}: unreadable request ({exc})")
+            return
+        try:
+            why = self.decline_reason(doc, fds, pid)
+            if why:
+                log(f"pid {pid}: declined, {why}")
+                conn.sendall(json.dumps({"fallback": why}).encode() + b"\n")
+                return
+            child = os.fork()
+            if child == 0:
+                self._child(conn, doc, fds, pid)  # never returns
+            log(f"pid {pid}: {doc['argv'][0] if doc['argv'] else '?'} served by child {child}")
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def decline_reason(self, doc: dict, fds: list[int], pid: int) -> str | None:
+        from tui.launcher import wanted
+
+        if doc.get("v") != 1 or len(fds) != 3:
+            return "a request of another version"
+        argv, env = doc.get("argv"), doc.get("env")
+        if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+                and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+                and isinstance(doc.get("cwd"), str) and isinstance(doc.get("umask"), int)):
+            return "a malformed request"
+        if not wanted(argv, env):
+            return "only an agent's `gpu submit --json` is served here"
+        if doc.get("exe") != self.exe or doc.get("code") != self.code or doc.get("path") != self.path:
+            return "another install, interpreter or module path"
+        if import_env(env) != self.env:
+            return "other GPU_ROUTER_* or PYTHON* settings than this server's"
+        origin = jobguard.peer_origin(pid)
+        if origin is not None:
+            return f"the client may be a job's: {origin.reason}"
+        return None
+
+    def _child(self, conn: socket.socket, doc: dict, fds: list[int], peer: int) -> None:
+        rc = 1
+        try:
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self.listener.close()
+            if self.lock_fd is not None:
+                os.close(self.lock_fd)
+            conn.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
+            conn.settimeout(HANDSHAKE_S + 2)
+            said = b""
+            while not said.endswith(b"\n") and len(said) < 8:
+                got = conn.recv(8)
+                if not got:
+                    break
+                said += got
+            if said != b"go\n":
+                os._exit(0)  # the client gave up waiting and runs the command itself
+            conn.settimeout(None)
+            try:
+                _become(doc, fds)
+                why = _not_a_json_submit(doc["argv"])
+            except Exception as exc:  # noqa: BLE001 - nothing was done yet: the client runs it
+                why = f"could not take on the client: {type(exc).__name__}: {exc}"
+            if why:
+                log(f"pid {peer}: declined, {why}")
+                conn.sendall(json.dumps({"fallback": why}).encode() + b"\n")
+                os._exit(0)
+            from tui.cli import main
+
+            try:
+                rc = main(doc["argv"])
+            except SystemExit as exc:
+                rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except KeyboardInterrupt:
+                rc = 130
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+        except BaseException as exc:  # noqa: BLE001 - the client is told, whatever it was
+            log(f"pid {peer}: the child failed: {type(exc).__name__}: {exc}")
+            rc = 1
+        try:
+            conn.sendall(json.dumps({"rc": rc}).encode() + b"\n")
+        except OSError:
+            pass
+        os._exit(rc & 0xFF)
+
+
+class _Probe(Exception):
+    pass
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+    try:
+        if not data and not fds:
+            raise _Probe
+        if len(data) < 4:
+            raise ValueError("short header")
+        (size,) = struct.unpack(">I", data[:4])
+        if size > 16 << 20:
+            raise ValueError("request too large")
+        body = bytearray(data[4:])
+        while len(body) < size:
+            got = conn.recv(min(1 << 20, size - len(body)))
+            if not got:
+                raise ValueError("request cut short")
+            body += got
+        doc = json.loads(bytes(body))
+        if not isinstance(doc, dict):
+            raise ValueError("not an object")
+        return doc, list(fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _become(doc: dict, fds: list[int]) -> None:
+    """Take on the client's streams, environment, folder and umask."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    os.environ.clear()
+    os.environ.update(doc["env"])
+    os.chdir(doc["cwd"])
+    os.umask(doc["umask"])
+    sys.argv = [str(doc.get("argv0") or "gpu"), *doc["argv"]]
+    streams = doc.get("streams") or {}
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        enc, errors, line = (streams.get(name) or ["utf-8", "strict", False])[:3]
+        buffering = 1 if line and mode == "w" else -1  # 1: line-buffered, like the client's
+        try:
+            stream = io.open(fd, mode, buffering=buffering, encoding=str(enc), errors=str(errors),
+                             closefd=False)
+        except LookupError:
+            stream = io.open(fd, mode, buffering=buffering, encoding="utf-8", closefd=False)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _not_a_json_submit(argv: list[str]) -> str | None:
+    """Parse as `tui.cli.main` will, silently: served only when it is `submit` with --json (an
+    option's value that reads `--json` is not the flag). A parse error is left to the client,
+    which prints it as ever."""
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from tui import cli
+
+    head = argv[:argv.index("--")] if "--" in argv else argv
+    sink = io.StringIO()
+    try:
+        with redirect_stdout(sink), redirect_stderr(sink):
+            args = cli.build_parser(only=cli._command_of(head)).parse_args(head)
+    except (SystemExit, Exception):  # noqa: BLE001
+        return "its words do not parse"
+    if getattr(args, "command", None) != "submit" or getattr(args, "json", False) is not True:
+        return "only an agent's `gpu submit --json` is served here"
+    return None
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def main() -> int:
+    server = Server()
+    if not server.start():
+        return 0
+    log(f"serving {server.home} (pid {os.getpid()})")
+
+    def leave(_signum, _frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, leave)
+    why = "stopped"
+    try:
+        why = server.serve()
+    except (SystemExit, KeyboardInterrupt):
+        pass
+    finally:
+        server.stop()
+        log(f"leaving: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
