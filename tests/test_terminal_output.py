@@ -107,7 +107,7 @@ def _formatted(node: ast.AST) -> bool:
 def test_tui_writes_to_the_terminal_only_through_the_one_render_path() -> None:
     problems = []
     for path in sorted((REPO / "tui").rglob("*.py")):
-        if path.name == "output.py":
+        if path.name == "output.py" or path.name == "wire.py":  # wire.py: the warm server's socket, never a terminal
             continue
         rel = path.relative_to(REPO)
         tree = ast.parse(path.read_text())

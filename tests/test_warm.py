@@ -87,9 +87,11 @@ def test_agent_submit_is_served_warm_and_is_the_same_command(home: Path, project
     assert Path(a["job"]["outputs_dir"]).parent.parent == Path(b["job"]["outputs_dir"]).parent.parent == project
     assert warm.stderr == here.stderr
 
-    # the same request again: the idempotent answer, from the warm child too
-    again = gpu_json("submit", "train.py", "--hours", "0.1", "--env", "RUN=warm", cwd=project)
-    assert again["submitted"] is False and again["job"]["id"] == a["job"]["id"]
+    # a live job's request again (held: --hours 2): the idempotent answer, from the warm child too
+    held = gpu_json("submit", "train.py", "--hours", "2", "--env", "RUN=held", cwd=project)
+    again = gpu_json("submit", "train.py", "--hours", "2", "--env", "RUN=held", cwd=project)
+    assert held["submitted"] is True and again["submitted"] is False, again
+    assert again["job"]["id"] == held["job"]["id"] and len(served(home)) == 3
 
     done = wait_state(a["job"]["id"], {"done", "failed"}, cwd=project)
     assert done["state"] == "done", done
@@ -136,16 +138,16 @@ def test_a_persons_submit_never_goes_warm(home: Path, project: Path) -> None:
 
 RAW_CLIENT = r"""
 import json, os, sys
-from tui import launcher
+from tui import launcher, wire
 home, argv = sys.argv[1], json.loads(sys.argv[2])
 sock = launcher.connect(home)
-launcher.send_request(sock, launcher.request(argv))
+wire.send_request(sock, launcher.request(argv), [0, 1, 2])
 sock.settimeout(20)
 reader = sock.makefile("rb")
-reply = json.loads(reader.readline() or b"{}")
+reply = wire.read_line(reader)
 if "pid" in reply:
     sock.sendall(b"go\n")
-    reply.update(json.loads(reader.readline() or b"{}"))
+    reply.update(wire.read_line(reader))
 print(json.dumps(reply))
 """
 
@@ -205,14 +207,14 @@ def test_other_settings_are_declined(home: Path, project: Path) -> None:
     assert "declined, other GPU_ROUTER_* or PYTHON* settings" in warm_log(home)
 
 
-def test_ctrl_c_reaches_the_warm_child(home: Path, project: Path) -> None:
-    """Ctrl-C on the client (SIGINT) stops the command in the child: exit 130, child gone."""
-    start_warm(home, project)
+def _interrupt_a_waiting_submit(home: Path, project: Path, how) -> tuple[subprocess.Popen, int]:
+    """A warm submit waiting for its job to be placed (the supervisor stopped), then `how`
+    done to its client; returns the client and the child the server forked for it."""
     sup = int((home / "supervisor.lock").read_text())
     os.kill(sup, signal.SIGSTOP)  # the new job stays in routing: the submit waits to see it placed
     try:
         proc = subprocess.Popen([gpu_exe(), "submit", "train.py", "--json", "--hours", "0.1",
-                                 "--wait-s", "60", "--env", "RUN=interrupted"], cwd=project,
+                                 "--wait-s", "60", "--env", f"RUN=interrupted{time.time()}"], cwd=project,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while str(proc.pid) not in served(home):
@@ -220,15 +222,29 @@ def test_ctrl_c_reaches_the_warm_child(home: Path, project: Path) -> None:
             time.sleep(0.05)
         child = int(re.search(rf"pid {proc.pid}: submit served by child (\d+)", warm_log(home)).group(1))
         time.sleep(1.0)  # into the wait
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-        assert proc.returncode == 130, (out, err)
+        how(proc)
+        proc.communicate(timeout=30)
         deadline = time.monotonic() + 10
         while _running(child):
             assert time.monotonic() < deadline, f"the warm child {child} outlived its client"
             time.sleep(0.05)
+        return proc, child
     finally:
         os.kill(sup, signal.SIGCONT)
+
+
+def test_ctrl_c_reaches_the_warm_child(home: Path, project: Path) -> None:
+    """Ctrl-C on the client (SIGINT) stops the command in the child: exit 130, child gone."""
+    start_warm(home, project)
+    proc, _ = _interrupt_a_waiting_submit(home, project, lambda p: p.send_signal(signal.SIGINT))
+    assert proc.returncode == 130
+
+
+def test_a_killed_client_takes_its_child_along(home: Path, project: Path) -> None:
+    """An agent's harness that SIGKILLs `gpu` (its timeout) ends the command: the child too."""
+    start_warm(home, project)
+    proc, _ = _interrupt_a_waiting_submit(home, project, lambda p: p.kill())
+    assert proc.returncode == -signal.SIGKILL
 
 
 def test_the_server_goes_with_the_supervisor(home: Path, project: Path) -> None:

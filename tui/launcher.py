@@ -18,12 +18,12 @@ This module is imported on every `gpu` start: the standard library's light modul
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
-import struct
 import sys
+
+from tui import wire
 
 SOCKET_NAME = "warm.sock"
 LOG_NAME = "warm.log"
@@ -104,14 +104,6 @@ def request(argv: list[str]) -> dict:
             "path": sys.path[1:], "streams": streams}
 
 
-def send_request(sock: socket.socket, doc: dict) -> None:
-    body = json.dumps(doc).encode()
-    data = struct.pack(">I", len(body)) + body
-    sent = socket.send_fds(sock, [data[:65536]], [0, 1, 2])
-    if sent < len(data):  # (sendall of nothing still writes, and fails once the server closed)
-        sock.sendall(data[sent:])
-
-
 def _try_warm(argv: list[str]) -> int | None:
     """The command's exit status from the warm server's child, or None to run it here."""
     try:
@@ -127,10 +119,10 @@ def _try_warm(argv: list[str]) -> int | None:
         try:
             doc = request(argv)
             doc["cwd"] = cwd_ok
-            send_request(sock, doc)
+            wire.send_request(sock, doc, [0, 1, 2])
             sock.settimeout(HANDSHAKE_S)
             reader = sock.makefile("rb")
-            first = json.loads(reader.readline() or b"{}")
+            first = wire.read_line(reader)
             pid = first.get("pid")
             if not isinstance(pid, int):
                 return None  # declined ({"fallback": why}) or gone: nothing was done
@@ -153,20 +145,17 @@ def _follow(sock: socket.socket, reader, pid: int) -> int | None:
     sock.settimeout(None)
     while True:
         try:
-            line = reader.readline()
+            doc = wire.read_line(reader)
         except InterruptedError:
             continue
-        except OSError:
-            line = b""
-        if not line:
-            sys.stderr.write("error: gpu-router's warm server ended this command without an exit "
-                             f"status (see {os.path.join(home_dir(os.environ), LOG_NAME)}); "
-                             f"run it again, or with {OFF_VAR}=0\n")
+        except (OSError, ValueError):
+            doc = {}
+        if not doc:
+            from tui.output import error
+
+            error("gpu-router's warm server ended this command without an exit status (see "
+                  f"{os.path.join(home_dir(os.environ), LOG_NAME)}); run it again, or with {OFF_VAR}=0")
             return 1
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
         if "rc" in doc:
             return int(doc["rc"])
         if "fallback" in doc:  # the child declined before doing anything

@@ -23,7 +23,6 @@ The socket lives in the home folder (0600), out of a job's reach as the home is.
 from __future__ import annotations
 
 import io
-import json
 import os
 import select
 import signal
@@ -34,6 +33,7 @@ import time
 
 from core import paths
 from core.engine import daemon, jobguard
+from tui import wire
 from tui.launcher import HANDSHAKE_S, LOCK_NAME, LOG_NAME, SOCKET_NAME
 
 SUPERVISOR_GRACE_S = 10.0  # the supervisor the first submit started may still be starting
@@ -104,6 +104,28 @@ def log(text: str) -> None:
         os.close(fd)
 
 
+LOG_KEEP = 256 << 10
+
+
+def _trim_log() -> None:
+    """warm.log keeps its last 256 KiB (a line per request; an agent may submit thousands)."""
+    path = os.path.join(paths.home(), LOG_NAME)
+    try:
+        if os.path.getsize(path) <= 4 * LOG_KEEP:
+            return
+        with open(path, "rb") as f:
+            f.seek(-LOG_KEEP, os.SEEK_END)
+            tail = f.read()
+        tail = tail[tail.find(b"\n") + 1:]
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(tail)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 class Server:
     def __init__(self) -> None:
         self.home = str(paths.home())
@@ -129,9 +151,15 @@ class Server:
             os.close(fd)
             return False
         self.lock_fd = fd
+        _trim_log()
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())  # who serves, for `kill` and the tests' cleanup
         preload()
+        import threading
+
+        if threading.active_count() != 1:  # a fork copies one thread: never fork beside others
+            log(f"not serving: {threading.active_count()} threads after the imports")
+            return False
         self.files = code_files()
         path = self._path()
         try:
@@ -208,8 +236,8 @@ class Server:
             return
         conn.settimeout(HANDSHAKE_S)
         try:
-            doc, fds = _receive(conn)
-        except _Probe:
+            doc, fds = wire.receive_request(conn, 3)
+        except wire.Probe:
             return  # a connection that only checks the server is up
         except (OSError, ValueError) as exc:
             log(f"pid {pid}: unreadable request ({exc})")
@@ -218,7 +246,7 @@ class Server:
             why = self.decline_reason(doc, fds, pid)
             if why:
                 log(f"pid {pid}: declined, {why}")
-                conn.sendall(json.dumps({"fallback": why}).encode() + b"\n")
+                conn.sendall(wire.line({"fallback": why}))
                 return
             child = os.fork()
             if child == 0:
@@ -258,7 +286,7 @@ class Server:
             self.listener.close()
             if self.lock_fd is not None:
                 os.close(self.lock_fd)
-            conn.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
+            conn.sendall(wire.line({"pid": os.getpid()}))
             conn.settimeout(HANDSHAKE_S + 2)
             said = b""
             while not said.endswith(b"\n") and len(said) < 8:
@@ -269,6 +297,7 @@ class Server:
             if said != b"go\n":
                 os._exit(0)  # the client gave up waiting and runs the command itself
             conn.settimeout(None)
+            _die_with_client(conn)
             try:
                 _become(doc, fds)
                 why = _not_a_json_submit(doc["argv"])
@@ -276,7 +305,7 @@ class Server:
                 why = f"could not take on the client: {type(exc).__name__}: {exc}"
             if why:
                 log(f"pid {peer}: declined, {why}")
-                conn.sendall(json.dumps({"fallback": why}).encode() + b"\n")
+                conn.sendall(wire.line({"fallback": why}))
                 os._exit(0)
             from tui.cli import main
 
@@ -295,40 +324,10 @@ class Server:
             log(f"pid {peer}: the child failed: {type(exc).__name__}: {exc}")
             rc = 1
         try:
-            conn.sendall(json.dumps({"rc": rc}).encode() + b"\n")
+            conn.sendall(wire.line({"rc": rc}))
         except OSError:
             pass
         os._exit(rc & 0xFF)
-
-
-class _Probe(Exception):
-    pass
-
-
-def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
-    data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
-    try:
-        if not data and not fds:
-            raise _Probe
-        if len(data) < 4:
-            raise ValueError("short header")
-        (size,) = struct.unpack(">I", data[:4])
-        if size > 16 << 20:
-            raise ValueError("request too large")
-        body = bytearray(data[4:])
-        while len(body) < size:
-            got = conn.recv(min(1 << 20, size - len(body)))
-            if not got:
-                raise ValueError("request cut short")
-            body += got
-        doc = json.loads(bytes(body))
-        if not isinstance(doc, dict):
-            raise ValueError("not an object")
-        return doc, list(fds)
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
 
 
 def _become(doc: dict, fds: list[int]) -> None:
@@ -371,6 +370,23 @@ def _not_a_json_submit(argv: list[str]) -> str | None:
     if getattr(args, "command", None) != "submit" or getattr(args, "json", False) is not True:
         return "only an agent's `gpu submit --json` is served here"
     return None
+
+
+def _die_with_client(conn: socket.socket) -> None:
+    """End this child the way the command would have ended had it run in the client: with it.
+    The client sends nothing after `go` and leaves only after the exit status, so the end of
+    the connection before that is the client killed (an agent's timeout): terminate too."""
+    import threading
+
+    def watch() -> None:
+        try:
+            while conn.recv(64):
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="client-watch", daemon=True).start()
 
 
 def _reap() -> None:
