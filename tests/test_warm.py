@@ -247,10 +247,23 @@ def test_a_killed_client_takes_its_child_along(home: Path, project: Path) -> Non
     assert proc.returncode == -signal.SIGKILL
 
 
+def test_daemon_status_and_stop_name_the_warm_server(home: Path, project: Path) -> None:
+    start_warm(home, project)
+    server = int((home / "warm.lock").read_text())
+    assert gpu_json("daemon", "--status", cwd=project)["warm"] == {"running": True, "pid": server}
+    assert gpu_json("daemon", "--stop", cwd=project)["warm"]["pid"] == server
+    deadline = time.monotonic() + 20
+    while "leaving: stopped" not in warm_log(home) or (home / "warm.sock").exists():
+        assert time.monotonic() < deadline, warm_log(home)
+        time.sleep(0.1)
+    assert gpu_json("daemon", "--status", cwd=project)["warm"] == {"running": False, "pid": None}
+
+
 def test_the_server_goes_with_the_supervisor(home: Path, project: Path) -> None:
     start_warm(home, project)
     server = int((home / "warm.lock").read_text())
-    assert run_gpu("daemon", "--stop", "--json", cwd=project).returncode == 0
+    sup = int((home / "supervisor.lock").read_text())
+    os.kill(sup, signal.SIGTERM)  # the supervisor alone leaves (as after its idle spell)
     deadline = time.monotonic() + warmserver.SUPERVISOR_GRACE_S + 20
     while "leaving: no supervisor runs" not in warm_log(home) or (home / "warm.sock").exists():
         assert time.monotonic() < deadline, warm_log(home)
@@ -295,11 +308,16 @@ def test_only_a_json_submit_is_ever_served(argv: list[str]) -> None:
     with --json (the choke point: launcher.wanted, then warmserver._not_a_json_submit)."""
     from tui import cli
 
-    if not launcher.wanted(argv, {}) or warmserver._not_a_json_submit(argv) is not None:
+    if not launcher.wanted(argv, {}):
+        return
+    why, parsed = warmserver._not_a_json_submit(argv)
+    if why is not None:
+        assert parsed is None
         return
     head = argv[:argv.index("--")] if "--" in argv else argv
     args = cli.build_parser(only=cli._command_of(head)).parse_args(head)
     assert args.command == "submit" and args.json is True
+    assert parsed[1].command == "submit" and parsed[1].json is True
 
 
 def test_the_socket_is_the_users_alone(home: Path, project: Path) -> None:

@@ -191,6 +191,11 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             import signal
 
             os.kill(pid, signal.SIGTERM)
+        from tui import warmserver
+
+        warm = warmserver.running_pid()
+        if args.stop and warm:
+            warmserver.stop(warm)
         from core import paths
         from core.engine import looplag, strays
 
@@ -206,6 +211,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         from tui.cli_notify import status_doc, status_lines
 
         doc["notify"] = status_doc()  # apprise URLs whose last message did not arrive
+        doc["warm"] = {"running": warm is not None and not args.stop, "pid": warm}  # tui/warmserver.py
         if args.json:
             emit_json(doc)
         else:
@@ -218,6 +224,9 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                 if last:
                     say(f"  in the last minute: p50 {last['p50_ms']:.1f} ms, p99 {last['p99_ms']:.1f} ms, "
                         f"max {last['max_ms']:.1f} ms")
+            if warm:
+                say(f"warm server pid {warm} {'stopping' if args.stop else 'running'} (an agent's "
+                    "`gpu submit --json` starts there; GPU_ROUTER_WARM=0 turns it off)")
             for line in status_lines(doc["notify"]):
                 say(line)
             for s in doc["strays"]:
@@ -485,7 +494,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--status", action="store_true", help="say whether it runs")
     p.add_argument("--stop", action="store_true", help="stop it (jobs keep running; a new one re-adopts them)")
     p.add_argument("--json", action="store_true", help="print {running, pid, stopped, loop_lag, strays, "
-                                                       "notify: {urls, failing}}")
+                                                       "notify: {urls, failing}, warm: {running, pid}}")
     return parser
 
 
@@ -495,20 +504,27 @@ def _version() -> str:
     return __version__
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace, list[str]]:
+    """The parser, its reading of `argv` up to `--`, and the words after `--` (the script's,
+    even with no SCRIPT given). A bad word exits 2 with the parser's usage line, as ever."""
+    extra: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1:]
+    parser = build_parser(only=_command_of(argv))
+    return parser, parser.parse_args(argv), extra
+
+
+def main(argv: list[str] | None = None, parsed: tuple | None = None) -> int:
     """Run one command; the one place its errors become messages and exit statuses.
 
     A `UserError` says what, where and what to do, and exits 2. Anything else is a bug in
     gpu-router: one line names it and the log file that holds its traceback, and the status is
-    1; GPU_ROUTER_DEBUG=1 lets the traceback through instead.
+    1; GPU_ROUTER_DEBUG=1 lets the traceback through instead. `parsed` is `parse(argv)` done
+    already (the warm server reads the words before it runs them).
     """
     argv = sys.argv[1:] if argv is None else argv
-    extra: list[str] = []
-    if "--" in argv:  # everything after -- belongs to the script, even with no SCRIPT given
-        at = argv.index("--")
-        argv, extra = argv[:at], argv[at + 1:]
-    parser = build_parser(only=_command_of(argv))
-    args = parser.parse_args(argv)
+    parser, args, extra = parsed or parse(argv)
     if extra:
         if not hasattr(args, "args"):
             parser.error("arguments after -- are only for submit and plan")

@@ -300,7 +300,7 @@ class Server:
             _die_with_client(conn)
             try:
                 _become(doc, fds)
-                why = _not_a_json_submit(doc["argv"])
+                why, parsed = _not_a_json_submit(doc["argv"])
             except Exception as exc:  # noqa: BLE001 - nothing was done yet: the client runs it
                 why = f"could not take on the client: {type(exc).__name__}: {exc}"
             if why:
@@ -310,7 +310,7 @@ class Server:
             from tui.cli import main
 
             try:
-                rc = main(doc["argv"])
+                rc = main(doc["argv"], parsed)
             except SystemExit as exc:
                 rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             except KeyboardInterrupt:
@@ -336,6 +336,7 @@ def _become(doc: dict, fds: list[int]) -> None:
         os.dup2(fd, target)
     os.environ.clear()
     os.environ.update(doc["env"])
+    time.tzset()  # the client's TZ for its timestamps
     os.chdir(doc["cwd"])
     os.umask(doc["umask"])
     sys.argv = [str(doc.get("argv0") or "gpu"), *doc["argv"]]
@@ -352,24 +353,24 @@ def _become(doc: dict, fds: list[int]) -> None:
         setattr(sys, f"__{name}__", stream)
 
 
-def _not_a_json_submit(argv: list[str]) -> str | None:
-    """Parse as `tui.cli.main` will, silently: served only when it is `submit` with --json (an
-    option's value that reads `--json` is not the flag). A parse error is left to the client,
-    which prints it as ever."""
+def _not_a_json_submit(argv: list[str]) -> tuple[str | None, tuple | None]:
+    """Parse as `tui.cli.main` does, silently: (None, the parse) only for `submit` with --json
+    (an option's value that reads `--json` is not the flag), else (why, None). A parse error is
+    left to the client, which prints it as ever."""
     from contextlib import redirect_stderr, redirect_stdout
 
     from tui import cli
 
-    head = argv[:argv.index("--")] if "--" in argv else argv
     sink = io.StringIO()
     try:
         with redirect_stdout(sink), redirect_stderr(sink):
-            args = cli.build_parser(only=cli._command_of(head)).parse_args(head)
+            parsed = cli.parse(argv)
     except (SystemExit, Exception):  # noqa: BLE001
-        return "its words do not parse"
+        return "its words do not parse", None
+    args = parsed[1]
     if getattr(args, "command", None) != "submit" or getattr(args, "json", False) is not True:
-        return "only an agent's `gpu submit --json` is served here"
-    return None
+        return "only an agent's `gpu submit --json` is served here", None
+    return None, parsed
 
 
 def _die_with_client(conn: socket.socket) -> None:
@@ -397,6 +398,34 @@ def _reap() -> None:
             return
         if pid == 0:
             return
+
+
+def running_pid() -> int | None:
+    """The warm server's pid, or None when none holds its lock (`gpu daemon --status`)."""
+    import fcntl
+
+    try:
+        fd = os.open(os.path.join(paths.home(), LOCK_NAME), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raw = os.read(fd, 32).strip()
+            return int(raw) if raw.isdigit() else None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def stop(pid: int) -> None:
+    """Ask the warm server to leave (`gpu daemon --stop`); it removes its socket on the way."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def main() -> int:
