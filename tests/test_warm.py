@@ -22,20 +22,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import gpu_exe, gpu_json, pty_session, run_gpu, wait_state
-from tui import launcher, warmserver
+from tests.conftest import gpu_exe, gpu_json, make_git_project, pty_session, run_gpu, wait_state
+from tui import warmserver, wire
 
 SCRIPT = "import os\nprint('ran', os.environ.get('RUN'))\n"
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    p = tmp_path / "proj"
-    p.mkdir()
-    (p / "train.py").write_text(SCRIPT)
-    subprocess.run(["git", "init", "-q"], cwd=p, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=p, check=True)
-    return p
+    return make_git_project(tmp_path / "proj", {"train.py": SCRIPT})
 
 
 def warm_log(home: Path) -> str:
@@ -55,7 +50,7 @@ def start_warm(home: Path, project: Path) -> dict:
     warm server; returns that submit's result once the server answers."""
     doc = gpu_json("submit", "train.py", "--hours", "0.1", "--env", "RUN=first", cwd=project)
     deadline = time.monotonic() + 30
-    while launcher.connect(str(home)) is None:
+    while wire.connect(str(home)) is None:
         assert time.monotonic() < deadline, f"no warm server came up:\n{warm_log(home)}"
         time.sleep(0.1)
     return doc
@@ -64,10 +59,10 @@ def start_warm(home: Path, project: Path) -> dict:
 def test_home_dir_is_core_paths_home(home: Path) -> None:
     from core import paths
 
-    assert Path(launcher.home_dir(os.environ)) == paths.home()
+    assert Path(wire.home_dir(os.environ)) == paths.home()
     env = {k: v for k, v in os.environ.items() if k != "GPU_ROUTER_HOME"}
     env["XDG_DATA_HOME"] = str(home / "xdg")
-    assert launcher.home_dir(env) == str(home / "xdg" / "gpu-router")
+    assert wire.home_dir(env) == str(home / "xdg" / "gpu-router")
 
 
 def test_agent_submit_is_served_warm_and_is_the_same_command(home: Path, project: Path) -> None:
@@ -140,7 +135,7 @@ RAW_CLIENT = r"""
 import json, os, sys
 from tui import launcher, wire
 home, argv = sys.argv[1], json.loads(sys.argv[2])
-sock = launcher.connect(home)
+sock = wire.connect(home)
 wire.send_request(sock, launcher.request(argv), [0, 1, 2])
 sock.settimeout(20)
 reader = sock.makefile("rb")
@@ -305,10 +300,10 @@ WORDS = st.sampled_from(["submit", "plan", "approve", "deny", "pin", "jobs", "tr
 @given(st.lists(WORDS, max_size=8))
 def test_only_a_json_submit_is_ever_served(argv: list[str]) -> None:
     """For any words: the server serves them only when the command's own parser reads a submit
-    with --json (the choke point: launcher.wanted, then warmserver._not_a_json_submit)."""
+    with --json (the choke point: wire.wanted, then warmserver._not_a_json_submit)."""
     from tui import cli
 
-    if not launcher.wanted(argv, {}):
+    if not wire.wanted(argv, {}):
         return
     why, parsed = warmserver._not_a_json_submit(argv)
     if why is not None:

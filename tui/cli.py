@@ -191,11 +191,11 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             import signal
 
             os.kill(pid, signal.SIGTERM)
-        from tui import warmserver
+        from tui import wire
 
-        warm = warmserver.running_pid()
+        warm = wire.running_pid()
         if args.stop and warm:
-            warmserver.stop(warm)
+            wire.stop(warm)
         from core import paths
         from core.engine import looplag, strays
 

@@ -25,67 +25,21 @@ import sys
 
 from tui import wire
 
-SOCKET_NAME = "warm.sock"
-LOG_NAME = "warm.log"
-LOCK_NAME = "warm.lock"
-OFF_VAR = "GPU_ROUTER_WARM"
-HANDSHAKE_S = 3.0  # the server's child says its pid within this, or the command runs here
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 def main() -> int:
     argv = sys.argv[1:]
-    if wanted(argv, os.environ):
+    if wire.wanted(argv, os.environ):
         rc = _try_warm(argv)
         if rc is not None:
             return rc
     from tui.cli import main as run_here
 
     rc = run_here(argv)
-    if rc == 0 and wanted(argv, os.environ):
+    if rc == 0 and wire.wanted(argv, os.environ):
         _start_server()
     return rc
-
-
-def wanted(argv: list[str], env) -> bool:
-    """Whether to ask the warm server: an agent's submit (`--json`), help and version aside
-    (the server re-checks all of it by parsing; this only spares a connection)."""
-    if env.get(OFF_VAR, "1") == "0" or env.get("GPU_ROUTER_JOB"):
-        return False
-    head = argv[:argv.index("--")] if "--" in argv else argv
-    words = [a for a in head if not a.startswith("-")]
-    return (bool(words) and words[0] == "submit" and "--json" in head
-            and not any(a in ("-h", "--help", "--version") for a in head))
-
-
-def home_dir(env) -> str:
-    """core.paths.home(), without importing pathlib on the fast path (tests/test_warm.py checks
-    that both agree)."""
-    got = env.get("GPU_ROUTER_HOME")
-    if got:
-        return os.path.expanduser(got)
-    if sys.platform == "darwin":
-        return os.path.expanduser("~/Library/Application Support/gpu-router")
-    return os.path.join(env.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "gpu-router")
-
-
-def connect(home: str) -> socket.socket | None:
-    """A connection to the warm server of `home`, or None. The socket is reached through the
-    folder's descriptor, so a long home path (beyond sockaddr_un's 107 bytes) works too."""
-    try:
-        dirfd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(f"/proc/self/fd/{dirfd}/{SOCKET_NAME}" if os.path.isdir("/proc/self/fd")
-                     else os.path.join(home, SOCKET_NAME))
-        return sock
-    except OSError:
-        sock.close()
-        return None
-    finally:
-        os.close(dirfd)
 
 
 def request(argv: list[str]) -> dict:
@@ -112,7 +66,7 @@ def _try_warm(argv: list[str]) -> int | None:
         cwd_ok = os.getcwd()
     except OSError:  # a closed stream or a removed folder: the command here says so
         return None
-    sock = connect(home_dir(os.environ))
+    sock = wire.connect(wire.home_dir(os.environ))
     if sock is None:
         return None
     with sock:
@@ -120,7 +74,7 @@ def _try_warm(argv: list[str]) -> int | None:
             doc = request(argv)
             doc["cwd"] = cwd_ok
             wire.send_request(sock, doc, [0, 1, 2])
-            sock.settimeout(HANDSHAKE_S)
+            sock.settimeout(wire.HANDSHAKE_S)
             reader = sock.makefile("rb")
             first = wire.read_line(reader)
             pid = first.get("pid")
@@ -154,7 +108,7 @@ def _follow(sock: socket.socket, reader, pid: int) -> int | None:
             from tui.output import error
 
             error("gpu-router's warm server ended this command without an exit status (see "
-                  f"{os.path.join(home_dir(os.environ), LOG_NAME)}); run it again, or with {OFF_VAR}=0")
+                  f"{os.path.join(wire.home_dir(os.environ), wire.LOG_NAME)}); run it again, or with {wire.OFF_VAR}=0")
             return 1
         if "rc" in doc:
             return int(doc["rc"])
@@ -168,15 +122,15 @@ def _start_server() -> None:
     """Start the warm server unless one answers already: the next agent's submit then starts
     warm. It serves while a supervisor runs (the one this submit started may still be starting:
     the server waits a little for it) and goes when the supervisor does."""
-    home = home_dir(os.environ)
-    sock = connect(home)
+    home = wire.home_dir(os.environ)
+    sock = wire.connect(home)
     if sock is not None:
         sock.close()
         return
     import subprocess
 
     try:
-        log = os.open(os.path.join(home, LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        log = os.open(os.path.join(home, wire.LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     except OSError:
         return
     try:

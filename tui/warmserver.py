@@ -34,7 +34,7 @@ import time
 from core import paths
 from core.engine import daemon, jobguard
 from tui import wire
-from tui.launcher import HANDSHAKE_S, LOCK_NAME, LOG_NAME, SOCKET_NAME
+from tui.wire import HANDSHAKE_S, LOCK_NAME, LOG_NAME, SOCKET_NAME
 
 SUPERVISOR_GRACE_S = 10.0  # the supervisor the first submit started may still be starting
 CHECK_EVERY_S = 1.0
@@ -130,7 +130,7 @@ class Server:
     def __init__(self) -> None:
         self.home = str(paths.home())
         self.exe = os.path.realpath(sys.executable)
-        self.code = os.path.dirname(os.path.abspath(sys.modules["tui.launcher"].__file__))
+        self.code = os.path.dirname(os.path.abspath(wire.__file__))
         self.env = import_env(os.environ)
         self.path = sys.path[1:]
         self.lock_fd: int | None = None
@@ -257,8 +257,6 @@ class Server:
                 os.close(fd)
 
     def decline_reason(self, doc: dict, fds: list[int], pid: int) -> str | None:
-        from tui.launcher import wanted
-
         if doc.get("v") != 1 or len(fds) != 3:
             return "a request of another version"
         argv, env = doc.get("argv"), doc.get("env")
@@ -266,7 +264,7 @@ class Server:
                 and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
                 and isinstance(doc.get("cwd"), str) and isinstance(doc.get("umask"), int)):
             return "a malformed request"
-        if not wanted(argv, env):
+        if not wire.wanted(argv, env):
             return "only an agent's `gpu submit --json` is served here"
         if doc.get("exe") != self.exe or doc.get("code") != self.code or doc.get("path") != self.path:
             return "another install, interpreter or module path"
@@ -398,34 +396,6 @@ def _reap() -> None:
             return
         if pid == 0:
             return
-
-
-def running_pid() -> int | None:
-    """The warm server's pid, or None when none holds its lock (`gpu daemon --status`)."""
-    import fcntl
-
-    try:
-        fd = os.open(os.path.join(paths.home(), LOCK_NAME), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raw = os.read(fd, 32).strip()
-            return int(raw) if raw.isdigit() else None
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
-def stop(pid: int) -> None:
-    """Ask the warm server to leave (`gpu daemon --stop`); it removes its socket on the way."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def main() -> int:
