@@ -279,6 +279,22 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
+def test_a_changed_module_is_never_served(home: Path, project: Path, tmp_path: Path) -> None:
+    """A request that finds gpu-router changed on disk since the server's imports is declined
+    (it runs in the client, on the new code) and the server leaves."""
+    server = warmserver.Server()
+    mod = tmp_path / "mod.py"
+    mod.write_text("x = 1\n")
+    st = mod.stat()
+    server.files = {str(mod): (st.st_mtime_ns, st.st_size)}
+    doc = {"v": 1, "argv": ["submit", "train.py", "--json"], "env": dict(os.environ), "cwd": str(project),
+           "umask": 0o22, "exe": server.exe, "code": server.code, "path": server.path}
+    assert server.decline_reason(doc, [0, 1, 2], os.getpid()) is None
+    mod.write_text("x = 22\n")
+    assert "gpu-router changed on disk" in server.decline_reason(doc, [0, 1, 2], os.getpid())
+    assert server.leaving
+
+
 def test_stale_notices_a_changed_module(tmp_path: Path) -> None:
     f = tmp_path / "mod.py"
     f.write_text("x = 1\n")

@@ -137,6 +137,7 @@ class Server:
         self.listener: socket.socket | None = None
         self.inode: tuple[int, int] | None = None
         self.files: dict[str, tuple[int, int]] = {}
+        self.leaving: str | None = None
 
     # -- life -----------------------------------------------------------------------------
 
@@ -217,6 +218,8 @@ class Server:
                         self.accept(conn)
                     except Exception as exc:  # noqa: BLE001 - one bad request never ends the server
                         log(f"a request failed: {type(exc).__name__}: {exc}")
+                if self.leaving:
+                    return self.leaving
 
     def stop(self) -> None:
         try:
@@ -270,6 +273,10 @@ class Server:
             return "another install, interpreter or module path"
         if import_env(env) != self.env:
             return "other GPU_ROUTER_* or PYTHON* settings than this server's"
+        changed = stale(self.files)
+        if changed:  # checked per request too: a child must not run old code beside new modules
+            self.leaving = f"gpu-router changed on disk ({changed})"
+            return self.leaving
         origin = jobguard.peer_origin(pid)
         if origin is not None:
             return f"the client may be a job's: {origin.reason}"
