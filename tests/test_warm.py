@@ -242,6 +242,48 @@ def test_a_killed_client_takes_its_child_along(home: Path, project: Path) -> Non
     assert proc.returncode == -signal.SIGKILL
 
 
+def test_a_terminated_client_ends_by_its_signal(home: Path, project: Path) -> None:
+    """SIGTERM to the client: the child ends, and the client dies by SIGTERM as it would alone."""
+    start_warm(home, project)
+    proc, _ = _interrupt_a_waiting_submit(home, project, lambda p: p.send_signal(signal.SIGTERM))
+    assert proc.returncode == -signal.SIGTERM
+
+
+def test_a_client_under_other_bounds_is_declined(home: Path, project: Path) -> None:
+    """A child runs with the server's limits and credentials: a client with others (here a
+    lower open-files limit) runs its submit itself."""
+    import resource
+
+    start_warm(home, project)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    proc = subprocess.run([gpu_exe(), "submit", "train.py", "--json", "--hours", "0.1", "--env", "RUN=bounded"],
+                          cwd=project, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 900) - 1, hard)))
+    assert proc.returncode == 0, proc.stderr
+    assert "declined, the client runs under other bounds (limits)" in warm_log(home), warm_log(home)
+
+
+def test_the_client_talks_only_to_the_warm_server(home: Path, project: Path) -> None:
+    """Something else listening at warm.sock (not holding the server's lock) hears nothing: the
+    client sends neither its environment nor its terminal, and runs the submit itself."""
+    import socket as socketlib
+
+    listener = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    listener.bind(str(home / "warm.sock"))
+    listener.listen(4)
+    listener.settimeout(30)
+    proc = subprocess.Popen([gpu_exe(), "submit", "train.py", "--json", "--hours", "0.1", "--env", "RUN=x"],
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "GPU_ROUTER_IDLE_EXIT_S": "20"})
+    conn, _ = listener.accept()
+    conn.settimeout(30)
+    assert conn.recv(65536) == b""  # closed without a byte
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and json.loads(out)["submitted"], err
+    conn.close()
+    listener.close()
+
+
 def test_daemon_status_and_stop_name_the_warm_server(home: Path, project: Path) -> None:
     start_warm(home, project)
     server = int((home / "warm.lock").read_text())

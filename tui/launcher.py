@@ -66,36 +66,54 @@ def _try_warm(argv: list[str]) -> int | None:
         cwd_ok = os.getcwd()
     except OSError:  # a closed stream or a removed folder: the command here says so
         return None
-    sock = wire.connect(wire.home_dir(os.environ))
+    home = wire.home_dir(os.environ)
+    sock = wire.connect(home)
     if sock is None:
         return None
     with sock:
         try:
+            if not wire.is_our_server(sock, home):
+                return None
             doc = request(argv)
             doc["cwd"] = cwd_ok
             wire.send_request(sock, doc, [0, 1, 2])
-            sock.settimeout(wire.HANDSHAKE_S)
             reader = sock.makefile("rb")
             first = wire.read_line(reader)
             pid = first.get("pid")
-            if not isinstance(pid, int):
+            if not isinstance(pid, int) or pid <= 0:
                 return None  # declined ({"fallback": why}) or gone: nothing was done
-            sock.sendall(b"go\n")
         except (OSError, ValueError):
             return None  # no "go" was sent: the child does nothing and exits
         return _follow(sock, reader, pid)
 
 
 def _follow(sock: socket.socket, reader, pid: int) -> int | None:
-    """Wait for the child's exit status, passing it the signals a terminal sends this process."""
+    """Say `go`, then wait for the child's exit status, passing it the signals a terminal sends
+    this process: only those this process did not ignore (under `nohup` a hang-up is not one),
+    and a child ended by one of them ends this process the same way."""
+    got: list[int] = []
+
     def forward(signum, _frame):
+        got.append(signum)
         try:
             os.kill(pid, signum)
         except OSError:
             pass
 
-    for signum in FORWARDED:
-        signal.signal(signum, forward)
+    before = {s: signal.getsignal(s) for s in FORWARDED}
+    for signum, handler in before.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(signum, forward)
+
+    def restore() -> None:
+        for signum, handler in before.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+    try:
+        sock.sendall(b"go\n")
+    except OSError:
+        restore()
+        return None  # the child never heard `go`: it does nothing
     sock.settimeout(None)
     while True:
         try:
@@ -105,16 +123,20 @@ def _follow(sock: socket.socket, reader, pid: int) -> int | None:
         except (OSError, ValueError):
             doc = {}
         if not doc:
+            restore()
+            if got and got[-1] != signal.SIGINT:  # ended by the signal this process passed on
+                signal.signal(got[-1], signal.SIG_DFL)
+                os.kill(os.getpid(), got[-1])
             from tui.output import error
 
             error("gpu-router's warm server ended this command without an exit status (see "
                   f"{os.path.join(wire.home_dir(os.environ), wire.LOG_NAME)}); run it again, or with {wire.OFF_VAR}=0")
             return 1
         if "rc" in doc:
+            restore()
             return int(doc["rc"])
         if "fallback" in doc:  # the child declined before doing anything
-            for signum in FORWARDED:
-                signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+            restore()
             return None
 
 
@@ -123,6 +145,8 @@ def _start_server() -> None:
     warm. It serves while a supervisor runs (the one this submit started may still be starting:
     the server waits a little for it) and goes when the supervisor does."""
     home = wire.home_dir(os.environ)
+    if not sys.platform.startswith("linux") or not os.path.isabs(home):
+        return  # the server needs SO_PEERCRED and /proc; a relative home would move with its folder
     sock = wire.connect(home)
     if sock is not None:
         sock.close()
@@ -134,9 +158,9 @@ def _start_server() -> None:
     except OSError:
         return
     try:
-        subprocess.Popen([sys.executable, "-m", "tui.warmserver"], stdin=subprocess.DEVNULL,
+        subprocess.Popen([sys.executable, "-P", "-m", "tui.warmserver"], stdin=subprocess.DEVNULL,
                          stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                         cwd=home)  # this environment: a client serves only with its own
+                         cwd="/")  # -P: no folder on its module path; this environment: a client serves only with its own
     except OSError:
         pass
     finally:

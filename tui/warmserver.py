@@ -83,17 +83,50 @@ def stale(files: dict[str, tuple[int, int]]) -> str | None:
 
 
 def import_env(env) -> dict[str, str]:
-    """The settings that shape what an import does: gpu-router's own (a few are read at import)
-    and Python's (PYTHONPATH and the like)."""
+    """The settings that shape what an import does: gpu-router's own (a few are read at import),
+    Python's (PYTHONPATH and the like) and the locale (the interpreter set its encodings from
+    it at start)."""
     return {k: v for k, v in env.items()
-            if (k.startswith("GPU_ROUTER_") and k not in PER_CALL_ENV) or k.startswith("PYTHON")}
+            if (k.startswith("GPU_ROUTER_") and k not in PER_CALL_ENV) or k.startswith("PYTHON")
+            or k == "LANG" or k.startswith("LC_")}
+
+
+_HOME = [""]  # the data dir, found once at start: a removed one is not made again to log into
+
+
+STATUS_BOUNDS = ("Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff",
+                 "CapBnd", "CapAmb")
+
+
+def confinement(pid: int) -> dict[str, object]:
+    """What bounds a process that no namespace shows: its credentials, capabilities, seccomp
+    and no-new-privileges (Landlock needs the latter), cgroup, resource limits and security
+    label. A child runs with the server's, so a client is served only with the same ones
+    (anything unreadable is None, and differs from a readable value)."""
+    found: dict[str, object] = {}
+    raw = _read(f"/proc/{pid}/status")
+    lines = dict(line.split(":", 1) for line in (raw or b"").decode(errors="replace").splitlines()
+                 if ":" in line)
+    for key in STATUS_BOUNDS:
+        found[key] = lines[key].split() if key in lines else None
+    for name in ("cgroup", "limits", "attr/current"):
+        found[name] = _read(f"/proc/{pid}/{name}")
+    return found
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def log(text: str) -> None:
     """One line in warm.log (never a request's words: they may hold an --env value)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     try:
-        fd = os.open(os.path.join(paths.home(), LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(os.path.join(_HOME[0], LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     except OSError:
         return
     try:
@@ -109,7 +142,7 @@ LOG_KEEP = 256 << 10
 
 def _trim_log() -> None:
     """warm.log keeps its last 256 KiB (a line per request; an agent may submit thousands)."""
-    path = os.path.join(paths.home(), LOG_NAME)
+    path = os.path.join(_HOME[0], LOG_NAME)
     try:
         if os.path.getsize(path) <= 4 * LOG_KEEP:
             return
@@ -129,15 +162,17 @@ def _trim_log() -> None:
 class Server:
     def __init__(self) -> None:
         self.home = str(paths.home())
+        _HOME[0] = self.home
         self.exe = os.path.realpath(sys.executable)
         self.code = os.path.dirname(os.path.abspath(wire.__file__))
         self.env = import_env(os.environ)
-        self.path = sys.path[1:]
+        self.path = sys.path if sys.flags.safe_path else sys.path[1:]  # started with -P: no script folder
         self.lock_fd: int | None = None
         self.listener: socket.socket | None = None
         self.inode: tuple[int, int] | None = None
         self.files: dict[str, tuple[int, int]] = {}
         self.leaving: str | None = None
+        self.confinement: dict[str, object] = {}
 
     # -- life -----------------------------------------------------------------------------
 
@@ -152,6 +187,10 @@ class Server:
             os.close(fd)
             return False
         self.lock_fd = fd
+        origin = jobguard.detect()
+        if origin is not None:  # started from a job's process: it must never serve anyone
+            log(f"not serving: this process is a job's ({origin.reason})")
+            return False
         _trim_log()
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())  # who serves, for `kill` and the tests' cleanup
@@ -162,6 +201,7 @@ class Server:
             log(f"not serving: {threading.active_count()} threads after the imports")
             return False
         self.files = code_files()
+        self.confinement = confinement(os.getpid())
         path = self._path()
         try:
             os.unlink(path)  # a dead server's: the lock is ours, so no live one uses it
@@ -254,7 +294,7 @@ class Server:
             child = os.fork()
             if child == 0:
                 self._child(conn, doc, fds, pid)  # never returns
-            log(f"pid {pid}: {doc['argv'][0] if doc['argv'] else '?'} served by child {child}")
+            log(f"pid {pid}: submit served by child {child}")
         finally:
             for fd in fds:
                 os.close(fd)
@@ -280,10 +320,12 @@ class Server:
         origin = jobguard.peer_origin(pid)
         if origin is not None:
             return f"the client may be a job's: {origin.reason}"
+        differs = [what for what, mine in self.confinement.items() if confinement(pid).get(what) != mine]
+        if differs:  # a child here would run with this server's bounds, not the client's
+            return f"the client runs under other bounds ({', '.join(differs)})"
         return None
 
     def _child(self, conn: socket.socket, doc: dict, fds: list[int], peer: int) -> None:
-        rc = 1
         try:
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
@@ -299,15 +341,19 @@ class Server:
                 if not got:
                     break
                 said += got
-            if said != b"go\n":
-                os._exit(0)  # the client gave up waiting and runs the command itself
+        except BaseException:  # noqa: BLE001 - before `go` nothing ran: the client runs it itself
+            os._exit(0)
+        if said != b"go\n":
+            os._exit(0)  # the client gave up waiting and runs the command itself
+        rc = 1
+        try:
             conn.settimeout(None)
             _die_with_client(conn)
             try:
                 _become(doc, fds)
                 why, parsed = _not_a_json_submit(doc["argv"])
             except Exception as exc:  # noqa: BLE001 - nothing was done yet: the client runs it
-                why = f"could not take on the client: {type(exc).__name__}: {exc}"
+                why = f"could not take on the client: {type(exc).__name__}"
             if why:
                 log(f"pid {peer}: declined, {why}")
                 conn.sendall(wire.line({"fallback": why}))
@@ -320,14 +366,19 @@ class Server:
                 rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             except KeyboardInterrupt:
                 rc = 130
+        except BaseException as exc:  # noqa: BLE001 - the client is told, whatever it was
+            log(f"pid {peer}: the child failed: {type(exc).__name__}")
+            if os.environ.get("GPU_ROUTER_DEBUG") == "1":  # what main lets through for a developer
+                import traceback
+
+                traceback.print_exc()
+            rc = 1
+        finally:
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
                 except (OSError, ValueError):
                     pass
-        except BaseException as exc:  # noqa: BLE001 - the client is told, whatever it was
-            log(f"pid {peer}: the child failed: {type(exc).__name__}: {exc}")
-            rc = 1
         try:
             conn.sendall(wire.line({"rc": rc}))
         except OSError:
@@ -339,6 +390,9 @@ def _become(doc: dict, fds: list[int]) -> None:
     """Take on the client's streams, environment, folder and umask."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
+    for fd in fds:
+        if fd > 2:
+            os.close(fd)  # only 0, 1 and 2 stay: nothing this runs inherits another copy
     os.environ.clear()
     os.environ.update(doc["env"])
     time.tzset()  # the client's TZ for its timestamps

@@ -114,6 +114,7 @@ def connect(home: str) -> socket.socket | None:
     except OSError:
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(HANDSHAKE_S)  # a stopped server's full backlog must not hang the client
     try:
         sock.connect(f"/proc/self/fd/{dirfd}/{SOCKET_NAME}" if os.path.isdir("/proc/self/fd")
                      else os.path.join(home, SOCKET_NAME))
@@ -127,10 +128,36 @@ def connect(home: str) -> socket.socket | None:
 
 def running_pid() -> int | None:
     """The warm server's pid, or None when none holds its lock (`gpu daemon --status`)."""
+    return running_pid_in(home_dir(os.environ))
+
+
+def stop(pid: int) -> None:
+    """Ask the warm server to leave (`gpu daemon --stop`); it removes its socket on the way."""
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def is_our_server(sock: socket.socket, home: str) -> bool:
+    """Whether the process at the other end is this user's and holds the server's lock: the
+    client sends its environment and its terminal only to gpu-router's own warm server, never
+    to whatever else listens at that path."""
+    if not sys.platform.startswith("linux"):
+        return False
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", creds)
+    return uid == os.getuid() and pid > 0 and pid == running_pid_in(home)
+
+
+def running_pid_in(home: str) -> int | None:
+    """The pid holding `home`'s warm-server lock, or None when none holds it."""
     import fcntl
 
     try:
-        fd = os.open(os.path.join(home_dir(os.environ), LOCK_NAME), os.O_RDONLY)
+        fd = os.open(os.path.join(home, LOCK_NAME), os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -143,13 +170,3 @@ def running_pid() -> int | None:
         return None
     finally:
         os.close(fd)
-
-
-def stop(pid: int) -> None:
-    """Ask the warm server to leave (`gpu daemon --stop`); it removes its socket on the way."""
-    import signal
-
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -277,12 +277,23 @@ def peer_origin(pid: int) -> Origin | None:
     found = by_ancestors(pid)
     if found is not None:
         return found
+    chain = ancestors(pid)
+    top = process(chain[-1][0] if chain else pid)
+    if top is None or (top[0] > 0 and len(chain) < MAX_DEPTH):
+        return Origin("its ancestors cannot all be read")
     raw = _read(f"/proc/{pid}/cgroup")
-    found = by_cgroup(raw.decode(errors="replace")) if raw is not None else None
+    if raw is None:
+        return Origin("its cgroup cannot be read")
+    found = by_cgroup(raw.decode(errors="replace"))
     if found is not None:
         return found
-    if os.path.lexists(f"/proc/{pid}/root{SANDBOX_MARK}"):
+    try:
+        os.lstat(f"/proc/{pid}/root{SANDBOX_MARK}")
         return Origin(f"it is inside a job's sandbox ({SANDBOX_MARK} exists)")
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return Origin("its root cannot be looked into")
     for ns in ("pid", "mnt", "user"):
         try:
             theirs, ours = os.readlink(f"/proc/{pid}/ns/{ns}"), os.readlink(f"/proc/self/ns/{ns}")
