@@ -104,22 +104,14 @@ def confinement(pid: int) -> dict[str, object]:
     label. A child runs with the server's, so a client is served only with the same ones
     (anything unreadable is None, and differs from a readable value)."""
     found: dict[str, object] = {}
-    raw = _read(f"/proc/{pid}/status")
+    raw = jobguard.read_bytes(f"/proc/{pid}/status")
     lines = dict(line.split(":", 1) for line in (raw or b"").decode(errors="replace").splitlines()
                  if ":" in line)
     for key in STATUS_BOUNDS:
         found[key] = lines[key].split() if key in lines else None
     for name in ("cgroup", "limits", "attr/current"):
-        found[name] = _read(f"/proc/{pid}/{name}")
+        found[name] = jobguard.read_bytes(f"/proc/{pid}/{name}")
     return found
-
-
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def log(text: str) -> None:

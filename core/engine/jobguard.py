@@ -126,7 +126,8 @@ def _proc() -> bool:
     return os.path.isdir("/proc/self") and os.path.exists("/proc/self/stat")
 
 
-def _read(path: str) -> bytes | None:
+def read_bytes(path: str) -> bytes | None:
+    """A small file's bytes (a /proc entry), or None when it cannot be read."""
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -137,11 +138,11 @@ def _read(path: str) -> bytes | None:
 def process(pid: int) -> tuple[int, list[str], str] | None:
     """(ppid, argv, exe) of a process, or None when it cannot be read."""
     if _proc():
-        stat = _read(f"/proc/{pid}/stat")
+        stat = read_bytes(f"/proc/{pid}/stat")
         parsed = parse_stat(stat) if stat else None
         if parsed is None:
             return None
-        raw = _read(f"/proc/{pid}/cmdline") or b""
+        raw = read_bytes(f"/proc/{pid}/cmdline") or b""
         argv = [a.decode(errors="replace") for a in raw.split(b"\0")[:-1 if raw.endswith(b"\0") else None]]
         try:
             exe = os.readlink(f"/proc/{pid}/exe")
@@ -194,7 +195,7 @@ def by_ancestors(pid: int | None = None) -> Origin | None:
 
 def by_cgroup(text: str | None = None) -> Origin | None:
     if text is None:
-        raw = _read("/proc/self/cgroup")
+        raw = read_bytes("/proc/self/cgroup")
         if raw is None:
             return None
         text = raw.decode(errors="replace")
@@ -209,7 +210,7 @@ def by_namespace() -> Origin | None:
     if os.path.lexists(SANDBOX_MARK):
         return Origin(f"it is inside a job's sandbox ({SANDBOX_MARK} exists)", _mark_job())
     if _proc():
-        raw = _read("/proc/1/cmdline") or b""
+        raw = read_bytes("/proc/1/cmdline") or b""
         argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
         if is_job_bwrap(argv):
             return Origin("it is inside a job's sandbox (its pid namespace was made by bwrap for a job)")
@@ -221,7 +222,7 @@ def by_namespace() -> Origin | None:
 
 def _mark_job() -> str | None:
     """The job id the sandbox wrote into its mark, if it wrote one (`<job id>:<attempt>`)."""
-    raw = _read(SANDBOX_MARK) or b""
+    raw = read_bytes(SANDBOX_MARK) or b""
     first = raw.decode(errors="replace").strip().split()
     return first[0].split(":")[0] if first and first[0].split(":")[0] else None
 
@@ -237,7 +238,7 @@ def _supervisor_elsewhere() -> str | None:
         return None
     if pid <= 1 or pid == os.getpid():
         return None
-    raw = _read(f"/proc/{pid}/cmdline") or b""
+    raw = read_bytes(f"/proc/{pid}/cmdline") or b""
     if b"core.engine.supervisor" not in raw:
         return None
     try:
@@ -281,7 +282,7 @@ def peer_origin(pid: int) -> Origin | None:
     top = process(chain[-1][0] if chain else pid)
     if top is None or (top[0] > 0 and len(chain) < MAX_DEPTH):
         return Origin("its ancestors cannot all be read")
-    raw = _read(f"/proc/{pid}/cgroup")
+    raw = read_bytes(f"/proc/{pid}/cgroup")
     if raw is None:
         return Origin("its cgroup cannot be read")
     found = by_cgroup(raw.decode(errors="replace"))
