@@ -182,7 +182,11 @@ def ancestors(pid: int | None = None) -> list[tuple[int, list[str], str]]:
 
 
 def by_ancestors(pid: int | None = None) -> Origin | None:
-    for apid, argv, exe in ancestors(pid):
+    return _launcher_among(ancestors(pid))
+
+
+def _launcher_among(chain: list[tuple[int, list[str], str]]) -> Origin | None:
+    for apid, argv, exe in chain:
         spec = launcher_spec(argv)
         if spec is not None:
             job = job_of_spec(spec) if spec else None
@@ -275,10 +279,10 @@ def peer_origin(pid: int) -> Origin | None:
     there)."""
     if not _proc():
         return Origin("its process cannot be read here")
-    found = by_ancestors(pid)
+    chain = ancestors(pid)  # walked once: this runs before every warm request
+    found = _launcher_among(chain)
     if found is not None:
         return found
-    chain = ancestors(pid)
     top = process(chain[-1][0] if chain else pid)
     if top is None or (top[0] > 0 and len(chain) < MAX_DEPTH):
         return Origin("its ancestors cannot all be read")
