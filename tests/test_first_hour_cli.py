@@ -215,16 +215,16 @@ def test_an_interrupt_anywhere_in_a_pack_leaves_no_half_archive(home: Path, tmp_
     """The Ctrl-C above can land between the temp archive's creation and the code that would
     remove it (its name not yet known there): whatever this pack made is removed all the same."""
     from core import paths
-    from core.packaging import bundle
+    from core.packaging import bundle, filework
 
     project = make_git_project(tmp_path / "p", {"train.py": "print(1)\n"})
-    real = bundle._open_temp
+    real = filework._open_temp
 
     def made_then_interrupted(*args, **kwargs):
         real(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bundle, "_open_temp", made_then_interrupted)
+    monkeypatch.setattr(filework, "_open_temp", made_then_interrupted)
     with pytest.raises(KeyboardInterrupt):
         bundle.make_bundle(project)
     assert [p.name for p in paths.bundles_dir().iterdir()] == []

@@ -13,26 +13,18 @@ are kept exactly, bytes included (the manifest's JSON escapes a name that is not
 
 from __future__ import annotations
 
-import hashlib
 import os
-import posixpath
-import stat
-import contextlib
-import itertools
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from core import paths
-from core.errors import UserError, disk_full_guard
-from core.packaging import objects
-from core.runtime import codetree
-from core.packaging.credentials import CONTENT_HEAD, content_verdict
-from core.packaging.filecache import CHUNK, FileHashCache, hash_fd
+from core.errors import disk_full_guard
+from core.packaging import filework, objects, spread
+from core.packaging.filecache import FileHashCache
 from core.packaging.listing import Entry, Listing, list_project
-
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+from core.runtime import codetree
 
 # told (files read so far, files to read) while a bundle is hashed or packed, so a front can
 # show a long first pack moving (the MCP server sends these as progress notifications)
@@ -93,17 +85,10 @@ def _ticker(progress: Progress | None, total: int) -> Callable[[], None]:
 
 def _hash_only(listing: Listing, entries: list[Entry], tick: Callable[[], None] = lambda: None) -> None:
     """The sha256 of each file as the packer would read it (no link followed), packing nothing."""
-    for e in entries:
-        try:
-            fd = os.open(listing.root / e.rel, _OPEN_FLAGS)
-        except OSError as exc:
-            raise UserError(f"cannot read {e.rel}: {exc.strerror}",
-                            fix="fix its permissions or ignore it in .gitignore") from exc
-        try:
-            e.sha256 = hash_fd(fd)
-        finally:
-            os.close(fd)
-        tick()
+    digests = spread.run(filework.hash_only, {"root": str(listing.root)}, [[e.rel] for e in entries],
+                         sizes=[e.size for e in entries], tick=tick)
+    for e, digest in zip(entries, digests):
+        e.sha256 = digest
 
 
 def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False,
@@ -169,27 +154,11 @@ def manifest_hash(listing: Listing) -> str:
     return objects.manifest_digest(manifest(listing))
 
 
-class _HashingReader:
-    """Reads an fd while hashing, so a cold file is read from disk once; keeps the
-    first bytes so the packer can judge what it actually packed."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.h = hashlib.sha256()
-        self.head = bytearray()
-
-    def read(self, n: int = -1) -> bytes:
-        block = os.read(self.fd, n if n and n > 0 else CHUNK)
-        self.h.update(block)
-        if len(self.head) < CONTENT_HEAD:
-            self.head += block[:CONTENT_HEAD - len(self.head)]
-        return block
-
-
 def _temp_prefix() -> str:
-    """This process's and thread's half-made archives are named by it, so whatever ends a
-    pack (a Ctrl-C between any two lines, even before its own cleanup could know the name)
-    leaves none behind: make_bundle removes what still carries it (_drop_half_packs)."""
+    """This process's and thread's half-made objects (its helpers' too) are named by it, so
+    whatever ends a pack (a Ctrl-C between any two lines, even before its own cleanup could
+    know the name) leaves none behind: make_bundle removes what still carries it
+    (_drop_half_packs), once the helpers are stopped."""
     return f".pack-{os.getpid()}-{threading.get_ident()}-"
 
 
@@ -198,123 +167,35 @@ def _drop_half_packs(store: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
+PACK_MIN = 64  # files stored at once that go into pack files rather than one file each
+
+
 def _store_objects(listing: Listing, todo: list[Entry], cache: FileHashCache,
                    tick: Callable[[], None]) -> None:
-    """Copy each file of `todo` into its object, on every core: hashing and copying release
-    the GIL, so threads read, hash and write several files at once. The first failure (a file
-    that changed into a credential, a link swapped in) stops the rest and is raised."""
+    """Copy each file of `todo` into its object (filework.store), on every core: a big pack is
+    spread over helper processes (core.packaging.spread; threads fought over the GIL) and goes
+    into pack files (codetree.PACKS: making 20,000 files was most of a cold pack). The first
+    failure (a file that changed into a credential, a link swapped in) stops the rest and is
+    raised; the packs are put in place only when every object is in them."""
     if not todo:
         return
-    lock = threading.Lock()
-
-    def one(e: Entry) -> tuple[Entry, str, str]:
-        sig, digest = _store_object(listing, e)
-        with lock:
-            tick()
-        return e, sig, digest
-
-    workers = max(1, min(8, os.cpu_count() or 1))
-    if workers == 1 or len(todo) < 8:
-        results = [one(e) for e in todo]
-    else:
-        from concurrent.futures import ThreadPoolExecutor  # a warm submit stores nothing: not imported
-
-        with ThreadPoolExecutor(workers, thread_name_prefix="pack") as pool:
-            futures = [pool.submit(one, e) for e in todo]
-            try:
-                results = [f.result() for f in futures]
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
-    for e, sig, digest in results:
-        cache.remember(str(listing.root / e.rel), sig, digest)
-
-
-def _store_object(listing: Listing, e: Entry) -> tuple[str, str]:
-    """One file into the object store: read through O_NOFOLLOW, judged again on the bytes
-    actually read, written under a temporary name and renamed into place under its hash (an
-    object that is already there is replaced by the same bytes: one call, and its new mtime is
-    the "used lately" that keeps gc off it); returns (stat signature, hash).
-
-    Few system calls per file, since a cold pack of 20,000 small files is mostly their cost:
-    the temporary name is this thread's prefix and a counter (no random names, no retries), it
-    is created read-only (no chmod), and a folder is made only when the rename says it lacks one."""
+    root = str(listing.root)
     store = str(paths.objects_dir())
-    full = listing.root / e.rel
+    context = {"root": root, "objects": store, "tmp": _temp_prefix(), "pack": len(todo) >= PACK_MIN}
+    jobs = [[e.rel, e.dev, e.ino, e.clean_key] for e in todo]
     try:
-        fd = os.open(full, _OPEN_FLAGS)
-    except OSError as exc:
-        raise UserError(f"cannot read {e.rel}: {exc.strerror}",
-                        fix="fix its permissions or ignore it in .gitignore") from exc
-    out_fd, tmp_name = -1, ""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{e.rel} changed into a non-regular file while packing",
-                            fix="submit again")
-        _check_same_file(e, st)
-        reader = _HashingReader(fd)
-        out_fd, tmp_name = _open_temp(store)
-        size = 0
-        while block := reader.read(CHUNK):
-            _write_all(out_fd, block)
-            size += len(block)
-        os.close(out_fd)
-        out_fd = -1
-        _check_packed_content(e, bytes(reader.head), size)
-        digest = reader.h.hexdigest()
-        final = codetree.object_path(store, digest)
-        try:
-            os.replace(tmp_name, final)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            os.replace(tmp_name, final)
+        results = spread.run(filework.store, context, jobs, sizes=[e.size for e in todo], tick=tick)
+    finally:
+        filework.close_packs(context)
+    packs: dict[str, list[tuple[str, int, int]]] = {}
+    for e, (sig, digest, size, pack, offset) in zip(todo, results):
         # what was stored is what the manifest names, even if the file changed since listing
         e.sha256, e.size = digest, size
-        return FileHashCache.signature(st), digest
-    except BaseException:
-        if out_fd >= 0:
-            os.close(out_fd)
-        if tmp_name:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp_name)
-        raise
-    finally:
-        os.close(fd)
-
-
-def _open_temp(store: str) -> tuple[int, str]:
-    """A new read-only file for one object's bytes, named by this thread's prefix (what
-    _drop_half_packs removes, whatever ends a pack) and a counter."""
-    name = f"{store}/{_temp_prefix()}{next(_TMP_SEQ)}"
-    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), name
-
-
-_TMP_SEQ = itertools.count()  # next() on it is atomic under the GIL: one name per object
-
-
-def _write_all(fd: int, block: bytes) -> None:
-    view = memoryview(block)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _check_same_file(e: Entry, st: os.stat_result) -> None:
-    """A file swapped for another hard link after it was judged is not packed unjudged."""
-    if (st.st_dev, st.st_ino) != (e.dev, e.ino) and st.st_nlink > 1:
-        raise UserError(f"{e.rel} was replaced by a hard link while packing: nothing was shipped",
-                        fix="submit again")
-
-
-def _check_packed_content(e: Entry, head: bytes, size: int) -> None:
-    """The bytes that went into the archive are judged again, so a file rewritten between
-    listing and packing cannot carry a credential out; the archive is then discarded."""
-    reason = content_verdict(posixpath.basename(e.rel), head, size)
-    if reason:
-        raise UserError(f"{e.rel} changed while packing and is now withheld "
-                        f"({reason.removeprefix('withheld: ')}): nothing was shipped",
-                        fix="submit again; the file will be left out")
+        cache.remember(f"{root}/{e.rel}", sig, digest)
+        if pack is not None:
+            packs.setdefault(pack, []).append((digest, offset, size))
+    for pack, rows in packs.items():
+        codetree.publish_pack(store, pack, rows)
 
 
 def make_bundle(project_dir: Path, include: list[str] = (), *, allow_large: bool = False) -> Bundle:

@@ -642,10 +642,17 @@ def content_verdict(name: str, head: bytes, size: int, known: dict[str, str] | N
         reason = content_reason(head, size) or ""
         if learned is not None:
             learned(key, reason)
+    remember_verdict(key, reason)
+    return reason or None
+
+
+def remember_verdict(key: str, reason: str) -> None:
+    """Note a verdict by content key for this process ('' when clean): the listing's, handed
+    to the packer's helper processes with each file, so the bytes they pack are not scanned
+    again when they are the bytes judged."""
     if len(_MEMO) >= MEMO_CAP:
         _MEMO.clear()
     _MEMO[key] = reason
-    return reason or None
 
 
 def needs_content_check(name: str, size: int) -> bool:

@@ -26,42 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core import paths
-from core.packaging import credentials as cred
+from core.packaging import credentials as cred, filework, spread
 from core.packaging.filecache import FileHashCache
-
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+from core.packaging.filework import read_head
 ALIAS_WALK_CAP = 500_000  # entries searched for a hard link's other names in the project
 HEADS_PER_CHUNK = 256  # heads held at once while their content verdicts are looked up (16 MiB at most)
 
-FileId = tuple[int, int]
-
-
-def read_head(path: Path | str, expect: os.stat_result | None = None) -> bytes | None:
-    """The first CONTENT_HEAD bytes of a regular file, never following a link or blocking on a
-    FIFO; None when it cannot be read or is no longer the file that was listed."""
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        if expect is not None and (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino):
-            return None
-        chunks = []
-        left = cred.CONTENT_HEAD
-        while left > 0:
-            block = os.read(fd, left)
-            if not block:
-                break
-            chunks.append(block)
-            left -= len(block)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+FileId = filework.FileId
 
 
 def file_id(st: os.stat_result) -> FileId:
@@ -122,6 +93,7 @@ class Gate:
     _home_ids: dict[FileId, str] | None = None
     _aliases: dict[FileId, list[str]] | None = None
     _verdicts: dict[str, str] = field(default_factory=dict)
+    clean_keys: dict[str, str] = field(default_factory=dict)  # full path -> content key judged clean
     _named: dict[str, str | None] = field(default_factory=dict)
     _heads: dict[str, tuple[bytes | None, str | None]] = field(default_factory=dict)
     _by_content: dict[str, str] = field(default_factory=dict)
@@ -202,6 +174,7 @@ class Gate:
         """{rel: reason} for the files that may not ship (cached verdicts looked up at once:
         by signature for the whole list, by content a chunk of read heads at a time)."""
         self._prefetch(items)
+        self._judge_spread(items)
         out = {}
         for start in range(0, len(items), HEADS_PER_CHUNK):
             chunk = items[start:start + HEADS_PER_CHUNK]
@@ -288,7 +261,7 @@ class Gate:
             if (full in self._verdicts or self.path_reason(rel)
                     or not cred.needs_content_check(rel.rpartition("/")[2], st.st_size)):
                 continue
-            head = read_head(full, expect=st)
+            head = read_head(full, expect=file_id(st))
             key = None
             if head is not None and st.st_size <= cred.CONTENT_MAX_FILE:
                 key = cred.content_key(head, st.st_size)
@@ -305,11 +278,39 @@ class Gate:
         cached = self._verdicts.get(full)
         if cached is not None:
             return cached or None
-        head, key = self._heads.pop(full) if full in self._heads else (read_head(full, expect=st), None)
+        head, key = self._heads.pop(full) if full in self._heads else (read_head(full, expect=file_id(st)), None)
         if head is None:
             return None  # unreadable now: packing it fails with its own clear error
         learned = self.cache.remember_content if self.cache is not None else None
+        if key is None and st.st_size <= cred.CONTENT_MAX_FILE:
+            key = cred.content_key(head, st.st_size)
         reason = cred.content_verdict(name, head, st.st_size, self._by_content, learned, key)
         if self.cache is not None:
             self.cache.remember_verdict(full, self._signature(st), reason or "")
+        if not reason and key is not None:
+            self.clean_keys[full] = key
         return reason
+
+    def _judge_spread(self, items: list[tuple[str, os.stat_result]]) -> None:
+        """A first look at many files (a cold cache): their heads are read and judged on every
+        core at once (core.packaging.spread, filework.judge), the verdicts kept as if cached.
+        Env templates stay with `_content_reason` (their rule is by name); a file that cannot
+        be read now is left to it too."""
+        todo = [(rel, st) for rel, st in items
+                if st.st_size <= cred.CONTENT_MAX_FILE and self.full(rel) not in self._verdicts
+                and not cred.is_env_template(rel.rpartition("/")[2]) and not self.path_reason(rel)]
+        if not spread.helpers_wanted(len(todo), sum(st.st_size for _, st in todo)):
+            return
+        jobs = [[self.full(rel), st.st_dev, st.st_ino, st.st_size] for rel, st in todo]
+        for (rel, st), got in zip(todo, spread.run(filework.judge, {}, jobs, sizes=[j[3] for j in jobs])):
+            if got is None:
+                continue
+            key, reason = got
+            full = self.full(rel)
+            self._verdicts[full] = reason
+            cred.remember_verdict(key, reason)
+            if self.cache is not None:
+                self.cache.remember_content(key, reason)
+                self.cache.remember_verdict(full, self._signature(st), reason)
+            if not reason:
+                self.clean_keys[full] = key

@@ -62,6 +62,7 @@ class Entry:
     sha256: str | None = None
     dev: int = 0  # identity when listed: the packer refuses a file swapped for another link
     ino: int = 0
+    clean_key: str | None = None  # the content key the gate judged clean (the packer's helpers skip a rescan)
 
 
 @dataclass
@@ -245,6 +246,7 @@ class _Collector:
             else:
                 self.listing.entries[rel] = Entry(
                     rel=rel, kind="file", size=st.st_size, executable=bool(st.st_mode & 0o111),
-                    sig=FileHashCache.signature(st), dev=st.st_dev, ino=st.st_ino)
+                    sig=FileHashCache.signature(st), dev=st.st_dev, ino=st.st_ino,
+                    clean_key=self.gate.clean_keys.get(self.gate.full(rel)))
         self.pending = []
         self.listing.warnings += self.gate.warnings

@@ -1,7 +1,8 @@
 """Bundles at home: a manifest per bundle over file objects named by their content hash.
 
 A bundle is `bundles/<hash>.json` (each shipped path with its kind, content hash or link target
-and size) and, under `objects/`, one read-only file per distinct content. Nothing is stored
+and size) and, under `objects/`, one read-only file per distinct content, or its bytes in a pack
+file (`objects/packs/`, codetree.PACKS: a big first pack) found by its index. Nothing is stored
 twice: a second submit that changed one file writes one object and one manifest, and a target
 is sent only the objects it lacks (core/runtime/codetree.py asks it in one round trip and builds
 each job's code folder from them, the same code here and on hosts).
@@ -32,7 +33,41 @@ def manifest_file(bundle_hash: str) -> Path:
 
 
 def object_file(digest: str) -> Path:
+    """Where the object is as a file of its own (a packed one is not there: `loosen` first)."""
     return Path(codetree.object_path(str(paths.objects_dir()), digest))
+
+
+def read_object(digest: str) -> bytes:
+    """An object's bytes, from its pack or its own file."""
+    return codetree.read_object(str(paths.objects_dir()), digest)
+
+
+def loosen(digests) -> None:
+    """Make each named object a file of its own (a packed one is copied out of its pack), for
+    a reader that takes files, not bytes: Modal's mount of the store."""
+    store = str(paths.objects_dir())
+    for d in dict.fromkeys(digests):
+        final = codetree.object_path(store, d)
+        if os.path.isfile(final):
+            continue
+        f, size = codetree.open_object(store, d)
+        with f:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".loose-", dir=os.path.dirname(final))
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    left = size
+                    while left > 0:
+                        block = f.read(min(left, 1 << 20))
+                        if not block:
+                            raise OSError(f"object {d[:12]} is cut short in its pack")
+                        out.write(block)
+                        left -= len(block)
+                os.chmod(tmp, 0o444)
+                os.replace(tmp, final)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
 
 
 def reuse_objects(digests) -> set[str]:
@@ -92,12 +127,13 @@ def object_stream(digests_: list[str], out) -> int:
     receives what it lacks (codetree.receive); returns the content bytes."""
     total = 0
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        store = str(paths.objects_dir())
         for d in dict.fromkeys(digests_):
-            path = object_file(d)
+            f, size = codetree.open_object(store, d)
             info = tarfile.TarInfo(d)
-            info.size = path.stat().st_size
+            info.size = size
             info.mode = 0o444
-            with open(path, "rb") as f:
+            with f:
                 tar.addfile(info, f)
             total += info.size
     return total
@@ -114,6 +150,7 @@ def archive(bundle_hash: str) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=".archive-", suffix=".tar.gz", dir=out.parent)
     os.close(fd)
     try:
+        store = str(paths.objects_dir())
         with tarfile.open(tmp, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
             for rel, kind, ref, *_ in entries(bundle_hash):
                 info = tarfile.TarInfo(rel)
@@ -122,9 +159,9 @@ def archive(bundle_hash: str) -> Path:
                     info.type, info.linkname = tarfile.SYMTYPE, ref
                     tar.addfile(info)
                     continue
-                path = object_file(ref)
-                info.size, info.mode = path.stat().st_size, 0o755 if kind == "x" else 0o644
-                with open(path, "rb") as f:
+                f, info.size = codetree.open_object(store, ref)
+                info.mode = 0o755 if kind == "x" else 0o644
+                with f:
                     tar.addfile(info, f)
         os.replace(tmp, out)
     finally:

@@ -218,7 +218,7 @@ class BundleFiles(_Files):
     def _bytes(self, rel: str) -> bytes:
         if rel not in self._data and rel in getattr(self, "_objects", {}):
             from core.packaging import objects
-            self._data[rel] = objects.object_file(self._objects[rel]).read_bytes()
+            self._data[rel] = objects.read_object(self._objects[rel])
         if rel not in self._data:
             raise UserError(f"{rel} is larger than {KEEP_BYTES >> 20} MiB: not a requirements file pip would read",
                             where=rel, fix="name a requirements file, or a package folder or wheel")

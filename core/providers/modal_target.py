@@ -391,8 +391,10 @@ class ModalProvider(ServiceTarget, MirroredLog):
                                     ignore=["**/__pycache__", "**/__pycache__/**", "**/*.pyc"])
         image = image.add_local_file(objects.manifest_file(job.bundle_hash),
                                      f"{REMOTE}/bundle/{job.bundle_hash}.json", copy=False)
+        needed = objects.digests(job.bundle_hash)
+        objects.loosen(needed)  # the mount takes files: a packed object is copied out first
         image = image.add_local_dir(paths.objects_dir(), f"{REMOTE}/objects", copy=False,
-                                    ignore=_objects_outside(objects.digests(job.bundle_hash)))
+                                    ignore=_objects_outside(needed))
         for path in data.values():
             image = image.add_local_file(path, f"{REMOTE}/data/{path.name}", copy=False)
         return image

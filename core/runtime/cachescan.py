@@ -10,6 +10,7 @@ Entries (relative to ROOT):
     jobs/<id>/code/         (+ jobs/<id>/.code-ready)            an ended job's working folder
     bundles/<hash>.json     (+ bundles/<hash>.ready on hosts)   a project bundle's manifest
     objects/<h[:2]>/<h[2:]>                                      a shipped file's content, by hash
+    objects/packs/<id>.pack  (+ <id>.idx)                        many of them in one file (home only)
     data/<hash>/            (+ data/<hash>.ready)                an uploaded data set
     runtime/<hash>/         (+ runtime/<hash>.ready)             the launcher and `gpu` module
     venvs/<hash>/           (+ venvs/<hash>.lock)                a dependency environment
@@ -36,6 +37,7 @@ job runs) is in use and is never removed. Last use is the newest mtime of the en
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -43,6 +45,11 @@ import shutil
 import stat
 import sys
 import time
+
+try:  # at home: the object store may hold packs (codetree.PACKS)
+    from .codetree import PACKS, copy_range, object_path, read_index
+except ImportError:  # sent to a host as source, alone: hosts receive objects loose, never packs
+    PACKS = copy_range = object_path = read_index = None
 
 KINDS = {"bundles": "bundle", "data": "data", "runtime": "runtime", "venvs": "venv", "wheelhouse": "wheelhouse"}
 OBJECTS = "objects"
@@ -135,9 +142,13 @@ def _references(root: str) -> dict[str, set[str]]:
 
 
 def _objects(root: str) -> dict[str, tuple[str, int, float]]:
-    """Every object (and stale temporary file) under objects/: name -> (path, bytes, mtime)."""
+    """Every loose object (and stale temporary file) under objects/, and every packed one:
+    name -> (path, bytes, mtime); a packed object's path is its pack's, its mtime the pack's."""
     out = {}
-    for top, dirs, files in os.walk(os.path.join(root, OBJECTS)):
+    top_dir = os.path.join(root, OBJECTS)
+    for top, dirs, files in os.walk(top_dir):
+        if top == top_dir and PACKS in dirs:
+            dirs.remove(PACKS)
         for name in files:
             path = os.path.join(top, name)
             try:
@@ -146,35 +157,124 @@ def _objects(root: str) -> dict[str, tuple[str, int, float]]:
                 continue
             digest = os.path.basename(top) + name if len(name) == 62 else name
             out[digest] = (path, st.st_blocks * 512, st.st_mtime)
+    for pack, rows in _packs(root).items():
+        mtime = _mtime(pack)
+        for digest, (_offset, size) in rows.items():
+            out.setdefault(digest, (pack, size, mtime))
+    return out
+
+
+def _packs(root: str) -> dict[str, dict[str, tuple[int, int]]]:
+    """Each pack under objects/packs -> {digest: (offset, size)} of the objects its index names."""
+    if PACKS is None:
+        return {}
+    folder = os.path.join(root, OBJECTS, PACKS)
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".idx") and not n.startswith("."))
+    except OSError:
+        return {}
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for name in names:
+        for digest, (pack, offset, size) in read_index(os.path.join(folder, name)).items():
+            out.setdefault(pack, {})[digest] = (offset, size)
     return out
 
 
 def _unreferenced(root: str) -> tuple[dict[str, tuple[str, int, float]], dict[str, int]]:
     """The objects no manifest names, and each manifest's bytes that only it names."""
     refs = _references(root)
-    count: dict[str, int] = {}
-    for names in refs.values():
-        for d in names:
-            count[d] = count.get(d, 0) + 1
+    count = _counts(refs)
     objs = _objects(root)
     own = {key: sum(objs[d][1] for d in names if count[d] == 1 and d in objs) for key, names in refs.items()}
     return {d: v for d, v in objs.items() if d not in count}, own
 
 
+def _counts(refs: dict[str, set[str]]) -> dict[str, int]:
+    count: dict[str, int] = {}
+    for names in refs.values():
+        for d in names:
+            count[d] = count.get(d, 0) + 1
+    return count
+
+
 def _sweep_objects(root: str, min_age_s: float) -> int:
-    """Remove the objects no manifest names that were not used in the last `min_age_s`."""
+    """Remove the objects no manifest names that were not used in the last `min_age_s`.
+
+    A pack goes when none of its objects is named any more; one whose named objects are less
+    than half its bytes is dissolved (those objects made loose, then the pack removed), so a
+    pack does not hold a project's dead files forever for a few live ones."""
     loose, _ = _unreferenced(root)
     freed = 0
     now = time.time()
     for path, size, mtime in loose.values():
-        if now - mtime < min_age_s:
+        if now - mtime < min_age_s or _in_packs(root, path):
             continue
         try:
             os.unlink(path)
             freed += size
         except OSError:
             pass
+    count = _counts(_references(root))
+    for pack, rows in _packs(root).items():
+        if now - _mtime(pack) < min_age_s:
+            continue
+        live = {d: where for d, where in rows.items() if d in count}
+        if live and sum(size for _, size in live.values()) * 2 >= sum(size for _, size in rows.values()):
+            continue
+        try:
+            for digest, (offset, size) in live.items():
+                _make_loose(root, pack, digest, offset, size)
+            size = _size(pack)
+            os.unlink(pack[:-len(".pack")] + ".idx")  # the index first: nothing is found in it now
+            os.unlink(pack)
+            freed += size
+        except OSError:
+            continue
+    return freed + _sweep_half_packs(root, now, min_age_s)
+
+
+def _sweep_half_packs(root: str, now: float, min_age_s: float) -> int:
+    """What a pack that stopped half-way left under objects/packs: a pack with no index, an
+    index being written (nothing reads either)."""
+    if PACKS is None:
+        return 0
+    folder = os.path.join(root, OBJECTS, PACKS)
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return 0
+    freed = 0
+    for name in names:
+        orphan = name.endswith(".pack") and name[:-len(".pack")] + ".idx" not in names
+        if not (orphan or name.startswith(".idx-")):
+            continue
+        path = os.path.join(folder, name)
+        if now - _mtime(path) < min_age_s:
+            continue
+        size = _size(path)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            freed += size
     return freed
+
+
+def _in_packs(root: str, path: str) -> bool:
+    return PACKS is not None and os.path.dirname(path) == os.path.join(root, OBJECTS, PACKS)
+
+
+def _make_loose(root: str, pack: str, digest: str, offset: int, size: int) -> None:
+    """One live object of a pack about to go, as a file of its own (written, then renamed)."""
+    final = object_path(os.path.join(root, OBJECTS), digest)
+    if os.path.isfile(final):
+        return
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    tmp = final + ".loose-tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    if copy_range(pack, offset, size, tmp) != size:
+        raise OSError(f"pack {pack} lost object {digest[:12]}")
+    os.chmod(tmp, 0o444)
+    os.replace(tmp, final)
 
 
 def scan(root: str) -> list[dict]:
