@@ -293,3 +293,39 @@ def test_base64_wrapped_keys_are_withheld(home: Path, name: str, document: bytes
             base64.urlsafe_b64encode(document) if urlsafe else base64.b64encode(document))
     listing = _listing_with({name: prefix.encode() + blob + b"\n"})
     _assert_withheld(listing, name)
+
+
+# -- folders reached through links: the gate's resolution is realpath's ------------------------
+
+_dir_name = st.sampled_from(["a", "b", "c", "d"])
+
+
+@settings(max_examples=examples(120), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dirs=st.lists(st.lists(_dir_name, min_size=1, max_size=3).map("/".join), min_size=1, max_size=6),
+       links=st.lists(st.tuples(st.lists(_dir_name, min_size=1, max_size=3).map("/".join),
+                                st.sampled_from(["a", "b/c", "..", "../..", "/", ".", "a/../..", "missing"])),
+                      max_size=4),
+       probes=st.lists(st.lists(_dir_name, min_size=1, max_size=4).map("/".join), min_size=1, max_size=6))
+def test_a_folder_resolves_as_realpath_says(home: Path, dirs: list[str], links: list, probes: list[str]) -> None:
+    """Whatever mix of folders and links (inside, outside, dangling, loops) a tree holds, the
+    gate's one-lstat-a-folder resolution of a file's folder is exactly os.path.realpath's: a
+    folder reached through a link that leaves the project is None (its files are withheld)."""
+    from core.packaging.gate import Gate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(os.path.realpath(tmp)) / "project"
+        root.mkdir()
+        for d in dirs:
+            (root / d).mkdir(parents=True, exist_ok=True)
+        for where, target in links:
+            path = root / where
+            if not path.parent.is_dir() or os.path.lexists(path):
+                continue
+            os.symlink(target, path)
+        gate = Gate(root)
+        for probe in probes:
+            real = os.path.realpath(root / probe)
+            want = ("" if real == str(root) else
+                    real[len(str(root)) + 1:] if real.startswith(f"{root}/") else None)
+            assert gate._real_dir(probe) == want, (probe, dirs, links)

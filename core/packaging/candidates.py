@@ -75,7 +75,7 @@ def never_prefixes(project_rel: str) -> tuple[str, ...]:
 
 
 def is_never(rel: str, never: tuple[str, ...]) -> bool:
-    if any(part in NEVER_DIRS for part in rel.split("/")):
+    if not NEVER_DIRS.isdisjoint(rel.split("/")):
         return True
     return (rel + "/").startswith(never)
 
