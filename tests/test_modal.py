@@ -167,6 +167,29 @@ def test_a_one_file_change_uploads_that_file_and_the_manifest_and_the_job_runs_i
         == sorted(sha for _, sha in mounted) == sorted({r[2] for r in manifest["entries"] if r[1] != "l"})
 
 
+PACKED_CHECK = """import hashlib, pathlib
+files = sorted(p for p in pathlib.Path("src").rglob("*.py"))
+print(f"files={len(files)} sum=" + hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()[:16],
+      flush=True)
+"""
+
+
+def test_a_bundle_whose_objects_are_in_pack_files_runs_on_modal(modal_fake: FakeModal, home: Path,
+                                                                tmp_path: Path) -> None:
+    """A first pack of many files keeps its objects in pack files at home; Modal's mount takes
+    files, so they are copied out before the mount, and the job sees every byte."""
+    add_modal()
+    src = {f"src/m{i:03d}.py": f"X = {i}\n" * (i % 5 + 1) for i in range(90)}
+    project = make_git_project(tmp_path / "packed", {"train.py": PACKED_CHECK, **src})
+    want = hashlib.sha256(b"".join(text.encode() for _, text in sorted(src.items()))).hexdigest()[:16]
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--provider", "md", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
+    assert done["state"] == "done", run_gpu("logs", short).stdout + json.dumps(done)
+    assert list((home / "objects" / "packs").glob("*.pack"))  # the pack files the objects came from
+    assert f"files=90 sum={want}" in run_gpu("logs", short).stdout
+
+
 def test_a_failing_job_shows_its_traceback_and_cancel_stops_the_call(modal_fake: FakeModal, home: Path,
                                                                      tmp_path: Path) -> None:
     add_modal("--gpu", "L4")
