@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -138,6 +140,10 @@ def echo_pid(context: dict, job: list) -> list:
         raise RuntimeError("a fault in the helper only")
     if context.get("die_in_helper") and os.getpid() != context["parent"]:
         os._exit(3)
+    if context.get("print_in_helper") and os.getpid() != context["parent"]:
+        print("a stray line on the helper's stdout", flush=True)
+    if context.get("answer_bytes"):
+        return [job[0], os.getpid(), "r" * context["answer_bytes"]]
     if job[0] == context.get("refuse"):
         raise UserError(f"job {job[0]} refused", fix="do something else")
     return [job[0], os.getpid()]
@@ -152,13 +158,30 @@ def test_helpers_take_their_share_and_results_keep_job_order(spread_small: None)
     assert not _children()  # helpers are gone when it returns
 
 
-@pytest.mark.parametrize("fault", ["crash_in_helper", "die_in_helper"])
+@pytest.mark.parametrize("fault", ["crash_in_helper", "die_in_helper", "print_in_helper"])
 def test_a_helper_that_fails_costs_only_time(spread_small: None, fault: str) -> None:
     jobs = [[i] for i in range(120)]
     out = spread.run(echo_pid, {"sleep": 0.005, "parent": os.getpid(), fault: True}, jobs)
     assert [r[0] for r in out] == list(range(120))
     assert {r[1] for r in out} == {os.getpid()}  # every job was done here in the end
     assert not _children()
+
+
+def test_long_jobs_and_long_answers_never_deadlock() -> None:
+    """Chunks and answers far bigger than a pipe holds: neither side blocks writing while the
+    other does (run in a child with a deadline, so a regression fails instead of hanging)."""
+    code = ("import os, sys; sys.path.insert(0, %r)\n"
+            "from core.packaging import spread\n"
+            "from tests.test_packs import echo_pid\n"
+            "spread.MIN_JOBS = 40\n"
+            "os.sched_getaffinity = lambda pid: {0, 1}\n"
+            "jobs = [[i, 'a' * 20000] for i in range(600)]\n"
+            "out = spread.run(echo_pid, {'parent': os.getpid(), 'answer_bytes': 20000}, jobs)\n"
+            "assert [r[0] for r in out] == list(range(600)) and all(len(r[2]) == 20000 for r in out)\n"
+            "print(len({r[1] for r in out}))\n") % str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 1
 
 
 def test_a_user_error_in_any_process_stops_the_run(spread_small: None) -> None:
@@ -289,3 +312,62 @@ def test_gc_leaves_a_pack_used_lately(home: Path, tmp_path: Path) -> None:
     _age_everything(store)
     cachescan.evict(str(home), [entry[0]["path"]], cachescan.MIN_AGE_S)
     assert list((store / codetree.PACKS).iterdir()) == []
+
+
+def test_gc_never_takes_a_pack_a_pack_in_progress_counts_on(home: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """gc's sweep runs between a submit finding its objects stored and its manifest naming
+    them (forced here): it waits for the manifest, so the pack stays and the bundle is whole."""
+    import threading
+
+    project = make_git_project(tmp_path / "p", _tree(100))
+    _settle(project)
+    first = make_bundle(project)
+    store = paths.objects_dir()
+    paths.bundles_dir().joinpath(f"{first.hash}.json").unlink()  # no manifest names them now
+    _age_everything(store)
+    real_store = bundle_mod._store_objects
+    sweeps: list[threading.Thread] = []
+
+    def gc_in_the_window(listing, todo, cache, tick):
+        _age_everything(store)  # as gc would see it had it looked just before this submit's touch
+        entry = next(r for r in cachescan.scan(str(home)) if r["kind"] == "objects")
+        t = threading.Thread(target=cachescan.evict, args=(str(home), [entry["path"]], cachescan.MIN_AGE_S))
+        t.start()
+        t.join(timeout=1.0)  # given every chance to run now
+        sweeps.append(t)
+        return real_store(listing, todo, cache, tick)
+
+    (project / "train.py").write_text("print('again')\n")  # a new manifest over the packed objects
+    monkeypatch.setattr(bundle_mod, "_store_objects", gc_in_the_window)
+    again = make_bundle(project)
+    sweeps[0].join(timeout=60)
+    assert not sweeps[0].is_alive()
+    assert objects.reuse_objects(objects.digests(again.hash)) == set()
+    objects.materialize(again.hash, tmp_path / "code")
+    assert (tmp_path / "code" / "src" / "pkg1" / "m60.py").read_text().startswith("X = 60\n")
+
+
+def test_a_second_copy_never_keeps_a_pack_and_gc_counts_only_what_it_frees(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", _tree(100))
+    b = make_bundle(project)
+    store = paths.objects_dir()
+    digests = objects.digests(b.hash)
+    objects.loosen(digests)  # every object now also a file of its own (as for Modal's mount)
+    _age_everything(store)
+    entry = [r for r in cachescan.scan(str(home)) if r["kind"] == "objects"]
+    assert entry and entry[0]["bytes"] >= sum(size for *_, size in objects.entries(b.hash)) // 2
+    cachescan.evict(str(home), [entry[0]["path"]], cachescan.MIN_AGE_S)
+    assert list((store / codetree.PACKS).glob("*.pack")) == []  # the loose copies are the live ones
+    objects.materialize(b.hash, tmp_path / "code")
+    assert (tmp_path / "code" / "train.py").read_text() == "print('train')\n"
+    # a mostly live pack with a few dead objects: gc neither counts nor takes them
+    project2 = make_git_project(tmp_path / "p2", {f"lib/q{i}.py": f"Y = {i}\n" for i in range(100)}
+                                | {"train.py": "print(1)\n"})
+    _settle(project2)
+    kept = make_bundle(project2)
+    (project2 / "train.py").write_text("print(2)\n")
+    make_bundle(project2)
+    paths.bundles_dir().joinpath(f"{kept.hash}.json").unlink()
+    _age_everything(store)
+    assert [r for r in cachescan.scan(str(home)) if r["kind"] == "objects"] == []

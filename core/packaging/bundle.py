@@ -117,15 +117,16 @@ def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False,
         else:
             # each file whose content the store lacks is read once: hashed while it is copied
             # into its object (a file the stat cache knows, with its object present, is not read)
-            lacking = objects.reuse_objects(e.sha256 for e in files if e.sha256 is not None)
-            todo = missing + [e for e in files if e.sha256 is not None and e.sha256 in lacking]
-            tell(0, len(todo))
-            _store_objects(listing, todo, cache, _ticker(progress, len(todo)))
-            rows = manifest(listing, sizes=True)  # once, with what was stored (a 20,000-row sort is 25 ms)
-            digest = objects.manifest_digest(rows)
-            if not objects.stored(digest):
-                objects.write_manifest(digest, rows)
-                packed = True
+            with codetree.sweep_lock(str(paths.objects_dir()), exclusive=False):  # gc waits till named
+                lacking = objects.reuse_objects(e.sha256 for e in files if e.sha256 is not None)
+                todo = missing + [e for e in files if e.sha256 is not None and e.sha256 in lacking]
+                tell(0, len(todo))
+                _store_objects(listing, todo, cache, _ticker(progress, len(todo)))
+                rows = manifest(listing, sizes=True)  # once, with what was stored (a 20,000-row sort is 25 ms)
+                digest = objects.manifest_digest(rows)
+                if not objects.stored(digest):
+                    objects.write_manifest(digest, rows)
+                    packed = True
         left_out = listing.ignored + listing.withheld
         shipped = [e for e in listing.entries.values()]
         return Bundle(hash=digest, path=objects.manifest_file(digest), root=listing.root,

@@ -141,7 +141,10 @@ def store(context: dict, job: list) -> list:
             out_fd, tmp_name = _open_temp(store_dir, context["tmp"])
         size = 0
         while block := reader.read(CHUNK):
-            _write_all(out_fd, block)
+            if pack is not None:  # at the offset the index will name, wherever the file's position is
+                _pwrite_all(out_fd, block, start + size)
+            else:
+                _write_all(out_fd, block)
             size += len(block)
         if pack is None:
             os.close(out_fd)
@@ -164,7 +167,6 @@ def store(context: dict, job: list) -> list:
         if pack is not None and start >= 0:
             with contextlib.suppress(OSError):
                 os.ftruncate(pack.fd, start)  # the pack ends where this object began
-                os.lseek(pack.fd, start, os.SEEK_SET)
         elif out_fd >= 0:
             os.close(out_fd)
         if tmp_name:
@@ -210,6 +212,13 @@ def _open_temp(store_dir: str, prefix: str) -> tuple[int, str]:
 
 
 _TMP_SEQ = itertools.count()  # next() on it is atomic under the GIL: one name per object
+
+
+def _pwrite_all(fd: int, block: bytes, offset: int) -> None:
+    view = memoryview(block)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def _write_all(fd: int, block: bytes) -> None:

@@ -96,7 +96,8 @@ def run(func: Func, context: dict, jobs: list[Job], *, sizes: list[int] | None =
                 if not h.alive:
                     queue.extendleft(h.take_back())
                     helpers.remove(h)
-                elif queue:
+                    h.close(kill=True)
+                elif queue and len(h.held) < 2:
                     h.send(queue.popleft(), jobs)
         failed = False
     finally:
@@ -121,21 +122,30 @@ def _chunks(n: int, sizes: list[int] | None) -> list[list[int]]:
 
 
 def _ready(helpers: list[_Helper], timeout: float) -> list[_Helper]:
+    """The helpers with something to read, after writing what each can take of its pending
+    input. Writes never block: a helper blocked writing a long reply while this process
+    blocked writing it a long chunk would wait on each other for ever."""
     if not helpers:
         return []
-    by_fd = {h.out_fd: h for h in helpers}
-    readable, _, _ = select.select(list(by_fd), [], [], timeout)
-    return [by_fd[fd] for fd in readable]
+    by_out = {h.out_fd: h for h in helpers}
+    by_in = {h.in_fd: h for h in helpers if h.pending}
+    readable, writable, _ = select.select(list(by_out), list(by_in), [], timeout)
+    for fd in writable:
+        by_in[fd].flush()
+    return [by_out[fd] for fd in readable]
 
 
 class _Helper:
-    """One helper process and the chunks it holds."""
+    """One helper process, the chunks it holds, and the input it has yet to be given."""
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self.out_fd = proc.stdout.fileno()
+        self.in_fd = proc.stdin.fileno()
+        os.set_blocking(self.in_fd, False)
         self.held: deque[list[int]] = deque()
         self.buf = b""
+        self.pending = bytearray()
         self.alive = True
 
     @classmethod
@@ -145,36 +155,42 @@ class _Helper:
         try:
             proc = subprocess.Popen([sys.executable, "-P", "-c", code], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/",
-                                    close_fds=True)
+                                    close_fds=True, bufsize=0)
         except OSError:
             return None
         helper = cls(proc)
-        head = {"func": f"{func.__module__}:{func.__qualname__}", "context": context}
-        if not helper._write(head):
-            helper.close()
-            return None
+        helper._write({"func": f"{func.__module__}:{func.__qualname__}", "context": context})
         return helper
 
     @property
     def busy(self) -> bool:
         return bool(self.held)
 
-    def _write(self, doc: Any) -> bool:
-        try:
-            self.proc.stdin.write(json.dumps(doc).encode("ascii") + b"\n")
-            self.proc.stdin.flush()
-            return True
-        except (OSError, ValueError):
-            self.alive = False
-            return False
+    def _write(self, doc: Any) -> None:
+        self.pending += json.dumps(doc).encode("ascii") + b"\n"
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what the pipe takes now; the rest waits for `_ready` to find it writable."""
+        while self.pending and self.alive:
+            try:
+                n = os.write(self.in_fd, self.pending)
+            except BlockingIOError:
+                return
+            except OSError:  # the helper is gone: its held chunks are taken back on EOF
+                self.alive = False
+                self.pending.clear()
+                return
+            del self.pending[:n]
 
     def send(self, chunk: list[int], jobs: list[Job]) -> None:
         self.held.append(chunk)
         self._write([[i, jobs[i]] for i in chunk])
 
     def answers(self) -> tuple[list[tuple[int, Result]], list[int]]:
-        """(done, to redo here) from every chunk that came back whole; a closed pipe marks the
-        helper dead (what it still held is taken back by the caller)."""
+        """(done, to redo here) from every chunk that came back whole; a closed pipe, or a
+        line that is not the answer to the chunk it should answer (a stray print in the
+        helper's start), marks the helper dead (what it still held is taken back by the caller)."""
         try:
             data = os.read(self.out_fd, 1 << 20)
         except OSError:
@@ -185,9 +201,16 @@ class _Helper:
         self.buf += data
         out: list[tuple[int, Result]] = []
         redo: list[int] = []
-        while b"\n" in self.buf:
+        while b"\n" in self.buf and self.held:
             line, self.buf = self.buf.split(b"\n", 1)
-            reply = json.loads(line)
+            try:
+                reply = json.loads(line)
+                answered = [item[0] for item in reply]
+            except (ValueError, TypeError, IndexError, KeyError):
+                answered = None
+            if answered != self.held[0]:
+                self.alive = False
+                return out, redo
             self.held.popleft()
             for i, kind, value in reply:
                 if kind == "error":
@@ -206,6 +229,7 @@ class _Helper:
         if kill and self.proc.poll() is None:
             self.proc.kill()
         with contextlib.suppress(OSError, ValueError):
+            os.set_blocking(self.in_fd, True)
             self.proc.stdin.close()
         if self.proc.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -47,9 +47,9 @@ import sys
 import time
 
 try:  # at home: the object store may hold packs (codetree.PACKS)
-    from .codetree import PACKS, copy_range, object_path, read_index
+    from .codetree import PACKS, copy_range, object_path, read_index, sweep_lock
 except ImportError:  # sent to a host as source, alone: hosts receive objects loose, never packs
-    PACKS = copy_range = object_path = read_index = None
+    PACKS = copy_range = object_path = read_index = sweep_lock = None
 
 KINDS = {"bundles": "bundle", "data": "data", "runtime": "runtime", "venvs": "venv", "wheelhouse": "wheelhouse"}
 OBJECTS = "objects"
@@ -142,8 +142,9 @@ def _references(root: str) -> dict[str, set[str]]:
 
 
 def _objects(root: str) -> dict[str, tuple[str, int, float]]:
-    """Every loose object (and stale temporary file) under objects/, and every packed one:
-    name -> (path, bytes, mtime); a packed object's path is its pack's, its mtime the pack's."""
+    """Every loose object (and stale temporary file) under objects/, every packed one, and
+    every pack file no index names: name -> (path, bytes, mtime); a packed object's path is
+    its pack's, its mtime the pack's."""
     out = {}
     top_dir = os.path.join(root, OBJECTS)
     for top, dirs, files in os.walk(top_dir):
@@ -161,6 +162,8 @@ def _objects(root: str) -> dict[str, tuple[str, int, float]]:
         mtime = _mtime(pack)
         for digest, (_offset, size) in rows.items():
             out.setdefault(digest, (pack, size, mtime))
+    for path in _half_packs(root):
+        out[os.path.basename(path)] = (path, _size(path), _mtime(path))
     return out
 
 
@@ -180,13 +183,40 @@ def _packs(root: str) -> dict[str, dict[str, tuple[int, int]]]:
     return out
 
 
+def _pack_fates(root: str, count: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]]:
+    """The packs gc removes -> the live objects each first makes loose. A pack goes when none
+    of its objects is needed, or when those needed are under half its bytes. An object needed
+    counts as live in one place only: its loose file if it has one, else the first pack (by
+    name) holding it, so a second copy never keeps a pack alive, and two copies are never both
+    taken for being the other's duplicate."""
+    packs = _packs(root)
+    home: dict[str, str] = {}
+    for pack in sorted(packs):
+        for digest in packs[pack]:
+            if digest in count and digest not in home and not os.path.isfile(object_path(os.path.join(root, OBJECTS), digest)):
+                home[digest] = pack
+    fates = {}
+    for pack, rows in packs.items():
+        live = {d: where for d, where in rows.items() if home.get(d) == pack}
+        if live and sum(size for _, size in live.values()) * 2 >= sum(size for _, size in rows.values()):
+            continue
+        fates[pack] = live
+    return fates
+
+
 def _unreferenced(root: str) -> tuple[dict[str, tuple[str, int, float]], dict[str, int]]:
-    """The objects no manifest names, and each manifest's bytes that only it names."""
+    """What gc can free outside the manifests: each loose object no manifest names (and what a
+    half-done pack left), each pack that goes (its bytes less the live ones it hands to loose
+    files); and each manifest's bytes that only it names."""
     refs = _references(root)
     count = _counts(refs)
     objs = _objects(root)
     own = {key: sum(objs[d][1] for d in names if count[d] == 1 and d in objs) for key, names in refs.items()}
-    return {d: v for d, v in objs.items() if d not in count}, own
+    out = {d: v for d, v in objs.items()
+           if d not in count and (not _in_packs(root, v[0]) or d == os.path.basename(v[0]))}
+    for pack, live in _pack_fates(root, count).items():
+        out[pack] = (pack, max(0, _size(pack) - sum(size for _, size in live.values())), _mtime(pack))
+    return out, own
 
 
 def _counts(refs: dict[str, set[str]]) -> dict[str, int]:
@@ -202,7 +232,15 @@ def _sweep_objects(root: str, min_age_s: float) -> int:
 
     A pack goes when none of its objects is named any more; one whose named objects are less
     than half its bytes is dissolved (those objects made loose, then the pack removed), so a
-    pack does not hold a project's dead files forever for a few live ones."""
+    pack does not hold a project's dead files forever for a few live ones. At home this holds
+    the store's sweep lock, so no pack is half-way between finding objects and naming them."""
+    if sweep_lock is None:
+        return _sweep_objects_locked(root, min_age_s)
+    with sweep_lock(os.path.join(root, OBJECTS), exclusive=True):
+        return _sweep_objects_locked(root, min_age_s)
+
+
+def _sweep_objects_locked(root: str, min_age_s: float) -> int:
     loose, _ = _unreferenced(root)
     freed = 0
     now = time.time()
@@ -214,12 +252,8 @@ def _sweep_objects(root: str, min_age_s: float) -> int:
             freed += size
         except OSError:
             pass
-    count = _counts(_references(root))
-    for pack, rows in _packs(root).items():
+    for pack, live in _pack_fates(root, _counts(_references(root))).items():
         if now - _mtime(pack) < min_age_s:
-            continue
-        live = {d: where for d, where in rows.items() if d in count}
-        if live and sum(size for _, size in live.values()) * 2 >= sum(size for _, size in rows.values()):
             continue
         try:
             for digest, (offset, size) in live.items():
@@ -233,22 +267,23 @@ def _sweep_objects(root: str, min_age_s: float) -> int:
     return freed + _sweep_half_packs(root, now, min_age_s)
 
 
-def _sweep_half_packs(root: str, now: float, min_age_s: float) -> int:
+def _half_packs(root: str) -> list[str]:
     """What a pack that stopped half-way left under objects/packs: a pack with no index, an
     index being written (nothing reads either)."""
     if PACKS is None:
-        return 0
+        return []
     folder = os.path.join(root, OBJECTS, PACKS)
     try:
         names = set(os.listdir(folder))
     except OSError:
-        return 0
+        return []
+    return [os.path.join(folder, n) for n in sorted(names)
+            if (n.endswith(".pack") and n[:-len(".pack")] + ".idx" not in names) or n.startswith(".idx-")]
+
+
+def _sweep_half_packs(root: str, now: float, min_age_s: float) -> int:
     freed = 0
-    for name in names:
-        orphan = name.endswith(".pack") and name[:-len(".pack")] + ".idx" not in names
-        if not (orphan or name.startswith(".idx-")):
-            continue
-        path = os.path.join(folder, name)
+    for path in _half_packs(root):
         if now - _mtime(path) < min_age_s:
             continue
         size = _size(path)

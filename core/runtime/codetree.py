@@ -80,6 +80,24 @@ _IDX_ROW = struct.Struct("<32sQQ")
 _INDEXES: dict[str, tuple[frozenset, dict]] = {}  # objects dir -> (index names, table), per process
 
 
+
+
+@contextlib.contextmanager
+def sweep_lock(objects: str, exclusive: bool):
+    """Held shared by a pack from the moment it finds objects stored (and counts on them) until
+    its manifest names them, and exclusively by gc while it removes objects: gc then sees every
+    manifest that names what it would take. (An object's recent use, its mtime, guarded this
+    alone before; one stale look at a pack's mtime covers thousands of objects.)"""
+    lock = os.path.normpath(objects) + ".lock"  # beside the store: nothing in it is ever swept
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
 def packed(objects: str) -> dict[str, tuple[str, int, int]]:
     """digest -> (pack file, offset, size) for every object held in a pack under `objects`
     (the indexes are read again only when the set of them changed: one listdir a call)."""
@@ -109,12 +127,22 @@ def read_index(idx: str) -> dict[str, tuple[str, int, int]]:
     if not data.startswith(_IDX_MAGIC) or len(body) % _IDX_ROW.size:
         return {}
     pack = idx[:-len(".idx")] + ".pack"
-    return {d.hex(): (pack, off, size) for d, off, size in _IDX_ROW.iter_unpack(body)}
+    try:
+        end = os.stat(pack).st_size
+    except OSError:
+        return {}
+    rows = list(_IDX_ROW.iter_unpack(body))
+    if any(off + size > end for _, off, size in rows):
+        return {}  # an index that names bytes its pack lacks: none of it is trusted
+    return {d.hex(): (pack, off, size) for d, off, size in rows}
 
 
 def publish_pack(objects: str, tmp_pack: str, rows: list[tuple[str, int, int]]) -> str:
     """Put a written pack file (`tmp_pack`, holding `rows`: digest, offset, size) in place
     under OBJECTS/packs with its index; returns the pack's path."""
+    end = os.stat(tmp_pack).st_size
+    if any(off + size > end for _, off, size in rows):
+        raise OSError(f"pack {tmp_pack} is shorter than its objects: not put in place")
     folder = os.path.join(objects, PACKS)
     os.makedirs(folder, exist_ok=True)
     name = os.path.join(folder, secrets.token_hex(10))
