@@ -33,13 +33,25 @@ def main() -> int:
     if wire.wanted(argv, os.environ):
         rc = _try_warm(argv)
         if rc is not None:
-            return rc
+            _leave(rc)
     from tui.cli import main as run_here
 
     rc = run_here(argv)
     if rc == 0 and wire.wanted(argv, os.environ):
         _start_server()
     return rc
+
+
+def _leave(rc: int):  # never returns (typing's NoReturn would cost this light module an import)
+    """Exit at once with the child's status. The child wrote the command's output to this
+    process's streams itself and nothing here waits on exit handlers; a full interpreter
+    shutdown (tearing down every module) was ~10 ms of each warm submit's ~110."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(rc & 0xFF)
 
 
 def request(argv: list[str]) -> dict:
