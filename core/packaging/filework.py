@@ -141,10 +141,8 @@ def store(context: dict, job: list) -> list:
             out_fd, tmp_name = _open_temp(store_dir, context["tmp"])
         size = 0
         while block := reader.read(CHUNK):
-            if pack is not None:  # at the offset the index will name, wherever the file's position is
-                _pwrite_all(out_fd, block, start + size)
-            else:
-                _write_all(out_fd, block)
+            # in a pack: at the offset the index will name, wherever the file's position is
+            codetree.write_all(out_fd, block, None if pack is None else start + size)
             size += len(block)
         if pack is None:
             os.close(out_fd)
@@ -212,19 +210,6 @@ def _open_temp(store_dir: str, prefix: str) -> tuple[int, str]:
 
 
 _TMP_SEQ = itertools.count()  # next() on it is atomic under the GIL: one name per object
-
-
-def _pwrite_all(fd: int, block: bytes, offset: int) -> None:
-    view = memoryview(block)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
-
-
-def _write_all(fd: int, block: bytes) -> None:
-    view = memoryview(block)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _check_packed_content(rel: str, head: bytes, size: int) -> None:

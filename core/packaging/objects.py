@@ -46,28 +46,13 @@ def loosen(digests) -> None:
     """Make each named object a file of its own (a packed one is copied out of its pack), for
     a reader that takes files, not bytes: Modal's mount of the store."""
     store = str(paths.objects_dir())
+    packs = codetree.packed(store)
     for d in dict.fromkeys(digests):
-        final = codetree.object_path(store, d)
-        if os.path.isfile(final):
+        if os.path.isfile(codetree.object_path(store, d)):
             continue
-        f, size = codetree.open_object(store, d)
-        with f:
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".loose-", dir=os.path.dirname(final))
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    left = size
-                    while left > 0:
-                        block = f.read(min(left, 1 << 20))
-                        if not block:
-                            raise OSError(f"object {d[:12]} is cut short in its pack")
-                        out.write(block)
-                        left -= len(block)
-                os.chmod(tmp, 0o444)
-                os.replace(tmp, final)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+        if d not in packs:
+            raise FileNotFoundError(f"object {d[:12]} is not in {store}")
+        codetree.make_loose(store, d, *packs[d])
 
 
 def reuse_objects(digests) -> set[str]:
@@ -128,8 +113,9 @@ def object_stream(digests_: list[str], out) -> int:
     total = 0
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         store = str(paths.objects_dir())
+        packs = codetree.packed(store)
         for d in dict.fromkeys(digests_):
-            f, size = codetree.open_object(store, d)
+            f, size = codetree.open_object(store, d, packs)
             info = tarfile.TarInfo(d)
             info.size = size
             info.mode = 0o444
@@ -151,6 +137,7 @@ def archive(bundle_hash: str) -> Path:
     os.close(fd)
     try:
         store = str(paths.objects_dir())
+        packs = codetree.packed(store)
         with tarfile.open(tmp, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
             for rel, kind, ref, *_ in entries(bundle_hash):
                 info = tarfile.TarInfo(rel)
@@ -159,7 +146,7 @@ def archive(bundle_hash: str) -> Path:
                     info.type, info.linkname = tarfile.SYMTYPE, ref
                     tar.addfile(info)
                     continue
-                f, info.size = codetree.open_object(store, ref)
+                f, info.size = codetree.open_object(store, ref, packs)
                 info.mode = 0o755 if kind == "x" else 0o644
                 with f:
                     tar.addfile(info, f)

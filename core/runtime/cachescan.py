@@ -47,9 +47,9 @@ import sys
 import time
 
 try:  # at home: the object store may hold packs (codetree.PACKS)
-    from .codetree import PACKS, copy_range, object_path, read_index, sweep_lock
+    from .codetree import PACKS, make_loose, object_path, read_index, sweep_lock
 except ImportError:  # sent to a host as source, alone: hosts receive objects loose, never packs
-    PACKS = copy_range = object_path = read_index = sweep_lock = None
+    PACKS = make_loose = object_path = read_index = sweep_lock = None
 
 KINDS = {"bundles": "bundle", "data": "data", "runtime": "runtime", "venvs": "venv", "wheelhouse": "wheelhouse"}
 OBJECTS = "objects"
@@ -141,10 +141,10 @@ def _references(root: str) -> dict[str, set[str]]:
     return {n[: -len(".json")]: _manifest_objects(os.path.join(base, n)) for n in names}
 
 
-def _objects(root: str) -> dict[str, tuple[str, int, float]]:
-    """Every loose object (and stale temporary file) under objects/, every packed one, and
-    every pack file no index names: name -> (path, bytes, mtime); a packed object's path is
-    its pack's, its mtime the pack's."""
+def _objects(root: str, packs: dict[str, dict[str, tuple[int, int]]]) -> dict[str, tuple[str, int, float]]:
+    """Every loose object (and stale temporary file) under objects/, every packed one (`packs`:
+    `_packs(root)`), and every pack file no index names: name -> (path, bytes, mtime); a
+    packed object's path is its pack's, its mtime the pack's."""
     out = {}
     top_dir = os.path.join(root, OBJECTS)
     for top, dirs, files in os.walk(top_dir):
@@ -158,7 +158,7 @@ def _objects(root: str) -> dict[str, tuple[str, int, float]]:
                 continue
             digest = os.path.basename(top) + name if len(name) == 62 else name
             out[digest] = (path, st.st_blocks * 512, st.st_mtime)
-    for pack, rows in _packs(root).items():
+    for pack, rows in packs.items():
         mtime = _mtime(pack)
         for digest, (_offset, size) in rows.items():
             out.setdefault(digest, (pack, size, mtime))
@@ -183,13 +183,13 @@ def _packs(root: str) -> dict[str, dict[str, tuple[int, int]]]:
     return out
 
 
-def _pack_fates(root: str, count: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]]:
+def _pack_fates(root: str, count: dict[str, int],
+                packs: dict[str, dict[str, tuple[int, int]]]) -> dict[str, dict[str, tuple[int, int]]]:
     """The packs gc removes -> the live objects each first makes loose. A pack goes when none
     of its objects is needed, or when those needed are under half its bytes. An object needed
     counts as live in one place only: its loose file if it has one, else the first pack (by
     name) holding it, so a second copy never keeps a pack alive, and two copies are never both
     taken for being the other's duplicate."""
-    packs = _packs(root)
     home: dict[str, str] = {}
     for pack in sorted(packs):
         for digest in packs[pack]:
@@ -205,18 +205,28 @@ def _pack_fates(root: str, count: dict[str, int]) -> dict[str, dict[str, tuple[i
 
 
 def _unreferenced(root: str) -> tuple[dict[str, tuple[str, int, float]], dict[str, int]]:
-    """What gc can free outside the manifests: each loose object no manifest names (and what a
-    half-done pack left), each pack that goes (its bytes less the live ones it hands to loose
-    files); and each manifest's bytes that only it names."""
+    """What gc can free outside the manifests, and each manifest's bytes that only it names."""
+    freeable, own, _ = _survey(root)
+    return freeable, own
+
+
+def _survey(root: str) -> tuple[dict[str, tuple[str, int, float]], dict[str, int],
+                                dict[str, dict[str, tuple[int, int]]]]:
+    """(what gc can free outside the manifests: each loose object no manifest names, what a
+    half-done pack left, each pack that goes with its bytes less the live ones it hands to
+    loose files; each manifest's bytes that only it names; the packs that go, with the live
+    objects each first makes loose). The manifests and the pack indexes are read once."""
     refs = _references(root)
     count = _counts(refs)
-    objs = _objects(root)
+    packs = _packs(root)
+    objs = _objects(root, packs)
     own = {key: sum(objs[d][1] for d in names if count[d] == 1 and d in objs) for key, names in refs.items()}
     out = {d: v for d, v in objs.items()
            if d not in count and (not _in_packs(root, v[0]) or d == os.path.basename(v[0]))}
-    for pack, live in _pack_fates(root, count).items():
+    fates = _pack_fates(root, count, packs)
+    for pack, live in fates.items():
         out[pack] = (pack, max(0, _size(pack) - sum(size for _, size in live.values())), _mtime(pack))
-    return out, own
+    return out, own, fates
 
 
 def _counts(refs: dict[str, set[str]]) -> dict[str, int]:
@@ -241,7 +251,7 @@ def _sweep_objects(root: str, min_age_s: float) -> int:
 
 
 def _sweep_objects_locked(root: str, min_age_s: float) -> int:
-    loose, _ = _unreferenced(root)
+    loose, _, fates = _survey(root)
     freed = 0
     now = time.time()
     for path, size, mtime in loose.values():
@@ -252,12 +262,12 @@ def _sweep_objects_locked(root: str, min_age_s: float) -> int:
             freed += size
         except OSError:
             pass
-    for pack, live in _pack_fates(root, _counts(_references(root))).items():
+    for pack, live in fates.items():
         if now - _mtime(pack) < min_age_s:
             continue
         try:
             for digest, (offset, size) in live.items():
-                _make_loose(root, pack, digest, offset, size)
+                make_loose(os.path.join(root, OBJECTS), digest, pack, offset, size)
             size = _size(pack)
             os.unlink(pack[:-len(".pack")] + ".idx")  # the index first: nothing is found in it now
             os.unlink(pack)
@@ -295,21 +305,6 @@ def _sweep_half_packs(root: str, now: float, min_age_s: float) -> int:
 
 def _in_packs(root: str, path: str) -> bool:
     return PACKS is not None and os.path.dirname(path) == os.path.join(root, OBJECTS, PACKS)
-
-
-def _make_loose(root: str, pack: str, digest: str, offset: int, size: int) -> None:
-    """One live object of a pack about to go, as a file of its own (written, then renamed)."""
-    final = object_path(os.path.join(root, OBJECTS), digest)
-    if os.path.isfile(final):
-        return
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    tmp = final + ".loose-tmp"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    if copy_range(pack, offset, size, tmp) != size:
-        raise OSError(f"pack {pack} lost object {digest[:12]}")
-    os.chmod(tmp, 0o444)
-    os.replace(tmp, final)
 
 
 def scan(root: str) -> list[dict]:

@@ -80,8 +80,6 @@ _IDX_ROW = struct.Struct("<32sQQ")
 _INDEXES: dict[str, tuple[frozenset, dict]] = {}  # objects dir -> (index names, table), per process
 
 
-
-
 @contextlib.contextmanager
 def sweep_lock(objects: str, exclusive: bool):
     """Held shared by a pack from the moment it finds objects stored (and counts on them) until
@@ -160,11 +158,12 @@ def publish_pack(objects: str, tmp_pack: str, rows: list[tuple[str, int, int]]) 
     return name + ".pack"
 
 
-def open_object(objects: str, digest: str):
+def open_object(objects: str, digest: str, packs: dict | None = None):
     """(a binary file positioned at the object's first byte, its size): from its pack, else
     its loose file. A pack gc took since its index was read is looked for loose (gc makes a
-    live object loose before it removes a pack)."""
-    where = packed(objects).get(digest)
+    live object loose before it removes a pack). `packs`: `packed(objects)`, for a caller
+    opening many objects (one listdir, not one per object)."""
+    where = (packed(objects) if packs is None else packs).get(digest)
     if where is not None:
         pack, offset, size = where
         try:
@@ -176,6 +175,27 @@ def open_object(objects: str, digest: str):
             return f, size
     f = open(object_path(objects, digest), "rb")
     return f, os.fstat(f.fileno()).st_size
+
+
+def make_loose(objects: str, digest: str, pack: str, offset: int, size: int) -> None:
+    """A packed object as a file of its own (copied out beside its final name, then renamed
+    into place): for a reader that takes files (Modal's mount), and for gc before it removes
+    a pack whose object is still needed."""
+    final = object_path(objects, digest)
+    if os.path.isfile(final):
+        return
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    tmp = f"{final}.loose-{os.getpid()}-{secrets.token_hex(4)}"  # two at once never share one
+    try:
+        if copy_range(pack, offset, size, tmp) != size:
+            if os.path.isfile(final):
+                return  # gc made it loose and took the pack meanwhile
+            raise OSError(f"pack {pack} lost object {digest[:12]}")
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, final)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def read_object(objects: str, digest: str) -> bytes:
@@ -564,15 +584,24 @@ def copy_range(pack: str, offset: int, size: int, dst: str) -> int:
                 block = os.pread(src, min(CHUNK, size - done), offset + done)
                 if not block:
                     raise OSError(f"pack {pack} ends inside an object")
-                view = memoryview(block)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, block)
                 done += len(block)
             return done
         finally:
             os.close(fd)
     finally:
         os.close(src)
+
+
+def write_all(fd: int, data: bytes, offset: int | None = None) -> None:
+    """All of `data` to `fd` (a write may take less than it was given), at `offset` if one is
+    given (pwrite: wherever the file's position is)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        view = view[n:]
+        if offset is not None:
+            offset += n
 
 
 def copy_object(src: str, dst: str, clone: list[bool] | None = None) -> int:
