@@ -659,3 +659,60 @@ def test_ship_project_keeps_the_rest_of_the_repository_home(home: Path, tmp_path
     (repo / "app" / "gpu.yaml").write_text("script: train.py\nship: everything\n")
     proc = run_gpu("bundle", cwd=repo / "app")
     assert proc.returncode == 2 and "gpu.yaml:2" in proc.stderr and "project" in proc.stderr
+
+
+# -- the listing's git commands, started ahead (core.packaging.listing.begin) ----------------
+
+
+def _git_children() -> list[int]:
+    """This process's child processes that run git (zombies too: a run left unreaped)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                after = f.read().rsplit(")", 1)[1].split()
+            comm = Path(f"/proc/{entry.name}/comm").read_text().strip()
+        except OSError:
+            continue
+        if int(after[1]) == os.getpid() and comm == "git":
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_listing_begun_early_is_the_same_listing(home: Path, tmp_path: Path) -> None:
+    from core.packaging.listing import begin
+
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN, "lib/a.py": "a = 1\n",
+                                                "id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\n"},
+                               gitignore="data/\n")
+    write(project / "data" / "big.bin", "x")
+    write(project / "untracked.py", "u = 1\n")
+    plain = list_project(project)
+    begun = begin(project)
+    assert begun is not None
+    early = list_project(project, begun=begun)
+    assert sorted(early.entries) == sorted(plain.entries) == [".gitignore", "lib/a.py", "train.py", "untracked.py"]
+    assert early.withheld == plain.withheld and early.ignored == plain.ignored
+    assert _git_children() == []  # read and reaped
+    # runs begun for another folder are not read for this one; whoever began closes them
+    other = make_git_project(tmp_path / "other", {"o.py": "o = 1\n"})
+    stray = begin(other)
+    assert sorted(list_project(project, begun=stray).entries) == sorted(plain.entries)
+    stray.close()
+    assert _git_children() == []
+    assert begin(tmp_path / "not-git") is None
+
+
+def test_a_submit_its_checks_refuse_leaves_no_git_running(home: Path, tmp_path: Path) -> None:
+    """The listing's git starts before the checks; a refused submit stops and reaps it."""
+    from core.config.request import build_request
+    from core.engine.service import prepare
+
+    project = make_git_project(tmp_path / "p", {"train.py": TRAIN})
+    req = build_request(project, {"script": "train.py", "hours": 0.1, "provider": "colab"})
+    with pytest.raises(UserError) as refused:
+        prepare(req)
+    assert "colab" in refused.value.message()
+    assert _git_children() == []

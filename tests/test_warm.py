@@ -87,6 +87,11 @@ def test_agent_submit_is_served_warm_and_is_the_same_command(home: Path, project
     again = gpu_json("submit", "train.py", "--hours", "2", "--env", "RUN=held", cwd=project)
     assert held["submitted"] is True and again["submitted"] is False, again
     assert again["job"]["id"] == held["job"]["id"] and len(served(home)) == 3
+    # each child's end is logged with its CPU time (the figure bench/submit_latency.py reads)
+    deadline = time.monotonic() + 10
+    while len(re.findall(r"child \d+: exit status 0, CPU \d+\.\d ms", warm_log(home))) < 3:
+        assert time.monotonic() < deadline, warm_log(home)  # status 0: the client's leaving killed none
+        time.sleep(0.1)
 
     done = wait_state(a["job"]["id"], {"done", "failed"}, cwd=project)
     assert done["state"] == "done", done

@@ -39,6 +39,7 @@ from tui.wire import HANDSHAKE_S, LOCK_NAME, LOG_NAME, SOCKET_NAME
 SUPERVISOR_GRACE_S = 10.0  # the supervisor the first submit started may still be starting
 CHECK_EVERY_S = 1.0
 PER_CALL_ENV = {"GPU_ROUTER_ACTOR", "GPU_ROUTER_WARM", "GPU_ROUTER_DEBUG"}  # read per call, not at import
+PARSERS: dict = {}  # the commands' parsers, built once by preload
 
 
 def preload() -> None:
@@ -51,7 +52,7 @@ def preload() -> None:
     from core.secrets import launch, scan  # noqa: F401
     from tui import cli
 
-    cli.build_parser(only="submit")
+    PARSERS["submit"] = cli.build_parser(only="submit")  # each child parses with its copy
     credentials.withheld_reason("warm/.env.example")  # compiles the name rules
 
 
@@ -371,6 +372,7 @@ class Server:
                     stream.flush()
                 except (OSError, ValueError):
                     pass
+        _FINISHED.append(rc)
         try:
             conn.sendall(wire.line({"rc": rc}))
         except OSError:
@@ -415,7 +417,7 @@ def _not_a_json_submit(argv: list[str]) -> tuple[str | None, tuple | None]:
     sink = io.StringIO()
     try:
         with redirect_stdout(sink), redirect_stderr(sink):
-            parsed = cli.parse(argv)
+            parsed = cli.parse(argv, PARSERS)
     except (SystemExit, Exception):  # noqa: BLE001
         return "its words do not parse", None
     args = parsed[1]
@@ -424,10 +426,15 @@ def _not_a_json_submit(argv: list[str]) -> tuple[str | None, tuple | None]:
     return None, parsed
 
 
+_FINISHED: list = []  # the child's command is over: its status is being sent (see _die_with_client)
+
+
 def _die_with_client(conn: socket.socket) -> None:
     """End this child the way the command would have ended had it run in the client: with it.
     The client sends nothing after `go` and leaves only after the exit status, so the end of
-    the connection before that is the client killed (an agent's timeout): terminate too."""
+    the connection before that is the client killed (an agent's timeout): terminate too. Once
+    the status is on its way the client's leaving is the normal end, not a reason to be killed
+    (a race with the child's own exit, which warm.log showed as a SIGTERM)."""
     import threading
 
     def watch() -> None:
@@ -436,19 +443,24 @@ def _die_with_client(conn: socket.socket) -> None:
                 pass
         except OSError:
             pass
-        os.kill(os.getpid(), signal.SIGTERM)
+        if not _FINISHED:
+            os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="client-watch", daemon=True).start()
 
 
 def _reap() -> None:
+    """Collect the children that ended, each with a line of its status and CPU time (with the
+    git it ran) in warm.log: the figure a latency bench compares, free of wall-clock noise."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        log(f"child {pid}: exit status {os.waitstatus_to_exitcode(status)}, "
+            f"CPU {(usage.ru_utime + usage.ru_stime) * 1000:.1f} ms")
 
 
 def main() -> int:

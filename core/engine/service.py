@@ -23,7 +23,7 @@ from core.jobs.store import CANCEL_AFTER_CHECKPOINT, Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
 from core.packaging.bundle import Bundle, build
 from core.packaging.filecache import FileHashCache
-from core.packaging.listing import list_project
+from core.packaging.listing import begin as begin_listing, list_project
 from core.packaging.local_data import list_data
 from core.packaging.safe_extract import masked_names
 from core.packaging.report import left_out_hint, ship_warnings
@@ -114,35 +114,40 @@ def pack(req: JobRequest, *, interactive: bool = False, store: Store | None = No
     from core.secrets.launch import check_available
     from core.secrets.scan import check_env
 
-    check_env(req.env)
-    check_available(req.secrets)
-    cfg = userconfig.load()
-    pinned(req.provider, targets.kinds(cfg))  # a pin to nothing (colab) is refused before packing
-    store = store or Store()
-    if store.short_of_space():  # what is left is kept for recording how live jobs end
-        raise DiskFull(paths.home())
-    with disk_full_guard(paths.home()):  # the bundle and the hash cache are written there
-        cache = FileHashCache()
-        try:
-            tell(0, None, "listing the files that ship")
-            listing = list_project(Path(req.project_dir), req.include, ship=req.ship,
-                                   allow_large=allow_large_project, cache=cache)
-            for text in listing.warnings if warn is not None else ():
-                warn(text)
-            bundle = build(listing, cache, progress=packing)
-            tell(read + 1, read + 1, f"bundled {bundle.files} files; planning where it runs")
-            data_hashes, data_warnings = _data_hashes(req, cache, may_read_secrets=interactive)
-        finally:
-            cache.close()
-    # the dependencies as every target will read them: a nested file that does not ship, a
-    # loop, a password in an index URL or a line pip cannot read is said now, not at launch
-    requirements.read_dependencies(requirements.ListingFiles(listing), bundle.project_rel, req.extras)
-    project, script, shipped = Path(req.project_dir), req.script or "", set(listing.entries)
-    bundle.warnings = bundle.warnings + data_warnings + ship_warnings(
-        project, bundle.project_rel, script, req.args, req.is_python_file(), shipped)
-    bundle.hint = left_out_hint(project, bundle.project_rel, script, req.is_python_file(),
-                                bundle.left_out, shipped, req.outputs)
-    return bundle, data_hashes, cfg, store
+    begun = begin_listing(Path(req.project_dir), req.ship)  # git reads the tree while the checks run
+    try:
+        check_env(req.env)
+        check_available(req.secrets)
+        cfg = userconfig.load()
+        pinned(req.provider, targets.kinds(cfg))  # a pin to nothing (colab) is refused before packing
+        store = store or Store()
+        if store.short_of_space():  # what is left is kept for recording how live jobs end
+            raise DiskFull(paths.home())
+        with disk_full_guard(paths.home()):  # the bundle and the hash cache are written there
+            cache = FileHashCache()
+            try:
+                tell(0, None, "listing the files that ship")
+                listing = list_project(Path(req.project_dir), req.include, ship=req.ship,
+                                       allow_large=allow_large_project, cache=cache, begun=begun)
+                for text in listing.warnings if warn is not None else ():
+                    warn(text)
+                bundle = build(listing, cache, progress=packing)
+                tell(read + 1, read + 1, f"bundled {bundle.files} files; planning where it runs")
+                data_hashes, data_warnings = _data_hashes(req, cache, may_read_secrets=interactive)
+            finally:
+                cache.close()
+        # the dependencies as every target will read them: a nested file that does not ship, a
+        # loop, a password in an index URL or a line pip cannot read is said now, not at launch
+        requirements.read_dependencies(requirements.ListingFiles(listing), bundle.project_rel, req.extras)
+        project, script, shipped = Path(req.project_dir), req.script or "", set(listing.entries)
+        bundle.warnings = bundle.warnings + data_warnings + ship_warnings(
+            project, bundle.project_rel, script, req.args, req.is_python_file(), shipped)
+        bundle.hint = left_out_hint(project, bundle.project_rel, script, req.is_python_file(),
+                                    bundle.left_out, shipped, req.outputs)
+        return bundle, data_hashes, cfg, store
+    finally:
+        if begun is not None:
+            begun.close()
 
 
 def place(req: JobRequest, bundle: Bundle, data_hashes: dict[str, str], store: Store, cfg: Any,

@@ -26,39 +26,68 @@ class GitFailed(Exception):
     """git could not list a repository (not one after all, not trusted, corrupt)."""
 
 
-def _git_z(root: Path, *commands: tuple[str, ...]) -> list[list[str]]:
-    """Each git command's NUL-separated output, the commands run at once (two cores: the
-    listing waits for the slower one, not for both in turn)."""
-    procs = []
-    try:
-        for args in commands:
-            procs.append(subprocess.Popen(["git", "-C", str(root), *_GIT_SAFE, *args],
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-        outs = [p.communicate(timeout=120) for p in procs]
-    except FileNotFoundError as exc:
-        raise GitFailed("git is not installed") from exc
-    finally:  # a timeout (raised on, as subprocess.run does) or an error: none left running
-        for p in procs:
+class GitRuns:
+    """git commands running at once in one folder (two cores: a listing waits for the slower
+    one, not for both in turn), started ahead of their reader: a submit starts its listing's
+    before its checks and the opening of its store, which then run while git reads the tree."""
+
+    def __init__(self, top: Path, *commands: tuple[str, ...]) -> None:
+        self.top = top
+        self.procs: list[subprocess.Popen] = []
+        try:
+            for args in commands:
+                self.procs.append(subprocess.Popen(["git", "-C", str(top), *_GIT_SAFE, *args],
+                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        except FileNotFoundError as exc:
+            self.close()
+            raise GitFailed("git is not installed") from exc
+        except BaseException:
+            self.close()
+            raise
+
+    def outputs(self) -> list[list[str]]:
+        """Each command's NUL-separated output; GitFailed if one failed."""
+        try:
+            outs = [p.communicate(timeout=120) for p in self.procs]
+        finally:  # a timeout (raised on, as subprocess.run does) or an error: none left running
+            self.close()
+        lists = []
+        for p, (stdout, stderr) in zip(self.procs, outs):
+            if p.returncode != 0:
+                raise GitFailed(stderr.decode(errors="replace").strip())
+            lists.append([os.fsdecode(x) for x in stdout.split(b"\0") if x])
+        return lists
+
+    def close(self) -> None:
+        """Stop what still runs (a submit that failed its checks never reads its listing)."""
+        for p in self.procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    lists = []
-    for p, (stdout, stderr) in zip(procs, outs):
-        if p.returncode != 0:
-            raise GitFailed(stderr.decode(errors="replace").strip())
-        lists.append([os.fsdecode(x) for x in stdout.split(b"\0") if x])
-    return lists
+            for stream in (p.stdout, p.stderr):
+                if stream is not None:
+                    stream.close()
 
 
-def repo_files(root: Path, rel: str) -> tuple[list[str], list[str]]:
-    """(files git would ship, ignored paths) of the repository at `rel`, root-relative.
+REPO_COMMANDS = (("ls-files", "-z", "--cached", "--others", "--exclude-standard"),
+                 ("ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"))
+
+
+def start_repo_files(top: Path) -> GitRuns:
+    """`repo_files`' git commands for the repository at `top`, started now."""
+    return GitRuns(top, *REPO_COMMANDS)
+
+
+def repo_files(root: Path, rel: str, started: GitRuns | None = None) -> tuple[list[str], list[str]]:
+    """(files git would ship, ignored paths) of the repository at `rel`, root-relative;
+    `started`: its git commands, begun by `start_repo_files` for that very folder.
 
     A nested repository appears in its parent's list as one folder entry; its own .gitignore
     (and .git/info/exclude) decide what ships from it."""
     top = root / rel if rel else root
     prefix = f"{rel}/" if rel else ""
-    files, ignored = _git_z(top, ("ls-files", "-z", "--cached", "--others", "--exclude-standard"),
-                            ("ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"))
+    runs = started if started is not None and started.top == top else start_repo_files(top)
+    files, ignored = runs.outputs()
     return [prefix + f for f in files], [prefix + f for f in ignored]
 
 

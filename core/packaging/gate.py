@@ -97,6 +97,7 @@ class Gate:
     _named: dict[str, str | None] = field(default_factory=dict)
     _heads: dict[str, tuple[bytes | None, str | None]] = field(default_factory=dict)
     _by_content: dict[str, str] = field(default_factory=dict)
+    sigs: dict[str, str] = field(default_factory=dict)  # rel -> FileHashCache.signature, made once per file
 
     def __post_init__(self) -> None:
         self._root_prefix = str(self.root).rstrip("/") + "/"
@@ -189,7 +190,10 @@ class Gate:
 
     def judge_many(self, items: list[tuple[str, os.stat_result]]) -> dict[str, str]:
         """{rel: reason} for the files that may not ship (cached verdicts looked up at once:
-        by signature for the whole list, by content a chunk of read heads at a time)."""
+        by signature for the whole list, by content a chunk of read heads at a time). Each
+        file's signature is left in `sigs` for the listing's entries."""
+        signature = FileHashCache.signature
+        self.sigs.update((rel, signature(st)) for rel, st in items)
         self._prefetch(items)
         self._judge_spread(items)
         out = {}
@@ -259,13 +263,15 @@ class Gate:
 
     # -- content --------------------------------------------------------------------------
 
-    def _signature(self, st: os.stat_result) -> str:
-        return f"{FileHashCache.signature(st)}|{cred.CONTENT_RULES_ID}"
+    def _signature(self, rel: str, st: os.stat_result) -> str:
+        """The verdict cache's key for a file: its signature under these content rules."""
+        sig = self.sigs.get(rel) or FileHashCache.signature(st)
+        return f"{sig}|{cred.CONTENT_RULES_ID}"
 
     def _prefetch(self, items: list[tuple[str, os.stat_result]]) -> None:
         if self.cache is None:
             return
-        wanted = [(self.full(rel), self._signature(st)) for rel, st in items
+        wanted = [(self.full(rel), self._signature(rel, st)) for rel, st in items
                   if cred.needs_content_check(rel.rpartition("/")[2], st.st_size)]
         self._verdicts.update(self.cache.lookup_verdicts(wanted))
 
@@ -303,7 +309,7 @@ class Gate:
             key = cred.content_key(head, st.st_size)
         reason = cred.content_verdict(name, head, st.st_size, self._by_content, learned, key)
         if self.cache is not None:
-            self.cache.remember_verdict(full, self._signature(st), reason or "")
+            self.cache.remember_verdict(full, self._signature(rel, st), reason or "")
         if not reason and key is not None:
             self.clean_keys[full] = key
         return reason
@@ -313,6 +319,8 @@ class Gate:
         core at once (core.packaging.spread, filework.judge), the verdicts kept as if cached.
         Env templates stay with `_content_reason` (their rule is by name); a file that cannot
         be read now is left to it too."""
+        if not spread.helpers_wanted(len(items) - len(self._verdicts), sum(st.st_size for _, st in items)):
+            return  # most verdicts were cached: too few files left to be worth a helper
         todo = [(rel, st) for rel, st in items
                 if st.st_size <= cred.CONTENT_MAX_FILE and self.full(rel) not in self._verdicts
                 and not cred.is_env_template(rel.rpartition("/")[2]) and not self.path_reason(rel)]
@@ -328,6 +336,6 @@ class Gate:
             cred.remember_verdict(key, reason)
             if self.cache is not None:
                 self.cache.remember_content(key, reason)
-                self.cache.remember_verdict(full, self._signature(st), reason)
+                self.cache.remember_verdict(full, self._signature(rel, st), reason)
             if not reason:
                 self.clean_keys[full] = key

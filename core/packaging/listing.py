@@ -24,7 +24,8 @@ from pathlib import Path
 from core.config.gitroot import find_root
 from core.errors import UserError
 from core.packaging.candidates import (
-    GitFailed, TooManyFiles, expand_include, is_never, never_prefixes, repo_files, tree_files,
+    GitFailed, GitRuns, TooManyFiles, expand_include, is_never, never_prefixes, repo_files,
+    start_repo_files, tree_files,
     walk_with_gitignore,
 )
 from core.packaging.credentials import place_reason
@@ -76,17 +77,35 @@ class Listing:
     warnings: list[str] = field(default_factory=list)
 
 
+def begin(project_dir: Path, ship: str = "repo") -> GitRuns | None:
+    """Start the git commands `list_project` will read for this project (None outside git),
+    so that what a submit does before its listing runs while git reads the tree. Whoever
+    begins closes (GitRuns.close) once the listing is made or given up."""
+    root, is_git = _root_of(project_dir.resolve(), ship)
+    if not is_git:
+        return None
+    try:
+        return start_repo_files(root)
+    except GitFailed:
+        return None  # the listing runs git again and says why
+
+
+def _root_of(project_dir: Path, ship: str) -> tuple[Path, bool]:
+    root, is_git = find_root(project_dir)
+    return (project_dir if ship == "project" else root), is_git
+
+
 def list_project(project_dir: Path, include: list[str] = (), *, allow_large: bool = False,
-                 cache: FileHashCache | None = None, ship: str = "repo") -> Listing:
-    """What would ship from `project_dir`, and what was left out and why.
+                 cache: FileHashCache | None = None, ship: str = "repo",
+                 begun: GitRuns | None = None) -> Listing:
+    """What would ship from `project_dir`, and what was left out and why (`begun`: its git
+    commands, from `begin`).
 
     `ship="project"` (gpu.yaml `ship: project`) bundles only the project's own folder even
     inside a larger git repository (an example in a repo, one package of a monorepo): git still
     says what ships from it, by the repository's rules."""
     project_dir = project_dir.resolve()
-    root, is_git = find_root(project_dir)
-    if ship == "project":
-        root = project_dir
+    root, is_git = _root_of(project_dir, ship)
     _check_scope(project_dir, root, allow_large)
     project_rel = "" if root == project_dir else project_dir.relative_to(root).as_posix()
     listing = Listing(root=root, project_rel=project_rel, git=is_git)
@@ -96,7 +115,7 @@ def list_project(project_dir: Path, include: list[str] = (), *, allow_large: boo
         collector = _Collector(listing, Gate(root, cache), never_prefixes(project_rel))
         if is_git:
             try:
-                candidates, ignored = repo_files(root, "")
+                candidates, ignored = repo_files(root, "", begun)
             except GitFailed as exc:
                 raise UserError(f"git failed in {root}: {exc}",
                                 fix="check that the repository is not corrupt (`git status`)") from None
@@ -239,14 +258,15 @@ class _Collector:
     def finish(self) -> None:
         """Judge the queued files at once (identity and content) and add those that may ship."""
         verdicts = self.gate.judge_many(self.pending)
+        sigs, clean_keys, entries = self.gate.sigs, self.gate.clean_keys, self.listing.entries
         for rel, st in self.pending:
             reason = verdicts.get(rel)
             if reason:
                 self.withhold(rel, reason)
             else:
-                self.listing.entries[rel] = Entry(
+                entries[rel] = Entry(
                     rel=rel, kind="file", size=st.st_size, executable=bool(st.st_mode & 0o111),
-                    sig=FileHashCache.signature(st), dev=st.st_dev, ino=st.st_ino,
-                    clean_key=self.gate.clean_keys.get(self.gate.full(rel)))
+                    sig=sigs[rel], dev=st.st_dev, ino=st.st_ino,
+                    clean_key=clean_keys.get(self.gate.full(rel)) if clean_keys else None)
         self.pending = []
         self.listing.warnings += self.gate.warnings
