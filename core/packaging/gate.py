@@ -97,7 +97,7 @@ class Gate:
     _named: dict[str, str | None] = field(default_factory=dict)
     _heads: dict[str, tuple[bytes | None, str | None]] = field(default_factory=dict)
     _by_content: dict[str, str] = field(default_factory=dict)
-    sigs: dict[str, str] = field(default_factory=dict)  # rel -> FileHashCache.signature, made once per file
+    _sigs: dict[str, tuple[os.stat_result, str]] = field(default_factory=dict)  # rel -> (lstat, its signature)
 
     def __post_init__(self) -> None:
         self._root_prefix = str(self.root).rstrip("/") + "/"
@@ -191,9 +191,9 @@ class Gate:
     def judge_many(self, items: list[tuple[str, os.stat_result]]) -> dict[str, str]:
         """{rel: reason} for the files that may not ship (cached verdicts looked up at once:
         by signature for the whole list, by content a chunk of read heads at a time). Each
-        file's signature is left in `sigs` for the listing's entries."""
-        signature = FileHashCache.signature
-        self.sigs.update((rel, signature(st)) for rel, st in items)
+        file's signature is made once (`signature`: the listing's entries ask again)."""
+        make = FileHashCache.signature
+        self._sigs.update((rel, (st, make(st))) for rel, st in items)
         self._prefetch(items)
         self._judge_spread(items)
         out = {}
@@ -263,10 +263,14 @@ class Gate:
 
     # -- content --------------------------------------------------------------------------
 
+    def signature(self, rel: str, st: os.stat_result) -> str:
+        """FileHashCache.signature(st), made once for the lstat `judge_many` was given."""
+        known = self._sigs.get(rel)
+        return known[1] if known is not None and known[0] is st else FileHashCache.signature(st)
+
     def _signature(self, rel: str, st: os.stat_result) -> str:
         """The verdict cache's key for a file: its signature under these content rules."""
-        sig = self.sigs.get(rel) or FileHashCache.signature(st)
-        return f"{sig}|{cred.CONTENT_RULES_ID}"
+        return f"{self.signature(rel, st)}|{cred.CONTENT_RULES_ID}"
 
     def _prefetch(self, items: list[tuple[str, os.stat_result]]) -> None:
         if self.cache is None:

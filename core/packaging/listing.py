@@ -258,7 +258,7 @@ class _Collector:
     def finish(self) -> None:
         """Judge the queued files at once (identity and content) and add those that may ship."""
         verdicts = self.gate.judge_many(self.pending)
-        sigs, clean_keys, entries = self.gate.sigs, self.gate.clean_keys, self.listing.entries
+        gate, clean_keys, entries = self.gate, self.gate.clean_keys, self.listing.entries
         for rel, st in self.pending:
             reason = verdicts.get(rel)
             if reason:
@@ -266,7 +266,7 @@ class _Collector:
             else:
                 entries[rel] = Entry(
                     rel=rel, kind="file", size=st.st_size, executable=bool(st.st_mode & 0o111),
-                    sig=sigs[rel], dev=st.st_dev, ino=st.st_ino,
-                    clean_key=clean_keys.get(self.gate.full(rel)) if clean_keys else None)
+                    sig=gate.signature(rel, st), dev=st.st_dev, ino=st.st_ino,
+                    clean_key=clean_keys.get(gate.full(rel)) if clean_keys else None)
         self.pending = []
         self.listing.warnings += self.gate.warnings
