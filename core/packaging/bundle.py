@@ -21,7 +21,7 @@ from typing import Callable
 
 from core import paths
 from core.errors import disk_full_guard
-from core.packaging import filework, objects, spread
+from core.packaging import filework, objects, snapshot, spread
 from core.packaging.filecache import FileHashCache
 from core.packaging.listing import Entry, Listing, list_project
 from core.runtime import codetree
@@ -98,10 +98,12 @@ def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False,
     try:
         files = [e for e in listing.entries.values() if e.kind == "file"]
         root = str(listing.root)  # plain strings: 20,000 Paths joined twice cost 0.3 s
-        known = cache.lookup_many([(f"{root}/{e.rel}", e.sig) for e in files])
+        # a remembered listing (core.packaging.snapshot) brings its files' hashes along
+        known = cache.lookup_many([(f"{root}/{e.rel}", e.sig) for e in files if e.sha256 is None])
         missing = []
         for e in files:
-            e.sha256 = known.get(f"{root}/{e.rel}")
+            if e.sha256 is None:
+                e.sha256 = known.get(f"{root}/{e.rel}")
             if e.sha256 is None:
                 missing.append(e)
         packed = False
@@ -127,6 +129,8 @@ def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False,
                 if not objects.stored(digest):
                     objects.write_manifest(digest, rows)
                     packed = True
+        if not dry_run and listing.snap is not None:
+            snapshot.remember(cache, listing.snap, listing.entries)
         left_out = listing.ignored + listing.withheld
         shipped = [e for e in listing.entries.values()]
         return Bundle(hash=digest, path=objects.manifest_file(digest), root=listing.root,
@@ -191,6 +195,8 @@ def _store_objects(listing: Listing, todo: list[Entry], cache: FileHashCache,
     for e, (sig, digest, size, pack, offset) in zip(todo, results):
         # what was stored is what the manifest names, even if the file changed since listing
         e.sha256, e.size = digest, size
+        if sig != e.sig:
+            listing.snap = None  # the listing judged other bytes: it is not kept
         cache.remember(f"{root}/{e.rel}", sig, digest)
         if pack is not None:
             packs.setdefault(pack, []).append((digest, offset, size))

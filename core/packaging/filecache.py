@@ -14,6 +14,7 @@ escapes) is keyed by its bytes in hex, which no absolute path can collide with.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import threading
@@ -45,6 +46,8 @@ class FileHashCache:
             "reason TEXT NOT NULL)")
         self.conn.execute(
             "CREATE TABLE IF NOT EXISTS content_verdicts (key TEXT PRIMARY KEY, reason TEXT NOT NULL)")
+        self.conn.execute(  # core.packaging.snapshot: whole listings, by their inputs
+            "CREATE TABLE IF NOT EXISTS listings (key TEXT PRIMARY KEY, doc TEXT NOT NULL)")
         self._pending: list[tuple[str, str, str]] = []
         self._pending_verdicts: list[tuple[str, str, str]] = []
         self._pending_content: list[tuple[str, str]] = []
@@ -73,6 +76,33 @@ class FileHashCache:
                     chunk).fetchall())
         return found
 
+    def get_listing(self, key: str) -> dict | None:
+        """A listing kept by `put_listing` (core.packaging.snapshot), or None."""
+        with self._lock:
+            row = self.conn.execute("SELECT doc FROM listings WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        try:
+            doc = json.loads(row[0])
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def put_listing(self, key: str, doc: dict, keep: int) -> None:
+        """Keep `doc` under `key` (replacing it), and only the newest `keep` listings."""
+        text = json.dumps(doc, separators=(",", ":"))  # ASCII: a non-UTF-8 name as its escapes
+        with self._lock:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                self.conn.execute("DELETE FROM listings WHERE key = ?", (key,))
+                self.conn.execute("INSERT INTO listings (key, doc) VALUES (?, ?)", (key, text))
+                self.conn.execute("DELETE FROM listings WHERE rowid <= (SELECT max(rowid) FROM listings) - ?",
+                                  (keep,))
+                self.conn.execute("COMMIT")
+            except sqlite3.OperationalError:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")  # a cache: the next listing is made in full
+
     def remember_content(self, key: str, reason: str) -> None:
         self._pending_content.append((key, reason))
 
@@ -93,12 +123,12 @@ class FileHashCache:
         return found
 
     def remember(self, path: str, sig: str, digest: str) -> None:
-        if not _settled(sig):
+        if not settled(sig):
             return  # written moments ago: it may change again within one mtime tick ("racy git")
         self._pending.append((_key(path), sig, digest))
 
     def remember_verdict(self, path: str, sig: str, reason: str) -> None:
-        if _settled(sig):
+        if settled(sig):
             self._pending_verdicts.append((_key(path), sig, reason))
 
     def flush(self) -> None:
@@ -134,7 +164,7 @@ class FileHashCache:
         self.conn.close()
 
 
-def _settled(sig: str) -> bool:
+def settled(sig: str) -> bool:
     """Not written within the last mtime tick, so its signature will change if it changes."""
     mtime_ns = int(sig.split(":")[1])
     return time.time_ns() - mtime_ns >= RACY_NS

@@ -108,6 +108,15 @@ class Gate:
         self._own_prefixes = tuple(h + "/" for h in self._own_homes)
         self._root_is_real = os.path.realpath(self.root) == str(self.root)
 
+    @property
+    def own_homes(self) -> set[str]:
+        """gpu-router's home as given and as it resolves: what it holds never ships."""
+        return self._own_homes
+
+    @property
+    def root_is_real(self) -> bool:
+        return self._root_is_real
+
     def full(self, rel: str) -> str:
         """The absolute path of `rel` (a string: pathlib costs more than the check itself)."""
         return self._root_prefix + rel if rel else str(self.root)

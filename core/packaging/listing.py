@@ -29,6 +29,7 @@ from core.packaging.candidates import (
     walk_with_gitignore,
 )
 from core.packaging.credentials import place_reason
+from core.packaging import snapshot
 from core.packaging.filecache import FileHashCache
 from core.packaging.gate import Gate
 from core.packaging.leftout import file_kind, left_out_item, summarise_ignored
@@ -75,6 +76,8 @@ class Listing:
     ignored: list[dict] = field(default_factory=list)
     withheld: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    snap: dict | None = None  # what core.packaging.snapshot keeps once the files are hashed
+    reused: bool = False  # made from a remembered listing (core.packaging.snapshot)
 
 
 def begin(project_dir: Path, ship: str = "repo") -> GitRuns | None:
@@ -129,21 +132,35 @@ def list_project(project_dir: Path, include: list[str] = (), *, allow_large: boo
                     f"than {LARGE_PROJECT_FILES:,} files that would ship",
                     where=str(project_dir)) from None
         collector.ignored += ignored
-        for rel in candidates:
-            collector.consider(rel)
-        for pattern in include:
-            matched = 0
-            for rel in expand_include(root, project_rel, pattern, collector.ignored):
-                matched += 1
+        plan = found = None
+        if is_git and not include and not own_cache:  # a git tree as it was: from lstat alone
+            gate = collector.gate
+            rels = list(dict.fromkeys(r for r in (c.rstrip("/") for c in candidates)
+                                      if r and not is_never(r, collector.never)))
+            plan = {"key": snapshot.key(root, project_rel, gate.own_homes),
+                    "git": snapshot.git_digest(candidates, ignored), "rels": rels}
+            found = snapshot.reuse(cache, plan["key"], plan["git"], rels, root, gate.root_is_real)
+        if found is not None:
+            collector.take(plan["rels"], found)
+        else:
+            for rel in candidates:
                 collector.consider(rel)
-            if not matched:
-                listing.warnings.append(f"include {pattern!r} matches no file")
-        if not is_git and not allow_large and collector.pending_bytes() > LARGE_PROJECT_BYTES:
-            raise ProjectTooBroad(
-                f"the project folder {project_dir} is not a git repository and holds "
-                f"{collector.pending_bytes() / 1e9:.1f} GB that would ship (more than "
-                f"{LARGE_PROJECT_BYTES / 1e9:.0f} GB)", where=str(project_dir))
-        collector.finish()
+            for pattern in include:
+                matched = 0
+                for rel in expand_include(root, project_rel, pattern, collector.ignored):
+                    matched += 1
+                    collector.consider(rel)
+                if not matched:
+                    listing.warnings.append(f"include {pattern!r} matches no file")
+            if not is_git and not allow_large and collector.pending_bytes() > LARGE_PROJECT_BYTES:
+                raise ProjectTooBroad(
+                    f"the project folder {project_dir} is not a git repository and holds "
+                    f"{collector.pending_bytes() / 1e9:.1f} GB that would ship (more than "
+                    f"{LARGE_PROJECT_BYTES / 1e9:.0f} GB)", where=str(project_dir))
+            collector.finish()
+            if plan is not None:
+                listing.snap = {**plan, "by_name": collector.by_name, "by_content": collector.by_content,
+                                "nlink": collector.nlink}
     finally:
         if own_cache:
             cache.close()
@@ -197,6 +214,11 @@ class _Collector:
         self.ignored: list[str] = []
         self.seen: set[str] = set()
         self.pending: list[tuple[str, os.stat_result]] = []
+        # for core.packaging.snapshot: what was withheld by name or place, by content, and
+        # how many names each judged file has
+        self.by_name: dict[str, str] = {}
+        self.by_content: dict[str, tuple[str, str]] = {}
+        self.nlink: dict[str, int] = {}
 
     def consider(self, rel: str) -> None:
         """Queue `rel` if it may ship, else record why not; a folder ships what it holds."""
@@ -208,6 +230,7 @@ class _Collector:
             return
         reason = self.gate.path_reason(rel)
         if reason:
+            self.by_name[rel] = reason
             self.withhold(rel, reason)
             return
         full = self.gate.full(rel)
@@ -227,6 +250,22 @@ class _Collector:
                 self.consider(sub)
         else:
             self.withhold(rel, f"not a regular file ({file_kind(st.st_mode)})")
+
+    def take(self, rels: list[str], found: snapshot.Remembered) -> None:
+        """A remembered listing's entries and left-out rows, in the order a full one gives."""
+        for rel in rels:
+            if rel in found.by_name:
+                self.withhold(rel, found.by_name[rel])
+        entries = self.listing.entries
+        for rel in rels:
+            if rel in found.by_content:
+                self.withhold(rel, found.by_content[rel])
+            elif rel in found.files:
+                st, sig, sha = found.files[rel]
+                entries[rel] = Entry(rel=rel, kind="file", size=st.st_size,
+                                     executable=bool(st.st_mode & 0o111), sig=sig, dev=st.st_dev,
+                                     ino=st.st_ino, sha256=sha)
+        self.listing.reused = True
 
     def withhold(self, rel: str, reason: str) -> None:
         self.listing.withheld.append(left_out_item(self.gate.full(rel), rel, reason))
@@ -261,7 +300,9 @@ class _Collector:
         gate, clean_keys, entries = self.gate, self.gate.clean_keys, self.listing.entries
         for rel, st in self.pending:
             reason = verdicts.get(rel)
+            self.nlink[rel] = st.st_nlink
             if reason:
+                self.by_content[rel] = (gate.signature(rel, st), reason)
                 self.withhold(rel, reason)
             else:
                 entries[rel] = Entry(
