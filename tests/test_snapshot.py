@@ -1,5 +1,6 @@
-"""A listing remembered (core/packaging/snapshot.py): an unchanged git tree is listed from
-`lstat` alone, and anything that could change the gate's answer makes a full listing again.
+"""A listing remembered (core/packaging/snapshot.py): in a git tree, a path whose inputs to the
+gate are as they were is listed from `lstat` alone; anything that could change the gate's
+answer for a path sends that path through the gate again.
 
 The check for every case is the same one: the listing a submit gets (with the hash cache that
 remembers) equals the one a fresh listing makes (no cache, nothing remembered), entry for
@@ -89,11 +90,15 @@ def tree(home: Path, tmp_path: Path) -> Path:
     return project
 
 
+def paths_of(listing: Listing) -> int:
+    return len(listing.entries) + len(listing.withheld)
+
+
 def test_an_unchanged_tree_is_listed_from_what_was_remembered(tree: Path) -> None:
     first = assert_same(tree)
-    assert not first.reused and first.snap is not None
+    assert first.reused == 0 and first.snap is not None
     second = assert_same(tree)
-    assert second.reused
+    assert second.reused == paths_of(second) == paths_of(first)
     withheld = dict(view(second)[1])
     assert "credential" in withheld["id_rsa"] and "credential" in withheld["notes/key.txt"], withheld
     assert {e.rel for e in second.entries.values()} >= {"train.py", "run.sh", "untracked.py", ".env.example"}
@@ -102,7 +107,7 @@ def test_an_unchanged_tree_is_listed_from_what_was_remembered(tree: Path) -> Non
     cache = FileHashCache()
     try:
         again = list_project(tree, [], cache=cache)
-        assert again.reused and all(e.sha256 for e in again.entries.values())
+        assert again.reused == paths_of(again) and all(e.sha256 for e in again.entries.values())
         assert build(again, cache).hash == build(fresh_listing(tree), cache).hash
     finally:
         cache.close()
@@ -161,13 +166,18 @@ MUTATIONS = ["content becomes a key", "a key becomes clean", "a credential appea
 
 
 @pytest.mark.parametrize("what", MUTATIONS)
-def test_a_change_lists_again_in_full(tree: Path, tmp_path: Path, what: str) -> None:
-    assert not assert_same(tree).reused
-    assert assert_same(tree).reused
+def test_a_change_is_judged_again(tree: Path, tmp_path: Path, what: str) -> None:
+    """The changed paths go through the gate again (the rest is taken as it was), and the
+    listing is the one a fresh listing makes."""
+    assert assert_same(tree).reused == 0
+    before = assert_same(tree)
+    assert before.reused == paths_of(before)
     mutate(tree, what, tmp_path / "outside")
     after = assert_same(tree)
-    if what != "touched":  # touched: a new signature, the same bytes: listed again, all the same
-        assert not after.reused, what
+    if what == "a file is deleted":  # nothing else changed: all the rest is as it was
+        assert "untracked.py" not in after.entries and after.reused == paths_of(after)
+    else:
+        assert after.reused < paths_of(after), what  # touched too: a new signature, judged again
     if what == "content becomes a key":
         assert "lib/a.py" not in after.entries
     if what == "a folder becomes a link out":
@@ -205,10 +215,12 @@ def test_a_just_written_file_is_not_remembered(home: Path, tmp_path: Path) -> No
     settle_tree(project)
     (project / "fresh.py").write_text("F = 1\n")
     assert_same(project)
-    assert not assert_same(project).reused
+    listing = assert_same(project)
+    assert listing.reused == paths_of(listing) - 1 and "fresh.py" in listing.entries
     settle(project / "fresh.py")
     assert_same(project)
-    assert assert_same(project).reused
+    listing = assert_same(project)
+    assert listing.reused == paths_of(listing)
 
 
 def test_include_and_nested_repositories_are_listed_in_full(home: Path, tmp_path: Path) -> None:
@@ -218,12 +230,63 @@ def test_include_and_nested_repositories_are_listed_in_full(home: Path, tmp_path
     make_git_project(project / "vendor" / "dep", {"dep.py": "D = 1\n"})
     settle_tree(project)
     for _ in range(2):
-        assert not assert_same(project).reused  # the nested repository is a folder in git's list
+        listing = assert_same(project)  # the nested repository: a folder in git's list, its files by its own
+    assert "vendor/dep/dep.py" in listing.entries and listing.reused == paths_of(listing)
     cache = FileHashCache()
     try:
         for _ in range(2):
             listing = list_project(project, ["data/*.csv"], cache=cache)
-            assert not listing.reused and listing.snap is None and "data/x.csv" in listing.entries
+            assert listing.reused == 0 and listing.snap is None and "data/x.csv" in listing.entries
     finally:
         cache.close()
     subprocess.run(["git", "-C", str(project), "status"], capture_output=True, check=True)
+
+
+STAGE = r"""
+import json, os, sys
+from pathlib import Path
+project, stage, code = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+# the copy, not the installed gpu-router: an editable install's finder comes before the path
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in type(f).__module__]
+sys.path.insert(0, str(code))
+from core.packaging import listing  # imports the rules, as `gpu mcp` and the warm server do at start
+assert Path(listing.__file__).resolve().is_relative_to(code.resolve()), listing.__file__
+if stage == "old":  # gpu-router is edited on disk while this process runs the code it imported
+    src = Path(listing.__file__).parent / "credentials.py"
+    src.write_text(src.read_text().replace(
+        '    (".cloudflared", "Cloudflare tunnel credentials"),\n',
+        '    (".cloudflared", "Cloudflare tunnel credentials"),\n    (".pulumi", "Pulumi credentials"),\n'))
+from core.packaging.bundle import build
+from core.packaging.filecache import FileHashCache
+cache = FileHashCache()
+got = listing.list_project(project, [], cache=cache)
+build(got, cache)
+cache.close()
+print(json.dumps({"ships": sorted(got.entries), "reused": got.reused}))
+"""
+
+
+def test_rows_made_by_code_since_edited_are_not_taken_by_the_new_code(home: Path, tmp_path: Path) -> None:
+    """A long-lived process (gpu mcp) runs the rules it imported; if gpu-router is edited on
+    disk meanwhile (an editable install's `git pull` adds a rule), what it remembers is keyed
+    by the code it ran, and a process with the new rules judges the path itself."""
+    import json
+    import sys
+
+    code = tmp_path / "code"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "core", code / "core",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    project = make_git_project(tmp_path / "p", {"train.py": "print(1)\n", ".pulumi/creds.txt": "hunter2\n"})
+    settle_tree(project)
+    env = {**os.environ, "PYTHONPATH": str(code), "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def stage(name: str) -> dict:
+        out = subprocess.run([sys.executable, "-c", STAGE, str(project), name, str(code)], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.splitlines()[-1])
+
+    old = stage("old")
+    assert old["ships"] == [".pulumi/creds.txt", "train.py"]  # the old rules had no .pulumi/
+    new = stage("new")
+    assert new["ships"] == ["train.py"], new

@@ -31,6 +31,9 @@ RACY_NS = 2_000_000_000
 class FileHashCache:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or paths.cache_dir() / "filehashes.sqlite3"
+        # before any read this cache records: a file is trusted by its stat only if it was
+        # written at least RACY_NS before this (see `settled`)
+        self.opened_ns = time.time_ns()
         self._lock = threading.Lock()
         self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=60,
                                     check_same_thread=False)
@@ -123,12 +126,12 @@ class FileHashCache:
         return found
 
     def remember(self, path: str, sig: str, digest: str) -> None:
-        if not settled(sig):
+        if not settled(sig, self.opened_ns):
             return  # written moments ago: it may change again within one mtime tick ("racy git")
         self._pending.append((_key(path), sig, digest))
 
     def remember_verdict(self, path: str, sig: str, reason: str) -> None:
-        if settled(sig):
+        if settled(sig, self.opened_ns):
             self._pending_verdicts.append((_key(path), sig, reason))
 
     def flush(self) -> None:
@@ -164,10 +167,14 @@ class FileHashCache:
         self.conn.close()
 
 
-def settled(sig: str) -> bool:
-    """Not written within the last mtime tick, so its signature will change if it changes."""
+def settled(sig: str, read_from_ns: int) -> bool:
+    """Written at least RACY_NS before `read_from_ns`, a time before the file's bytes were read
+    (a cache's `opened_ns`): any change after that read has a later mtime, so a new signature.
+    Judged from the time the bytes were read, not the time they are remembered: a file
+    rewritten within its mtime tick right after a read of a long pack would look settled by
+    then and keep the old bytes' hash ("racy git")."""
     mtime_ns = int(sig.split(":")[1])
-    return time.time_ns() - mtime_ns >= RACY_NS
+    return read_from_ns - mtime_ns >= RACY_NS
 
 
 def _key(path: str) -> str:

@@ -117,6 +117,12 @@ class Gate:
     def root_is_real(self) -> bool:
         return self._root_is_real
 
+    def resolves_plainly(self, rel: str) -> bool:
+        """Every folder on the way to `rel` resolved to itself (none was a symlink), under a
+        root that is its own real path: what core.packaging.snapshot asks of a row it keeps."""
+        parent = rel.rpartition("/")[0]
+        return self._root_is_real and (not parent or self._real_dir(parent) == parent)
+
     def full(self, rel: str) -> str:
         """The absolute path of `rel` (a string: pathlib costs more than the check itself)."""
         return self._root_prefix + rel if rel else str(self.root)

@@ -77,7 +77,7 @@ class Listing:
     withheld: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     snap: dict | None = None  # what core.packaging.snapshot keeps once the files are hashed
-    reused: bool = False  # made from a remembered listing (core.packaging.snapshot)
+    reused: int = 0  # paths taken from a remembered listing (core.packaging.snapshot)
 
 
 def begin(project_dir: Path, ship: str = "repo") -> GitRuns | None:
@@ -132,35 +132,28 @@ def list_project(project_dir: Path, include: list[str] = (), *, allow_large: boo
                     f"than {LARGE_PROJECT_FILES:,} files that would ship",
                     where=str(project_dir)) from None
         collector.ignored += ignored
-        plan = found = None
-        if is_git and not include and not own_cache:  # a git tree as it was: from lstat alone
+        plan = None
+        if is_git and not include and not own_cache:  # unchanged files: from lstat alone
             gate = collector.gate
-            rels = list(dict.fromkeys(r for r in (c.rstrip("/") for c in candidates)
-                                      if r and not is_never(r, collector.never)))
-            plan = {"key": snapshot.key(root, project_rel, gate.own_homes),
-                    "git": snapshot.git_digest(candidates, ignored), "rels": rels}
-            found = snapshot.reuse(cache, plan["key"], plan["git"], rels, root, gate.root_is_real)
-        if found is not None:
-            collector.take(plan["rels"], found)
-        else:
-            for rel in candidates:
+            plan = {"key": snapshot.key(root, project_rel, gate.own_homes)}
+            collector.remembered = snapshot.reuse(cache, plan["key"], root, gate.root_is_real)
+        for rel in candidates:
+            collector.consider(rel)
+        for pattern in include:
+            matched = 0
+            for rel in expand_include(root, project_rel, pattern, collector.ignored):
+                matched += 1
                 collector.consider(rel)
-            for pattern in include:
-                matched = 0
-                for rel in expand_include(root, project_rel, pattern, collector.ignored):
-                    matched += 1
-                    collector.consider(rel)
-                if not matched:
-                    listing.warnings.append(f"include {pattern!r} matches no file")
-            if not is_git and not allow_large and collector.pending_bytes() > LARGE_PROJECT_BYTES:
-                raise ProjectTooBroad(
-                    f"the project folder {project_dir} is not a git repository and holds "
-                    f"{collector.pending_bytes() / 1e9:.1f} GB that would ship (more than "
-                    f"{LARGE_PROJECT_BYTES / 1e9:.0f} GB)", where=str(project_dir))
-            collector.finish()
-            if plan is not None:
-                listing.snap = {**plan, "by_name": collector.by_name, "by_content": collector.by_content,
-                                "nlink": collector.nlink}
+            if not matched:
+                listing.warnings.append(f"include {pattern!r} matches no file")
+        if not is_git and not allow_large and collector.pending_bytes() > LARGE_PROJECT_BYTES:
+            raise ProjectTooBroad(
+                f"the project folder {project_dir} is not a git repository and holds "
+                f"{collector.pending_bytes() / 1e9:.1f} GB that would ship (more than "
+                f"{LARGE_PROJECT_BYTES / 1e9:.0f} GB)", where=str(project_dir))
+        collector.finish()
+        if plan is not None:
+            listing.snap = collector.snapshot_plan(plan)
     finally:
         if own_cache:
             cache.close()
@@ -219,6 +212,9 @@ class _Collector:
         self.by_name: dict[str, str] = {}
         self.by_content: dict[str, tuple[str, str]] = {}
         self.nlink: dict[str, int] = {}
+        self.remembered: snapshot.Remembered | None = None
+        self.taken: set[str] = set()  # the paths whose remembered row held
+        self.prejudged: dict[str, tuple[str, str | None, str | None]] = {}  # rel -> (sig, sha256, reason)
 
     def consider(self, rel: str) -> None:
         """Queue `rel` if it may ship, else record why not; a folder ships what it holds."""
@@ -227,6 +223,9 @@ class _Collector:
             return  # a withheld path is listed once
         self.seen.add(rel)
         if is_never(rel, self.never):
+            return
+        if self.remembered is not None and self.remembered.take(rel):
+            self._take(rel)
             return
         reason = self.gate.path_reason(rel)
         if reason:
@@ -251,21 +250,28 @@ class _Collector:
         else:
             self.withhold(rel, f"not a regular file ({file_kind(st.st_mode)})")
 
-    def take(self, rels: list[str], found: snapshot.Remembered) -> None:
-        """A remembered listing's entries and left-out rows, in the order a full one gives."""
-        for rel in rels:
-            if rel in found.by_name:
-                self.withhold(rel, found.by_name[rel])
-        entries = self.listing.entries
-        for rel in rels:
-            if rel in found.by_content:
-                self.withhold(rel, found.by_content[rel])
-            elif rel in found.files:
-                st, sig, sha = found.files[rel]
-                entries[rel] = Entry(rel=rel, kind="file", size=st.st_size,
-                                     executable=bool(st.st_mode & 0o111), sig=sig, dev=st.st_dev,
-                                     ino=st.st_ino, sha256=sha)
-        self.listing.reused = True
+    def _take(self, rel: str) -> None:
+        """A remembered row that still holds, where the gate's answer would stand: withheld by
+        name now, or queued with its verdict and hash for `finish`, in git's order."""
+        found = self.remembered
+        self.listing.reused += 1
+        self.taken.add(rel)
+        if rel in found.by_name:
+            self.by_name[rel] = found.by_name[rel]
+            self.withhold(rel, found.by_name[rel])
+            return
+        st, sig, sha, reason = found.files[rel]
+        self.pending.append((rel, st))
+        self.prejudged[rel] = (sig, sha, reason)
+
+    def snapshot_plan(self, plan: dict) -> dict:
+        """What core.packaging.snapshot keeps of this listing once its files are hashed."""
+        gate, prefix = self.gate, self.never
+        rels = [r for r in self.seen if not is_never(r, prefix)]
+        bent = {r for r in rels if r not in self.taken and not gate.resolves_plainly(r)}
+        was = self.remembered.rows if self.remembered is not None else None
+        return {**plan, "rels": rels, "by_name": self.by_name, "by_content": self.by_content,
+                "nlink": self.nlink, "bent": bent, "was": was}
 
     def withhold(self, rel: str, reason: str) -> None:
         self.listing.withheld.append(left_out_item(self.gate.full(rel), rel, reason))
@@ -296,18 +302,24 @@ class _Collector:
 
     def finish(self) -> None:
         """Judge the queued files at once (identity and content) and add those that may ship."""
-        verdicts = self.gate.judge_many(self.pending)
+        prejudged = self.prejudged
+        verdicts = self.gate.judge_many([item for item in self.pending if item[0] not in prejudged]
+                                        if prejudged else self.pending)
         gate, clean_keys, entries = self.gate, self.gate.clean_keys, self.listing.entries
         for rel, st in self.pending:
-            reason = verdicts.get(rel)
+            known = prejudged.get(rel)
+            if known is not None:
+                sig, sha, reason = known
+            else:
+                sig, sha, reason = gate.signature(rel, st), None, verdicts.get(rel)
             self.nlink[rel] = st.st_nlink
             if reason:
-                self.by_content[rel] = (gate.signature(rel, st), reason)
+                self.by_content[rel] = (sig, reason)
                 self.withhold(rel, reason)
             else:
                 entries[rel] = Entry(
                     rel=rel, kind="file", size=st.st_size, executable=bool(st.st_mode & 0o111),
-                    sig=gate.signature(rel, st), dev=st.st_dev, ino=st.st_ino,
+                    sig=sig, dev=st.st_dev, ino=st.st_ino, sha256=sha,
                     clean_key=clean_keys.get(gate.full(rel)) if clean_keys else None)
         self.pending = []
         self.listing.warnings += self.gate.warnings

@@ -1,29 +1,31 @@
-"""A listing remembered: an unchanged git tree is listed from `lstat` alone.
+"""A listing remembered: in a git tree, a file whose every input to the gate is as it was is
+listed from `lstat` alone.
 
 Why: most of a warm re-submit's time went into judging every file again (names, places,
-cached content verdicts, then each file's cached hash), ~25 µs a file, when nothing had
-changed. The gate's answer is a function of its inputs; when every input is provably what it
-was, the answer is too. A snapshot is reused only when all of these hold, else the listing is
-made in full (core.packaging.listing), exactly as without one:
+cached content verdicts, then each file's cached hash), ~25 µs a file, when at most a few had
+changed. The gate's answer for a file is a function of its inputs; where every input is
+provably what it was, the answer is too. A remembered row is taken only when all of these
+hold, else that path goes through the gate as if nothing were remembered:
 
 - the same root, project folder, gpu-router home, version, name and content rules (the key;
   the rules' source files' sizes and times are in it, so an edited rule misses);
-- git's answer (candidates and ignored paths) is byte for byte the one it was made from, and
-  the request names no `include` glob;
-- every folder on the way to a file is a plain folder (a folder swapped for a symlink changes
-  what a path reaches) and the root is its own real path;
-- every file it ships or withholds by content is a regular file with one name (a hard link's
-  other names are judged in full) whose signature (size, mtime, ctime, inode, device: a write,
-  a `touch`, a new link, a rename over it all change it) is the one judged; paths withheld by
-  name or place stay withheld, whatever they hold.
+- git lists the path now, and the request names no `include` glob;
+- every folder on the way to it is a plain folder (a folder swapped for a symlink changes what
+  a path reaches), as it was when the row was made, and the root is its own real path;
+- a file it ships or withholds by content is a regular file with one name (a hard link's other
+  names are judged in full) whose signature (size, mtime, ctime, inode, device: a write, a
+  `touch`, a new link, a rename over it all change it) is the one judged. A path withheld by
+  its name or place stays withheld, whatever it holds.
 
-Only listings whose every file was settled when judged (not written within the hash cache's
-racy window) are kept, in the hash cache's SQLite file, the newest KEEP of them.
+Rows are kept only for files settled when read (written at least the hash cache's racy window
+before its cache was opened, which is before any of its reads: a file written within it may
+change again without a new signature) and not under a symlinked
+folder; the others are judged again next time. Kept in the hash cache's SQLite file, the
+newest KEEP listings.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -34,127 +36,116 @@ from core import __version__
 from core.packaging import credentials as cred
 from core.packaging.filecache import FileHashCache, settled
 
-VERSION = 1
+VERSION = 2
 KEEP = 32  # listings kept (a 20,000-file tree's is ~2 MB)
-_RULE_MODULES = ("credentials", "gate", "listing", "candidates", "snapshot", "leftout")
+# the code a row's answer came from (core/packaging/ and the token rules of core/secrets/)
+_RULE_FILES = ("packaging/credentials.py", "packaging/gate.py", "packaging/listing.py",
+               "packaging/candidates.py", "packaging/snapshot.py", "packaging/leftout.py",
+               "packaging/filework.py", "packaging/filecache.py", "packaging/bundle.py",
+               "secrets/tokens.py")
 
 
-@functools.cache
-def _rules_id() -> str:
-    """The judging code as it is on disk: an edit (an editable install) makes a new key."""
-    here = Path(__file__).parent
+def _code_id() -> str:
+    """The judging code's files as they were when this process imported them (this module is
+    imported with the listing's: core.packaging.listing). Taken at import, not at the first
+    listing: a long-lived process (`gpu mcp`, the warm server's children) runs the code it
+    imported, and an edit on disk since then must not lend its rows the new code's key."""
+    core = Path(__file__).resolve().parent.parent
     parts = []
-    for name in _RULE_MODULES:
+    for rel in _RULE_FILES:
         try:
-            st = os.stat(here / f"{name}.py")
-            parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+            st = os.stat(core / rel)
+            parts.append(f"{rel}:{st.st_size}:{st.st_mtime_ns}")
         except OSError:
-            parts.append(f"{name}:?")
+            parts.append(f"{rel}:?")
     return ";".join(parts)
 
 
+_CODE_ID = _code_id()
+
+
 def key(root: Path, project_rel: str, own_homes: set[str]) -> str:
-    doc = [VERSION, __version__, cred.CONTENT_RULES_ID, _rules_id(), str(root), project_rel,
+    doc = [VERSION, __version__, cred.CONTENT_RULES_ID, _CODE_ID, str(root), project_rel,
            sorted(own_homes)]
     return hashlib.sha256(json.dumps(doc).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def git_digest(candidates: list[str], ignored: list[str]) -> str:
-    h = hashlib.sha256()
-    for rel in candidates:
-        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
-    h.update(b"\1")
-    for rel in ignored:
-        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
-    return h.hexdigest()
-
-
 class Remembered:
-    """What `reuse` found: the files that ship, {rel: (lstat, signature, sha256)}, and the
-    withheld ones, {rel: reason}, by name or place and by content."""
+    """The rows `reuse` found still good: `by_name` {rel: reason} withheld by name or place,
+    `files` {rel: (lstat, signature, sha256 or None, reason or None)} judged by content."""
 
-    def __init__(self) -> None:
-        self.files: dict[str, tuple[os.stat_result, str, str | None]] = {}
+    def __init__(self, rows: dict[str, list], prefix: str) -> None:
+        self.rows = rows
+        self.prefix = prefix
         self.by_name: dict[str, str] = {}
-        self.by_content: dict[str, str] = {}
+        self.files: dict[str, tuple[os.stat_result, str, str | None, str | None]] = {}
+        self._plain: set[str] = set()
+
+    def take(self, rel: str) -> bool:
+        """Whether `rel`'s row holds now (then it is in `by_name` or `files`)."""
+        row = self.rows.get(rel)
+        if row is None or not self._plain_dirs(rel):
+            return False
+        if row[0] == "w":
+            self.by_name[rel] = row[1]
+            return True
+        try:
+            st = os.lstat(self.prefix + rel)
+        except OSError:
+            return False
+        sig = FileHashCache.signature(st)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or sig != row[1]:
+            return False
+        self.files[rel] = (st, sig, row[3], row[2])
+        return True
+
+    def _plain_dirs(self, rel: str) -> bool:
+        """Every folder on the way from the root to `rel` is a folder, not a link to one."""
+        parent = rel.rpartition("/")[0]
+        while parent and parent not in self._plain:
+            try:
+                if not stat.S_ISDIR(os.lstat(self.prefix + parent).st_mode):
+                    return False
+            except OSError:
+                return False
+            self._plain.add(parent)
+            parent = parent.rpartition("/")[0]
+        return True
 
 
-def reuse(cache: FileHashCache, snap_key: str, digest: str, rels: list[str], root: Path,
-          root_is_real: bool) -> Remembered | None:
-    """The remembered listing of these candidate paths (deduplicated, in git's order), or None
-    when anything it was made from may have changed."""
+def reuse(cache: FileHashCache, snap_key: str, root: Path, root_is_real: bool) -> Remembered | None:
+    """The rows remembered under this key, to be taken path by path; None when there are none
+    or the root is not its own real path."""
     if not root_is_real:
         return None
     doc = cache.get_listing(snap_key)
-    if doc is None or doc.get("git") != digest:
+    rows = doc.get("rows") if doc is not None else None
+    if not isinstance(rows, dict) or not rows:
         return None
-    rows: dict[str, list] = doc.get("rows") or {}
-    if len(rows) != len(rels):
-        return None
-    prefix = str(root).rstrip("/") + "/"
-    checked_dirs: set[str] = set()
-    found = Remembered()
-    signature = FileHashCache.signature
-    for rel in rels:
-        row = rows.get(rel)
-        if row is None:
-            return None
-        if not _plain_dirs(prefix, rel, checked_dirs):
-            return None
-        if row[0] == "w":  # withheld by its name or place: so it stays
-            found.by_name[rel] = row[1]
-            continue
-        try:
-            st = os.lstat(prefix + rel)
-        except OSError:
-            return None
-        sig = signature(st)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or sig != row[1]:
-            return None
-        reason, sha = row[2], row[3]
-        if reason:
-            found.by_content[rel] = reason
-        else:
-            found.files[rel] = (st, sig, sha)
-    return found
-
-
-def _plain_dirs(prefix: str, rel: str, checked: set[str]) -> bool:
-    """Every folder on the way from the root to `rel` is a folder, not a link to one."""
-    parent = rel.rpartition("/")[0]
-    while parent and parent not in checked:
-        try:
-            if not stat.S_ISDIR(os.lstat(prefix + parent).st_mode):
-                return False
-        except OSError:
-            return False
-        checked.add(parent)
-        parent = parent.rpartition("/")[0]
-    return True
+    return Remembered(rows, str(root).rstrip("/") + "/")
 
 
 def remember(cache: FileHashCache, plan: dict, entries: dict) -> None:
-    """Keep a listing made in full for the next time, once its files' hashes are known.
+    """Keep this listing's rows for the next one, once its files' hashes are known.
 
-    `plan` (Listing.snap): its key and git digest, the candidate paths, {rel: reason} withheld
-    by name or place, {rel: (signature, reason)} withheld by content and {rel: nlink} of the
-    files; `entries` the listing's, hashed. A listing with a file that is not settled, has
-    more than one name, has no hash, or is neither (a link, a folder, a fifo) is not kept."""
+    `plan` (Listing.snap): the key, the candidate paths, {rel: reason} withheld by name or
+    place, {rel: (signature, reason)} withheld by content, {rel: nlink} of the judged files,
+    the paths under a folder that resolved elsewhere, and the rows it was made from (nothing is
+    written when they are the same); `entries` the listing's, hashed."""
     rows: dict[str, list] = {}
-    by_name, by_content, nlinks = plan["by_name"], plan["by_content"], plan["nlink"]
+    by_name, by_content, nlinks, bent = plan["by_name"], plan["by_content"], plan["nlink"], plan["bent"]
     for rel in plan["rels"]:
+        if rel in bent:
+            continue
         entry = entries.get(rel)
         if rel in by_name:
             rows[rel] = ["w", by_name[rel]]
         elif entry is not None and entry.kind == "file":
-            if nlinks.get(rel) != 1 or not settled(entry.sig) or entry.sha256 is None:
-                return
-            rows[rel] = ["f", entry.sig, None, entry.sha256]
+            if nlinks.get(rel) == 1 and entry.sha256 is not None and settled(entry.sig, cache.opened_ns):
+                rows[rel] = ["f", entry.sig, None, entry.sha256]
         elif rel in by_content:
             sig, reason = by_content[rel]
-            if nlinks.get(rel) != 1 or not settled(sig):
-                return
-            rows[rel] = ["f", sig, reason, None]
-        else:
-            return
-    cache.put_listing(plan["key"], {"git": plan["git"], "rows": rows}, keep=KEEP)
+            if nlinks.get(rel) == 1 and settled(sig, cache.opened_ns):
+                rows[rel] = ["f", sig, reason, None]
+    if rows != plan.get("was"):
+        cache.put_listing(plan["key"], {"rows": rows}, keep=KEEP)
