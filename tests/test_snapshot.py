@@ -290,3 +290,29 @@ def test_rows_made_by_code_since_edited_are_not_taken_by_the_new_code(home: Path
     assert old["ships"] == [".pulumi/creds.txt", "train.py"]  # the old rules had no .pulumi/
     new = stage("new")
     assert new["ships"] == ["train.py"], new
+
+
+def test_a_file_written_just_before_its_read_is_not_trusted_later(home: Path, tmp_path: Path) -> None:
+    """Settled is judged from the time the bytes were read (the cache opens before any read),
+    not the time the hash is remembered: a file written in the racy window before a long pack
+    began may be rewritten within its mtime tick right after its read, with the same stat."""
+    f = tmp_path / "model.py"
+    f.write_text("A = 1\n")
+    cache = FileHashCache()  # a pack starts: its reads come after this
+    try:
+        sig = FileHashCache.signature(os.lstat(f))
+        time.sleep(2.2)  # the rest of a long pack: by now the file looks settled
+        cache.remember(str(f), sig, "0" * 64)
+        cache.remember_verdict(str(f), sig + "|rules", "")
+        cache.flush()
+        assert cache.lookup_many([(str(f), sig)]) == {}
+        assert cache.lookup_verdicts([(str(f), sig + "|rules")]) == {}
+    finally:
+        cache.close()
+    later = FileHashCache()  # a later pack, which reads it two seconds after it was written
+    try:
+        later.remember(str(f), sig, "0" * 64)
+        later.flush()
+        assert later.lookup_many([(str(f), sig)]) == {str(f): "0" * 64}
+    finally:
+        later.close()
