@@ -214,6 +214,7 @@ class _Collector:
         self.nlink: dict[str, int] = {}
         self.remembered: snapshot.Remembered | None = None
         self.taken: set[str] = set()  # the paths whose remembered row held
+        self.order: list[str] = []  # the paths considered, in order (never-paths aside)
         self.prejudged: dict[str, tuple[str, str | None, str | None]] = {}  # rel -> (sig, sha256, reason)
 
     def consider(self, rel: str) -> None:
@@ -224,6 +225,7 @@ class _Collector:
         self.seen.add(rel)
         if is_never(rel, self.never):
             return
+        self.order.append(rel)
         if self.remembered is not None and self.remembered.take(rel):
             self._take(rel)
             return
@@ -266,12 +268,11 @@ class _Collector:
 
     def snapshot_plan(self, plan: dict) -> dict:
         """What core.packaging.snapshot keeps of this listing once its files are hashed."""
-        gate, prefix = self.gate, self.never
-        rels = [r for r in self.seen if not is_never(r, prefix)]
+        gate, rels = self.gate, self.order
         bent = {r for r in rels if r not in self.taken and not gate.resolves_plainly(r)}
         was = self.remembered.rows if self.remembered is not None else None
-        return {**plan, "rels": rels, "by_name": self.by_name, "by_content": self.by_content,
-                "nlink": self.nlink, "bent": bent, "was": was}
+        return {**plan, "rels": rels, "taken": self.taken, "was": was, "by_name": self.by_name,
+                "by_content": self.by_content, "nlink": self.nlink, "bent": bent}
 
     def withhold(self, rel: str, reason: str) -> None:
         self.listing.withheld.append(left_out_item(self.gate.full(rel), rel, reason))

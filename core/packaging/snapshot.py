@@ -128,13 +128,18 @@ def reuse(cache: FileHashCache, snap_key: str, root: Path, root_is_real: bool) -
 def remember(cache: FileHashCache, plan: dict, entries: dict) -> None:
     """Keep this listing's rows for the next one, once its files' hashes are known.
 
-    `plan` (Listing.snap): the key, the candidate paths, {rel: reason} withheld by name or
-    place, {rel: (signature, reason)} withheld by content, {rel: nlink} of the judged files,
-    the paths under a folder that resolved elsewhere, and the rows it was made from (nothing is
-    written when they are the same); `entries` the listing's, hashed."""
+    `plan` (Listing.snap): the key, the candidate paths, those whose remembered row held, the
+    rows it was made from, {rel: reason} withheld by name or place, {rel: (signature, reason)}
+    withheld by content, {rel: nlink} of the judged files and the paths under a folder that
+    resolved elsewhere; `entries` the listing's, hashed. Nothing is written when every row
+    held and none is new."""
+    was, taken, bent = plan["was"] or {}, plan["taken"], plan["bent"]
+    by_name, by_content, nlinks = plan["by_name"], plan["by_content"], plan["nlink"]
     rows: dict[str, list] = {}
-    by_name, by_content, nlinks, bent = plan["by_name"], plan["by_content"], plan["nlink"], plan["bent"]
     for rel in plan["rels"]:
+        if rel in taken:
+            rows[rel] = was[rel]
+            continue
         if rel in bent:
             continue
         entry = entries.get(rel)
@@ -147,5 +152,6 @@ def remember(cache: FileHashCache, plan: dict, entries: dict) -> None:
             sig, reason = by_content[rel]
             if nlinks.get(rel) == 1 and settled(sig, cache.opened_ns):
                 rows[rel] = ["f", sig, reason, None]
-    if rows != plan.get("was"):
-        cache.put_listing(plan["key"], {"rows": rows}, keep=KEEP)
+    if len(rows) == len(taken) == len(was):
+        return  # the same rows: each held, none new, none gone
+    cache.put_listing(plan["key"], {"rows": rows}, keep=KEEP)
