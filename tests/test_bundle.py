@@ -716,3 +716,23 @@ def test_a_submit_its_checks_refuse_leaves_no_git_running(home: Path, tmp_path: 
         prepare(req)
     assert "colab" in refused.value.message()
     assert _git_children() == []
+
+
+@pytest.mark.parametrize("folder,rel", [(".docker", "config.json"), (".m2", "settings.xml"),
+                                        (".cursor", "mcp.json"), (".config", "gcloud/credentials.db"),
+                                        (".config", "hub")])
+def test_a_rule_across_the_root_folder_still_holds(home: Path, tmp_path: Path, folder: str, rel: str) -> None:
+    """A credential rule of a folder and its file (`.docker/config.json`) holds when that folder
+    is the repository's root (a dotfiles repository at ~/.docker) or the project of
+    `ship: project`: the rules read the whole path, not the path below the root."""
+    repo = make_git_project(tmp_path / folder, {rel: marker(rel) + "\n", "train.py": TRAIN})
+    listing = list_project(repo)
+    assert rel not in listing.entries and "train.py" in listing.entries
+    assert any(w["path"] == rel and "credential" in w["reason"] for w in listing.withheld), listing.withheld
+    outer = make_git_project(tmp_path / "outer", {f"{folder}/{rel}": marker(rel) + "\n", f"{folder}/train.py": TRAIN})
+    project = outer / folder
+    for ship in ("project", "repo"):
+        got = list_project(project, ship=ship)
+        shipped = {e.rel for e in got.entries.values()}
+        assert rel not in shipped and f"{folder}/{rel}" not in shipped, (ship, shipped)
+        assert "train.py" in shipped or f"{folder}/train.py" in shipped

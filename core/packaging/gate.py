@@ -83,7 +83,8 @@ def _downloaded_data(root: Path) -> bool:
 @dataclass
 class Gate:
     """Judges the files under `root`; `prefix` is prepended to each path for the name rules
-    (a data folder's own name, so `.config` + `gcloud/x` still reads as `.config/gcloud/x`)."""
+    (a data folder's own name, or a project's whole path, so `.config` + `gcloud/x` still reads
+    as `.config/gcloud/x`)."""
 
     root: Path
     cache: FileHashCache | None = None

@@ -115,7 +115,11 @@ def list_project(project_dir: Path, include: list[str] = (), *, allow_large: boo
     own_cache = cache is None
     cache = cache or FileHashCache()
     try:
-        collector = _Collector(listing, Gate(root, cache), never_prefixes(project_rel))
+        # the name rules read each path from the file system's root: a rule that spans the
+        # root's own folder (`.docker/config.json` in a repository at ~/.docker, `.m2/` as the
+        # project of `ship: project`) holds as it does one folder up
+        gate = Gate(root, cache, prefix=str(root).rstrip("/") + "/")
+        collector = _Collector(listing, gate, never_prefixes(project_rel))
         if is_git:
             try:
                 candidates, ignored = repo_files(root, "", begun)
