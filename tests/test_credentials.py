@@ -659,6 +659,17 @@ def test_credentials_inside_a_data_folder_are_not_uploaded(home: Path, user_home
         archive.unlink()
 
 
+def test_a_rule_across_a_data_folder_s_own_path_holds(home: Path, tmp_path: Path) -> None:
+    """`--data d=~/.local/share`: the desktop keyring rule (.local/share/keyrings) reads the
+    data folder's whole path, not only its own name."""
+    share = tmp_path / ".local" / "share"
+    write(share / "keyrings" / "login.keyring", marker("keyring"))
+    write(share / "fonts" / "a.txt", "x\n")
+    got = list_data(share, "d")
+    assert got.files == ["fonts/a.txt"], got.files
+    assert [w["path"] for w in got.withheld] == ["keyrings/login.keyring"]
+
+
 # -- second round: content verdicts cached by content, ordinary content still ships -----------
 
 def test_content_verdicts_are_reused_by_content_under_other_paths(home: Path, tmp_path: Path,

@@ -68,7 +68,7 @@ def list_data(source: Path, name: str = "", cache: FileHashCache | None = None) 
                 raise UserError(f"{label}: {source} is {reason.removeprefix('withheld: ')}",
                                 where=str(source), fix=fix)
             return DataListing(source=source, files=[""], withheld=[])
-        gate = Gate(source, cache, prefix=f"{source.name}/")
+        gate = Gate(source, cache, prefix=source.as_posix().rstrip("/") + "/")  # rules read the whole path
         items: list[tuple[str, os.stat_result]] = []
         withheld: list[dict] = []
         for rel in sorted(tree_files(source, "", [], repos=False)):
