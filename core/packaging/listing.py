@@ -138,7 +138,6 @@ def list_project(project_dir: Path, include: list[str] = (), *, allow_large: boo
         collector.ignored += ignored
         plan = None
         if is_git and not include and not own_cache:  # unchanged files: from lstat alone
-            gate = collector.gate
             plan = {"key": snapshot.key(root, project_rel, gate.own_homes)}
             collector.remembered = snapshot.reuse(cache, plan["key"], root, gate.root_is_real)
         for rel in candidates:
