@@ -13,19 +13,19 @@ command never pass through it. Anything unusual (no server, another install, a r
 declines, a slow answer) runs the command here, as before; the server is started beside a
 running supervisor after such a run (`GPU_ROUTER_WARM=0` turns all of this off).
 
-This module is imported on every `gpu` start: the standard library's light modules only.
+This module is imported on every `gpu` start: C modules only (`_signal`, not signal.py, whose
+enum conversions cost a few ms; see tui/wire.py for the socket).
 """
 
 from __future__ import annotations
 
+import _signal
 import os
-import signal
-import socket
 import sys
 
 from tui import wire
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 
 
 def main() -> int:
@@ -82,14 +82,14 @@ def _try_warm(argv: list[str]) -> int | None:
     sock = wire.connect(home)
     if sock is None:
         return None
-    with sock:
+    try:
         try:
             if not wire.is_our_server(sock, home):
                 return None
             doc = request(argv)
             doc["cwd"] = cwd_ok
             wire.send_request(sock, doc, [0, 1, 2])
-            reader = sock.makefile("rb")
+            reader = wire.Lines(sock)
             first = wire.read_line(reader)
             pid = first.get("pid")
             if not isinstance(pid, int) or pid <= 0:
@@ -97,9 +97,11 @@ def _try_warm(argv: list[str]) -> int | None:
         except (OSError, ValueError):
             return None  # no "go" was sent: the child does nothing and exits
         return _follow(sock, reader, pid)
+    finally:
+        sock.close()
 
 
-def _follow(sock: socket.socket, reader, pid: int) -> int | None:
+def _follow(sock, reader: wire.Lines, pid: int) -> int | None:
     """Say `go`, then wait for the child's exit status, passing it the signals a terminal sends
     this process: only those this process did not ignore (under `nohup` a hang-up is not one),
     and a child ended by one of them ends this process the same way."""
@@ -112,14 +114,14 @@ def _follow(sock: socket.socket, reader, pid: int) -> int | None:
         except OSError:
             pass
 
-    before = {s: signal.getsignal(s) for s in FORWARDED}
+    before = {s: _signal.getsignal(s) for s in FORWARDED}
     for signum, handler in before.items():
-        if handler is not signal.SIG_IGN:
-            signal.signal(signum, forward)
+        if handler != _signal.SIG_IGN:  # (a plain int here, where signal.py gives an enum)
+            _signal.signal(signum, forward)
 
     def restore() -> None:
         for signum, handler in before.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            _signal.signal(signum, handler if handler is not None else _signal.SIG_DFL)
 
     try:
         sock.sendall(b"go\n")
@@ -136,8 +138,8 @@ def _follow(sock: socket.socket, reader, pid: int) -> int | None:
             doc = {}
         if not doc:
             restore()
-            if got and got[-1] != signal.SIGINT:  # ended by the signal this process passed on
-                signal.signal(got[-1], signal.SIG_DFL)
+            if got and got[-1] != _signal.SIGINT:  # ended by the signal this process passed on
+                _signal.signal(got[-1], _signal.SIG_DFL)
                 os.kill(os.getpid(), got[-1])
             from tui.output import error
 

@@ -1,6 +1,8 @@
 """The warm server's whereabouts and socket protocol (tui/launcher.py, tui/warmserver.py, and
-`gpu daemon`, which shows and stops it): never the terminal. Standard library only: the
-console script imports this on every start.
+`gpu daemon`, which shows and stops it): never the terminal. The console script imports this on
+every start, so the client's side uses only C modules: `_socket` (socket.py's enum conversions
+were ~5 ms of each start), `_json`'s string quoting and `_signal`; the server's side imports
+`json` and `socket`, which it has loaded anyway.
 
 A request is a 4-byte length and a JSON object, sent with the client's stdin, stdout and stderr
 as descriptors (SCM_RIGHTS) on its first bytes; each answer is one JSON object on a line:
@@ -10,11 +12,15 @@ will run it, which starts only after the client's `go` line), then {"rc": N}.
 
 from __future__ import annotations
 
-import json
+import _socket
 import os
-import socket
 import struct
 import sys
+
+try:
+    from _json import encode_basestring_ascii as _quote
+except ImportError:  # an interpreter without the C accelerator
+    from json.encoder import py_encode_basestring_ascii as _quote
 
 SOCKET_NAME = "warm.sock"
 LOG_NAME = "warm.log"
@@ -25,14 +31,34 @@ MAX_REQUEST = 16 << 20
 FIRST_CHUNK = 65536
 
 
+def dumps(value) -> str:
+    """JSON text of plain values (dicts with string keys, lists, strings, ints, bools, None),
+    as `json.dumps(value, separators=(",", ":"))` writes it: strings ASCII-escaped, so a name
+    that is not UTF-8 (surrogate escapes) travels exactly."""
+    if isinstance(value, str):
+        return _quote(value)
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_quote(k)}:{dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(dumps(v) for v in value) + "]"
+    raise TypeError(f"not a plain JSON value: {type(value).__name__}")
+
+
 def line(doc: dict) -> bytes:
-    return json.dumps(doc).encode() + b"\n"
+    return dumps(doc).encode() + b"\n"
 
 
-def send_request(sock: socket.socket, doc: dict, fds: list[int]) -> None:
-    body = json.dumps(doc).encode()
+def send_request(sock, doc: dict, fds: list[int]) -> None:
+    body = dumps(doc).encode()
     data = struct.pack(">I", len(body)) + body
-    sent = socket.send_fds(sock, [data[:FIRST_CHUNK]], fds)
+    rights = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+    sent = sock.sendmsg([data[:FIRST_CHUNK]], rights)
     if sent < len(data):  # (sendall of nothing still writes, and fails once the server closed)
         sock.sendall(data[sent:])
 
@@ -41,8 +67,11 @@ class Probe(Exception):
     """A connection that sent nothing: a check that the server is up."""
 
 
-def receive_request(conn: socket.socket, max_fds: int) -> tuple[dict, list[int]]:
+def receive_request(conn, max_fds: int) -> tuple[dict, list[int]]:
     """The request and its descriptors (closed here if the request is unreadable)."""
+    import json
+    import socket
+
     data, fds, _, _ = socket.recv_fds(conn, FIRST_CHUNK, max_fds)
     try:
         if not data and not fds:
@@ -68,11 +97,40 @@ def receive_request(conn: socket.socket, max_fds: int) -> tuple[dict, list[int]]
         raise
 
 
+class Lines:
+    """The answers on a connection, a line at a time (what `makefile("rb")` gave, without
+    socket.py)."""
+
+    def __init__(self, sock) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def readline(self) -> bytes:
+        while b"\n" not in self.buf:
+            got = self.sock.recv(4096)
+            if not got:
+                rest, self.buf = self.buf, b""
+                return rest
+            self.buf += got
+        head, _, self.buf = self.buf.partition(b"\n")
+        return head + b"\n"
+
+
 def read_line(reader) -> dict:
-    """The next answer; {} when the connection ended."""
+    """The next answer; {} when the connection ended. The server's {"pid": N} and {"rc": N}
+    are read as they are written (`line`); anything else by the json module."""
     raw = reader.readline()
     if not raw:
         return {}
+    text = raw.strip()
+    for key in (b"pid", b"rc"):
+        head = b'{"' + key + b'":'
+        if text.startswith(head) and text.endswith(b"}"):
+            number = text[len(head):-1].strip()
+            if number.lstrip(b"-").isdigit():
+                return {key.decode(): int(number)}
+    import json
+
     doc = json.loads(raw)
     return doc if isinstance(doc, dict) else {}
 
@@ -106,14 +164,14 @@ def home_dir(env) -> str:
     return os.path.join(env.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "gpu-router")
 
 
-def connect(home: str) -> socket.socket | None:
+def connect(home: str):
     """A connection to the warm server of `home`, or None. The socket is reached through the
     folder's descriptor, so a long home path (beyond sockaddr_un's 107 bytes) works too."""
     try:
         dirfd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)  # no context manager: close it
     sock.settimeout(HANDSHAKE_S)  # a stopped server's full backlog must not hang the client
     try:
         sock.connect(f"/proc/self/fd/{dirfd}/{SOCKET_NAME}" if os.path.isdir("/proc/self/fd")
@@ -141,13 +199,13 @@ def stop(pid: int) -> None:
         pass
 
 
-def is_our_server(sock: socket.socket, home: str) -> bool:
+def is_our_server(sock, home: str) -> bool:
     """Whether the process at the other end is this user's and holds the server's lock: the
     client sends its environment and its terminal only to gpu-router's own warm server, never
     to whatever else listens at that path."""
     if not sys.platform.startswith("linux"):
         return False
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, _ = struct.unpack("3i", creds)
     return uid == os.getuid() and pid > 0 and pid == running_pid_in(home)
 
