@@ -139,7 +139,7 @@ def list_project(project_dir: Path, include: list[str] = (), *, allow_large: boo
         plan = None
         if is_git and not include and not own_cache:  # unchanged files: from lstat alone
             plan = {"key": snapshot.key(root, project_rel, gate.own_homes)}
-            collector.remembered = snapshot.reuse(cache, plan["key"], root, gate.root_is_real)
+            collector.remembered = snapshot.reuse(cache, plan["key"], gate)
         for rel in candidates:
             collector.consider(rel)
         for pattern in include:

@@ -71,26 +71,27 @@ def key(root: Path, project_rel: str, own_homes: set[str]) -> str:
 
 
 class Remembered:
-    """The rows `reuse` found still good: `by_name` {rel: reason} withheld by name or place,
-    `files` {rel: (lstat, signature, sha256 or None, reason or None)} judged by content."""
+    """The rows `reuse` found, taken path by path: `by_name` {rel: reason} withheld by name or
+    place, `files` {rel: (lstat, signature, sha256 or None, reason or None)} judged by content.
+    The folders on the way are the gate's to resolve (`Gate.resolves_plainly`, one lstat each,
+    shared with the paths judged in full)."""
 
-    def __init__(self, rows: dict[str, list], prefix: str) -> None:
+    def __init__(self, rows: dict[str, list], gate) -> None:
         self.rows = rows
-        self.prefix = prefix
+        self.gate = gate
         self.by_name: dict[str, str] = {}
         self.files: dict[str, tuple[os.stat_result, str, str | None, str | None]] = {}
-        self._plain: set[str] = set()
 
     def take(self, rel: str) -> bool:
         """Whether `rel`'s row holds now (then it is in `by_name` or `files`)."""
         row = self.rows.get(rel)
-        if row is None or not self._plain_dirs(rel):
+        if row is None or not self.gate.resolves_plainly(rel):
             return False
         if row[0] == "w":
             self.by_name[rel] = row[1]
             return True
         try:
-            st = os.lstat(self.prefix + rel)
+            st = os.lstat(self.gate.full(rel))
         except OSError:
             return False
         sig = FileHashCache.signature(st)
@@ -99,30 +100,17 @@ class Remembered:
         self.files[rel] = (st, sig, row[3], row[2])
         return True
 
-    def _plain_dirs(self, rel: str) -> bool:
-        """Every folder on the way from the root to `rel` is a folder, not a link to one."""
-        parent = rel.rpartition("/")[0]
-        while parent and parent not in self._plain:
-            try:
-                if not stat.S_ISDIR(os.lstat(self.prefix + parent).st_mode):
-                    return False
-            except OSError:
-                return False
-            self._plain.add(parent)
-            parent = parent.rpartition("/")[0]
-        return True
 
-
-def reuse(cache: FileHashCache, snap_key: str, root: Path, root_is_real: bool) -> Remembered | None:
-    """The rows remembered under this key, to be taken path by path; None when there are none
-    or the root is not its own real path."""
-    if not root_is_real:
+def reuse(cache: FileHashCache, snap_key: str, gate) -> Remembered | None:
+    """The rows remembered under this key for the gate's root, to be taken path by path; None
+    when there are none or the root is not its own real path."""
+    if not gate.root_is_real:
         return None
     doc = cache.get_listing(snap_key)
     rows = doc.get("rows") if doc is not None else None
     if not isinstance(rows, dict) or not rows:
         return None
-    return Remembered(rows, str(root).rstrip("/") + "/")
+    return Remembered(rows, gate)
 
 
 def remember(cache: FileHashCache, plan: dict, entries: dict) -> None:
