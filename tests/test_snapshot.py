@@ -155,6 +155,9 @@ def mutate(project: Path, what: str, outside: Path) -> None:
             os.replace(tmp, lib / "a.py")
         else:
             tmp.unlink()
+    elif what == "a folder moves into a credential folder, linked back" and not lib.is_symlink():
+        os.rename(lib, project / ".ssh")  # its files keep their inodes and signatures
+        lib.symlink_to(".ssh", target_is_directory=True)
     elif what == "touched":
         (project / "train.py").write_text("print('hi')\n")
         settle(project / "train.py")
@@ -162,7 +165,8 @@ def mutate(project: Path, what: str, outside: Path) -> None:
 
 MUTATIONS = ["content becomes a key", "a key becomes clean", "a credential appears",
              "a folder becomes a link out", "a hard link to a credential", "a file is made executable",
-             "a file is deleted", "a new file", "ignored no more", "a file is replaced", "touched"]
+             "a file is deleted", "a new file", "ignored no more", "a file is replaced", "touched",
+             "a folder moves into a credential folder, linked back"]
 
 
 @pytest.mark.parametrize("what", MUTATIONS)
@@ -180,7 +184,7 @@ def test_a_change_is_judged_again(tree: Path, tmp_path: Path, what: str) -> None
         assert after.reused < paths_of(after), what  # touched too: a new signature, judged again
     if what == "content becomes a key":
         assert "lib/a.py" not in after.entries
-    if what == "a folder becomes a link out":
+    if what in ("a folder becomes a link out", "a folder moves into a credential folder, linked back"):
         assert not any(rel.startswith("lib/") for rel in after.entries), sorted(after.entries)
     if what == "a hard link to a credential":
         assert "lib/deep/b.py" not in after.entries
