@@ -270,13 +270,16 @@ async def test_an_agent_sweeps_over_mcp_and_uses_the_group_id(home: Path, tmp_pa
 
 
 def _held_sweep(tmp_path: Path, values: str = "1,2,3"):
-    """A sweep held for approval, recorded by the engine itself (no supervisor: nothing runs)."""
+    """A sweep held for approval, recorded by the engine itself (no supervisor until a person
+    approves). Its script needs only the swept LR, so an approved point that a quick supervisor
+    already ran ends done, never failed."""
     from core.config.request import build_request
     from core.engine.sweeps import submit_group
     from core.jobs.store import Store
 
     write_user_config("rules:\n  approve_everything: true\n")
-    project = make_git_project(tmp_path / f"p{values.replace(',', '')}", {"a.py": SEEN})
+    script = 'import os\nprint("LR", os.environ["LR"], flush=True)\n'
+    project = make_git_project(tmp_path / f"p{values.replace(',', '')}", {"a.py": script})
     req = build_request(project, {"script": "a.py", "hours": 0.1, "sweep": sweep.from_flags([f"LR={values}"])})
     return submit_group(req, interactive=False, store=Store(), start_supervisor=False)
 
