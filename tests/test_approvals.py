@@ -140,29 +140,31 @@ def test_overrun_checkpoints_holds_and_resumes_from_the_checkpoint(home: Path, t
     from core.jobs.store import Store
 
     project = copy_example(tmp_path / "quickstart")
-    # 0.001 h = 3.6 s; stopped at x1.25 = 4.5 s of running, with ~100 steps of 0.06 s to do
-    sub = gpu_json("submit", "--hours", "0.001", "--wait-s", "0", "--", "--steps", "100",
+    # 0.004 h = 14.4 s; stopped at x1.25 = 18 s of running, with 400 steps of 0.06 s (24 s) to
+    # do. Approving adds 14.4 s more (36 s in all at x1.25): the rest of the work, ~6-10 s, and
+    # both attempts' start-up fit with room, so a loaded machine does not overrun it again
+    sub = gpu_json("submit", "--hours", "0.004", "--wait-s", "0", "--", "--steps", "400",
                    "--sleep", "0.06", cwd=project)["job"]
     doc = wait_state(sub["short_id"], {"awaiting_approval", "done", "failed"}, timeout=180)
     assert doc["state"] == "awaiting_approval", doc
     status = gpu_json("status", sub["short_id"], "--verbose")
     assert status["guidance"]["needs_approval"] and "well past its" in status["guidance"]["tell_user"]
-    assert status["plan"]["hours"] == pytest.approx(0.002)
+    assert status["plan"]["hours"] == pytest.approx(0.008)
     log = run_gpu("logs", sub["short_id"]).stdout
     assert "asked to stop, saving and exiting" in log
     stopped_at = int(log.split("checkpoint at step ")[1].split(":")[0])
-    assert 20 < stopped_at < 99
+    assert 100 < stopped_at < 399
     approve(Store(), sub["id"], digest=status["digest"], actor="test")
     doc = wait_state(sub["short_id"], {"done", "failed", "awaiting_approval"}, timeout=120)
     assert doc["state"] == "done", run_gpu("logs", sub["short_id"]).stdout
     log = run_gpu("logs", sub["short_id"]).stdout
     assert f"resuming from step {stopped_at + 1}" in log
     steps = [p["step"] for p in gpu_json("metrics", sub["short_id"])["metrics"]["loss"]["series"]]
-    assert steps == list(range(100)), "the step count continued instead of restarting"
+    assert steps == list(range(400)), "the step count continued instead of restarting"
     states = [e["to"] for e in gpu_json("status", sub["short_id"], "--verbose")["events"] if e["to"]]
     assert states[-6:] == ["checkpointing", "awaiting_approval", "routing", "provisioning", "running", "done"]
     result = json.loads((project / "runs" / sub["short_id"] / "result.json").read_text())
-    assert result["steps"] == 100
+    assert result["steps"] == 400
 
 
 def test_denying_an_overrun_job_cancels_it(home: Path, tmp_path: Path) -> None:
