@@ -170,7 +170,9 @@ def test_a_value_split_over_many_reads_with_pauses_is_masked(secret: str, pieces
     size = -(-len(raw) // pieces)
     out = _run_pipeline(Masker([secret]), raw, list(range(size, len(raw), size)), [True])
     _assert_hidden(out, secret, [escaped])
-    assert out == b"token=" + MASK.encode() + b" done"
+    # the whole value masked, but for its edge blanks (escaped or not), which hide nothing
+    assert out.startswith(b"token=") and out.endswith(b" done") and out.count(MASK.encode()) == 1, out
+    assert set(out[6:-5].replace(MASK.encode(), b"").replace(b"%20", b" ")) <= {32}, out
 
 
 @FAST

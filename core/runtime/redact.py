@@ -196,12 +196,17 @@ def _wrapped_anchors(form: bytes) -> list[bytes]:
 
 
 def secret_values(values: list[str]) -> list[str]:
-    """The values to look for: each secret, and each line of a multi-line one."""
+    """The values to look for: each secret and each line of a multi-line one, without their
+    leading and trailing blanks. Edge blanks hide nothing, yet a reader can supply them (a
+    return shown as a space joins ` ab` + `\r` + `cd` into ` ab cd`), so the core is what is
+    masked and what must never show."""
     out: list[str] = []
     for value in values:
         for part in [value, *re.split(r"\r\n|\r|\n", value)]:
-            if len(part) >= MIN_SECRET_LEN and part not in out:
-                out.append(part)
+            core = part.strip()
+            form = core if len(core) >= MIN_SECRET_LEN else part
+            if len(form) >= MIN_SECRET_LEN and form not in out:
+                out.append(form)
     return out
 
 
