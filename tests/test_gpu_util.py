@@ -299,3 +299,14 @@ def test_the_samples_never_take_the_job_s_headline_metric() -> None:
 
     assert last_metric_text({"gpu/util": 3.0, "gpu/mem_gb": 1.0, "val/acc": 0.9}) == "val/acc=0.9"
     assert last_metric_text({"gpu/util": 3.0, "gpu/mem_gb": 1.0}) == "gpu/mem_gb=1"
+
+
+def test_an_nvidia_smi_on_the_job_s_own_path_is_never_run(tmp_path: Path) -> None:
+    """The sampler runs outside the job's sandbox: a job that puts its own folder first on its
+    PATH must not have its `nvidia-smi` run there (it would run as the person)."""
+    bin_dir = stand_in(tmp_path / "jobbin", TWO_GPUS.format(a=3, b=90))
+    log, done, metrics = _launch(tmp_path, _sleeper(1.5), str(tmp_path / "empty"),
+                                 env={"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"})
+    assert done["code"] == 0 and "job finished" in log, log
+    assert util_rows(metrics) == []
+    assert not (bin_dir / "calls").exists(), "the job's own nvidia-smi was run by the sampler"

@@ -482,3 +482,20 @@ def test_local_data_reached_through_a_link_is_readable_and_read_only(home: Path,
     log = run_gpu("logs", sub["job"]["short_id"]).stdout
     assert "DATA 1,2" in log and "READ-ONLY" in log and "WROTE" not in log, log
     assert (real / "rows.csv").read_text() == "a,b\n1,2\n"
+
+
+@pytest.mark.slow
+def test_the_job_s_variables_never_reach_bubblewrap_itself(home: Path, tmp_path: Path) -> None:
+    """bubblewrap runs outside the sandbox it builds: a job's LD_PRELOAD there would run its code
+    as the person. LD_DEBUG shows which programs the loader saw the variable in: the job's
+    Python does, bubblewrap must not."""
+    project = make_git_project(tmp_path / "p", {
+        "job.py": "import os\nprint('LD_DEBUG inside:', os.environ.get('LD_DEBUG'), flush=True)\n",
+        "gpu.yaml": "env: {LD_DEBUG: files}\n"})
+    sub = gpu_json("submit", "job.py", "--hours", "0.1", "--wait-s", "10", cwd=project)
+    wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=120)
+    log = run_gpu("logs", sub["job"]["short_id"]).stdout
+    assert "sandbox: bubblewrap" in log and "LD_DEBUG inside: files" in log, log[-3000:]
+    assert "needed by" in log, "the loader's trace of the job's own Python is missing"
+    loaded_for = {line.split("needed by", 1)[1].split()[0] for line in log.splitlines() if "needed by" in line}
+    assert not any(p.endswith("bwrap") for p in loaded_for), loaded_for

@@ -148,8 +148,10 @@ class Sampler:
                  interval: float, tool_env: Mapping[str, str] | None = None) -> None:
         self.metrics_file = metrics_file
         self.cuda_visible = job_env.get("CUDA_VISIBLE_DEVICES")
-        self.path = job_env.get("PATH")
         self.tool_env = dict(tool_env if tool_env is not None else os.environ)
+        # found on the launcher's own PATH, never the job's: it runs outside the sandbox, so a
+        # job naming its own folder first would run its `nvidia-smi` as the person
+        self.path = self.tool_env.get("PATH")
         self.say = say
         self.interval = interval
         self.done = threading.Event()

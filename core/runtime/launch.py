@@ -261,6 +261,21 @@ def _pump(pipe: int, log: JobLog) -> None:
         log.write(block)
 
 
+OUTSIDE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}  # what bubblewrap itself runs with
+
+
+def _env_args(env: dict[str, str]) -> int:
+    """bubblewrap's `--args` file: clear its environment inside, then set `env`, NUL-separated
+    (names and values never hold a NUL: they came from an environment)."""
+    parts = [b"--clearenv"]
+    for name, value in env.items():
+        parts += [b"--setenv", os.fsencode(name), os.fsencode(value)]
+    fd = os.memfd_create("gpu-router-env", os.MFD_CLOEXEC)
+    os.write(fd, b"\0".join(parts) + b"\0")
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
                 sandbox: dict | None = None, **popen: object) -> int:
     """Run a command with its output (stdout and stderr) going through the job log's filter,
@@ -269,12 +284,24 @@ def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
     itself), what it leaves running when its main process ends is stopped after a grace, so the
     end of its output arrives."""
     preexec = _in_job_cgroup
+    env_fd = None
     if sandbox is not None:
         command = boundary.wrap(_SANDBOX, sandbox, command)
         if _SANDBOX.get("landlock"):
             preexec = _in_job_cgroup_scoped
-    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, preexec_fn=preexec, **popen)
+        if _SANDBOX.get("kind") != "seatbelt":
+            # bubblewrap runs outside the sandbox it makes: the job's variables (LD_PRELOAD,
+            # PATH...) are handed to it through a file descriptor, set only inside, and it starts
+            # with a fixed environment of its own (never in its argv either: `ps` shows that)
+            env_fd = _env_args(popen.pop("env", None) or dict(os.environ))
+            command = [command[0], "--args", str(env_fd), *command[1:]]
+            popen.update(env=dict(OUTSIDE_ENV), pass_fds=(env_fd,))
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, preexec_fn=preexec, **popen)
+    finally:
+        if env_fd is not None:
+            os.close(env_fd)
     if box is not None:
         box["child"] = child
         box["watch"] = _stop_leftovers_when_main_exits(child, box)
