@@ -9,6 +9,7 @@ real uv, packages from a loopback PEP 503 index (tests/pyindex.py) that counts w
 from __future__ import annotations
 
 import os
+import subprocess
 import stat
 import time
 from pathlib import Path
@@ -202,6 +203,31 @@ def test_lines_uv_reads_differently_stay_with_pip() -> None:
     assert uvenv.unfit({"requirements": ["torch"], "options": ["--index-url http://x/simple"]}) is None
     assert "pip's" in uvenv.unfit({"requirements": ["torch"], "options": ["--pre"]})
     assert "editable" in uvenv.unfit({"requirements": ["-e git+https://h/r.git#egg=r"]})
+    for line in ("r @ git+https://h/r.git", "r @ GIT+ssh://git@h/r.git@v1", "hg+https://h/r#egg=r",
+                 "r @ svn+https://h/r", "r @ bzr+lp:r"):
+        assert "version-control" in uvenv.unfit({"requirements": ["torch", line]}), line
+    assert uvenv.unfit({"requirements": ["gitpython", "git-lfs==1.0", "r @ https://h/r-1.0.tar.gz"]}) is None
+
+
+@pytest.mark.slow
+def test_a_job_s_git_never_runs_while_the_shared_cache_is_writable(home: Path, tmp_path: Path,
+                                                                    index: PackageIndex) -> None:
+    """A version-control requirement makes uv run git; a job whose PATH names its own `git`
+    would then write into the cache every project's environment links to. Such lines go to
+    pip, which installs into the job's own environment only."""
+    cache = home / "uv-cache"
+    fake_git = f"#!/bin/sh\necho poisoned > {cache}/POISON\necho fake git ran >&2\nexit 1\n"
+    project = make_git_project(tmp_path / "p", {
+        "train.py": "print('ran')\n", "bin/git": fake_git,
+        "requirements.txt": "tinyweb\ntinyvcs @ git+https://127.0.0.1:9/none.git\n",
+        "gpu.yaml": "env: {PATH: 'bin:/usr/bin:/bin'}\n"})
+    (project / "bin" / "git").chmod(0o755)
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    sub = gpu_json("submit", "train.py", "--wait-s", "0", "--hours", "0.1", cwd=project)
+    done = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=180)
+    log = run_gpu("logs", sub["job"]["short_id"]).stdout
+    assert done["state"] == "failed" and "with pip" in log, log  # no git server: pip fails
+    assert not (cache / "POISON").exists(), "the job's git wrote into the shared uv cache"
 
 
 def test_pip_index_settings_reach_uv_and_nothing_moves_its_cache() -> None:

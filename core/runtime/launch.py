@@ -506,6 +506,11 @@ def _uv_boxed(spec: dict, log: JobLog, uv: str, cache: str, cmd: list[str]) -> i
     base = spec["base_python"]
     sandbox = _sandbox_plan(spec, base, writable=[cache], readable=[os.path.dirname(os.path.realpath(uv))])
     env = uvenv.environ(_job_env(spec, base, sandbox), dict(os.environ))
+    # the cache is writable here and shared: no program of the job's choosing (its PATH) and
+    # none of git's settings from its variables (uv runs git for a URL it cannot skip)
+    env["PATH"] = os.pathsep.join([os.path.dirname(base), os.environ.get("PATH", OUTSIDE_ENV["PATH"])])
+    for name in [n for n in env if n.startswith("GIT_")]:
+        del env[name]
     return _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox)
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 
 CHOICE_VAR = "GPU_ROUTER_INSTALLER"  # auto (default) | uv | pip
@@ -78,6 +79,9 @@ def find_uv(given: str | None, environ: dict[str, str] | None = None) -> str | N
     return None
 
 
+VCS_URL = re.compile(r"\b(?:git|hg|svn|bzr)\+[a-z]+:", re.IGNORECASE)
+
+
 def unfit(deps: dict) -> str | None:
     """Why these lines are for pip, not uv, or None when uv reads them as pip would."""
     for line in deps.get("options") or []:
@@ -86,6 +90,10 @@ def unfit(deps: dict) -> str | None:
     for line in [*(deps.get("requirements") or []), *(deps.get("constraints") or [])]:
         if line.startswith("-e "):
             return f"an editable URL ({line[3:].split()[0]})"
+        if VCS_URL.search(line):
+            # uv runs git (with the job's home, config and variables) while the shared cache is
+            # writable: a job could rewrite files other projects' environments link to
+            return f"a version-control URL ({VCS_URL.search(line).group(0)}...)"
     return None
 
 
