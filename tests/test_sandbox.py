@@ -499,3 +499,47 @@ def test_the_job_s_variables_never_reach_bubblewrap_itself(home: Path, tmp_path:
     assert "needed by" in log, "the loader's trace of the job's own Python is missing"
     loaded_for = {line.split("needed by", 1)[1].split()[0] for line in log.splitlines() if "needed by" in line}
     assert not any(p.endswith("bwrap") for p in loaded_for), loaded_for
+
+
+@pytest.mark.slow
+def test_local_data_shows_the_job_nothing_the_bundle_s_judge_withholds(home: Path, tmp_path: Path) -> None:
+    """A local data set is read in place, not copied: the files submit said it withheld
+    (credentials, a folder of them) must be as unreadable to the job as if
+    they had stayed behind on an upload."""
+    data = tmp_path / "ds"
+    (data / "sub").mkdir(parents=True)
+    (data / "rows.csv").write_text("a,b\n1,2\n")
+    (data / ".env").write_text(f"HF_TOKEN={SECRET}\n")
+    (data / "sub" / "id_ed25519").write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{SECRET}\n"
+                                             "-----END OPENSSH PRIVATE KEY-----\n")
+    (data / ".aws").mkdir()
+    (data / ".aws" / "credentials").write_text(f"[default]\naws_secret_access_key = {SECRET}\n")
+    reader = ("import gpu, os\nroot = gpu.data_dir() / 'ds'\n"
+              "for dirpath, _, names in os.walk(root):\n"
+              "    for n in names:\n"
+              "        p = os.path.join(dirpath, n)\n"
+              "        try:\n"
+              "            print('READ', os.path.relpath(p, root), repr(open(p).read()), flush=True)\n"
+              "        except OSError as exc:\n"
+              "            print('DENIED', os.path.relpath(p, root), exc.errno, flush=True)\n")
+    project = make_git_project(tmp_path / "p", {"read.py": reader})
+    sub = gpu_json("submit", "read.py", "--hours", "0.1", "--wait-s", "10", "--data", f"ds={data}", cwd=project)
+    assert any("withheld" in w for w in sub["guidance"].get("warnings", [])) or "withheld" in json.dumps(sub)
+    wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=120)
+    log = run_gpu("logs", sub["job"]["short_id"]).stdout
+    job_log = (home / "jobs" / sub["job"]["id"] / "job.log").read_bytes()
+    assert "READ rows.csv 'a,b\\n1,2\\n'" in log, log
+    assert SECRET.encode() not in job_log and SECRET not in log
+    assert SECRET[:12] not in log, "a withheld file's content reached the job"
+
+
+@pytest.mark.parametrize("which", ["home", "inside home", "config", "config file"])
+def test_data_is_never_gpu_router_s_own_folders(home: Path, tmp_path: Path, which: str) -> None:
+    config = write_user_config("targets:\n  local: {kind: local}\n")
+    place = {"home": home, "inside home": home / "jobs", "config": config.parent, "config file": config}[which]
+    if not place.exists():
+        place.mkdir(parents=True)
+    project = make_git_project(tmp_path / "p", {"read.py": "print(1)\n"})
+    proc = run_gpu("submit", "read.py", "--hours", "0.1", "--json", "--data", f"x={place}", cwd=project)
+    assert proc.returncode != 0, proc.stdout
+    assert "gpu-router's" in proc.stdout + proc.stderr and "a job never reads it" in proc.stdout + proc.stderr

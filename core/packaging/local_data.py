@@ -12,6 +12,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from core import paths
 from core.errors import UserError
 from core.packaging.candidates import tree_files
 from core.packaging.credentials import place_reason, withheld_reason
@@ -19,6 +20,13 @@ from core.packaging.filecache import FileHashCache
 from core.packaging.gate import Gate
 from core.packaging.leftout import file_kind, left_out_item
 from core.packaging.listing import home_folder
+
+def _private_places() -> list[tuple[str, Path, bool]]:
+    """gpu-router's home (and all in it) and its config file, which no job reads (a data set
+    is bound into the sandbox): (what, where, whether what lies inside counts too)."""
+    places = [("gpu-router's home", paths.home(), True), ("gpu-router's config", paths.user_config_file(), False)]
+    return [(what, Path(os.path.realpath(place)), whole) for what, place, whole in places]
+
 
 @dataclass
 class DataListing:
@@ -53,6 +61,13 @@ def list_data(source: Path, name: str = "", cache: FileHashCache | None = None) 
     if home is not None and (source == home or source in home.parents):
         raise UserError(f"{label}: {source} is your home folder or holds it", where=str(source),
                         fix="pass the data set's own folder")
+    hf_sets = Path(os.path.realpath(paths.hf_data_dir()))  # downloaded hf:// sets are data, read in place
+    for what, place, whole in _private_places():
+        inside = whole and place in source.parents and hf_sets not in source.parents
+        if source == place or source in place.parents or inside:
+            raise UserError(f"{label}: {source} is {what} or {'lies in' if inside else 'holds'} it "
+                            f"({place}): a job never reads it", where=str(source),
+                            fix="pass the data set's own folder")
     own_cache = cache is None
     cache = cache or FileHashCache()
     try:
@@ -78,7 +93,7 @@ def list_data(source: Path, name: str = "", cache: FileHashCache | None = None) 
                 continue
             if stat.S_ISREG(fst.st_mode):
                 items.append((rel, fst))
-            elif not stat.S_ISLNK(fst.st_mode):
+            else:  # a link is not followed (it may lead anywhere) and, like a pipe, not shipped
                 withheld.append(left_out_item(source / rel, rel, f"not a regular file ({file_kind(fst.st_mode)})"))
         verdicts = gate.judge_many(items)
         withheld += [left_out_item(source / rel, rel, verdicts[rel]) for rel, _ in items if rel in verdicts]

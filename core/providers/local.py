@@ -58,6 +58,20 @@ async def _in_thread(fn: Any, /, *args: Any) -> Any:
     return await asyncio.to_thread(fn, *args)
 
 
+def _withheld(items: list[dict]) -> dict[str, list[str]]:
+    """Each local data set's files a job must not read (credentials, links, pipes: what the
+    bundle's judge withholds), judged again now, as the set is read in place: the sandbox
+    covers each of them (core/runtime/boundary.py)."""
+    from core.packaging.local_data import list_data
+
+    out: dict[str, list[str]] = {}
+    for item in items:
+        listing = list_data(Path(item["source"]), item["name"])
+        if listing.withheld:
+            out[item["source"]] = [w["path"] for w in listing.withheld]
+    return out
+
+
 class LocalProvider:
     kind = "local"
 
@@ -169,7 +183,7 @@ class LocalProvider:
         network = bool(job.request.get("network", True)) and self.network
         held_for_it = any(h.get("rule") == "sandbox" for h in job.plan.get("holds") or [])
         trusted = job.plan.get("submitted_by") == "person" or held_for_it
-        return {"hide": hide, "data": data, "network": network,
+        return {"hide": hide, "data": data, "withheld": _withheld(local_data(job)), "network": network,
                 "fallback": "warn" if trusted else "refuse"}
 
     async def poll(self, job: Job) -> Poll:

@@ -108,7 +108,8 @@ def gpu_devices(dev: str = "/dev") -> list[str]:
 def bwrap_argv(bwrap: str, plan: dict, command: list[str], features: dict | None = None) -> list[str]:
     """bubblewrap's command line for `command` under `plan`:
 
-    plan = {"ro": [paths], "ro_at": [(source, place)], "rw": [paths], "hide": [paths], "home": path, "tmpdir": path,
+    plan = {"ro": [paths], "ro_at": [(source, place)], "rw": [paths], "hide": [paths], "cover": [paths],
+            "home": path, "tmpdir": path,
             "workdir": path, "mark": file, "network": bool, "devices": [paths]}
 
     Each path is bound at its own place, so every path the job was told about holds inside.
@@ -143,6 +144,11 @@ def bwrap_argv(bwrap: str, plan: dict, command: list[str], features: dict | None
     for src, dest, how in sorted(binds, key=lambda b: (_depth(b[1]), b[2] == "--bind")):
         if os.path.lexists(src):
             args += [how, src, dest]
+    for path in plan.get("cover", []):  # withheld in a bound folder: an empty folder, or no content
+        if os.path.isdir(path) and not os.path.islink(path):
+            args += ["--tmpfs", path.rstrip("/"), "--remount-ro", path.rstrip("/")]
+        elif os.path.lexists(path) and not os.path.islink(path):  # a link leads nowhere inside
+            args += ["--ro-bind", "/dev/null", path]
     if plan.get("mark"):
         args += ["--ro-bind", plan["mark"], SANDBOX_MARK]
     args += ["--chdir", plan["workdir"], "--"]
@@ -354,6 +360,8 @@ def seatbelt_profile(plan: dict) -> str:
         lines.append(f"(allow file-read* (subpath {_sb_quote(path)}))")
     for path in rw + ["/private/tmp", "/private/var/folders", "/dev/null"]:
         lines.append(f"(allow file-read* file-write* (subpath {_sb_quote(path)}))")
+    for path in plan.get("cover", []):  # withheld in a readable folder (the later rule wins)
+        lines.append(f"(deny file-read* file-write* (subpath {_sb_quote(path.rstrip('/'))}))")
     if not plan.get("network", True):
         lines.append("(deny network*)")
         lines.append('(allow network* (local ip "localhost:*") (remote ip "localhost:*"))')
@@ -408,6 +416,9 @@ def plan_for(spec: dict, python: str) -> dict:
     # local data is read in place through data/NAME links to the path as given: bound there,
     # from wherever it really lies (the path may pass through links of its own)
     ro_at = [(os.path.realpath(d), os.path.abspath(d)) for d in box.get("data", [])]
+    # what the bundle's judge withholds from a set (credentials, links) is covered there
+    withheld = box.get("withheld") or {}
+    cover = [os.path.join(os.path.abspath(d), rel) for d in box.get("data", []) for rel in withheld.get(d, [])]
     deps = spec.get("deps")
     if deps:
         ro.append(deps.get("venv") or os.path.join(deps["venvs_dir"], deps["hash"]))  # uv: by its packages
@@ -420,5 +431,6 @@ def plan_for(spec: dict, python: str) -> dict:
     with open(mark, "w") as f:
         f.write(f"{spec['job_id']}:{spec['attempt']}\n")
     return {"ro": [p for p in ro if p], "ro_at": ro_at, "rw": [p for p in rw if p], "hide": box.get("hide", []),
+            "cover": cover,
             "home": home, "tmpdir": tmpdir, "workdir": spec["workdir"], "mark": mark,
             "network": box.get("network", True), "devices": gpu_devices()}
