@@ -499,3 +499,36 @@ def test_plt_show_with_no_screen_saves_the_figures_into_the_outputs(tmp_path: Pa
     said = [line for line in proc.stderr.splitlines() if "plt.show() has no screen here" in line]
     assert len(said) == 3, proc.stderr
     assert "saved 2 figures" in said[-1] and "plt.savefig(gpu.output_dir() / 'loss.png')" in said[-1]
+
+
+def test_a_metrics_line_nested_past_the_parser_s_depth_is_skipped_and_the_rest_kept() -> None:
+    deep = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    parsed = parse_rows(b'{"step": 1, "loss": 0.5}\n' + deep + b'\n{"step": 2, "loss": 0.25}\n')
+    assert [(s, k, v) for s, k, v, _ in parsed.rows] == [(1, "loss", 0.5), (2, "loss", 0.25)]
+
+
+def test_a_job_s_metric_names_are_capped_known_names_first() -> None:
+    from core.engine.metricfile import MAX_KEYS, cap_keys
+
+    lines = [json.dumps({"step": i, f"k{i}": 1.0, "loss": 0.1}) for i in range(MAX_KEYS + 50)]
+    parsed = parse_rows("\n".join(lines).encode())
+    dropped = cap_keys(parsed, {"loss"})
+    names = {k for _, k, _, _ in parsed.rows}
+    assert len(names) == MAX_KEYS and "loss" in names and dropped == 51
+    assert sum(1 for _, k, _, _ in parsed.rows if k == "loss") == MAX_KEYS + 50  # a known name is never dropped
+    assert set(parsed.last) - {"_step"} <= names
+
+
+def test_a_job_writing_a_row_too_deep_to_parse_still_ends_and_comes_home(home: Path, tmp_path: Path) -> None:
+    script = ("import json, os, gpu\n"
+              "gpu.log(step=0, loss=1.0)\n"
+              "with open(os.environ['GPU_ROUTER_METRICS_FILE'], 'a') as f:\n"
+              "    f.write('{\"a\":' + '[' * 100000 + ']' * 100000 + '}\\n')\n"
+              "gpu.log(step=1, loss=0.5)\n"
+              "print('wrote', flush=True)\n")
+    project = make_git_project(tmp_path / "p", {"deep.py": script})
+    sub = gpu_json("submit", "deep.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    doc = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=120)
+    assert doc["state"] == "done", run_gpu("logs", sub["job"]["short_id"]).stdout
+    series = gpu_json("metrics", sub["job"]["short_id"])["metrics"]["loss"]["series"]
+    assert [p["step"] for p in series] == [0, 1]

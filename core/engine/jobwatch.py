@@ -15,7 +15,7 @@ from typing import Any
 from core.config import killrules
 from core.config.user import Rules, load
 from core.engine.jobsteps import CANCEL_GRACE_S, ago
-from core.engine.metricfile import parse_rows
+from core.engine.metricfile import MAX_KEYS, cap_keys, parse_rows
 from core.errors import UserError
 from core.jobs.states import State
 from core.jobs.store import Job
@@ -36,6 +36,10 @@ class JobWatch:
         if offset == job.metrics_offset and not data:
             return
         parsed = parse_rows(data)
+        if cap_keys(parsed, {k for k in job.last_metric if k != "_step"}) and not job.handle.get("keys_capped"):
+            await self.db(self.store.add_event, job.id,
+                          f"metrics: more than {MAX_KEYS} distinct names; rows of further names are not kept")
+            job = await self.db(self.store.update, job.id, handle={**job.handle, "keys_capped": True}) or job
         await self.db(self.store.add_metrics, job.id, parsed.rows, offset,
                                {**job.last_metric, **parsed.last} if parsed.last else {},
                                config=parsed.config, final=parsed.final)

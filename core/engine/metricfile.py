@@ -69,7 +69,7 @@ def parse_rows(data: bytes) -> Parsed:
     for line in data.splitlines():
         try:
             doc = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # a line nested past the parser's depth is no row
             continue
         if not isinstance(doc, dict):
             continue
@@ -106,6 +106,30 @@ def parse_rows(data: bytes) -> Parsed:
     if out.last and out.rows:
         out.last = {**out.last, "_step": out.rows[-1][0]}
     return out
+
+
+MAX_KEYS = 512  # distinct metric names kept per job; config settings likewise
+
+
+def cap_keys(parsed: Parsed, known: set[str], limit: int = MAX_KEYS) -> int:
+    """Keep rows of at most `limit` distinct names in all (`known` ones first, then new ones
+    in the order they came): a job writing a new name each step must not grow the store and
+    every report without end. Returns how many rows were dropped."""
+    allowed = set(known)
+    kept = []
+    for row in parsed.rows:
+        if row[1] not in allowed and len(allowed) < limit:
+            allowed.add(row[1])
+        if row[1] in allowed:
+            kept.append(row)
+    dropped = len(parsed.rows) - len(kept)
+    parsed.rows = kept
+    parsed.last = {k: v for k, v in parsed.last.items() if k in allowed or k == "_step"}
+    if len(parsed.config) > limit:
+        parsed.config = dict(list(parsed.config.items())[:limit])
+    if len(parsed.final) > limit:
+        parsed.final = dict(list(parsed.final.items())[:limit])
+    return dropped
 
 
 def parse_metrics(data: bytes) -> tuple[list[tuple[int | None, str, float, float]], dict]:

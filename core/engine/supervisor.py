@@ -37,6 +37,8 @@ from core.providers import registry
 log = logging.getLogger("gpu-router.supervisor")
 
 IDLE_EXIT_S = 60.0
+# a launched job's steps may raise this many times in a row, for this long, before it is stopped
+STEP_ERRORS_MAX, STEP_ERRORS_FOR_S = 30, float(os.environ.get("GPU_ROUTER_STEP_ERRORS_FOR_S", 300))
 # Jobs that simply run are looked at this many a tick at most, the ones looked at longest ago
 # first: with hundreds of jobs each is then seen every few seconds instead of every one of
 # them every second in one burst that would hold the loop (bench/supervise.py measures it).
@@ -75,6 +77,7 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, CheckpointCopies):
         self._copies: dict[str, Copy] = {}  # job id -> its checkpoint copy home in flight (ckptcopy.py)
         self._ckpt_asked: dict[str, int] = {}  # "job id:attempt" -> the newest frozen generation a poll showed
         self._rules_at: dict[str, float] = {}  # job id -> when its kill rules last read history
+        self._step_errors: dict[str, tuple[int, float]] = {}  # job id -> steps that raised in a row, since
         self._sweep: asyncio.Task | None = None
         self.notifier = Notifier()  # tells the person (notify: in the user config); notify.py
 
@@ -243,6 +246,7 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, CheckpointCopies):
         try:
             with disk_full_guard(paths.home()):
                 await work
+            self._step_errors.pop(job.id, None)
         except IllegalTransition as exc:  # another process moved it first (cancel, say)
             log.info("job %s: %s", job.short_id, exc)
         except DiskFull as exc:  # gpu-router's home filled up: say so where the user looks
@@ -254,10 +258,31 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, CheckpointCopies):
                 fresh = await self.db(self.store.get, job.id)
                 if fresh.state not in LAUNCHED:
                     await self.db(self._fail, fresh, f"gpu-router could not start it: {exc}")
+                else:
+                    await self._failing_watch(fresh, exc)
             except Exception:  # noqa: BLE001
                 log.exception("job %s: could not record the failure", job.short_id)
         finally:
             self.busy.discard(job.id)
+
+    async def _failing_watch(self, job: Job, exc: Exception) -> None:
+        """A launched job whose every step raises (something it wrote that gpu-router cannot
+        read, say) would hold its target's slot forever, uncancellable: after STEP_ERRORS_MAX in
+        a row over STEP_ERRORS_FOR_S (a passing fault is outlasted) it is stopped and fails,
+        saying why."""
+        errors, since = self._step_errors.get(job.id, (0, time.time()))
+        self._step_errors[job.id] = (errors := errors + 1, since)
+        if errors < STEP_ERRORS_MAX or time.time() - since < STEP_ERRORS_FOR_S:
+            return
+        self._step_errors.pop(job.id, None)
+        provider = self.providers.get(job.provider or "")
+        if provider is not None:
+            try:
+                await provider.cancel(job, force=True)
+            except Exception:  # noqa: BLE001 - it fails all the same; the target may be gone
+                log.exception("job %s: could not stop it", job.short_id)
+        await self.db(self._fail, job, f"gpu-router could not follow it: {STEP_ERRORS_MAX} steps in a row "
+                                       f"failed ({type(exc).__name__}: {str(exc)[:300]}); it was stopped")
 
     def _say_disk_full(self, job: Job, exc: DiskFull) -> None:
         """A job not started yet fails with the message; one that runs keeps running (on a
