@@ -341,3 +341,13 @@ def test_every_flag_an_error_tells_the_user_to_pass_exists() -> None:
     assert named, "the scan found no fix text at all"
     unknown = {flag: where for flag, where in named.items() if flag not in flags}
     assert unknown == {}
+
+
+@pytest.mark.parametrize("name", ["GPU_ROUTER_OUTPUT_DIR", "GPU_ROUTER_CHECKPOINT_GENERATIONS", "gpu_router_data_dir"])
+def test_a_job_never_names_gpu_router_s_own_variables(project: Path, name: str) -> None:
+    """The launcher reads the job's folders from GPU_ROUTER_* (the sandbox makes them
+    writable): a job's env setting one could point a writable bind at any folder."""
+    for text, overrides in ((f"script: train.py\nenv: {{{name}: /root/.ssh}}\n", None),
+                            ("script: train.py\n", {"env": {name: "/root/.ssh"}})):
+        err = error_for(project, text, overrides)
+        assert name in err.what and "gpu-router's own" in err.what

@@ -136,6 +136,9 @@ def _env(v: Any) -> dict[str, str]:
     for k, val in v.items():
         if not isinstance(k, str) or not ENV_NAME_RE.match(k):
             raise TypeError(f"environment names like MY_VAR (got {shorten(k)})")
+        if k.upper().startswith("GPU_ROUTER_"):  # the launcher reads its folders from these
+            raise ValueError(f"{k}: names starting GPU_ROUTER_ are gpu-router's own (it sets them "
+                             "for the job: gpu.output_dir() and the like read them)")
         if isinstance(val, (dict, list)) or val is None:
             raise TypeError(f"a string value for {k}")
         out[k] = str(val).lower() if isinstance(val, bool) else _item_text(val)
