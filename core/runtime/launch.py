@@ -295,7 +295,10 @@ def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
             # with a fixed environment of its own (never in its argv either: `ps` shows that)
             env_fd = _env_args(popen.pop("env", None) or dict(os.environ))
             command = [command[0], "--args", str(env_fd), *command[1:]]
-            popen.update(env=dict(OUTSIDE_ENV), pass_fds=(env_fd,))
+            outside = dict(OUTSIDE_ENV)
+            if _TRACK.get("marker"):  # still found as the job's, where no cgroup holds it
+                outside[jobprocs.MARKER_VAR] = _TRACK["marker"]
+            popen.update(env=outside, pass_fds=(env_fd,))
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, preexec_fn=preexec, **popen)
