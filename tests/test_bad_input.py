@@ -29,6 +29,7 @@ from core.config import safeyaml
 from core.config.request import DataSpec, JobRequest, build_request
 from core.config.schema import MAX_COMMAND_BYTES, MAX_HOURS, SCHEMA, text_bytes
 from core.errors import UserError, shorten
+from core.secrets import tokens
 from tests.conftest import gpu_exe, gpu_json, make_git_project, run_gpu, write_user_config
 
 TRAIN = "print('training')\n"
@@ -540,3 +541,128 @@ def test_any_alias_chain_loads_small_or_is_refused_quickly(levels: int, width: i
     else:
         assert expanded <= safeyaml.MAX_NODES and len(value["args"]) == levels
     assert time.monotonic() - started < 2
+
+
+# -- a token pasted into the wrong place is never repeated ---------------------------------
+
+HF = "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH"  # a Hugging Face token's shape
+
+
+def assert_unsaid(err: UserError, *secrets: str) -> None:
+    """Neither the message nor the JSON form shows the token."""
+    text = err.message() + json.dumps(err.to_json())
+    for secret in secrets:
+        assert secret not in text, text
+
+
+@pytest.mark.parametrize("key", ["hours", "vram_gb", "smoke", "ship", "network", "restart", "gpu",
+                                 "provider", "name", "wait_s", "cpus", "partition", "container",
+                                 "request_id", "checkpoint", "include", "outputs", "modules",
+                                 "extras", "secrets", "data", "sweep", "kill_rules", "max_retries"])
+def test_a_token_in_any_key_is_refused_and_never_echoed(project: Path, key: str) -> None:
+    """`hours: hf_...` once printed `hours must be a number (got 'hf_...')`; and a key whose
+    format a token fits (gpu, provider, name) took it, to be stored and shown in the plan."""
+    value = {"sweep": {"LR": [HF]}}.get(key, HF)
+    (project / "gpu.yaml").write_text(f"script: train.py\n{key}: {json.dumps(value)}\n")
+    with pytest.raises(UserError) as err:
+        build_request(project, {})
+    assert_unsaid(err.value, HF)
+    assert err.value.where.endswith("gpu.yaml:2"), err.value.where
+    (project / "gpu.yaml").unlink()
+    for given in (value, [value], {"k": value}):
+        with pytest.raises(UserError) as err:
+            build_request(project, {"script": "train.py", key: given})
+        assert_unsaid(err.value, HF)
+
+
+@pytest.mark.parametrize("yaml_line,names", [
+    ('args: ["--hf-token", "%s"]' % HF, "HF_TOKEN"),
+    ("args: --hf-token %s --lr 3e-4" % HF, "HF_TOKEN"),
+    ('args: ["--api-key=%s"]' % HF, "API_KEY"),
+    ('args: ["%s"]' % HF, "NAME"),
+    ('args: ["--token", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4"]', "TOKEN"),  # random, named a secret
+    ('args: ["--db", "postgres://me:hunter2pass@db.example/app"]', "DB"),
+    ("script: python train.py --hf-token %s" % HF, "HF_TOKEN"),
+    ('args: ["--%s=1"]' % HF, "NAME"),
+    ("env: {%s: '1'}" % HF, "NAME"),
+])
+def test_a_token_in_args_is_refused_like_one_in_env(project: Path, yaml_line: str, names: str) -> None:
+    """args are stored with the job, printed in `gpu plan` and on the target's process list:
+    a token there is refused as in env, with the way to pass it as a secret instead."""
+    text = yaml_line if yaml_line.startswith("script:") else f"script: train.py\n{yaml_line}"
+    (project / "gpu.yaml").write_text(text + "\n")
+    with pytest.raises(UserError) as err:
+        build_request(project, {})
+    assert "secrets may not be passed in" in err.value.what, err.value.what
+    assert f"gpu secrets set {names}" in err.value.fix and "secrets:" in err.value.fix
+    assert_unsaid(err.value, HF, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4", "hunter2pass")
+
+
+def test_a_token_in_the_arguments_after_dashes_is_refused(project: Path) -> None:
+    with pytest.raises(UserError) as err:
+        build_request(project, {"script": "train.py", "args": ["--lr", "1", "--hf-token", HF]})
+    assert err.value.where == "arguments after --" and "entry 4 of args" in err.value.what
+    assert_unsaid(err.value, HF)
+
+
+def test_ordinary_arguments_still_build(project: Path) -> None:
+    """A commit sha, a run id, a token count and folders named with a vendor's prefix are not
+    secrets (the short prefix forms an env value is refused by are not used for args)."""
+    args = ["--revision", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4", "--max-new-tokens", "512",
+            "--run-id", "550e8400e29b41d4a716446655440000", "--tokenizer", "meta-llama/Llama-3.1-8B",
+            "--cache", "hf_cache", "--lr=3e-4", "--key-frames", "8",
+            "--output_dir", "runs/hf_finetune_llama_experiment_3", "--base", "sk-learn-classifier-baseline"]
+    req = build_request(project, {"script": "train.py", "args": args, "name": "sk-small",
+                                  "sweep": {"SEED": [1, 2]}})
+    assert req.args == args
+
+
+def test_cli_plan_never_prints_a_token(home: Path, project: Path) -> None:
+    (project / "gpu.yaml").write_text(f"script: train.py\nhours: {HF}\n")
+    proc = run_gpu("plan", cwd=project)
+    assert_clear_error(proc, "hours must be a number", "[hidden: a Hugging Face token]")
+    assert HF not in proc.stderr + proc.stdout
+    (project / "gpu.yaml").write_text(f'script: train.py\nargs: ["--hf-token", "{HF}"]\n')
+    for argv in (["plan"], ["plan", "--json"], ["plan", "train.py", "--", "--hf-token", HF]):
+        proc = run_gpu(*argv, cwd=project)
+        assert proc.returncode == 2 and HF not in proc.stderr + proc.stdout, proc.stdout + proc.stderr
+        assert "gpu secrets set HF_TOKEN" in proc.stderr
+
+
+_ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def _prefixed(prefix: str, least: int) -> st.SearchStrategy[str]:
+    return st.text(alphabet=_ALNUM, min_size=least, max_size=least + 30).map(lambda body: prefix + body)
+
+
+# a vendor token of every prefix the env check knows, an AWS key id, a JWT, a key block
+secret_values = st.one_of(
+    st.sampled_from(tokens.PREFIXES).flatmap(lambda p: _prefixed(p[0], p[1]).map(lambda t: (t, len(p[0])))),
+    st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", min_size=16, max_size=16).map(lambda b: ("AKIA" + b, 4)),
+    st.tuples(*[st.text(alphabet=_ALNUM, min_size=12, max_size=40)] * 3).map(
+        lambda p: ("eyJ" + ".".join(p), 3)),
+    st.text(alphabet=_ALNUM + "+/", min_size=64, max_size=200).map(
+        lambda b: (f"-----BEGIN RSA PRIVATE KEY-----\n{b}\n-----END RSA PRIVATE KEY-----", 31)),
+)
+around = st.text(max_size=120)
+seps = st.sampled_from([" ", "\n", "'", '"', ",", "/", ":", "=", "(", "\t", "[", "|"])
+
+
+@PROPERTY
+@given(secret=secret_values, before=around, after=around, sep=seps, sep2=seps)
+@example(secret=(HF, 3), before="w" * 60, after="", sep=" ", sep2=" ")  # the cut one: shown in part
+@example(secret=(HF, 3), before="\x1b[", after="", sep="/", sep2=" ")  # a sequence that eats its start
+def test_no_error_text_shows_a_token_shaped_value(secret: tuple[str, int], before: str, after: str,
+                                                   sep: str, sep2: str) -> None:
+    """The one formatter of a user's value in a message (`shorten`), and UserError's own
+    parts, whatever else the value holds: no token, and no start of one, is shown."""
+    token, prefix = secret
+    value = before + sep + token + sep2 + after
+    start = token[:prefix + 8]  # the token's prefix and the first characters of its body
+    texts = [shorten(value), shorten([1, value]), shorten({"k": value, value: 2}), shorten((value,)),
+             UserError(f"hours must be a number (got {value})", where=value, fix=value).message(),
+             json.dumps(UserError(value).to_json())]
+    for text in texts:
+        assert token not in text, text
+        assert start not in text or start in before + after, text

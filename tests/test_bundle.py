@@ -10,8 +10,10 @@ import gzip
 import json
 import os
 import re
+import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -301,6 +303,56 @@ def test_symlink_inside_the_project_ships_as_a_link(home: Path, tmp_path: Path) 
     assert names["conf/current.yaml"].issym()
     assert names["conf/current.yaml"].linkname == "base.yaml"
     assert names["conf/base.yaml"].isfile()
+
+
+def _stored_bytes() -> bytes:
+    return b"".join(p.read_bytes() for where in (paths.bundles_dir(), paths.objects_dir())
+                    if where.exists() for p in sorted(where.rglob("*")) if p.is_file())
+
+
+@pytest.mark.parametrize("how", ["one process", "helpers", "remembered", "dry run"])
+def test_a_folder_swapped_for_a_link_after_listing_ships_nothing_from_outside(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Listed with `c/` a plain folder; before the pack, `c` is renamed and `c -> outside`
+    put in its place, where a file of the same name holds other bytes (an SSO cache's, which
+    no rule calls a credential). The packer opens `c/5f1e2d.json` through the link: the file
+    it opened is not the one listed (st_dev, st_ino), so nothing of it is stored."""
+    from core.packaging import spread
+    from core.packaging.bundle import build
+    from core.packaging.filecache import FileHashCache
+
+    outside = tmp_path / "outside"
+    inside = {"train.py": TRAIN, "c/5f1e2d.json": '{"accessToken":"-"}\n'}
+    if how == "helpers":  # enough files that helper processes store some (c/ among theirs)
+        monkeypatch.setattr(spread, "MIN_JOBS", 40)
+        monkeypatch.setattr(spread, "CHUNK_JOBS", 8)
+        monkeypatch.setattr(spread.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+        inside.update({f"c/m{i:03d}.py": f"X = {i}\n" for i in range(300)})
+    secret = "OUTSIDE-BYTES-aoaAAAAREALSSOTOKEN-0xC0FFEE"
+    for rel in inside:
+        if rel.startswith("c/"):
+            write(outside / rel[2:], '{"accessToken":"%s","n":"%s"}\n' % (secret, rel))
+    project = make_git_project(tmp_path / "p", inside)
+    cache = FileHashCache()
+    try:
+        if how == "remembered":  # rows reused from the listing cache (core/packaging/snapshot.py)
+            old = time.time() - 3600
+            for p in project.rglob("*"):
+                os.utime(p, (old, old), follow_symlinks=False)
+            build(list_project(project, cache=cache), cache)
+            shutil.rmtree(paths.objects_dir())  # gone (gc): the next pack reads every file again
+            shutil.rmtree(paths.bundles_dir(), ignore_errors=True)
+        listing = list_project(project, cache=cache)
+        assert how != "remembered" or listing.reused == len(inside)
+        assert "c/5f1e2d.json" in listing.entries
+        os.rename(project / "c", project / "c.old")
+        os.symlink(outside, project / "c")
+        with pytest.raises(UserError, match="c/[^ ]+ changed while packing") as refused:
+            build(listing, cache, dry_run=how == "dry run")
+    finally:
+        cache.close()
+    assert "submit again" in refused.value.message()
+    assert secret.encode() not in _stored_bytes()
 
 
 # -- FIFOs and other special files ---------------------------------------------------------

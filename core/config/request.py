@@ -25,7 +25,7 @@ from core.config.schema import (
     text_bytes,
 )
 from core.errors import UserError, shorten
-from core.secrets.scan import check_env
+from core.secrets.scan import check_env, check_request_text
 
 PROJECT_FILE = "gpu.yaml"
 HF_RE = re.compile(r"^hf://datasets/(?P<owner>[A-Za-z0-9][A-Za-z0-9._-]{0,95})"
@@ -360,6 +360,9 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
             values[key] = checked
             lines.pop(key, None)
 
+    # a token in args, the script line, a name, a path or a sweep's values would be stored with
+    # the job and printed in its plan: refused as in env, where it was set
+    check_request_text(values, where)
     data_specs: dict[str, DataSpec] = {}
     for item in values.pop("data", []):
         spec = DataSpec.parse(item, project, origin.get(("data", item), where("data")))

@@ -84,8 +84,10 @@ def _ticker(progress: Progress | None, total: int) -> Callable[[], None]:
 
 
 def _hash_only(listing: Listing, entries: list[Entry], tick: Callable[[], None] = lambda: None) -> None:
-    """The sha256 of each file as the packer would read it (no link followed), packing nothing."""
-    digests = spread.run(filework.hash_only, {"root": str(listing.root)}, [[e.rel] for e in entries],
+    """The sha256 of each file as the packer would read it (no link followed, only the file
+    listed: filework.open_file), packing nothing."""
+    digests = spread.run(filework.hash_only, {"root": str(listing.root)},
+                         [[e.rel, e.dev, e.ino] for e in entries],
                          sizes=[e.size for e in entries], tick=tick)
     for e, digest in zip(entries, digests):
         e.sha256 = digest

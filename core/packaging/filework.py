@@ -6,8 +6,10 @@ does it. Each takes (context, job) of plain values and returns plain values: tha
 that crosses to a helper and back.
 
 Files are opened with O_NOFOLLOW|O_NONBLOCK (a link swapped in is not followed, a FIFO cannot
-hang a pack), and the bytes actually stored are judged again, so a file rewritten or swapped
-after the listing judged it is not shipped.
+hang a pack), only when the opened file is the one the listing judged (st_dev, st_ino: a file
+replaced, or reached through a folder swapped for a symlink, is refused), and the bytes
+actually stored are judged again, so a file rewritten or swapped after the listing judged it
+is not shipped.
 """
 
 from __future__ import annotations
@@ -70,17 +72,36 @@ def judge(context: dict, job: list) -> list | None:
     return [key, cred.content_verdict(posixpath.basename(full), head, size, key=key) or ""]
 
 
-def open_file(root: str, rel: str) -> int:
+def open_file(root: str, rel: str, expect: FileId) -> tuple[int, os.stat_result]:
+    """The fd and fstat of `rel` under `root`, opened as every packed file is: O_NOFOLLOW (its
+    own name), O_NONBLOCK (a FIFO), and only when it is still the regular file the listing
+    judged, (st_dev, st_ino) `expect`. O_NOFOLLOW guards the last component only: a folder on
+    the way swapped for a symlink since the listing (`c -> ~/.aws/sso/cache`) reaches another
+    file under the same name, which this identity check refuses, for every file."""
     try:
-        return os.open(f"{root}/{rel}", OPEN_FLAGS)
+        fd = os.open(f"{root}/{rel}", OPEN_FLAGS)
     except OSError as exc:
         raise UserError(f"cannot read {rel}: {exc.strerror}",
                         fix="fix its permissions or ignore it in .gitignore") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{rel} changed into a non-regular file while packing: nothing was shipped",
+                            fix="submit again")
+        if (st.st_dev, st.st_ino) != tuple(expect):
+            raise UserError(f"{rel} changed while packing: it is no longer the file that was listed "
+                            "(replaced, or reached through a folder swapped for a symlink): "
+                            "nothing was shipped", fix="submit again")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
 
 
 def hash_only(context: dict, job: list) -> str:
-    """The sha256 of one file as the packer would read it, job = [rel]; stores nothing."""
-    fd = open_file(context["root"], job[0])
+    """The sha256 of one file as the packer would read it, job = [rel, dev, ino]; stores nothing."""
+    rel, dev, ino = job
+    fd, _ = open_file(context["root"], rel, (dev, ino))
     try:
         return hash_fd(fd)
     finally:
@@ -105,8 +126,9 @@ class _HashingReader:
 
 
 def store(context: dict, job: list) -> list:
-    """One file into the object store, job = [rel, dev, ino, clean key or None]: read through
-    O_NOFOLLOW, judged again on the bytes actually read, and kept under its hash. Returns
+    """One file into the object store, job = [rel, dev, ino, clean key or None]: opened by
+    `open_file` (O_NOFOLLOW, and only while it is the file (dev, ino) the listing judged),
+    judged again on the bytes actually read, and kept under its hash. Returns
     [stat signature, hash, size, pack file or None, offset]. context = {root, objects, tmp
     (the temporary names' prefix), pack (whether objects go into pack files)}.
 
@@ -124,16 +146,10 @@ def store(context: dict, job: list) -> list:
     read-only (no chmod), and a folder is made only when the rename says it lacks one."""
     rel, dev, ino, clean_key = job
     store_dir = context["objects"]
-    fd = open_file(context["root"], rel)
+    fd, st = open_file(context["root"], rel, (dev, ino))  # the file listed, or a clear error
     out_fd, tmp_name, start = -1, "", -1
     pack = _pack_file(store_dir, context["tmp"]) if context.get("pack") else None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{rel} changed into a non-regular file while packing", fix="submit again")
-        if (st.st_dev, st.st_ino) != (dev, ino) and st.st_nlink > 1:
-            raise UserError(f"{rel} was replaced by a hard link while packing: nothing was shipped",
-                            fix="submit again")
         reader = _HashingReader(fd)
         if pack is not None:
             out_fd, start = pack.fd, pack.end

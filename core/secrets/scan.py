@@ -13,14 +13,27 @@ pinning (PIN_MEMORY, I_MPI_PIN_DOMAIN) means pinning, not a PIN.
 Values: private key blocks, vendor tokens and webhook URLs (`core.secrets.tokens`, the table
 credential files are judged by), URLs with a password, AWS secret access keys (40 characters
 that may hold '/') are refused under any name, and so is a long random-looking token.
+
+The rest of a request (`args`, the script line, names, paths, sweep values: all stored with
+the job and printed in its plan) is held to the same formats (`check_request_text`), with two
+differences for text that holds paths and names: a token is found by the full table, not by a
+vendor prefix and a few characters (`runs/hf_finetune_llama_experiment_3` is a folder), and the
+long-random guess applies only to the value of a flag named like a secret's (`--api-key
+VALUE`), since a commit sha or a run id is an ordinary argument. And an error
+message never shows a token-shaped value it quotes (`mask`, applied by core.errors).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import shlex
 from collections import Counter
+from typing import Any, Iterator
 
+from core.runtime import tokenshapes
+from core.runtime.tokenshapes import PREFIX_VALUES, SECRET_VALUES
 from core.secrets import tokens
 
 SECRET_STEMS = ("PASS", "PWD", "SECRET", "TOKEN", "KEY", "CRED", "AUTH")
@@ -50,16 +63,11 @@ WORD_CLEARED_BY = {
 
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
-SECRET_VALUES: tuple[tuple[re.Pattern, str], ...] = (
-    (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-"),
-     "a private key block"),
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "an AWS access key"),
-    *((re.compile(rf"(?<![A-Za-z0-9]){re.escape(prefix)}[A-Za-z0-9_-]{{{n},}}"), what)
-      for prefix, n, what in tokens.PREFIXES),
-    (re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s/?#@:]*:[^\s/?#@]+@", re.IGNORECASE),
-     "a URL with a password"),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"), "a JSON web token"),
-)
+# the shapes (core.runtime.tokenshapes): a vendor prefix and a few token characters is the short
+# form an `env` value is refused in; the same without the short prefix forms, for text that
+# holds paths and names (`runs/hf_finetune_llama_experiment_3`): a token there is found by the
+# full table
+FORMAT_VALUES = tuple(v for v in SECRET_VALUES if v not in PREFIX_VALUES)
 
 
 def name_parts(name: str) -> list[str]:
@@ -137,6 +145,9 @@ def env_problem(name: str, value: str) -> str | None:
     part = secret_name_part(name)
     if part is not None:
         return f"the name {name} looks like a secret's (it has the word part {part!r})"
+    what = tokens.value_token(name)  # the full token table: `hf_datasets_cache_dir` is a name
+    if what:  # a token pasted as the name (never repeated: the message names no name)
+        return f"the name of an env entry looks like {what}"
     what = value_problem(value)
     if what:
         return f"the value of {name} looks like {what}"
@@ -154,7 +165,154 @@ def check_env(env: dict[str, str], where: str | dict[str, str] = "env") -> None:
         why = env_problem(name, value)
         if why:
             place = where.get(name, "env") if isinstance(where, dict) else where
+            name = "NAME" if tokens.value_token(name) else name
             raise UserError(f"{why}: secrets may not be passed in env", where=place,
                             fix=f"store it in the keychain with `gpu secrets set {name}` and list "
                                 f"{name} under `secrets:` in gpu.yaml (or pass --secret {name}); "
                                 f"the job then reads it from its environment")
+
+
+# -- the rest of a request ------------------------------------------------------------------
+
+SECRETS_FIX = ("store it in the keychain with `gpu secrets set {name}`{named} and list {name} under "
+               "`secrets:` in gpu.yaml (or pass --secret {name}); the job then reads it from its "
+               "environment{reads}")
+
+
+_NAMED = " (NAME: a name of yours for it, e.g. HF_TOKEN)"
+
+
+def text_problem(value: str) -> str | None:
+    """What a free-text value (an argument, a name, a path) looks like when it holds a secret:
+    the formats an `env` value is refused for, tokens by the full table (not by a prefix and a
+    few characters: `--out runs/hf_finetune_llama_experiment_3` is a folder), and without the
+    long-random guess."""
+    for pattern, what in FORMAT_VALUES:
+        if pattern.search(value):
+            return what
+    what = tokens.value_token(value)
+    if what:
+        return what
+    if looks_like_aws_secret(value):
+        return "an AWS secret access key"
+    return None
+
+
+def _flag_value(args: list[str], i: int) -> tuple[str, str] | None:
+    """(flag, value) when args[i] is the value of a flag: `--flag=VALUE`, or `--flag VALUE`."""
+    arg = args[i]
+    if arg.startswith("-"):
+        flag, eq, value = arg.partition("=")
+        return (flag, value) if eq else None
+    if i > 0 and args[i - 1].startswith("-") and "=" not in args[i - 1]:
+        return args[i - 1], arg
+    return None
+
+
+def _env_name_of(flag: str | None) -> str:
+    """The environment name a flag's secret would have (`--hf-token` -> HF_TOKEN), or NAME."""
+    name = re.sub(r"[^A-Za-z0-9]+", "_", (flag or "").strip("-")).strip("_").upper()
+    return name if re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", name) else "NAME"
+
+
+def args_problem(args: list[str]) -> tuple[int, str, str | None] | None:
+    """(index, what it looks like, the flag it is the value of) of the first argument that
+    holds a secret; None when none does. Any argument is held to `text_problem`; the value of
+    a flag named like a secret's (`--api-key`, `--token=`) also to the long-random guess."""
+    for i, arg in enumerate(args):
+        pair = _flag_value(args, i)
+        flag = pair[0] if pair else None
+        what = text_problem(arg)
+        if what is None and pair is not None and secret_name_part(flag.lstrip("-")) and looks_random(pair[1]):
+            what = "a key (long and random)"
+        if what:
+            return i, what, flag
+    return None
+
+
+def check_args(args: list[str], where: str, field: str = "args") -> None:
+    """Refuse an argument that holds a secret: args are stored with the job, shown in its
+    plan and on the target's process list. Said as `check_env` says it, naming the argument
+    by its place (never by its value)."""
+    from core.errors import UserError, shorten
+
+    found = args_problem(args)
+    if found is None:
+        return
+    i, what, flag = found
+    if flag is not None and text_problem(flag):
+        flag = None  # the token is in the flag itself (`--hf_...=x`): named by its place alone
+    which = f"entry {i + 1} of {field}" + (f" (the value of {shorten(flag)})" if flag else "")
+    name = _env_name_of(flag)
+    raise UserError(f"{which} looks like {what}: secrets may not be passed in {field}", where=where,
+                    fix=SECRETS_FIX.format(name=name, named=_NAMED if name == "NAME" else "",
+                                           reads=f" (os.environ[{name!r}]), not from its arguments"))
+
+
+def _texts(value: Any, depth: int = 0) -> Iterator[str]:
+    """Every string in a request's value (lists, a sweep's points, kill rules), keys too."""
+    if isinstance(value, str):
+        yield value
+    elif depth < 6 and isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _texts(item, depth + 1)
+    elif depth < 6 and isinstance(value, dict):
+        for k, v in value.items():
+            yield from _texts(k, depth + 1)
+            yield from _texts(v, depth + 1)
+
+
+def check_request_text(values: dict[str, Any], where: Any) -> None:
+    """Refuse a secret in any field of a request but `env` (`check_env`'s): `args` and the
+    script line by `check_args`, every other text (names, paths, globs, GPU, target, a sweep's
+    values) by `text_problem`. `where(key)` says where a key was set."""
+    from core.errors import UserError
+
+    for key, value in values.items():
+        if key == "env":
+            continue
+        if key == "args" and isinstance(value, list):
+            check_args(value, where(key))
+            continue
+        if key == "script" and isinstance(value, str):
+            try:
+                parts = shlex.split(value)
+            except ValueError:
+                parts = [value]
+            check_args(parts, where(key), field="the script line")
+            continue
+        for text in _texts(value):
+            what = text_problem(text)
+            if what:
+                raise UserError(f"{key} holds what looks like {what}: secrets may not be passed in {key}",
+                                where=where(key), fix=SECRETS_FIX.format(name="NAME", named=_NAMED, reads=""))
+
+
+# -- masking what an error message quotes -----------------------------------------------------
+
+HIDDEN = tokenshapes.HIDDEN
+
+
+@functools.cache
+def _text_rules() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """The token table's regexes for text (`core.secrets.tokens` keeps them for bytes)."""
+    return tuple((re.compile(r.pattern.decode("utf-8"), r.flags | re.ASCII), r.what) for r in tokens.rules())
+
+
+def _table_spans(text: str) -> list[tuple[int, int, str]]:
+    """The token table's finds (read from detect-secrets' rules once a process) and AWS secret
+    access keys: added to `tokenshapes.spans` once this module is imported."""
+    try:
+        rules = _text_rules()
+    except Exception:  # noqa: BLE001 - detect-secrets missing or unreadable: the formats hold
+        rules = ()
+    spans = [(m.start(), m.end(), what) for rx, what in rules for m in rx.finditer(text)]
+    for m in re.finditer(r"[^\s,;=:\"'()\[\]{}<>]+", text):
+        if len(m.group()) == 40 and looks_like_aws_secret(m.group()):
+            spans.append((m.start(), m.end(), "an AWS secret access key"))
+    return spans
+
+
+tokenshapes.add_finder(_table_spans)
+secret_spans = tokenshapes.spans
+mask = tokenshapes.mask

@@ -33,6 +33,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from core.runtime import tokenshapes
+
 RUN_MIN = 20  # the shortest token in the table (an AWS key id) is 20 characters
 
 
@@ -85,26 +87,8 @@ DETECT_SECRETS_PLUGINS: tuple[tuple[str, str, tuple[tuple[bytes, ...], ...], str
 _DS_REACH = {("aws", 1): "whole", ("azure_storage_key", 0): "whole", ("npm", 0): "window",
              ("slack", 1): "window", ("sendgrid", 0): "window"}
 
-# Well-known prefixes, a token's first characters: (prefix, shortest body, what it is). An `env`
-# value holding one is refused in this short form (a value may be a truncated or older token);
-# files are judged by the full rules below, which a code file's identifiers do not match.
-PREFIXES: tuple[tuple[str, int, str], ...] = (
-    ("ghp_", 20, "a GitHub token"), ("gho_", 20, "a GitHub token"), ("ghu_", 20, "a GitHub token"),
-    ("ghs_", 20, "a GitHub token"), ("ghr_", 20, "a GitHub token"),
-    ("github_pat_", 20, "a GitHub token"), ("glpat-", 20, "a GitLab token"),
-    ("npm_", 30, "an npm token"), ("xoxa-", 10, "a Slack token"), ("xoxb-", 10, "a Slack token"),
-    ("xoxp-", 10, "a Slack token"), ("xoxo-", 10, "a Slack token"), ("xoxs-", 10, "a Slack token"),
-    ("xoxr-", 10, "a Slack token"), ("xapp-", 10, "a Slack token"),
-    ("sk_live_", 10, "a Stripe key"), ("rk_live_", 10, "a Stripe key"),
-    ("sk_test_", 10, "a Stripe key"), ("rk_test_", 10, "a Stripe key"), ("whsec_", 20, "a Stripe key"),
-    ("hf_", 20, "a Hugging Face token"), ("sk-ant-", 10, "an Anthropic API key"),
-    ("sk-proj-", 16, "an OpenAI API key (sk-...)"), ("sk-", 16, "an OpenAI API key (sk-...)"),
-    ("AIza", 30, "a Google API key"), ("ya29.", 20, "a Google OAuth token"),
-    ("GOCSPX-", 20, "a Google OAuth client secret"), ("pypi-AgE", 50, "a PyPI token"),
-    ("dapi", 32, "a Databricks token"), ("r8_", 30, "a Replicate token"), ("gsk_", 40, "a Groq key"),
-    ("hvs.", 20, "a Vault token"), ("dop_v1_", 40, "a DigitalOcean token"),
-    ("SG.", 20, "a SendGrid key"), ("AGE-SECRET-KEY-1", 40, "an age secret key"),
-)
+# Well-known prefixes (core.runtime.tokenshapes keeps them, for core.errors to mask by)
+PREFIXES = tokenshapes.PREFIXES
 
 _B = r"(?<![A-Za-z0-9])"  # not glued to a longer word on the left
 # (anchors, regex, what, reach): formats detect-secrets does not know. One a line.
