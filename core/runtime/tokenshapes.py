@@ -40,7 +40,8 @@ SECRET_VALUES: tuple[tuple[re.Pattern, str], ...] = (
      "a private key block"),
     (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "an AWS access key"),
     *PREFIX_VALUES,
-    (re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s/?#@:]*:[^\s/?#@]+@", re.IGNORECASE),
+    # a scheme is short: bounded, `a.a.a...` is one linear scan, not a quadratic one
+    (re.compile(r"\b[a-z][a-z0-9+.-]{0,31}://[^\s/?#@:]*:[^\s/?#@]+@", re.IGNORECASE),
      "a URL with a password"),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"), "a JSON web token"),
 )
