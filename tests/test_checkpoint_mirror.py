@@ -256,3 +256,16 @@ def test_a_checkpoint_named_after_a_secret_comes_home_masked_and_resumes_under_i
     runs = home / "runs" / "x"
     assert checkpoints.settle(job.id, runs) is None
     assert (runs / "checkpoint" / "tok_[secret].pt").exists()
+
+
+def test_a_checkpoint_marker_nested_past_the_parser_s_depth_is_not_a_marker(tmp_path: Path) -> None:
+    """The job writes its checkpoint's marker: one nested too deep to parse is dropped (the
+    checkpoint is then not complete), never an error that stops the supervisor's step."""
+    from core.packaging import checkpoints
+
+    marker = tmp_path / ".complete"
+    marker.write_text('{"files":' + "[" * 100_000 + "]" * 100_000 + "}")
+    checkpoints._rename_marker(marker, lambda rel: rel)
+    assert not marker.exists()
+    (tmp_path / checkpoints.MARKER).write_text('{"files":' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert checkpoints._marker_bytes(tmp_path, {}) is None

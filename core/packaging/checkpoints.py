@@ -406,7 +406,7 @@ def _rename_marker(marker: Path, rename: Callable[[str], str]) -> None:
         doc["files"] = {rename(str(rel)): v for rel, v in dict(doc["files"]).items()}
     except FileNotFoundError:
         return
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, RecursionError, TypeError, KeyError, AttributeError):
         marker.unlink(missing_ok=True)
         return
     marker.write_text(json.dumps(doc, separators=(",", ":")))
@@ -470,7 +470,7 @@ def _marker_bytes(src: Path, rename: dict[str, str]) -> bytes | None:
         doc["files"] = {rename.get(rel, rel): v for rel, v in dict(doc["files"]).items()}
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, RecursionError, TypeError, KeyError, AttributeError):
         return None
     return json.dumps(doc, separators=(",", ":")).encode()
 

@@ -149,7 +149,7 @@ def _scan_open(base_fd: int, top: int, max_bytes: int | None) -> dict:
     own = nofollow.owner(base_fd)
     try:
         cache = json.loads(_read_small(base_fd, CACHE, own) or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: not one
         cache = {}
     if not isinstance(cache, dict):
         cache = {}
@@ -171,7 +171,7 @@ def _scan_open(base_fd: int, top: int, max_bytes: int | None) -> dict:
         if rel == MARKER:
             try:
                 marker = json.loads(_read_small(entry.dir_fd, entry.name, own) or b"null")
-            except ValueError:
+            except (ValueError, RecursionError):  # nested past the parser's depth: not one
                 marker = None
             continue
         if len(files) >= MAX_FILES:
@@ -223,7 +223,7 @@ def scan_copy(folder: str) -> dict:
     try:
         with open(marker) as f:
             named = json.load(f).get("files") or {}
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, RecursionError, AttributeError):
         named = {}
     for rel, meta in named.items() if isinstance(named, dict) else ():
         if not _inside(rel):
