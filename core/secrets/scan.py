@@ -127,7 +127,15 @@ def looks_like_aws_secret(value: str) -> bool:
 
 def value_problem(value: str) -> str | None:
     """What a value looks like when it looks like a secret, or None."""
-    for pattern, what in SECRET_VALUES:
+    what = _shape_problem(value, SECRET_VALUES)
+    if what is None and looks_random(value):
+        return "a key (long and random)"
+    return what
+
+
+def _shape_problem(value: str, shapes: tuple) -> str | None:
+    """The first of `shapes`, the full token table, or an AWS secret key that `value` holds."""
+    for pattern, what in shapes:
         if pattern.search(value):
             return what
     what = tokens.value_token(value)
@@ -135,8 +143,6 @@ def value_problem(value: str) -> str | None:
         return what
     if looks_like_aws_secret(value):
         return "an AWS secret access key"
-    if looks_random(value):
-        return "a key (long and random)"
     return None
 
 
@@ -187,15 +193,7 @@ def text_problem(value: str) -> str | None:
     the formats an `env` value is refused for, tokens by the full table (not by a prefix and a
     few characters: `--out runs/hf_finetune_llama_experiment_3` is a folder), and without the
     long-random guess."""
-    for pattern, what in FORMAT_VALUES:
-        if pattern.search(value):
-            return what
-    what = tokens.value_token(value)
-    if what:
-        return what
-    if looks_like_aws_secret(value):
-        return "an AWS secret access key"
-    return None
+    return _shape_problem(value, FORMAT_VALUES)
 
 
 def _flag_value(args: list[str], i: int) -> tuple[str, str] | None:
