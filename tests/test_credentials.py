@@ -748,3 +748,212 @@ def test_vendor_documented_example_keys_ship_and_real_shaped_ones_do_not(home: P
     write(tmp_path / "p" / "notes.md", "export AWS_ACCESS_KEY_ID=AKIAI44QH8DHBF3KP2XY\n")
     listing = list_project(tmp_path / "p")
     assert "README.md" in listing.entries and "notes.md" not in listing.entries
+
+
+# -- third round: names as they read, our own providers' tokens, notebooks, home places --------
+
+def _reasons(listing) -> dict[str, str]:
+    return {w["path"]: w["reason"] for w in listing.withheld}
+
+
+TOKEN = "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7dEf0hIj3kLm6n"
+
+
+@pytest.mark.parametrize("text,label", [
+    (f"OPENAI_API_KEY=\n{TOKEN}\n", "a value on line 2"),  # a bare value: no name to show
+    (f"  {TOKEN} and more\n", "a value on line 1"),
+    (f"# keys\n{TOKEN}=1\n", "a value on line 2"),  # a `name` that is itself a token
+    ("DB_HOST=\nDB_PASSWORD=#S3cr3tPassw0rd!\n", "DB_PASSWORD on line 2"),  # bash reads `#S3cr3t...`
+    ("A=''#S3cr3tPassw0rd\n", "A on line 1"),
+    (f"export OPENAI_API_KEY: {TOKEN}\n", "OPENAI_API_KEY on line 1"),
+])
+def test_env_template_reason_names_a_variable_never_a_value(home: Path, tmp_path: Path, text: str,
+                                                            label: str) -> None:
+    write(tmp_path / "p" / ".env.example", text)
+    write(tmp_path / "p" / "train.py", TRAIN)
+    listing = list_project(tmp_path / "p")
+    reason = _reasons(listing)[".env.example"]
+    assert f"sets {label} " in reason, reason
+    for secret in (TOKEN, "S3cr3t"):
+        assert not any(secret[i:i + 6] in reason for i in range(len(secret) - 5)), reason
+
+
+def test_env_template_comments_need_white_space_before_them(home: Path, tmp_path: Path) -> None:
+    """`NAME= # fill in` and `NAME=""  # x` set nothing (bash and dotenv agree): it ships."""
+    text = "# copy to .env\nA= # fill in\nB=\"\"\t# x\nC=''  #\nexport D=\n\n"
+    write(tmp_path / "p" / ".env.example", text)
+    assert ".env.example" in list_project(tmp_path / "p").entries
+
+
+# Names as a file system shows them and a person reads them: a newline inside, trailing white
+# space or dots (Windows drops them), zero-width and other format characters, fullwidth letters.
+DECORATED_NAMES = [".env\n_", ".pgpass ", "kaggle.json.", "id_rsa ", "id_rsa\t", ".netrc.", ".netrc. .",
+                   "kaggle\u200b.json", ".\u200benv", "\ufeffid_rsa", ".en\u00adv", ".\uff45nv",
+                   "\uff4b\uff41\uff47\uff47\uff4c\uff45.json", "id_rsa\u200d", ".ssh\u200b/config",
+                   ".aws./config", "\uff0essh/known_hosts"]
+
+
+@pytest.mark.parametrize("rel", DECORATED_NAMES, ids=ascii)
+def test_names_are_judged_as_they_read(home: Path, tmp_path: Path, rel: str) -> None:
+    write(tmp_path / "p" / rel, "plain text, nothing recognisable\n")
+    write(tmp_path / "p" / "train.py", TRAIN)
+    listing = list_project(tmp_path / "p")
+    assert rel not in listing.entries
+    assert _reasons(listing)[rel].startswith("withheld: credential"), listing.withheld
+
+
+def test_a_decorated_template_is_still_a_template(home: Path, tmp_path: Path) -> None:
+    """`.ｅnv.example ` reads `.env.example`: judged as a template (values), not shipped unread."""
+    write(tmp_path / "p" / ".\uff45nv.example ", "API_KEY=sk-live-123456789012345678901234\n")
+    write(tmp_path / "p" / "example.env\u200b", "API_KEY=\n")
+    listing = list_project(tmp_path / "p")
+    assert "sets API_KEY on line 1" in _reasons(listing)[".\uff45nv.example "]
+    assert "example.env\u200b" in listing.entries
+
+
+KAGGLE = '{"username":"alice","key":"0123456789abcdef0123456789abcdef"}\n'
+PROVIDER_TOKENS = {
+    "kaggle_api.json": KAGGLE, "kaggle-1.json": KAGGLE, "kaggle.json.txt": KAGGLE,
+    "conf/kaggle.txt": '{\n  "key": "0123456789ABCDEF0123456789abcdef",\n  "username": "bob"\n}\n',
+    "modal.toml": '[default]\ntoken_id = "ak-abcdefghijklmnopqrstuv"\ntoken_secret = "as-abcdefghijklmnopqrstuv"\n',
+    "deploy/modal.env": "MODAL_TOKEN_ID=ak-abcdefghijklmnopqrstuv\nMODAL_TOKEN_SECRET=as-abcdefghijklmnopqrstuv\n",
+    "db.txt": "# prod\ndb.example.com:5432:prod:alice:S3cr3tPassw0rd\n*:*:*:bob:hunter2 hunter2\n",
+    "conf/pg.conf": "db:5432:app:app:S3cr3tPassw0rd\n",
+    "run.py": 'import wandb\nwandb.login(key="0123456789abcdef0123456789abcdef01234567")\n',
+    "setup.sh": "export WANDB_API_KEY=0123456789abcdef0123456789abcdef01234567\n",
+    "job.py": 'import os\nos.environ["WANDB_API_KEY"] = "0123456789abcdef0123456789abcdef01234567"\n',
+    "conf/run.yaml": "env:\n  WANDB_API_KEY: '0123456789abcdef0123456789abcdef01234567'\n",
+}
+PROVIDER_LOOKALIKES = {  # the same words in ordinary code and data: they ship
+    "users.json": '[{"username": "alice", "key": "value"}, {"username": "bob", "id": 3}]\n',
+    "index.json": '{"username": "alice", "role": "admin", "key": "0123456789abcdef0123456789abcdef", "n": 1}\n',
+    "hashes.json": '{"key": "0123456789abcdef0123456789abcdef"}\n',
+    "modal_app.py": "import modal\ntoken_secret = os.environ['MODAL_TOKEN_SECRET']\n",
+    "log.txt": "10:20:30:40:50\nchr1:12345:A:G:rs1\nroot:x:0:0:root:/root:/bin/bash\n",
+    "mixed.txt": "db.example.com:5432:prod:alice:pw\nand then some prose\n",
+    "train_wb.py": 'import os, wandb\nwandb.login(key=os.environ["WANDB_API_KEY"])\nrun = wandb.init(id="0123456789abcdef0123456789abcdef01234567")\n',
+    "README.md": "Set WANDB_API_KEY to your key (40 hex digits), e.g. WANDB_API_KEY=<your key>\n",
+    "pgpass.py": "def parse(line):\n    host, port, db, user, password = line.split(':')\n",
+}
+
+
+def test_our_own_providers_tokens_are_withheld_under_any_name(home: Path, tmp_path: Path) -> None:
+    """Kaggle's key, Modal's token secret, a pgpass file, a W&B key: withheld whatever the file
+    is called; ordinary code and data using the same words ship."""
+    files = {"train.py": TRAIN, **PROVIDER_TOKENS, **PROVIDER_LOOKALIKES}
+    for rel, text in files.items():
+        write(tmp_path / "p" / rel, text)
+    listing = list_project(tmp_path / "p")
+    reasons = _reasons(listing)
+    assert not set(PROVIDER_TOKENS) & set(listing.entries), sorted(listing.entries)
+    assert all(reasons[rel].startswith("withheld:") for rel in PROVIDER_TOKENS)
+    assert set(PROVIDER_LOOKALIKES) <= set(listing.entries), {r: reasons.get(r) for r in PROVIDER_LOOKALIKES}
+
+
+@pytest.mark.parametrize("name", [".kaggle.json", "pgpass.txt", "prod.pgpass", ".pgpass.conf"])
+def test_provider_credential_names(home: Path, tmp_path: Path, name: str) -> None:
+    write(tmp_path / "p" / name, "not recognisable\n")
+    listing = list_project(tmp_path / "p")
+    assert "credential file" in _reasons(listing)[name]
+
+
+def _notebook(*outputs: str) -> str:
+    """A Jupyter notebook (nbformat 4) whose cells printed these texts, as Jupyter saves it."""
+    cells = [{"cell_type": "code", "execution_count": i, "metadata": {}, "source": ["!cat key\n"],
+              "outputs": [{"output_type": "stream", "name": "stdout", "text": text.splitlines(True)}]}
+             for i, text in enumerate(outputs, 1)]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1)
+
+
+@pytest.mark.parametrize("kind", ["OPENSSH", "RSA", "service account", "service account, compact",
+                                  "service account in a JSON string", "Kaggle key echoed", "netrc"])
+def test_keys_printed_in_a_notebook_are_withheld(home: Path, tmp_path: Path, pem_keys: dict, kind: str) -> None:
+    """nbformat stores each output line as a JSON string: `\\n` escaped, a printed JSON key
+    file's own escapes escaped again. The same text as key.txt is withheld, so is the notebook."""
+    sa = json.loads(_credential_documents(pem_keys)["service-account JSON"])
+    text = {"OPENSSH": pem_keys["OPENSSH"], "RSA": "key:\n" + pem_keys["RSA"],
+            "service account": json.dumps(sa, indent=1),
+            "service account, compact": json.dumps(sa),
+            "service account in a JSON string": json.dumps({"GOOGLE_CREDENTIALS": json.dumps(sa)}),
+            "Kaggle key echoed": f"!echo '{KAGGLE.strip()}' > ~/.kaggle/kaggle.json\n",
+            "netrc": "machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n"}[kind]
+    write(tmp_path / "p" / "explore.ipynb", _notebook("hello\n", text))
+    write(tmp_path / "p" / "plain.ipynb", _notebook("hello\n", "print('\\n'.join(lines))\n"))
+    write(tmp_path / "p" / "train.py", TRAIN)
+    listing = list_project(tmp_path / "p")
+    assert "explore.ipynb" not in listing.entries, listing.withheld
+    assert "content is a credential" in _reasons(listing)["explore.ipynb"]
+    assert "plain.ipynb" in listing.entries
+
+
+# Credential places in a home folder the identity check must know: session caches named
+# `cache` (~/.aws/sso/cache), tool sign-ins the place rules know, histories, app folders.
+HOME_PLACES = [".aws/sso/cache/5f1e2d.json", ".aws/cli/cache/abc.json", ".codex/auth.json",
+               ".dbt/profiles.yml", ".fly/config.yml", ".zsh_history", ".zhistory", ".bash_history",
+               ".supabase/access-token", ".local/share/com.vercel.cli/auth.json",
+               "Library/Application Support/com.vercel.cli/auth.json", "Library/Keychains/login.keychain-db",
+               ".config/google-chrome/Default/Login Data", ".mozilla/firefox/x.default/key4.db",
+               ".config/rclone/rclone.conf", ".config/sops/age/keys.txt", ".config/anything/secrets.json",
+               ".config/gcloud/legacy_credentials/a@b.c/adc.json"]
+
+
+@pytest.mark.parametrize("place", HOME_PLACES)
+def test_hard_link_to_any_home_credential_place_is_withheld(home: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch, place: str) -> None:
+    h = tmp_path / "userhome"
+    write(h / place, marker(place))
+    write(h / ".kube" / "cache" / "discovery" / "x.json", "{}\n")  # bulky, not walked
+    monkeypatch.setenv("HOME", str(h))
+    project = tmp_path / "p"
+    write(project / "train.py", TRAIN)
+    os.link(h / place, project / "notes.txt")
+    listing = list_project(project)
+    assert "notes.txt" not in listing.entries
+    assert f"hard link to ~/{place}" in _reasons(listing)["notes.txt"]
+
+
+# What a home folder holds beyond the classic dotfiles: app tokens, keychains, browser profiles,
+# histories. Shipping the home folder (--allow-large-project) withholds all of them.
+HOME_STORES = [".supabase/access-token", ".local/share/com.vercel.cli/auth.json",
+               "Library/Keychains/login.keychain-db", "Library/Keychains/ABCD-1234/keychain-2.db",
+               ".config/google-chrome/Default/Cookies", ".config/google-chrome/Default/Login Data",
+               ".config/google-chrome/Profile 1/Web Data", ".config/chromium/Default/Cookies",
+               ".config/BraveSoftware/Brave-Browser/Default/Login Data",
+               ".config/microsoft-edge/Default/Cookies", ".mozilla/firefox/x.default/key4.db",
+               ".mozilla/firefox/x.default/logins.json",
+               "Library/Application Support/Google/Chrome/Default/Cookies",
+               "Library/Application Support/Firefox/Profiles/x.default/logins.json",
+               ".zhistory", ".zsh_history", ".histfile", ".Rhistory", ".node_repl_history",
+               ".ipython/profile_default/history.sqlite", ".viminfo", ".lesshst",
+               ".local/share/nvim/shada/main.shada"]
+
+
+def test_home_folder_project_withholds_app_and_browser_stores(home: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    h = tmp_path / "userhome"
+    for rel in HOME_STORES:
+        write(h / rel, marker(rel))
+    write(h / "train.py", TRAIN)
+    write(h / "notes" / "history.md", "ordinary\n")
+    monkeypatch.setenv("HOME", str(h))
+    listing = list_project(h, allow_large=True)
+    shipped = set(listing.entries)
+    assert "train.py" in shipped and "notes/history.md" in shipped
+    assert not shipped & set(HOME_STORES), sorted(shipped & set(HOME_STORES))
+
+
+def test_home_search_walks_credential_places_before_anything_else(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A home folder's bulk (a data folder, an app's many files) does not use up the search
+    before the credential places are walked."""
+    from core.packaging import credentials
+    from core.packaging.gate import home_credential_ids
+
+    h = tmp_path / "userhome"
+    for i in range(60):
+        write(h / "data" / f"f{i}.txt", "x\n")
+        write(h / ".config" / "bigapp" / f"f{i}.json", "{}\n")
+    key = write(h / ".aws" / "sso" / "cache" / "0a1b.json", marker("sso"))
+    monkeypatch.setattr(credentials, "HOME_WALK_CAP", len(credentials.HOME_CREDENTIALS) + 20)
+    found = home_credential_ids(h)
+    assert found[(key.stat().st_dev, key.stat().st_ino)] == "~/.aws/sso/cache/0a1b.json"

@@ -1,7 +1,8 @@
 """Property tests of the one judge every shipped file passes (`core.packaging.gate`).
 
 For any name drawn from a credential family, with random case, prefixes and backup suffixes,
-under any folder; for any PEM private key body under any name; for any innocent name that is a
+under any folder, as a file system may show it and a person still reads it (trailing white space
+and dots, zero-width and other format characters, fullwidth letters, a newline inside); for any PEM private key body under any name; for any innocent name that is a
 hard link to one of the user's credential files: the file is not in the bundle, and is
 reported as withheld. The families are described here from what people and tools write, not
 from the implementation's rules.
@@ -31,7 +32,8 @@ maybe_prefix = st.one_of(st.just(""), st.builds(lambda w, s: w + s, word, sep))
 # A family: a strategy for its spellings (what tools and people actually write).
 DOTENV = st.one_of(
     st.builds(lambda tail: ".env" + tail,
-              st.sampled_from(["", "rc", ".local", ".development", ".prod.local", "-backup", ".staging"])),
+              st.sampled_from(["", "rc", ".local", ".development", ".prod.local", "-backup", ".staging",
+                               "\n", "\nlocal", "\n_"])),
     st.builds(lambda w, tail: f"{w}.env{tail}", word, st.sampled_from(["", ".local", ".prod"])),
 )
 SSH_KEY = st.builds(lambda pre, kind, tail: f"{pre}id_{kind}{tail}", maybe_prefix,
@@ -87,10 +89,32 @@ def random_case(draw, text: str) -> str:
     return "".join(c.upper() if f else c for c, f in zip(text, flips))
 
 
+# What a name may carry and still read the same: format characters (zero-width space, joiners,
+# word joiner, BOM, soft hyphen) anywhere, fullwidth forms of its letters, trailing white space
+# and dots (Windows and SMB drop them).
+FORMAT_CHARS = st.sampled_from(["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad"])
+TRAILING = st.sampled_from(["", "", " ", "\t", ".", "..", " .", ". ", "  "])
+
+
+@st.composite
+def as_it_reads(draw, rel: str) -> str:
+    parts = []
+    for part in rel.split("/"):
+        if draw(st.booleans()):
+            wide = draw(st.lists(st.booleans(), min_size=len(part), max_size=len(part)))
+            part = "".join(chr(ord(c) + 0xFEE0) if w and "!" <= c <= "~" else c for c, w in zip(part, wide))
+        for _ in range(draw(st.integers(0, 2))):
+            at = draw(st.integers(0, len(part)))
+            part = part[:at] + draw(FORMAT_CHARS) + part[at:]
+        parts.append(part + draw(TRAILING))
+    return "/".join(parts)
+
+
 @st.composite
 def credential_paths(draw) -> str:
     name = draw(FAMILY_NAME) + draw(BACKUP)
-    return draw(FOLDERS) + draw(random_case(name))
+    rel = draw(FOLDERS) + draw(random_case(name))
+    return draw(as_it_reads(rel)) if draw(st.booleans()) else rel
 
 
 def _listing_with(files: dict[str, bytes], links: dict[str, Path] = {}):
@@ -158,7 +182,9 @@ def test_any_pem_private_key_under_any_name_is_withheld(home: Path, name: str, f
 HOME_FILES = [".ssh/id_ed25519", ".aws/credentials", ".kube/config", ".docker/config.json",
               ".config/gh/hosts.yml", ".pypirc", ".npmrc", ".netrc", ".kaggle/kaggle.json",
               ".config/gcloud/application_default_credentials.json", ".azure/msal_token_cache.json",
-              ".git-credentials", ".vault-token"]
+              ".git-credentials", ".vault-token", ".aws/sso/cache/0a1b.json", ".codex/auth.json",
+              ".dbt/profiles.yml", ".zsh_history", ".supabase/access-token",
+              ".local/share/com.vercel.cli/auth.json"]
 
 
 @pytest.fixture

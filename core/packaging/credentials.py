@@ -24,6 +24,7 @@ import base64
 import functools
 import hashlib
 import re
+import unicodedata
 from typing import Callable
 
 from core.secrets import tokens
@@ -33,10 +34,15 @@ from core.secrets import tokens
 # What a copy, a backup or an editor adds to a name; taken off (repeatedly) before matching.
 _DECORATION = re.compile(
     r"(?:~|#|\.(?:bak|backup|bck|old|orig|save|sav|prev|copy|tmp|temp|sw[a-p]|\d{1,3})"
-    r"|[-_ ](?:backup|bak|old|orig|copy|\d{1,3})| ?\(\d{1,3}\))$")
-_DECORATION_PREFIX = re.compile(r"^(?:\.#|#)")
-_COPY_BEFORE_EXT = re.compile(r"^(.+?)(?: ?\(\d{1,3}\)| copy(?: \d{1,3})?|[-_]copy)(\.[^.]+)$")
-_SWAP = re.compile(r"\.sw[a-p]$")
+    r"|[-_ ](?:backup|bak|old|orig|copy|\d{1,3})| ?\(\d{1,3}\))\Z")
+_DECORATION_PREFIX = re.compile(r"\A(?:\.#|#)")
+_COPY_BEFORE_EXT = re.compile(r"\A(.+?)(?: ?\(\d{1,3}\)| copy(?: \d{1,3})?|[-_]copy)(\.[^.]+)\Z", re.DOTALL)
+_SWAP = re.compile(r"\.sw[a-p]\Z")
+# What a file system or a person's typing adds without changing what a name reads as: trailing
+# white space and dots (Windows and SMB drop them; `kaggle.json.`), and, outside ASCII, format
+# characters (zero-width space and joiners, soft hyphen, BOM) and compatibility forms (`.ｅnv`
+# in fullwidth letters). `_normal` takes them off; every name rule sees both forms.
+_TRAILING = re.compile(r"[\s.]+\Z")
 # Anything a decoration could have added (a cheap look before taking decorations off).
 _MAYBE_DECORATED = re.compile(r"[~#() ]|\.(?:bak|backup|bck|old|orig|save|sav|prev|copy|tmp|temp|sw[a-p]|\d)"
                               r"|[-_ ](?:backup|bak|old|orig|copy|\d)")
@@ -64,7 +70,7 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     # git credential stores
     (r"\.git-credentials|\.gitcookies", "git credentials"),
     # databases: PostgreSQL, MySQL client passwords
-    (r"\.?pgpass(?:\.conf)?|\.my\.cnf|\.mylogin\.cnf", "database password file"),
+    (rf"(?:.+[._-])?\.?pgpass(?:\.{_DATA_EXT})?|\.my\.cnf|\.mylogin\.cnf", "database password file"),
     # package registries: npm, PyPI, RubyGems, Cargo
     (r"\.npmrc|\.pypirc", "package registry token"),
     # cloud CLIs: AWS (IAM console downloads too), Google Cloud, Azure, Oracle, DigitalOcean
@@ -85,7 +91,7 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     (r".+\.tfstate", "Terraform state"),
     (r"\.terraformrc|terraform\.rc|credentials\.tfrc\.json", "Terraform token"),
     # ML platforms: Kaggle, Modal, Hugging Face
-    (r"kaggle\.json", "Kaggle API token"),
+    (r"\.?kaggle\.json", "Kaggle API token"),
     (r"\.modal\.toml", "Modal token"),
     # secrets files: `secrets.yaml`, `.secrets`, `secrets.py` (a module of that name shadows
     # the standard library's anyway), `prod-secrets.json`, `secret.txt`
@@ -119,15 +125,22 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     # is a .key above). Deliberately not: `.flaskenv`, which Flask documents as public and committed
     (r"\.dev\.vars(?:\..+)?|local\.settings\.json|\.runtimeconfig\.json"
      r"|.+\.ya?ml\.enc", "framework secrets file"),
-    # shell and REPL histories: tokens typed on command lines
-    (r"\.(?:bash|zsh|sh|python|psql|mysql|sqlite|node_repl|rediscli)_history|\.history"
-     r"|fish_history", "shell history"),
+    # shell, REPL and editor histories: tokens typed on command lines. Any dotfile named for a
+    # history (`.bash_history`, `.zhistory`, `.Rhistory`, `.histfile`, `.node_repl_history`),
+    # fish's, less's and vim's
+    (r"\.[a-z0-9_.-]*hist(?:ory|file)(?:[._-][a-z0-9_-]*)?|fish_history|\.lesshst|\.viminfo",
+     "shell history"),
+    # macOS keychains (`login.keychain-db`; their folder is a SUFFIX_RULE)
+    (r".+\.keychain(?:-db)?", "macOS keychain"),
+    # browser password, cookie and key stores by their own names (Chrome's `Login Data`,
+    # Firefox's `key4.db`, `cookies.sqlite`); their profile folders are SUFFIX_RULES
+    (r"login data(?: for account)?|key[34]\.db|signons\.sqlite|cookies\.sqlite", "browser password or cookie store"),
 )
 
 # An env file meant as a template: it may ship while it sets no value (see the module doc).
 ENV_TEMPLATE = re.compile(
     r"(?:\.env(?:[._-][a-z0-9]+)*|.+\.env|env)[._-](?:example|sample|template|tmpl|tpl|dist|defaults?)"
-    r"|(?:example|sample|template)\.env")
+    r"|(?:example|sample|template)\.env", re.DOTALL)
 
 # (folder name anywhere in the path, what it holds): everything inside is withheld
 DIR_RULES: tuple[tuple[str, str], ...] = (
@@ -136,6 +149,8 @@ DIR_RULES: tuple[tuple[str, str], ...] = (
     (".kaggle", "Kaggle credentials"),
     (".gnupg", "GnuPG keys"),
     ("private-keys-v1.d", "GnuPG keys"),
+    (".mozilla", "Firefox profiles (saved passwords, cookies)"),
+    (".thunderbird", "Thunderbird profiles (saved passwords)"),
     (".azure", "Azure credentials"),
     (".kube", "Kubernetes credentials"),
     (".oci", "Oracle Cloud credentials"),
@@ -178,6 +193,32 @@ SUFFIX_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
     ((".wrangler", "config"), "Cloudflare Wrangler token"),
     ((".circleci", "cli.yml"), "CircleCI token"),
     (("sops", "age", "keys.txt"), "SOPS age keys"),
+    ((".supabase", "access-token"), "Supabase token"),
+    (("com.vercel.cli", "auth.json"), "Vercel token"),
+    ((".vercel", "auth.json"), "Vercel token"),
+    ((".now", "auth.json"), "Vercel token"),
+    ((".ipython", "profile_default", "history.sqlite"), "IPython history"),
+    (("nvim", "shada"), "Neovim history"),
+    # macOS keychains; browser profile stores (saved passwords, cookies, session tokens):
+    # Chrome, Chromium, Brave, Edge, Vivaldi, Opera on Linux and macOS, Firefox on macOS
+    # (Linux's .mozilla is a DIR_RULE)
+    (("library", "keychains"), "macOS keychains"),
+    ((".config", "google-chrome"), "browser profile"),
+    ((".config", "google-chrome-beta"), "browser profile"),
+    ((".config", "google-chrome-unstable"), "browser profile"),
+    ((".config", "chromium"), "browser profile"),
+    ((".config", "bravesoftware"), "browser profile"),
+    ((".config", "microsoft-edge"), "browser profile"),
+    ((".config", "microsoft-edge-beta"), "browser profile"),
+    ((".config", "vivaldi"), "browser profile"),
+    ((".config", "opera"), "browser profile"),
+    (("snap", "chromium"), "browser profile"),
+    (("application support", "google", "chrome"), "browser profile"),
+    (("application support", "chromium"), "browser profile"),
+    (("application support", "bravesoftware"), "browser profile"),
+    (("application support", "microsoft edge"), "browser profile"),
+    (("application support", "vivaldi"), "browser profile"),
+    (("application support", "firefox"), "browser profile"),
 )
 
 # Never shipped, but not secrets: git's own folder.
@@ -196,6 +237,8 @@ NAME_KEYWORDS: tuple[str, ...] = (
     "token", "service_principal", "msal_http", "firebase", ".json", "rootkey", "publishsettings",
     "azureauth", "wg", "nmconnection", "wpa_supplicant", "yarnrc", "sentryclirc", "ngrok", "mcp",
     "claude", ".dev.vars", "local.settings", "runtimeconfig", ".yml.enc", ".yaml.enc",
+    "hist", "lesshst", "viminfo", "keychain", "login data", "key3.db", "key4.db", "signons",
+    "cookies.sqlite",
 )
 
 
@@ -203,7 +246,7 @@ NAME_KEYWORDS: tuple[str, ...] = (
 def _name_regex() -> re.Pattern[str]:
     """NAME_RULES as one regex, compiled at the first name with a keyword in it (most
     projects' files have none: `might_be_credential_name`), not at every submit's import."""
-    return re.compile("|".join(f"(?P<n{i}>{rx})" for i, (rx, _) in enumerate(NAME_RULES)))
+    return re.compile("|".join(f"(?P<n{i}>{rx})" for i, (rx, _) in enumerate(NAME_RULES)), re.DOTALL)
 
 
 _DIRS = {d: what for d, what in DIR_RULES}
@@ -214,23 +257,50 @@ _SUFFIX_TAILS = frozenset(s[-1] for s, _ in SUFFIX_RULES)
 _KEYWORDS = re.compile("|".join(re.escape(k) for k in NAME_KEYWORDS))
 
 
+_ASCII_TRAILING = " \t\n\r\x0b\x0c."
+
+
+def _normal(lowered: str) -> str:
+    """A lower-cased name as it reads: compatibility forms folded (NFKC), format characters
+    (Unicode Cf) dropped, trailing white space and dots taken off. The name itself (the same
+    object) for the common plain-ASCII name, at the cost of two tests."""
+    if lowered.isascii():
+        if lowered[-1:] not in _ASCII_TRAILING:
+            return lowered
+    else:
+        lowered = "".join(c for c in unicodedata.normalize("NFKC", lowered)
+                          if unicodedata.category(c) != "Cf").lower()
+    return _TRAILING.sub("", lowered) or lowered
+
+
 def might_be_credential_name(name: str) -> bool:
-    """False when no name rule can match (no keyword in the name): the common case."""
-    return _KEYWORDS.search(name.lower()) is not None
+    """False when no name rule can match (no keyword in the name, as written or as it reads):
+    the common case."""
+    lowered = name.lower()
+    if _KEYWORDS.search(lowered) is not None:
+        return True
+    plain = _normal(lowered)
+    return plain is not lowered and _KEYWORDS.search(plain) is not None
 
 
 def name_variants(name: str) -> list[str]:
-    """The lower-cased name and each form of it without backup, copy and editor decorations.
+    """The lower-cased name, the form it reads as (`_normal`), and each form of those without
+    backup, copy and editor decorations: the one place every name rule's input is made.
 
     `id_rsa.bak~` gives id_rsa.bak~, id_rsa.bak, id_rsa; `kaggle (1).json` gives kaggle.json;
-    vim's swap file of `.env` is `..env.swp`, of `id_rsa` `.id_rsa.swp`."""
+    vim's swap file of `.env` is `..env.swp`, of `id_rsa` `.id_rsa.swp`; `kaggle\u200b.json `
+    reads as kaggle.json. Matched whole (fullmatch, and `.` matches a newline: `.env\n_` is a
+    dotenv file, not `.env` followed by something else)."""
     first = name.lower()
     seen = [first]
-    todo = [first]
+    plain = _normal(first)
+    if plain != first:
+        seen.append(plain)
+    todo = list(seen)
     while todo:
         current = todo.pop()
         forms = [_DECORATION_PREFIX.sub("", current), _DECORATION.sub("", current),
-                 _COPY_BEFORE_EXT.sub(r"\1\2", current)]
+                 _COPY_BEFORE_EXT.sub(r"\1\2", current), _TRAILING.sub("", current)]
         if _SWAP.search(current) and current.startswith("."):
             forms.append(_SWAP.sub("", current[1:]))
         for form in forms:
@@ -257,7 +327,9 @@ def name_reason(name: str) -> str | None:
 
 def is_env_template(name: str) -> bool:
     """An env template: it ships only if it sets no value (`env_template_reason`)."""
-    return "env" in name.lower() and any(ENV_TEMPLATE.fullmatch(v) for v in name_variants(name))
+    lowered = name.lower()
+    return (("env" in lowered or "env" in _normal(lowered))
+            and any(ENV_TEMPLATE.fullmatch(v) for v in name_variants(name)))
 
 
 def withheld_reason(relpath: str) -> str | None:
@@ -289,7 +361,7 @@ def _folder_reason(folder: str) -> str | None:
 def _part_forms(part: str) -> frozenset[str]:
     """A path part lower-cased, with and without decorations (`.ssh.bak` is `.ssh`)."""
     lowered = part.lower()
-    if not _MAYBE_DECORATED.search(lowered):
+    if not _MAYBE_DECORATED.search(lowered) and _normal(lowered) is lowered:
         return frozenset((lowered,))
     return frozenset(name_variants(part))
 
@@ -373,7 +445,43 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
     # WireGuard configs: an [Interface] with its PrivateKey (a VPN's key)
     (b"privatekey", (rb"(?i)^[ \t]*\[Interface\]", rb"(?i)^[ \t]*PrivateKey[ \t]*=[ \t]*[A-Za-z0-9+/]{42,43}="),
      "WireGuard private key"),
+    # Kaggle API token (kaggle.json under any name): an object of exactly a username and a key
+    # (32 hex digits, or a KGAT_ access token), either order
+    (b"username", (rb'\{\s*"(?:username"\s*:\s*"[^"\\\r\n]{1,100}"\s*,\s*"key"\s*:\s*"'
+                     rb'(?:[0-9a-fA-F]{32}|KGAT_[A-Za-z0-9_-]{16,})"'
+                     rb'|key"\s*:\s*"(?:[0-9a-fA-F]{32}|KGAT_[A-Za-z0-9_-]{16,})"\s*,\s*"username"\s*:\s*"'
+                     rb'[^"\\\r\n]{1,100}")\s*\}',),
+     "Kaggle API token"),
+    # Modal token secret (.modal.toml under any name, MODAL_TOKEN_SECRET=): `as-` and its body
+    (b"token_secret", (rb"(?i)token_secret[\"']?[ \t]*[=:][ \t]*[\"']?as-[A-Za-z0-9]{17,}",), "Modal token"),
+    # W&B API key (40 hex digits) set as WANDB_API_KEY (env files, YAML, os.environ, setdefault)
+    # or passed to wandb.login(key=...)
+    (b"wandb", (rb"(?i)(?:wandb_api_key[\"'\]]*[ \t]*[=:,]|wandb\.login\([^)]{0,200}?\bkey[ \t]*=)"
+                rb"[ \t]*[\"']?[0-9a-f]{40}(?![0-9A-Za-z])",), "W&B API key"),
 )
+
+# A PostgreSQL password file under any name: every line that is not blank or a comment is
+# host:port:database:user:password with a host that reads as one (`*`, localhost, a dotted
+# name or address, or any name on PostgreSQL's or PgBouncer's port) and a password.
+_PGPASS_LINE = (rb"(?:(?:\*|localhost|[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+):(?:\*|\d{2,5})"
+                rb"|[A-Za-z0-9_.-]+:(?:543\d|6432)):[^\s:#]+:[^\s:#]+:[^\r\n]*[^\s]")
+_PGPASS_FIRST = re.compile(rb"(?:[ \t]*(?:#[^\n]*)?\r?\n)*" + _PGPASS_LINE + rb"[ \t]*\r?(?:\n|\Z)")
+_PGPASS_FULL = re.compile(rb"(?:[ \t]*(?:#[^\n]*)?|" + _PGPASS_LINE + rb"[ \t]*)\r?")
+
+
+def _pgpass_what(head: bytes) -> str | None:
+    """A file of pgpass lines (and comments), whatever its name."""
+    if _PGPASS_FIRST.match(head) is None:  # one anchored look: an ordinary file fails at once
+        return None
+    if all(_PGPASS_FULL.fullmatch(line) for line in head.split(b"\n")):
+        return "PostgreSQL password file (pgpass lines)"
+    return None
+
+
+# Gate words of rules whose value is itself a run of 20 or more base64 characters (a Kaggle or
+# W&B key): looked for only in a text that holds such a run (`_TOKEN_RUN`), which ordinary prose
+# and most code do not: two searches a file spared.
+_RUN_GATES = frozenset({b"username", b"wandb"})
 
 # The rules by word, each word looked for once, and the words behind a shorter gate word they
 # share ("private" for three of them): a file without the gate word costs one search, not three.
@@ -434,9 +542,15 @@ def url_credential(text: str) -> str | None:
     return f"a URL holding {token}" if token else None
 
 
-# An env template line that sets nothing: blank, comment, or NAME= with an empty value.
+# An env template line that sets nothing: blank, comment, or NAME= with an empty value. A `#`
+# starts a comment only at the line's start or after white space, as bash and dotenv read it:
+# `PASSWORD=#S3cr3t` sets `#S3cr3t`, `PASSWORD= # fill in` sets nothing.
 _EMPTY_ASSIGNMENT = re.compile(
-    rb"^\s*(?:#.*|(?:export\s+)?[A-Za-z_][A-Za-z0-9_.-]*\s*[=:]\s*(?:\"\"|'')?\s*(?:#.*)?)?$")
+    rb"\s*(?:#.*|(?:export\s+)?[A-Za-z_][A-Za-z0-9_.-]*[ \t]*[=:][ \t]*(?:\"\"|'')?(?:[ \t]+#.*)?[ \t]*)?\Z",
+    re.DOTALL)
+# The variable a template line sets, named only when the line reads NAME= or NAME: (else the
+# line has no name to show: its first word may be the value itself).
+_ASSIGNED_NAME = re.compile(rb"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]{0,63})[ \t]*[=:]")
 
 # Binary key stores by their first bytes: Java (JKS, JCEKS), KeePass (kdbx and kdb).
 BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -469,11 +583,40 @@ _B64_RUN = b"b" * 64  # a wrapped key is longer (MIME lines are 76)
 _TOKEN_RUN = b"b" * tokens.RUN_MIN
 _WRAPPED_MARKERS = tuple(dict.fromkeys(m for t in _WRAPPED for m in _b64_markers(t)))
 
+# JSON string escapes, and the seam between two strings of a list of lines (nbformat stores a
+# cell's text and outputs as ["line\n", "line\n"]): a notebook's printed key, or a key file held
+# in a JSON string (once or twice), read as the text it is. Taken off with bytes.replace (C
+# speed); `\uXXXX` is left (a key's characters are ASCII, and JSON writers leave them so).
+_JSON_LINE_SEAM = re.compile(rb'\\n"[ \t]*\r?\n?[ \t]*,[ \t]*\r?\n?[ \t]*"')
+_JSON_LIST_OPEN = re.compile(rb'\[\s*"')  # the first line starts a line too
+_JSON_ESCAPES = ((b'\\"', b'"'), (b"\\n", b"\n"), (b"\\r", b"\r"), (b"\\t", b"\t"), (b"\\/", b"/"))
+JSON_UNESCAPE_LEVELS = 2
+ESCAPE_NEAR = 64  # bytes either side of a rule's word where an escape makes the view worth it
+ESCAPE_LOOKS = 16  # occurrences of a word looked at
+
+
+def json_unescaped(text: bytes) -> bytes:
+    """`text` with one level of JSON string escapes taken off, and the strings of a list of
+    lines joined (`["a\\n",\n  "b"]` reads `[\na\nb"]`). An escaped backslash stays one backslash:
+    `\\\\n` is `\\n`, the next level's newline."""
+    text = _JSON_LIST_OPEN.sub(b"[\n", _JSON_LINE_SEAM.sub(rb"\\n", text))
+    hold = b"\0\1\0" if b"\0\1\0" not in text else None
+    if hold:
+        text = text.replace(b"\\\\", hold)
+    for escaped, char in _JSON_ESCAPES:
+        text = text.replace(escaped, char)
+    return text.replace(hold, b"\\") if hold else text
+
+
 # Changes to the content rules change this id, so cached verdicts are taken again.
 CONTENT_RULES_ID = hashlib.sha256(repr((CONTENT_RULES, ENV_TEMPLATE.pattern, CONTENT_MAX_FILE,
                                         CONTENT_HEAD, BINARY_MAGIC, _URL_WITH_PASSWORD.pattern,
                                         _URL_SETTING.pattern, _WRAPPED, tokens.DETECT_SECRETS_PLUGINS,
-                                        tokens.SUPPLEMENT, tokens.detect_secrets_version(), 3))
+                                        tokens.SUPPLEMENT, tokens.detect_secrets_version(),
+                                        _EMPTY_ASSIGNMENT.pattern, _PGPASS_LINE, _JSON_ESCAPES,
+                                        _JSON_LINE_SEAM.pattern, _JSON_LIST_OPEN.pattern,
+                                        JSON_UNESCAPE_LEVELS, ESCAPE_NEAR, ESCAPE_LOOKS,
+                                        sorted(_RUN_GATES), 4))
                                   .encode()).hexdigest()[:16]
 
 
@@ -482,10 +625,17 @@ def content_reason(head: bytes, size: int | None = None) -> str | None:
 
     `size` is the file's whole size (None: `head` is the whole file). Judged: the text rules
     and vendor tokens; the same over the text again when it is UTF-16 (with or without a BOM,
-    either byte order); a DER private key or a binary key store; base64 that wraps a key."""
+    either byte order); the same over the text JSON-unescaped, once or twice, when it holds JSON
+    escapes (a notebook's output cell, a key file inside a JSON string); a DER private key or a
+    binary key store; base64 that wraps a key."""
     mask = head.translate(_B64_CHARS)
-    what = _text_what(head, head.lower(), mask)
-    if what is None and b"\0" in head:
+    lowered = head.lower()
+    gated: list[int] = []
+    what = _text_what(head, lowered, mask, gated=gated)
+    binary = b"\0" in head  # JSON text holds no NUL; UTF-16 text and binaries do
+    if what is None and gated and not binary:
+        what = _escaped_what(head, lowered, gated)
+    if what is None and binary:
         what = _utf16_what(head)
     if what is None:
         what = _binary_what(head, len(head) if size is None else size)
@@ -494,10 +644,16 @@ def content_reason(head: bytes, size: int | None = None) -> str | None:
     return f"withheld: content is a credential ({what})" if what else None
 
 
-def _text_what(head: bytes, lowered: bytes, mask: bytes | None = None) -> str | None:
-    """The text rules and vendor tokens over `head`; `mask` is `head` through _B64_CHARS."""
-    for gate, words in _content_rules():
-        if gate in lowered:
+def _text_what(head: bytes, lowered: bytes, mask: bytes | None = None,
+               gated: list[int] | None = None) -> str | None:
+    """The text rules and vendor tokens over `head`; `mask` is `head` through _B64_CHARS;
+    `gated` is told which groups of rules had their gate word in the text."""
+    mask = head.translate(_B64_CHARS) if mask is None else mask
+    has_run = mask.find(_TOKEN_RUN) != -1
+    for group, (gate, words) in enumerate(_content_rules()):
+        if (has_run or gate not in _RUN_GATES) and gate in lowered:
+            if gated is not None:
+                gated.append(group)
             for word, rules in words:
                 if word in lowered:
                     for regexes, what in rules:
@@ -507,11 +663,63 @@ def _text_what(head: bytes, lowered: bytes, mask: bytes | None = None) -> str | 
         what = _url_password_what(head)
         if what:
             return what
+    what = _pgpass_what(head)
+    if what:
+        return what
     # every vendor token is a run of 20 or more base64 characters (its own run is narrower)
-    mask = head.translate(_B64_CHARS) if mask is None else mask
-    if mask.find(_TOKEN_RUN) == -1:
+    if not has_run:
         return None
     return tokens.find_token(head, lowered)
+
+
+def _escaped_what(head: bytes, lowered: bytes, gated: list[int]) -> str | None:
+    """The text rules over `head` JSON-unescaped, up to JSON_UNESCAPE_LEVELS times (a
+    service-account key printed in a notebook is escaped twice): only while escapes remain, only
+    when an escape stands next to a rule's word (escapes hide a rule's structure, never its
+    word; `gated`: the groups whose gate word `_text_what` found), and only CONTENT_RULES:
+    vendor tokens and URLs were looked for in `head` itself (an escape does not hide them)."""
+    words = _view_words()
+    if not any(_escaped_near(head, lowered, word) for group in gated for word in words[group]):
+        return None
+    groups = _content_rules()
+    view = head
+    for _ in range(JSON_UNESCAPE_LEVELS):
+        view = json_unescaped(view)
+        lowered = view.lower()
+        for group in gated:  # only the rules whose words the text holds
+            for word, rules in groups[group][1]:
+                if word in lowered:
+                    for regexes, what in rules:
+                        if all(rx.search(view) for rx in regexes):
+                            return f"{what}, in JSON-escaped text"
+        if b"\\n" not in view and b'\\"' not in view:
+            return None
+    return None
+
+
+def _escaped_near(head: bytes, lowered: bytes, word: bytes) -> bool:
+    """A JSON escape (`\\n`, `\\"`) next to one of the first occurrences of `word`: a rule's
+    text that is escaped (a notebook's printed key, an escaped key file), not code that merely
+    uses the word somewhere and `\\n` somewhere else."""
+    pos = lowered.find(word)
+    for _ in range(ESCAPE_LOOKS):
+        if pos == -1:
+            return False
+        near = head[max(0, pos - ESCAPE_NEAR):pos + len(word) + ESCAPE_NEAR]
+        if b"\\n" in near or b'\\"' in near:
+            return True
+        pos = lowered.find(word, pos + len(word))
+    return False
+
+
+@functools.cache
+def _view_words() -> tuple[tuple[bytes, ...], ...]:
+    """CONTENT_RULES' words without their quotes (`"private_key"` is `\\"private_key\\"` escaped),
+    by their group in `_content_rules` (whose gate words hold no quote, so an escaped text
+    finds them)."""
+    groups = _content_rules()
+    assert not any(b'"' in gate for gate, _ in groups), "a gate word with a quote: see _escaped_what"
+    return tuple(tuple(dict.fromkeys(w.replace(b'"', b"") for w, _ in words)) for _, words in groups)
 
 
 def _utf16_what(head: bytes) -> str | None:
@@ -599,11 +807,19 @@ def env_template_reason(head: bytes, whole: bool) -> str | None:
         return "withheld: env template too big to check for values"
     for number, line in enumerate(head.splitlines(), 1):
         if not _EMPTY_ASSIGNMENT.match(line):
-            name = re.match(rb"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]*)", line)
-            label = name.group(1).decode("ascii") if name else "a value"
-            return (f"withheld: env template sets {label} on line {number} "
+            return (f"withheld: env template sets {_assigned_label(line)} on line {number} "
                     "(a template ships only with empty values)")
     return None
+
+
+def _assigned_label(line: bytes) -> str:
+    """`NAME` for a line `NAME=...` or `NAME: ...`, else 'a value': never any part of a value
+    (a name that is itself a token is not shown either)."""
+    m = _ASSIGNED_NAME.match(line)
+    if m is None:
+        return "a value"
+    name = m.group(1).decode("ascii")
+    return "a value" if tokens.value_token(name) else name
 
 
 # Verdicts by content within this process: the packer's second look at the bytes it packed
@@ -664,7 +880,10 @@ def needs_content_check(name: str, size: int) -> bool:
 
 # Paths under the home folder holding credentials (files, or folders walked for their files).
 # A project file that is a hard link to one of them (same st_dev and st_ino) is withheld,
-# whatever its name. Folders are walked to HOME_WALK_CAP entries in all.
+# whatever its name. These are looked at first; then the home folder is searched by the rules
+# above (`home_walk`, used by core.packaging.gate.home_credential_ids), so a rule added above
+# reaches the identity check too. Folders are walked to HOME_WALK_CAP entries in all,
+# credential folders first, nearest first.
 HOME_CREDENTIALS: tuple[str, ...] = (
     ".ssh", ".aws", ".kaggle", ".gnupg", ".azure", ".kube", ".oci", ".password-store",
     ".docker/config.json", ".dockercfg",
@@ -679,4 +898,32 @@ HOME_CREDENTIALS: tuple[str, ...] = (
     ".env", ".secrets",
 )
 HOME_WALK_CAP = 20_000
-HOME_SKIP_DIRS = frozenset({"logs", "cache", "__pycache__"})  # gcloud's logs: many, not secret
+# Where the rules' places live in a home folder: the home folder itself and its apps' folders
+# (XDG's config, data and cache folders; macOS's) are searched for entries the rules withhold,
+# and so is each folder directly in an apps' folder (`.config/rclone/rclone.conf`).
+HOME_APP_ROOTS: tuple[str, ...] = (".config", ".local/share", ".cache", "Library/Application Support")
+HOME_ROOTS: tuple[str, ...] = ("", *HOME_APP_ROOTS)
+# Folders never walked: many files, never secret. By exact name anywhere: gcloud's logs, and a
+# browser profile's caches (a lower-case `cache` is walked: ~/.aws/sso/cache and ~/.aws/cli/cache
+# hold session credentials); and by path under the home folder.
+HOME_SKIP_DIRS = frozenset({"logs", "__pycache__", "Cache", "Code Cache", "GPUCache", "Service Worker",
+                            "GrShaderCache", "ShaderCache", "DawnCache", "DawnGraphiteCache",
+                            "DawnWebGPUCache", "IndexedDB", "blob_storage", "cache2", "startupCache",
+                            "Crashpad", "optimization_guide_model_store"})
+HOME_SKIP_PATHS = frozenset({".kube/cache", ".kube/http-cache"})
+# Folder names a SUFFIX_RULES place passes through (`.config`, `gh`, `application support`).
+_SUFFIX_PARTS = frozenset(part for suffix, _ in SUFFIX_RULES for part in suffix[:-1])
+
+
+def home_walk(rel: str, is_dir: bool) -> str | None:
+    """How the home identity search treats `rel` (a `/`-separated path under the home folder):
+    'all' (a credential file, or a credential folder: all its files), 'look' (a folder a place
+    may be below: its entries are judged one by one), or None (not a credential: left)."""
+    if withheld_reason(rel):
+        return "all"
+    if not is_dir or rel in HOME_SKIP_PATHS:
+        return None
+    parent, _, name = rel.rpartition("/")
+    if parent in HOME_APP_ROOTS or not _part_forms(name).isdisjoint(_SUFFIX_PARTS):
+        return "look"
+    return None

@@ -8,7 +8,8 @@ copy of a key under any name is still a key. So a file is withheld when
 - its path, or the path it resolves to through symlinked folders, is a credential by name or
   place (`credentials.withheld_reason`);
 - it is a hard link (st_nlink > 1) to a known credential file: one of the user's own
-  (`credentials.HOME_CREDENTIALS`, same st_dev and st_ino) or another name of it in the project
+  (`credentials.HOME_CREDENTIALS` and what the rules withhold in the home folder, same st_dev
+  and st_ino: `home_credential_ids`) or another name of it in the project
   that is withheld;
 - its first bytes are a credential (`credentials.content_verdict`), for files up to 1 MiB.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,30 +42,53 @@ def file_id(st: os.stat_result) -> FileId:
 
 
 def home_credential_ids(home: Path | None = None) -> dict[FileId, str]:
-    """(st_dev, st_ino) of every file in the user's credential places, to its `~/...` name."""
+    """(st_dev, st_ino) of every file in the user's credential places, to its `~/...` name.
+
+    The places are the known ones (`credentials.HOME_CREDENTIALS`) and whatever the name and
+    place rules withhold in the home folder, its XDG and macOS app folders and the folders a
+    place's path passes through (`credentials.home_walk`): one rule list for both checks.
+    Credential places are walked before the folders searched for them, each nearest first (a
+    browser profile's depths come last), HOME_WALK_CAP entries in all."""
     home = home or Path.home()
     found: dict[FileId, str] = {}
     budget = cred.HOME_WALK_CAP
-    for rel in cred.HOME_CREDENTIALS:
-        top = home / rel
-        stack = [(top, f"~/{rel}")]
-        while stack and budget > 0:
-            path, label = stack.pop()
-            budget -= 1
-            try:
-                st = path.stat()  # followed: dotfile managers link ~/.ssh and ~/.aws elsewhere
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                found.setdefault(file_id(st), label)
-            elif stat.S_ISDIR(st.st_mode):
-                try:
-                    with os.scandir(path) as it:
-                        for d in it:
-                            if not (d.is_dir() and d.name in cred.HOME_SKIP_DIRS):
-                                stack.append((Path(d.path), f"{label}/{d.name}"))
-                except OSError:
-                    continue
+    walked: dict[FileId, bool] = {}  # folder -> walked whole
+    places: deque[str] = deque(cred.HOME_CREDENTIALS)  # credentials: every file in them counts
+    looks: deque[str] = deque(cred.HOME_ROOTS)  # folders a credential may be in
+    while (places or looks) and budget > 0:
+        whole = bool(places)
+        rel = places.popleft() if whole else looks.popleft()
+        budget -= 1
+        path = os.path.join(home, rel) if rel else str(home)
+        try:
+            st = os.stat(path)  # followed: dotfile managers link ~/.ssh and ~/.aws elsewhere
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            if whole:
+                found.setdefault(file_id(st), f"~/{rel}")
+            continue
+        if not stat.S_ISDIR(st.st_mode) or walked.get(file_id(st)) in (True, whole):
+            continue  # a link loop, or a folder reached again
+        walked[file_id(st)] = whole
+        try:
+            with os.scandir(path) as it:
+                for d in it:
+                    budget -= 1
+                    child = f"{rel}/{d.name}" if rel else d.name
+                    try:
+                        is_dir = d.is_dir()
+                    except OSError:
+                        continue
+                    if is_dir and (d.name in cred.HOME_SKIP_DIRS or child in cred.HOME_SKIP_PATHS):
+                        continue
+                    how = "all" if whole else cred.home_walk(child, is_dir)
+                    if how == "all":
+                        places.append(child)
+                    elif how == "look":
+                        looks.append(child)
+        except OSError:
+            continue
     return found
 
 
