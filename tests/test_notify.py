@@ -105,9 +105,14 @@ def test_a_held_agent_job_and_its_end_arrive_once_without_its_secret(keychain, h
                       "  local: {kind: local, enabled: false}\n"
                       f"notify:\n  - {webhook.url()}\n")
     project = make_git_project(tmp_path / "p", {"show.py": PRINTER, "a.py": QUICK})
-    # an agent (--json) pastes the secret's value into the arguments too: the message masks it
+    # an agent (--json) pastes the secret's value into the arguments too: after a flag named
+    # like a secret's it is refused outright; after another, the message masks it
+    refused = run_gpu("submit", "show.py", "--secret", "MY_TOKEN", "--hours", "0.5", "--wait-s", "0",
+                      "--json", "--", "--token", SECRET, cwd=project)
+    assert refused.returncode == 2 and "secrets may not be passed in args" in refused.stdout
+    assert SECRET not in refused.stdout + refused.stderr
     sub = gpu_json("submit", "show.py", "--secret", "MY_TOKEN", "--hours", "0.5", "--wait-s", "0",
-                   "--", "--token", SECRET, cwd=project)
+                   "--", "--label", SECRET, cwd=project)
     job = sub["job"]
     assert job["state"] == "awaiting_approval", sub
     short = job["short_id"]
