@@ -179,11 +179,12 @@ class LocalProvider:
         hide = [str(paths.home()), str(paths.user_config_file().parent), os.path.expanduser("~")]
         if os.environ.get("XDG_RUNTIME_DIR"):
             hide.append(os.environ["XDG_RUNTIME_DIR"])
-        data = [item["source"] for item in local_data(job)]
+        items = local_data(job)
+        data = [item["source"] for item in items]
         network = bool(job.request.get("network", True)) and self.network
         held_for_it = any(h.get("rule") == "sandbox" for h in job.plan.get("holds") or [])
         trusted = job.plan.get("submitted_by") == "person" or held_for_it
-        return {"hide": hide, "data": data, "withheld": _withheld(local_data(job)), "network": network,
+        return {"hide": hide, "data": data, "withheld": _withheld(items), "network": network,
                 "fallback": "warn" if trusted else "refuse"}
 
     async def poll(self, job: Job) -> Poll:

@@ -288,8 +288,6 @@ def check_request_text(values: dict[str, Any], where: Any) -> None:
 
 # -- masking what an error message quotes -----------------------------------------------------
 
-HIDDEN = tokenshapes.HIDDEN
-
 
 @functools.cache
 def _text_rules() -> tuple[tuple[re.Pattern[str], str], ...]:
@@ -311,6 +309,4 @@ def _table_spans(text: str) -> list[tuple[int, int, str]]:
     return spans
 
 
-tokenshapes.add_finder(_table_spans)
-secret_spans = tokenshapes.spans
-mask = tokenshapes.mask
+tokenshapes.add_finder(_table_spans)  # errors.shorten masks by the full table once this is loaded
