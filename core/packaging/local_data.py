@@ -21,6 +21,34 @@ from core.packaging.gate import Gate
 from core.packaging.leftout import file_kind, left_out_item
 from core.packaging.listing import home_folder
 
+# What the kernel and the running system show as files: process views, devices, the runtime
+# folder with the session bus and agents' sockets. None of it is a data set, and binding any of
+# it into a sandbox hands a job something of the person's (a read-only bind does not stop connect()).
+SYSTEM_PLACES = ("/proc", "/sys", "/dev", "/run")
+KIND_WORDS = {"fifo": "a FIFO (named pipe)", "socket": "a socket", "device": "a device"}
+
+
+def source_problem(source: Path) -> str | None:
+    """Why `source` (after every link) is not a data set, or None for a plain file or folder.
+
+    A data set is bound into the job's sandbox or uploaded: a socket there is the session bus or
+    an SSH agent (the keychain, the person's keys), a FIFO blocks whoever reads it, a device or
+    /proc entry is the machine's. Judged on the resolved path, so a link in the project to any
+    of them is refused the same way."""
+    real = os.path.realpath(source)
+    for top in SYSTEM_PLACES:
+        if real == top or real.startswith(top + "/"):
+            return f"{real} lies under {top}, the system's own files, not a data set"
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return f"{real} cannot be read: {exc.strerror}"
+    if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+        return None
+    kind = file_kind(st.st_mode)
+    return f"{real} is {KIND_WORDS.get(kind, 'a ' + kind)}, not a file or folder"
+
+
 def _private_places() -> list[tuple[str, Path, bool]]:
     """gpu-router's home (and all in it) and its config file, which no job reads (a data set
     is bound into the sandbox): (what, where, whether what lies inside counts too)."""
@@ -51,6 +79,11 @@ def list_data(source: Path, name: str = "", cache: FileHashCache | None = None) 
     A data path that is itself a credential (or lies in a credential folder, or is the home
     folder) is refused: data is for data sets, secrets go through `gpu secrets`."""
     label = f"data {name!r}" if name else "data"
+    problem = source_problem(source)
+    if problem:
+        raise UserError(f"{label}: {problem}", where=str(source),
+                        fix="a data set is made of files and folders only: pass a file or a folder "
+                            "(copy what you need into one)")
     fix = "data is for data sets: put tokens in the keychain (gpu secrets set NAME) and pass --secret NAME"
     source = Path(os.path.realpath(source))
     reason = withheld_reason(source.as_posix()) if source.is_file() else place_reason(source.as_posix())
