@@ -444,7 +444,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = add("grep", cli_jobs.cmd_grep, "search the logs of every job (or the named ones) for a regular "
             "expression, newest jobs first: job, line number and the line, as gpu logs shows it")
-    p.add_argument("pattern", metavar="PATTERN", help="a Python regular expression, e.g. 'loss=nan|Traceback'")
+    p.add_argument("pattern", metavar="PATTERN", help="a regular expression in RE2 syntax (linear time: no backreferences or lookaround), e.g. 'loss=nan|Traceback'")
     p.add_argument("ids", nargs="*", metavar="ID", help="only these jobs (id, short id, prefix, or 'last'); "
                    "default: every job")
     p.add_argument("-i", "--ignore-case", action="store_true", help="match upper and lower case alike")

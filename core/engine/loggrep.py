@@ -10,11 +10,11 @@ characters around its match; when the bound stopped the search, the answer says 
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable
 
 from core.display.logtail import fold_returns
 from core.display.sanitize import printable
+from core.display.search import BadPattern, Pattern, Span, compile_search
 from core.engine.service import log_path
 from core.errors import UserError
 from core.jobs.store import Job, Store
@@ -23,29 +23,30 @@ MAX_HITS = 200  # `gpu grep`'s default bound
 LINE_CHARS = 400  # a hit's text around its match: a 10,000-character line is not all shown
 
 
-def compile_pattern(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
-    """The pattern as a regular expression; a bad one is the user's error, said plainly."""
+def compile_pattern(pattern: str, *, ignore_case: bool = False) -> Pattern:
+    """The pattern, searched in linear time (core/display/search.py: a job's line can never
+    hang the search); a bad one is the user's error, said plainly."""
     try:
-        return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except re.error as e:
+        return compile_search(pattern, ignore_case=ignore_case)
+    except BadPattern as e:
         raise UserError(f"bad pattern {pattern!r}: {e}",
-                        fix="gpu grep takes a Python regular expression: escape special "
-                            "characters with a backslash (e.g. 'loss\\(val\\)'), or quote a "
-                            "plain word") from None
+                        fix="gpu grep takes an RE2 regular expression: drop backreferences and "
+                            "lookarounds, escape special characters with a backslash "
+                            "(e.g. 'loss\\(val\\)'), or quote a plain word") from None
 
 
-def _clip(text: str, m: re.Match[str]) -> str:
+def _clip(text: str, m: Span) -> str:
     """At most LINE_CHARS characters of the line, the match among them; cut ends say `...`."""
     if len(text) <= LINE_CHARS:
         return text
-    room = max(0, LINE_CHARS - (m.end() - m.start()))
-    start = max(0, m.start() - room // 2)
-    end = min(len(text), max(m.end(), start + LINE_CHARS))
+    room = max(0, LINE_CHARS - (m.end - m.start))
+    start = max(0, m.start - room // 2)
+    end = min(len(text), max(m.end, start + LINE_CHARS))
     start = max(0, min(start, end - LINE_CHARS))
     return ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
 
 
-def _search_log(job: Job, rx: re.Pattern[str], room: int) -> tuple[list[dict[str, Any]], bool]:
+def _search_log(job: Job, rx: Pattern, room: int) -> tuple[list[dict[str, Any]], bool]:
     """(hits in one job's log, up to `room`; whether more were left unread)."""
     hits: list[dict[str, Any]] = []
     try:

@@ -602,15 +602,15 @@ class LogTail(Log):
     def search(self, pattern: str) -> str | None:
         """Find `pattern` in the lines shown and go to the first hit at or below the top of
         the view; None, or what was wrong with the pattern (said in the subtitle too)."""
-        import re
+        from core.display.search import BadPattern, compile_search  # linear time: a job's line can't freeze the screen
 
         self.pattern, self.hits, self.hit = pattern, [], -1
         if not pattern:
             self._subtitle()
             return None
         try:
-            rx = re.compile(pattern)
-        except re.error as e:
+            rx = compile_search(pattern)
+        except BadPattern as e:
             self.pattern = ""
             self.border_subtitle = markup("bad pattern {p}: {e}", p=pattern, e=str(e))
             return str(e)
