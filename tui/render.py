@@ -164,7 +164,8 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
         ("hours", f"{job.request.get('hours') or '-'} estimated, {duration(elapsed(job))} elapsed"),
         ("attempt", str(job.attempt)),
         ("bundle", f"{job.bundle.get('files', 0)} files, {human_bytes(job.bundle.get('bytes', 0))}"),
-        ("outputs", job.outputs_dir),
+        ("outputs", job.outputs_dir if not job.handle.get("outputs_kept") else  # runs/<id>/ refused
+         f"{job.handle['outputs_kept'].get('dir')}  (kept at home: {job.handle['outputs_kept'].get('why')})"),
         ("digest", job.digest or "-"),
     ]
     if usage:

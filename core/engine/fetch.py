@@ -6,7 +6,10 @@ the storage clean-up frees the job's folder. This brings named paths of that fol
 every output: packed on the target without following a link (core/runtime/nofollow.py, from
 the job's folder down: a working folder, `code/` or a folder on the way that the job replaced
 with a link is refused, never read through), unpacked at home by
-`safe_extract` (no link, no `..`, within the target's output caps).
+`safe_extract` (no link, no `..`, within the target's output caps), through the one writer
+under runs/ (core/packaging/runswriter.py): a runs/ or runs/<id>/ that is a link, or not a
+plain folder of the person's, keeps what was fetched at home in the job's folder, with an
+event that says why and where (core/engine/service.py `keep_at_home`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 from core import paths
 from core.config.schema import path_problem
 from core.config.user import load
-from core.engine.service import runs_folder
+from core.engine.service import outputs_where, write_outputs
 from core.jobs.store import Store
 from core.errors import UserError, shorten
 from core.packaging.safe_extract import OutputCaps, masked_names, safe_extract
@@ -73,7 +76,6 @@ def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
                         "cannot be fetched", fix="declare such files with `outputs:` in gpu.yaml (or "
                         "write them to gpu.output_dir()) so they come home when the job ends")
     caps = OutputCaps.from_options(target.options if target is not None else None)
-    dest = runs_folder(job)
     fd, name = tempfile.mkstemp(prefix=".fetch-", suffix=".tar.gz", dir=paths.home())
     os.close(fd)
     archive = Path(name)
@@ -104,9 +106,11 @@ def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
         mask = names.for_job(job)  # a job holding secrets: names come home masked
         with masked_names(mask.mask if mask else None):
             notes = [mask.mask(n) if mask else n for n in doc.get("notes") or []]
-            notes += (safe_extract(archive, dest, caps=caps) if doc.get("files") else [])
+            notes += (write_outputs(store, job, lambda folder: safe_extract(archive, folder, caps=caps))
+                      if doc.get("files") else [])
     finally:
         archive.unlink(missing_ok=True)
+    dest = outputs_where(store.get(job.id))
     if not doc.get("files") and not doc.get("refused") and len(doc.get("missing", [])) == len(rels):
         raise UserError(f"no such path in job {job.short_id}'s folder on {job.provider}: "
                         + ", ".join(shorten(m) for m in doc["missing"][:5]),

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from core import paths
@@ -20,7 +19,8 @@ from core.config.user import load
 from core.display.sanitize import printable
 from core.engine import storage
 from core.engine.failure import failed_reason
-from core.engine.service import bring_home, end_warnings, hold, replan, write_job_json
+from core.engine.service import (bring_home, end_warnings, hold, outputs_where, replan,
+                                 settle_checkpoint, write_job_json)
 from core.errors import DiskFull, IllegalTransition, UserError
 from core.jobs.states import LAUNCHED, State
 from core.jobs.store import Job
@@ -206,7 +206,7 @@ class JobSteps:
         again, saying why)."""
         res = job.handle["resuming"]
         try:
-            ckpt = await asyncio.to_thread(checkpoints.reclaim, job.id, Path(job.outputs_dir))
+            ckpt = await asyncio.to_thread(checkpoints.reclaim, job.id, outputs_where(job))
         except UserError as exc:
             await self.db(self._fail, job, f"not resumed: {exc.what}")
             return None
@@ -336,7 +336,7 @@ class JobSteps:
             dst = State.FAILED
         notes = await bring_home(self.store, job, provider)
         await self._mirror(job, provider, force=True)  # its last checkpoint, kept as an output
-        kept = await asyncio.to_thread(checkpoints.settle, job.id, Path(job.outputs_dir))
+        kept = await asyncio.to_thread(settle_checkpoint, self.store, job)
         if kept:
             notes = [*notes, kept]
         stayed = await self._stayed(job, provider)

@@ -15,12 +15,11 @@ one was refused by a person (a resume must not undo that).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from core.errors import UserError
 from core.jobs.states import RESUMABLE, TERMINAL, State
 from core.jobs.store import Job, Store
 from core.packaging import checkpoints
+from core.engine.service import outputs_where
 
 
 def _refuse(job: Job) -> None:
@@ -55,7 +54,7 @@ def resume(store: Store, ref: str, *, actor: str, interactive: bool,
     job = store.resolve(ref)
     if job.state not in RESUMABLE:
         _refuse(job)
-    ckpt = checkpoints.settled(job.id, Path(job.outputs_dir))
+    ckpt = checkpoints.settled(job.id, outputs_where(job))
     if ckpt is None and job.request.get("restart", "never") != "allow":
         raise UserError(f"job {job.short_id} has no checkpoint to resume from (none came home "
                         f"before it {job.state.value}), and it would start again from the "

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from core import paths
 from core.config.request import JobRequest
 from core.display.sanitize import printable_doc
-from core.packaging import checkpoints
+from core.packaging import checkpoints, runswriter
 from core.jobs.states import LAUNCHED, TERMINAL, State
 from core.jobs.store import CANCEL_AFTER_CHECKPOINT, Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
@@ -266,8 +266,8 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
         store.add_event(job.id, f"purpose: {purpose}", actor=actor, data={"purpose": purpose})
     try:
         ignore_runs(Path(job.outputs_dir).parent)
-    except OSError:
-        pass  # a read-only project still runs; its outputs folder is made when they come home
+    except (OSError, runswriter.Refused):
+        pass  # a read-only project still runs; its outputs come home (or are kept at home) later
     if submitted and start_supervisor and needs_supervisor(job):
         from core.engine.daemon import ensure_running
 
@@ -557,41 +557,113 @@ def cancel(store: Store, ref: str, *, actor: str = "cli", wait_s: float = 15.0,
 # -- bringing a job home -------------------------------------------------------------------
 
 
+KEPT_DIR = "outputs-kept"  # jobs/<id>/outputs-kept/: a job's outputs when runs/<id>/ is refused
+RUNS_IGNORE = "# gpu-router: job outputs stay out of git\n*\n"
+
+
 def runs_folder(job: Job) -> Path:
-    """The job's `runs/<short_id>/`, made on first use with `runs/.gitignore` holding `*`.
+    """The job's `runs/<short_id>/`, made on first use with `runs/.gitignore` holding `*`, both
+    through the one writer under runs/ (core/packaging/runswriter.py): runswriter.Refused when
+    `runs/` or `runs/<id>/` is a link, not a folder, or not the person's.
 
     Outputs can be large and private; the ignore file means `git add -A` in the project never
     commits them (and, matching itself, it stays out of `git status` too).
     """
     dest = Path(job.outputs_dir)
     ignore_runs(dest.parent)
-    dest.mkdir(parents=True, exist_ok=True)
+    runswriter.check(dest)
     return dest
 
 
 def ignore_runs(runs: Path) -> None:
-    ignore = runs / ".gitignore"
-    if not ignore.exists():
-        runs.mkdir(parents=True, exist_ok=True)
-        ignore.write_text("# gpu-router: job outputs stay out of git\n*\n")
+    """`runs/.gitignore`, made once, exclusively and never through a link (one planted there
+    stays as it is: nothing is written through it). A `runs/` the writer refuses gets none:
+    nothing is written into it, and its jobs' outputs are kept at home (`outputs_folder`)."""
+    try:
+        runswriter.ensure_ignored(runs, RUNS_IGNORE)
+    except runswriter.Refused:
+        pass
+
+
+def kept_folder(job: Job) -> Path:
+    """Where a job's outputs are kept when its runs/<id>/ is refused: its own folder in
+    gpu-router's home, which no agent working in the project can reach."""
+    return paths.jobs_dir() / job.id / KEPT_DIR
+
+
+def outputs_where(job: Job) -> Path:
+    """Where the job's outputs are: runs/<id>/, or its folder at home once that was refused."""
+    return Path((job.handle.get("outputs_kept") or {}).get("dir") or job.outputs_dir)
+
+
+def outputs_folder(store: Store, job: Job) -> Path:
+    """Where the job's outputs, job.json and settled checkpoint go now: runs/<id>/ while the
+    writer accepts it, else (and from then on, so they stay together) the job's folder at home,
+    said once as an event (`keep_at_home`)."""
+    kept = (store.get(job.id).handle.get("outputs_kept") or {}).get("dir")
+    if kept:
+        return Path(kept)
+    try:
+        return runs_folder(job)
+    except runswriter.Refused as exc:
+        return keep_at_home(store, job, exc)
+
+
+def keep_at_home(store: Store, job: Job, refused: runswriter.Refused) -> Path:
+    """runs/<id>/ was refused: record why and where the outputs are kept instead (the job's
+    handle `outputs_kept`, read by `gpu status`, and an event), and return that folder."""
+    where = kept_folder(job)
+    why = f"{refused.where} is {refused.why}" if refused.why.startswith(("a ", "an ", "not ")) \
+        else f"{refused.where}: {refused.why}"
+    with store.write():
+        fresh = store.get(job.id)
+        kept = fresh.handle.get("outputs_kept")
+        if kept:
+            return Path(kept["dir"])
+        store.update(job.id, handle={**fresh.handle, "outputs_kept": {"dir": str(where), "why": why}})
+        store.add_event(job.id, f"outputs kept at home in {where}, not written to {job.outputs_dir}: "
+                                f"{why} (gpu-router writes under runs/ only into plain folders of "
+                                "yours, never through a link)",
+                        actor="supervisor", data={"outputs_kept": str(where), "why": why})
+    return where
+
+
+def write_outputs(store: Store, job: Job, write: Callable[[Path], Any]) -> Any:
+    """`write(folder)` into the job's outputs folder; a refusal met on the way (a link swapped
+    in after the check) keeps them at home instead, so nothing is lost."""
+    try:
+        return write(outputs_folder(store, job))
+    except runswriter.Refused as exc:
+        return write(keep_at_home(store, job, exc))
 
 
 async def bring_home(store: Store, job: Job, provider: Any) -> list[str]:
-    """The job's outputs into runs/<id>/; for a job that holds secrets, under names masked
-    with their values, read from the keychain now (core/secrets/names.py)."""
+    """The job's outputs into runs/<id>/ (or kept at home: `outputs_folder`); for a job that
+    holds secrets, under names masked with their values, read from the keychain now
+    (core/secrets/names.py)."""
     import asyncio  # lazy: off `gpu submit`'s start
     from core.secrets import names
 
-    dest = runs_folder(job)
+    dest = await asyncio.to_thread(outputs_folder, store, job)
     try:
         mask = await asyncio.to_thread(names.for_job, job)
         with disk_full_guard(dest.parent), masked_names(mask.mask if mask else None):
-            notes = await provider.fetch_outputs(job, dest)
+            try:
+                notes = await provider.fetch_outputs(job, dest)
+            except runswriter.Refused as exc:  # swapped in after the check: kept at home
+                dest = await asyncio.to_thread(keep_at_home, store, job, exc)
+                notes = await provider.fetch_outputs(job, dest)
         return [mask.mask(n) for n in notes] if mask else notes  # a provider's own notes too
     except UserError as exc:
         return [f"outputs could not be brought home to {dest}: {exc.what}"]
     except OSError as exc:
         return [f"outputs could not be brought home to {dest}: {exc}"]
+
+
+def settle_checkpoint(store: Store, job: Job) -> str | None:
+    """The ended job's last checkpoint into its outputs folder (`checkpoints.settle`), kept at
+    home with them when runs/<id>/ is refused. Returns a note when it could not be kept."""
+    return write_outputs(store, job, lambda folder: checkpoints.settle(job.id, folder))
 
 
 NO_METRICS = "no metrics were tracked"  # the compute contract's words, said at a job's end
@@ -610,7 +682,7 @@ def end_warnings(job: Job, tracked: bool) -> tuple[dict[str, Any], list[str]]:
     texts: list[str] = []
     patterns = [p for p in (job.request.get("outputs") or []) if isinstance(p, str) and p.strip()]
     if patterns:
-        dest = Path(job.outputs_dir)
+        dest = outputs_where(job)
         rels: list[str] = []
         for top, dirs, files in os.walk(dest):  # links are not followed
             base = Path(top).relative_to(dest)
@@ -642,6 +714,8 @@ def job_report(store: Store, job: Job, verbose: bool = False) -> dict[str, Any]:
     ckpt = checkpoints.summary(job.id)
     if ckpt is not None:
         doc["checkpoint"] = ckpt  # the last complete checkpoint at home: age_s, bytes, files
+    if job.handle.get("outputs_kept"):  # runs/<id>/ was refused: {dir, why}
+        doc["outputs_kept"] = job.handle["outputs_kept"]
     paused = mirroring_paused(store, job)
     if paused:
         doc["checkpoint_mirroring"] = paused  # "checkpoint mirroring paused: disk full at ..."
@@ -671,13 +745,22 @@ def job_document(store: Store, job: Job) -> dict[str, Any]:
 
 
 def write_job_json(store: Store, job: Job) -> Path:
-    path = runs_folder(job) / "job.json"
-    tmp = path.with_suffix(".json.tmp")
+    """job.json in the job's outputs folder, through the one writer under runs/ (a fresh file
+    made exclusively and renamed into place: a planted `job.json` or `job.json.tmp` link is
+    never written through)."""
+    folder = outputs_folder(store, job)
     # read by people and agents alike: the one filter of machine output (no tag character or
     # other invisible one a job printed into its config or a reason comes back from \u escapes)
-    tmp.write_text(json.dumps(printable_doc(job_document(store, job)), indent=2, sort_keys=True))
-    os.replace(tmp, path)
-    return path
+    def write(where: Path) -> Path:
+        data = json.dumps(printable_doc(job_document(store, store.get(job.id))), indent=2,
+                          sort_keys=True).encode("utf-8", "surrogateescape")
+        with runswriter.open_folder(where) as out:
+            out.write("job.json", data)
+        return where / "job.json"
+    try:
+        return write(folder)
+    except runswriter.Refused as exc:
+        return write(keep_at_home(store, job, exc))
 
 
 def log_path(job: Job) -> Path:

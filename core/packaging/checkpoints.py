@@ -57,6 +57,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from core import paths
 from core.jobs.store import Event, Job
+from core.packaging import runswriter
 from core.packaging.safe_extract import OutputCaps, masked_names, safe_extract
 from core.secrets import names
 from core.runtime.diskspace import DISK_FULL, disk_full_text, free_bytes, is_enospc
@@ -529,7 +530,11 @@ def settle(job_id: str, outputs: Path) -> str | None:
     """The job ended: its last checkpoint becomes an output (`runs/<id>/checkpoint/`), moved
     there rather than copied where home and the project share a disk. Its manifest stays at
     home (`ckpt-settled.json`), so a resume (`reclaim`) can check the files and open sealed
-    names. Returns a note when it could not be kept."""
+    names. Returns a note when it could not be kept.
+
+    `outputs` is written through the one writer under runs/ (core/packaging/runswriter.py):
+    runswriter.Refused (runs/ or runs/<id>/ a link, not a folder, not the person's) leaves here
+    with the checkpoint still at home, for the caller to keep it there with the outputs."""
     src = home_dir(job_id)
     doc = manifest(job_id)
     if doc is None:
@@ -538,12 +543,11 @@ def settle(job_id: str, outputs: Path) -> str | None:
     dest = outputs / "checkpoint"
     note = None
     try:
-        if dest.exists():
-            note = f"the last checkpoint was not kept: {dest} already holds the job's own files"
-        else:
-            outputs.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(src), str(dest))
-            _write_json(_settled_path(job_id), {**doc, "dir": str(dest)})
+        with runswriter.open_folder(outputs) as folder:
+            folder.move_in(src, "checkpoint")
+        _write_json(_settled_path(job_id), {**doc, "dir": str(dest)})
+    except FileExistsError:
+        note = f"the last checkpoint was not kept: {dest} already holds the job's own files"
     except OSError as exc:
         note = f"the last checkpoint could not be kept in {dest}: {exc}"
     discard(job_id)
@@ -578,8 +582,9 @@ def settled(job_id: str, outputs: Path) -> dict[str, Any] | None:
             doc = json.loads(_settled_path(job_id).read_text())
         except (OSError, ValueError):
             doc = None
-        if not isinstance(doc, dict) or not where.is_dir():
+        if not isinstance(doc, dict) or not os.path.lexists(where):
             return None
+        _plain_folders(outputs, where)
         files = doc.get("files") or {}
         found = {p.relative_to(where).as_posix() for p in where.rglob("*")
                  if p.is_file() or p.is_symlink()} - {MARKER}
@@ -603,6 +608,22 @@ def settled(job_id: str, outputs: Path) -> dict[str, Any] | None:
                 "utf-8", "surrogateescape")).hexdigest()}
 
 
+def _plain_folders(outputs: Path, where: Path) -> None:
+    """UserError unless runs/, runs/<id>/ and its checkpoint/ are plain folders of the person's
+    (never a link): a resume reads and moves what is there, and a link would have it read or
+    move what lies elsewhere."""
+    from core.errors import UserError
+
+    try:
+        with runswriter.open_folder(outputs, make=False) as folder:
+            folder.check_dir("checkpoint")
+    except (runswriter.Refused, OSError) as exc:
+        why = f"{exc.where} is {exc.why}" if isinstance(exc, runswriter.Refused) else str(exc)
+        raise UserError(f"the job's checkpoint in {where} cannot be read: {why}", where=str(where),
+                        fix="put the checkpoint's folder back as a plain folder (no link on the "
+                            "way), then resume again; to start over, submit the job again") from None
+
+
 def reclaim(job_id: str, outputs: Path) -> dict[str, Any] | None:
     """A resumed job's next attempt starts: its settled checkpoint moves back home (checked
     again by `settled`), where the launch restores it and the mirror goes on from it; the
@@ -615,7 +636,15 @@ def reclaim(job_id: str, outputs: Path) -> dict[str, Any] | None:
     home = home_dir(job_id)
     shutil.rmtree(home, ignore_errors=True)
     home.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(info["where"], str(home))
+    try:
+        with runswriter.open_folder(outputs, make=False) as folder:
+            folder.move_out("checkpoint", home)
+    except runswriter.Refused as exc:  # a link swapped in since `settled` looked
+        from core.errors import UserError
+
+        raise UserError(f"the job's checkpoint in {info['where']} cannot be read: {exc.where} is "
+                        f"{exc.why}", where=info["where"],
+                        fix="put the checkpoint's folder back as a plain folder, then resume again") from None
     _write_json(_manifest_path(job_id), doc)
     _settled_path(job_id).unlink(missing_ok=True)
     return {**info, "where": str(home)}

@@ -12,8 +12,13 @@ link out of the folder, write through `..`, create devices, and fill the disk. H
   down, the out/ folder itself included), so no link is followed, no FIFO or device is
   opened, and a file hard-linked in from another owner is refused;
 - absolute names, `..` parts and names that leave the folder are rejected;
-- everything is written into a fresh, private staging folder that only this code has
-  populated (so no link can exist in it), with O_EXCL|O_NOFOLLOW, then moved into place;
+- the destination is opened by core/packaging/runswriter.py, the one writer under a
+  project's runs/: `runs/` and `runs/<id>/` are opened without following a link and must be
+  plain folders of this user (else `runswriter.Refused` is raised before anything is
+  written, and the engine keeps the outputs at home); everything is written through folder
+  descriptors into a fresh staging folder (mkdir, random name) beside the destination, with
+  O_EXCL|O_NOFOLLOW, then renamed into place within the descriptors (a link in the
+  destination is replaced, never followed);
 - one byte cap (counted on the bytes actually written, not on a header's or a sparse file's
   word) and one file-count cap (`OutputCaps`, the same for every target: `max_output_bytes`,
   `max_output_files` in a target's options) stop a bomb; the file being written when a cap is
@@ -33,10 +38,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import tarfile
-import tempfile
 import zlib
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -44,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Iterator
 
+from core.packaging import runswriter
 from core.runtime import nofollow
 from core.runtime.diskspace import disk_full_text, is_enospc
 
@@ -53,8 +57,7 @@ MAX_NOTES = 50
 MAX_DEPTH = 128  # folders deeper than this in a local out/ stay behind
 _CHUNK = 1 << 20
 _BROKEN = (tarfile.TarError, EOFError, zlib.error, OSError)  # a damaged or cut-off archive
-_OPEN = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_OPEN = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,9 @@ def current_name_mask() -> Callable[[str], str] | None:
 
 class _Staging:
     """The one writer: a private folder beside `dest`, the caps, the notes; merged at the end.
-    Every name (file, folder, note) passes the mask in force when it was made."""
+    Every name (file, folder, note) passes the mask in force when it was made. `dest` is
+    opened (and checked) by runswriter before anything is made: runswriter.Refused leaves here
+    with nothing written."""
 
     def __init__(self, dest: Path, caps: OutputCaps) -> None:
         self.dest = Path(dest)
@@ -115,8 +120,12 @@ class _Staging:
         mask = _NAME_MASK.get()
         self.masking = mask is not None
         self.shown: Callable[[str], str] = mask or (lambda name: name)
-        self.dest.parent.mkdir(parents=True, exist_ok=True)
-        self.root = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.extract-", dir=self.dest.parent))
+        self.folder = runswriter.open_folder(self.dest)
+        try:
+            self.root_name, self.root = self.folder.staging()
+        except BaseException:
+            self.folder.close()
+            raise
         self.notes: list[str] = []
         self.dropped = 0
         self.written = 0
@@ -135,8 +144,11 @@ class _Staging:
             # first half would show most of it (an empty folder stays behind)
             return True
         try:
-            _mkdirs(self.root, rel)
+            os.close(nofollow.makedirs_at(self.root, rel))
             return True
+        except nofollow.Refused as exc:
+            self.note(f"{rel}/: could not be created ({exc.rel}: {_in_the_way(exc.why)})")
+            return False
         except OSError as exc:
             self.note(f"{rel}/: could not be created ({exc.strerror})")
             return False
@@ -153,30 +165,40 @@ class _Staging:
                       "the rest stayed behind")
             return False
         parent, _, base = rel.rpartition("/")
+        folder = -1
         try:
-            folder = _mkdirs(self.root, parent) if parent else self.root
-            fd = os.open(folder / base, _OPEN, 0o755 if mode & 0o111 else 0o644)
+            folder = nofollow.makedirs_at(self.root, parent) if parent else os.dup(self.root)
+            fd = os.open(base, _OPEN, 0o755 if mode & 0o111 else 0o644, dir_fd=folder)
         except FileExistsError:
+            _close(folder)
             self.note(f"{rel}: appears twice; the first copy was kept")
             return True
+        except nofollow.Refused as exc:
+            _close(folder)
+            self.note(f"{rel}: could not be written ({exc.rel}: {_in_the_way(exc.why)})")
+            return True
         except OSError as exc:
+            _close(folder)
             if is_enospc(exc):
                 self.note(f"stopped at {rel}: {disk_full_text(self.dest.parent)}")
                 return False
             self.note(f"{rel}: could not be written ({exc.strerror})")
             return True
         try:
-            ok = self._fill(fd, rel, chunks)
-        except BaseException:
+            try:
+                ok = self._fill(fd, rel, chunks)
+            except BaseException:
+                os.close(fd)
+                _unlink_at(folder, base)
+                raise
             os.close(fd)
-            (folder / base).unlink(missing_ok=True)
-            raise
-        os.close(fd)
-        if not ok:
-            (folder / base).unlink(missing_ok=True)
-            return False
-        self.files += 1
-        return True
+            if not ok:
+                _unlink_at(folder, base)
+                return False
+            self.files += 1
+            return True
+        finally:
+            os.close(folder)
 
     def _fill(self, fd: int, rel: str, chunks: Iterator[bytes]) -> bool:
         length = 0
@@ -203,11 +225,15 @@ class _Staging:
     def finish(self) -> list[str]:
         if self.dropped:
             self.notes.append(f"... and {self.dropped} more entries left out")
-        _merge(self.root, self.dest)
+        self.folder.merge(self.root)
         return self.notes
 
     def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        os.close(self.root)
+        try:
+            self.folder.remove_staging(self.root_name)
+        finally:
+            self.folder.close()
 
 
 def safe_extract(archive: Path, dest: Path, *, max_bytes: int = MAX_BYTES,
@@ -218,13 +244,13 @@ def safe_extract(archive: Path, dest: Path, *, max_bytes: int = MAX_BYTES,
         tar = tarfile.open(archive, "r:*")
     except _BROKEN as exc:
         return [f"outputs archive could not be read: {exc}"]
-    sink = _Staging(dest, caps)
-    try:
-        with tar:
+    with tar:
+        sink = _Staging(dest, caps)
+        try:
             _extract_members(tar, sink)
-        return sink.finish()
-    finally:
-        sink.close()
+            return sink.finish()
+        finally:
+            sink.close()
 
 
 def write_files(dest: Path, files: Iterable[tuple[str, int, Iterator[bytes]]], *,
@@ -388,42 +414,18 @@ def _fd_chunks(fd: int, size: int) -> Iterator[bytes]:
         yield block
 
 
-def _mkdirs(root: Path, rel: str) -> Path:
-    """Create root/rel folder by folder, refusing to pass through anything but a folder."""
-    here = root
-    for part in rel.split("/"):
-        here = here / part
-        try:
-            os.mkdir(here, 0o755)
-        except FileExistsError:
-            if not here.is_dir() or here.is_symlink():
-                raise NotADirectoryError(20, "a file is in the way", str(here)) from None
-    return here
+def _close(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
 
 
-def _merge(src: Path, dest: Path) -> None:
-    """Move the staged tree into dest; staged entries replace files of the same name."""
-    if not dest.exists():
-        os.rename(src, dest)
-        src.mkdir()  # the caller removes it
-        return
-    for entry in os.scandir(src):
-        target = dest / entry.name
-        if entry.is_dir(follow_symlinks=False):
-            if target.is_dir() and not target.is_symlink():
-                _merge(Path(entry.path), target)
-                continue
-            if target.exists() or target.is_symlink():
-                _remove(target)
-            os.rename(entry.path, target)
-        else:
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            os.replace(entry.path, target)
+def _unlink_at(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink()
+def _in_the_way(why: str) -> str:
+    """nofollow's word for what stands where a folder goes, as a note says it."""
+    return "a file is in the way" if why == "not a regular file" else f"{why} is in the way"

@@ -14,7 +14,9 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from core import paths
 from core.jobs.store import Job
+from core.packaging import runswriter
 from core.packaging.safe_extract import OutputCaps, safe_extract
 from core.transport.base import TransportError, Unreachable, quote
 
@@ -75,7 +77,6 @@ class RemoteFetch:
         await self.remote()
         await self.sync_log(job)
         jd = self.job_dir(job)
-        dest.mkdir(parents=True, exist_ok=True)
         try:
             r = await self.transport.run(
                 f"set -e; cd {quote(jd)}; mkdir -p out; "
@@ -88,7 +89,8 @@ class RemoteFetch:
                 notes.append(f"outputs are {size} bytes packed, over the {cap} byte cap: "
                              f"left on {self.name} in {jd}/out")
             else:
-                fd, tmp_name = tempfile.mkstemp(prefix=".outputs-", suffix=".tar.gz", dir=dest.parent)
+                # into gpu-router's home: runs/ is written only by runswriter (through safe_extract)
+                fd, tmp_name = tempfile.mkstemp(prefix=".outputs-", suffix=".tar.gz", dir=paths.home())
                 os.close(fd)
                 tmp = Path(tmp_name)
                 try:
@@ -96,18 +98,20 @@ class RemoteFetch:
                     notes += await asyncio.to_thread(safe_extract, tmp, dest, caps=caps)
                 finally:
                     tmp.unlink(missing_ok=True)
-            metrics = dest / "metrics.jsonl"
-            try:
-                await self.transport.get_file(f"{jd}/metrics.jsonl", metrics, max_bytes=1 << 30)
-            except TransportError:
-                pass  # no metrics logged
+            with tempfile.TemporaryDirectory(prefix=".metrics-", dir=paths.home()) as got:
+                try:
+                    await self.transport.get_file(f"{jd}/metrics.jsonl", Path(got, "m"), max_bytes=1 << 30)
+                except TransportError:
+                    pass  # no metrics logged
+                else:
+                    await asyncio.to_thread(runswriter.copy_file, dest, "metrics.jsonl", Path(got, "m"))
         except Unreachable:
             raise  # not now: the supervisor tries again on its next tick
         except (TransportError, ValueError) as exc:
             notes.append(f"outputs could not be brought home from {self.name}: {exc}")
         log = self.log_path(job)
         if log.is_file():
-            (dest / "job.log").write_bytes(log.read_bytes())
+            await asyncio.to_thread(runswriter.copy_file, dest, "job.log", log)
         return notes
 
     async def fetch_paths(self, job: Job, rels: list[str], archive: Path, caps: OutputCaps) -> dict:
