@@ -119,6 +119,10 @@ def test_a_runs_id_link_to_the_config_folder_leaves_the_config_alone(home: Path,
     shown = Console(width=300, record=True, file=open(os.devnull, "w"))
     shown.print(status_panel(store.get(job.id), store.events(job.id), {}))
     assert f"{kept}  (kept at home: {project / 'runs' / job.short_id} is a link" in shown.export_text()
+    from core.engine.reports import artifacts_doc
+
+    listed = artifacts_doc(store.get(job.id))  # `gpu outputs` lists them where they are
+    assert listed["outputs_dir"] == str(kept) and "model.pkl" in {f["path"] for f in listed["files"]}
 
 
 def test_a_runs_id_link_to_ssh_does_not_replace_authorized_keys(home: Path, tmp_path: Path) -> None:
@@ -434,3 +438,67 @@ def test_a_checkpoint_crosses_disks_by_copy_without_following_links(tmp_path: Pa
     with runswriter.open_folder(dest, make=False) as folder:
         folder.move_out("checkpoint", back)
     assert (back / "sub" / "opt.pt").read_bytes() == b"adam" and not got.exists()
+
+
+def test_a_remote_job_comes_home_through_the_writer_too(home: Path, tmp_path: Path) -> None:
+    """A host's outputs archive, metrics file and the log mirror (core/providers/remotefetch.py):
+    with runs/<id>/ a link to ~/.ssh, authorized_keys stays the person's and all of it is kept."""
+    from core.engine.service import bring_home
+
+    host, ssh, project, job = _host_with_a_linked_runs_id(tmp_path)
+    store = Store()
+    asyncio.run(bring_home(store, job, host))
+
+    assert (ssh / "authorized_keys").read_text() == "the-persons-key\n"
+    assert sorted(p.name for p in ssh.iterdir()) == ["authorized_keys"]
+    kept = _kept(store, job)
+    assert (kept / "authorized_keys").read_text() == "the-agents-key\n"
+    assert (kept / "job.log").read_text() == "step 1\n" and (kept / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert [p.name for p in (project / "runs").glob(".*")] == [".gitignore"]  # no archive or staging
+
+
+def test_a_host_writes_its_log_and_metrics_only_through_the_writer(home: Path, tmp_path: Path) -> None:
+    """Outputs over the cap stay on the host, yet the metrics file and the log still come: into
+    a runs/<id>/ that is a link, they are refused (the engine then keeps them at home)."""
+    from core.packaging import runswriter
+
+    host, ssh, project, job = _host_with_a_linked_runs_id(tmp_path, options={"max_output_bytes": 1})
+    with pytest.raises(runswriter.Refused):
+        asyncio.run(host.fetch_outputs(job, project / "runs" / job.short_id))
+    assert sorted(p.name for p in ssh.iterdir()) == ["authorized_keys"]
+
+
+def _host_with_a_linked_runs_id(tmp_path: Path, options: dict | None = None):
+    """A host (this machine through LocalTransport, as tests/test_ssh.py's twin) whose job wrote
+    out/authorized_keys, a log and metrics; the project's runs/<id> is a link to ~/.ssh."""
+    from core.providers.remotefetch import RemoteFetch
+    from core.transport.local import LocalTransport
+
+    class Host(RemoteFetch):
+        name, transport = "box", LocalTransport("box")
+
+        async def remote(self) -> None:
+            return None
+
+        def job_dir(self, job: Job) -> str:
+            return str(tmp_path / "remote" / "jobs" / job.id)
+
+        def log_path(self, job: Job) -> Path:
+            return paths.jobs_dir() / job.id / "job.log"
+
+    host = Host()
+    host.options = options or {}
+    ssh = tmp_path / "dot-ssh"
+    ssh.mkdir()
+    (ssh / "authorized_keys").write_text("the-persons-key\n")
+    project = tmp_path / "project"
+    (project / "runs").mkdir(parents=True)
+    job = _job(Store(), project)
+    os.symlink(ssh, project / "runs" / job.short_id)
+    remote = tmp_path / "remote" / "jobs" / job.id
+    (remote / "out").mkdir(parents=True)
+    (remote / "out" / "authorized_keys").write_text("the-agents-key\n")
+    (remote / "job.log").write_text("step 1\n")
+    (remote / "metrics.jsonl").write_text('{"step": 1}\n')
+    (paths.jobs_dir() / job.id).mkdir(parents=True, exist_ok=True)
+    return host, ssh, project, job

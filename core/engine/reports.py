@@ -303,8 +303,9 @@ def artifacts_doc(job: Job, cap: int = ARTIFACTS_CAP) -> dict[str, Any]:
     """The files that came home to the job's `runs/<short_id>/`, without following a link.
 
     They arrive when the job ends (and the log and metrics with them); while it runs the
-    folder may not exist yet."""
-    root = Path(job.outputs_dir)
+    folder may not exist yet. A job whose runs/<id>/ was refused (a link, not your folder)
+    lists the folder at home its outputs were kept in instead (core/engine/service.py)."""
+    root = Path((job.handle.get("outputs_kept") or {}).get("dir") or job.outputs_dir)
     files: list[dict[str, Any]] = []
     total = 0
     if root.is_dir() and not root.is_symlink():

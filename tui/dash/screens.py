@@ -188,6 +188,9 @@ class DetailScreen(Screen):
                                                    for d in r.get("data", [])), ", ") or "-"))
             req.add_row("project", renderable(job.project_dir))
             req.add_row("outputs", renderable(job.outputs_dir))
+            kept = job.handle.get("outputs_kept")  # runs/<id>/ was refused: where they are instead
+            if kept:
+                req.add_row("kept at", renderable(f"{kept.get('dir')} ({kept.get('why')})"))
             yield Static(Group(Text("request", style="bold underline"), req))
             yield Static(Group(Text("plan", style="bold underline"), plan_panel(job.plan, state=job.state.value)))
             yield Static(Group(Text("bundle", style="bold underline"), bundle_panel(job.bundle)))
