@@ -33,8 +33,10 @@ import subprocess
 import sys
 
 if __package__:
+    from . import rootonly
     from .jobprocs import SANDBOX_MARK
 else:  # run beside its sibling files on the target
+    import rootonly
     from jobprocs import SANDBOX_MARK
 
 # -- the environment --------------------------------------------------------------------------
@@ -120,6 +122,8 @@ def bwrap_argv(bwrap: str, plan: dict, command: list[str], features: dict | None
     args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "gpu-router-job"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # root's job is nobody in its namespace:
+        args += ["--uid", str(rootonly.UNPRIVILEGED_ID), "--gid", str(rootonly.UNPRIVILEGED_ID)]  # and see rootonly
     if features.get("disable_userns"):
         args.append("--disable-userns")  # no nested namespace to undo the mounts in
     if not plan.get("network", True):
@@ -419,6 +423,9 @@ def plan_for(spec: dict, python: str) -> dict:
     # what the bundle's judge withholds from a set (credentials, links) is covered there
     withheld = box.get("withheld") or {}
     cover = [os.path.join(os.path.abspath(d), rel) for d in box.get("data", []) for rel in withheld.get(d, [])]
+    # started by root: what only root may read in the bound system folders is covered too (the
+    # package-managed part of that walk is cached in gpu-router's cache folder, <home>/cache)
+    cover += rootonly.paths(os.path.join(os.path.dirname(os.path.dirname(job_dir)), "cache", "root-only.json"))
     deps = spec.get("deps")
     if deps:
         ro.append(deps.get("venv") or os.path.join(deps["venvs_dir"], deps["hash"]))  # uv: by its packages
