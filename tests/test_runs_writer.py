@@ -502,3 +502,28 @@ def _host_with_a_linked_runs_id(tmp_path: Path, options: dict | None = None):
     (remote / "metrics.jsonl").write_text('{"step": 1}\n')
     (paths.jobs_dir() / job.id).mkdir(parents=True, exist_ok=True)
     return host, ssh, project, job
+
+
+def test_gpu_fetch_into_a_linked_runs_id_keeps_the_files_at_home(home: Path, tmp_path: Path) -> None:
+    from core.engine.fetch import fetch
+    from tests.conftest import write_user_config
+
+    write_user_config("targets:\n  local: {kind: local}\n")
+    ssh = tmp_path / "dot-ssh"
+    ssh.mkdir()
+    project = tmp_path / "project"
+    (project / "runs").mkdir(parents=True)
+    store = Store()
+    job = _job(store, project)
+    store.update(job.id, handle={"attempt_dir": "x"})
+    code = paths.jobs_dir() / job.id / "code"
+    code.mkdir(parents=True)
+    (code / "authorized_keys").write_text("the-agents-key\n")
+    os.symlink(ssh, project / "runs" / job.short_id)
+
+    doc = fetch(store, job.short_id, ["authorized_keys"])
+
+    assert list(ssh.iterdir()) == []
+    kept = _kept(store, job)
+    assert doc["dest"] == str(kept) and doc["files"] == 1
+    assert (kept / "authorized_keys").read_text() == "the-agents-key\n"
