@@ -527,3 +527,35 @@ def test_gpu_fetch_into_a_linked_runs_id_keeps_the_files_at_home(home: Path, tmp
     kept = _kept(store, job)
     assert doc["dest"] == str(kept) and doc["files"] == 1
     assert (kept / "authorized_keys").read_text() == "the-agents-key\n"
+
+
+def test_a_link_swapped_in_after_the_check_still_keeps_the_outputs_at_home(home: Path, tmp_path: Path) -> None:
+    """runs/<id>/ was a plain folder when the engine looked, and a link when the copy began:
+    the copy is refused before writing, and the engine brings the outputs home again, kept."""
+    from core.engine.service import bring_home
+    from core.packaging.safe_extract import safe_copy_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    project = tmp_path / "project"
+    store = Store()
+    job = _job(store, project)
+    runs = project / "runs" / job.short_id
+    _local_job_wrote(job, {"model.pkl": "weights"})
+
+    class Swapping:
+        calls: list[Path] = []
+
+        async def fetch_outputs(self, job: Job, dest: Path) -> list[str]:
+            self.calls.append(dest)
+            if dest == runs:  # the agent's move, between the check and the copy
+                shutil.rmtree(runs)
+                os.symlink(outside, runs)
+            return safe_copy_tree(paths.jobs_dir() / job.id / "out", dest)
+
+    provider = Swapping()
+    asyncio.run(bring_home(store, job, provider))
+
+    assert list(outside.iterdir()) == []
+    kept = _kept(store, job)
+    assert provider.calls == [runs, kept] and (kept / "model.pkl").read_text() == "weights"
