@@ -122,7 +122,10 @@ def test_a_held_agent_job_and_its_end_arrive_once_without_its_secret(keychain, h
     assert short in held["title"] and "waits for your approval" in held["title"]
     assert f"gpu approve {short}" in text.splitlines()[-2]  # the exact line, on its own
     assert "$1.00" in text and "$2.00/hour" in text  # 0.5 h at $2.00 an hour
-    assert "MY_TOKEN" in text and "[secret]" in text  # what it reads is said; its value is not
+    assert "MY_TOKEN" in text  # what it reads is said; its value is not
+    # the command (with the pasted value) is the job's words: never beside the approve line
+    # (tests/test_job_text.py); the message says where to see it
+    assert f"gpu status {short}" in text and "--label" not in text
     for form in _forms(SECRET):
         assert form not in text
     assert str(home) not in text and str(project) not in text and str(tmp_path) not in text
@@ -261,6 +264,6 @@ def test_each_move_counts_as_its_event_and_is_claimed_once(home: Path) -> None:
     assert kinds == [("00000001", ["done"]), ("00000002", ["failed"]), ("00000003", ["stopped_by_rule"]),
                      ("00000004", ["cancelled"]), ("00000005", ["approval_wait"])]
     failed = notify.build(*moves[1])
-    assert "failed" in failed.title and "<gpu-router home>/jobs/x/log" in failed.body
+    assert "failed" in failed.title and "[gpu-router home]/jobs/x/log" in failed.body
     assert str(home) not in failed.body
     assert notify.Notifier(urls=[NotifyURL("json://127.0.0.1:1/x")]).collect(store) == []

@@ -384,6 +384,10 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
         check_clash(req.sweep, req.env, where("sweep"))
     _check_script(req, project, where("script"))
     _check_command_size(req, where("args") if req.args else where("env"))
+    if req.sweep:  # each point's final args and env, as if written whole (issue 36)
+        from core.config.sweep import check_points
+
+        check_points(req, where("sweep"))
     return req
 
 
@@ -404,6 +408,9 @@ def _check_command_size(req: JobRequest, where: str) -> None:
         raise UserError(f"the script line, args and env come to {size} bytes, more than "
                         f"{MAX_COMMAND_BYTES // 1024} KiB", where=where,
                         fix="pass large inputs as files: put them in the project or use data: NAME=PATH")
+
+
+check_command_size = _check_command_size  # a sweep's points are held to it too (core.config.sweep)
 
 
 def _check_script(req: JobRequest, project: Path, where: str) -> None:

@@ -10,6 +10,13 @@ keys, as `gpu.params()` (the JSON in GPU_ROUTER_PARAMS, read by the job-side `gp
 as `{KEY}` in the args, replaced by the value. A key must therefore be an environment name that
 gpu-router and the job's interpreter do not already use: a key that is not one is refused here,
 with the fix, before anything is packed.
+
+A value is substituted once: `{KEY}` is read in one pass over what the person wrote, never in a
+value just put in, and a value that itself holds a placeholder (`A=ghp_{K0}{K1}`) is refused.
+Each point's final args, script line and env are what gets stored and run, so they pass the
+checks a request written whole passes (`check_point`): values that are nothing alone can be
+joined into a token (`--x ghp_{K0}{K1}{K2}`), and a value becomes an `env` entry, held to
+`env`'s rules (a name like a secret's, a token's short form, a long random key).
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ RESERVED = frozenset({"PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "P
                       "WANDB_MODE", "WANDB_DIR", "WANDB_SILENT", "VIRTUAL_ENV"})
 RESERVED_PREFIXES = ("GPU_ROUTER_", "SLURM_", "PBS_", "KAGGLE_", "MODAL_", "LD_", "BASH_FUNC_")
 _FLOAT_RE = re.compile(r"^-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?\Z")
+# `{KEY}` as the args and a command line hold it: a key's shape in braces
+PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]{0,63})\}")
 
 Point = dict[str, Any]
 
@@ -66,6 +75,13 @@ def _check_value(key: str, value: Any, where: str) -> Any:
         if len(str(value)) > MAX_VALUE_CHARS or (isinstance(value, str) and not value.isprintable()):
             raise UserError(f"sweep value of {key} ({shorten(value)}) is too long or not printable",
                             where=where, fix=f"values are printable text of at most {MAX_VALUE_CHARS} characters")
+        found = PLACEHOLDER_RE.search(value) if isinstance(value, str) else None
+        if found:  # a value is put in as it is: {K} in it would read as a second substitution
+            raise UserError(f"sweep value of {key} ({shorten(value)}) holds the placeholder "
+                            f"{found.group()}: a value is substituted once, never filled in from "
+                            "another key", where=where,
+                            fix="write each point's whole value (list the points with --sweep-list), "
+                                "or put the placeholders side by side in the args, e.g. -- --x {A}{B}")
         return value
     raise UserError(f"sweep value of {key} is {type(value).__name__}, not a number or text",
                     where=where, fix="each value is a number, true/false or text")
@@ -199,18 +215,73 @@ def label(point: Point) -> str:
     return " ".join(f"{k}={env_text(v)}" for k, v in point.items())
 
 
-def point_request(req: Any, point: Point) -> Any:
+def substitute(template: str, point: Point, quote: bool = False) -> str:
+    """`template` with each `{KEY}` of the point's keys replaced by its value (shell-quoted
+    for a command line), in one pass: what a value brings in is never read again, so no value
+    is substituted twice. `{X}` that names no key stays as written."""
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) not in point:
+            return m.group()
+        text = env_text(point[m.group(1)])
+        return shlex.quote(text) if quote else text
+
+    return PLACEHOLDER_RE.sub(one, template)
+
+
+def point_request(req: Any, point: Point, where: str = "sweep", number: int | None = None) -> Any:
     """The request (a core.config.request.JobRequest: not imported, it imports this module's
     checks) one point runs: its values in env and in GPU_ROUTER_PARAMS, `{KEY}` in the
-    args replaced, the sweep itself gone (a point is an ordinary job), no request_id (the group
-    holds it)."""
+    args replaced (once, `substitute`), the sweep itself gone (a point is an ordinary job), no
+    request_id (the group holds it). Its final args, script line and env are checked as a
+    request written whole (`check_point`), whichever door made it."""
     env = {**req.env, **{k: env_text(v) for k, v in point.items()},
            PARAMS_VAR: json.dumps(point, sort_keys=True, separators=(",", ":"))}
-    args, script = list(req.args), req.script
-    line = bool(script) and "{" in script and not req.is_python_file()  # compute_job's command
-    for key, value in point.items():
-        args = [a.replace("{" + key + "}", env_text(value)) for a in args]
-        if line:
-            script = script.replace("{" + key + "}", shlex.quote(env_text(value)))
-    return replace(req, env=env, args=args, script=script, sweep=None, max_parallel=None,
-                   request_id=None)
+    args = [substitute(a, point) for a in req.args]
+    script = req.script
+    if script and "{" in script and not req.is_python_file():  # compute_job's command line
+        script = substitute(script, point, quote=True)
+    run = replace(req, env=env, args=args, script=script, sweep=None, max_parallel=None,
+                  request_id=None)
+    check_point(run, point, where, number)
+    return run
+
+
+def check_point(run: Any, point: Point, where: str = "sweep", number: int | None = None) -> None:
+    """Refuse a point whose final values a request written whole could not hold: its args and
+    command line by the args check, its env by the env check (names and values), their size by
+    the command size check. Said as the point (by number and keys, never its values) and then
+    as the check says it, with the check's fix.
+
+    GPU_ROUTER_PARAMS is left to its parts: it is the point's values as JSON (each one checked
+    as its own env entry), and JSON's quotes and the keys' capitals read as a random key."""
+    from core.config.request import check_command_size
+    from core.secrets.scan import check_args, check_env
+
+    which = f"sweep point {number}" if number else "a sweep point"
+    keys = ", ".join(point)
+    try:
+        check_args(list(run.args), where)
+        if run.script and not run.is_python_file():
+            try:
+                parts = shlex.split(run.script)
+            except ValueError:
+                parts = [run.script]
+            check_args(parts, where, field="the script line")
+        check_env({k: v for k, v in run.env.items() if k != PARAMS_VAR}, where)
+        check_command_size(run, where)
+    except UserError as exc:
+        fix = exc.fix
+        named = [k for k in point if f"the name {k} " in exc.what]
+        if named:  # the key is the env name refused: most often an ordinary setting (MAX_TOKENS)
+            fix = (f"a sweep key is also the name of an env variable, held to env's rules: for an "
+                   f"ordinary setting, rename {named[0]} (e.g. without the word part named) and "
+                   f"read it with os.environ or gpu.params(); for a secret, {fix}")
+        raise UserError(f"{which} (keys {keys}), with its values put in: {exc.what}",
+                        where=where, fix=fix) from None
+
+
+def check_points(req: Any, where: str = "sweep") -> None:
+    """Every point of a request's sweep made and checked (`point_request`): at submit, before
+    anything is packed, so a point that could not run is refused where the sweep was written."""
+    for n, point in enumerate(req.sweep or [], start=1):
+        point_request(req, point, where, n)

@@ -19,12 +19,25 @@ a slow service delays no other). Each try is bounded (`CONNECT_S`, `READ_S`), a 
 tried again `TRIES` times in all, and a URL that still fails is recorded in notify.json and
 shown as one line by `gpu daemon --status` (and its --json); the job is never touched.
 
-What a message holds: the job's short id, name, target, price and its reason, never a secret
-value nor a path of gpu-router's: every text that comes from the job goes through the job's
-secret mask (core/secrets/names.NameMask, the one that masks the names of outputs) and the
-terminal filter (one line, printable), and gpu-router's home, the bundle and the project folder
-are replaced by words. Where the keychain cannot be read to mask a job that holds secrets, its
-free text is left out and the message says so.
+What a message holds: the job's short id, target, price and, for an ending, its name and
+reason, never a secret value nor a path of gpu-router's: every text that comes from the job goes
+through the job's secret mask (core/secrets/names.NameMask, the one that masks the names of
+outputs) and the terminal filter (one line, printable), and gpu-router's home, the bundle and
+the project folder are replaced by words. Where the keychain cannot be read to mask a job that
+holds secrets, its free text is left out and the message says so.
+
+A job's words are quoted, never acted on (DESIGN.md, "The seams of that boundary"). A failed
+job's reason is its own last error line, and its name and args are its (or its agent's)
+choice: a URL there, sent verbatim, is fetched by a chat that unfurls links (a way out for a
+job without network) or sits as a phishing line next to `gpu approve`. So `job_text`, the one
+function every such text goes through, makes it inert: no scheme a chat turns into a link
+(`https://` -> `hxxps[://]`, `mailto:` -> `mailto[:]`), no bare domain or address (`x.com` ->
+`x[.]com`, `10.0.0.1` -> `10[.]0[.]0[.]1`, after NFKC so fullwidth and ideographic forms count),
+no mention (`@everyone` -> `[@]everyone`), no markup that links or breaks out (`<`, `>`,
+backticks, `](`), capped at EXCERPT_CHARS. An ending shows it only on quoted lines (`> `)
+under a line that says so; an approval message holds none of it (not the name, the command,
+the reason nor a sweep's tell_user): only gpu-router's words, numbers and the names of the
+person's own targets and secrets, and points to `gpu status ID` for what would run.
 """
 
 from __future__ import annotations
@@ -32,7 +45,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
+import unicodedata
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -57,6 +72,7 @@ MAX_AGE_S = 900.0  # moves older than this when first read are not sent
 DRAIN_S = 60.0  # how long an exiting supervisor waits for messages still being sent
 STATE_NAME = "notify.json"
 ERROR_CHARS = 200
+EXCERPT_CHARS = 300  # characters kept of one text of the job's in a message
 
 # the state moves a person is told about, and the event names they map to (kinds_of)
 INTO = (State.AWAITING_APPROVAL, State.DONE, State.FAILED, State.CANCELLED)
@@ -102,11 +118,46 @@ def kinds_of(event: Event, job: Job) -> frozenset[str]:
     return frozenset()
 
 
+# schemes a chat or a mail client links without `//` (those with it are all caught by `://`)
+LINK_SCHEMES = ("mailto", "tel", "sms", "mms", "callto", "javascript", "data", "vbscript", "file",
+                "magnet", "xmpp", "sip", "sips", "news", "nntp", "tg", "slack", "skype", "facetime",
+                "geo", "bitcoin", "urn", "irc", "ircs", "webcal", "matrix", "spotify", "zoommtg",
+                "msteams", "discord", "steam", "itms", "market", "intent", "about", "blob", "view-source",
+                "ms-[a-z-]+")
+_SCHEME_NO_SLASH = re.compile(r"(?i)\b(" + "|".join(LINK_SCHEMES) + r"):")
+_HTTP = re.compile(r"(?i)\b(?:(h)tt(ps?)|(f)t(ps?))(?=:)")
+_IPV4 = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w])")
+_DOT_BEFORE_LETTER = re.compile(r"\.(?=[^\W\d_])")  # a top-level domain starts with a letter
+_FOLD = str.maketrans({"\u3002": ".", "\u2024": ".", "\ufe52": ".", "<": "\u2039", ">": "\u203a", "`": "'"})
+
+
+def job_text(text: str) -> str:
+    """Text the job chose (its error line, name, args), made inert for a chat, one line.
+
+    Why: a chat that unfurls a link fetches it (a way out for a job without network), and a
+    link or mention next to gpu-router's own lines is a phishing line. NFKC first (fullwidth
+    `ｈｔｔｐｓ：／／` is `https://`), format characters dropped (a zero-width break inside
+    `evil.com` is still the domain to a linker that drops it), then every linkable form
+    defanged the way incident reports write them, and the whole capped at EXCERPT_CHARS."""
+    text = printable(unicodedata.normalize("NFKC", text[:EXCERPT_CHARS * 4]), single_line=True)
+    text = "".join(" " if unicodedata.category(c) in ("Zl", "Zp") else c for c in text
+                   if unicodedata.category(c) != "Cf").translate(_FOLD)
+    text = _HTTP.sub(lambda m: f"{m[1]}xx{m[2]}" if m[1] else f"{m[3]}x{m[4]}", text)
+    text = text.replace("://", "[://]")
+    text = re.sub(r"(?<!\[):(?=[/\\])", "[:]", text)  # `http:/x`, `http:\\x`
+    text = _SCHEME_NO_SLASH.sub(r"\1[:]", text)
+    text = _IPV4.sub(lambda m: m.group().replace(".", "[.]"), text)
+    text = _DOT_BEFORE_LETTER.sub("[.]", re.sub(r"(?i)\b(www)\.", r"\1[.]", text))
+    text = text.replace("@", "[@]").replace("](", "] (")  # last: a markdown link's seam, ours too
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "\u2026"
+
+
 def _scrubber(job: Job) -> tuple[Callable[[str], str], bool]:
     """(a function that makes a job's text fit to send, whether it could mask its secrets).
 
     The mask is the job's secret values in every form (NameMask, read from the keychain now);
-    then gpu-router's own paths become words, and the text one printable line."""
+    then gpu-router's own paths become words, and the text one printable, inert line
+    (`job_text`)."""
     from core.secrets import names
 
     withheld = False
@@ -114,8 +165,9 @@ def _scrubber(job: Job) -> tuple[Callable[[str], str], bool]:
         mask = names.for_job(job)
     except UserError:  # no keychain answers: the values cannot be looked for, so no free text
         mask, withheld = None, True
-    roots = [(job.bundle.get("root"), "<bundle>"), (str(paths.home()), "<gpu-router home>"),
-             (job.project_dir, "<project>"), (os.path.expanduser("~"), "~")]
+    # words in brackets: `job_text` leaves them as they are (it turns `<` and `>` to lookalikes)
+    roots = [(job.bundle.get("root"), "[bundle]"), (str(paths.home()), "[gpu-router home]"),
+             (job.project_dir, "[project]"), (os.path.expanduser("~"), "~")]
     roots = sorted(((str(p).rstrip("/"), w) for p, w in roots if p and str(p) not in ("/", "")),
                    key=lambda pw: len(pw[0]), reverse=True)
 
@@ -125,13 +177,17 @@ def _scrubber(job: Job) -> tuple[Callable[[str], str], bool]:
         text = mask.mask(text) if mask else text
         for root, word in roots:
             text = text.replace(root, word)
-        return printable(text, single_line=True)
+        return job_text(text)
 
     return scrub, not withheld
 
 
 def build(event: Event, job: Job) -> Notice | None:
-    """The message for one state move, or None when it is nobody's business."""
+    """The message for one state move, or None when it is nobody's business.
+
+    An approval message is gpu-router's words alone (numbers, the person's own target and
+    secret names): a line the job chose never sits beside `gpu approve`. An ending quotes the
+    job's name and reason on lines of their own (`> `), made inert by `job_text`."""
     from core.planning.policy import describe_cost
 
     kinds = kinds_of(event, job)
@@ -139,24 +195,35 @@ def build(event: Event, job: Job) -> Notice | None:
         return None
     scrub, _ = _scrubber(job)
     short = job.short_id  # hex: safe as it is
-    name = scrub(job.name)
-    target = scrub(str(job.plan.get("target") or job.provider or "?"))
-    reason = scrub(event.reason)
+    target = scrub(str(job.plan.get("target") or job.provider or "?"))  # the person's own target's name
     group = job.plan.get("group") or {}
+    holds = event.data.get("holds") or job.plan.get("holds") or []
+    # the rules' reasons: gpu-router's words with numbers and the person's target and secret names
+    why = "; ".join(scrub(str(h.get("reason", ""))) for h in holds if isinstance(h, dict)) \
+        or "a rule in your config"
     if "approval_wait" in kinds and job.group_id and job.plan.get("hold_kind") == "group":
-        gshort = str(group.get("short_id") or job.group_id[:8])  # hex: safe as it is
-        return Notice(kinds, f"gpu-router: sweep {gshort} waits for your approval",
-                      scrub(str(job.plan.get("tell_user") or f"sweep {gshort} waits: gpu approve {gshort}")),
+        gshort = str(group.get("short_id") or job.group_id[:8])
+        gshort = gshort if re.fullmatch(r"[0-9a-f]{1,32}", gshort) else job.group_id[:8]
+        totals = job.plan.get("group_totals") or {}
+        body = [f"The sweep {gshort} waits for your approval."]
+        if totals:
+            n, hours, price = int(totals.get("points") or 0), totals.get("hours"), totals.get("estimated_price") or 0
+            where = ", ".join(f"{scrub(str(k))} ({int(v)})" for k, v in (totals.get("targets") or {}).items())
+            cost = (f"{hours:g} hours in all" if isinstance(hours, (int, float)) else "no time estimate") + (
+                ", free (no charge on these targets)" if not price else f", estimated ${float(price):.2f} in all")
+            body.append(f"Its {n} points would run on {where}: {cost}.")
+        body += [f"Held because {why}.",
+                 f"What it would run: gpu status {gshort}",
+                 f"To approve all its points: gpu approve {gshort}",
+                 f"To refuse them: gpu deny {gshort}"]
+        return Notice(kinds, f"gpu-router: sweep {gshort} waits for your approval", "\n".join(body),
                       "warning", gshort)
     if "approval_wait" in kinds:
         gpu = scrub(str(job.plan.get("gpu") or "no GPU named"))
-        holds = event.data.get("holds") or job.plan.get("holds") or []
-        why = "; ".join(scrub(str(h.get("reason", ""))) for h in holds if isinstance(h, dict)) or reason
-        command = " ".join(scrub(str(a)) for a in job.plan.get("command", []))
-        body = [f"Job {short} ({name}) waits for your approval.",
-                f"It would run `{command}` on {target} ({gpu}) {describe_cost(job.plan)}." if command
-                else f"It would run on {target} ({gpu}) {describe_cost(job.plan)}.",
+        body = [f"Job {short} waits for your approval.",
+                f"It would run on {target} ({gpu}) {describe_cost(job.plan)}.",
                 f"Held because {why}.",
+                f"What it would run: gpu status {short}",
                 f"To approve it: gpu approve {short}",
                 f"To refuse it: gpu deny {short}"]
         return Notice(kinds, f"gpu-router: job {short} waits for your approval", "\n".join(body),
@@ -166,7 +233,10 @@ def build(event: Event, job: Job) -> Notice | None:
              "stopped_by_rule": ("was stopped by a rule", "failure"), "cancelled": ("was cancelled", "warning")}
     kind = next(iter(kinds))
     verb, level = words[kind]
-    body = [f"Job {short} ({name}) on {target} {verb}: {reason}."]
+    body = [f"Job {short} on {target} {verb}.",
+            "Its name and reason, quoted as the job wrote them (links disabled):",
+            f"> name: {scrub(job.name)}",
+            f"> reason: {scrub(event.reason)}"]
     if ran:
         body.append(f"It ran {ran}.")
     body.append(f"Outputs: runs/{short}/ in its project. Its log: gpu logs {short}")

@@ -78,15 +78,15 @@ def plan_group(req: JobRequest, *, interactive: bool, store: Store,
     from core.planning.usage import weekly_spend
 
     assert req.sweep
-    first = point_request(req, req.sweep[0])
+    first = point_request(req, req.sweep[0], number=1)  # each point checked as built (sweep.check_point)
     bundle, data_hashes, cfg, store = pack(first, interactive=interactive, store=store,
                                            allow_large_project=allow_large_project,
                                            progress=progress, warn=warn)
     req.data = first.data  # hf:// data resolved once, for every point
     infos = targets.for_request(first, store, cfg)
     reqs, plans = [], []
-    for point in req.sweep:
-        preq = point_request(req, point)
+    for n, point in enumerate(req.sweep, start=1):
+        preq = point_request(req, point, number=n)
         plan = place(preq, bundle, data_hashes, store, cfg, infos, interactive=interactive)
         plan["point"] = point
         info = infos.get(plan["target"])
@@ -119,6 +119,13 @@ def plan_group(req: JobRequest, *, interactive: bool, store: Store,
                   "command": plans[0]["command"], "max_parallel": req.max_parallel}
     group_plan["digest"] = group_digest([p["digest"] for p in plans], req.max_parallel)
     return bundle, reqs, plans, group_plan
+
+
+def group_totals(group_plan: dict) -> dict[str, Any]:
+    """The numbers a person is told about a held sweep: its points, where they run, their
+    hours and price together. No text of the job's (name, command, values) is in it."""
+    return {"points": len(group_plan["points"]), "targets": dict(group_plan["targets"]),
+            "hours": group_plan.get("hours"), "estimated_price": group_plan.get("estimated_price") or 0}
 
 
 def tell_user(short: str, name: str, group_plan: dict) -> str:
@@ -226,8 +233,10 @@ def _insert_once(store: Store, req: JobRequest, reqs: list[JobRequest], plans: l
             store.transition(job_id, State.ROUTING, "; ".join(plan["reasons"]), actor=actor,
                              data={"target": plan["target"], "passed_over": plan["passed_over"]})
             if held:
+                # group_totals: what a notification says of the sweep, in gpu-router's words
+                # (tell_user carries its name and command, the job's words: notify.py)
                 hplan = {**plan, "holds": gplan["holds"], "hold_kind": "group",
-                         "tell_user": gplan["tell_user"]}
+                         "tell_user": gplan["tell_user"], "group_totals": group_totals(gplan)}
                 store.transition(job_id, State.AWAITING_APPROVAL,
                                  f"held with its sweep {short} for approval: "
                                  + "; ".join(h["reason"] for h in gplan["holds"]),
