@@ -1,5 +1,6 @@
 """The approval PIN locks after five wrong tries, for 15 minutes and then twice as long each
-time, across processes: the count is in the store, each try an event and a supervisor.log line.
+time, across processes and across gpu-router homes and config copies: the count lives with the
+PIN (core/engine/pin.py `tries_file`), each try an event and a supervisor.log line.
 
 Time moves through an injected clock (no sleeps); two real processes share the count.
 """
@@ -100,15 +101,15 @@ def test_each_lockout_lasts_twice_the_one_before_until_a_right_pin(held) -> None
     for _ in range(4):
         for _ in range(5):
             _try(store, job, WRONG, clock)
-        row = store.conn.execute("SELECT locked_until, lockouts FROM pin_tries").fetchone()
+        row = pinmod.tries_row(pinmod.stored())[1:]
         lengths.append(row[0] - clock.now)
         clock.now = row[0]  # the moment it opens
     assert lengths == [900, 1800, 3600, 7200]
     assert _try(store, job, PIN, clock) is None
-    assert store.conn.execute("SELECT COUNT(*) FROM pin_tries").fetchone()[0] == 0
+    assert pinmod.tries_row(pinmod.stored()) is None
     for _ in range(5):
         _try(store, job, WRONG, clock)
-    row = store.conn.execute("SELECT locked_until FROM pin_tries").fetchone()
+    row = pinmod.tries_row(pinmod.stored())[1:]
     assert row[0] - clock.now == 900  # the doubling starts over after a right PIN
 
 
@@ -144,9 +145,34 @@ TRIES = textwrap.dedent('''
 ''')
 
 
-def _process(entered: str, times: int) -> subprocess.Popen:
+def _process(entered: str, times: int, env: dict | None = None) -> subprocess.Popen:
+    import os
+
     return subprocess.Popen([sys.executable, "-c", TRIES, entered, str(times)], stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, env={**os.environ, **(env or {})})
+
+
+def test_a_scratch_home_or_a_copied_config_meets_the_same_count(held, tmp_path: Path) -> None:
+    """The issue's escape: locked in the person's home, the guesser points GPU_ROUTER_HOME at a
+    scratch folder, with the config as it is and as a copy elsewhere (HOME and XDG moved too):
+    every guess there is refused as locked, the right one too."""
+    import os
+    import shutil
+
+    store, job = held
+    first = _process(WRONG, 5)
+    assert first.communicate(timeout=60)[0].split() == ["wrong"] * 5  # the fifth locks it
+    assert "locked until" in _try(store, job, PIN, __import__("time").time)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    config = tmp_path / "copied" / "config.yaml"
+    config.parent.mkdir()
+    shutil.copy(os.environ["GPU_ROUTER_CONFIG"], config)
+    for env in ({"GPU_ROUTER_HOME": str(scratch)},
+                {"GPU_ROUTER_HOME": str(scratch / "h2"), "GPU_ROUTER_CONFIG": str(config),
+                 "HOME": str(scratch), "XDG_CONFIG_HOME": str(scratch), "XDG_DATA_HOME": str(scratch)}):
+        guesser = _process(PIN, 2, env)
+        assert guesser.communicate(timeout=60)[0].split() == ["locked", "locked"], env
 
 
 def test_two_processes_share_the_count(held) -> None:
@@ -202,7 +228,9 @@ def test_the_lock_follows_the_rule_for_any_sequence(tmp_path_factory, steps) -> 
 
     home = tmp_path_factory.mktemp("h")
     store = Store(home / "db.sqlite")
-    record = {"salt": "ab" * 16}
+    import os
+
+    record = {"salt": os.urandom(16).hex()}  # the count is the account's: a fresh PIN per example
     real_stored, real_matches, real_log = pinmod.stored, pinmod.matches, pinmod._log
     pinmod.stored, pinmod.matches = (lambda: record), (lambda rec, entered: entered == PIN)
     pinmod._log = lambda *a, **k: None

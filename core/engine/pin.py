@@ -11,10 +11,13 @@ A PIN is 6 to 128 digits (ASCII 0-9; the issue asks for at least six digits). Gu
 bounded, across processes: after MAX_WRONG (5) wrong tries in a row the PIN locks for
 LOCK_S (15 minutes), each further lockout twice as long as the one before (30, 60, ...);
 while locked even the right PIN is refused, with the local time it opens again; a right PIN
-resets the count and the doubling. The count lives in the store (table pin_tries, one row per
-PIN, keyed by its salt), and each try is decided inside one write transaction (BEGIN
-IMMEDIATE: the check of the lock, scrypt, and the new count), so parallel processes cannot
-share out more tries than five. Every wrong try is an event on the job being approved and a
+resets the count and the doubling. The count lives with the PIN, not with a store: in
+`pin-tries.sqlite3` in the account's own config folder, found from the password database (never
+from GPU_ROUTER_HOME, GPU_ROUTER_CONFIG, HOME or XDG_*, which any process may set), one row per
+PIN keyed by its salt. A guesser that points GPU_ROUTER_HOME at a scratch folder, or copies the
+config elsewhere, meets the same count. Each try is decided inside one write transaction (BEGIN
+IMMEDIATE: the check of the lock, scrypt, and the new count), so parallel processes cannot share
+out more tries than five. Every wrong try is an event on the job being approved and a
 line in the supervisor's log (core.engine.daemon.log_line), without the PIN. Setting and
 clearing a PIN are refused to a job's process (core.engine.jobguard), here at the bottom.
 """
@@ -25,8 +28,12 @@ import hashlib
 import hmac
 import os
 import re
+import sqlite3
+import sys
 import time
-from typing import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
 
 from core.config import edit
 from core.config import user as userconfig
@@ -85,6 +92,54 @@ def stored() -> dict | None:
     return userconfig.load().approval_pin
 
 
+TRIES_FILE = "pin-tries.sqlite3"
+FORGET_AFTER_S = 90 * 86400.0  # a row whose lock ended this long ago is dropped (no growth)
+
+
+def tries_file() -> Path:
+    """Where wrong tries are counted: the account's own config folder, from its entry in the
+    password database, so no variable a process sets moves it (a count that a fresh
+    GPU_ROUTER_HOME started over was a lockout any guesser could escape)."""
+    try:
+        import pwd
+
+        base = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    except (ImportError, KeyError):
+        base = Path.home()
+    folder = ("Library/Application Support/gpu-router" if sys.platform == "darwin"
+              else ".config/gpu-router")
+    return base / folder / TRIES_FILE
+
+
+@contextmanager
+def tries() -> Iterator[sqlite3.Connection]:
+    """One write transaction on the tries file (BEGIN IMMEDIATE: a try is decided whole)."""
+    path = tries_file()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+    try:
+        conn.execute("PRAGMA busy_timeout = 60000")
+        conn.execute("CREATE TABLE IF NOT EXISTS pin_tries (pin TEXT PRIMARY KEY, wrong INTEGER "
+                     "NOT NULL DEFAULT 0, locked_until REAL, lockouts INTEGER NOT NULL DEFAULT 0, "
+                     "last_wrong REAL)")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
+
+
+def tries_row(record: dict) -> tuple | None:
+    """(wrong, locked_until, lockouts) counted for the PIN `record`, or None (for `gpu` and tests)."""
+    with tries() as db:
+        return db.execute("SELECT wrong, locked_until, lockouts FROM pin_tries WHERE pin = ?",
+                          (record["salt"],)).fetchone()
+
+
 def lock_seconds(lockouts: int) -> float:
     """How long the `lockouts`-th lockout lasts (1: LOCK_S, then doubling)."""
     return LOCK_S * 2 ** min(max(lockouts - 1, 0), MAX_DOUBLINGS)
@@ -113,10 +168,12 @@ def require(entered: str | None, *, where: str, undone: str = "nothing was appro
                         fix="a person runs `gpu approve ID` in their own terminal and types it")
     store = store or Store()
     key = record["salt"]
-    with store.write() as db:
+    with tries() as counted, store.write() as db:
         now = clock()
-        row = db.execute("SELECT wrong, locked_until, lockouts FROM pin_tries WHERE pin = ?",
-                         (key,)).fetchone()
+        counted.execute("DELETE FROM pin_tries WHERE last_wrong < ? AND (locked_until IS NULL "
+                        "OR locked_until < ?)", (now - FORGET_AFTER_S, now - FORGET_AFTER_S))
+        row = counted.execute("SELECT wrong, locked_until, lockouts FROM pin_tries WHERE pin = ?",
+                              (key,)).fetchone()
         wrong, locked_until, lockouts = (row[0], row[1], row[2]) if row else (0, None, 0)
         if locked_until is not None and now < locked_until:
             _note(store, db, job, f"approval PIN refused: locked until {local_time(locked_until, now)} "
@@ -124,7 +181,7 @@ def require(entered: str | None, *, where: str, undone: str = "nothing was appro
                   {"pin": "locked", "locked_until": locked_until})
             verdict: str | None = "locked"
         elif matches(record, entered):
-            db.execute("DELETE FROM pin_tries WHERE pin = ?", (key,))
+            counted.execute("DELETE FROM pin_tries WHERE pin = ?", (key,))
             return True
         else:
             wrong += 1
@@ -134,7 +191,7 @@ def require(entered: str | None, *, where: str, undone: str = "nothing was appro
                 lockouts += 1
                 locked_until = now + lock_seconds(lockouts)
                 verdict = "locks"
-            db.execute("INSERT INTO pin_tries (pin, wrong, locked_until, lockouts, last_wrong) "
+            counted.execute("INSERT INTO pin_tries (pin, wrong, locked_until, lockouts, last_wrong) "
                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT(pin) DO UPDATE SET wrong = excluded.wrong, "
                        "locked_until = excluded.locked_until, lockouts = excluded.lockouts, "
                        "last_wrong = excluded.last_wrong",
