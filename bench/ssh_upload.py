@@ -13,7 +13,15 @@ Then, through the installed `gpu`:
     interpreter that packs as `gpu submit` does, in a fresh home (both after one warm read);
 (1) the cold submit: nothing on the host, a cold stat cache at home;
 (2) one line of one small file changed, submitted again;
-(3) the same tree again with another --env (a new job on the same bundle).
+(3) the same tree again with another --env (a new job on the same bundle);
+(4) what checking objects against their hash costs (issue 36, item 5: a job on a host without
+    bubblewrap can rewrite the host's store, so every object a code folder is built from is
+    hashed as it is copied): in process on the host's store, the whole folder built without
+    and with the check, and the take-over of an untouched folder (the record pinned, one
+    file changed, that one checked);
+(5) a second host without bubblewrap on its PATH (no sandbox there: no take-over, every build
+    whole and checked), opened to agents in the user config: its cold submit and a one-line
+    change, beside (1) and (2).
 
 For each submit it prints the bytes the provider sent for the attempt (the handle's
 `uploaded_bytes`: the manifest, the objects the host lacked, the runtime, data and spec), the
@@ -84,6 +92,7 @@ def main() -> None:
     from tests.services import Sshd
 
     sshd = Sshd(world.tmp / "sshd")
+    bare = None
     try:
         remote = world.tmp / "remote"
         o = sshd.target_options(remote, getattr(sys, "_base_executable", sys.executable))
@@ -154,9 +163,101 @@ def main() -> None:
         print(f"one line changed / cold: wall {w2 / w1:.3f}x (target <= 0.1x: {'MET' if w2 <= 0.1 * w1 else 'NOT MET'}), "
               f"bytes {b2:,} (target < 2 MB: {'MET' if b2 < 2_000_000 else 'NOT MET'})")
         print(f"unchanged: {b3:,} bytes (target: the attempt's spec, a few KB: {'MET' if b3 < 8192 else 'NOT MET'})")
+
+        # (4) the check's cost, in process, on the host's store and the newest manifest
+        verify_rows = verification_cost(remote)
+        print()
+        print("== checking objects against their hash (codetree.build, in process, the host's store) ==")
+        for label, seconds in verify_rows:
+            print(f"{label:58}{seconds:>8.3f} s")
+        (_, plain), (_, checked), *_ = verify_rows
+        print(f"whole build, checked / unchecked: {checked / plain:.2f}x")
+
+        # (5) a host without bubblewrap: no take-over there, so a re-submit builds whole (checked)
+        from tests.services import without_bwrap
+
+        bare = without_bwrap(Sshd(world.tmp / "sshd-bare"), world.tmp / "bare-bin")
+        remote_bare = world.tmp / "remote-bare"
+        ob = bare.target_options(remote_bare, getattr(sys, "_base_executable", sys.executable))
+        gpu("targets", "add", "ssh", "bare", "--host", ob["host"], "--port", str(ob["port"]), "--user", ob["user"],
+            "--key", ob["key"], "--known-hosts", ob["known_hosts"], "--root", ob["root"], "--python", ob["python"],
+            "--max-jobs", "2", "--json")
+        open_to_agents("bare")  # the bench's submits are an agent's (--json)
+        bare_rows = []
+        for label, env in (("cold (no sandbox)", "RUN=4"), ("one line changed (no sandbox)", "RUN=5")):
+            if label.startswith("one line"):
+                small.write_text(small.read_text() + "# and one more\n")
+            t0 = time.perf_counter()
+            sub = gpu("submit", "job.py", "--provider", "bare", "--hours", "0.1", *data_args,
+                      "--env", env, "--wait-s", "0", "--json", "--project-dir", str(project))
+            short = sub["job"]["short_id"]
+            wait(short, {"running", "done", "failed"})
+            to_running = time.perf_counter() - t0
+            done = wait(short, {"done", "failed"})
+            if done["state"] != "done":
+                raise SystemExit(f"job {short} {done['state']}: {done['reason']}")
+            h = done["handle"]
+            bare_rows.append((label, h["uploaded_bytes"], h["launch_s"], to_running, h.get("launch_steps")))
+            log(f"{label}: sent {h['uploaded_bytes']:,} bytes, launch {h['launch_s']:.3f} s, submit -> running "
+                f"{to_running:.2f} s; launch steps {h.get('launch_steps')}")
+        print()
+        print("== a host without bubblewrap (no take-over; every object checked) ==")
+        for label, sent, launch, wall, steps in bare_rows:
+            print(f"{label:32}{sent:>16,}{launch:>9.3f}s{wall:>16.2f}s   job folder "
+                  f"{(steps or {}).get('job folder', 0):.2f} s")
+        (_, _, _, wb1, _), (_, _, _, wb2, _) = bare_rows
+        print(f"one line changed / cold without a sandbox: wall {wb2 / wb1:.3f}x (no take-over there: "
+              f"the 0.1x target is the sandboxed host's, above)")
     finally:
         world.cleanup()
         sshd.close()
+        if bare is not None:
+            bare.close()
+
+
+def open_to_agents(name: str) -> None:
+    """targets.NAME.agents_without_sandbox: true in the bench's own user config."""
+    import yaml
+
+    cfg = Path(os.environ["GPU_ROUTER_CONFIG"])
+    doc = yaml.safe_load(cfg.read_text())
+    doc["targets"][name]["agents_without_sandbox"] = True
+    cfg.write_text(yaml.safe_dump(doc))
+
+
+def verification_cost(remote: Path) -> list[tuple[str, float]]:
+    """Seconds for: the whole code folder built from the host's store without the check, the
+    same with every object hashed as it is copied, and the take-over of that untouched folder
+    (its record pinned) with one file changed, checked."""
+    import shutil
+    import tempfile
+
+    from core.runtime import codetree
+
+    manifest = max((remote / "bundles").glob("*.json"), key=lambda p: p.stat().st_mtime)
+    entries = codetree.read_manifest(str(manifest))
+    store = str(remote / "objects")
+    scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=remote))
+    rows = []
+    try:
+        for label, verify in (("whole folder, unchecked (before)", False), ("whole folder, every object checked", True)):
+            dest = scratch / ("checked" if verify else "plain") / "code"
+            t0 = time.perf_counter()
+            codetree.build(entries, store, str(dest), verify=verify)
+            rows.append((label, time.perf_counter() - t0))
+        dest = scratch / "checked" / "code"
+        pin = codetree.record_digest(str(dest))
+        changed = [list(e) for e in entries]
+        first = next(i for i, e in enumerate(changed) if e[1] == "f")
+        other = next(e[2] for e in changed if e[1] == "f" and e[2] != changed[first][2])
+        changed[first][2] = other  # one file's content changes to another stored object's
+        t0 = time.perf_counter()
+        codetree.build(changed, store, str(scratch / "taken" / "code"), reuse=str(dest), verify=True, pin=pin)
+        rows.append(("take-over of the untouched folder, one file changed, checked", time.perf_counter() - t0))
+        assert not dest.exists(), "the take-over did not happen"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return rows
 
 
 if __name__ == "__main__":

@@ -92,6 +92,10 @@ DESCRIBE: dict[str, str] = {
                       "Python and shipped once) or false (pip on the host, from its index)",
     "remote.unreachable_grace_s": "seconds a host may be silent before the job's session counts as "
                                   "lost and the job moves (default 600)",
+    "remote.agents_without_sandbox": "true: agents' jobs run on this host even where it has no "
+                                     "bubblewrap (default false: such a job waits for a person, since "
+                                     "a job there runs as your account and can reach other jobs, the "
+                                     "host's object store and your `~/.ssh`); shown in `gpu targets`",
     "scheduler.local": "true: this machine is the login node (no SSH)",
     "scheduler.partition": "the Slurm partition or PBS queue",
     "scheduler.account": "the account jobs are charged to",

@@ -246,6 +246,33 @@ class Sshd:
                 "known_hosts": str(self.known_hosts), "root": str(remote_root), "python": python}
 
 
+def bin_without(dest: Path, *left_out: str) -> str:
+    """A folder of links to every program on this machine's PATH but `left_out`: the PATH of a
+    host that has everything else (sh, tar, gzip, ps, python...), e.g. no bubblewrap."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for folder in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        if not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            link = dest / name
+            if name in left_out or link.exists() or link.is_symlink():
+                continue
+            link.symlink_to(os.path.join(folder, name))
+    return str(dest)
+
+
+def without_bwrap(sshd: "Sshd", scratch: Path) -> "Sshd":
+    """`sshd` restarted so that its sessions find no `bwrap` on PATH: a host without bubblewrap.
+    sshd takes the first SetEnv line only, so PATH joins the HOME set there."""
+    path = bin_without(scratch, "bwrap")
+    text = sshd.config.read_text()
+    assert "\nSetEnv HOME=" in text
+    sshd.config.write_text(text.replace("\nSetEnv HOME=", f"\nSetEnv PATH={path} HOME=", 1))
+    sshd.stop()
+    sshd.start()
+    return sshd
+
+
 SLURM_CONF = """ClusterName=lab
 SlurmctldHost=localhost
 SlurmUser=root

@@ -362,3 +362,75 @@ def test_a_taken_over_folder_takes_its_jobs_ready_mark_and_a_refused_one_keeps_i
     # built again (its job resumed): the stale record and note of the take-over go
     codetree.build(entries, str(store), str(tmp_path / "clean" / "code"))
     assert sorted(p.name for p in (tmp_path / "clean").iterdir()) == ["code", "code.tree"]
+
+
+def test_a_verified_build_refuses_an_object_rewritten_in_the_store(tmp_path: Path) -> None:
+    """On a host without a sandbox a job runs as the store's user and can rewrite an object
+    (issue 36, item 5): a `--verify` build hashes every object it reads, builds nothing from
+    one that lies, removes it from the store (so the sender is asked for it again) and exits
+    4 naming it; an unverified build (what the engine used before) copies the lie."""
+    import json
+    import subprocess
+    import sys
+
+    store = tmp_path / "objects"
+    good = _store(store, b"print('ORIGINAL')\n")
+    other = _store(store, b"untouched\n")
+    rows = [["a.py", "f", good, 18], ["b.txt", "f", other, 10]]
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"version": codetree.MANIFEST_VERSION, "entries": rows}))
+    obj = Path(codetree.object_path(str(store), good))
+    obj.chmod(0o644)
+    obj.write_bytes(b"print('TAMPERED')\n")
+
+    codetree.build(rows, str(store), str(tmp_path / "plain"))
+    assert (tmp_path / "plain" / "a.py").read_bytes() == b"print('TAMPERED')\n"  # the lie, copied
+
+    with pytest.raises(codetree.BadObjects) as caught:
+        codetree.build(rows, str(store), str(tmp_path / "checked"), verify=True)
+    assert caught.value.digests == [good]
+    assert not (tmp_path / "checked").exists() and not obj.exists()
+    assert Path(codetree.object_path(str(store), other)).exists()  # the honest one stays
+
+    obj.write_bytes(b"print('TAMPERED')\n")  # again, through the command a host runs
+    run = subprocess.run([sys.executable, codetree.__file__, "build", "--verify", str(manifest), str(store),
+                          str(tmp_path / "cli")], capture_output=True, text=True)
+    assert run.returncode == 4 and json.loads(run.stdout) == {"bad": [good]}, run
+    assert not (tmp_path / "cli").exists() and not obj.exists()
+    _store(store, b"print('ORIGINAL')\n")  # sent again: the build goes through
+    run = subprocess.run([sys.executable, codetree.__file__, "build", "--verify", str(manifest), str(store),
+                          str(tmp_path / "cli")], capture_output=True, text=True)
+    assert run.returncode == 0, run
+    assert (tmp_path / "cli" / "a.py").read_bytes() == b"print('ORIGINAL')\n"
+
+
+def test_a_take_over_with_a_pin_refuses_a_record_rewritten_to_match_a_changed_folder(tmp_path: Path) -> None:
+    """A job that runs unsandboxed can rewrite a file of its folder and then the `.tree`
+    record beside it so the record describes the change (issue 36, item 5). The record's
+    hash at build time, kept where no job writes (the engine's home), is the pin: a
+    take-over asks for it, and a rewritten record no longer has it."""
+    import json
+
+    store = tmp_path / "objects"
+    digest = _store(store, b"ORIGINAL\n")
+    rows = [["data.txt", "f", digest, 9]]
+    first = tmp_path / "jobs" / "one" / "code"
+    codetree.build(rows, str(store), str(first))
+    pin = codetree.record_digest(str(first))
+    assert pin is not None
+
+    (first / "data.txt").write_text("CORRUPTED\n")  # the job's change, then its forged record
+    tree = Path(f"{first}.tree")
+    doc = json.loads(tree.read_text())
+    st = (first / "data.txt").stat()
+    doc["rows"][0][3:5] = [st.st_ino, st.st_ctime_ns]
+    tree.write_text(json.dumps(doc))
+
+    second = tmp_path / "jobs" / "two" / "code"
+    codetree.build(rows, str(store), str(second), reuse=str(first), pin=pin)
+    assert (second / "data.txt").read_text() == "ORIGINAL\n"
+    assert (first / "data.txt").read_text() == "CORRUPTED\n"  # left whole, for `gpu fetch`
+
+    third = tmp_path / "jobs" / "three" / "code"  # the same forgery, no pin: taken over
+    codetree.build(rows, str(store), str(third), reuse=str(first))
+    assert (third / "data.txt").read_text() == "CORRUPTED\n"

@@ -458,7 +458,17 @@ def targets_table(infos: list) -> Any:
         _row(table, i.name, i.kind, i.gpu_label, f"{i.vram_gb:g} GB" if i.gpus else "-",
              status, ", ".join(quota) or quota_unknown(i), money(i.price_per_hour), f"{i.running}/{i.max_jobs}")
     notes = [_price_line(i) for i in infos if i.offer_prices]
+    notes += [_sandbox_line(i) for i in infos if i.kind in ("ssh", "slurm", "pbs") and i.unsandboxed_why]
     return _group(table, *notes) if notes else table
+
+
+def _sandbox_line(info: Any) -> Any:
+    """A host without a sandbox: what that means, and whether agents' jobs wait for a person."""
+    from core.planning.policy import OPEN_KEY, host_open_to_agents
+
+    agents = (f"agents' jobs run there without you ({OPEN_KEY}: true)" if host_open_to_agents(info)
+              else f"an agent's job there waits for you (targets.{info.name}.{OPEN_KEY}: true lets it run)")
+    return markup("[yellow]{name}:[/] {why}; {agents}", name=info.name, why=info.unsandboxed_why, agents=agents)
 
 
 def _price_line(info: Any) -> Any:

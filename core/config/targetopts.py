@@ -32,8 +32,10 @@ TIMING = {"connect_timeout_s", "probe_ttl_s", "unreachable_grace_s"}
 # `offline` (auto | true | false): whether the host installs the project's dependencies from a
 # wheelhouse built here (core/providers/remotedeps.py); `env`: the host's environment for what
 # gpu-router runs there (the scheduler's commands, the launcher and pip), not the job's own
+# `agents_without_sandbox`: where the host has no bubblewrap, an agent's job there waits for a
+# person unless this is true (core/planning/policy.py; a job there can reach other jobs)
 COMMON = {"host", "port", "user", "key", "known_hosts", "root", "python", "max_output_bytes",
-          "max_output_files", "cache_cap_gb", "offline", "env"} | TIMING
+          "max_output_files", "cache_cap_gb", "offline", "env", "agents_without_sandbox"} | TIMING
 SCHEDULER = {"local", "partition", "account", "modules", "container", "container_runtime",
              "container_python", "cpus", "gpus_per_job", "memory_gb", "time_minutes",
              "pass_secrets", "signal_lead_s", "pbs_flavor", "requeue"}
@@ -198,7 +200,7 @@ def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[
             _fail(f"targets.{name}.env must map NAME: value (the host's environment for the scheduler's "
                   "commands, the launcher and pip)", where)
     check_offline(name, options, where)
-    for key in ("pass_secrets", "requeue"):
+    for key in ("pass_secrets", "requeue", "agents_without_sandbox"):
         if key in options and not isinstance(options[key], bool):
             _fail(f"targets.{name}.{key} must be true or false", where)
     return options

@@ -52,7 +52,12 @@ def evaluate(*, hours: float | None, secrets: list[str], price: float, info: Tar
             holds.append(Hold("agent_hours", f"it was submitted by an agent (not a person at a "
                                              f"terminal) for {hours:g} hours, over the {rules.agent_max_hours:g}-hour "
                                              f"limit for unattended jobs"))
-    if info.unsandboxed_why and not interactive:
+    if info.unsandboxed_why and not interactive and info.kind in HOST_KINDS:
+        if not host_open_to_agents(info):
+            holds.append(Hold("sandbox", f"it was submitted by an agent and would run on {info.name}: "
+                                         f"{info.unsandboxed_why} (to let agents' jobs run there without "
+                                         f"you, set targets.{info.name}.{OPEN_KEY}: true in your config)"))
+    elif info.unsandboxed_why and not interactive:
         holds.append(Hold("sandbox", f"it was submitted by an agent and would run on {info.name} "
                                      f"without a sandbox, where it could reach your keychain and "
                                      f"gpu-router's own files ({info.unsandboxed_why})"))
@@ -76,6 +81,28 @@ def evaluate(*, hours: float | None, secrets: list[str], price: float, info: Tar
                                          f"${price:.2f} would pass your weekly budget of "
                                          f"${rules.budget_weekly:.2f}"))
     return holds
+
+
+HOST_KINDS = ("ssh", "slurm", "pbs")
+OPEN_KEY = "agents_without_sandbox"  # targets.NAME.<this>: true (core/providers/remoteprobe.py)
+
+
+def host_open_to_agents(info: TargetInfo) -> bool:
+    """The user config opened this host, which has no sandbox, to agents' jobs (the probe
+    records the key beside its verdict: info.details["sandbox"])."""
+    box = (info.details or {}).get("sandbox")
+    return isinstance(box, dict) and box.get(OPEN_KEY) is True
+
+
+def plan_notes(info: TargetInfo) -> list[str]:
+    """What a plan says about where its job would run, beside why the target was chosen: on a
+    host without a sandbox, that a job there runs as the person's account and can reach other
+    jobs (and whether agents' jobs run there without a person)."""
+    if info.kind not in HOST_KINDS or not info.unsandboxed_why:
+        return []
+    opened = (f"; agents' jobs run there without you (targets.{info.name}.{OPEN_KEY})"
+              if host_open_to_agents(info) else "")
+    return [f"{info.name}: {info.unsandboxed_why}{opened}"]
 
 
 def describe_cost(plan: dict) -> str:

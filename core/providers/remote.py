@@ -40,14 +40,15 @@ from core.providers.remotecache import RemoteCache
 from core.providers.remoteckpt import RemoteCheckpoints
 from core.providers.remotedeps import RemoteDeps
 from core.providers.remotefetch import RemoteFetch
-from core.providers.remoteprobe import RemoteProbe
+from core.providers.remoteprobe import NO_HOST_SANDBOX, RemoteProbe
 from core.providers.runtimeship import runtime_source
 from core.providers.spec import launch_spec
-from core.transport.base import Transport, TransportError, quote, remote_path_expr
+from core.transport.base import CommandFailed, Transport, TransportError, quote, remote_path_expr
 
 G = TypeVar("G")
 PGID_OF = "sed -n 's/.*\"pgid\": *\\([0-9][0-9]*\\).*/\\1/p'"  # the pgid from a pid file
 START_GRACE_S = 60.0
+BUILD_BAD_OBJECTS = 4  # codetree.py build's exit status: objects that failed their hash, removed
 
 
 class RemoteProvider(RemoteCache, RemoteDeps, RemoteFetch, RemoteCheckpoints, RemoteProbe, ABC):
@@ -210,8 +211,17 @@ printf '%s\\n' "$py"
         spec = launch_spec(job, job_dir=jd, attempt_dir=ad, workdir=workdir, runtime_dir=runtime,
                            python=python, deps=deps, env_secrets=env_secrets, frozen_checkpoints=True)
         restore, sent_c = await self._restore_checkpoint(job, env_secrets)
-        donor = job.handle.get("code_from")  # an ended job's folder, taken over if untouched
-        reuse_arg = f" {quote(f'{self._root()}/jobs/{donor}/code')}" if donor and donor != job.id else ""
+        # the job runs in the launcher's sandbox where the host can make one (not inside a
+        # container: the container is the job's world there, and bubblewrap seldom runs in one)
+        sandboxed = base_python is None and (await self.host_sandbox())["ok"]
+        if sandboxed:
+            spec["sandbox"] = self.sandbox_request(job, list(links.values()))
+        # an ended job's folder, taken over if untouched: only where that job ran sandboxed
+        # (outside a sandbox a job can rewrite its folder and the record beside it together)
+        donor = job.handle.get("code_from") if sandboxed else None
+        pin = self._code_record(donor) if donor and donor != job.id else None
+        # with the hash its record had when it was built, kept at home where no job writes
+        reuse_arg = f" {quote(f'{self._root()}/jobs/{donor}/code')} {pin}" if pin else ""
         setup = [
             "set -e", f"J={quote(jd)}", f"A={quote(ad)}",
             'mkdir -p "$J/out" "$J/ckpt" "$J/ckpt-gens" "$J/ctl" "$J/data" "$A"',
@@ -220,8 +230,11 @@ printf '%s\\n' "$py"
             # (or an ended job's folder of the same project, taken over when it is untouched
             # and changed only where the manifests differ: codetree.py, reuse)
             f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code"; '
-            f'{quote(remote["python"])} {quote(runtime + "/codetree.py")} build {quote(bundle)} '
-            f'{quote(remote["root"] + "/objects")} "$J/code"{reuse_arg} > /dev/null; : > "$J/.code-ready"; fi',
+            # (every object read is checked against its hash: a job without a sandbox could
+            # have rewritten one; one that fails is removed and sent again: BUILD_BAD_OBJECTS)
+            f'b=$({quote(remote["python"])} {quote(runtime + "/codetree.py")} build --verify {quote(bundle)} '
+            f'{quote(remote["root"] + "/objects")} "$J/code"{reuse_arg}); printf "code-build %s\\n" "$b"; '
+            ': > "$J/.code-ready"; fi',
             'rm -f "$J/ctl/checkpoint"',
             *([f"mkdir -p {quote(wh_dir)}"] if wh_dir and wh_dir.endswith("/empty") else []),
             *([restore] if restore else []),
@@ -229,12 +242,70 @@ printf '%s\\n' "$py"
             'cat > "$A/spec.json.tmp"', 'mv -f "$A/spec.json.tmp" "$A/spec.json"',
         ]
         spec_bytes = json.dumps(spec, indent=1).encode()
-        await self.transport.run("\n".join(setup), input=spec_bytes,
-                                 check=f"preparing job {job.short_id} on {self.name}")
+        try:
+            r = await self.transport.run("\n".join(setup), input=spec_bytes,
+                                         check=f"preparing job {job.short_id} on {self.name}")
+        except CommandFailed as exc:
+            if exc.result.code != BUILD_BAD_OBJECTS:
+                raise
+            # objects rewritten in the host's store (the build removed them): the bundle is
+            # no longer whole there, so its marker goes, the missing objects are sent again
+            # (the host is asked what it lacks) and the folder is built once more
+            notes.append(f"{self.name}: objects in the host's store did not match their hash "
+                         "(rewritten since they were sent): removed and sent again")
+            marker = f"{self._root()}/bundles/{job.bundle_hash}.ready"
+            self._present.pop(marker, None)
+            await self.transport.run(f"rm -f {quote(marker)}", check=f"resetting bundle on {self.name}")
+            _, resent = await self._ensure_bundle(job)
+            sent_b += resent
+            r = await self.transport.run("\n".join(setup), input=spec_bytes,
+                                         check=f"preparing job {job.short_id} on {self.name}")
+        self._keep_code_record(job, r.out)
         step("job folder")  # the code folder built from the objects, the spec written
+        if not sandboxed:
+            notes.append(f"{self.name}: {NO_HOST_SANDBOX}")
         return {"steps": steps, "spec": f"{ad}/spec.json", "runtime": runtime, "adir": ad, "jdir": jd,
                 "sent": sent_rt + sent_b + sent_d + sent_w + sent_c + len(spec_bytes), "python": python,
                 "checkpoint_bytes": sent_c, "wheelhouse_bytes": sent_w, "notes": notes}
+
+    def _code_record_file(self, job_id: str) -> Path:
+        return paths.jobs_dir() / job_id / "code.record"
+
+    def _keep_code_record(self, job: Job, out: str) -> None:
+        """The hash of the record a build wrote beside the job's code folder (codetree.py
+        prints it), kept at home: a later take-over of that folder asks for exactly that record,
+        so a job that rewrote its folder and the record to match passes nothing on."""
+        for line in out.splitlines():
+            if line.startswith("code-build "):
+                try:
+                    record = json.loads(line[len("code-build "):]).get("record")
+                except (ValueError, AttributeError):
+                    record = None
+                f = self._code_record_file(job.id)
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_text(record + "\n" if isinstance(record, str) else "")
+
+    def _code_record(self, job_id: str) -> str | None:
+        """The kept record hash of a job's code folder (None: unknown, so no take-over)."""
+        try:
+            text = self._code_record_file(job_id).read_text().strip()
+        except OSError:
+            return None
+        return text if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else None
+
+    def sandbox_request(self, job: Job, data: list[str]) -> dict:
+        """What the launcher's sandbox (core/runtime/boundary.py) hides and lets through for a
+        job on this host: the target's root is hidden (the object store, the wheelhouse, the
+        bundles and every other job's folder: none of it is bound, and a root under a system
+        folder gets an empty tmpfs), and so is the home (never bound: `~/.ssh` with it); the
+        job's own folders, runtime, venv and the data sets it names (root/data/HASH, read-only)
+        show through. As on the local target, where the launcher finds no sandbox after all,
+        only a person's job, or one a person approved with that reason, runs without one."""
+        network = bool(job.request.get("network", True))
+        held_for_it = any(h.get("rule") == "sandbox" for h in job.plan.get("holds") or [])
+        trusted = job.plan.get("submitted_by") == "person" or held_for_it
+        return {"hide": [self._root()], "data": sorted(set(data)), "withheld": {}, "network": network,
+                "fallback": "warn" if trusted else "refuse"}
 
     # -- stopping the job -------------------------------------------------------------------
 

@@ -4,6 +4,13 @@ disk for `probe_ttl_s` (default PROBE_TTL_S), so a burst of submits (each its ow
 the host once. Each kind asks its own way (`probe_fresh`). A mixin of
 `core.providers.remote.RemoteProvider`, which holds `name`, `kind`, `transport`, `options`,
 `root_option`, `max_jobs` and `declared_gpus`.
+
+The probe also asks whether the host can make the job sandbox the launcher makes there
+(`host_sandbox`: core/runtime/boundary.py's own `probe`, sent as source to the host's Python, so
+the verdict is the one the launcher will reach): with one, a job there sees neither the host's
+object store, wheelhouse and other jobs' folders nor `~/.ssh`; without one, the target's info
+says NO_HOST_SANDBOX (the plan and `gpu targets` show it) and an agent's job there waits for a
+person unless the user config opens the target to agents (`agents_without_sandbox: true`).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -19,9 +27,57 @@ from typing import Any
 from core import paths
 from core.providers.base import TargetInfo
 from core.providers.hostlink import run_sync
-from core.transport.base import HostKeyError, TransportError
+from core.runtime import RUNTIME_DIR
+from core.transport.base import HostKeyError, TransportError, quote
 
 PROBE_TTL_S = 30.0
+SANDBOX_TTL_S = 300.0  # a launch trusts a host's sandbox verdict this long (as the local target)
+# what the plan, `gpu targets` and the hold say about a host where no sandbox can be made
+NO_HOST_SANDBOX = "no sandbox on this host: a job there runs as your account and can reach other jobs"
+OPEN_KEY = "agents_without_sandbox"  # targets.NAME.agents_without_sandbox: true (the user config)
+
+
+def sandbox_probe_source() -> str:
+    """`python -c` source that prints boundary.probe()'s verdict on the host as one JSON line
+    (after a mark): the launcher's own module, so the probe and the launch agree."""
+    lines = ["import sys as _s, types as _t, json as _j"]
+    for name in _with_siblings("boundary"):
+        text = (RUNTIME_DIR / f"{name}.py").read_text()
+        lines += [f"_m = _t.ModuleType({name!r}); _s.modules[{name!r}] = _m",
+                  f"exec(compile({text!r}, {name + '.py'!r}, 'exec'), _m.__dict__)"]
+    lines.append("_v = _s.modules['boundary'].probe()")
+    lines.append("print('gpu-router-sandbox ' + _j.dumps({k: _v.get(k) for k in ('ok', 'why', 'kind', 'tool')}))")
+    return "\n".join(lines) + "\n"
+
+
+_SIBLING_IMPORT = re.compile(r"^\s*(?:import (\w+)\s*$|from (\w+) import )", re.M)
+
+
+def _with_siblings(module: str, seen: list[str] | None = None) -> list[str]:
+    """`module` and the runtime's modules it imports as a script does (`import jobprocs`),
+    those first: each is registered on the host before the ones that import it."""
+    seen = [] if seen is None else seen
+    text = (RUNTIME_DIR / f"{module}.py").read_text()
+    for m in _SIBLING_IMPORT.finditer(text):
+        name = m.group(1) or m.group(2)
+        if name not in seen and name != module and (RUNTIME_DIR / f"{name}.py").is_file():
+            _with_siblings(name, seen)
+    if module not in seen:
+        seen.append(module)
+    return seen
+
+
+def parse_sandbox(out: str) -> dict:
+    """The verdict from `sandbox_probe_source`'s output; no verdict is "no sandbox"."""
+    for line in out.splitlines():
+        if line.startswith("gpu-router-sandbox "):
+            try:
+                doc = json.loads(line.split(" ", 1)[1])
+            except ValueError:
+                break
+            if isinstance(doc, dict) and isinstance(doc.get("ok"), bool):
+                return {"ok": doc["ok"], "why": str(doc.get("why") or "")[:300]}
+    return {"ok": False, "why": "the host did not answer whether it can make a sandbox"}
 
 
 def parse_gpus(text: str) -> list[dict]:
@@ -94,6 +150,8 @@ class RemoteProbe(ABC):
                 return cached
         try:
             info = await self.probe_fresh()
+            if info.available:
+                self._mark_sandbox(info, await self.host_sandbox(fresh=True))
         except HostKeyError as exc:
             info = self._info(False, f"{exc.what}. Fix: {exc.fix}", details={"host_key": {
                 "fingerprint": exc.fingerprint, "changed": exc.changed}})
@@ -122,6 +180,31 @@ class RemoteProbe(ABC):
         info.details = {"host": self.transport.describe(), **(details or {})}
         return info
 
+    # -- the host's sandbox ------------------------------------------------------------------
+
+    def open_to_agents(self) -> bool:
+        """The user config lets agents' jobs run on this host without a sandbox."""
+        return self.options.get(OPEN_KEY) is True
+
+    async def host_sandbox(self, fresh: bool = False) -> dict:
+        """Can the host make the launcher's sandbox? {"ok", "why"}: asked with the launcher's own
+        probe (boundary.probe) and remembered SANDBOX_TTL_S in this process; `fresh` asks now."""
+        held = getattr(self, "_sandbox", None)
+        if held is not None and not fresh and time.monotonic() - held[0] < SANDBOX_TTL_S:
+            return held[1]
+        python = self._remote["python"] if getattr(self, "_remote", None) else self.python
+        r = await self.transport.run(f"{quote(python)} -", input=sandbox_probe_source().encode(), timeout=60)
+        verdict = parse_sandbox(r.out)
+        self._sandbox = (time.monotonic(), verdict)
+        return verdict
+
+    def _mark_sandbox(self, info: TargetInfo, verdict: dict) -> None:
+        """The verdict in the target's info: details["sandbox"] (the probe cache and --json keep
+        it) and, without one, `unsandboxed_why` (what the plan, the policy and `gpu targets` read)."""
+        info.details["sandbox"] = {"ok": verdict["ok"], "why": verdict["why"],
+                                   OPEN_KEY: self.open_to_agents()}
+        info.unsandboxed_why = None if verdict["ok"] else NO_HOST_SANDBOX
+
     @abstractmethod
     async def probe_fresh(self) -> TargetInfo:
         """Each kind asks its host its own way (ssh: nvidia-smi; slurm/pbs: partitions, queues)."""
@@ -136,4 +219,7 @@ def _info_from(doc: dict) -> TargetInfo:
                       gpus=doc.get("gpus") or [], why_unavailable=doc.get("why_unavailable"),
                       max_jobs=doc.get("max_jobs", 1))
     info.details = doc.get("details") or {}
+    box = info.details.get("sandbox")
+    if isinstance(box, dict) and box.get("ok") is False:
+        info.unsandboxed_why = NO_HOST_SANDBOX
     return info

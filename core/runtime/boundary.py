@@ -429,6 +429,8 @@ def plan_for(spec: dict, python: str) -> dict:
     deps = spec.get("deps")
     if deps:
         ro.append(deps.get("venv") or os.path.join(deps["venvs_dir"], deps["hash"]))  # uv: by its packages
+        if deps.get("wheelhouse"):  # a host without an index: this project's wheels, read-only
+            ro.append(deps["wheelhouse"])
     gens = env.get("GPU_ROUTER_CHECKPOINT_GENERATIONS", "")  # checkpoint_saved() freezes saves there
     if gens:
         os.makedirs(gens, exist_ok=True)  # a folder is bound only where it exists

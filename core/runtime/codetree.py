@@ -3,8 +3,14 @@
     python codetree.py missing OBJECTS < hashes          -> the hashes OBJECTS lacks, a line each
     python codetree.py missing OBJECTS MANIFEST          -> the same for the objects MANIFEST names
     python codetree.py receive OBJECTS < tar             -> objects placed, each checked by its hash
-    python codetree.py build MANIFEST OBJECTS DEST [FROM] -> DEST made from the manifest (FROM:
-                                                            an ended job's folder to reuse)
+    python codetree.py build [--verify] MANIFEST OBJECTS DEST [FROM [PIN]]
+                                                         -> DEST made from the manifest (FROM:
+                                                            an ended job's folder to reuse, PIN:
+                                                            the sha256 its record must have;
+                                                            prints {"bytes", "record"};
+                                                            --verify: each object read is checked
+                                                            against its hash; exit 4 and
+                                                            {"bad": [...]} when one is not)
 
 Standard library only: the same code builds a local job's folder and, sent to a host's Python,
 an ssh, Slurm or PBS job's. A bundle is a manifest (path, kind, hash or link target, size) and
@@ -29,9 +35,13 @@ its folder is its output); only the `__pycache__` folders Python adds beside imp
 are not counted as the job's work (they are removed before the folder is reused). The folder
 is claimed by renaming it away first, so two builds never share one; the job it came from
 loses its READY marker with it, so if resumed it builds its folder again. What this guards
-is a job's accidental writes reaching the next job; a job that sets out to tamper can write
-into the object store itself (every job on a host runs as the store's user), so nothing here
-is a boundary against that.
+is a job's accidental writes reaching the next job. Against a job that sets out to tamper, the
+boundary is where the job runs: on a host with bubblewrap the job's sandbox shows it neither
+the store, nor the `.tree` record beside its folder, nor other jobs' folders (remote.py asks the
+launcher for it); on a host without one the engine never asks for a take-over (a job there could
+have rewritten its folder and the record together), and `--verify` checks every object a build
+reads against its hash (a job there could have rewritten an object in the store): an object
+that fails is removed from the store, named in the answer (exit status 4), and sent again.
 
 `receive` trusts nothing it reads: a member is an object only when its name is a sha256 and its
 bytes hash to that name, and it is renamed into place only once checked, so a broken or hostile
@@ -319,7 +329,19 @@ def link_stays_inside(rel: str, target: str) -> bool:
     return True
 
 
-def build(entries: list[list], objects: str, dest: str, workers: int = 4, reuse: str | None = None) -> int:
+class BadObjects(ValueError):
+    """Objects in the store whose bytes are not what their name says (rewritten after they
+    were received): removed from the store by the build that found them, so the sender's next
+    `missing` asks for them again."""
+
+    def __init__(self, digests: list[str]) -> None:
+        self.digests = sorted(set(digests))
+        super().__init__(f"{len(self.digests)} object(s) in the store do not match their hash "
+                         f"({', '.join(d[:12] for d in self.digests[:5])}): removed, to be sent again")
+
+
+def build(entries: list[list], objects: str, dest: str, workers: int = 4, reuse: str | None = None,
+          verify: bool = False, pin: str | None = None) -> int:
     """Make `dest` (which must not exist yet) from the manifest's entries; returns the bytes
     written. Built beside `dest` and renamed into place, so a folder that exists is whole.
     With `reuse`, an ended job's folder is taken over when it is untouched (see the module's
@@ -328,7 +350,15 @@ def build(entries: list[list], objects: str, dest: str, workers: int = 4, reuse:
     Folders are made one part at a time and a part that is a link is refused, so no write ever
     passes through a link (a manifest's own link `d -> .` cannot carry a later `d/e` elsewhere);
     links are made last. Files are copied by `workers` threads: the copies are system calls
-    that release the GIL, and a 20,000-file tree is mostly their latency."""
+    that release the GIL, and a 20,000-file tree is mostly their latency.
+
+    `pin`: the sha256 the record beside `reuse` must have (`record_digest` after its build,
+    kept where its job could not write): without it a job that rewrote its folder and then
+    the record to match could pass its change on.
+
+    `verify`: every object copied is hashed as it is read (the store may hold what a job wrote:
+    a host without a sandbox); one that does not match is removed from the store and the build
+    fails with BadObjects naming all of them."""
     parent = os.path.dirname(os.path.abspath(dest))
     os.makedirs(parent, exist_ok=True)
     for row in entries:  # every entry judged before anything is made or taken over
@@ -341,7 +371,7 @@ def build(entries: list[list], objects: str, dest: str, workers: int = 4, reuse:
     for stale in (".tree", ".reused"):  # a folder built again (its job resumed after a take-over)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(dest + stale)
-    taken = _take_over(reuse, parent) if reuse else None
+    taken = _take_over(reuse, parent, pin) if reuse else None
     if taken is not None:
         tmp, old, made = taken
     else:
@@ -362,7 +392,7 @@ def build(entries: list[list], objects: str, dest: str, workers: int = 4, reuse:
                 links.append((ref, path))
             else:
                 copies.append((ref, path, 0o755 if kind == "x" else 0o644))
-        written = _copy_all(objects, copies, workers)
+        written = _copy_all(objects, copies, workers, verify)
         for ref, path in links:
             if os.path.lexists(path):
                 raise ValueError(f"manifest names {path[len(tmp) + 1:]!r} twice: refused")
@@ -413,10 +443,25 @@ def _write_record(dest: str, rows: list[list]) -> None:
     os.replace(tmp, f"{dest}.tree")
 
 
-def _read_record(folder: str) -> dict[str, list] | None:
+def record_digest(folder: str) -> str | None:
+    """sha256 of the record beside `folder` as its build wrote it: what the engine keeps out of
+    every job's reach (at home) and hands back as `pin` when it asks for a take-over."""
     try:
-        with open(f"{folder}.tree", encoding="utf-8", errors="surrogateescape") as f:
-            doc = json.load(f)
+        with open(f"{folder}.tree", "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _read_record(folder: str, pin: str | None = None) -> dict[str, list] | None:
+    """The record beside `folder`; with `pin`, only when its bytes hash to it (a record that
+    a job rewrote together with its folder, to hide a change, then fails)."""
+    try:
+        with open(f"{folder}.tree", "rb") as f:
+            data = f.read()
+        if pin is not None and hashlib.sha256(data).hexdigest() != pin:
+            return None
+        doc = json.loads(data.decode("utf-8", "surrogateescape"))
         if doc.get("version") != RECORD_VERSION:
             return None
         return {row[0]: row for row in doc["rows"]}
@@ -424,11 +469,12 @@ def _read_record(folder: str) -> dict[str, list] | None:
         return None
 
 
-def _take_over(folder: str, parent: str) -> tuple[str, dict[str, list], set[str]] | None:
+def _take_over(folder: str, parent: str, pin: str | None = None) -> tuple[str, dict[str, list], set[str]] | None:
     """Claim an ended job's folder for a new build: renamed beside the new one (one claimant
-    wins), then checked entry by entry against its record. Returns (where it now is, its
-    record, its folders) when it is untouched; otherwise it goes back, unchanged, and None."""
-    record = _read_record(folder)
+    wins), then checked entry by entry against its record (with `pin`, a record whose hash is
+    that). Returns (where it now is, its record, its folders) when it is untouched; otherwise
+    it goes back, unchanged, and None."""
+    record = _read_record(folder, pin)
     if record is None:
         return None
     tmp = os.path.join(parent, f"{REUSING}{os.getpid()}-{os.urandom(4).hex()}")
@@ -548,9 +594,10 @@ def _make_parents(top: str, rel: str, made: set[str]) -> None:
         made.add(here)
 
 
-def _copy_all(objects: str, copies: list[tuple[str, str, int]], workers: int) -> int:
+def _copy_all(objects: str, copies: list[tuple[str, str, int]], workers: int, verify: bool = False) -> int:
     clone = [True]  # reflinks until the file system says it has none
     in_packs = packed(objects)
+    bad: list[str] = []
 
     def one(item: tuple[str, str, int]) -> int:
         digest, dst, mode = item
@@ -558,16 +605,71 @@ def _copy_all(objects: str, copies: list[tuple[str, str, int]], workers: int) ->
         n = -1
         if where is not None:
             n = copy_range(*where, dst)
+            if n >= 0 and verify and not _holds(dst, digest):
+                bad.append(digest)
+                return 0
         if n < 0:
-            n = copy_object(object_path(objects, digest), dst, clone)
+            src = object_path(objects, digest)
+            if verify:
+                n = copy_verified(src, dst, digest, clone)
+                if n < 0:
+                    bad.append(digest)
+                    return 0
+            else:
+                n = copy_object(src, dst, clone)
         os.chmod(dst, mode)
         return n
 
     if workers <= 1 or len(copies) < 64:
-        return sum(one(c) for c in copies)
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(workers) as pool:
-        return sum(pool.map(one, copies))
+        total = sum(one(c) for c in copies)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(workers) as pool:
+            total = sum(pool.map(one, copies))
+    if bad:
+        for digest in set(bad):  # loose ones only: a host holds no packs, and home's are its own
+            with contextlib.suppress(OSError):
+                os.unlink(object_path(objects, digest))
+        raise BadObjects(bad)
+    return total
+
+
+def _holds(path: str, digest: str) -> bool:
+    """Does the file at `path` hash to `digest`?"""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest() == digest
+
+
+def copy_verified(src: str, dst: str, digest: str, clone: list[bool]) -> int:
+    """A private copy of one object, checked against its hash: -1 (and no `dst`) when its bytes
+    are not what its name says. Where the file system shares blocks (a reflink) the copy is
+    made first and the copy is hashed, so what is checked is what the job will read; elsewhere
+    the bytes are hashed as they are copied (one read, as an unchecked copy makes)."""
+    with open(src, "rb") as fin:
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "wb") as fout:
+            cloned = False
+            if clone[0]:
+                try:
+                    fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
+                    cloned = True
+                except OSError:
+                    clone[0] = False
+            if cloned:
+                ok, n = _holds(dst, digest), 0
+            else:
+                h = hashlib.sha256()
+                while chunk := fin.read(CHUNK):
+                    h.update(chunk)
+                    fout.write(chunk)
+                ok, n = h.hexdigest() == digest, fout.tell()
+    if not ok:
+        os.unlink(dst)
+        return -1
+    return n
 
 
 def copy_range(pack: str, offset: int, size: int, dst: str) -> int:
@@ -632,11 +734,22 @@ def main(argv: list[str]) -> int:
         placed = receive(argv[2], sys.stdin.buffer)
         print(json.dumps({"placed": len(placed)}))
         return 0
-    if cmd == "build" and len(argv) in (5, 6):
-        if os.path.isdir(argv[4]):
+    if cmd == "build":
+        verify = "--verify" in argv[2:3]
+        args = argv[2 + verify:]
+        if len(args) not in (3, 4, 5):
+            print(__doc__, file=sys.stderr)
+            return 2
+        if os.path.isdir(args[2]):
             return 0
-        written = build(read_manifest(argv[2]), argv[3], argv[4], reuse=argv[5] if len(argv) == 6 else None)
-        print(json.dumps({"bytes": written}))
+        try:
+            written = build(read_manifest(args[0]), args[1], args[2], reuse=args[3] if len(args) >= 4 else None,
+                            verify=verify, pin=args[4] if len(args) == 5 else None)
+        except BadObjects as exc:
+            print(json.dumps({"bad": exc.digests}))
+            print(f"codetree: {exc}", file=sys.stderr)
+            return 4
+        print(json.dumps({"bytes": written, "record": record_digest(args[2])}))
         return 0
     print(__doc__, file=sys.stderr)
     return 2
