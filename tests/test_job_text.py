@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from core.engine import notify
 from core.errors import UserError
 from core.jobs.states import State
 from core.jobs.store import Event, Job
-from core.secrets.scan import check_args, check_env
+from core.secrets.scan import check_args, check_env, text_problem
 from tests.conftest import make_git_project, run_gpu
 from tests.props import examples
 
@@ -142,9 +143,14 @@ def test_a_sweep_that_makes_a_token_never_reaches_the_store(home: Path, tmp_path
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _once(arg: str, point: dict) -> str:
-    """The reference: each `{KEY}` of the template read once, left to right."""
-    return "".join(sweep.env_text(point[p[1:-1]]) if _PLACEHOLDER.fullmatch(p) and p[1:-1] in point else p
+def _once(arg: str, point: dict, quote: bool = False) -> str:
+    """The reference: each `{KEY}` of the template read once, left to right (shell-quoted in a
+    command line)."""
+    def value(key: str) -> str:
+        text = sweep.env_text(point[key])
+        return shlex.quote(text) if quote else text
+
+    return "".join(value(p[1:-1]) if _PLACEHOLDER.fullmatch(p) and p[1:-1] in point else p
                    for p in re.split(r"(\{[A-Za-z_][A-Za-z0-9_]*\})", arg))
 
 
@@ -158,35 +164,44 @@ _ARG = st.lists(st.sampled_from(["{A}", "{B}", "{K0}", "ghp_", "--x", "=", "-", 
 
 @settings(max_examples=examples(200), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(values=st.tuples(_VALUE, _VALUE, _VALUE), args=st.lists(_ARG, max_size=4))
+@given(values=st.tuples(_VALUE, _VALUE, _VALUE), args=st.lists(_ARG, max_size=4), line=st.booleans())
 def test_any_sweep_point_passes_the_checks_its_final_values_would_pass_written_whole(
-        project: Path, values: tuple[str, str, str], args: list[str]) -> None:
-    """For any values: a value with a placeholder is refused; an accepted sweep's point holds
-    each value substituted once (`_once`), and its final args and env are accepted written
-    whole (build_request, check_args, check_env); a final form refused whole refuses the sweep."""
+        project: Path, values: tuple[str, str, str], args: list[str], line: bool) -> None:
+    """For any values, in args or in a command line: a value with a placeholder is refused; an
+    accepted sweep's point holds each value substituted once (`_once`), and its final args (or
+    line) and env are accepted written whole (build_request, check_args, check_env); a final
+    form refused whole refuses the sweep; one accepted whole, of values that pass as text and
+    hold no placeholder, is accepted."""
     point = dict(zip(("A", "B", "K0"), values))
     assume(all(v.strip() for v in values))
+    template = {"script": "python a.py " + " ".join(args)} if line else {"args": args}
     try:
-        req = _build(project, sweep=[point], args=args)
+        req = _build(project, sweep=[point], **template)
     except UserError:
         accepted = False
     else:
         accepted = True
-    final_args = [_once(a, point) for a in args]
+    final = ({"script": _once(template["script"], point, quote=True)} if line
+             else {"args": [_once(a, point) for a in args]})
     env = {k: sweep.env_text(v) for k, v in point.items()}
     try:
-        _build(project, args=final_args, env=env)
+        _build(project, env=env, **final)
         whole = True
     except UserError:
         whole = False
     if any(_PLACEHOLDER.search(v) for v in values) or not whole:
-        assert not accepted, (point, args)
+        assert not accepted, (point, template)
         return
+    assert accepted or any(text_problem(v) for v in values), (point, template)
     if not accepted:
-        return  # refused for another rule of the sweep's own (its values as text)
+        return  # refused as text, as any request's values are (check_request_text)
     run = sweep.point_request(req, req.sweep[0])
-    assert run.args == final_args
-    check_args(run.args, "args")
+    if line:
+        assert run.script == final["script"]
+        check_args(shlex.split(run.script), "the script line")
+    else:
+        assert run.args == final["args"]
+        check_args(run.args, "args")
     check_env({k: v for k, v in run.env.items() if k != sweep.PARAMS_VAR})
 
 

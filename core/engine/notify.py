@@ -143,7 +143,7 @@ def job_text(text: str) -> str:
     text = "".join(" " if unicodedata.category(c) in ("Zl", "Zp") else c for c in text
                    if unicodedata.category(c) != "Cf").translate(_FOLD)
     text = _HTTP.sub(lambda m: f"{m[1]}xx{m[2]}" if m[1] else f"{m[3]}x{m[4]}", text)
-    text = text.replace("://", "[://]")
+    text = re.sub(r"(?<!\[:)//", "/[/]", text.replace("://", "[://]"))  # and `//host`, scheme-less
     text = re.sub(r"(?<!\[):(?=[/\\])", "[:]", text)  # `http:/x`, `http:\\x`
     text = _SCHEME_NO_SLASH.sub(r"\1[:]", text)
     text = _IPV4.sub(lambda m: m.group().replace(".", "[.]"), text)
