@@ -295,6 +295,9 @@ def planted(draw: st.DrawFn) -> list[tuple[str, str]]:
     outside, a missing name outside, `..`): in order, so a later one may sit in an earlier."""
     picks = draw(st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(KINDS)), max_size=7,
                           unique_by=lambda t: t[0]))
+    for folder in ("runs", "runs/j"):  # mostly there as plain folders, so deeper plants take
+        if folder not in {rel for rel, _ in picks} and draw(st.integers(0, 3)):
+            picks.append((folder, "dir"))
     return sorted(picks, key=lambda t: t[0].count("/"))
 
 
@@ -559,3 +562,71 @@ def test_a_link_swapped_in_after_the_check_still_keeps_the_outputs_at_home(home:
     assert list(outside.iterdir()) == []
     kept = _kept(store, job)
     assert provider.calls == [runs, kept] and (kept / "model.pkl").read_text() == "weights"
+
+
+@settings(max_examples=examples(40), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(planted())
+def test_a_job_end_never_writes_outside_runs_id_and_loses_nothing(tree: list[tuple[str, str]]) -> None:
+    """The engine's whole end of a local job (outputs, log, metrics, settled checkpoint,
+    job.json) over any planted tree: nothing outside the project changes, nothing in it but
+    runs/<id>/ (a real folder) and runs/.gitignore, and every output is either in runs/<id>/
+    or kept at home in the job's folder, as its status says."""
+    from core.engine.service import settle_checkpoint
+    from core.packaging import checkpoints
+
+    base = Path(tempfile.mkdtemp(prefix="runs-writer-engine-"))
+    saved = os.environ.get("GPU_ROUTER_HOME")
+    os.environ["GPU_ROUTER_HOME"] = str(base / "gpu-home")
+    try:
+        outside = base / "outside"
+        (outside / "folder").mkdir(parents=True)
+        (outside / "folder" / "victim.txt").write_text("the person's file")
+        project = base / "project"
+        project.mkdir()
+        store = Store()
+        job = _job(store, project)
+        _plant(project, outside, [(rel.replace("runs/j", f"runs/{job.short_id}").replace(
+            ".j.", f".{job.short_id}."), kind) for rel, kind in tree])
+        _local_job_wrote(job, {"model.pkl": "weights", "sub/x.txt": "X"})
+        ckpt = checkpoints.home_dir(job.id)
+        ckpt.mkdir(parents=True)
+        (ckpt / "model.pt").write_bytes(b"w")
+        checkpoints._write_json(checkpoints._manifest_path(job.id), {
+            "generation": 1, "bytes": 1, "at": 0, "files": {"model.pt": {
+                "size": 1, "mtime_ns": 0, "sha256": hashlib.sha256(b"w").hexdigest()}}})
+        before_out, before = _snapshot(outside), _snapshot(project)
+
+        from core.engine.service import bring_home, write_job_json
+        from core.providers.local import LocalProvider
+
+        asyncio.run(bring_home(store, job, LocalProvider()))  # in the supervisor's order
+        note = settle_checkpoint(store, store.get(job.id))
+        write_job_json(store, store.get(job.id))
+
+        assert _snapshot(outside) == before_out, tree
+        after = _snapshot(project)
+        rid = f"runs/{job.short_id}"
+        runs_real = (project / "runs").is_dir() and not (project / "runs").is_symlink()
+        job_real = runs_real and (project / rid).is_dir() and not (project / rid).is_symlink()
+        for rel in set(before) | set(after):
+            if before.get(rel) != after.get(rel):
+                assert (job_real and (rel == rid or rel.startswith(rid + "/"))) or (
+                    runs_real and rel == "runs/.gitignore" and rel not in before) or (
+                    rel in ("runs", rid) and rel not in before), (rel, tree)
+        kept = store.get(job.id).handle.get("outputs_kept")
+        where = Path(kept["dir"]) if kept else project / rid
+        assert not kept or [e for e in store.events(job.id) if "kept at home" in e.reason]
+        assert (where / "model.pkl").read_text() == "weights" and (where / "sub" / "x.txt").read_text() == "X"
+        assert (where / "job.log").read_text() == "step 1\n"
+        assert json.loads((where / "job.json").read_text())["job"]["id"] == job.id
+        if note is None:  # else "not kept: ... already holds the job's own files" (a name taken)
+            assert (where / "checkpoint" / "model.pt").read_bytes() == b"w"
+        else:
+            assert "already holds" in note and os.path.lexists(where / "checkpoint"), note
+    finally:
+        if saved is None:
+            os.environ.pop("GPU_ROUTER_HOME", None)
+        else:
+            os.environ["GPU_ROUTER_HOME"] = saved
+        shutil.rmtree(base, ignore_errors=True)
