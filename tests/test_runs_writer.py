@@ -159,6 +159,22 @@ def test_a_runs_folder_that_is_a_link_is_refused_too(home: Path, tmp_path: Path)
     assert (_kept(store, job) / "model.pkl").read_text() == "weights"
 
 
+def test_a_project_that_cannot_be_written_keeps_the_outputs_at_home(home: Path, tmp_path: Path) -> None:
+    """The project is gone (a file now has its name): the outputs are kept, not lost."""
+    project = tmp_path / "project"
+    store = Store()
+    job = _job(store, project)
+    project.write_text("not a folder any more")
+    _local_job_wrote(job, {"model.pkl": "weights"})
+
+    notes = _end(store, job)
+
+    kept = store.get(job.id).handle["outputs_kept"]
+    assert "not writable" in kept["why"] and not notes
+    assert (Path(kept["dir"]) / "model.pkl").read_text() == "weights"
+    assert (Path(kept["dir"]) / "job.json").exists()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a folder of another user needs root")
 def test_a_runs_id_folder_of_another_user_is_refused(home: Path, tmp_path: Path) -> None:
     project = tmp_path / "project"

@@ -92,7 +92,7 @@ def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
             raise UserError(f"job {job.short_id} wrote nothing into its working folder on {job.provider} "
                             "(only the code it was given was there), so a later job of this project "
                             "took it over: there is nothing of the job's own to fetch",
-                            fix=f"its outputs are in {job.outputs_dir}; the code is your project's")
+                            fix=f"its outputs are in {outputs_where(job)}; the code is your project's")
         if doc.get("gone"):
             raise UserError(f"job {job.short_id}'s working folder on {job.provider} was cleaned up "
                             "(storage cap or `gpu gc`): its undeclared files are gone",

@@ -607,6 +607,9 @@ def outputs_folder(store: Store, job: Job) -> Path:
         return runs_folder(job)
     except runswriter.Refused as exc:
         return keep_at_home(store, job, exc)
+    except OSError as exc:  # a project gone or read-only: its outputs are not lost either
+        return keep_at_home(store, job, runswriter.Refused(
+            job.outputs_dir, f"not writable ({exc.strerror or exc})"))
 
 
 def keep_at_home(store: Store, job: Job, refused: runswriter.Refused) -> Path:
