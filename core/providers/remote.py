@@ -262,7 +262,10 @@ printf '%s\\n' "$py"
                                          check=f"preparing job {job.short_id} on {self.name}")
         self._keep_code_record(job, r.out)
         step("job folder")  # the code folder built from the objects, the spec written
-        if not sandboxed:
+        if base_python is not None:  # a container: what it shows the job is the container's choice
+            notes.append(f"{self.name}: the job runs in its container, not in gpu-router's sandbox "
+                         "(no take-over of its code folder)")
+        elif not sandboxed:
             notes.append(f"{self.name}: {NO_HOST_SANDBOX}")
         return {"steps": steps, "spec": f"{ad}/spec.json", "runtime": runtime, "adir": ad, "jdir": jd,
                 "sent": sent_rt + sent_b + sent_d + sent_w + sent_c + len(spec_bytes), "python": python,

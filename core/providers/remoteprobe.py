@@ -7,7 +7,7 @@ the host once. Each kind asks its own way (`probe_fresh`). A mixin of
 
 The probe also asks whether the host can make the job sandbox the launcher makes there
 (`host_sandbox`: core/runtime/boundary.py's own `probe`, sent as source to the host's Python, so
-the verdict is the one the launcher will reach): with one, a job there sees neither the host's
+the verdict is the one the launcher will reach; remembered 5 minutes, as the local target's): with one, a job there sees neither the host's
 object store, wheelhouse and other jobs' folders nor `~/.ssh`; without one, the target's info
 says NO_HOST_SANDBOX (the plan and `gpu targets` show it) and an agent's job there waits for a
 person unless the user config opens the target to agents (`agents_without_sandbox: true`).
@@ -120,8 +120,9 @@ class RemoteProbe(ABC):
         return paths.cache_dir() / f"probe-{self.name}-{key}.json"
 
     def forget_probe(self) -> None:
-        for f in paths.cache_dir().glob(f"probe-{self.name}-*.json"):
-            f.unlink(missing_ok=True)
+        for pattern in (f"probe-{self.name}-*.json", f"sandbox-{self.name}-*.json"):
+            for f in paths.cache_dir().glob(pattern):
+                f.unlink(missing_ok=True)
 
     def _cached_probe(self) -> TargetInfo | None:
         ttl = float(self.options.get("probe_ttl_s", PROBE_TTL_S))
@@ -151,7 +152,7 @@ class RemoteProbe(ABC):
         try:
             info = await self.probe_fresh()
             if info.available:
-                self._mark_sandbox(info, await self.host_sandbox(fresh=True))
+                self._mark_sandbox(info, await self.host_sandbox(fresh=refresh))
         except HostKeyError as exc:
             info = self._info(False, f"{exc.what}. Fix: {exc.fix}", details={"host_key": {
                 "fingerprint": exc.fingerprint, "changed": exc.changed}})
@@ -186,16 +187,32 @@ class RemoteProbe(ABC):
         """The user config lets agents' jobs run on this host without a sandbox."""
         return self.options.get(OPEN_KEY) is True
 
+    def _sandbox_cache_file(self) -> Path:
+        return self._probe_cache_file().with_name(self._probe_cache_file().name.replace("probe-", "sandbox-", 1))
+
     async def host_sandbox(self, fresh: bool = False) -> dict:
         """Can the host make the launcher's sandbox? {"ok", "why"}: asked with the launcher's own
-        probe (boundary.probe) and remembered SANDBOX_TTL_S in this process; `fresh` asks now."""
-        held = getattr(self, "_sandbox", None)
-        if held is not None and not fresh and time.monotonic() - held[0] < SANDBOX_TTL_S:
-            return held[1]
+        probe (boundary.probe: a real bubblewrap start there) once, then remembered SANDBOX_TTL_S
+        on disk (every submit is its own process) as the local target's verdict is; `fresh` (`gpu
+        targets probe NAME`) asks now. A stale "yes" can only stop an agent's job at its start
+        (the launcher tries again), never run one unsandboxed."""
+        if not fresh:
+            try:
+                doc = json.loads(self._sandbox_cache_file().read_text())
+                if time.time() - doc["at"] < SANDBOX_TTL_S and isinstance(doc["verdict"]["ok"], bool):
+                    return doc["verdict"]
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
         python = self._remote["python"] if getattr(self, "_remote", None) else self.python
         r = await self.transport.run(f"{quote(python)} -", input=sandbox_probe_source().encode(), timeout=60)
         verdict = parse_sandbox(r.out)
-        self._sandbox = (time.monotonic(), verdict)
+        try:
+            path = self._sandbox_cache_file()
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps({"at": time.time(), "verdict": verdict}))
+            os.replace(tmp, path)
+        except OSError:
+            pass
         return verdict
 
     def _mark_sandbox(self, info: TargetInfo, verdict: dict) -> None:
