@@ -222,7 +222,7 @@ SCHEMES = re.compile(r"(?i)[a-z][a-z0-9+.-]*:/|\b(?:mailto|tel|sms|callto|javasc
                      r"ircs|webcal|matrix|spotify|zoommtg|msteams|discord|steam|ms-[a-z-]+):")
 BARE = re.compile(r"(?i)\bwww\.|[\w-][.\u3002\uff0e\uff61][^\W\d_]")  # a top-level domain starts with a letter
 MENTION = re.compile(r"(?i)@(?:everyone|here|channel|all|[\w.-])|<[!@#]")
-MARKUP = re.compile(r"\]\(|[<>`]")
+MARKUP = re.compile(r"\]\(|[<>`&]")  # `&`: an HTML entity a service decodes (`&#104;ttps`)
 
 
 def _links(text: str) -> list[str]:
@@ -302,7 +302,8 @@ def test_quoted_text_is_capped_and_inert_against_every_trick() -> None:
     link forms, mentions: none survives as a link; a long line is cut."""
     tricks = ["ｈｔｔｐｓ：／／evil．com", "evil\u3002com", "ev\u200bil.com", "<http://x.io|ok>",
               "mailto:a@b.co", "javascript:alert(1)", "ftp://10.0.0.1/x", "192.168.1.1", "@here",
-              "`code` ]( x", "user@evil.com", "xn--80ak6aa92e.com", "пример.рф", "EVIL.COM"]
+              "`code` ]( x", "user@evil.com", "xn--80ak6aa92e.com", "пример.рф", "EVIL.COM",
+              "&#104;ttps&#58;//evil&#46;com", "&lt;https://x.io&gt;", "//evil.com/x"]
     for trick in tricks:
         out = notify.job_text(trick)
         assert _links(out) == [], (trick, out, _links(out))

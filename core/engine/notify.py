@@ -128,7 +128,9 @@ _SCHEME_NO_SLASH = re.compile(r"(?i)\b(" + "|".join(LINK_SCHEMES) + r"):")
 _HTTP = re.compile(r"(?i)\b(?:(h)tt(ps?)|(f)t(ps?))(?=:)")
 _IPV4 = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w])")
 _DOT_BEFORE_LETTER = re.compile(r"\.(?=[^\W\d_])")  # a top-level domain starts with a letter
-_FOLD = str.maketrans({"\u3002": ".", "\u2024": ".", "\ufe52": ".", "<": "\u2039", ">": "\u203a", "`": "'"})
+# `&` too: a service that reads HTML (Telegram) decodes `&#104;ttps&#58;//` into `https://`
+_FOLD = str.maketrans({"\u3002": ".", "\u2024": ".", "\ufe52": ".", "<": "\u2039", ">": "\u203a", "`": "'",
+                       "&": "\uff06"})
 
 
 def job_text(text: str) -> str:
@@ -315,7 +317,9 @@ def send(url: str, title: str, body: str, level: str = "info", *, tries: int = T
         logger = logging.getLogger("apprise")
         logger.addHandler(catcher)
         try:
-            ok = bool(plugin.notify(body=body, title=title, notify_type=kind))
+            # the body is plain text: a service that reads HTML or markdown gets it escaped
+            ok = bool(plugin.notify(body=body, title=title, notify_type=kind,
+                                    body_format=apprise.NotifyFormat.TEXT))
         except Exception as exc:  # noqa: BLE001 - a plugin's bug is a failed send, not a crash
             ok, catcher.lines = False, [f"{type(exc).__name__}: {exc}"]
         finally:
