@@ -68,6 +68,7 @@ KEEP_BYTES = 4 << 20  # a bundle file's bytes kept while reading it (larger ones
 _COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's COMMENT_RE
 _SCHEME = re.compile(r"^(?:http|https|file|ftp)://", re.I)  # a requirements file pip would fetch
 _VCS = re.compile(r"^(?:git|hg|svn|bzr)\+", re.I)
+_FILE_URL = re.compile(r"^\s*file:", re.I)  # a path on this machine, however many slashes follow
 _ARCHIVE = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar")
 _SECRET_FIX = ("keep the password out of the project: write the URL as https://USER:${PIP_PASSWORD}@HOST/..., "
                "store the value with `gpu secrets set PIP_PASSWORD` and name it under `secrets:` in gpu.yaml "
@@ -421,6 +422,11 @@ class _Reader:
         here = self.where(rel, number)
         if opts.no_index:
             out.append("--no-index")
+        for url in [opts.index_url or "", *(opts.extra_index_url or [])]:
+            if _FILE_URL.match(url):
+                raise UserError(f"{url} is a path on this machine (a file: URL), not an index", where=here,
+                                fix="name an index by its http(s) address, or put the wheels in a project folder "
+                                    "and name it with --find-links, relative to the file")
         if opts.index_url:
             self.refuse_url(opts.index_url, rel, number)
             out.append(f"--index-url {opts.index_url}")
@@ -442,7 +448,12 @@ class _Reader:
             self.deps.notes.append(f"{here}: --hash with no requirement on its line is ignored by pip")
 
     def find_links(self, value: str, rel: str, here: str) -> str:
-        """A local --find-links folder: pip takes it relative to the file when it exists there."""
+        """A local --find-links folder: pip takes it relative to the file when it exists there.
+        A `file:` URL is an absolute path on this machine, refused as one: pip would read
+        (and build) whatever lies there, wherever the wheelhouse is made."""
+        if _FILE_URL.match(value):
+            raise UserError(f"--find-links {value} is a path on this machine (a file: URL), not in the project",
+                            where=here, fix="put the wheels in a project folder and name it relative to the file")
         if re.match(r"^[a-z][a-z0-9+.-]*://", value, re.I) or "${" in value:
             return value
         if value.startswith("/"):
@@ -480,6 +491,9 @@ class _Reader:
             raise UserError(f"not a requirement pip can read: {text!r} ({exc})", where=here,
                             fix="write NAME, NAME==VERSION, NAME[extra]>=V; python_version < \"3.12\", "
                                 "or NAME @ URL") from None
+        if _FILE_URL.match(Requirement(text).url or ""):
+            raise UserError(f"{text} names a path on this machine (a file: URL): the target cannot see it", where=here,
+                            fix="put the package in the project and name it relative to the working folder")
         target.append(text + (f" {opt_text}" if opt_text else ""))
 
     @property
@@ -570,6 +584,10 @@ def _pyproject(files: ProjectFiles, rel: str, extras: Iterable[str], deps: Depen
         what = url_credential(line)
         if what:
             raise UserError(f"refused: {what} in the project's dependencies", where=rel, fix=_SECRET_FIX)
+        if _FILE_URL.match(req.url or ""):
+            raise UserError(f"{line} names a path on this machine (a file: URL): the target cannot see it",
+                            where=rel, fix="publish the package to an index, or list it in requirements.txt "
+                                           "by its path relative to the working folder")
         if own and canonicalize_name(req.name) == own:  # the project's own extras: their groups
             wanted += [e for e in sorted(req.extras) if e not in seen]
             for extra in sorted(req.extras):

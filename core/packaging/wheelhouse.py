@@ -7,8 +7,16 @@ the requirements for the target's Python and platform tags (`--only-binary=:all:
 `--platform`, `--python-version`, `--implementation`, `--abi`), then `pip download --no-deps`
 fetches exactly the wheels that ship. A requirement published only as a source distribution
 is built here with `pip wheel --no-deps`, and kept only when the result is pure Python
-(`py3-none-any`): a compiled build made on this machine would not run there. Anything else is
-named, with the way forward, before anything is uploaded.
+(`py3-none-any`) and is that package's wheel alone: a compiled build made on this machine would
+not run there. Anything else is named, with the way forward, before anything is uploaded.
+
+Every pip step goes through `_pip`, and so through core/packaging/buildbox.py: building a
+wheel runs the package's own build code (an sdist's backend, a version-control checkout, a
+local path), and even the resolve builds a URL or path requirement to read its metadata, so
+each step runs in the same sandbox as a local job's install, seeing only its inputs (read-only)
+and its own output folder (writable); the network only when an index is needed. The cached
+result is shared by every project with the same inputs, so what a step leaves behind is kept
+only when it is what was asked for (the built package's own wheel; the downloaded pins).
 
 Packages the target's image already has at a version the project's pins accept are pinned to
 that version during the resolve and then left out: they are not shipped.
@@ -35,10 +43,12 @@ from pathlib import Path
 from typing import Callable
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from core import paths
 from core.errors import UserError
+from core.packaging import buildbox
 
 Say = Callable[[str], None]
 PIP_TIMEOUT_S = 1800  # one pip call: a large wheel over a slow link still fits
@@ -156,9 +166,42 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
-def _pip(python: str, args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([python, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
-                          capture_output=True, text=True, timeout=PIP_TIMEOUT_S, stdin=subprocess.DEVNULL)
+def _pip(python: str, args: list[str], *, what: str, work: Path, out: Path, builds: bool,
+         network: bool) -> subprocess.CompletedProcess:
+    """One pip step of a wheelhouse: the one way pip runs here (buildbox: sandboxed, `work`
+    readable, `out` writable). `-I`: no folder of the step (nor any PYTHON* variable) is on
+    pip's own import path."""
+    return buildbox.run(buildbox.Step(
+        command=[python, "-I", "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
+        what=what, builds=builds, readable=(work,), writable=(out,), network=network, cwd=work,
+        timeout=PIP_TIMEOUT_S), python)
+
+
+def only_wheels(requirements: list[str], constraints: list[str], pip_args: list[str]) -> bool:
+    """Whether pip, resolving these lines with `--only-binary=:all:`, can run no build code:
+    every line a requirement by name (no URL, path, version-control or editable line, which
+    pip builds whatever --only-binary says), and no --no-binary option."""
+    if any(a == "--no-binary" or a.startswith("--no-binary=") for a in pip_args):
+        return False
+    for line in [*requirements, *constraints]:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            return False
+        if req.url:
+            return False
+    return True
+
+
+def needs_network(pip_args: list[str], environ: dict[str, str] | None = None) -> bool:
+    """Whether pip reaches out for these options: not with --no-index and only local
+    --find-links folders (the wheelhouse's own `built` folder among them)."""
+    env = os.environ if environ is None else environ
+    no_index = "--no-index" in pip_args or env.get("PIP_NO_INDEX", "").lower() in ("1", "true", "yes", "on")
+    links = [pip_args[i + 1] for i, a in enumerate(pip_args[:-1]) if a in ("--find-links", "-f")]
+    links += [a.split("=", 1)[1] for a in pip_args if a.startswith("--find-links=")]
+    links += env.get("PIP_FIND_LINKS", "").split()
+    return not no_index or any(re.match(r"^[a-z][a-z0-9+.-]*://", link, re.I) for link in links)
 
 
 def _tail(proc: subprocess.CompletedProcess, lines: int = 6) -> str:
@@ -227,15 +270,20 @@ def _build(work: Path, requirements: list[str], constraints: list[str], pip_args
         f"({len(image)} packages already on the target: its image or its Python)")
     started = time.monotonic()
     use_pins, tried = True, set()
-    report = work / "report.json"
+    resolved = work / "resolve"  # the resolve's one writable folder
+    resolved.mkdir()
+    report = resolved / "report.json"
     report.write_text('{"install": []}')
+    network = needs_network(pip_args)
+    wheels_only = only_wheels(requirements, constraints, pip_args)
     for _ in range(MAX_SDIST_BUILDS if requirements else 0):  # nothing left: no pip at all
-        cmd = ["install", "--dry-run", "--ignore-installed", "--target", str(work / "t"), "--report", str(report),
+        cmd = ["install", "--dry-run", "--ignore-installed", "--target", str(resolved / "t"), "--report", str(report),
                *platform.pip_options(), "--find-links", str(built), "-r", str(work / "requirements.txt"),
                "-c", str(work / "constraints.txt"), *pip_args]
         if use_pins and pins:
             cmd += ["-c", str(work / "image.txt")]
-        proc = _pip(python, cmd)
+        proc = _pip(python, cmd, what=f"resolving the requirements for {platform.describe()}", work=work,
+                    out=resolved, builds=not wheels_only, network=network)
         if proc.returncode == 0:
             break
         missing = _NO_MATCH.search(proc.stderr or "")
@@ -245,7 +293,7 @@ def _build(work: Path, requirements: list[str], constraints: list[str], pip_args
             if name in tried:
                 raise _unbuildable(spec, platform, "its source built, yet pip still finds no match")
             tried.add(name)
-            _build_sdist(spec, work, built, constraints, pip_args, platform, say, python)
+            _build_sdist(spec, work, built, constraints, pip_args, platform, say, python, network)
             continue
         if use_pins and pins and "ResolutionImpossible" in (proc.stderr or ""):
             say("dependencies: the image's versions conflict with the project's; resolving without them "
@@ -270,10 +318,13 @@ def _build(work: Path, requirements: list[str], constraints: list[str], pip_args
     if ship:
         say(f"dependencies: downloading {len(ship)} wheels ({len(skipped)} left out: the target has them)")
         proc = _pip(python, ["download", "--no-deps", *platform.pip_options(), "--find-links", str(built),
-                             "-d", str(wheels), *pip_args, *ship])
+                             "-d", str(wheels), *pip_args, *ship],
+                    what=f"downloading the wheels for {platform.describe()}", work=work, out=wheels,
+                    builds=not only_wheels([], [], pip_args), network=network)
         if proc.returncode != 0:
             raise UserError(f"pip could not download the wheels for {platform.describe()}:\n{_tail(proc)}",
                             fix="check the index options (and that the index is reachable from this machine)")
+        _keep_only(wheels, ship)
     files = sorted(p.name for p in wheels.iterdir() if p.name.endswith(".whl"))
     digest = hashlib.sha256()
     size = 0
@@ -287,6 +338,13 @@ def _build(work: Path, requirements: list[str], constraints: list[str], pip_args
         "built_at": time.time()}))
     say(f"dependencies: wheelhouse ready in {time.monotonic() - started:.1f}s: {len(files)} wheels, "
         f"{_mb(size)}; {len(skipped)} packages the target has are not shipped")
+
+
+def _wheel_name(filename: str) -> str | None:
+    try:
+        return parse_wheel_filename(filename)[0]
+    except InvalidWheelFilename:
+        return None
 
 
 def _name_of(spec: str) -> str:
@@ -305,8 +363,26 @@ def _unbuildable(spec: str, platform: TargetPlatform, why: str) -> Unbuildable:
                            f"needs a phone-verified account)")
 
 
+def _keep_only(wheels: Path, ship: list[str]) -> None:
+    """The download step's folder holds exactly the pinned wheels: anything else there is
+    removed (the cache is shared by every project with the same inputs)."""
+    wanted = {(canonicalize_name(s.split("==")[0]), s.split("==")[1]) for s in ship}
+    for path in wheels.iterdir():
+        try:
+            name, version, _b, _t = parse_wheel_filename(path.name)
+            ok = path.is_file() and not path.is_symlink() and (name, str(version)) in {
+                (n, str(Version(v))) for n, v in wanted}
+        except (InvalidWheelFilename, InvalidVersion):
+            ok = False
+        if not ok:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
 def _build_sdist(spec: str, work: Path, built: Path, constraints: list[str], pip_args: list[str],
-                 platform: TargetPlatform, say: Say, python: str) -> None:
+                 platform: TargetPlatform, say: Say, python: str, network: bool = True) -> None:
     """`pip wheel --no-deps` from the requirement's source; only a pure-Python result is kept.
     Build isolation first (the project's declared build backend, from the index); without it
     when the index offers no build backend (this machine's setuptools then builds it)."""
@@ -318,7 +394,8 @@ def _build_sdist(spec: str, work: Path, built: Path, constraints: list[str], pip
         out.mkdir()
         proc = _pip(python, ["wheel", "--no-deps", f"--no-binary={canonicalize_name(_name_of(spec))}",
                              *isolation, "-w", str(out),
-                             "-c", str(work / "constraints.txt"), *pip_args, spec])
+                             "-c", str(work / "constraints.txt"), *pip_args, spec],
+                    what=f"building {spec} from source", work=work, out=out, builds=True, network=network)
         if proc.returncode == 0:
             break
     assert proc is not None
@@ -326,7 +403,15 @@ def _build_sdist(spec: str, work: Path, built: Path, constraints: list[str], pip
         if "No matching distribution" in (proc.stderr or ""):
             raise _unbuildable(spec, platform, f"no wheel for {platform.describe()} and no source to build")
         raise _unbuildable(spec, platform, f"building it from source failed:\n{_tail(proc, 4)}")
-    for whl in out.glob("*.whl"):
+    name = canonicalize_name(_name_of(spec))
+    made = [p for p in out.iterdir()]
+    others = [p.name for p in made if not (p.name.endswith(".whl") and p.is_file() and not p.is_symlink()
+                                            and _wheel_name(p.name) == name)]
+    if others or len(made) != 1:
+        # the build code wrote more than its own wheel: nothing of it joins a shared cache
+        raise _unbuildable(spec, platform, f"building it from source left {len(made)} files, not its one wheel "
+                                           f"({', '.join(sorted(p.name for p in made))[:300]})")
+    for whl in made:
         _name, _ver, _build_tag, tags = parse_wheel_filename(whl.name)
         if not all(t.abi == "none" and t.platform == "any" and t.interpreter.startswith("py") for t in tags):
             raise _unbuildable(spec, platform, f"it has no wheel for {platform.describe()}, and its source "
