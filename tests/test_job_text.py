@@ -390,3 +390,18 @@ def test_the_excerpt_of_a_real_job_text_reads_well() -> None:
     out = notify.job_text("loss 0.25 at step 3, torch 2.4.1, see runs/x and https://hf.co/m")
     assert "0.25" in out and "2.4.1" in out and "runs/x" in out and "hxxps[://]hf[.]co/m" in out, out
     assert json.dumps(out)  # plain text
+
+
+def test_a_secret_printed_in_fullwidth_is_masked_before_it_is_folded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """job_text folds fullwidth letters to ASCII (NFKC): a secret the job printed that way would
+    come out as its very value, so the mask looks again after the fold."""
+    from core.secrets import names
+
+    value = "tok-Fullwidth9Value"
+    monkeypatch.setattr(names, "for_job", lambda job: names.NameMask(job.id, {"MY_TOKEN": value}))
+    wide = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in value)
+    notice = notify.build(_event(State.FAILED, f"exited with status 1: leaked {wide} and {value}"),
+                          _job(name=wide))
+    assert value not in notice.body and wide not in notice.body, notice.body
+    assert notice.body.count("[secret]") == 3, notice.body
+

@@ -176,7 +176,8 @@ def _scrubber(job: Job) -> tuple[Callable[[str], str], bool]:
     def scrub(text: str) -> str:
         if withheld:
             return "(withheld: the keychain could not be read to mask this job's secrets)"
-        text = mask.mask(text) if mask else text
+        if mask:  # as printed, and again as job_text reads it: NFKC folds a fullwidth
+            text = mask.mask(unicodedata.normalize("NFKC", mask.mask(text)))  # `ｓｅｃｒｅｔ` into it
         for root, word in roots:
             text = text.replace(root, word)
         return job_text(text)
