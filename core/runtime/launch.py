@@ -412,15 +412,19 @@ def _pip_install(spec: dict, log: JobLog, deps: dict, venv: str, python: str) ->
     status = _run_logged([base, "-m", "venv", "--system-site-packages", venv], log)
     if status != 0:
         raise RuntimeError(f"creating the environment failed with status {status}")
-    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check",
+    # -I: neither the working folder (a project's own `pip/`) nor a PYTHON* variable is on pip's
+    # import path; the environment is shared by every project with the same dependencies
+    cmd = [python, "-I", "-m", "pip", "install", "--disable-pip-version-check",
            "--no-input", "--progress-bar", "off", *_requirement_files(deps, venv)]
     if deps.get("wheelhouse"):  # a target without internet: only the wheels shipped beside the job
         cmd += ["--no-index", "--find-links", deps["wheelhouse"]]
     sandbox = _sandbox_plan(spec, python, writable=[venv])
-    env = _job_env(spec, python, sandbox)  # pip runs the project's build code: the job's rules
-    env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH", "")])
-    env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})  # the index to use
-    status = _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox)
+    scratch = _scratch(spec)
+    try:
+        env = _install_env(spec, python, sandbox, scratch)  # pip runs the project's build code
+        status = _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if status != 0:
         shutil.rmtree(venv, ignore_errors=True)
         raise RuntimeError(f"pip install failed with status {status} (see the lines above)")
@@ -503,18 +507,52 @@ def _scratch(spec: dict) -> str:
     return tempfile.mkdtemp(prefix="deps-", dir=tmp_root)
 
 
-def _uv_boxed(spec: dict, log: JobLog, uv: str, cache: str, cmd: list[str]) -> int:
-    """A uv command as the project's build code must run: inside the job's sandbox where it has
-    one, with uv's cache the one more writable folder (and uv's own folder readable)."""
+def _uv_boxed(spec: dict, log: JobLog, uv: str, cache: str, cmd: list[str], scratch: str) -> int:
+    """A uv command that reaches the network: inside the job's sandbox where it has one, with
+    uv's cache the one more writable folder (and uv's own folder readable). That cache is
+    shared, so nothing of the job's choosing runs here: no build (--no-build), none of the
+    job's variables (its LD_PRELOAD would load its library into uv), no program on its PATH."""
     base = spec["base_python"]
     sandbox = _sandbox_plan(spec, base, writable=[cache], readable=[os.path.dirname(os.path.realpath(uv))])
-    env = uvenv.environ(_job_env(spec, base, sandbox), dict(os.environ))
-    # the cache is writable here and shared: no program of the job's choosing (its PATH) and
-    # none of git's settings from its variables (uv runs git for a URL it cannot skip)
-    env["PATH"] = os.pathsep.join([os.path.dirname(base), os.environ.get("PATH", OUTSIDE_ENV["PATH"])])
-    for name in [n for n in env if n.startswith("GIT_")]:
+    env = uvenv.environ(_install_env(spec, base, sandbox, scratch), dict(os.environ))
+    for name in [n for n in env if n.startswith("GIT_")]:  # uv runs git for a URL it cannot skip
         del env[name]
     return _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox)
+
+
+_NAMED = re.compile(r"\$\{([A-Z0-9_]+)\}")  # pip's ${NAME} in a requirements file
+
+
+def _install_env(spec: dict, python: str, sandbox: dict | None, scratch: str) -> dict[str, str]:
+    """What an install step (pip's, uv's) starts with. Not the job's environment: the job's
+    `env` may load code into whatever starts with it (LD_PRELOAD, PYTHONPATH, a PATH of its
+    own), and these steps are gpu-router's, some with a cache shared by other projects
+    writable. So: the machine's allowed variables (boundary.job_environ), the launcher's own
+    `PIP_*` (the index to use), and of the job's only its secrets and the variables its
+    requirement lines name as `${NAME}` (pip fills them in), never one that loads code
+    (uvenv.loads_code); the launcher's PATH; a home, temporary folder and pip cache of the
+    step's own in `scratch` (never the job's home, which its earlier attempts wrote)."""
+    deps = spec.get("deps") or {}
+    lines = [*(deps.get("options") or []), *(deps.get("requirements") or []), *(deps.get("constraints") or [])]
+    named = set(_NAMED.findall("\n".join(lines)))
+    declared = {k: str(v) for k, v in spec["env"].items() if k in named}
+    for name in spec.get("secret_env", []):
+        if name in os.environ:
+            declared[name] = os.environ[name]  # approved to read: it arrived in memory
+    # the machine's are the person's (a cluster's LD_LIBRARY_PATH for its Python stays)
+    env = boundary.job_environ(dict(os.environ), {k: v for k, v in declared.items() if not uvenv.loads_code(k)})
+    env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})  # the index to use
+    home, tmp = os.path.join(scratch, "home"), os.path.join(scratch, "tmp")
+    for d in (home, tmp):
+        os.makedirs(d, exist_ok=True)
+    if sandbox is not None:  # outside one (a host without bubblewrap) pip reads the host's own config
+        env["HOME"] = home
+    env["TMPDIR"] = tmp
+    env["PIP_CACHE_DIR"] = os.path.join(scratch, "pip-cache")  # never a cache other projects read
+    if _TRACK.get("marker"):
+        env[jobprocs.MARKER_VAR] = _TRACK["marker"]
+    env["PATH"] = os.pathsep.join([os.path.dirname(python), os.environ.get("PATH") or OUTSIDE_ENV["PATH"]])
+    return env
 
 
 def _uv_resolve(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, scratch: str) -> list[str]:
@@ -524,7 +562,7 @@ def _uv_resolve(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, scratc
     if deps.get("wheelhouse"):  # a target without internet: only the wheels shipped beside the job
         args += ["--no-index", "--find-links", deps["wheelhouse"]]
     out = os.path.join(scratch, "resolved.txt")
-    status = _uv_boxed(spec, log, uv, cache, uvenv.compile_cmd(uv, spec["base_python"], cache, args, out))
+    status = _uv_boxed(spec, log, uv, cache, uvenv.compile_cmd(uv, spec["base_python"], cache, args, out), scratch)
     if status != 0 or not os.path.exists(out):
         raise _UvFailed(f"uv pip compile: status {status}, see the lines above")
     with open(out) as f:
@@ -543,7 +581,7 @@ def _uv_fill(spec: dict, log: JobLog, uv: str, cache: str, scratch: str, options
     with open(pinned, "w") as f:
         f.write("\n".join([*options, *frozen]) + "\n")
     status = _uv_boxed(spec, log, uv, cache, uvenv.install_cmd(
-        uv, os.path.join(env_dir, "bin", "python"), cache, ["-r", pinned], link="symlink"))
+        uv, os.path.join(env_dir, "bin", "python"), cache, ["-r", pinned], link="symlink"), scratch)
     if status != 0:
         raise _UvFailed(f"uv pip install: status {status}, see the lines above")
 

@@ -97,6 +97,26 @@ def unfit(deps: dict) -> str | None:
     return None
 
 
+# Variables that load or choose code in whatever process starts with them: the dynamic loader's
+# (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT; macOS's DYLD_*), glibc's (GCONV_PATH, LOCPATH,
+# GLIBC_TUNABLES, MALLOC_*), interpreters' (PYTHON*, PERL5*, RUBY*, NODE_OPTIONS, BASH_ENV),
+# the programs found (PATH) and the settings of the tools an install runs that could choose a
+# program or a folder (UV_*, GIT_*, HOME and the XDG folders they read config from; pip's are
+# the launcher's own, and a job's `${PIP_PASSWORD}` is a value pip fills in). A job's `env`
+# sets them for the job's own process only; never for an install step, gpu-router's code.
+CODE_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PERL", "RUBY", "NODE_", "GIT_", "UV_", "MALLOC_",
+                 "XDG_", "CONDA", "VIRTUAL_ENV")
+CODE_NAMES = frozenset({"PATH", "HOME", "TMPDIR", "BASH_ENV", "ENV", "GCONV_PATH", "LOCPATH", "NLSPATH",
+                        "GLIBC_TUNABLES", "HOSTALIASES", "RES_OPTIONS", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                        "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NETRC", "JAVA_TOOL_OPTIONS", "SHELL"})
+
+
+def loads_code(name: str) -> bool:
+    """Whether a variable set by a job would choose code (or its configuration) in an install
+    step: such a variable is the job's own process's only (see CODE_PREFIXES)."""
+    return name in CODE_NAMES or name.upper().startswith(CODE_PREFIXES)
+
+
 def environ(base: dict[str, str], outer: dict[str, str]) -> dict[str, str]:
     """uv's environment: `base` (the job's rules) plus the index settings of the launcher's own
     environment, pip's spelled uv's way, with nothing that moves the cache or the Python."""
