@@ -130,7 +130,9 @@ class Folder:
     def write(self, name: str, data: bytes | Iterable[bytes], mode: int = 0o644) -> None:
         """`name` (a plain name or a relative path) holds `data`, replaced whole: written into
         a fresh file made exclusively, then renamed over whatever had the name (a link there
-        is replaced, never followed). A folder in the way raises Refused."""
+        is replaced, never followed; a folder there is removed first, through descriptors,
+        as the merge of outputs does). Refused when a link stands on the way to `name`'s
+        folder, or a folder keeps coming back in its place."""
         dfd, base = self._parent(name, make=True)
         try:
             tmp, fd = new_temp(dfd, base, mode)
@@ -138,7 +140,10 @@ class Folder:
                 with os.fdopen(fd, "wb") as f:
                     for block in ([data] if isinstance(data, (bytes, bytearray)) else data):
                         f.write(block)
-                _rename_into(dfd, tmp, dfd, base, f"{self.path.name}/{name}")
+                there = _lstat(dfd, base)
+                if there is not None and stat.S_ISDIR(there.st_mode):
+                    shutil.rmtree(base, dir_fd=dfd)
+                _rename_into(dfd, tmp, dfd, base, f"{self.path}/{name}")
             except BaseException:
                 _unlink_quietly(dfd, tmp)
                 raise
