@@ -403,6 +403,12 @@ def test_a_verified_build_refuses_an_object_rewritten_in_the_store(tmp_path: Pat
     assert run.returncode == 0, run
     assert (tmp_path / "cli" / "a.py").read_bytes() == b"print('ORIGINAL')\n"
 
+    obj.unlink()  # a FIFO under the object's name: refused at once, not waited on
+    os.mkfifo(obj)
+    with pytest.raises(codetree.BadObjects):
+        codetree.build(rows, str(store), str(tmp_path / "fifo"), verify=True)
+    assert not obj.exists()
+
 
 def test_a_take_over_with_a_pin_refuses_a_record_rewritten_to_match_a_changed_folder(tmp_path: Path) -> None:
     """A job that runs unsandboxed can rewrite a file of its folder and then the `.tree`

@@ -58,6 +58,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import struct
 import sys
 import tarfile
@@ -647,8 +648,14 @@ def copy_verified(src: str, dst: str, digest: str, clone: list[bool]) -> int:
     """A private copy of one object, checked against its hash: -1 (and no `dst`) when its bytes
     are not what its name says. Where the file system shares blocks (a reflink) the copy is
     made first and the copy is hashed, so what is checked is what the job will read; elsewhere
-    the bytes are hashed as they are copied (one read, as an unchecked copy makes)."""
-    with open(src, "rb") as fin:
+    the bytes are hashed as they are copied (one read, as an unchecked copy makes). Only a
+    regular file is read (opened without blocking, then checked): a FIFO or device a job put in
+    the store under an object's name would otherwise hold the build forever."""
+    fd_in = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd_in).st_mode):
+        os.close(fd_in)
+        return -1
+    with os.fdopen(fd_in, "rb") as fin:
         fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(fd, "wb") as fout:
             cloned = False
