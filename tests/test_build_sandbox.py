@@ -90,6 +90,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     _try(report, "read the user config", lambda: open(_ARGS["config"]).read())
     _try(report, "read a file in gpu-router's home", lambda: open(_ARGS["gr_note"]).read())
     _try(report, "read a file in the person's home", lambda: open(_ARGS["person_note"]).read())
+    if _ARGS.get("port"):
+        _try(report, "network", lambda: _socket.create_connection(("127.0.0.1", _ARGS["port"]), timeout=5))
     # writes: what counts is whether the file appears in the real folders (the test looks)
     wrote = {}
     _try(wrote, "gpu-router's home", lambda: _write(_os.path.join(_ARGS["gr_home"], "evil-was-here")))
@@ -154,7 +156,7 @@ def hostile(index: PackageIndex, keychain, home: Path, tmp_path: Path) -> dict:
 def assert_nothing_reached(seen: dict, facts: dict, args: dict, *texts: str) -> None:
     escaped = {k: v for k, v in seen.items() if not v.startswith("blocked")}
     assert escaped == {}, escaped
-    assert len(seen) == 6 and len(facts["wrote"]) == 2, (seen, facts)
+    assert len(seen) == 6 + ("port" in args) and len(facts["wrote"]) == 2, (seen, facts)
     assert facts["home"] != args["person_home"] and not facts["home"].startswith(args["gr_home"])
     for name in ("DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "XDG_RUNTIME_DIR", "GPU_ROUTER_HOME", "LD_PRELOAD"):
         assert name not in facts["env"], name
@@ -404,3 +406,48 @@ def test_the_person_s_pip_configuration_still_names_the_index_inside_the_sandbox
     wh = wheelhouse.build(["tinysdist==1.0"], [], [], KAGGLE_PLATFORM, {}, say=lambda _t: None)
     assert wh.files == ["tinysdist-1.0-py3-none-any.whl"]
     assert (person / ".config" / "pip" / "pip.conf").read_text().startswith("[global]")  # untouched
+
+
+def test_a_build_with_no_index_has_no_network(hostile: dict, home: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --no-index and local folders only (here the person's own PIP_FIND_LINKS folder),
+    the build needs no network and gets none: its backend cannot reach a port on this machine."""
+    import socket
+
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        args = {**hostile, "port": srv.getsockname()[1]}
+        quiet = PackageIndex(tmp_path / "offline-index")  # only to lay out the sdist's file
+        try:
+            add_evil_sdist(quiet, args)
+        finally:
+            quiet.close()
+        shutil.copy(quiet.files / "evilpkg-1.0.tar.gz", vendor)
+        monkeypatch.delenv("PIP_INDEX_URL")
+        monkeypatch.setenv("PIP_FIND_LINKS", str(vendor))
+        wh = wheelhouse.build(["evilpkg==1.0"], [], ["--no-index"], KAGGLE_PLATFORM, {}, say=lambda _t: None)
+        seen, facts = seen_in_wheel(wh.path / wh.files[0])
+    assert seen["network"].startswith("blocked"), seen
+    assert_nothing_reached(seen, facts, args)
+
+
+def test_an_install_step_gets_the_job_s_secrets_and_named_values_never_its_loader_variables(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.runtime import launch
+
+    monkeypatch.setenv("MY_TOKEN", "tok")  # a secret the job was approved to read
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    spec = {"log": str(tmp_path / "job.log"), "secret_env": ["MY_TOKEN"],
+            "deps": {"options": ["--extra-index-url http://${HOST_NAME}/simple"], "requirements": ["x"]},
+            "env": {"HOST_NAME": "mirror", "LD_PRELOAD": "./poison.so", "PYTHONPATH": "shadow",
+                    "PATH": "bin:/usr/bin", "OTHER": "1", "GIT_SSH_COMMAND": "sh evil.sh"}}
+    env = launch._install_env(spec, "/usr/bin/python3", {"home": "h"}, str(tmp_path / "s"))
+    assert env["MY_TOKEN"] == "tok" and env["HOST_NAME"] == "mirror"
+    assert env["PIP_INDEX_URL"] == "http://127.0.0.1:9/simple"
+    for name in ("LD_PRELOAD", "PYTHONPATH", "OTHER", "GIT_SSH_COMMAND"):
+        assert name not in env, name
+    assert not env["PATH"].startswith("bin") and env["PATH"].startswith("/usr/bin")
+    assert env["HOME"].startswith(str(tmp_path / "s")) and env["PIP_CACHE_DIR"].startswith(str(tmp_path / "s"))

@@ -141,7 +141,8 @@ def _boxed(found: dict, step: Step, python: str, env: dict[str, str], scratch: P
            cwd: Path) -> subprocess.CompletedProcess:
     mark = scratch / "mark"
     mark.write_text("wheelhouse build\n")
-    plan = {"ro": [*boundary.python_roots(python), *(str(p) for p in step.readable), *_pip_config_file()],
+    plan = {"ro": [*boundary.python_roots(python), *(str(p) for p in step.readable), *_pip_config_file(),
+                   *_pip_find_links()],
             "ro_at": pip_configs(scratch / "home"),
             "rw": [str(scratch / "home"), str(scratch / "tmp"), *(str(p) for p in step.writable)],
             "hide": hidden(), "workdir": str(cwd), "mark": str(mark), "network": step.network,
@@ -180,6 +181,17 @@ def _pip_config_file() -> list[str]:
     """PIP_CONFIG_FILE, where it names a file (read-only at its place)."""
     named = os.environ.get("PIP_CONFIG_FILE", "")
     return [named] if named and os.path.isfile(named) and named != os.devnull else []
+
+
+def _pip_find_links() -> list[str]:
+    """The local folders PIP_FIND_LINKS of the supervisor's environment names (a person's own
+    wheel folder), read-only at their place, so pip finds them inside as outside."""
+    found = []
+    for link in os.environ.get("PIP_FIND_LINKS", "").split():
+        path = link[len("file://"):] if link.lower().startswith("file://") else link
+        if "://" not in path and os.path.isabs(path) and os.path.isdir(path):
+            found.append(path)
+    return found
 
 
 def _env_fd(env: dict[str, str]) -> int:
