@@ -117,6 +117,8 @@ def test_each_points_env_is_held_to_the_env_rules(project: Path, point: dict, wo
         _build(project, sweep=[point])
     assert words in err.value.message() and "sweep point 1" in err.value.message(), err.value.message()
     assert value not in err.value.message()
+    if key == "KEY_OF_RUN":  # a key is an env name: most often an ordinary setting, said so
+        assert "rename KEY_OF_RUN" in err.value.fix and "gpu secrets set" in err.value.fix
 
 
 def test_ordinary_sweeps_still_pass(project: Path) -> None:
