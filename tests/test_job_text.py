@@ -407,3 +407,33 @@ def test_a_secret_printed_in_fullwidth_is_masked_before_it_is_folded(monkeypatch
     assert value not in notice.body and wide not in notice.body, notice.body
     assert notice.body.count("[secret]") == 3, notice.body
 
+
+BAD = ("import sys\n"
+       "print('downloading https://evil.example/payload?id=1 for @everyone', flush=True)\n"
+       "raise SystemExit('ValueError: fetch failed, see https://evil.example/help or www.evil.io')\n")
+
+
+@pytest.mark.slow
+def test_a_real_failed_jobs_error_line_reaches_the_webhook_quoted_and_defanged(home: Path, tmp_path: Path) -> None:
+    """The issue's example end to end: a job fails with a URL in its last line; the supervisor
+    records that line as its reason and tells the person's webhook (real apprise, loopback):
+    the message has the line on a quoted line, with no link a chat could fetch."""
+    from tests.conftest import gpu_json, wait_state, write_user_config
+    from tests.test_notify import Webhook
+
+    hook = Webhook()
+    try:
+        write_user_config(f"notify:\n  - url: {hook.url()}\n    events: [failed]\n")
+        project = make_git_project(tmp_path / "p", {"bad.py": BAD})
+        job = gpu_json("submit", "bad.py", "--hours", "0.1", "--wait-s", "0", cwd=project)["job"]
+        ended = wait_state(job["short_id"], {"done", "failed"}, timeout=90)
+        assert ended["state"] == "failed" and "evil.example" in ended["reason"], ended  # the job's words
+        got = hook.wait_count(1)[0]
+        text = f"{got['title']}\n{got['message']}"
+        assert _links(text) == [], (_links(text), text)
+        quoted = [ln for ln in got["message"].splitlines() if ln.startswith("> ")]
+        assert any("evil[.]example" in ln for ln in quoted), got["message"]
+        assert "evil" not in "".join(ln for ln in got["message"].splitlines() if not ln.startswith("> "))
+    finally:
+        hook.close()
+
