@@ -215,3 +215,35 @@ print('WROTE OWN FOLDER')
     log = run_gpu("logs", again["job"]["short_id"]).stdout
     for name in ("store", "wheelhouse", "other jobs", "record", "ssh"):
         assert f"UNREACHABLE {name}" in log, log
+
+
+def _host(unsandboxed: str | None = None, **details) -> dict:
+    from core.providers.base import TargetInfo
+
+    info = TargetInfo("hpc", "slurm", True, gpus=[{"name": "A100", "memory_gb": 80}], unsandboxed_why=unsandboxed)
+    info.details = {"sandbox": {"ok": unsandboxed is None, "why": "", "agents_without_sandbox": False}, **details}
+    return {"hpc": info}
+
+
+@pytest.mark.parametrize("where", ["request", "target"])
+def test_a_job_in_a_container_is_not_in_the_sandbox_and_an_agents_waits(where: str) -> None:
+    """A Slurm/PBS job that runs in a container (asked in gpu.yaml, which an agent can edit, or
+    the target's own `container`) runs in the container's world, not in the launcher's sandbox
+    (apptainer binds the home, and the target's root is bound for the job): however the host's
+    bubblewrap answered, the plan says so and an agent's job waits for a person."""
+    from core.config.request import JobRequest
+    from core.config.user import Rules
+    from core.planning.policy import evaluate
+    from core.planning.router import route
+
+    asked = {"container": "docker://pytorch"} if where == "request" else {}
+    infos = _host(**({"container": "docker://pytorch"} if where == "target" else {}))
+    chosen = route(JobRequest(project_dir="/p", script="a.py", hours=0.1, **asked), infos)
+    assert any("container" in r and "can reach other jobs" in r for r in chosen.reasons), chosen.reasons
+    holds = evaluate(hours=0.1, secrets=[], price=0.0, info=chosen.info, rules=Rules(), weekly_spend=0.0,
+                     interactive=False)
+    assert [h.rule for h in holds] == ["sandbox"], holds
+    plain = route(JobRequest(project_dir="/p", script="a.py", hours=0.1), _host())  # its twin
+    assert not any("sandbox" in r for r in plain.reasons)
+    assert evaluate(hours=0.1, secrets=[], price=0.0, info=plain.info, rules=Rules(), weekly_spend=0.0,
+                    interactive=False) == []

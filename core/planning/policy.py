@@ -6,7 +6,7 @@ can only make them stricter; nothing in a project can loosen them.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from core.config.user import Rules
 from core.display.sanitize import printable
@@ -92,6 +92,22 @@ def host_open_to_agents(info: TargetInfo) -> bool:
     records the key beside its verdict: info.details["sandbox"])."""
     box = (info.details or {}).get("sandbox")
     return isinstance(box, dict) and box.get(OPEN_KEY) is True
+
+
+# a Slurm/PBS job in a container (apptainer binds the home, and the target's root is bound for
+# the job) runs in the container's world, whatever bubblewrap the host has
+CONTAINER_NOTE = ("a job in a container runs without gpu-router's sandbox: a job there runs as your "
+                  "account and can reach other jobs")
+
+
+def as_run(info: TargetInfo, resources: dict) -> TargetInfo:
+    """The target as this job would run there: a job in a container on a host (asked by the
+    request, which an agent can write, or by the target's own `container`) is not in the
+    sandbox, so the plan says so and the rules judge it as run without one."""
+    container = resources.get("container") or (info.details or {}).get("container")
+    if info.kind in HOST_KINDS and container and not info.unsandboxed_why:
+        return replace(info, unsandboxed_why=CONTAINER_NOTE)
+    return info
 
 
 def plan_notes(info: TargetInfo) -> list[str]:

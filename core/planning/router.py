@@ -23,7 +23,7 @@ from core import paths
 from core.config.request import JobRequest
 from core.config.user import TARGET_KINDS
 from core.errors import UserError
-from core.planning.policy import plan_notes
+from core.planning.policy import as_run, plan_notes
 from core.providers.base import TargetInfo
 
 # an estimate of price for a job that gives no hours
@@ -258,6 +258,7 @@ def route(req: JobRequest, infos: dict[str, TargetInfo], kinds: Mapping[str, str
             passed[other.name] = f"dearer: ${estimated_price(other, req.hours):.2f} against ${price:.2f}"
         else:
             passed[other.name] = f"{chosen.name} was preferred (local first, then by name)"
+    chosen = as_run(chosen, req.resources())  # a job in a container is not in the sandbox
     reasons += plan_notes(chosen)  # a host without a sandbox says so in the plan
     return Route(target=chosen.name, gpu=chosen.gpu_label, reasons=reasons, passed_over=passed,
                  info=chosen, offer=chosen.details.get("offer"))

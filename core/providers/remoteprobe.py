@@ -221,6 +221,9 @@ class RemoteProbe(ABC):
         info.details["sandbox"] = {"ok": verdict["ok"], "why": verdict["why"],
                                    OPEN_KEY: self.open_to_agents()}
         info.unsandboxed_why = None if verdict["ok"] else NO_HOST_SANDBOX
+        if self.options.get("container"):  # its jobs run in that container (policy.as_run)
+            info.details["container"] = self.options["container"]
+            _container_note(info)
 
     @abstractmethod
     async def probe_fresh(self) -> TargetInfo:
@@ -239,4 +242,14 @@ def _info_from(doc: dict) -> TargetInfo:
     box = info.details.get("sandbox")
     if isinstance(box, dict) and box.get("ok") is False:
         info.unsandboxed_why = NO_HOST_SANDBOX
+    if info.details.get("container"):
+        _container_note(info)
     return info
+
+
+def _container_note(info: TargetInfo) -> None:
+    """A target whose jobs all run in a container: they run without the sandbox, said as the
+    plan says it for a request's container (core/planning/policy.as_run)."""
+    from core.planning.policy import CONTAINER_NOTE
+
+    info.unsandboxed_why = info.unsandboxed_why or CONTAINER_NOTE
