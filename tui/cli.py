@@ -464,7 +464,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="ask the job to checkpoint first (gpu.should_checkpoint() turns true), bring "
                         "that checkpoint home, then stop it (gpu resume goes on from it)")
     p.add_argument("--grace", type=_seconds, default=60.0, metavar="S",
-                   help="with --checkpoint: stop it after S seconds even if no new checkpoint came home (default 60)")
+                   help="with --checkpoint: stop it after S seconds even if no new checkpoint came home "
+                        "(default 60, at most 300; it also ends once the job runs past its hours x "
+                        "overrun_factor, and asking again keeps the first grace)")
     p.add_argument("--json", action="store_true", help="print {job}")
 
     p = add("resume", cli_jobs.cmd_resume, "run an ended job (cancelled, failed) again from its last "

@@ -275,7 +275,9 @@ COMPUTE_SCHEMA = _object({
                               "turns true), bring that checkpoint home, then stop it, so a later "
                               "resume goes on from there."),
     "grace_s": _number("cancel with checkpoint_first: stop it after this many seconds even if no "
-                       "new checkpoint came home (default 60).", minimum=0, maximum=3600),
+                       "new checkpoint came home (default 60, at most 300: the engine's "
+                       "MAX_CHECKPOINT_GRACE_S; it also ends when the job runs past its hours x "
+                       "overrun_factor, and asking again does not start it over).", minimum=0, maximum=300),
     "tail": _integer("logs: only the last N lines (default 100).", minimum=0, maximum=100_000),
     "offset": _OFFSET,
     "max_bytes": _MAX_BYTES,

@@ -19,8 +19,8 @@ from core.config.user import load
 from core.display.sanitize import printable
 from core.engine import storage
 from core.engine.failure import failed_reason
-from core.engine.service import (bring_home, end_warnings, hold, outputs_where, replan,
-                                 settle_checkpoint, write_job_json)
+from core.engine.service import (CHECKPOINT_GRACE_S, MAX_CHECKPOINT_GRACE_S, bring_home, end_warnings,
+                                 hold, outputs_where, replan, settle_checkpoint, write_job_json)
 from core.errors import DiskFull, IllegalTransition, UserError
 from core.jobs.states import LAUNCHED, State
 from core.jobs.store import Job
@@ -35,7 +35,6 @@ from core.secrets.launch import secrets_for_launch
 log = logging.getLogger("gpu-router.supervisor")
 
 CANCEL_GRACE_S = 10.0
-CHECKPOINT_GRACE_S = 60.0  # `gpu cancel --checkpoint` without --grace (service.CHECKPOINT_GRACE_S)
 UNREACHABLE_GRACE_S = 600.0  # a host away longer than this has lost the job's session
 MAX_RESUMES = 3  # session ends (time limits, preemption) resumed on the same target
 # what a job's handle keeps from one attempt to the next (counters, and where it came from)
@@ -255,7 +254,7 @@ class JobSteps:
         came home, or after the grace, ask for the stop (`cancel_requested`: `_cancel`)."""
         req = dict(job.handle.get("cancel_checkpoint") or {})  # defaults if a racing write lost it
         now = time.time()
-        grace = float(req.get("grace_s") or CHECKPOINT_GRACE_S)
+        grace = min(float(req.get("grace_s") or CHECKPOINT_GRACE_S), MAX_CHECKPOINT_GRACE_S)
         if not req.get("asked_at"):
             try:
                 await provider.request_checkpoint(job)
@@ -283,9 +282,24 @@ class JobSteps:
             text = (f"no newer checkpoint came home within {grace:g} s: stopping it (cancel); "
                     f"home keeps {checkpoints.describe(home)}")
         else:
-            return
+            past = await self._past_overrun(job)  # a grace never outlives the overrun rule
+            if past is None:
+                return
+            text = (f"{past} during its checkpoint grace: stopping it now (cancel); "
+                    f"home keeps {checkpoints.describe(home)}")
         await self.db(self.store.update, job.id, cancel_requested=1)
         await self.db(self.store.add_event, job.id, text, data={"checkpoint": home})
+
+    async def _past_overrun(self, job: Job) -> str | None:
+        """Why the job is past the overrun rule (hours x overrun_factor), or None."""
+        hours = job.plan.get("hours")
+        if not hours:
+            return None
+        factor = self.rules().overrun_factor
+        used = await self.db(job_hours, self.store, job.id)
+        if used <= float(hours) * factor:
+            return None
+        return f"ran {used:.3g} h, past its {float(hours):g} h estimate (x{factor:g})"
 
     async def _cancel(self, job: Job, provider: Any) -> None:
         sent = job.handle.get("cancel_sent_at")
