@@ -247,3 +247,33 @@ def test_a_job_in_a_container_is_not_in_the_sandbox_and_an_agents_waits(where: s
     assert not any("sandbox" in r for r in plain.reasons)
     assert evaluate(hours=0.1, secrets=[], price=0.0, info=plain.info, rules=Rules(), weekly_spend=0.0,
                     interactive=False) == []
+
+
+def test_a_slurm_job_runs_in_the_same_sandbox(slurm, home: Path, tmp_path: Path) -> None:
+    """On a Slurm cluster whose nodes have bubblewrap the batch job's launcher makes the same
+    sandbox: the target's root (object store, other jobs' folders) is out of the job's reach
+    and its own folders are writable."""
+    from tests.conftest import write_user_config
+
+    root = tmp_path / "remote"
+    write_user_config("targets:\n"
+                      f"  box: {{kind: slurm, local: true, root: {root}, python: {PYTHON}, max_jobs: 2,\n"
+                      f"        env: {{SLURM_CONF: {slurm.conf}}}}}\n")
+    project = make_git_project(tmp_path / "p", {"a.py": r"""
+import os, pathlib
+root = pathlib.Path(os.getcwd()).parents[2]
+for name in ('objects', 'bundles', 'wheelhouse'):
+    print('SEES' if (root / name).exists() else 'UNREACHABLE', name)
+pathlib.Path('mine.txt').write_text('ok')
+print('WROTE OWN FOLDER')
+"""})
+    try:
+        doc = submit(project, "a.py")
+    finally:
+        import pwd
+
+        slurm.run("scancel", "-u", pwd.getpwuid(os.getuid()).pw_name)
+    assert "sandbox: bubblewrap" in doc["log"], doc["log"]
+    for name in ("objects", "bundles", "wheelhouse"):
+        assert f"UNREACHABLE {name}" in doc["log"], doc["log"]
+    assert "WROTE OWN FOLDER" in doc["log"] and (root / "objects").is_dir()
