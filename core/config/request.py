@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.config.gitroot import find_root
+from core.config.limits import check_command_size
 from core.config.schema import (
     ENV_NAME_RE,
-    MAX_COMMAND_BYTES,
     NAME_RE,
     RESOURCE_KEYS,
     SCHEMA,
     path_problem,
-    text_bytes,
 )
 from core.errors import UserError, shorten
 from core.secrets.scan import check_env, check_request_text
@@ -383,7 +382,7 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
 
         check_clash(req.sweep, req.env, where("sweep"))
     _check_script(req, project, where("script"))
-    _check_command_size(req, where("args") if req.args else where("env"))
+    check_command_size(req, where("args") if req.args else where("env"))
     if req.sweep:  # each point's final args and env, as if written whole (issue 36)
         from core.config.sweep import check_points
 
@@ -398,19 +397,6 @@ def _refuse_secret_env(env: dict[str, str], origin: dict[str, str], lines: dict[
     where = {name: origin.get(name) or f"{path}:{lines.get(f'env:{name}', lines.get('env', 0))}"
              for name in env}
     check_env(env, where)
-
-
-def _check_command_size(req: JobRequest, where: str) -> None:
-    """The script line, args and env together must fit what a process can be started with."""
-    size = sum(text_bytes(a) + 1 for a in [req.script or "", *req.args])
-    size += sum(text_bytes(f"{k}={v}") + 1 for k, v in req.env.items())
-    if size > MAX_COMMAND_BYTES:
-        raise UserError(f"the script line, args and env come to {size} bytes, more than "
-                        f"{MAX_COMMAND_BYTES // 1024} KiB", where=where,
-                        fix="pass large inputs as files: put them in the project or use data: NAME=PATH")
-
-
-check_command_size = _check_command_size  # a sweep's points are held to it too (core.config.sweep)
 
 
 def _check_script(req: JobRequest, project: Path, where: str) -> None:

@@ -16,6 +16,7 @@ import shlex
 from typing import Any, Callable
 
 from core.config import killrules
+from core.config.limits import MAX_COMMAND_BYTES, MAX_ITEM_BYTES, text_bytes  # noqa: F401 (read from here too)
 from core.errors import shorten
 
 # `\Z`, not `$`: `$` also matches before a final newline, which would let "gpu\n" through
@@ -28,23 +29,11 @@ GPU_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,63}\Z")
 MAX_HOURS = 720.0
 MAX_WAIT_S = 3600.0
 MAX_VRAM_GB = 1_000_000.0  # far past any GPU: a smaller typo is for the router to refuse
-MAX_ITEM_BYTES = 32 * 1024  # one argument, the script line, or one NAME=value of env
-MAX_COMMAND_BYTES = 128 * 1024  # the script line, its args and env together
 MAX_ITEMS = 1000  # entries in one list (include, secrets, data, modules)
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
 MAX_REQUEST_ID = 128
 SHIP_SCOPES = ("repo", "project")  # what a bundle holds: the git repository, or the folder only
-
-
-def text_bytes(text: str) -> int:
-    """The size `text` has as an argument of a process; ValueError when it cannot be one."""
-    if "\x00" in text:
-        raise ValueError("text without NUL bytes")
-    try:
-        return len(os.fsencode(text))
-    except UnicodeError:
-        raise ValueError("valid text (it holds an unpaired surrogate)") from None
 
 
 def path_problem(text: str) -> str | None:

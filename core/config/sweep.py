@@ -254,7 +254,7 @@ def check_point(run: Any, point: Point, where: str = "sweep", number: int | None
 
     GPU_ROUTER_PARAMS is left to its parts: it is the point's values as JSON (each one checked
     as its own env entry), and JSON's quotes and the keys' capitals read as a random key."""
-    from core.config.request import check_command_size
+    from core.config.limits import check_command_size
     from core.secrets.scan import check_args, check_env, env_problem
 
     which = f"sweep point {number}" if number else "a sweep point"
