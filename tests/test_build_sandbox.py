@@ -451,3 +451,17 @@ def test_an_install_step_gets_the_job_s_secrets_and_named_values_never_its_loade
         assert name not in env, name
     assert not env["PATH"].startswith("bin") and env["PATH"].startswith("/usr/bin")
     assert env["HOME"].startswith(str(tmp_path / "s")) and env["PIP_CACHE_DIR"].startswith(str(tmp_path / "s"))
+
+
+def test_which_lines_can_resolve_without_running_build_code() -> None:
+    """pip builds a URL, path or version-control line even with --only-binary=:all: (to read
+    its metadata): only lines by name are wheels-only, and so allowed where no sandbox is."""
+    assert wheelhouse.only_wheels(["torch==2.1", "numpy>=1; python_version > '3'",
+                                   "x==1 --hash=sha256:" + "0" * 64], ["y<2"], ["--index-url", "http://i/simple"])
+    for line in ("x @ https://h/x-1.0.tar.gz", "x @ git+https://h/x.git", "./pkg", "-e ./pkg", "x @ file:///tmp/x"):
+        assert not wheelhouse.only_wheels([line], [], []), line
+    assert not wheelhouse.only_wheels(["x"], ["x @ https://h/x-1.0.tar.gz"], [])
+    assert not wheelhouse.only_wheels(["x"], [], ["--no-binary", "x"])
+    assert not wheelhouse.needs_network(["--no-index", "--find-links", "/w"], {})
+    assert wheelhouse.needs_network(["--no-index", "--find-links", "https://h/wheels/"], {})
+    assert wheelhouse.needs_network([], {}) and not wheelhouse.needs_network([], {"PIP_NO_INDEX": "1"})

@@ -185,7 +185,7 @@ def only_wheels(requirements: list[str], constraints: list[str], pip_args: list[
         return False
     for line in [*requirements, *constraints]:
         try:
-            req = Requirement(line)
+            req = Requirement(line.split(" --", 1)[0].strip())  # a line's own --hash options after it
         except InvalidRequirement:
             return False
         if req.url:
