@@ -137,6 +137,7 @@ def test_without_bubblewrap_a_folder_a_job_ran_in_is_never_taken_over(bare_sshd,
     second = submit(project, "a.py", "WRITE=0", "RUN=2")
     assert "DATA ORIGINAL" in second["log"], second["log"]
     assert SENTENCE in json.dumps(first["events"]), first["events"]
+    assert "runtime was changed" not in json.dumps(second["events"])  # an honest run leaves it as sent
     jobs = tmp_path / "remote" / "jobs"
     assert (jobs / first["id"] / "code" / "data.txt").read_text() == "CORRUPTED\n"  # left for fetch
 
@@ -277,3 +278,40 @@ print('WROTE OWN FOLDER')
     for name in ("objects", "bundles", "wheelhouse"):
         assert f"UNREACHABLE {name}" in doc["log"], doc["log"]
     assert "WROTE OWN FOLDER" in doc["log"] and (root / "objects").is_dir()
+
+
+# a job that first turns the host's copy of the verifier off, then rewrites an object
+VERIFIER_OFF = r"""
+import hashlib, os, pathlib
+root = pathlib.Path(os.getcwd()).parents[2]
+for tree in root.glob('runtime/*/codetree.py'):
+    text = tree.read_text().replace('if __name__ == "__main__":',
+        'copy_verified = lambda src, dst, digest, clone: copy_object(src, dst, clone)\nif __name__ == "__main__":')
+    tree.write_text(text)
+    print('VERIFIER OFF')
+digest = hashlib.sha256(pathlib.Path('shared.py').read_bytes()).hexdigest()
+obj = root / 'objects' / digest[:2] / digest[2:]
+os.chmod(obj, 0o644)
+obj.write_text("print('SHARED TAMPERED')\n")
+print('STORE REWRITTEN')
+"""
+
+
+def test_without_bubblewrap_the_verifier_a_job_rewrote_is_not_run(bare_sshd, home: Path, tmp_path: Path) -> None:
+    """The check of the objects is only as good as the code that checks them: a job on a host
+    without a sandbox can rewrite the host's copy of the runtime (codetree.py, launch.py) as
+    easily as an object. The build runs from the source sent with the command, and the runtime
+    folder is checked against home's copy before a launch (a file changed or added is sent again)."""
+    add_box(bare_sshd, tmp_path)
+    open_to_agents()
+    one = make_git_project(tmp_path / "one", {"a.py": VERIFIER_OFF, "shared.py": SHARED})
+    first = submit(one, "a.py")
+    assert "VERIFIER OFF" in first["log"] and "STORE REWRITTEN" in first["log"], first["log"]
+    other = make_git_project(tmp_path / "other", {"b.py": "import pathlib\nexec(pathlib.Path('shared.py').read_text())\n",
+                                                  "shared.py": SHARED})
+    second = submit(other, "b.py")
+    assert "SHARED ORIGINAL" in second["log"] and "TAMPERED" not in second["log"], second["log"]
+    events = json.dumps(second["events"])
+    assert "runtime" in events and "sent again" in events, events
+    for tree in (tmp_path / "remote").glob("runtime/*/codetree.py"):
+        assert "copy_verified = lambda" not in tree.read_text()

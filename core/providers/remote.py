@@ -26,6 +26,7 @@ and retries; it never fails a job because a link dropped.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from abc import ABC
@@ -41,7 +42,8 @@ from core.providers.remoteckpt import RemoteCheckpoints
 from core.providers.remotedeps import RemoteDeps
 from core.providers.remotefetch import RemoteFetch
 from core.providers.remoteprobe import NO_HOST_SANDBOX, RemoteProbe
-from core.providers.runtimeship import runtime_source
+from core.providers.runtimeship import runtime_archive, runtime_source
+from core.runtime import files as runtime_files
 from core.providers.spec import launch_spec
 from core.transport.base import CommandFailed, Transport, TransportError, quote, remote_path_expr
 
@@ -49,6 +51,46 @@ G = TypeVar("G")
 PGID_OF = "sed -n 's/.*\"pgid\": *\\([0-9][0-9]*\\).*/\\1/p'"  # the pgid from a pid file
 START_GRACE_S = 60.0
 BUILD_BAD_OBJECTS = 4  # codetree.py build's exit status: objects that failed their hash, removed
+RUNTIME_CHANGED = 6  # RUNTIME_CHECK's exit status: the host's runtime folder is not as sent
+
+# The runtime folder on a host without a sandbox, checked before a launch against the hashes of
+# this machine's copy (argv: the folder, {relative path: sha256}): every file there and nothing
+# else, each a regular file with its bytes; the bytecode caches Python wrote are derived and
+# removed (a planted .pyc would be loaded in place of its source). Exits RUNTIME_CHANGED.
+RUNTIME_CHECK = r'''
+import hashlib, json, os, shutil, stat, sys
+top, want = sys.argv[1], json.loads(sys.argv[2])
+seen, bad = set(), []
+for d, dirs, files in os.walk(top):
+    for n in list(dirs):
+        p = os.path.join(d, n)
+        if n == "__pycache__" and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+            dirs.remove(n)
+        elif os.path.islink(p):
+            bad.append(os.path.relpath(p, top))
+    for n in files:
+        p = os.path.join(d, n)
+        rel = os.path.relpath(p, top)
+        seen.add(rel)
+        st = os.lstat(p)
+        if rel not in want or not stat.S_ISREG(st.st_mode):
+            bad.append(rel)
+            continue
+        with open(p, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() != want[rel]:
+                bad.append(rel)
+bad += [r for r in want if r not in seen]
+if bad:
+    print("runtime-changed " + json.dumps(sorted(bad)[:20]))
+    sys.exit(6)
+'''
+
+
+def runtime_check(python: str, folder: str) -> str:
+    """The shell line that checks a host's runtime folder against this machine's copy."""
+    want = {rel: hashlib.sha256(path.read_bytes()).hexdigest() for path, rel in runtime_files()}
+    return f"{quote(python)} -c {quote(RUNTIME_CHECK)} {quote(folder)} {quote(json.dumps(want, sort_keys=True))}"
 
 
 class RemoteProvider(RemoteCache, RemoteDeps, RemoteFetch, RemoteCheckpoints, RemoteProbe, ABC):
@@ -221,9 +263,14 @@ printf '%s\\n' "$py"
         donor = job.handle.get("code_from") if sandboxed else None
         pin = self._code_record(donor) if donor and donor != job.id else None
         # with the hash its record had when it was built, kept at home where no job writes
-        reuse_arg = f" {quote(f'{self._root()}/jobs/{donor}/code')} {pin}" if pin else ""
+        reuse = [f"{self._root()}/jobs/{donor}/code", pin] if pin else []
+        build = await self._runtime_command(
+            "codetree.py", ["build", "--verify", bundle, f"{remote['root']}/objects", f"{jd}/code", *reuse])
         setup = [
             "set -e", f"J={quote(jd)}", f"A={quote(ad)}",
+            # without a sandbox a job may have rewritten the runtime the launcher runs from:
+            # checked against this machine's copy first (RUNTIME_CHANGED: sent again)
+            *([runtime_check(remote["python"], runtime)] if not sandboxed else []),
             'mkdir -p "$J/out" "$J/ckpt" "$J/ckpt-gens" "$J/ctl" "$J/data" "$A"',
             # each job gets its own copy of the code, built from the host's objects (copies:
             # a job may write into its folder, and must reach no other job's files nor the store)
@@ -232,9 +279,9 @@ printf '%s\\n' "$py"
             f'if [ ! -e "$J/.code-ready" ]; then rm -rf "$J/code"; '
             # (every object read is checked against its hash: a job without a sandbox could
             # have rewritten one; one that fails is removed and sent again: BUILD_BAD_OBJECTS)
-            f'b=$({quote(remote["python"])} {quote(runtime + "/codetree.py")} build --verify {quote(bundle)} '
-            f'{quote(remote["root"] + "/objects")} "$J/code"{reuse_arg}); printf "code-build %s\\n" "$b"; '
-            ': > "$J/.code-ready"; fi',
+            # (the build runs from the source sent here, not the host's runtime copy, which a
+            # job without a sandbox could have rewritten to skip the check)
+            f'b=$({build}); printf "code-build %s\\n" "$b"; : > "$J/.code-ready"; fi',
             'rm -f "$J/ctl/checkpoint"',
             *([f"mkdir -p {quote(wh_dir)}"] if wh_dir and wh_dir.endswith("/empty") else []),
             *([restore] if restore else []),
@@ -242,24 +289,15 @@ printf '%s\\n' "$py"
             'cat > "$A/spec.json.tmp"', 'mv -f "$A/spec.json.tmp" "$A/spec.json"',
         ]
         spec_bytes = json.dumps(spec, indent=1).encode()
-        try:
-            r = await self.transport.run("\n".join(setup), input=spec_bytes,
-                                         check=f"preparing job {job.short_id} on {self.name}")
-        except CommandFailed as exc:
-            if exc.result.code != BUILD_BAD_OBJECTS:
-                raise
-            # objects rewritten in the host's store (the build removed them): the bundle is
-            # no longer whole there, so its marker goes, the missing objects are sent again
-            # (the host is asked what it lacks) and the folder is built once more
-            notes.append(f"{self.name}: objects in the host's store did not match their hash "
-                         "(rewritten since they were sent): removed and sent again")
-            marker = f"{self._root()}/bundles/{job.bundle_hash}.ready"
-            self._present.pop(marker, None)
-            await self.transport.run(f"rm -f {quote(marker)}", check=f"resetting bundle on {self.name}")
-            _, resent = await self._ensure_bundle(job)
-            sent_b += resent
-            r = await self.transport.run("\n".join(setup), input=spec_bytes,
-                                         check=f"preparing job {job.short_id} on {self.name}")
+        for tries_left in (2, 1, 0):
+            try:
+                r = await self.transport.run("\n".join(setup), input=spec_bytes,
+                                             check=f"preparing job {job.short_id} on {self.name}")
+                break
+            except CommandFailed as exc:
+                if exc.result.code not in (BUILD_BAD_OBJECTS, RUNTIME_CHANGED) or not tries_left:
+                    raise
+                sent_rt, sent_b = await self._resend(job, exc.result.code, notes, sent_rt, sent_b)
         self._keep_code_record(job, r.out)
         step("job folder")  # the code folder built from the objects, the spec written
         if base_python is not None:  # a container: what it shows the job is the container's choice
@@ -270,6 +308,30 @@ printf '%s\\n' "$py"
         return {"steps": steps, "spec": f"{ad}/spec.json", "runtime": runtime, "adir": ad, "jdir": jd,
                 "sent": sent_rt + sent_b + sent_d + sent_w + sent_c + len(spec_bytes), "python": python,
                 "checkpoint_bytes": sent_c, "wheelhouse_bytes": sent_w, "notes": notes}
+
+    async def _resend(self, job: Job, code: int, notes: list[str], sent_rt: int, sent_b: int) -> tuple[int, int]:
+        """What the host's copy lost, sent again: objects rewritten in its store (the build
+        removed them, so the bundle is no longer whole there: its marker goes and the host is
+        asked again what it lacks), or a runtime folder that is not as sent (removed whole, then
+        uploaded again). Returns the bytes sent so far for the runtime and the bundle."""
+        root = self._root()
+        if code == RUNTIME_CHANGED:
+            notes.append(f"{self.name}: the host's copy of gpu-router's runtime was changed (a job "
+                         "without a sandbox can write it): removed and sent again")
+            rhash, _ = runtime_archive()
+            final = f"{root}/runtime/{rhash}"
+            self._present.pop(f"{final}.ready", None)
+            await self.transport.run(f"rm -rf {quote(final + '.ready')} {quote(final)}",
+                                     check=f"resetting the runtime on {self.name}")
+            _, sent = await self._ensure_runtime()
+            return sent_rt + sent, sent_b
+        notes.append(f"{self.name}: objects in the host's store did not match their hash "
+                     "(rewritten since they were sent): removed and sent again")
+        marker = f"{root}/bundles/{job.bundle_hash}.ready"
+        self._present.pop(marker, None)
+        await self.transport.run(f"rm -f {quote(marker)}", check=f"resetting bundle on {self.name}")
+        _, sent = await self._ensure_bundle(job)
+        return sent_rt, sent_b + sent
 
     def _code_record_file(self, job_id: str) -> Path:
         return paths.jobs_dir() / job_id / "code.record"
