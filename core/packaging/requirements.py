@@ -426,7 +426,7 @@ class _Reader:
             if _FILE_URL.match(url):
                 raise UserError(f"{url} is a path on this machine (a file: URL), not an index", where=here,
                                 fix="name an index by its http(s) address, or put the wheels in a project folder "
-                                    "and name it with --find-links, relative to the file")
+                                    "and name it with a relative find-links line (-f vendor/)")
         if opts.index_url:
             self.refuse_url(opts.index_url, rel, number)
             out.append(f"--index-url {opts.index_url}")
