@@ -35,10 +35,10 @@ PAGE = ROOT / "docs" / "reference" / "configuration.md"
 # them inline): budget, dashboard and approvals
 BUDGET_KEYS = ("per_job", "weekly")
 DASHBOARD_KEYS = ("bell",)
-APPROVALS_KEYS = ("agent_markers", "pin", "agent_max_usd")
+APPROVALS_KEYS = ("agent_markers", "pin", "agent_max_usd", "agent_daily_hours", "agent_daily_usd")
 MCP_KEYS = ("projects_root",)
 # Rules fields that are read from another section (and described there)
-OTHER_SECTION = ("budget_per_job", "budget_weekly", "agent_max_usd")
+OTHER_SECTION = ("budget_per_job", "budget_weekly", "agent_max_usd", "agent_daily_hours", "agent_daily_usd")
 
 DESCRIBE: dict[str, str] = {
     # every target, whatever its kind (user.TargetConfig)
@@ -155,6 +155,15 @@ DESCRIBE: dict[str, str] = {
     "approvals.agent_max_usd": "dollars (default 5, at most 5): an agent's job whose estimated "
                                "price is over this waits for a person, even under an hour; the "
                                "price is in the hold's reason and `tell_user`",
+    "approvals.agent_daily_hours": "hours (default 12, at most 12): the estimated hours of an "
+                                   "agent's work that went on without a person in the last 24 "
+                                   "hours (submits, resumes, retries, sweep points, each counted "
+                                   "when it is let go on); an agent's job that would take the day "
+                                   "past it waits for a person, with the day's totals and the "
+                                   "limit in `tell_user` (see docs/security/approvals.md)",
+    "approvals.agent_daily_usd": "dollars (default 25, at most 25): the same day's estimated "
+                                 "cost, counted and held the same way; `gpu cost` and the "
+                                 "dashboard header show the agent's day against both",
     "mcp.projects_root": "the folder `compute_job`'s `cwd` names a project in (default: the folder "
                          "`gpu mcp` was started in); an absolute folder or `~/...`",
     "accounts.base_url": "another address for the provider's API (https, or plain http to this "

@@ -112,7 +112,19 @@ def report_lines(doc: dict[str, Any], since_text: str) -> list[Any]:
         out.append(markup("[bold]credits[/] {target}: {line}", target=safe(c["target"], single_line=True),
                           line=f"${c['spent']:.2f} of ${c['credits']:.2f} spent, ${c['left']:.2f} left"))
     out.append(markup("[bold]budget[/]: {line}", line=budget_text(doc["budget"])))
+    if doc.get("agent_day"):
+        out.append(markup("[bold]agent's day[/]: {line}", line=agent_day_text(doc["agent_day"])))
     return out
+
+
+def agent_day_text(day: dict[str, Any]) -> str:
+    """"1.50 of 12 h and $3.00 of $25.00 started by agents without you in the last 24 hours (2
+    starts)": the estimates the approval rules count against approvals.agent_daily_hours and
+    agent_daily_usd (core/engine/agentday.py); the dashboard header says it shorter."""
+    starts = int(day.get("starts") or 0)
+    return (f"{day['hours']:.2f} of {day['hours_limit']:g} h and ${day['usd']:.2f} of "
+            f"${day['usd_limit']:.2f} started by agents without you in the last 24 hours "
+            f"({starts} start{'s' * (starts != 1)}; past either limit an agent's job waits for you)")
 
 
 def budget_text(budget: dict[str, Any]) -> str:

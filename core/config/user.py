@@ -29,6 +29,8 @@ stricter than the defaults; a looser value is an error that says so.
     approvals:
       agent_markers: [MY_AGENT]   # more environment variables that mark a run as an agent's
       agent_max_usd: 5.0          # an agent's job estimated dearer than this waits, even under an hour
+      agent_daily_hours: 12.0     # an agent's jobs that ran without you in the last 24 hours, in
+      agent_daily_usd: 25.0       # estimated hours and dollars: past either, its next job waits
       pin: {scheme: scrypt, ...}  # written by `gpu approvals pin set`, never by hand
     accounts:                     # GPU cloud accounts read (never written): `gpu accounts add`
       runpod: {}                  # its key lives in the keychain only (account:runpod)
@@ -93,6 +95,11 @@ class Rules:
     # the contract: "for anything over a few dollars ... state it before dispatch even under an
     # autonomous setting": an agent's job estimated over this waits for a person (approvals:)
     agent_max_usd: float = 5.0
+    # issue 37: many small jobs add up. The estimated hours and dollars of an agent's work that
+    # went on without a person's yes in the last 24 hours (core.planning.usage.agent_day); a job
+    # of an agent's that would take the day past either waits for a person (approvals:)
+    agent_daily_hours: float = 12.0
+    agent_daily_usd: float = 25.0
     kill_rules: list = field(default_factory=list)  # core.config.killrules.Rule
 
 
@@ -106,6 +113,8 @@ _RULE_LIMITS = {
     "smoke_max_minutes": (10.0, "lower"),
 }
 AGENT_MAX_USD = 5.0  # approvals.agent_max_usd's default, and the most it may be
+# approvals.agent_daily_*: (default, and the most it may be; stricter only, like every rule)
+AGENT_DAILY = {"agent_daily_hours": (12.0, "hours"), "agent_daily_usd": (25.0, "dollars")}
 
 
 @dataclass
@@ -319,6 +328,14 @@ def load() -> UserConfig:
                             f"(the most allowed is {AGENT_MAX_USD:g} dollars)", where=where,
                             fix="rules can only be made stricter than the defaults")
         rules.agent_max_usd = usd
+    for key, (most, unit) in AGENT_DAILY.items():
+        if approvals.get(key) is not None:
+            number = _number(approvals[key], where, f"approvals.{key}")
+            if number > most:
+                raise UserError(f"approvals.{key} = {approvals[key]} would loosen a rule "
+                                f"(the most allowed is {most:g} {unit})", where=where,
+                                fix="rules can only be made stricter than the defaults")
+            setattr(rules, key, number)
     accounts = check_accounts(_section(raw, "accounts", where, "accounts:\n  runpod: {}"), where)
     return UserConfig(path=path, targets=targets, rules=rules, raw=raw, bell=bool(bell),
                       storage=storage, approval_pin=pin, agent_markers=markers, accounts=accounts,
@@ -414,9 +431,9 @@ def check_accounts(section: dict, where: str) -> dict[str, dict[str, Any]]:
 
 def _approvals(section: dict, where: str) -> tuple[dict | None, list[str]]:
     """approvals.pin (a well-formed scrypt record, or absent) and approvals.agent_markers."""
-    if set(section) - {"pin", "agent_markers", "agent_max_usd"}:
-        raise UserError(f"approvals takes pin, agent_markers and agent_max_usd (got {shorten(sorted(map(str, section)))})",
-                        where=where)
+    if set(section) - {"pin", "agent_markers", "agent_max_usd", *AGENT_DAILY}:
+        raise UserError(f"approvals takes pin, agent_markers, agent_max_usd, {', '.join(AGENT_DAILY)} "
+                        f"(got {shorten(sorted(map(str, section)))})", where=where)
     markers = section.get("agent_markers") or []
     if not isinstance(markers, list) or not all(isinstance(m, str) and ENV_NAME_RE.match(m) for m in markers):
         raise UserError("approvals.agent_markers must be a list of environment variable names",

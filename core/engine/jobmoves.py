@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from core.engine import strays
+from core.engine import agentday, strays
 from core.engine.jobsteps import carried_over, log_mark
 from core.engine.service import replan
 from core.errors import UserError
@@ -63,6 +63,9 @@ class JobMoves:
         job = await self.db(self.store.transition, job.id, State.PROVISIONING, text,
                                     expect=[State.MIGRATING], attempt=job.attempt + 1,
                                     handle=carried, exit_code=None)
+        if retry is not None and agentday.is_agents(job.plan):  # a retry is new work: the agent's day
+            await self.db(agentday.count_now, self.store, job, self.rules(),
+                          why=f"retry {carried['retries']} after exit status {retry}")
         await self._start_attempt(job, provider)
 
     async def _migrate(self, job: Job) -> None:

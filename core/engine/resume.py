@@ -74,7 +74,7 @@ def resume(store: Store, ref: str, *, actor: str, interactive: bool,
     if chosen.offer:
         plan["offer"] = chosen.offer
     plan["digest"] = digest(plan)
-    apply_rules(plan, store, cfg, chosen.info, interactive=interactive)
+    apply_rules(plan, store, cfg, chosen.info, interactive=interactive, new_start=True)
     start = ("from " + checkpoints.describe(ckpt)) if ckpt else "from the beginning (restart: allow)"
     text = (f"resumed by {actor} after it {job.state.value} ({job.reason}): attempt {attempt} "
             f"on {chosen.target}, {start}")
@@ -92,6 +92,11 @@ def resume(store: Store, ref: str, *, actor: str, interactive: bool,
                                      "digest": plan["digest"]},
                                provider=chosen.target, plan=plan, digest=plan["digest"],
                                handle=handle, cancel_requested=0, exit_code=None)
+        if not plan["holds"]:  # an agent's resume is a new start: its rolling day (agentday.py)
+            from core.engine import agentday
+
+            plan["holds"] = agentday.admit(store, store.conn, job.id, plan, cfg.rules, actor=actor,
+                                           why=f"resumed, attempt {attempt}")
         if plan["holds"]:
             job = hold(store, job, plan["holds"], kind="rules", actor=actor)
     if start_supervisor and needs_supervisor(job):

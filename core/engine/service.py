@@ -163,7 +163,7 @@ def place(req: JobRequest, bundle: Bundle, data_hashes: dict[str, str], store: S
     if chosen.offer:
         extra["offer"] = chosen.offer
     plan = build_plan(req, bundle, chosen.target, chosen.gpu, data_hashes, extra=extra)
-    apply_rules(plan, store, cfg, chosen.info, interactive=interactive)
+    apply_rules(plan, store, cfg, chosen.info, interactive=interactive, new_start=True)
     return plan
 
 
@@ -210,11 +210,16 @@ def _account_offers(req: JobRequest, cfg) -> str:
             "(`gpu accounts` lists them; rent one there and add it with `gpu targets add ssh`)")
 
 
-def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> dict:
-    """Price the plan and record which rules hold it (in the plan, outside its digest)."""
+def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool,
+                new_start: bool = False) -> dict:
+    """Price the plan and record which rules hold it (in the plan, outside its digest).
+    `new_start`: this door starts new work (a submit, a resume, a retry), which an agent's
+    rolling day judges (core/engine/agentday.py); a migration or a move out of a queue goes on
+    with work already counted. The door then counts it, or holds it, inside its write
+    transaction (agentday.admit): this is the preview a plan shows."""
     from core.planning.policy import evaluate, rule_hours
     from core.planning.router import estimated_price
-    from core.planning.usage import weekly_spend
+    from core.planning.usage import agent_day, weekly_spend
 
     smoke = bool(plan.get("smoke"))
     price = estimated_price(info, rule_hours(plan.get("hours"), smoke, cfg.rules))
@@ -224,7 +229,8 @@ def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool) -> di
     plan["submitted_by"] = "person" if interactive else "agent"
     holds = evaluate(hours=plan.get("hours"), secrets=plan.get("secrets", []), price=price,
                      info=info, rules=cfg.rules, weekly_spend=weekly_spend(store),
-                     interactive=interactive, smoke=smoke)
+                     interactive=interactive, smoke=smoke,
+                     day=agent_day(store) if new_start and not interactive else None)
     plan["holds"] = [h.to_json() for h in holds]
     return plan
 
@@ -337,9 +343,20 @@ def _insert_once(store: Store, req: JobRequest, plan: dict, bundle: Bundle, fp: 
         store.insert_job(row, reason=f"submitted by {actor}", actor=actor)
         job = store.transition(job_id, State.ROUTING, "; ".join(plan["reasons"]), actor=actor,
                                data={"target": plan["target"], "passed_over": plan["passed_over"]})
+        if not plan["holds"]:  # the agent's day, read and counted in this transaction
+            from core.engine import agentday
+
+            plan["holds"] = agentday.admit(store, db, job_id, plan, _rules(), actor=actor, why="submitted")
         if plan["holds"]:
             job = hold(store, job, plan["holds"], kind="rules", actor=actor)
         return job, True
+
+
+def _rules() -> Any:
+    """The user config's rules (read once per change of the file: core.config.yamlfile)."""
+    from core.config import user as userconfig
+
+    return userconfig.load().rules
 
 
 def hold(store: Store, job: Job, holds: list[dict], *, kind: str, actor: str = "supervisor",

@@ -88,14 +88,15 @@ def _group_key(by: str, row: Any, job: Job, start: float) -> str:
 
 def cost_report(store: Store, cfg: UserConfig | None = None, *, since: float,
                 by: str = "target", now: float | None = None) -> dict[str, Any]:
-    """`gpu cost --json`: {since, until, by, rows, total, quota, credits, budget}.
+    """`gpu cost --json`: {since, until, by, rows, total, quota, credits, budget, agent_day}.
 
     rows: one per target, day (local date) or job, biggest cost first for targets and jobs,
     in date order for days: {key, hours, gpu_hours, cost, estimate, jobs, running} (a job's
     row adds id, name and target: the targets its attempts in the period ran on). quota: each target with weekly free hours (its
     `hours_per_week`, or Kaggle's) and what the last 7 days used of them, with Kaggle's own
     count where a probe remembered one. credits: targets with `credits`. budget: the weekly
-    budget against the last 7 days' spend."""
+    budget against the last 7 days' spend. agent_day: the agent's rolling day against its
+    limits (`agent_day_doc`), whatever the period asked for."""
     if by not in BY:
         raise UserError(f"--by {by!r} is not a grouping", fix=f"use one of: {', '.join(BY)}")
     now = time.time() if now is None else now
@@ -143,7 +144,18 @@ def cost_report(store: Store, cfg: UserConfig | None = None, *, since: float,
     total["jobs"] = len(first)
     return {"since": _iso(since), "until": _iso(now), "by": by, "rows": rows, "total": total,
             "quota": quota_doc(store, cfg, now), "credits": credits_doc(store, cfg),
-            "budget": budget_doc(store, cfg)}
+            "budget": budget_doc(store, cfg), "agent_day": agent_day_doc(store, cfg, now)}
+
+
+def agent_day_doc(store: Store, cfg: UserConfig | None = None, now: float | None = None) -> dict[str, Any]:
+    """The agent's work of the last 24 hours that went on without a person's yes, as the approval
+    rules count it (core/engine/agentday.py): {hours, usd, starts, since, hours_limit, usd_limit,
+    hours_left, usd_left}; estimates (each start's plan), not what the jobs have run so far."""
+    from core.engine.agentday import day_doc
+
+    cfg = cfg or load()
+    doc = day_doc(store, cfg.rules, now)
+    return {**doc, "since": _iso(doc["since"])}
 
 
 def quota_doc(store: Store, cfg: UserConfig, now: float | None = None) -> list[dict[str, Any]]:

@@ -75,7 +75,7 @@ def plan_group(req: JobRequest, *, interactive: bool, store: Store,
     from core.engine import targets
     from core.engine.service import pack, place
     from core.planning.policy import evaluate, rule_hours
-    from core.planning.usage import weekly_spend
+    from core.planning.usage import agent_day, weekly_spend
 
     assert req.sweep
     first = point_request(req, req.sweep[0], number=1)  # each point checked as built (sweep.check_point)
@@ -102,10 +102,11 @@ def plan_group(req: JobRequest, *, interactive: bool, store: Store,
     total_price = round(sum(p.get("estimated_price") or 0 for p in plans), 4)
     holds: list[dict] = []
     spent = weekly_spend(store)
+    day = None if interactive else agent_day(store)  # the points together against the agent's day
     for name in where:  # the totals against each target the group uses (its sandbox, quota)
         for h in evaluate(hours=total_hours, secrets=list(req.secrets), price=total_price,
                           info=infos[name], rules=cfg.rules, weekly_spend=spent,
-                          interactive=interactive, smoke=req.smoke):
+                          interactive=interactive, smoke=req.smoke, day=day):
             doc = h.to_json()
             if doc not in holds and not any(x["rule"] == doc["rule"] and name not in doc["reason"]
                                             and x["reason"] == doc["reason"] for x in holds):
@@ -202,6 +203,19 @@ def _insert_once(store: Store, req: JobRequest, reqs: list[JobRequest], plans: l
             return existing, store.group_jobs(existing.id, db=db), False
         group_id = _fresh_id(db, "groups")
         short = group_id[:8]
+        counts = None  # each point's (hours, dollars) against the agent's day, if it goes on
+        if not gplan["holds"] and gplan.get("submitted_by") == "agent":
+            # the points together against the agent's day as it is in this transaction; counted
+            # below, once each point exists (core/engine/agentday.py)
+            from core.engine import agentday
+            from core.engine.service import _rules
+
+            rules = _rules()
+            counts = [agentday.estimate(p, rules) for p in plans]
+            over = agentday.day_hold(store, counts, rules)
+            if over is not None:
+                gplan["holds"] = [{**over.to_json(), "reason": f"the sweep's {len(plans)} points "
+                                                               f"together: {over.reason}"}]
         held = bool(gplan["holds"])
         name = req.display_name()
         gplan["tell_user"] = tell_user(short, name, gplan) if held else ""
@@ -232,6 +246,9 @@ def _insert_once(store: Store, req: JobRequest, reqs: list[JobRequest], plans: l
                              actor=actor)
             store.transition(job_id, State.ROUTING, "; ".join(plan["reasons"]), actor=actor,
                              data={"target": plan["target"], "passed_over": plan["passed_over"]})
+            if counts is not None and not held:
+                agentday.count(store, db, job_id, *counts[n - 1], actor=actor,
+                               why=f"point {n} of sweep {short}")
             if held:
                 # group_totals: what a notification says of the sweep, in gpu-router's words
                 # (tell_user carries its name and command, the job's words: notify.py)

@@ -713,6 +713,21 @@ class Store:
             rows = self.conn.execute(EVENTS_SQL, (job_id,)).fetchall()
         return [Event.from_row(r) for r in rows]
 
+    def event_data_since(self, since: float, key: str) -> list[dict]:
+        """The data of events after `since` whose data may hold `key` (a cheap text match that
+        the caller confirms on the parsed document: core.planning.usage.agent_day)."""
+        pattern = '%"' + key.replace("%", "").replace("_", "\\_") + '"%'
+        with self._lock:
+            rows = self.conn.execute("SELECT data_json FROM events WHERE ts > ? AND data_json LIKE ? "
+                                     "ESCAPE '\\'", (since, pattern)).fetchall()
+        out = []
+        for row in rows:
+            try:
+                out.append(json.loads(row[0]))
+            except ValueError:
+                continue
+        return out
+
     def last_event_id(self) -> int:
         with self._lock:
             return int(self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0])

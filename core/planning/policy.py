@@ -10,12 +10,13 @@ from dataclasses import asdict, dataclass, replace
 
 from core.config.user import Rules
 from core.display.sanitize import printable
+from core.planning.usage import AgentDay
 from core.providers.base import TargetInfo
 
 
 @dataclass
 class Hold:
-    rule: str  # agent_hours | agent_money | sandbox | secrets | quota | budget_job | budget_week | overrun | everything
+    rule: str  # agent_hours | agent_money | agent_day | sandbox | secrets | quota | budget_job | budget_week | overrun | everything
     reason: str
 
     def to_json(self) -> dict:
@@ -30,11 +31,40 @@ def rule_hours(hours: float | None, smoke: bool, rules: Rules) -> float | None:
     return hours
 
 
+def agent_day_hold(day: AgentDay, hours: float | None, price: float, rules: Rules) -> Hold | None:
+    """The agent's rolling day (issue 37): each job under an hour and under agent_max_usd runs
+    unasked, so twenty small jobs would be a ten-hour job nobody saw. The agent's work of the
+    last 24 hours that went on without a person (`day`, core.planning.usage.agent_day) plus this
+    start's estimate (`hours` as the rules judge them, `price` for them) may not pass
+    approvals.agent_daily_hours or approvals.agent_daily_usd: the start that would pass either
+    is itself held, so what runs unasked in any 24 hours stays within both. Pure: every door
+    into running (submit, resume, retry, a sweep's points together) asks it with its own
+    estimate. A job with no hours estimate counts none here (agent_hours holds it anyway)."""
+    add_h = max(0.0, hours or 0.0)
+    add_usd = max(0.0, price or 0.0)
+    over_h = day.hours + add_h > rules.agent_daily_hours + 1e-9
+    over_usd = day.usd + add_usd > rules.agent_daily_usd + 1e-9
+    if not (over_h or over_usd):
+        return None
+    limits = []
+    if over_h:
+        limits.append(f"the {rules.agent_daily_hours:g}-hour daily limit (approvals.agent_daily_hours)")
+    if over_usd:
+        limits.append(f"the ${rules.agent_daily_usd:.2f} daily limit (approvals.agent_daily_usd)")
+    return Hold("agent_day", f"an agent's jobs that ran without you in the last 24 hours come to "
+                             f"{day.hours:g} hours and ${day.usd:.2f} ({day.starts} "
+                             f"start{'s' * (day.starts != 1)}), and this one's {add_h:g} hours and "
+                             f"${add_usd:.2f} would pass {' and '.join(limits)}")
+
+
 def evaluate(*, hours: float | None, secrets: list[str], price: float, info: TargetInfo,
-             rules: Rules, weekly_spend: float, interactive: bool, smoke: bool = False) -> list[Hold]:
+             rules: Rules, weekly_spend: float, interactive: bool, smoke: bool = False,
+             day: AgentDay | None = None) -> list[Hold]:
     """`interactive` is core.engine.actor's verdict: a person at a terminal, not merely a tty.
     `hours` is the request's own estimate; a smoke run without one counts as its time cap
-    (`rule_hours`), and `price` is what the caller estimated for those hours."""
+    (`rule_hours`), and `price` is what the caller estimated for those hours. `day` is the
+    agent's rolling day so far (core.planning.usage.agent_day), judged for an agent's job
+    (`agent_day_hold`); None where this is no new start of an agent's work (a migration)."""
     holds: list[Hold] = []
     hours = rule_hours(hours, smoke, rules)
     if rules.approve_everything:
@@ -52,6 +82,10 @@ def evaluate(*, hours: float | None, secrets: list[str], price: float, info: Tar
             holds.append(Hold("agent_hours", f"it was submitted by an agent (not a person at a "
                                              f"terminal) for {hours:g} hours, over the {rules.agent_max_hours:g}-hour "
                                              f"limit for unattended jobs"))
+    if not interactive and day is not None:
+        over = agent_day_hold(day, hours, price, rules)
+        if over is not None:
+            holds.append(over)
     if info.unsandboxed_why and not interactive and info.kind in HOST_KINDS:
         if not host_open_to_agents(info):
             holds.append(Hold("sandbox", f"it was submitted by an agent and would run on {info.name}: "

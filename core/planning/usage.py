@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import asdict, dataclass
 
 from core.jobs.store import Store
 
 WEEK_S = 7 * 24 * 3600
+DAY_S = 24 * 3600
+# the key of an event's data that counts an agent's start against its rolling day: written by
+# core.engine.agentday when a door lets an agent's work go on without a person, read below
+AGENT_START = "agent_start"
 
 
 def _hours(row, now: float, since: float | None = None) -> float:
@@ -70,3 +76,39 @@ def estimate_and_actual(store: Store, job) -> dict:
     return {"estimate": {"hours": hours, "cost": estimate_cost},
             "actual": {"hours": round(job_hours(store, job.id), 6),
                        "cost": round(job_cost(store, job.id), 4)}}
+
+
+@dataclass(frozen=True)
+class AgentDay:
+    """An agent's work of the last 24 hours that went on without a person's yes: estimated
+    hours and dollars, and how many starts (submits, resumes, retries, sweep points) made them."""
+    hours: float = 0.0
+    usd: float = 0.0
+    starts: int = 0
+    since: float = 0.0
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "hours": round(self.hours, 4), "usd": round(self.usd, 4)}
+
+
+def agent_day(store: Store, now: float | None = None) -> AgentDay:
+    """The agent's rolling day, from the store's events (no counter of its own that could drift):
+    each start an agent caused and no person approved left one event holding its estimate
+    (`AGENT_START`), and those of the last 24 hours are summed. Read inside a write transaction
+    (`with store.write()`) the sum and the start it lets through are one step, so two agents
+    submitting at once cannot both slip under the limit."""
+    now = time.time() if now is None else now
+    since = now - DAY_S
+    hours = usd = 0.0
+    starts = 0
+    for data in store.event_data_since(since, AGENT_START):
+        mark = data.get(AGENT_START) if isinstance(data, dict) else None
+        if not isinstance(mark, dict):
+            continue  # the word in some other text (a purpose, a reason): not a mark
+        h, d = mark.get("hours"), mark.get("usd")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (h, d)):
+            continue
+        hours += max(0.0, float(h))
+        usd += max(0.0, float(d))
+        starts += 1
+    return AgentDay(hours=hours, usd=usd, starts=starts, since=since)

@@ -1,0 +1,230 @@
+"""An agent's rolling day (issue 37, item 3): many small jobs add up.
+
+Each agent job under an hour and under approvals.agent_max_usd runs unasked, so a ten-hour job
+split into twenty would run with no person ever seeing it. approvals.agent_daily_hours and
+approvals.agent_daily_usd bound the agent's work of the last 24 hours that went on without a
+person's yes; the start that would pass either is held, naming the day's totals and the limit.
+
+As an agent does it: `gpu submit --json` (no terminal: an agent's submit) and `gpu_submit` over
+MCP with the official client, first running, then held; `gpu cost --json` and the dashboard's
+header show the day against its limits. A property over the one check every door calls
+(core.engine.agentday.admit, on a real store with a clock that moves): for any sequence of an
+agent's starts with any hours and prices, what went on without a person in any 24 hours never
+passes either limit, and a start is held exactly when it would.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.config import user as userconfig
+from core.config.user import Rules
+from core.engine import agentday
+from core.errors import UserError
+from core.jobs.store import Store
+from core.planning.policy import agent_day_hold
+from core.planning.usage import DAY_S, AgentDay, agent_day
+from tests.conftest import gpu_json, make_git_project, write_user_config
+from tests.props import examples
+
+QUICK = "print('ran', flush=True)\n"
+
+
+# -- the rule alone: pure over the day, the start's estimate and the limits -------------------
+
+
+def test_the_start_that_would_pass_a_limit_is_held_and_names_the_totals() -> None:
+    rules = Rules(agent_daily_hours=2.0, agent_daily_usd=3.0)
+    assert agent_day_hold(AgentDay(hours=1.25, usd=1.0, starts=2), 0.75, 1.0, rules) is None  # exactly at
+    hold = agent_day_hold(AgentDay(hours=1.5, usd=1.0, starts=2), 0.75, 0.5, rules)
+    assert hold is not None and hold.rule == "agent_day"
+    assert "1.5 hours and $1.00 (2 starts)" in hold.reason and "0.75 hours" in hold.reason
+    assert "2-hour daily limit (approvals.agent_daily_hours)" in hold.reason
+    assert "agent_daily_usd" not in hold.reason
+    money = agent_day_hold(AgentDay(hours=0.5, usd=2.5, starts=1), 0.5, 1.0, rules)
+    assert money is not None and "$3.00 daily limit (approvals.agent_daily_usd)" in money.reason
+    assert "hours)" not in money.reason.split("would pass")[1]
+
+
+def test_the_user_config_sets_the_daily_limits_stricter_only(home: Path) -> None:
+    defaults = userconfig.load().rules
+    assert (defaults.agent_daily_hours, defaults.agent_daily_usd) == (12.0, 25.0)
+    write_user_config("approvals:\n  agent_daily_hours: 3\n  agent_daily_usd: 7.5\n")
+    rules = userconfig.load().rules
+    assert (rules.agent_daily_hours, rules.agent_daily_usd) == (3.0, 7.5)
+    for line, words in (("agent_daily_hours: 13", "the most allowed is 12 hours"),
+                        ("agent_daily_usd: 26", "the most allowed is 25 dollars"),
+                        ("agent_daily_usd: -1", "finite number of 0 or more"),
+                        ("agent_daily_hours: .inf", "finite number")):
+        write_user_config(f"approvals:\n  {line}\n")
+        with pytest.raises(UserError) as exc:
+            userconfig.load()
+        assert words in exc.value.message(), (line, exc.value.message())
+
+
+# -- the property: over the one check, on a real store, with a moving clock -----------------
+
+
+class Clock:
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _job(store: Store, n: int) -> str:
+    jid = f"{n:08x}" + "d" * 24
+    store.insert_job({"id": jid, "short_id": jid[:8], "name": f"small {n}", "provider": "local",
+                      "project_dir": "/p", "outputs_dir": "/p/runs", "fingerprint": f"f{n}",
+                      "request": {}, "plan": {}}, reason="submitted", actor="test")
+    return jid
+
+
+STARTS = st.lists(st.tuples(st.floats(0, 30 * 3600),                  # seconds since the last start
+                            st.floats(0.01, 3.0),                      # its hours
+                            st.sampled_from([0.0, 0.5, 1.0, 2.5, 7.0]),  # its target's $/hour
+                            st.booleans()),                            # a smoke run with no hours
+                  min_size=1, max_size=40)
+
+
+@settings(max_examples=examples(150), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(starts=STARTS, limit_h=st.floats(0.5, 12.0), limit_usd=st.floats(0.0, 25.0))
+def test_what_runs_unasked_in_any_24_hours_stays_within_both_limits(
+        home: Path, monkeypatch: pytest.MonkeyPatch, starts: list, limit_h: float,
+        limit_usd: float) -> None:
+    rules = Rules(agent_daily_hours=limit_h, agent_daily_usd=limit_usd)
+    clock = Clock(1_800_000_000.0)
+    monkeypatch.setattr(time, "time", clock)
+    path = home / f"prop-{time.perf_counter_ns()}.db"
+    store = Store(path)
+    went_on: list[tuple[float, float, float]] = []  # the model: (when, hours, dollars)
+    try:
+        for n, (gap, hours, price, smoke) in enumerate(starts):
+            clock.now += gap
+            plan = {"submitted_by": "agent", "hours": None if smoke else hours, "smoke": smoke,
+                    "estimated_price": round((rules.smoke_max_minutes / 60 if smoke else hours) * price, 4),
+                    "holds": []}
+            jid = _job(store, n)
+            with store.write() as db:
+                holds = agentday.admit(store, db, jid, plan, rules, actor="agent")
+            h, usd = agentday.estimate(plan, rules)
+            day = [(t, a, b) for t, a, b in went_on if t > clock.now - DAY_S]
+            day_h, day_usd = sum(a for _, a, _ in day), sum(b for _, _, b in day)
+            would_pass = day_h + h > limit_h + 1e-9 or day_usd + usd > limit_usd + 1e-9
+            near = min(abs(day_h + h - limit_h), abs(day_usd + usd - limit_usd)) < 1e-6
+            if not near:  # (a start at a hair's width of a limit may go either way)
+                assert bool(holds) == would_pass, (day_h, day_usd, h, usd, holds)
+            if holds:
+                assert [x["rule"] for x in holds] == ["agent_day"]
+            else:
+                went_on.append((clock.now, h, usd))
+            counted = agent_day(store)
+            assert counted.starts == len([t for t, _, _ in went_on if t > clock.now - DAY_S])
+        for t, _, _ in went_on:  # every 24 hours that ends at a start: within both limits
+            window = [(a, b) for s, a, b in went_on if t - DAY_S < s <= t]
+            assert sum(a for a, _ in window) <= limit_h + 1e-6
+            assert sum(b for _, b in window) <= limit_usd + 1e-6
+    finally:
+        store.close()
+
+
+def test_a_held_or_a_persons_job_counts_nothing(home: Path) -> None:
+    store = Store()
+    rules = Rules()
+    with store.write() as db:
+        assert agentday.admit(store, db, _job(store, 1), {"submitted_by": "person", "hours": 0.5,
+                                                          "holds": []}, rules, actor="cli") == []
+        held = {"submitted_by": "agent", "hours": 0.5, "holds": [{"rule": "secrets", "reason": "x"}]}
+        assert agentday.admit(store, db, _job(store, 2), held, rules, actor="agent") == []
+    assert agent_day(store).starts == 0
+    with store.write() as db:
+        agentday.admit(store, db, _job(store, 3), {"submitted_by": "agent", "hours": 0.5,
+                                                   "estimated_price": 1.25, "holds": []}, rules, actor="agent")
+    day = agent_day(store)
+    assert (day.starts, day.hours, day.usd) == (1, 0.5, 1.25)
+    # the word in a job's own text (its purpose) is not a mark
+    store.add_event(_job(store, 4), "purpose", actor="agent",
+                    data={"purpose": '{"agent_start": {"hours": 99, "usd": 99}}'})
+    assert agent_day(store).starts == 1
+
+
+# -- as an agent does it: the CLI with --json ----------------------------------------------
+
+
+def _cli_config(extra: str) -> None:
+    write_user_config("targets:\n  metered: {kind: local, price_per_hour: 2.0}\n"
+                      "  local: {kind: local, enabled: false}\n" + extra)
+
+
+@pytest.mark.slow
+def test_an_agents_small_jobs_run_until_the_day_is_spent_then_wait(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"a.py": QUICK})
+    _cli_config("approvals:\n  agent_daily_hours: 2\n")
+
+    def submit(n: int) -> dict:
+        return gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.75", "--request-id", f"small-{n}",
+                        cwd=project)
+
+    first, second = submit(1), submit(2)
+    for doc in (first, second):
+        assert doc["guidance"]["needs_approval"] is False, doc["guidance"]
+        assert doc["job"]["state"] != "awaiting_approval"
+    third = submit(3)
+    assert third["job"]["state"] == "awaiting_approval", third
+    tell = third["guidance"]["tell_user"]
+    assert "in the last 24 hours come to 1.5 hours and $3.00 (2 starts)" in tell, tell
+    assert "this one's 0.75 hours and $1.50 would pass the 2-hour daily limit" in tell, tell
+    assert f"gpu approve {third['job']['short_id']}" in tell
+    status = gpu_json("status", third["job"]["short_id"], "--verbose")
+    assert [h["rule"] for h in status["plan"]["holds"]] == ["agent_day"], status.keys()
+    assert gpu_json("plan", "a.py", "--hours", "0.5", cwd=project)["needs_approval"] is False  # fits
+    plan = gpu_json("plan", "a.py", "--hours", "0.75", cwd=project)  # the preview says so too
+    assert plan["needs_approval"] is True and [h["rule"] for h in plan["plan"]["holds"]] == ["agent_day"]
+    cost = gpu_json("cost")
+    assert cost["agent_day"]["hours"] == 1.5 and cost["agent_day"]["usd"] == 3.0, cost["agent_day"]
+    assert cost["agent_day"]["starts"] == 2 and cost["agent_day"]["hours_limit"] == 2.0
+    assert cost["agent_day"]["usd_limit"] == 25.0 and cost["agent_day"]["hours_left"] == 0.5
+
+
+@pytest.mark.slow
+def test_an_agents_day_of_dollars_holds_the_job_that_would_pass_it(home: Path, tmp_path: Path) -> None:
+    project = make_git_project(tmp_path / "p", {"a.py": QUICK})
+    _cli_config("approvals:\n  agent_daily_usd: 1.5\n")
+    ok = gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.5", "--request-id", "one", cwd=project)
+    assert ok["guidance"]["needs_approval"] is False
+    held = gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.5", "--request-id", "two", cwd=project)
+    assert held["job"]["state"] == "awaiting_approval"
+    tell = held["guidance"]["tell_user"]
+    assert "come to 0.5 hours and $1.00 (1 start)" in tell and "$1.50 daily limit" in tell, tell
+    assert "hour daily limit" not in tell  # the hours are far from theirs
+    # a sweep's points are judged together: each of $0.20 fits in the $0.50 left, three do not
+    sweep = gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.1", "--sweep", "lr=1,2,3",
+                     "--request-id", "grid", cwd=project)
+    assert all(j["state"] == "awaiting_approval" for j in sweep["jobs"]), sweep["jobs"]
+    assert "the sweep's 3 points together" in sweep["guidance"]["tell_user"]
+    assert "$1.50 daily limit" in sweep["guidance"]["tell_user"]
+    assert gpu_json("cost")["agent_day"]["starts"] == 1  # nothing held was counted
+
+
+# -- as an agent does it: MCP over stdio ----------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_over_mcp_the_agents_day_holds_its_third_small_job(home: Path, tmp_path: Path) -> None:
+    from tests.test_mcp import call, session
+
+    project = make_git_project(tmp_path / "p", {"a.py": QUICK})
+    _cli_config("approvals:\n  agent_daily_hours: 1\n")
+    async with session() as s:
+        docs = [await call(s, "gpu_submit", project_dir=str(project), script="a.py", hours=0.4,
+                           request_id=f"mcp-{n}", wait_s=0) for n in range(3)]
+    assert [d["guidance"]["needs_approval"] for d in docs] == [False, False, True], [d["guidance"] for d in docs]
+    tell = docs[2]["guidance"]["tell_user"]
+    assert "come to 0.8 hours and $1.60 (2 starts)" in tell and "1-hour daily limit" in tell, tell
