@@ -228,3 +228,65 @@ async def test_over_mcp_the_agents_day_holds_its_third_small_job(home: Path, tmp
     assert [d["guidance"]["needs_approval"] for d in docs] == [False, False, True], [d["guidance"] for d in docs]
     tell = docs[2]["guidance"]["tell_user"]
     assert "come to 0.8 hours and $1.60 (2 starts)" in tell and "1-hour daily limit" in tell, tell
+
+
+# -- where a person sees it: the dashboard's header, `gpu cost` ----------------------------
+
+
+async def test_the_dashboard_header_shows_the_agents_day_against_its_limits(home: Path) -> None:
+    from tui.dash.app import DashApp
+
+    write_user_config("approvals:\n  agent_daily_hours: 4\n  agent_daily_usd: 10\n")
+    store = Store()
+    app = DashApp(store=store, live=False, bell=False)
+    async with app.run_test(size=(140, 36)) as pilot:
+        await pilot.pause(0.2)
+        assert "agent" not in app.sub_title  # no agent work today: nothing to say
+    for n in (1, 2):
+        with store.write() as db:
+            agentday.count(store, db, _job(store, n), 0.75, 1.5, actor="agent")
+    app = DashApp(store=store, live=False, bell=False)
+    async with app.run_test(size=(140, 36)) as pilot:
+        await pilot.pause(0.2)
+        assert "agent's day 1.5 of 4 h, $3.00 of $10.00" in app.sub_title, app.sub_title
+    with store.write() as db:
+        agentday.count(store, db, _job(store, 3), 2.5, 1.0, actor="agent")
+    app = DashApp(store=store, live=False, bell=False)
+    async with app.run_test(size=(140, 36)) as pilot:
+        await pilot.pause(0.2)
+        assert "agent's day 4 of 4 h, $4.00 of $10.00 (limit reached)" in app.sub_title, \
+            app.sub_title
+
+
+def test_gpu_cost_says_the_agents_day_in_words(home: Path) -> None:
+    from tests.conftest import run_gpu
+
+    write_user_config("approvals:\n  agent_daily_hours: 4\n")
+    store = Store()
+    with store.write() as db:
+        agentday.count(store, db, _job(store, 1), 0.75, 1.5, actor="agent")
+    out = run_gpu("cost").stdout
+    assert "agent's day: 0.75 of 4 h and $1.50 of $25.00 started by agents without you in the " \
+           "last 24 hours (1 start;" in " ".join(out.split()), out
+
+
+@pytest.mark.slow
+def test_an_agents_resume_is_a_start_of_its_day(home: Path, tmp_path: Path) -> None:
+    from tests.conftest import wait_state
+
+    project = make_git_project(tmp_path / "p", {"a.py": "raise SystemExit(3)\n",
+                                                "gpu.yaml": "restart: allow\n"})
+    _cli_config("approvals:\n  agent_daily_hours: 1\n")
+    first = gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.4", cwd=project)
+    short = first["job"]["short_id"]
+    assert wait_state(short, {"failed", "done", "cancelled"}, timeout=120)["state"] == "failed"
+    again = gpu_json("resume", short, cwd=project)  # 0.8 h: fits
+    again = again.get("job", again)
+    assert again["state"] != "awaiting_approval", again
+    assert wait_state(short, {"failed", "done", "cancelled"}, timeout=120)["state"] == "failed"
+    third = gpu_json("resume", short, cwd=project)  # 1.2 h: would pass the 1-hour day
+    third = third.get("job", third)
+    assert third["state"] == "awaiting_approval", third
+    assert gpu_json("cost")["agent_day"]["starts"] == 2
+    status = gpu_json("status", short, "--verbose")
+    assert "come to 0.8 hours and $1.60 (2 starts)" in status["plan"]["tell_user"], status["plan"]
