@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from core.config.user import Rules
 from core.display.sanitize import printable
 from core.planning.usage import AgentDay
-from core.providers.base import TargetInfo
+from core.providers.base import CONTAINER_NOTE, TargetInfo
 
 
 @dataclass
@@ -129,9 +129,8 @@ def host_open_to_agents(info: TargetInfo) -> bool:
 
 
 # a Slurm/PBS job in a container (apptainer binds the home, and the target's root is bound for
-# the job) runs in the container's world, whatever bubblewrap the host has
-CONTAINER_NOTE = ("a job in a container runs without gpu-router's sandbox: a job there runs as your "
-                  "account and can reach other jobs")
+# the job) runs in the container's world, whatever bubblewrap the host has (what the plan says
+# of it: core.providers.base.CONTAINER_NOTE, shared with the probe)
 
 
 def as_run(info: TargetInfo, resources: dict) -> TargetInfo:

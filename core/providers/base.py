@@ -13,6 +13,12 @@ from typing import Protocol
 from core.jobs.store import Job
 
 
+# What a plan and `gpu targets` say of a target whose jobs run in a container: said here, on the
+# providers' floor, so the probe (remoteprobe) and the policy (planning.as_run) share the words.
+CONTAINER_NOTE = ("a job in a container runs without gpu-router's sandbox: a job there runs as your "
+                  "account and can reach other jobs")
+
+
 @dataclass
 class TargetInfo:
     """What `probe` learns about a target."""

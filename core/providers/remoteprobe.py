@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from core import paths
-from core.providers.base import TargetInfo
+from core.providers.base import CONTAINER_NOTE, TargetInfo
 from core.providers.hostlink import run_sync
 from core.runtime import RUNTIME_DIR
 from core.transport.base import HostKeyError, TransportError, quote
@@ -250,6 +250,4 @@ def _info_from(doc: dict) -> TargetInfo:
 def _container_note(info: TargetInfo) -> None:
     """A target whose jobs all run in a container: they run without the sandbox, said as the
     plan says it for a request's container (core/planning/policy.as_run)."""
-    from core.planning.policy import CONTAINER_NOTE
-
     info.unsandboxed_why = info.unsandboxed_why or CONTAINER_NOTE
