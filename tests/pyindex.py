@@ -29,6 +29,18 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def sdist_bytes(base: str, contents: dict[str, str]) -> bytes:
+    """An sdist: `contents` (path: text) under `base/` in a tar.gz."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path, text in contents.items():
+            data = text.encode()
+            member = tarfile.TarInfo(f"{base}/{path}")
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    return buf.getvalue()
+
+
 class PackageIndex:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -121,15 +133,8 @@ class PackageIndex:
             "name": name, "dist": dist, "version": version, "tag": tag, "requires": list(requires),
             "packages": sorted({p.split("/")[0] for p in files if "/" in p})},
             "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            for path, text in contents.items():
-                data = text.encode()
-                member = tarfile.TarInfo(f"{base}/{path}")
-                member.size = len(data)
-                tar.addfile(member, io.BytesIO(data))
         fname = f"{base}.tar.gz"
-        (self.files / fname).write_bytes(buf.getvalue())
+        (self.files / fname).write_bytes(sdist_bytes(base, contents))
         self._publish(name, fname)
         return self.files / fname
 

@@ -18,12 +18,10 @@ tries the keychain, the homes and the config, and records what happened in the p
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
 import subprocess
-import tarfile
 import zipfile
 from pathlib import Path
 
@@ -34,7 +32,7 @@ from core.packaging import buildbox, wheelhouse
 from core.providers.kaggle_deps import KAGGLE_PLATFORM
 from core.runtime import boundary
 from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state, write_user_config
-from tests.pyindex import BACKEND, PYPROJECT, PackageIndex, _norm
+from tests.pyindex import BACKEND, PYPROJECT, PackageIndex, _norm, sdist_bytes
 
 SECRET = "hf_buildSandboxSecret0123456789abcdefXYZ"
 
@@ -114,14 +112,7 @@ def add_evil_sdist(ix: PackageIndex, args: dict, name: str = "evilpkg", version:
     contents = {f"{dist}/__init__.py": "X = 'evil'\n", "pyproject.toml": PYPROJECT,
                 "_backend/tinybackend.py": backend,
                 "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path, text in contents.items():
-            data = text.encode()
-            member = tarfile.TarInfo(f"{base}/{path}")
-            member.size = len(data)
-            tar.addfile(member, io.BytesIO(data))
-    (ix.files / f"{base}.tar.gz").write_bytes(buf.getvalue())
+    (ix.files / f"{base}.tar.gz").write_bytes(sdist_bytes(base, contents))
     ix._publish(_norm(name), f"{base}.tar.gz")
 
 
@@ -239,13 +230,7 @@ def test_a_build_that_leaves_more_than_its_own_wheel_is_not_cached(index: Packag
                 "_backend/tinybackend.py": extra % {"name": dist, "dist": dist, "version": "1.0",
                                                     "tag": "py3-none-any", "requires": [], "packages": [dist]},
                 "PKG-INFO": "Metadata-Version: 2.1\nName: sneaky\nVersion: 1.0\n"}
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path, text in contents.items():
-            member = tarfile.TarInfo(f"{base}/{path}")
-            member.size = len(text.encode())
-            tar.addfile(member, io.BytesIO(text.encode()))
-    (index.files / f"{base}.tar.gz").write_bytes(buf.getvalue())
+    (index.files / f"{base}.tar.gz").write_bytes(sdist_bytes(base, contents))
     index._publish("sneaky", f"{base}.tar.gz")
     with pytest.raises(wheelhouse.Unbuildable, match="not its one wheel"):
         wheelhouse.build(["sneaky==1.0", "tinypure"], [], [], KAGGLE_PLATFORM, {}, say=lambda _t: None)
