@@ -290,3 +290,23 @@ def test_an_agents_resume_is_a_start_of_its_day(home: Path, tmp_path: Path) -> N
     assert gpu_json("cost")["agent_day"]["starts"] == 2
     status = gpu_json("status", short, "--verbose")
     assert "come to 0.8 hours and $1.60 (2 starts)" in status["plan"]["tell_user"], status["plan"]
+
+
+@pytest.mark.slow
+def test_an_agents_retry_is_a_start_of_its_day(home: Path, tmp_path: Path) -> None:
+    from tests.conftest import wait_state
+
+    project = make_git_project(tmp_path / "p", {"a.py": "raise SystemExit(3)\n",
+                                                "gpu.yaml": "retry_on_exit_codes: [3]\nmax_retries: 1\n"})
+    _cli_config("approvals:\n  agent_daily_hours: 1.5\n")
+    fits = gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.5", "--request-id", "r1", cwd=project)
+    assert wait_state(fits["job"]["short_id"], {"failed", "done", "cancelled"}, timeout=120)["state"] == "failed"
+    assert gpu_json("cost")["agent_day"]["starts"] == 2  # its submit and its retry: 1 h
+    held = gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.5", "--request-id", "r2", cwd=project)
+    short = held["job"]["short_id"]  # 1.5 h with its submit: it runs, and its retry would pass
+    doc = wait_state(short, {"awaiting_approval", "failed", "done", "cancelled"}, timeout=120)
+    assert doc["state"] == "awaiting_approval", doc
+    status = gpu_json("status", short, "--verbose")
+    assert [h["rule"] for h in status["plan"]["holds"]] == ["agent_day"], status["plan"]["holds"]
+    assert "come to 1.5 hours and $3.00 (3 starts)" in status["plan"]["tell_user"]
+    assert gpu_json("cost")["agent_day"]["starts"] == 3

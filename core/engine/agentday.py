@@ -52,12 +52,20 @@ def count(store: Store, db: sqlite3.Connection, job_id: str, hours: float, usd: 
                   actor=actor, data=mark(hours, usd, why=why))
 
 
-def count_now(store: Store, job: Any, rules: Rules, *, why: str) -> None:
-    """Count a start the supervisor makes on the agent's behalf (a retry its request asked for)
-    in a transaction of its own. It counts; holding it there is the retry door's judgment."""
-    hours, usd = estimate(job.plan, rules)
+def retry_start(store: Store, job: Any, rules: Rules, *, why: str) -> list[dict[str, Any]]:
+    """The retry door (a non-zero exit its request lists in retry_on_exit_codes), for a job
+    still `migrating`: an agent's retry is new work, judged against its day and counted in one
+    transaction. Returns the holds when it would pass a limit (the caller holds the job: approving
+    it launches it from its last checkpoint at home, like any held move), else []."""
+    from core.jobs.states import State
+
+    if not is_agents(job.plan) or (job.approved_digest and job.approved_digest == job.digest):
+        return []  # a person's job, or a plan a person approved (its retries with it)
     with store.write() as db:
-        count(store, db, job.id, hours, usd, actor="supervisor", why=why)
+        fresh = store.get(job.id)
+        if fresh.state != State.MIGRATING:
+            return []  # cancelled meanwhile: the caller's transition says so
+        return admit(store, db, job.id, {**fresh.plan, "holds": []}, rules, actor="supervisor", why=why)
 
 
 def admit(store: Store, db: sqlite3.Connection, job_id: str, plan: dict[str, Any], rules: Rules, *,

@@ -60,12 +60,18 @@ class JobMoves:
         else:
             carried["resumes"] = int(job.handle.get("resumes", 0)) + 1
             text = f"resuming on {provider.name} from its last checkpoint"
+        if retry is not None:  # a retry is new work of the agent's: its day (core/engine/agentday.py)
+            over = await self.db(agentday.retry_start, self.store, job, self.rules(),
+                                 why=f"retry {carried['retries']} after exit status {retry}")
+            if over:
+                from core.engine.service import hold
+
+                await self.db(hold, self.store, job, over, kind="rules",
+                              handle={**carried_over(job.handle), "restore_checkpoint": True})
+                return
         job = await self.db(self.store.transition, job.id, State.PROVISIONING, text,
                                     expect=[State.MIGRATING], attempt=job.attempt + 1,
                                     handle=carried, exit_code=None)
-        if retry is not None and agentday.is_agents(job.plan):  # a retry is new work: the agent's day
-            await self.db(agentday.count_now, self.store, job, self.rules(),
-                          why=f"retry {carried['retries']} after exit status {retry}")
         await self._start_attempt(job, provider)
 
     async def _migrate(self, job: Job) -> None:
