@@ -67,7 +67,7 @@ class JobMoves:
                 from core.engine.service import hold
 
                 await self.db(hold, self.store, job, over, kind="rules",
-                              handle={**carried_over(job.handle), "restore_checkpoint": True})
+                              handle={**carried, "restore_checkpoint": True})  # this retry counted
                 return
         job = await self.db(self.store.transition, job.id, State.PROVISIONING, text,
                                     expect=[State.MIGRATING], attempt=job.attempt + 1,
