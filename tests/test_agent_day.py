@@ -155,6 +155,36 @@ def test_a_held_or_a_persons_job_counts_nothing(home: Path) -> None:
     assert agent_day(store).starts == 1
 
 
+def test_agents_submitting_at_the_same_moment_cannot_both_slip_under_the_limit(home: Path) -> None:
+    """Eight agents (each its own connection, as each `gpu` process has) let a 0.75 h job go at
+    the same moment against a 2-hour day: the check and the count are one transaction, so two
+    go on and six are held, whatever the order."""
+    import threading
+
+    rules = Rules(agent_daily_hours=2.0)
+    path = Store().path
+    ids = [_job(Store(path), n) for n in range(8)]
+    gate = threading.Barrier(len(ids))
+    results: dict[str, list] = {}
+
+    def agent(jid: str) -> None:
+        store = Store(path)
+        gate.wait()
+        with store.write() as db:
+            results[jid] = agentday.admit(store, db, jid, {"submitted_by": "agent", "hours": 0.75,
+                                                           "holds": []}, rules, actor="agent")
+        store.close()
+
+    threads = [threading.Thread(target=agent, args=(jid,)) for jid in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == len(ids)
+    assert sorted(bool(h) for h in results.values()) == [False] * 2 + [True] * 6, results
+    assert agent_day(Store(path)).hours == 1.5
+
+
 # -- as an agent does it: the CLI with --json ----------------------------------------------
 
 
