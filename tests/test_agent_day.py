@@ -209,7 +209,7 @@ def test_an_agents_small_jobs_run_until_the_day_is_spent_then_wait(home: Path, t
     third = submit(3)
     assert third["job"]["state"] == "awaiting_approval", third
     tell = third["guidance"]["tell_user"]
-    assert "in the last 24 hours come to 1.5 hours and $3.00 (2 starts)" in tell, tell
+    assert "started without you in the last 24 hours comes to 1.5 hours and $3.00 (2 starts)" in tell, tell
     assert "this one's 0.75 hours and $1.50 would pass the 2-hour daily limit" in tell, tell
     assert f"gpu approve {third['job']['short_id']}" in tell
     status = gpu_json("status", third["job"]["short_id"], "--verbose")
@@ -232,7 +232,7 @@ def test_an_agents_day_of_dollars_holds_the_job_that_would_pass_it(home: Path, t
     held = gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.5", "--request-id", "two", cwd=project)
     assert held["job"]["state"] == "awaiting_approval"
     tell = held["guidance"]["tell_user"]
-    assert "come to 0.5 hours and $1.00 (1 start)" in tell and "$1.50 daily limit" in tell, tell
+    assert "comes to 0.5 hours and $1.00 (1 start)" in tell and "$1.50 daily limit" in tell, tell
     assert "hour daily limit" not in tell  # the hours are far from theirs
     # a sweep's points are judged together: each of $0.20 fits in the $0.50 left, three do not
     sweep = gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.1", "--sweep", "lr=1,2,3",
@@ -257,7 +257,7 @@ async def test_over_mcp_the_agents_day_holds_its_third_small_job(home: Path, tmp
                            request_id=f"mcp-{n}", wait_s=0) for n in range(3)]
     assert [d["guidance"]["needs_approval"] for d in docs] == [False, False, True], [d["guidance"] for d in docs]
     tell = docs[2]["guidance"]["tell_user"]
-    assert "come to 0.8 hours and $1.60 (2 starts)" in tell and "1-hour daily limit" in tell, tell
+    assert "comes to 0.8 hours and $1.60 (2 starts)" in tell and "1-hour daily limit" in tell, tell
 
 
 # -- where a person sees it: the dashboard's header, `gpu cost` ----------------------------
@@ -319,7 +319,7 @@ def test_an_agents_resume_is_a_start_of_its_day(home: Path, tmp_path: Path) -> N
     assert third["state"] == "awaiting_approval", third
     assert gpu_json("cost")["agent_day"]["starts"] == 2
     status = gpu_json("status", short, "--verbose")
-    assert "come to 0.8 hours and $1.60 (2 starts)" in status["plan"]["tell_user"], status["plan"]
+    assert "comes to 0.8 hours and $1.60 (2 starts)" in status["plan"]["tell_user"], status["plan"]
 
 
 @pytest.mark.slow
@@ -338,5 +338,5 @@ def test_an_agents_retry_is_a_start_of_its_day(home: Path, tmp_path: Path) -> No
     assert doc["state"] == "awaiting_approval", doc
     status = gpu_json("status", short, "--verbose")
     assert [h["rule"] for h in status["plan"]["holds"]] == ["agent_day"], status["plan"]["holds"]
-    assert "come to 1.5 hours and $3.00 (3 starts)" in status["plan"]["tell_user"]
+    assert "comes to 1.5 hours and $3.00 (3 starts)" in status["plan"]["tell_user"]
     assert gpu_json("cost")["agent_day"]["starts"] == 3

@@ -51,7 +51,7 @@ def agent_day_hold(day: AgentDay, hours: float | None, price: float, rules: Rule
         limits.append(f"the {rules.agent_daily_hours:g}-hour daily limit (approvals.agent_daily_hours)")
     if over_usd:
         limits.append(f"the ${rules.agent_daily_usd:.2f} daily limit (approvals.agent_daily_usd)")
-    return Hold("agent_day", f"an agent's jobs that ran without you in the last 24 hours come to "
+    return Hold("agent_day", f"the work agents started without you in the last 24 hours comes to "
                              f"{day.hours:g} hours and ${day.usd:.2f} ({day.starts} "
                              f"start{'s' * (day.starts != 1)}), and this one's {add_h:g} hours and "
                              f"${add_usd:.2f} would pass {' and '.join(limits)}")
