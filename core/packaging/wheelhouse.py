@@ -18,6 +18,15 @@ and its own output folder (writable); the network only when an index is needed. 
 result is shared by every project with the same inputs, so what a step leaves behind is kept
 only when it is what was asked for (the built package's own wheel; the downloaded pins).
 
+A project's own `--find-links` folders (relative to its working folder: `--no-index`,
+`--find-links vendor`, wheels or sdists it ships) are not where pip runs here: pip's folder is
+the wheelhouse's work folder, and inside the sandbox it sees nothing else. So their files, as
+shipped in the job's bundle (LocalFolders: the manifest and the folders' content hashes,
+core.packaging.requirements.Dependencies.local), are copied into the work folder, each checked
+against its content hash, and pip's `--find-links` points at the copy; the folders' hashes are
+part of the cache key, so a changed vendor folder makes a new wheelhouse. An sdist found there
+is built in the sandbox like any other, and `--no-index` with only such folders needs no network.
+
 Packages the target's image already has at a version the project's pins accept are pinned to
 that version during the resolve and then left out: they are not shipped.
 
@@ -32,6 +41,7 @@ import fcntl
 import hashlib
 import json
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -49,6 +59,7 @@ from packaging.version import InvalidVersion, Version
 from core import paths
 from core.errors import UserError
 from core.packaging import buildbox
+from core.runtime import codetree
 
 Say = Callable[[str], None]
 PIP_TIMEOUT_S = 1800  # one pip call: a large wheel over a slow link still fits
@@ -108,11 +119,36 @@ class Wheelhouse:
         return out
 
 
+@dataclass(frozen=True)
+class LocalFolders:
+    """Where the project's relative `--find-links` folders are: the job's bundle (its manifest
+    over content-addressed objects, core.packaging.objects), the job's working folder (the
+    folders are named relative to it, as pip on the target reads them) and each folder's
+    content hash by its path in the bundle (requirements.Dependencies.local, which may also
+    name local path requirements: all of it goes into the cache key)."""
+
+    manifest: Path
+    workdir: str
+    hashes: dict[str, str]
+
+
+def local_folders(local: dict[str, str], manifest: Path, workdir: str) -> LocalFolders | None:
+    """What `build` needs to read the project's own folders (None when it names none): for a
+    caller holding a job's Dependencies.local and its bundle's manifest."""
+    return LocalFolders(manifest=manifest, workdir=workdir, hashes=dict(local)) if local else None
+
+
 def cache_key(requirements: list[str], constraints: list[str], pip_args: list[str],
-              platform: TargetPlatform, image_packages: dict[str, str]) -> str:
+              platform: TargetPlatform, image_packages: dict[str, str],
+              local: dict[str, str] | None = None) -> str:
+    """The wheelhouse's name in the cache. `local` (a local folder's bundle path -> its content
+    hash) joins the key only when there is one: `--find-links vendor` names a folder, not its
+    content, and every key written before local folders counted stays what it was."""
     doc = {"requirements": list(requirements), "constraints": list(constraints), "pip_args": list(pip_args),
            "platform": platform.to_json(),
            "image": sorted((canonicalize_name(k), v) for k, v in image_packages.items())}
+    if local:
+        doc["local"] = sorted(local.items())
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -124,10 +160,12 @@ def wheelhouses_dir() -> Path:
 
 def build(requirements: list[str], constraints: list[str], pip_args: list[str], platform: TargetPlatform,
           image_packages: dict[str, str] | None = None, *, say: Say = print,
-          python: str = sys.executable) -> Wheelhouse:
-    """The wheelhouse for these inputs: from the cache, or resolved, built and downloaded now."""
+          python: str = sys.executable, local: LocalFolders | None = None) -> Wheelhouse:
+    """The wheelhouse for these inputs: from the cache, or resolved, built and downloaded now.
+    `local`: where the project's relative `--find-links` folders are (their files are copied
+    into the work folder only when the wheelhouse is built now)."""
     image = {canonicalize_name(k): v for k, v in (image_packages or {}).items()}
-    key = cache_key(requirements, constraints, pip_args, platform, image)
+    key = cache_key(requirements, constraints, pip_args, platform, image, local.hashes if local else None)
     top = wheelhouses_dir()
     final = top / key
     with open(top / f"{key}.lock", "w") as lock:
@@ -141,7 +179,8 @@ def build(requirements: list[str], constraints: list[str], pip_args: list[str], 
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         try:
-            _build(work, requirements, constraints, pip_args, platform, image, say, python)
+            args = _place_links(work, pip_args, local, say)
+            _build(work, requirements, constraints, args, platform, image, say, python)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(work / "wheels", final)
             (work / "manifest.json").replace(final / "manifest.json")
@@ -202,6 +241,81 @@ def needs_network(pip_args: list[str], environ: dict[str, str] | None = None) ->
     links += [a.split("=", 1)[1] for a in pip_args if a.startswith("--find-links=")]
     links += env.get("PIP_FIND_LINKS", "").split()
     return not no_index or any(re.match(r"^[a-z][a-z0-9+.-]*://", link, re.I) for link in links)
+
+
+def _remote_link(value: str) -> bool:
+    """A --find-links value pip fetches (a URL) or fills in itself (`${NAME}`): not a folder
+    of the project."""
+    return bool(re.match(r"^[a-z][a-z0-9+.-]*://", value, re.I)) or "${" in value
+
+
+def _place_links(work: Path, pip_args: list[str], local: LocalFolders | None, say: Say) -> list[str]:
+    """pip's options with each relative --find-links folder copied from the bundle into
+    `work/links/N` and named by that path: pip runs in `work` on this machine (sandboxed, seeing
+    only `work`), not in the job's working folder where the name points on the target."""
+    out = list(pip_args)
+    placed: dict[str, str] = {}
+    for i, arg in enumerate(pip_args):
+        if arg in ("--find-links", "-f") and i + 1 < len(pip_args):
+            at, value, prefix = i + 1, pip_args[i + 1], ""
+        elif arg.startswith("--find-links="):
+            at, value, prefix = i, arg.split("=", 1)[1], "--find-links="
+        else:
+            continue
+        if _remote_link(value):
+            continue
+        rel = posixpath.normpath(posixpath.join(local.workdir if local else "", value))
+        if local is None or rel not in local.hashes:
+            raise UserError(f"--find-links {value}: the folder is not among the project's shipped folders, so "
+                            "the wheelhouse cannot read it",
+                            fix="name a folder of the project relative to the requirements file, or take the "
+                                "line out")
+        if rel not in placed:
+            dest = work / "links" / str(len(placed))
+            _copy_folder(local.manifest, rel, local.hashes[rel], dest)
+            placed[rel] = str(dest)
+            say(f"dependencies: the project's folder {value} is read from the job's bundle "
+                f"({len(list(dest.iterdir()))} files)")
+        out[at] = prefix + placed[rel]
+    return out
+
+
+def _copy_folder(manifest: Path, rel: str, digest: str, dest: Path) -> None:
+    """The bundle's regular files directly in the folder `rel` (pip reads a --find-links folder
+    one level deep, as os.scandir does) copied to `dest` from the object store, each checked
+    against its object's hash; the folder's rows must also give `digest` (its content hash as
+    the requirements reader made it, core.packaging.requirements hash_local), so what is
+    copied is what the cache key names."""
+    rows = codetree.read_manifest(str(manifest))
+    prefix = "" if rel in ("", ".") else rel + "/"
+    under = sorted((r[0], r[2]) for r in rows if r[1] != "l" and r[0].startswith(prefix))
+    whole = hashlib.sha256()
+    for path, ref in under:
+        whole.update(path.encode("utf-8", "surrogateescape") + b"\0" + bytes.fromhex(ref))
+    if whole.hexdigest() != digest:
+        raise UserError(f"the project's folder {rel} in the job's bundle is not the one its dependencies were "
+                        "read from", fix="submit the job again")
+    dest.mkdir(parents=True)
+    store = str(paths.objects_dir())
+    packs = codetree.packed(store)
+    for path, ref in under:
+        name = path[len(prefix):]
+        if "/" in name or not codetree.safe_rel(name):
+            continue  # a subfolder's file: pip does not look there
+        f, size = codetree.open_object(store, ref, packs)
+        h = hashlib.sha256()
+        with f, open(dest / name, "xb") as out:
+            left = size
+            while left > 0:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                h.update(chunk)
+                out.write(chunk)
+                left -= len(chunk)
+        if h.hexdigest() != ref:
+            raise UserError(f"{path}: the stored copy of this file is not what the bundle says (its object "
+                            f"{ref[:12]} changed)", fix="submit the job again (the object is packed anew)")
 
 
 def _tail(proc: subprocess.CompletedProcess, lines: int = 6) -> str:

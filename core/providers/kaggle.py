@@ -426,7 +426,7 @@ class KaggleProvider(ServiceTarget, MirroredLog):
         pip_args = [arg for line in found.options for arg in shlex.split(line)]
         image = kaggle_deps.image_packages(self, say)
         wh = wheelhouse.build(found.requirements, found.constraints, pip_args, kaggle_deps.KAGGLE_PLATFORM,
-                              image, say=say)
+                              image, say=say, local=kaggle_deps.project_folders(job, found))
         short = wh.content_hash[:32]
         if not wh.files:  # the image has it all: nothing ships, pip still installs with --no-index
             return {"key": None, "slug": None, "path": f"{kaggle_deps.WHEELHOUSE_DIR}/{short}"}, None

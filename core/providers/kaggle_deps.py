@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 from core import paths
 from core.config.targetopts import offline_option
+from core.jobs.store import Job
+from core.packaging import objects, requirements, wheelhouse
 from core.packaging.wheelhouse import TargetPlatform
 
 KaggleProvider = Any  # core.providers.kaggle.KaggleProvider (which imports this module)
@@ -56,6 +58,14 @@ def offline_mode(options: dict) -> bool:
     """Whether the job installs from a wheelhouse, before Kaggle has said anything."""
     mode = offline_option(options)
     return mode == "true" or (mode == "auto" and not options.get("internet", False))
+
+
+def project_folders(job: Job, found: requirements.Dependencies) -> wheelhouse.LocalFolders | None:
+    """Where the wheelhouse reads the project's own `--find-links` folders (`vendor/`): the
+    job's bundle, since the wheelhouse is built on this machine, not in the kernel's code folder
+    (None when the project names none)."""
+    return wheelhouse.local_folders(found.local, objects.manifest_file(job.bundle_hash),
+                                    job.plan.get("workdir") or "")
 
 
 def _state_file(target: str) -> Path:

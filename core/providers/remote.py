@@ -234,7 +234,9 @@ printf '%s\\n' "$py"
         python = base_python or remote["python"]
         # before any upload: a requirement the host cannot get is named with nothing sent
         wh = await self.plan_wheelhouse(found, remote["python"], notes.append,
-                                        container=base_python is not None)
+                                        container=base_python is not None,
+                                        bundle=objects.manifest_file(job.bundle_hash),
+                                        workdir=job.plan.get("workdir") or "")
         step("dependencies")
         runtime, sent_rt = await self._ensure_runtime()
         step("runtime")

@@ -85,9 +85,12 @@ class RemoteDeps:
         return doc
 
     async def plan_wheelhouse(self, found: requirements.Dependencies | None, python: str,
-                              say: Callable[[str], None], *, container: bool = False):
+                              say: Callable[[str], None], *, container: bool = False,
+                              bundle: Path | None = None, workdir: str = ""):
         """The job's wheelhouse (core.packaging.wheelhouse.Wheelhouse), built or from the cache,
-        or None when pip on the host installs from its index. Uploads nothing."""
+        or None when pip on the host installs from its index. Uploads nothing. `bundle` (the
+        job's manifest) and `workdir`: where the project's own `--find-links` folders are read
+        from, since the wheelhouse is built here, not in the job's folder."""
         if found is None or not found.requirements:
             return None
         mode = offline_option(self.options)
@@ -116,8 +119,9 @@ class RemoteDeps:
                                              implementation=doc["implementation"], abi=doc["abi"],
                                              platforms=tuple(doc["platforms"]))
         pip_args = [arg for line in found.options for arg in shlex.split(line)]
+        local = wheelhouse.local_folders(found.local, bundle, workdir) if bundle is not None else None
         return await asyncio.to_thread(wheelhouse.build, found.requirements, found.constraints, pip_args,
-                                       platform, dict(doc.get("packages") or {}), say=say)
+                                       platform, dict(doc.get("packages") or {}), say=say, local=local)
 
     async def ship_wheelhouse(self, wh, say: Callable[[str], None]) -> tuple[str, int]:
         """The wheelhouse on the host through the content cache (once per content hash):
