@@ -366,16 +366,31 @@ class Store:
                 self.conn.row_factory = sqlite3.Row
                 self.conn.execute("PRAGMA busy_timeout = 60000")
                 self.conn.execute("PRAGMA foreign_keys = ON")
-                mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
-                if mode != "wal":
-                    with self.write():
-                        self.conn.execute("PRAGMA journal_mode = WAL")
-                    self.conn.execute("PRAGMA journal_mode = WAL")
+                self._wal()
                 self.conn.execute("PRAGMA synchronous = NORMAL")
                 self._migrate()
             except BaseException:
                 self.conn.close()
                 raise
+
+    def _wal(self) -> None:
+        """Put the store in WAL mode, outside any transaction (SQLite refuses the switch inside
+        one once the file has tables: "cannot change into wal mode from within a transaction",
+        which two processes opening a new store at once met). The switch needs the file to
+        itself; while another process holds it, it is asked again until it takes."""
+        deadline = time.monotonic() + 60
+        mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+        while str(mode).lower() != "wal":
+            try:
+                mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                mode = None
+            if str(mode).lower() != "wal":
+                if time.monotonic() > deadline:
+                    raise sqlite3.OperationalError(f"the store {self.path} stays in {mode} mode, not WAL")
+                time.sleep(0.05)
 
     def short_of_space(self) -> bool:
         """The disk holding the store is down to its emergency reserve (or has none and no
