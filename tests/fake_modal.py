@@ -55,8 +55,13 @@ from grpclib.const import Cardinality
 from grpclib.server import Server
 from modal_proto import api_grpc, api_pb2
 
+# The container's main process. Like a container's PID 1, a signal it has no handler for does
+# nothing (the kernel's rule for a pid namespace's init): SIGTERM is ignored unless the function
+# sets a handler; Python's own SIGINT handler (KeyboardInterrupt) runs. Its children, exec'd,
+# get every default back.
 RUNNER = r"""
-import importlib, pickle, sys
+import importlib, pickle, signal, sys
+signal.signal(signal.SIGTERM, lambda signum, frame: None)
 root, module, name, src, dst = sys.argv[1:6]
 sys.path.insert(0, root)
 args, kwargs = pickle.load(open(src, "rb"))
@@ -110,6 +115,8 @@ class FakeModal:
         # a call at its timeout is reported at once and its container stopped this much later
         # (as a real one may go on a moment after Modal says the input timed out)
         self.timeout_kill_after_s = 0.0
+        self.preemptions: list[tuple[str, int, str]] = []  # (call id, signal, to) of each preemption
+        self._closed = threading.Event()
         self._blocks: dict[str, tuple[str, Any, int, int]] = {}  # token -> (path, source, start, length)
         self._uploads: dict[str, tuple[str, int, str]] = {}  # PUT token -> (blob id, length, sha256 b64)
         self._blobs: dict[str, bytes] = {}  # blob id -> content, once PUT whole
@@ -139,6 +146,7 @@ class FakeModal:
         self._loop.run_forever()
 
     def close(self) -> None:
+        self._closed.set()
         for call in self.function_calls.values():
             self._kill(call)
         self._http.shutdown()
@@ -461,18 +469,55 @@ class FakeModal:
 
     # -- running a function -------------------------------------------------------------------
 
-    def preempt(self, fc_id: str) -> None:
+    def preempt(self, fc_id: str, sig: int = signal.SIGINT, grace_s: float = 3.0, to: str = "main") -> None:
         """Preempt the container running this call's input, as Modal does when it reclaims the
-        machine: the container is killed, and Modal runs the same input again in a new one
-        (a fresh container disk, the same volumes, the same function call: its logs go on in
-        the same stream, and the caller sees one result). Nothing tells the caller."""
+        machine: `sig` (Modal's guide: an interrupt, SIGINT) goes to the container's main process
+        (`to="main"`; `to="all"`: to every process in it, as a runtime that signals the whole
+        tree, SIGTERM in Kubernetes' manner), exit handlers get `grace_s`, then every process of
+        the container is killed (SIGKILL) whether or not it ended, and Modal runs the same input
+        again in a new container (a fresh container disk, the same volumes, the same function
+        call: its logs go on in the same stream, and the caller sees one result, never one from
+        the preempted container, not even one it returned within the grace). Nothing tells the
+        caller."""
         call = self.function_calls[fc_id]
         old = call.proc
         assert old is not None and call.status is None, "only a running input is preempted"
+        assert to in ("main", "all"), to
         call.preempted.append(old)
-        self._kill(call)
+        self.preemptions.append((fc_id, int(sig), to))
+        if to == "main":
+            try:
+                os.kill(old.pid, sig)
+            except ProcessLookupError:
+                pass
+        else:
+            self._kill(call, sig)
+        try:
+            old.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        self._kill(call)  # the grace is over: whatever is left goes, exited or not
         old.wait(timeout=30)
         self._start(call, call.input)
+
+    def preempt_when(self, path: str, *, sig: int = signal.SIGINT, grace_s: float = 3.0, to: str = "main") -> None:
+        """Arm a preemption: as soon as `path` (relative to a volume's root, e.g. a file the job
+        writes at the moment a test wants: between two steps, halfway through a checkpoint
+        write) exists on a volume, the running input of the call that mounts that volume is
+        preempted (`preempt`), once. Watched every 10 ms, so the job is caught in the state it
+        announced (a relay that polls every 0.5 s has most likely not copied its last rows)."""
+        def watch() -> None:
+            while not self._closed.is_set():
+                for vid_dir in (self.root / "volumes").glob("*"):
+                    if (vid_dir / path).exists():
+                        for call in list(self.function_calls.values()):
+                            if call.status is None and call.proc is not None and call.proc.poll() is None \
+                                    and any(vm.volume_id == vid_dir.name for vm in call.function.volume_mounts):
+                                self.preempt(call.id, sig, grace_s, to)
+                                return
+                self._closed.wait(0.01)
+
+        threading.Thread(target=watch, daemon=True).start()
 
     def _start(self, call: Call, inp) -> None:
         call.input = inp
@@ -535,9 +580,9 @@ class FakeModal:
                 self._kill(call)
 
     @staticmethod
-    def _kill(call: Call) -> None:
-        """Every process of the call's session (the launcher leads a group of its own inside
-        it), as Modal stopping the container would."""
+    def _kill(call: Call, sig: int = signal.SIGKILL) -> None:
+        """`sig` to every process of the call's session (the launcher leads a group of its own
+        inside it), as Modal stopping the container would (SIGKILL)."""
         if call.proc is None:
             return
         sid = call.proc.pid
@@ -545,6 +590,6 @@ class FakeModal:
             if entry.isdigit():
                 try:
                     if os.getsid(int(entry)) == sid:
-                        os.kill(int(entry), signal.SIGKILL)
+                        os.kill(int(entry), sig)
                 except (ProcessLookupError, PermissionError):
                     pass

@@ -361,7 +361,8 @@ class ModalProvider(ServiceTarget, MirroredLog):
         adir = f"{jd}/attempts/{job.attempt}"
         spec = launch_spec(job, job_dir=jd, attempt_dir=adir,
                            workdir=f"{work}/code/{job.plan.get('workdir') or ''}".rstrip("/"),
-                           runtime_dir="@RUNTIME@", python="python3", deps=None, env_secrets={})
+                           runtime_dir="@RUNTIME@", python="python3", deps=None, env_secrets={},
+                           frozen_checkpoints=True)  # a preempted container's rerun restores the newest whole save
         spec["env"]["GPU_ROUTER_DATA_DIR"] = f"{work}/data"  # unpacked on the container's disk
         limit = self.session_timeout(job)
         lead = float(self.options.get("checkpoint_lead_s", min(CHECKPOINT_LEAD_S, limit / 10)))
@@ -466,6 +467,8 @@ class ModalProvider(ServiceTarget, MirroredLog):
             return Poll("cancelled", detail="cancelled on Modal")
         if state == "error":
             return Poll("exited", exit_code=1, detail=str(value))
+        if value.get("preempted"):  # a preempted container's own return (Modal runs the input again)
+            return Poll("session_ended", detail="Modal preempted the container and handed back its result")
         exit_doc = value.get("exit") or {}
         code = exit_doc.get("code", value.get("code"))
         if value.get("time_signal") and code in (0, None):

@@ -38,10 +38,34 @@ def size(path: str) -> int:
         return 0
 
 
-def follow(path: str, stop: threading.Event, mark: str = "") -> None:
+def _record(progress: str | None, offset: int) -> None:
+    if progress:
+        try:
+            with open(progress + ".tmp", "w") as f:
+                f.write(str(offset))
+            os.replace(progress + ".tmp", progress)
+        except OSError:
+            pass
+
+
+def relayed(progress: str) -> int | None:
+    """How far a relay that recorded its `progress` had copied its file (None: unknown)."""
+    try:
+        with open(progress) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def follow(path: str, stop: threading.Event, mark: str = "", progress: str | None = None) -> None:
     """Copy the lines `path` gains from now on to standard output until `stop`, then the rest
-    (an earlier attempt's lines, in a file that outlives attempts, were relayed by that one)."""
+    (an earlier attempt's lines, in a file that outlives attempts, were relayed by that one).
+    `progress`: a file that holds how far the copy has got, written before each copy (a
+    process killed between the two has lost at most that copy from its stream, never sent a
+    line twice), so a container that runs the same input again can copy what this one could
+    not (modal_function.py)."""
     offset = size(path)
+    _record(progress, offset)
     while True:
         done = stop.is_set()
         try:
@@ -53,6 +77,7 @@ def follow(path: str, stop: threading.Event, mark: str = "") -> None:
         if chunk:
             whole = chunk[: chunk.rfind(b"\n") + 1] if not done else chunk
             offset += len(whole)
+            _record(progress, offset)
             for line in whole.decode("utf-8", "replace").splitlines():
                 emit(mark + line)
         if done:
@@ -60,29 +85,43 @@ def follow(path: str, stop: threading.Event, mark: str = "") -> None:
         stop.wait(0.5)
 
 
+def _ask_checkpoint(spec: dict, launcher: subprocess.Popen, text: str) -> None:
+    """The job's checkpoint request: the control file and SIGUSR1 to the launcher's group."""
+    open(os.path.join(spec["env"]["GPU_ROUTER_CONTROL_DIR"], "checkpoint"), "w").close()
+    emit(f"[gpu-router] {text}: asking the job to checkpoint")
+    try:
+        os.killpg(launcher.pid, signal.SIGUSR1)  # the launcher leads the job's group
+    except OSError:
+        pass
+
+
 def run(spec: dict, spec_path: str, launcher_py: str, checkpoint_after_s: float | None,
-        limit_text: str) -> tuple[int, bool]:
+        limit_text: str, interrupt: "threading.Event | None" = None,
+        interrupt_text: str = "interrupted", progress: dict | None = None) -> tuple[int, bool]:
     """Run the launcher on `spec_path`, relaying; (its exit status, whether the job was asked
-    to checkpoint for the time limit)."""
+    to checkpoint for the time limit). Once `interrupt` is set (the container is going away:
+    a Modal preemption's grace period) the job is asked to checkpoint too, and the relay goes
+    on until the launcher ends or the process is killed: what the job writes meanwhile still
+    reaches standard output. `progress` ({"log": file, "metrics": file}): where each copy
+    records how far it has got (`follow`)."""
     stop = threading.Event()
-    followers = [threading.Thread(target=follow, args=(spec["log"], stop), daemon=True),
+    progress = progress or {}
+    followers = [threading.Thread(target=follow, args=(spec["log"], stop, "", progress.get("log")), daemon=True),
                  threading.Thread(target=follow, args=(spec["env"]["GPU_ROUTER_METRICS_FILE"], stop,
-                                                       METRIC_MARK), daemon=True)]
+                                                       METRIC_MARK, progress.get("metrics")), daemon=True)]
     for t in followers:
         t.start()
     launcher = subprocess.Popen([sys.executable, launcher_py, "--foreground", spec_path])
     deadline = time.monotonic() + float(checkpoint_after_s or 1e12)
-    asked = False
+    asked = interrupted = False
     while launcher.poll() is None:
         if not asked and time.monotonic() >= deadline:
             asked = True
             open(os.path.join(spec["attempt_dir"], "time-signal"), "w").close()
-            open(os.path.join(spec["env"]["GPU_ROUTER_CONTROL_DIR"], "checkpoint"), "w").close()
-            emit(f"[gpu-router] {limit_text} near: asking the job to checkpoint")
-            try:
-                os.killpg(launcher.pid, signal.SIGUSR1)  # the launcher leads the job's group
-            except OSError:
-                pass
+            _ask_checkpoint(spec, launcher, f"{limit_text} near")
+        if not interrupted and interrupt is not None and interrupt.is_set():
+            interrupted = True
+            _ask_checkpoint(spec, launcher, interrupt_text)
         time.sleep(0.25)
     stop.set()
     for t in followers:
