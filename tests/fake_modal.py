@@ -11,7 +11,10 @@ the function names is imported there by this Python in a subprocess that calls t
 with the pickled input; standard output is the call's log (AppFetchLogs), the pickled return
 value its result (FunctionGetOutputs). The function's timeout is enforced (the result is then
 GENERIC_STATUS_TIMEOUT; `timeout_kill_after_s` keeps the container running a moment after
-that), and FunctionCallCancel stops the process (GENERIC_STATUS_TERMINATED).
+that), and FunctionCallCancel stops the process (GENERIC_STATUS_TERMINATED). A running input is
+preempted as Modal does it (`preempt`, or `preempt_when` a file appears on the volume): a signal
+(SIGINT to the main process by default; SIGTERM, or to every process, as other runtimes send),
+a grace period, SIGKILL, and the same input in a new container of the same call.
 
 A volume is read from outside as the client reads it: VolumeListFiles (VolumeListFiles2 for a
 v2 volume) lists a folder with paths relative to the volume's root, and VolumeGetFile2 answers

@@ -128,3 +128,94 @@ def test_a_job_preempted_twice_between_steps_and_mid_write_loses_nothing(
     assert starts == ["container starts at step 0", f"container starts at step {BETWEEN}",
                       f"container starts at step {MID}"], log
     assert done["outputs"] == {"start": MID}
+
+
+def _saved(folder: Path, gens: Path, files: dict[str, bytes], generation: int) -> None:
+    """`files` written into `folder` and marked complete by the job's own gpu.checkpoint_saved(),
+    frozen into `gens` as on a Modal target (GPU_ROUTER_CHECKPOINT_GENERATIONS)."""
+    import os
+    import subprocess
+    import sys
+
+    from core.runtime import RUNTIME_DIR
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for rel, data in files.items():
+        (folder / rel).write_bytes(data)
+    env = {**os.environ, "GPU_ROUTER_CHECKPOINT_DIR": str(folder), "GPU_ROUTER_CHECKPOINT_GENERATIONS": str(gens),
+           "PYTHONPATH": str(RUNTIME_DIR)}
+    got = subprocess.run([sys.executable, "-c", "import gpu; print(gpu.checkpoint_saved())"], env=env,
+                         capture_output=True, text=True, check=True)
+    assert int(got.stdout) == generation, got.stderr
+
+
+def test_the_restore_takes_the_newest_whole_generation_only_when_the_live_folder_is_not_its_last_save(
+        tmp_path: Path) -> None:
+    """The rule a rerun applies before the job starts (modal_function._restore_complete_checkpoint):
+    a live folder that matches its marker stays; a torn file, or a file written after the marker
+    (a save under way), brings the newest whole generation back; without a marker nothing says
+    what is complete, and nothing is touched."""
+    import os
+    import time
+
+    from core.runtime import modal_function as mf
+
+    ckpt, gens = tmp_path / "job" / "ckpt", tmp_path / "job" / "ckpt-gens"
+    assert mf._restore_complete_checkpoint(str(ckpt), str(gens)) is None  # nothing there at all
+    _saved(ckpt, gens, {"state.txt": b"1", "w.bin": b"x" * 100}, 1)
+    _saved(ckpt, gens, {"state.txt": b"2"}, 2)
+    assert mf._restore_complete_checkpoint(str(ckpt), str(gens)) is None  # the last save, whole
+    assert (ckpt / "state.txt").read_bytes() == b"2"
+
+    (ckpt / "state.txt").write_bytes(b"")  # torn: rewritten in place when the container died
+    note = mf._restore_complete_checkpoint(str(ckpt), str(gens))
+    assert note and "generation 2" in note
+    assert (ckpt / "state.txt").read_bytes() == b"2" and (ckpt / "w.bin").read_bytes() == b"x" * 100
+    assert mf._restore_complete_checkpoint(str(ckpt), str(gens)) is None  # the restored folder matches its marker
+    assert not [p for p in ckpt.parent.iterdir() if p.name not in ("ckpt", "ckpt-gens")]  # no leftovers
+
+    time.sleep(0.01)
+    (ckpt / "next.bin").write_bytes(b"half")  # a file of the next save, begun after the marker
+    assert "generation 2" in (mf._restore_complete_checkpoint(str(ckpt), str(gens)) or "")
+    assert not (ckpt / "next.bin").exists()
+
+    plain = tmp_path / "plain" / "ckpt"
+    plain.mkdir(parents=True)
+    (plain / "state.txt").write_bytes(b"")  # no marker: the job never said what is complete
+    assert mf._restore_complete_checkpoint(str(plain), str(tmp_path / "plain" / "ckpt-gens")) is None
+    assert (plain / "state.txt").read_bytes() == b""
+
+    for name in os.listdir(gens):  # a marker, but no whole generation to go back to: said, left
+        if name.isdigit():
+            (gens / name / mf.COMPLETE).unlink()
+    (ckpt / "state.txt").write_bytes(b"")
+    note = mf._restore_complete_checkpoint(str(ckpt), str(gens))
+    assert note and "left as it is" in note and (ckpt / "state.txt").read_bytes() == b""
+
+
+def test_a_rerun_sets_aside_a_signal_ended_attempt_and_keeps_an_exit_the_job_made(tmp_path: Path) -> None:
+    """Only a rerun (the launcher's `started` claim is there) is set aside, and an exit the job
+    made by itself stands: the launcher refuses to run it again, and that exit is the result."""
+    import json as _json
+
+    from core.runtime import modal_function as mf
+
+    adir = tmp_path / "attempts" / "1"
+    adir.mkdir(parents=True)
+    assert mf._set_aside_preempted(str(adir)) is None  # a first start
+    (adir / "started").write_text("1")
+    (adir / "starts.json").write_text('{"log": 5, "metrics": 7}')
+    assert mf._set_aside_preempted(str(adir)) == f"{adir}.preempted-1"  # killed before any exit record
+    adir.mkdir()
+    (adir / "started").write_text("1")
+    (adir / "exit.json").write_text(_json.dumps({"code": -15, "terminated_by": 15}))
+    assert mf._set_aside_preempted(str(adir)) == f"{adir}.preempted-2"  # the launcher got the signal too
+    adir.mkdir()
+    (adir / "started").write_text("1")
+    (adir / "exit.json").write_text(_json.dumps({"code": 0, "terminated_by": None}))
+    (adir / mf.PREEMPTED).write_text("{}")
+    assert mf._set_aside_preempted(str(adir)) == f"{adir}.preempted-3"  # checkpointed on the signal, exited 0
+    adir.mkdir()
+    (adir / "started").write_text("1")
+    (adir / "exit.json").write_text(_json.dumps({"code": 1, "terminated_by": None}))
+    assert mf._set_aside_preempted(str(adir)) is None and adir.is_dir()  # the job's own failure stands

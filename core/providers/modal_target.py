@@ -24,6 +24,11 @@ process with a client built from the keychain's token: `modal.Client.from_creden
   a result -> exited with the job's exit code, a timeout -> session_ended (resume), a
   cancellation -> cancelled; the log is the call's own log (`FunctionCall.logs.fetch`), which
   carries the launcher's already masked lines and, behind a marker, the metric rows;
+- a preemption (Modal signals the container, waits its grace, kills it and runs the same input
+  in a new one) is no session end here: the same call goes on from the newest complete checkpoint
+  generation on the volume, and its result carries every container's log and metric rows
+  (core/runtime/modal_function.py); a preempted container's own result, should one ever come
+  back, is a session end (resume), never the job's exit;
 - outputs come back inside the result as a gzipped tar, unpacked by the shared safe writer;
 - checkpoints come home from the copy in each call's result, and from the volume itself when a
   call hands no result back (Modal stopped it at its timeout, it crashed, it was cancelled): its
