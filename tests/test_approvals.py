@@ -167,7 +167,7 @@ def test_overrun_checkpoints_holds_and_resumes_from_the_checkpoint(home: Path, t
     assert result["steps"] == 400
 
 
-def test_denying_an_overrun_job_cancels_it(home: Path, tmp_path: Path) -> None:
+def test_denying_an_overrun_job_is_final(home: Path, tmp_path: Path) -> None:
     from core.engine.approvals import deny
     from core.jobs.store import Store
 
@@ -182,7 +182,7 @@ def test_denying_an_overrun_job_cancels_it(home: Path, tmp_path: Path) -> None:
     sub = gpu_json("submit", "slow.py", "--hours", "0.0005", "--wait-s", "0", cwd=project)["job"]
     assert wait_state(sub["short_id"], {"awaiting_approval", "done", "failed"}, timeout=180)["state"] == "awaiting_approval"
     job = deny(Store(), sub["id"], actor="test")
-    assert job.state.value == "cancelled"
+    assert job.state.value == "denied"  # a person's no is final (issue 37): never `cancelled`, which resumes
     runs = project / "runs" / sub["short_id"]
     assert (runs / "job.json").exists()
     # what the job wrote before it was stopped came home, although it never resumes

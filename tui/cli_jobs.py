@@ -273,7 +273,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if not hasattr(target, "state"):  # a sweep: every live point
         from core.engine.sweeps import cancel_group
 
-        jobs = cancel_group(store, target, actor="cli")
+        jobs = cancel_group(store, target, actor="cli", checkpoint=args.checkpoint, grace_s=args.grace)
         if args.json:
             emit_json({"group": target.to_json(), "jobs": [j.to_json() for j in jobs]})
         else:

@@ -100,7 +100,10 @@ def compute_job(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, A
             done = resume_group(store, group, actor=ACTOR)
             return {"group": group.to_json(),
                     "jobs": [{**j.to_json(), **({"not_resumed": why} if why else {})} for j, why in done]}
-        return {"group": group.to_json(), "jobs": [j.to_json() for j in cancel_group(store, group, actor=ACTOR)]}
+        grace = args.get("grace_s")  # a group's cancel keeps the flags one job's has
+        return {"group": group.to_json(), "jobs": [j.to_json() for j in cancel_group(
+            store, group, actor=ACTOR, checkpoint=bool(args.get("checkpoint_first")),
+            grace_s=None if grace is None else float(grace))]}
     if action == "resume":
         from core.engine.resume import resume
 

@@ -117,23 +117,25 @@ def approve(store: Store, ref: str, *, digest: str, actor: str, pin_checked: boo
         reason = f"approved by {actor} (plan {job.digest[:12]})"
         job = store.transition(job.id, State.ROUTING, reason, actor=actor,
                                data={"decision": "approve", "digest": job.digest, "hold": kind,
-                                     "pin": pin_checked},
+                                     "pin": pin_checked, "hours": job.plan.get("hours")},
                                approved_digest=job.digest)
     _wake()
     return job
 
 
 def deny(store: Store, ref: str, *, actor: str, reason: str | None = None) -> Job:
-    """Refuse a held job: final (`denied`), or `cancelled` for a job stopped past its hours.
+    """Refuse a held job: final (`denied`) for every kind of hold. An overrun's no was once
+    stored as `cancelled`, which an agent's resume ran again; a denied job has no way back
+    (core/jobs/states.py), and every door refuses one (core/engine/doors.py).
     Never from a job's process: a job must not end the person's held jobs either."""
     require_not_job("denial", store=store, job=_held(store, ref), undone="nothing was denied")
     with store.write():
         job = _held(store, ref)
         overrun = job.plan.get("hold_kind") == "overrun"
-        dst = State.CANCELLED if overrun else State.DENIED
         text = f"denied by {actor}" + (f": {reason}" if reason else "")
-        job = store.transition(job.id, dst, text, actor=actor,
-                               data={"decision": "deny", "digest": job.digest, "reason": reason})
+        job = store.transition(job.id, State.DENIED, text, actor=actor,
+                               data={"decision": "deny", "digest": job.digest, "reason": reason,
+                                     "hold": job.plan.get("hold_kind", "rules")})
     if overrun:
         from core.engine.service import write_job_json
 

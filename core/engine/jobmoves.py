@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from core.engine import agentday, strays
 from core.engine.jobsteps import carried_over, log_mark
-from core.engine.service import replan
+from core.engine import doors
+from core.engine.doors import replan
+from core.engine.service import hold
 from core.errors import UserError
 from core.jobs.states import State
 from core.jobs.store import Job
@@ -60,6 +63,8 @@ class JobMoves:
         else:
             carried["resumes"] = int(job.handle.get("resumes", 0)) + 1
             text = f"resuming on {provider.name} from its last checkpoint"
+        if await self._held_at_door(job, doors.RETRY if retry is not None else doors.REQUEUE, carried):
+            return
         if retry is not None:  # a retry is new work of the agent's: its day (core/engine/agentday.py)
             over = await self.db(agentday.retry_start, self.store, job, self.rules(),
                                  why=f"retry {carried['retries']} after exit status {retry}")
@@ -73,6 +78,24 @@ class JobMoves:
                                     expect=[State.MIGRATING], attempt=job.attempt + 1,
                                     handle=carried, exit_code=None)
         await self._start_attempt(job, provider)
+
+    async def _held_at_door(self, job: Job, door: str, carried: dict) -> bool:
+        """A retry or a requeue on the same target is a door into running too: its history is
+        judged (core/engine/doors.py): a job past its granted hours is held as an overrun, a
+        denied one ends. A held one keeps this move's counters (`carried`), as a held retry
+        of the agent's day does. True when it did not go on."""
+        try:
+            verdict = await self.db(doors.judge, self.store, job, job.plan, door=door,
+                                    interactive=job.plan.get("submitted_by") == "person",
+                                    cfg=SimpleNamespace(rules=self.rules()))
+        except UserError as exc:
+            await self.db(self._fail, job, f"not {door} : {exc.what}".replace(" :", ":"))
+            return True
+        if not verdict.held:
+            return False
+        await self.db(hold, self.store, job, verdict.holds, kind=verdict.kind, plan=verdict.plan,
+                      handle={**carried, "restore_checkpoint": True})
+        return True
 
     async def _migrate(self, job: Job) -> None:
         """Move a job whose session ended to another target: plan again without the lost one,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from core import paths
@@ -20,12 +21,13 @@ from core.display.sanitize import printable
 from core.engine import storage
 from core.engine.failure import failed_reason
 from core.engine.service import (CHECKPOINT_GRACE_S, MAX_CHECKPOINT_GRACE_S, bring_home, end_warnings,
-                                 hold, outputs_where, replan, settle_checkpoint, write_job_json)
+                                 hold, outputs_where, settle_checkpoint, write_job_json)
+from core.engine import doors
+from core.engine.doors import replan
 from core.errors import DiskFull, IllegalTransition, UserError
 from core.jobs.states import LAUNCHED, State
 from core.jobs.store import Job
 from core.packaging import checkpoints
-from core.planning.plan import digest
 from core.planning.usage import job_hours
 from core.providers.base import Poll
 from core.runtime import workdir
@@ -174,8 +176,17 @@ class JobSteps:
 
     async def _launch(self, job: Job) -> None:
         provider = self.providers[job.provider]
-        if job.plan.get("holds") and job.approved_digest != job.digest:
-            await self.db(hold, self.store, job, job.plan["holds"], kind=job.plan.get("hold_kind", "rules"))
+        # the last door of every other: the job's history and its plan's holds judged once more
+        # (core/engine/doors.py), so no door that forgot can run what a rule would hold
+        try:
+            verdict = await self.db(doors.judge, self.store, job, job.plan, door=doors.LAUNCH,
+                                    interactive=job.plan.get("submitted_by") == "person",
+                                    cfg=SimpleNamespace(rules=self.rules()))
+        except UserError as exc:  # denied: never run
+            await self.db(self._fail, job, f"not started: {exc.what}")
+            return
+        if verdict.held:
+            await self.db(hold, self.store, job, verdict.holds, kind=verdict.kind, plan=verdict.plan)
             return
         carried = carried_over(job.handle)  # a job moved here after an approval keeps its counters
         text = f"placed on {provider.name}"
@@ -426,17 +437,11 @@ class JobSteps:
 
     def _hold_overrun(self, job: Job, notes: list[str] | None = None) -> None:
         """The job stopped past its hours: wait for a person, offering another estimate's worth."""
-        used = job_hours(self.store, job.id)
-        original = job.plan.get("original_hours") or job.plan["hours"]
-        plan = {**job.plan, "original_hours": original,
-                "hours": round(job.plan["hours"] + original, 6)}
-        plan["digest"] = digest(plan)
-        plan["estimated_price"] = round(original * float(plan.get("price_per_hour") or 0), 4)
-        holds = [{"rule": "overrun",
-                  "reason": f"it ran {used:.3g} h, well past its {job.plan['hours']:g} h estimate, "
-                            f"and was stopped after saving a checkpoint; approving resumes it from "
-                            f"that checkpoint for up to {original:g} more hours"}]
-        hold(self.store, job, holds, kind="overrun", plan=plan, exit_code=None)
+        history = doors.past(self.store, job)  # the hours granted so far, not the plan's alone
+        history.granted = history.granted or job.plan["hours"]
+        plan = doors.offer(job.plan, history)
+        hold(self.store, job, [doors.overrun_hold(history, stopped=True)], kind="overrun", plan=plan,
+             exit_code=None)
         for note in notes or []:
             self.store.add_event(job.id, note, actor="supervisor")
 

@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Any
 
-from core.engine.service import replan
+from core.engine.doors import replan
 from core.errors import UserError
 from core.jobs.states import State
 from core.jobs.store import Job

@@ -369,7 +369,7 @@ def hold(store: Store, job: Job, holds: list[dict], *, kind: str, actor: str = "
     plan["tell_user"] = text
     return store.transition(job.id, State.AWAITING_APPROVAL,
                             "held for approval: " + "; ".join(h["reason"] for h in holds),
-                            actor=actor, data={"holds": holds, "digest": plan.get("digest")},
+                            actor=actor, data={"holds": holds, "digest": plan.get("digest"), "kind": kind},
                             plan=plan, digest=plan.get("digest"), **fields)
 
 
@@ -379,41 +379,6 @@ def request_from_json(doc: dict) -> JobRequest:
     fields = {k: v for k, v in doc.items() if k in JobRequest.__dataclass_fields__}
     fields["data"] = [DataSpec(**d) for d in doc.get("data", [])]
     return JobRequest(**fields)
-
-
-def replan(store: Store, job: Job, why: str, exclude: dict[str, str] | None = None) -> Job:
-    """Route a job again (placed but not started, or moving after its session ended); a plan
-    that changed needs a new approval. `exclude` names targets not to use, with why."""
-    from core.config import user as userconfig
-    from core.engine import targets
-    from core.planning.plan import digest
-
-    cfg = userconfig.load()
-    req = request_from_json(job.request)
-    infos = targets.for_request(req, store, cfg)
-    for name, reason in (exclude or {}).items():
-        if name in infos:
-            infos[name].available = False
-            infos[name].why_unavailable = reason
-    chosen = route(req, infos, targets.kinds(cfg))
-    plan = {**job.plan, "target": chosen.target, "gpu": chosen.gpu, "reasons": chosen.reasons,
-            "passed_over": chosen.passed_over}
-    plan.pop("offer", None)
-    if chosen.offer:
-        plan["offer"] = chosen.offer
-    plan["digest"] = digest(plan)
-    apply_rules(plan, store, cfg, chosen.info, interactive=plan.get("submitted_by") == "person")
-    text = f"{why}: routed again to {chosen.target}"
-    with store.write():
-        job = store.update(job.id, provider=chosen.target, plan=plan, digest=plan["digest"])
-        store.add_event(job.id, text, data={"target": chosen.target, "digest": plan["digest"]})
-        holds = list(plan["holds"])
-        if job.approved_digest and job.approved_digest != plan["digest"]:
-            holds.insert(0, {"rule": "plan_changed",
-                             "reason": f"its plan changed after it was approved ({text})"})
-        if holds:
-            job = hold(store, job, holds, kind="rules")
-    return job
 
 
 def wait_placed(store: Store, job_id: str, wait_s: float) -> Job:

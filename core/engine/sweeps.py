@@ -29,7 +29,7 @@ from core.config.request import JobRequest
 from core.config.sweep import label, point_request
 from core.display.sanitize import printable_doc
 from core.errors import NotFound, UserError
-from core.jobs.states import ACTIVE, LAUNCHED, TERMINAL, State
+from core.jobs.states import ACTIVE, TERMINAL, State
 from core.jobs.store import Group, Job, Store
 from core.planning.plan import canonical_bytes
 
@@ -326,7 +326,8 @@ def approve_group(store: Store, group: Group, *, digest: str, actor: str,
                 job.id, State.ROUTING, f"approved with sweep {group.short_id} by {actor} "
                 f"(plan {group.digest[:12]})", actor=actor, expect=[State.AWAITING_APPROVAL],
                 data={"decision": "approve", "digest": job.digest, "group_digest": group.digest,
-                      "hold": "group", "pin": pin_checked}, approved_digest=job.digest))
+                      "hold": "group", "pin": pin_checked, "hours": job.plan.get("hours")},
+                approved_digest=job.digest))
         store.set_group(group.id, approval="approved")
     _wake()
     return out
@@ -350,26 +351,30 @@ def deny_group(store: Store, group: Group, *, actor: str, reason: str | None = N
     return out
 
 
-def cancel_group(store: Store, group: Group, *, actor: str = "cli", wait_s: float = 15.0) -> list[Job]:
-    """Stop every live point: those not launched are cancelled at once, the launched are asked
-    to stop (the supervisor stops them); waits up to `wait_s` for all to end."""
-    from core.engine.daemon import ensure_running
+def cancel_group(store: Store, group: Group, *, actor: str = "cli", wait_s: float = 15.0,
+                 checkpoint: bool = False, grace_s: float | None = None) -> list[Job]:
+    """Stop every live point, each as `gpu cancel` stops one job (core.engine.service.cancel):
+    those not launched are cancelled at once, the launched are asked to stop; with
+    `checkpoint`, every running point is first asked to save, with its grace (bounded as for
+    one job). The group's flags were once dropped: its points were stopped at once, unsaved.
+    Waits up to `wait_s` (with a checkpoint, the grace and a little more) for all to end."""
+    from core.engine.service import CHECKPOINT_GRACE_S, MAX_CHECKPOINT_GRACE_S, cancel
 
+    grace = CHECKPOINT_GRACE_S if grace_s is None else float(grace_s)
+    if not 0 <= grace <= MAX_CHECKPOINT_GRACE_S:
+        raise UserError(f"a checkpoint grace of {grace:g} s is out of range: at most "
+                        f"{MAX_CHECKPOINT_GRACE_S:g} s", fix=f"pass --grace between 0 and {MAX_CHECKPOINT_GRACE_S:g}")
     live = [j for j in store.group_jobs(group.id) if j.state not in TERMINAL]
     if not live:
         raise UserError(f"every point of sweep {group.short_id} already ended", fix="nothing to cancel")
-    with store.write():
-        for job in live:
-            job = store.get(job.id)
-            if job.state in TERMINAL:
-                continue
-            if job.state not in LAUNCHED:
-                store.transition(job.id, State.CANCELLED, f"cancelled with sweep {group.short_id} by {actor}",
-                                 actor=actor)
-            else:
-                store.update(job.id, cancel_requested=1)
-                store.add_event(job.id, f"cancel requested with sweep {group.short_id} by {actor}", actor=actor)
-    ensure_running()
+    for job in live:
+        try:
+            cancel(store, job.id, actor=f"{actor} (sweep {group.short_id})", wait_s=0,
+                   checkpoint=checkpoint, grace_s=grace)
+        except UserError:
+            continue  # it ended meanwhile
+    if checkpoint:
+        wait_s = max(wait_s, grace + 30.0)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         jobs = store.group_jobs(group.id)
@@ -381,22 +386,82 @@ def cancel_group(store: Store, group: Group, *, actor: str = "cli", wait_s: floa
 
 def resume_group(store: Store, group: Group, *, actor: str = "cli",
                  interactive: bool = False) -> list[tuple[Job, str | None]]:
-    """Resume each ended point that did not finish (failed, cancelled); each as `gpu resume`
-    would. Returns (job, why not) for each point tried."""
-    from core.engine.resume import resume
+    """Resume each ended point that did not finish (failed, cancelled), judged together: one
+    judgment at the door (core/engine/doors.py) over the points resumed now and the points
+    still live, so a held sweep cancelled and resumed is held again on its totals (and for the
+    hold it was left under), never run point by point under a limit its totals are over. Held
+    points wait as one group again (a new group digest; `gpu approve GROUP`). Returns (job, why
+    not) for each point tried."""
+    from core.engine import doors
+    from core.engine.resume import plan_resume, record
 
-    out = []
+    out: list[tuple[Job, str | None]] = []
+    planned = []
     for job in store.group_jobs(group.id):
         if job.state not in (State.FAILED, State.CANCELLED):
             continue
         try:
-            out.append((resume(store, job.id, actor=actor, interactive=interactive), None))
+            history = doors.past(store, job)
+            if history.denied is not None:
+                raise doors.denied_refusal(job, history.denied)
+            planned.append(plan_resume(store, job))
         except UserError as exc:
             out.append((job, exc.what))
-    if not out:
+    if not planned and not out:
         raise UserError(f"sweep {group.short_id} has no failed or cancelled point to resume",
                         fix=f"see `gpu status {group.short_id}`")
-    return out
+    together = {r.job.id: r.plan for r in planned}
+    judged = []
+    for r in planned:
+        try:
+            judged.append((r, doors.judge(store, r.job, r.plan, door=doors.SWEEP_RESUME,
+                                          interactive=interactive, cfg=r.cfg, info=r.info,
+                                          together=together)))
+        except UserError as exc:
+            out.append((r.job, exc.what))
+    holds: list[dict] = []
+    for _, v in judged:
+        if v.held and v.kind != "overrun":
+            holds += [h for h in v.holds if h not in holds]
+    held_ids = []
+    for r, v in judged:
+        if holds and v.kind != "overrun":  # held as one group: a person says yes to all at once
+            v = doors.Verdict(holds, "group", v.plan)
+        job = record(store, r, v, actor=actor)
+        if v.kind == "group" and v.held:
+            held_ids.append(job.id)
+        out.append((job, None))
+    if held_ids:
+        _hold_again(store, group, held_ids, holds, actor=actor)
+    order = {j.id: n for n, j in enumerate(store.group_jobs(group.id))}
+    return sorted(((store.get(j.id), why) for j, why in out), key=lambda t: order.get(t[0].id, 0))
+
+
+def _hold_again(store: Store, group: Group, held_ids: list[str], holds: list[dict], *, actor: str) -> None:
+    """The resumed points wait as one sweep again: the group's digest over its points' new
+    plans, its totals (the held points with the live ones), one tell_user naming the group."""
+    from core.planning.policy import rule_hours
+    from core.config import user as userconfig
+
+    rules = userconfig.load().rules
+    jobs = store.group_jobs(group.id)
+    counted = [j for j in jobs if j.state in ACTIVE]
+    hours = [rule_hours(j.plan.get("hours"), bool(j.plan.get("smoke")), rules) for j in counted]
+    where: dict[str, int] = {}
+    for j in counted:
+        where[j.plan.get("target") or "?"] = where.get(j.plan.get("target") or "?", 0) + 1
+    spec = {**group.spec, "holds": holds, "targets": where,
+            "hours": None if any(h is None for h in hours) else round(sum(hours), 4),
+            "estimated_price": round(sum(float(j.plan.get("estimated_price") or 0) for j in counted), 4),
+            "resumed_by": actor}
+    spec["digest"] = group_digest([j.digest or "" for j in jobs], group.max_parallel)
+    spec["tell_user"] = tell_user(group.short_id, group.name, spec)
+    with store.write():
+        for jid in held_ids:
+            job = store.get(jid)
+            store.update(jid, plan={**job.plan, "hold_kind": "group", "tell_user": spec["tell_user"],
+                                    "group_totals": group_totals(spec)})
+        store.set_group(group.id, digest=spec["digest"], spec=spec, approval="held")
 
 
 def best_point(store: Store, jobs: list[Job], key: str, mode: str = "min") -> dict[str, Any] | None:
