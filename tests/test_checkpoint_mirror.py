@@ -269,3 +269,28 @@ def test_a_checkpoint_marker_nested_past_the_parser_s_depth_is_not_a_marker(tmp_
     assert not marker.exists()
     (tmp_path / checkpoints.MARKER).write_text('{"files":' + "[" * 100_000 + "]" * 100_000 + "}")
     assert checkpoints._marker_bytes(tmp_path, {}) is None
+
+
+def test_the_last_look_at_an_ended_job_counts_its_unmarked_folder(home: Path) -> None:
+    """A job that never calls gpu.checkpoint_saved() and saved once more right before it ended
+    (issue 38): the one look after its end finds a listing no look had seen; `ended` looks again
+    at once, so that last save comes home. Without `ended`, the same look does not count."""
+    job = _Job("ab" * 16)
+    provider = LocalProvider()
+    ckpt = provider.job_dir(job) / "ckpt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "state.json").write_text(json.dumps({"step": 10}))
+    assert asyncio.run(checkpoints.mirror(job, provider)) is None  # a look while it ran
+    (ckpt / "state.json").write_text(json.dumps({"step": 340}))  # its last save, then it exits
+    assert asyncio.run(checkpoints.mirror(job, provider)) is None  # one look: not settled
+    (ckpt / "state.json").write_text(json.dumps({"step": 341}))
+    doc = asyncio.run(checkpoints.mirror(job, provider, ended=True))
+    assert doc is not None
+    assert json.loads((checkpoints.home_dir(job.id) / "state.json").read_text()) == {"step": 341}
+
+    # a marked folder whose marker no longer matches (a save under way) is not counted by it
+    (ckpt / "state.json").write_text(json.dumps({"step": 342}))
+    assert _saved(ckpt) >= 1
+    (ckpt / "state.json").write_text(json.dumps({"step": 343, "torn": True}))
+    assert asyncio.run(checkpoints.mirror(job, provider, ended=True)) is None
+    assert json.loads((checkpoints.home_dir(job.id) / "state.json").read_text()) == {"step": 341}

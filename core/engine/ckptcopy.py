@@ -46,10 +46,12 @@ class CheckpointCopies:
 
     _copies: dict[str, Copy]
 
-    async def _mirror(self, job: Job, provider: Any, force: bool = False) -> None:
+    async def _mirror(self, job: Job, provider: Any, force: bool = False, ended: bool = False) -> None:
         """Bring the job's last complete checkpoint home (rate-limited; never fails the job).
         With a copy of this job in flight, the periodic look skips and a forced one (the end of
-        a session, of the job) waits for it first, then looks again."""
+        a session, of the job) waits for it first, then looks again. `ended`: the attempt
+        exited 0 by itself and this is the last look (checkpoints.mirror: a folder without a
+        marker is looked at twice, so a job that saved right before it ended brings that home)."""
         copy = self._copies.get(job.id)
         if copy is not None and copy.task is not asyncio.current_task() and not copy.task.done():
             if not force:
@@ -57,15 +59,16 @@ class CheckpointCopies:
             await asyncio.wait([copy.task])
         if not checkpoints.due(job.id, self._mirrored, force):
             return
-        await self._mirror_now(job, provider)
+        await self._mirror_now(job, provider, ended=ended)
 
-    async def _mirror_now(self, job: Job, provider: Any, progress: CopyProgress | None = None) -> None:
+    async def _mirror_now(self, job: Job, provider: Any, progress: CopyProgress | None = None,
+                          ended: bool = False) -> None:
         async def say(text: str) -> None:  # once per fact (checkpoints.mirror keeps count)
             log.info("job %s: %s", job.short_id, text)
             await self.db(self.store.add_event, job.id, text)
 
         try:
-            doc = await checkpoints.mirror(job, provider, say=say, progress=progress)
+            doc = await checkpoints.mirror(job, provider, say=say, progress=progress, ended=ended)
         except Exception as exc:  # noqa: BLE001 - the host may be away: the next look retries
             log.info("job %s: checkpoint not mirrored: %s", job.short_id, exc)
             return

@@ -360,7 +360,9 @@ class JobSteps:
             reason = await asyncio.to_thread(failed_reason, job, poll.exit_code, poll.detail)
             dst = State.FAILED
         notes = await bring_home(self.store, job, provider)
-        await self._mirror(job, provider, force=True)  # its last checkpoint, kept as an output
+        # its last checkpoint, kept as an output; a job that exited 0 by itself wrote its last
+        # save whole, so an unmarked folder's one look after its end counts (checkpoints.mirror)
+        await self._mirror(job, provider, force=True, ended=poll.exit_code == 0)
         kept = await asyncio.to_thread(settle_checkpoint, self.store, job)
         if kept:
             notes = [*notes, kept]

@@ -269,12 +269,22 @@ class CopyProgress:
 
 
 async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | None = None,
-                 progress: CopyProgress | None = None) -> dict | None:
+                 progress: CopyProgress | None = None, ended: bool = False) -> dict | None:
     """One look at the target's checkpoint folder; brings home a new complete checkpoint.
     Returns the new manifest when one came home, else None. `say` records a note on the job
     (an event): skipped entries, a checkpoint over the cap, a pause for a full disk at home and
     its end, each said once. Raises what the transport raises (the caller logs it: mirroring
-    never fails a job). `progress`, if given, is kept up to date while the files come home."""
+    never fails a job). `progress`, if given, is kept up to date while the files come home.
+
+    `ended`: the attempt is over, having exited by itself with status 0 (done, or saved when
+    asked to before a cancel), and this is the last look at its folder. The folder of a job
+    that never calls `gpu.checkpoint_saved()` counts only once two looks agree, and the looks
+    on the clock are up to MIRROR_EVERY_S apart: a job that saves every step and then ends
+    left a listing no earlier look had seen, so its one last look never counted and its final
+    checkpoint stayed on the host (issue 38). Here, such a listing is looked at once more at once; nothing
+    of the job writes there any more, so the two agree (a straggler still writing makes them
+    differ, and then nothing comes home, as before). Not for a job killed or failed: it may
+    have died mid-save, and two looks at a torn file agree too."""
     import asyncio  # lazy: off `gpu submit`'s start
     if not hasattr(provider, "checkpoint_scan"):
         return None  # a target that can show none
@@ -287,6 +297,11 @@ async def mirror(job: Job, provider: Any, say: Say | None = None, now: float | N
     files, generation = _complete_set(scan, look)
     look.update(signature=_signature(scan), at=now)
     _save_look(job.id, look)
+    if files is None and ended and scan.get("files") and not isinstance(scan.get("marker"), dict):
+        scan = await provider.checkpoint_scan(job)  # the second look the rule needs (see above)
+        files, generation = _complete_set(scan, look)
+        look.update(signature=_signature(scan), at=now)
+        _save_look(job.id, look)
     if files is None:
         return None
     old = manifest(job.id) or {}
