@@ -33,6 +33,9 @@ MARKER_VAR = "GPU_ROUTER_JOB"
 TRACKING_VAR = "GPU_ROUTER_TRACKING"
 CGROUP_PREFIX = "gpu-router-"
 SWEEP_GRACE_S = 3.0
+# What a job's end leaves in the middle of exiting (bubblewrap's own process, a child a moment
+# from its exit) is given this long to go by itself before it counts as left running.
+SETTLE_S = 0.5
 STALE_CGROUP_S = 600.0
 # Inside a local job's sandbox (core/runtime/sandbox.py) this read-only file exists; the job
 # cannot remove it (its mount is locked in the job's namespaces). One of the facts by which a
@@ -318,6 +321,10 @@ def sweep(record: dict, grace_s: float = SWEEP_GRACE_S, exclude: set[int] | None
     # a zombie (the launcher, the job's subreaper, adopts what the job left, and reaps it when
     # it ends) has ended already: only the running count as left running
     found = {p for p in tracked_pids(record) - (exclude or set()) if alive(p)}
+    settle = time.monotonic() + SETTLE_S  # one exiting on its own was not left running: "stopped
+    while found and time.monotonic() < settle:  # 1 process(es)" read as the script's fault
+        time.sleep(0.02)
+        found = {p for p in found if alive(p)}
     if not found:
         return 0
     _send(found, signal.SIGTERM)
