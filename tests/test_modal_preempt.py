@@ -219,3 +219,38 @@ def test_a_rerun_sets_aside_a_signal_ended_attempt_and_keeps_an_exit_the_job_mad
     (adir / "started").write_text("1")
     (adir / "exit.json").write_text(_json.dumps({"code": 1, "terminated_by": None}))
     assert mf._set_aside_preempted(str(adir)) is None and adir.is_dir()  # the job's own failure stands
+
+
+def test_the_example_job_checkpoints_in_the_grace_and_the_rerun_goes_on_from_there(
+        modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The quickstart example honours gpu.should_checkpoint(): Modal's interrupt asks it to
+    checkpoint, it saves the step it is at and exits 0 within the grace. That exit is no end of
+    the job (Modal runs the input again): the rerun goes on from that save, and every one of the
+    200 steps' metrics comes home once, in step order."""
+    import time
+
+    from tests.conftest import copy_example
+
+    add_modal()
+    project = copy_example(tmp_path / "quickstart")
+    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--provider", "md", "--wait-s", "0", "--", "--steps",
+                   "200", cwd=project)
+    short, job_id = sub["job"]["short_id"], sub["job"]["id"]
+    deadline = time.monotonic() + 120
+    while "step   50" not in run_gpu("logs", short).stdout:
+        assert time.monotonic() < deadline, run_gpu("logs", short).stdout
+        time.sleep(0.2)
+    (call,) = modal_fake.function_calls.values()
+    modal_fake.preempt(call.id, signal.SIGINT, grace_s=5.0)
+
+    done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
+    log = run_gpu("logs", short).stdout
+    assert done["state"] == "done" and done["attempt"] == 1, (done["reason"], log)
+    rows = [json.loads(r) for r in (home / "jobs" / job_id / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(200)), [r["step"] for r in rows]
+    assert "Modal is preempting this container: asking the job to checkpoint" in log
+    saved = [line for line in log.splitlines() if line.startswith("checkpoint at step")]
+    resumed = [line for line in log.splitlines() if line.startswith("resuming from step")]
+    assert len(saved) == 1 and len(resumed) == 1, log
+    assert int(resumed[0].split()[-1]) == int(saved[0].split()[3].rstrip(":")) + 1, log
+    assert json.loads((Path(sub["job"]["outputs_dir"]) / "result.json").read_text())["steps"] == 200
