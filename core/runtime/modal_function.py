@@ -49,6 +49,8 @@ import signal
 import sys
 import tarfile
 import threading
+from types import ModuleType
+from typing import Any
 
 CKPT_RESULT_MAX = 256 << 20  # a checkpoint up to this size also comes back with the result
 PREEMPTED = "preempted"  # in the attempt folder: a preemption signal reached that container
@@ -163,7 +165,7 @@ def run(spec: dict) -> dict:
             "ckpt": _pack(ckpt) if 0 < ckpt_bytes <= CKPT_RESULT_MAX else b"", **appended}
 
 
-def _on_preemption(attempt_dir: str, preempted: threading.Event) -> dict:
+def _on_preemption(attempt_dir: str, preempted: threading.Event) -> dict[int, Any]:
     """SIGINT and SIGTERM mark the attempt folder as preempted (before anything else: the mark
     is what tells the rerun that whatever the launcher recorded next is no exit) and set
     `preempted`, on which the relay asks the job to checkpoint and goes on relaying until the
@@ -173,7 +175,7 @@ def _on_preemption(attempt_dir: str, preempted: threading.Event) -> dict:
     if threading.current_thread() is not threading.main_thread():
         return {}
 
-    def handler(signum, frame):  # noqa: ARG001 - signal handler signature
+    def handler(signum: int, frame: Any) -> None:  # noqa: ARG001 - signal handler signature
         if not preempted.is_set():
             try:
                 _write_json(os.path.join(attempt_dir, PREEMPTED), {"signal": signum})
@@ -190,7 +192,7 @@ def _on_preemption(attempt_dir: str, preempted: threading.Event) -> dict:
     return previous
 
 
-def _relay_rest(relay, path: str, set_aside: str, key: str, start: int, mark: str) -> None:
+def _relay_rest(relay: ModuleType, path: str, set_aside: str, key: str, start: int, mark: str) -> None:
     """The lines of `path` the preempted container wrote after its relay's last copy (its
     `relayed-<key>`; from this input's start where it recorded nothing), to standard output now,
     before anything of this container's: the call's log stream then holds every line once, in
@@ -219,7 +221,7 @@ def _note(log_path: str, line: str) -> None:
         pass
 
 
-def _read_json(path: str):
+def _read_json(path: str) -> Any:
     try:
         with open(path) as f:
             return json.load(f)
@@ -227,7 +229,7 @@ def _read_json(path: str):
         return None
 
 
-def _write_json(path: str, doc) -> None:
+def _write_json(path: str, doc: Any) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(doc, f)
