@@ -96,24 +96,19 @@ def _wait_for(predicate, timeout: float, message: str):
     pytest.fail(message)
 
 
-def _submit_and_cancel(project: Path, pids_file: Path | None, env: list[str], provider: list[str]) -> tuple[dict, list[int], str]:
-    """pids_file None: the local target, whose sandboxed job writes pids.txt in its own
-    working folder (nothing else is writable) and numbers them in its own pid namespace."""
-    flags = [x for e in env for x in ("--env", e)]
-    if pids_file is None:
-        flags += ["--env", "PIDS_FILE=pids.txt"]
+def _submit_and_cancel(project: Path, root: Path | None, env: list[str], provider: list[str]) -> tuple[dict, list[int], str]:
+    """The job runs sandboxed (locally, and on a host with bubblewrap: this machine, over
+    loopback), so it writes pids.txt in its own working folder (nothing else is writable) and
+    numbers them in its own pid namespace. `root`: the target's root (None: gpu-router's home)."""
+    flags = [x for e in [*env, "PIDS_FILE=pids.txt"] for x in ("--env", e)]
     sub = gpu_json("submit", "escape.py", "--hours", "0.1", "--wait-s", "10", *provider, *flags, cwd=project)
     short, job_id = sub["job"]["short_id"], sub["job"]["id"]
     marker = f"{job_id}:1"
-    local = pids_file is None
-    if local:
-        pids_file = paths.jobs_dir() / job_id / "code" / "pids.txt"
+    pids_file = (root or paths.home()) / "jobs" / job_id / "code" / "pids.txt"
     wait_state(short, {"running"}, timeout=120)
     _wait_for(lambda: pids_file.exists() and pids_file.read_text().strip(), 60,
               "the job never wrote its grandchildren's pids")
-    escaped = [int(p) for p in pids_file.read_text().split()]
-    if local:
-        escaped = host_pids(escaped, marker)
+    escaped = host_pids([int(p) for p in pids_file.read_text().split()], marker)
     assert all(_alive(p) for p in escaped), "the grandchildren should run before the cancel"
     assert len(marked(marker)) >= 3, "the job and its grandchildren carry the marker"
     res = gpu_json("cancel", short, timeout=60)
@@ -153,10 +148,8 @@ def test_cancel_leaves_no_process_behind_on_an_ssh_target(sshd, home: Path, tmp_
     from tests.test_ssh import add_box
 
     add_box(sshd, tmp_path)
-    pids_file = tmp_path / "pids.txt"
     project = make_git_project(tmp_path / "p", {"escape.py": ESCAPER})
-    sub, escaped, marker = _submit_and_cancel(project, pids_file, [f"PIDS_FILE={pids_file}"],
-                                              ["--provider", "box"])
+    sub, escaped, marker = _submit_and_cancel(project, tmp_path / "remote", [], ["--provider", "box"])
     for pid in escaped:
         wait_process_gone_or_zombie(pid, 10, f"grandchild {pid} on the host survived gpu cancel")
     assert marked(marker) == [], "a process with the job's marker survived gpu cancel on the host"
@@ -166,10 +159,8 @@ def test_cancel_leaves_no_process_behind_on_an_ssh_target(sshd, home: Path, tmp_
 
 @pytest.mark.slow
 def test_cancel_leaves_no_process_behind_on_a_slurm_target(slurm, lab, home: Path, tmp_path: Path) -> None:
-    pids_file = tmp_path / "pids.txt"
     project = make_git_project(tmp_path / "p", {"escape.py": ESCAPER})
-    sub, escaped, marker = _submit_and_cancel(project, pids_file, [f"PIDS_FILE={pids_file}"],
-                                              ["--provider", "lab"])
+    sub, escaped, marker = _submit_and_cancel(project, lab, [], ["--provider", "lab"])
     for pid in escaped:
         wait_process_gone_or_zombie(pid, 15, f"grandchild {pid} of the Slurm job survived gpu cancel")
     assert marked(marker) == [], "a process with the job's marker survived gpu cancel on Slurm"
