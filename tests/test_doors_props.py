@@ -258,21 +258,22 @@ class Doors(RuleBasedStateMachine):
                 resume(self.store, job.id, actor="agent" if agent else "person", interactive=not agent,
                        start_supervisor=False)
         except UserError:
-            assert job.state.value != "cancelled" or job.id in self.model.denied or True
+            pass  # refused (done, denied, no checkpoint): nothing ran, which the target would see
         self._observe()
 
-    @rule(data=st.data(), same=st.booleans())
-    def session_ends(self, data: st.DataObject, same: bool) -> None:
-        """A retry on an exit code (same target), or a session lost and the job moved
-        (jobmoves: _resume, _migrate -> doors.replan)."""
+    @rule(data=st.data(), how=st.sampled_from(["retry", "requeue", "migrate"]))
+    def session_ends(self, data: st.DataObject, how: str) -> None:
+        """A retry on an exit code or a requeue (same target), or a session lost and the job
+        moved (jobmoves: _resume, _migrate -> doors.replan)."""
         from core.jobs.states import State
 
         job = self._job(data, {"running"})
         if job is None:
             return
+        same = how != "migrate"
         handle = {**job.handle, "resume_same_target": same, "lost_target": job.provider,
                   "move_why": "session ended"}
-        if same:
+        if how == "retry":
             handle["retry_exit"] = 3
         self.store.transition(job.id, State.MIGRATING, "session ended", handle=handle)
         fresh = self.store.get(job.id)

@@ -165,7 +165,7 @@ def _standing(history: Past) -> list[dict]:
             continue  # an overrun is judged afresh from the hours; a changed plan is new anyway
         out.append({"rule": h.get("rule", "rules"),
                     "reason": f"{h.get('reason', 'a rule in your config')} ({_left_text(history)})"})
-    if not out and history.standing and not any(h.get("rule") == "overrun" for h in history.standing):
+    if not out and history.standing:  # an overrun the hours no longer show: held all the same
         out.append({"rule": "held_before", "reason": _left_text(history)})
     return out
 
