@@ -340,3 +340,26 @@ def test_an_agents_retry_is_a_start_of_its_day(home: Path, tmp_path: Path) -> No
     assert [h["rule"] for h in status["plan"]["holds"]] == ["agent_day"], status["plan"]["holds"]
     assert "comes to 1.5 hours and $3.00 (3 starts)" in status["plan"]["tell_user"]
     assert gpu_json("cost")["agent_day"]["starts"] == 3
+
+
+@pytest.mark.slow
+def test_a_day_hold_is_judged_afresh_when_a_cancelled_job_is_resumed(home: Path, tmp_path: Path) -> None:
+    """A hold for a full day is the day's, not the job's: cancelled while held and resumed once
+    the day has room (here: the person raised the limit), it goes on; while the day is still
+    full it is held again (core/engine/doors.py judges `agent_day` afresh, as an overrun)."""
+    project = make_git_project(tmp_path / "p", {"a.py": QUICK, "gpu.yaml": "restart: allow\n"})
+    _cli_config("approvals:\n  agent_daily_hours: 1\n")
+    first = gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.75", "--request-id", "d1", cwd=project)
+    assert first["job"]["state"] != "awaiting_approval", first
+    held = gpu_json("submit", "a.py", "--wait-s", "0", "--hours", "0.75", "--request-id", "d2", cwd=project)
+    short = held["job"]["short_id"]
+    assert held["job"]["state"] == "awaiting_approval", held
+    assert gpu_json("cancel", short)["job"]["state"] == "cancelled"
+    still = gpu_json("resume", short, cwd=project)
+    assert still.get("job", still)["state"] == "awaiting_approval", still  # the day is still full
+    gpu_json("cancel", short)
+    _cli_config("approvals:\n  agent_daily_hours: 2\n")  # the person's own config: room now
+    back = gpu_json("resume", short, cwd=project)
+    back = back.get("job", back)
+    assert back["state"] != "awaiting_approval", back
+    assert [h["rule"] for h in gpu_json("status", short, "--verbose")["plan"].get("holds") or []] == []

@@ -244,7 +244,7 @@ def test_the_user_config_takes_a_good_pin_and_extra_markers(home: Path) -> None:
     with pytest.raises(UserError, match="agent_markers"):
         userconfig.load()
     write_user_config(json.dumps({"approvals": {"pins": {}}}))
-    with pytest.raises(UserError, match="approvals takes pin, agent_markers and agent_max_usd"):
+    with pytest.raises(UserError, match="approvals takes pin, agent_markers, agent_max_usd, agent_daily_hours, agent_daily_usd"):
         userconfig.load()
     write_user_config("approvals:\n  agent_markers: [MY_AGENT]\n")
     os.environ["MY_AGENT"] = "yes"

@@ -161,11 +161,13 @@ def _standing(history: Past) -> list[dict]:
     """The holds a cancel did not undo, each saying so."""
     out = []
     for h in history.standing:
-        if h.get("rule") in ("overrun", "plan_changed"):
-            continue  # an overrun is judged afresh from the hours; a changed plan is new anyway
+        if h.get("rule") in ("overrun", "plan_changed", "agent_day"):
+            continue  # an overrun is judged afresh from the hours, an agent's day from the day's
+            # starts (a full day yesterday is no hold today); a changed plan is new anyway
         out.append({"rule": h.get("rule", "rules"),
                     "reason": f"{h.get('reason', 'a rule in your config')} ({_left_text(history)})"})
-    if not out and history.standing:  # an overrun the hours no longer show: held all the same
+    if not out and any(h.get("rule") != "agent_day" for h in history.standing):
+        # an overrun the hours no longer show: held all the same
         out.append({"rule": "held_before", "reason": _left_text(history)})
     return out
 
