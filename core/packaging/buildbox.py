@@ -39,7 +39,7 @@ from core import paths
 from core.errors import UserError
 from core.runtime import boundary
 
-OUTSIDE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}  # bubblewrap's own
+
 # the machine's variables a build step may see besides pip's: how to find programs and reach
 # the network (proxies, certificates), the locale; never a loader or interpreter variable
 _MACHINE_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR",
@@ -91,7 +91,7 @@ def environ(home: Path, tmp: Path, python: str, outer: dict[str, str] | None = N
     outer = dict(os.environ if outer is None else outer)
     env = {k: outer[k] for k in _MACHINE_NAMES if k in outer}
     env.update({k: v for k, v in outer.items() if k.startswith("PIP_")})
-    env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH") or OUTSIDE_ENV["PATH"]])
+    env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH") or boundary.OUTSIDE_ENV["PATH"]])
     env.update({"HOME": str(home), "TMPDIR": str(tmp), "LC_ALL": env.get("LC_ALL", "C.UTF-8"),
                 "PYTHONNOUSERSITE": "1", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     return env
@@ -150,12 +150,12 @@ def _boxed(found: dict, step: Step, python: str, env: dict[str, str], scratch: P
     argv = boundary.wrap(found, plan, step.command)
     # the variables go in through a file descriptor, set only inside; bubblewrap itself starts
     # with a fixed environment, and `ps` never shows a value (an index password)
-    fd = _env_fd(env)
+    fd = boundary.env_args_fd(env, "gpu-router-build-env")
     argv = [argv[0], "--args", str(fd), *argv[1:]]
     scoped = found.get("features", {}).get("landlock_scopes") and not boundary.setuid_binary(found["tool"])
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=step.timeout,
-                              stdin=subprocess.DEVNULL, env=dict(OUTSIDE_ENV), pass_fds=(fd,),
+                              stdin=subprocess.DEVNULL, env=dict(boundary.OUTSIDE_ENV), pass_fds=(fd,),
                               preexec_fn=boundary.restrict_self if scoped else None)
     finally:
         os.close(fd)
@@ -194,12 +194,3 @@ def _pip_find_links() -> list[str]:
     return found
 
 
-def _env_fd(env: dict[str, str]) -> int:
-    """bubblewrap's `--args` file: clear the environment inside, then set `env` (NUL-separated)."""
-    parts = [b"--clearenv"]
-    for name, value in env.items():
-        parts += [b"--setenv", os.fsencode(name), os.fsencode(value)]
-    fd = os.memfd_create("gpu-router-build-env", os.MFD_CLOEXEC)  # pass_fds opens it to bwrap only
-    os.write(fd, b"\0".join(parts) + b"\0")
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd

@@ -88,6 +88,23 @@ GPU_DEVICE_GLOBS = ("/dev/nvidia", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nv
 BWRAP_ENV = "GPU_ROUTER_BWRAP"  # the supervisor's choice of bwrap binary (tests, odd installs)
 
 
+OUTSIDE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}  # what bubblewrap itself runs with
+
+
+def env_args_fd(env: dict[str, str], name: str = "gpu-router-env") -> int:
+    """bubblewrap's `--args` file: clear its environment inside, then set `env`, NUL-separated
+    (names and values never hold a NUL: they came from an environment). bubblewrap runs outside
+    the sandbox it makes, so what is meant for inside (LD_PRELOAD, PATH, an index password)
+    reaches it only so: never its own environment, never its argv (`ps` shows that)."""
+    parts = [b"--clearenv"]
+    for key, value in env.items():
+        parts += [b"--setenv", os.fsencode(key), os.fsencode(value)]
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)  # pass_fds opens it to bwrap only
+    os.write(fd, b"\0".join(parts) + b"\0")
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def bwrap_path(environ: dict[str, str] | None = None) -> str | None:
     env = os.environ if environ is None else environ
     return env.get(BWRAP_ENV) or shutil.which("bwrap")

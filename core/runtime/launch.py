@@ -261,21 +261,6 @@ def _pump(pipe: int, log: JobLog) -> None:
         log.write(block)
 
 
-OUTSIDE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}  # what bubblewrap itself runs with
-
-
-def _env_args(env: dict[str, str]) -> int:
-    """bubblewrap's `--args` file: clear its environment inside, then set `env`, NUL-separated
-    (names and values never hold a NUL: they came from an environment)."""
-    parts = [b"--clearenv"]
-    for name, value in env.items():
-        parts += [b"--setenv", os.fsencode(name), os.fsencode(value)]
-    fd = os.memfd_create("gpu-router-env", os.MFD_CLOEXEC)
-    os.write(fd, b"\0".join(parts) + b"\0")
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
 def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
                 sandbox: dict | None = None, **popen: object) -> int:
     """Run a command with its output (stdout and stderr) going through the job log's filter,
@@ -293,9 +278,9 @@ def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
             # bubblewrap runs outside the sandbox it makes: the job's variables (LD_PRELOAD,
             # PATH...) are handed to it through a file descriptor, set only inside, and it starts
             # with a fixed environment of its own (never in its argv either: `ps` shows that)
-            env_fd = _env_args(popen.pop("env", None) or dict(os.environ))
+            env_fd = boundary.env_args_fd(popen.pop("env", None) or dict(os.environ))
             command = [command[0], "--args", str(env_fd), *command[1:]]
-            outside = dict(OUTSIDE_ENV)
+            outside = dict(boundary.OUTSIDE_ENV)
             if _TRACK.get("marker"):  # still found as the job's, where no cgroup holds it
                 outside[jobprocs.MARKER_VAR] = _TRACK["marker"]
             popen.update(env=outside, pass_fds=(env_fd,))
@@ -551,7 +536,7 @@ def _install_env(spec: dict, python: str, sandbox: dict | None, scratch: str) ->
     env["PIP_CACHE_DIR"] = os.path.join(scratch, "pip-cache")  # never a cache other projects read
     if _TRACK.get("marker"):
         env[jobprocs.MARKER_VAR] = _TRACK["marker"]
-    env["PATH"] = os.pathsep.join([os.path.dirname(python), os.environ.get("PATH") or OUTSIDE_ENV["PATH"]])
+    env["PATH"] = os.pathsep.join([os.path.dirname(python), os.environ.get("PATH") or boundary.OUTSIDE_ENV["PATH"]])
     return env
 
 
