@@ -176,9 +176,9 @@ class LocalProvider:
         lie; local data sets are read in place, so their sources show (read-only); the network
         is off where the request or this target says `network: false`. Where no sandbox can be
         made, only a person's job, or one a person approved with that reason, runs without."""
-        hide = [str(paths.home()), str(paths.user_config_file().parent), os.path.expanduser("~")]
-        if os.environ.get("XDG_RUNTIME_DIR"):
-            hide.append(os.environ["XDG_RUNTIME_DIR"])
+        from core.packaging.buildbox import hidden  # one list for the job and its builds
+
+        hide = hidden()
         items = local_data(job)
         data = [item["source"] for item in items]
         network = bool(job.request.get("network", True)) and self.network
