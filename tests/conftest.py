@@ -104,15 +104,33 @@ def agent_marker_names() -> list[str]:
     return [FORCE_VAR, *{m.var for m in MARKERS}]
 
 
+def lock_holder(lock: Path) -> int | None:
+    """The pid written in a lock file, while a process holds the lock. A lock file outlives its
+    process: the pid in it may by now be another test's process (pids wrap at 32768 here)."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raw = os.read(fd, 32).strip()
+            return int(raw) if raw.isdigit() and int(raw) > 0 else None
+        return None
+    finally:
+        os.close(fd)
+
+
 def _stop_world(h: Path) -> None:
     for name in ("supervisor.lock", "warm.lock"):  # the supervisor, and its warm server (tui/warmserver.py)
-        lock = h / name
-        if lock.exists():
+        pid = lock_holder(h / name)
+        if pid:
             try:
-                pid = int(lock.read_text().strip() or 0)
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
-            except (ValueError, ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
                 pass
     kill_remote_jobs(h)
 
@@ -344,12 +362,15 @@ def lay_out_attempt(tmp_path: Path, job: str) -> tuple[Path, Path, Path]:
 
 
 def kill_remote_jobs(root: Path) -> None:
-    """SIGKILL the process group of every job a remote-style target started under `root`."""
+    """SIGKILL every process of each job a target started under `root` that still runs. Through
+    jobprocs.stop, which checks the launcher is still this attempt's: a pid file outlives its job,
+    and a group number read from it may by now be another test's (pids wrap at 32768 here)."""
+    from core.runtime import jobprocs
+
     for pidfile in root.glob("jobs/*/attempts/*/pid"):
         try:
-            doc = json.loads(pidfile.read_text())
-            os.killpg(doc["pgid"], signal.SIGKILL)
-        except (ValueError, KeyError, ProcessLookupError, PermissionError, OSError):
+            jobprocs.stop(json.loads(pidfile.read_text()), force=True)
+        except (ValueError, OSError):
             pass
 
 

@@ -39,7 +39,9 @@ class Tmux:
                               text=True, timeout=30, env=self.env).stdout
 
     def start(self, command: str) -> None:
-        self.run("new-session", "-d", "-x", "120", "-y", "36", "-s", "dash", command)
+        # a dash that ends leaves its last screen (a traceback) in the pane, for the failure to show
+        self.run("start-server", ";", "set-option", "-g", "remain-on-exit", "on", ";",
+                 "new-session", "-d", "-x", "120", "-y", "36", "-s", "dash", command)
 
     def screen(self) -> str:
         return self.run("capture-pane", "-p", "-t", "dash")
@@ -55,7 +57,12 @@ class Tmux:
             if predicate(text):
                 return text
             time.sleep(0.2)
-        raise AssertionError(f"the screen never showed what was expected; last screen:\n{text}")
+        from core import paths
+
+        log = paths.error_log_file()
+        errors = log.read_text(errors="replace")[-4000:] if log.exists() else "(no error log)"
+        raise AssertionError(f"the screen never showed what was expected; last screen:\n{text}\n"
+                             f"error log:\n{errors}")
 
     def close(self) -> None:
         self.run("kill-server")

@@ -23,7 +23,7 @@ from tests.props import examples
 
 from core.errors import DiskFull, UserError, disk_full_guard
 from core.runtime.diskspace import disk_full_text, says_disk_full
-from tests.conftest import _stop_world, gpu_json, make_git_project, run_gpu, wait_state
+from tests.conftest import _stop_world, gpu_json, kill_remote_jobs, make_git_project, run_gpu, wait_state
 
 DISK_FULL_RE = r"disk full at (\S+) \((\d+) MB free\)"
 
@@ -53,13 +53,7 @@ def small_home(home: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("GPU_ROUTER_HOME", str(h))
     yield h
     _stop_world(h)
-    for pidfile in h.glob("jobs/*/attempts/*/pid"):  # local jobs: their process groups
-        try:
-            import json
-
-            os.killpg(json.loads(pidfile.read_text())["pgid"], 9)
-        except (OSError, ValueError, KeyError):
-            pass
+    kill_remote_jobs(h)  # local jobs: every process still running (laid out as a remote target's)
 
 
 def fill(disk: Path, name: str = "filler") -> Path:

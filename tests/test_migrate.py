@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (gpu_json, kill_remote_jobs, make_git_project, run_gpu, wait_state,
+from tests.conftest import (gpu_json, kill_remote_jobs, lock_holder, make_git_project, run_gpu, wait_state,
                             write_user_config)
 
 pytestmark = pytest.mark.slow
@@ -247,7 +247,8 @@ def test_kill_9_of_the_supervisor_mid_migration_leaves_exactly_one_copy(
         if job.state.value == "migrating" or (job.state.value == "provisioning" and job.attempt == 2):
             break
         time.sleep(0.02)
-    pid = int((home / "supervisor.lock").read_text().strip())
+    pid = lock_holder(home / "supervisor.lock")
+    assert pid, "no supervisor held its lock"
     os.kill(pid, signal.SIGKILL)
     killed_in = _store_job(job_id).state.value
     assert killed_in in ("migrating", "provisioning", "running"), killed_in
@@ -419,7 +420,9 @@ def _kill_launcher_and_job(root: Path, job_id: str, attempt: int) -> None:
     """What an admin's `kill -9` of the launcher and the job does (or an OOM kill, a reboot):
     the process group goes at once, nothing gets to write an exit record."""
     doc = json.loads((root / "jobs" / job_id / "attempts" / str(attempt) / "pid").read_text())
-    os.killpg(doc["pgid"], signal.SIGKILL)
+    from core.runtime import jobprocs
+
+    assert jobprocs.signal_group(doc, signal.SIGKILL) is not None  # the launcher was still running
 
 
 def _assert_resumed_after_kill(short: str, job_id: str, target: str, root: Path) -> dict:

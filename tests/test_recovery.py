@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state
+from core.runtime import jobprocs
+from tests.conftest import gpu_json, lock_holder, make_git_project, run_gpu, wait_state
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,9 @@ def _state(job_id: str) -> str:
 
 
 def _supervisor_pid(home: Path) -> int:
-    return int((home / "supervisor.lock").read_text().strip())
+    pid = lock_holder(home / "supervisor.lock")
+    assert pid, "no supervisor held its lock"
+    return pid
 
 
 def _kill_supervisor(home: Path) -> int:
@@ -115,7 +118,7 @@ def test_a_job_whose_process_vanished_with_no_checkpoint_is_failed_not_rerun(hom
     wait_state(short, {"running"}, timeout=60)
     _kill_supervisor(home)
     pid = json.loads((home / "jobs" / job_id / "attempts" / "1" / "pid").read_text())
-    os.killpg(pid["pgid"], signal.SIGKILL)  # launcher and job die together: no exit status
+    assert jobprocs.signal_group(pid, signal.SIGKILL) is not None  # launcher and job die together: no exit status
     time.sleep(0.5)
     gpu_json("daemon", "--detach")
     doc = wait_state(short, {"done", "failed"}, timeout=30)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (copy_example, gpu_json, make_git_project, run_gpu, wait_process_gone,
+from tests.conftest import (copy_example, gpu_json, lock_holder, make_git_project, run_gpu, wait_process_gone,
                             wait_state)
 
 pytestmark = pytest.mark.slow
@@ -272,7 +272,8 @@ def test_the_supervisor_killed_mid_job_readopts_the_remote_job(sshd, home: Path,
                    "--", "--steps", "120", "--sleep", "0.05", cwd=project)
     short = sub["job"]["short_id"]
     wait_state(short, {"running"}, timeout=120)
-    pid = int((home / "supervisor.lock").read_text())
+    pid = lock_holder(home / "supervisor.lock")
+    assert pid, "no supervisor held its lock"
     os.kill(pid, sig.SIGKILL)
     time.sleep(0.5)
     assert gpu_json("daemon", "--detach")["running"]

@@ -262,12 +262,8 @@ class LocalProvider:
     def _signal(self, job: Job, sig: int) -> None:
         adir = Path(job.handle.get("attempt_dir") or self.attempt_dir(job))
         pid = self._pid(adir)
-        if pid is None:
-            return
-        try:
-            os.killpg(pid["pgid"], sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if pid is not None:
+            jobprocs.signal_group(pid, sig)  # not once the launcher is gone: its group may be reused
 
     async def read_exit(self, job: Job) -> dict | None:
         """The attempt's exit record (exit.json), as the launcher wrote it."""

@@ -287,21 +287,29 @@ def _send(pids: set[int], sig: int) -> int:
     return sent
 
 
+def signal_group(record: dict, sig: int) -> int | None:
+    """Signal the launcher's process group; returns the group signalled, or None. Only while
+    the launcher recorded is alive and still carries its tag: a pid file outlives its
+    attempt, and with pids wrapping (32768 on many hosts) its group number may by then be
+    another program's. Every signal to a recorded group goes through here."""
+    pid, tag = record.get("pid"), record.get("tag")
+    if not (pid and alive(pid) and tag and tag in (process_args(pid) or "")):
+        return None
+    try:
+        os.killpg(record["pgid"], sig)
+    except (ProcessLookupError, PermissionError, KeyError):
+        return None
+    return record["pgid"]
+
+
 def stop(record: dict, force: bool = False) -> int:
     """Signal every process of the attempt, the launcher included (SIGTERM, or SIGKILL with
     `force`); returns how many were signalled. The launcher's process group is signalled only
-    while the launcher recorded there is still alive and still ours (its pid may be reused)."""
+    while the launcher recorded there is still alive and still ours (`signal_group`)."""
     sig = signal.SIGKILL if force else signal.SIGTERM
-    sent = 0
-    pid, tag = record.get("pid"), record.get("tag")
-    group = None
-    if pid and alive(pid) and tag and tag in (process_args(pid) or ""):
-        try:
-            os.killpg(record["pgid"], sig)
-            sent += 1
-            group = record["pgid"]
-        except (ProcessLookupError, PermissionError, KeyError):
-            pass
+    pid = record.get("pid")
+    group = signal_group(record, sig)
+    sent = 0 if group is None else 1
     if force and record.get("cgroup"):
         cgroup_kill(record["cgroup"])
     # each process once: those in the launcher's group have just had the signal
