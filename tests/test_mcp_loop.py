@@ -95,13 +95,16 @@ async def test_a_one_second_job_returns_done_its_exit_and_its_tail_in_the_start_
                                                "arguments": {"action": "artifacts", "job": job["short_id"]}}
         assert gpu_json("status", job["short_id"])["state"] == "done"  # the store agrees
 
-        # gpu_submit keeps the contract's four keys; the outcome rides in its job
+        # gpu_submit keeps the contract's four keys and returns once the job is placed (the
+        # outcome within a grace is compute_job start's): one wait until the end brings it
         failed = await call(s, "gpu_submit", project_dir=str(p), script="quick.py", args=["3"],
                             hours=0.1, wait_s=GRACE)
         assert set(failed) == {"job", "guidance", "submitted", "bundle"}
-        assert failed["job"]["state"] == "failed" and failed["job"]["exit_code"] == 3, failed["job"]
-        assert "the last line" in failed["job"]["log_tail"]
-        assert failed["guidance"]["next_call"]["tool"] == "gpu_logs"
+        ended = await call(s, "gpu_wait", job=failed["job"]["short_id"], until="end", timeout_s=GRACE,
+                           log_lines=40)
+        assert ended["state"] == "failed" and ended["exit_code"] == 3, ended
+        assert "the last line" in ended["log_tail"]
+        assert ended["guidance"]["next_call"]["tool"] == "gpu_logs"
 
         # with no grace, a start returns before the job can have run: no outcome, a resource
         quick = await call(s, "compute_job", action="start", command="python quick.py 0 again",
@@ -182,13 +185,12 @@ async def test_verbose_results_carry_every_event(home: Path, tmp_path: Path) -> 
     async with session() as s:
         sub = await call(s, "gpu_submit", project_dir=str(p), script="quick.py", hours=0.1,
                          wait_s=GRACE, verbose=True)
-        short = sub["job"]["short_id"]
-        assert sub["job"]["state"] == "done"
+        short = sub["job"]["short_id"]  # returned once placed: the events up to then
+        assert (await call(s, "gpu_wait", job=short, until="end", timeout_s=GRACE))["state"] == "done"
         cli = gpu_json("status", short, "--verbose")["events"]
         events = sub["job"]["events"]
-        assert len(events) > 5 and events == cli[:len(events)]  # every one, in order
+        assert len(events) >= 2 and events == cli[:len(events)]  # every one, in order
         assert events[0]["reason"].startswith("submitted by agent")
-        assert any(e["to"] == "done" for e in events)
 
         waited = await call(s, "gpu_wait", job=short, timeout_s=0, verbose=True)
         assert waited["events"] == gpu_json("status", short, "--verbose")["events"]
@@ -196,7 +198,7 @@ async def test_verbose_results_carry_every_event(home: Path, tmp_path: Path) -> 
 
         started = await call(s, "compute_job", action="start", command="python quick.py", cwd=str(p),
                              hours=0.1, wait_s=GRACE, verbose=True, purpose="see every event")
-        assert started["job"]["state"] == "done"
+        assert started["job"]["state"] == "done" and len(started["job"]["events"]) > 5
         reasons = [e["reason"] for e in started["job"]["events"]]
         assert "purpose: see every event" in reasons
         assert reasons.index("purpose: see every event") < len(reasons) - 1  # before its end

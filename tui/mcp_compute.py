@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from core.errors import UserError
+from tui.mcp_schema import COMPUTE_RESOURCES as RESOURCES
 from tui.mcp_schema import START_WAIT_S
 from tui.mcp_tools import (ACTOR, Call, Engine, argument, gpu_logs, gpu_wait, settling, stage)
 
@@ -46,10 +47,14 @@ def _request(engine: Engine, args: dict[str, Any]):
     outputs = [*(args.get("artifacts") or [])]
     where = argument(TOOL)
     names = {"script": "command", "outputs": "artifacts", "project_dir": "cwd"}
+    # the resources (gpu, vram_gb, the scheduler's, env, data) are the request's own keys: each
+    # passes the check gpu.yaml's key and the CLI's option pass (env its secret gate too)
+    resources = {key: args.get(key) for key in RESOURCES}
     req = build_request(cwd, {"script": args["command"], "name": _name(args.get("name")),
                               "outputs": outputs or None, "hours": args.get("hours"),
                               "checkpoint": args.get("checkpoint"),
-                              "provider": args.get("provider"), "sweep": args.get("sweep")},
+                              "provider": args.get("provider"), "sweep": args.get("sweep"),
+                              **resources},
                         argument=lambda key: where(names.get(key, key)))
     # the command is the whole line: gpu.yaml's args belong to gpu.yaml's script
     return dataclasses.replace(req, args=[])

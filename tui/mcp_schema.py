@@ -226,18 +226,53 @@ COMPUTE_DESCRIPTION = (
     "can run. plan: what start would do with the same arguments (target, price, rules that "
     "would hold it, digest) without starting. start: package cwd and run command there, and wait "
     "up to wait_s (the grace, default 10 s) for it to end: a job that ends in it comes back "
-    "with its final state, exit_code and job.log_tail; a longer one comes back running, with "
-    "guidance.resource, the MCP resource to subscribe to for a notification when it ends. Pass "
+    "with its final state, exit_code and job.log_tail (and job.missing_artifacts: declared "
+    "artifacts it did not write); a longer one comes back running, with "
+    "guidance.resource, the MCP resource to subscribe to for a notification when it ends. A "
+    "failed job's guidance.next_call reads its log from where its error starts. plan and start "
+    "also take what the job needs (gpu, vram_gb, gpus, cpus, memory_gb, time_minutes, "
+    "partition, modules, container, env, data), checked as gpu.yaml's keys of those names. Pass "
     "the digest from plan so that, if the plan changed since (another target, another bundle), "
     "the job waits for a person's approval instead of running. wait: block until the job "
     "changes state or ends (until=\"end\": until it ends or needs approval; timeout_s), then "
     "return its status. logs: its output, by tail or "
-    "byte offset. artifacts: the files that came home to its outputs folder. cancel: stop it "
+    "byte offset. artifacts: the files that came home to its outputs folder, and "
+    "missing_artifacts, the declared ones it did not write. cancel: stop it "
     "(checkpoint_first: ask it to save, bring that checkpoint home, then stop it). resume: run "
     "a cancelled or failed job again from its last checkpoint, as the same job's next attempt; "
     "it is planned again and the approval rules apply again (it may wait for the user). "
     "A job with no hours, or over 1 hour, waits for the user's approval: then "
     "guidance.tell_user is for the user, word for word; do not approve it yourself.")
+# plan/start: what the job needs, as gpu.yaml's keys and `gpu submit`'s options of the same
+# names say it (core/config/request.py checks them all, one way for every front)
+COMPUTE_RESOURCE_PROPERTIES: dict[str, dict[str, Any]] = {
+    "gpu": _str("plan/start: the GPU type the job needs, e.g. T4, A100, H100 (a target without "
+                "it is passed over; for a GPU this machine lacks, a modal target gives it). "
+                "Usually omit."),
+    "vram_gb": _number("plan/start: GB of GPU memory the job needs (a hard filter)."),
+    "gpus": _integer("plan/start: GPUs per job on a scheduler target (Slurm --gpus).",
+                     minimum=0, maximum=1_000),
+    "cpus": _integer("plan/start: CPU cores per job on a scheduler target (Slurm "
+                     "--cpus-per-task).", minimum=1, maximum=10_000),
+    "memory_gb": _number("plan/start: GB of memory per job on a scheduler target (Slurm --mem)."),
+    "time_minutes": _integer("plan/start: the scheduler's time limit in minutes (default: from "
+                             "hours).", minimum=1),
+    "partition": _str("plan/start: the Slurm partition or PBS queue, e.g. gpu."),
+    "modules": _strings("plan/start: environment modules a scheduler target loads first, e.g. "
+                        "[\"cuda/12.1\"]."),
+    "container": _str("plan/start: an Apptainer/Singularity image a scheduler target runs the "
+                      "job in."),
+    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description":
+            "plan/start: non-secret environment variables for the job, NAME: value. A "
+            "secret-looking name or value is refused: secrets live in the keychain (the user "
+            "stores one at their terminal with `gpu secrets set NAME`) and are listed under "
+            "`secrets:` in gpu.yaml."},
+    "data": _strings("plan/start: data sets as [NAME=]PATH (relative to cwd, or absolute) or "
+                     "hf://datasets/OWNER/NAME URIs: uploaded once, cached by content, readable "
+                     "at gpu.data_dir()/NAME."),
+}
+COMPUTE_RESOURCES = tuple(COMPUTE_RESOURCE_PROPERTIES)
+
 COMPUTE_SCHEMA = _object({
     "action": {"type": "string", "enum": list(COMPUTE_ACTIONS), "description":
                "What to do: " + " | ".join(COMPUTE_ACTIONS) + "."},
@@ -265,6 +300,7 @@ COMPUTE_SCHEMA = _object({
                      "for approval."),
     "provider": _str("plan/start: pin a target kind (kaggle, local, ssh, slurm, pbs, modal) or "
                      "a target name (see targets); a name wins. Usually omit."),
+    **COMPUTE_RESOURCE_PROPERTIES,
     "wait_s": _number(f"start: the grace, seconds to wait for the job to end before returning "
                       f"(default {START_WAIT_S:g}; at most {WAIT_MAX_S:g}); 0 returns once it is "
                       "recorded.", default=START_WAIT_S, minimum=0, maximum=WAIT_MAX_S),

@@ -46,10 +46,12 @@ READ_ONLY = {"gpu_status", "gpu_wait", "gpu_logs", "gpu_metrics", "gpu_jobs", "g
              "gpu_accounts"}
 INSTRUCTIONS = (
     "gpu-router runs scripts on GPUs (local, SSH, Slurm, PBS targets) and keeps them running. "
-    "gpu_submit packages a project and waits out a short grace (wait_s): a job that ends in it "
-    "returns its outcome and log tail at once. Otherwise follow guidance.follow (gpu_wait "
-    "until the job ends), or subscribe to the job's resource (guidance.resource) to be "
-    "notified when it changes and ends. When guidance.needs_approval is "
+    "gpu_submit packages a project and returns once the job is placed or needs approval "
+    "(wait_s); the job keeps running. compute_job start waits out a short grace (wait_s): a "
+    "job that ends in it returns its outcome and log tail at once. Otherwise follow "
+    "guidance.follow (gpu_wait until the job ends), or subscribe to the job's resource "
+    "(guidance.resource) to be notified when it changes and ends. After a failure, "
+    "guidance.next_call reads the log from where the error starts. When guidance.needs_approval is "
     "true, relay guidance.tell_user to the user word for word and end your turn: no tool "
     "approves a job. compute_job offers the same engine as one tool with an action argument. "
     "A `gpu ...` command in an error's fix that has no tool (gpu approve, gpu secrets set, "

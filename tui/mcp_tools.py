@@ -123,6 +123,9 @@ def settling(call: Call) -> tuple[Callable[[int, int | None, str], None], Callab
 
 
 def gpu_submit(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
+    """The contract's submit: it "returns at once; the job keeps running when this call
+    returns". `wait_s` is the wait for the job to be placed or to need approval (as `gpu
+    submit --json`), never for its end: the outcome within a grace is compute_job start's."""
     from core.config.request import build_request
     from core.engine.reports import submit_doc
     from core.engine.sweeps import submit  # a sweep as one group, else one job
@@ -131,9 +134,8 @@ def gpu_submit(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, An
     req = build_request(project, submit_overrides(args), argument=argument("gpu_submit"),
                         command="gpu_submit")
     store = engine.store(supervise=False)
-    bundling, waiting = settling(call)
     result = submit(req, actor=ACTOR, interactive=False, store=store, front="gpu",
-                    progress=bundling, settle=True, cancelled=call.cancelled, tick=waiting)
+                    progress=stage(call))
     return submit_doc(store, result, verbose=bool(req.verbose))
 
 

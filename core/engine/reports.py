@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core.display.logtail import fold_returns
-from core.engine.service import SubmitResult, guidance, job_report, log_path
+from core.engine.service import SubmitResult, end_warnings, guidance, job_report, log_path
 from core.jobs.states import ACTIVE, TERMINAL, State
 from core.jobs.store import Job, Store, _iso
 from core.errors import UserError
@@ -71,7 +71,8 @@ def submit_doc(store: Store, result: SubmitResult, *, verbose: bool = False,
                tail_lines: int = OUTCOME_TAIL_LINES) -> dict[str, Any]:
     """A submit's result, {job, guidance, submitted, bundle} (the contract's shape): a job that
     already ended (it settled within the grace, `submit(settle=True)`) carries its outcome,
-    `exit_code` and the last `tail_lines` lines of its log as `job.log_tail`, so the agent
+    `exit_code`, the last `tail_lines` lines of its log as `job.log_tail` and the declared
+    artifacts it did not write as `job.missing_artifacts` (`missing_artifacts`), so the agent
     needs no second call; with `verbose`, the job carries every event as `job.events`."""
     doc = result.to_json(verbose=verbose)
     if not hasattr(result, "job"):  # a sweep's group: {group, jobs, guidance, submitted, bundle}
@@ -82,7 +83,29 @@ def submit_doc(store: Store, result: SubmitResult, *, verbose: bool = False,
     if job.state in TERMINAL:
         doc["job"]["exit_code"] = job.exit_code
         doc["job"]["log_tail"] = log_tail(job, tail_lines)
+        missing = missing_artifacts(job)
+        if missing:  # as `gpu status` names them: declared, not written
+            doc["job"]["missing_artifacts"] = missing
     return doc
+
+
+def missing_artifacts(job: Job) -> list[str]:
+    """The declared artifacts (compute_job's `artifacts`, gpu.yaml's `outputs`) that nothing
+    that came home matches, once the job ended; [] while it runs and for one that never ran.
+
+    The rule is `service.end_warnings`, the one `gpu status` shows ("declared, not written"):
+    the supervisor reads it at the job's end and keeps it in the handle as `ended`. A result
+    read in the moment between the job's end and that reading (a start whose grace saw the
+    end) asks the same rule now: the outputs came home before the job was marked ended."""
+    if job.state not in TERMINAL:
+        return []
+    ended = job.handle.get("ended")
+    if ended is not None:
+        return list(ended.get("missing_artifacts") or [])
+    if job.exit_code is None and job.started_at is None and not job.handle.get("launched_at"):
+        return []  # held, denied, cancelled or refused before it ran: nothing was to be written
+    fields, _ = end_warnings(job, tracked=True)
+    return list(fields.get("missing_artifacts") or [])
 
 
 def wait_doc(store: Store, job: Job, start: State, *, until: str, waited_s: float,
@@ -122,6 +145,10 @@ def agent_status(store: Store, job: Job, *, verbose: bool = False, front: str = 
                    "price_per_hour": job.plan.get("price_per_hour")}
     doc["metrics"] = store.metrics_summary(job.id)
     doc["outputs_dir"] = job.outputs_dir
+    if "missing_artifacts" not in doc:  # ended, and the supervisor has not said so yet
+        missing = missing_artifacts(job)
+        if missing:
+            doc["missing_artifacts"] = missing
     if log_lines:
         doc["log_tail"] = log_tail(job, log_lines)
     return doc
@@ -304,7 +331,9 @@ def artifacts_doc(job: Job, cap: int = ARTIFACTS_CAP) -> dict[str, Any]:
 
     They arrive when the job ends (and the log and metrics with them); while it runs the
     folder may not exist yet. A job whose runs/<id>/ was refused (a link, not your folder)
-    lists the folder at home its outputs were kept in instead (core/engine/service.py)."""
+    lists the folder at home its outputs were kept in instead (core/engine/service.py).
+    An ended job's declared artifacts that none of them matches are `missing_artifacts`, and
+    `note` says so (`missing_artifacts`, the rule `gpu status` uses)."""
     root = Path((job.handle.get("outputs_kept") or {}).get("dir") or job.outputs_dir)
     files: list[dict[str, Any]] = []
     total = 0
@@ -328,4 +357,9 @@ def artifacts_doc(job: Job, cap: int = ARTIFACTS_CAP) -> dict[str, Any]:
         doc["truncated"] = f"{total - len(files)} more files not listed"
     if job.state not in TERMINAL:
         doc["note"] = "outputs come home when the job ends"
+    missing = missing_artifacts(job)
+    if missing:  # declared, and none of the files above matches them (`gpu status` says the same)
+        doc["missing_artifacts"] = missing
+        doc["note"] = (f"declared, not written: {', '.join(missing)} (the job wrote nothing "
+                       f"that matches {'them' if len(missing) != 1 else 'it'})")
     return doc

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,8 +249,9 @@ def submit(req: JobRequest, *, actor: str = "cli", interactive: bool = False,
     `plan`): if the plan made now differs, the job is held for a person with that reason and
     never runs on the strength of a plan nobody saw. `front` picks guidance's words.
 
-    `req.wait_s` is a grace: without `settle` (the CLI) the call waits in it until the job is
-    placed; with `settle` (an agent's call) until the job ends or needs a person, so a job
+    `req.wait_s` is a grace: without `settle` (the CLI, MCP's gpu_submit: the submit contract)
+    the call waits in it until the job is placed; with `settle` (compute_job's start) until
+    the job ends or needs a person, so a job
     that settles within the grace comes back with its outcome instead of `provisioning`
     (see `wait_job`; `cancelled` ends the wait early, `tick` hears it is alive). `purpose`
     (why the job runs, in the caller's words) is recorded as the new job's event before any
@@ -444,20 +446,71 @@ def tool_call(tool: str, **arguments: Any) -> str:
 JOB_RESOURCE = "gpu://jobs/"  # + short id: the MCP resource of a job (tui/mcp_watch.py)
 
 
+FAILURE_READ_MAX = 1 << 20  # the most one read of a log by offset returns (reports.MAX_LOG_CHUNK)
+FAILURE_CONTEXT_LINES = 5  # lines read before a traceback's start: what the job did last
+FAILURE_LAST_LINES = 40  # lines read of a failure that printed no traceback
+FAILURE_MARGIN = 4096  # bytes read past the log's end as it is now: lines written after the end
+_TRACEBACK = b"Traceback (most recent call last):"
+_CHAINED = (b"During handling of the above exception", b"The above exception was the direct cause")
+_ATTEMPT = re.compile(rb"^\[gpu-router\] attempt \d+: running ")  # the launcher's line (core/runtime/launch.py)
+
+
+def _failure_read(job: Job) -> dict[str, int]:
+    """Where a failed job's log is read so that its error is in that one read: {offset,
+    max_bytes} (a read by offset of gpu_logs / compute_job logs), from a few lines before the
+    last traceback of its last attempt (a chained traceback from the first of its chain) to
+    the log's end; with no traceback, its last FAILURE_LAST_LINES lines. {} without a log."""
+    try:
+        with open(log_path(job), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            base = max(0, size - FAILURE_READ_MAX)
+            f.seek(base)
+            data = f.read(size - base)
+    except OSError:
+        return {}
+    if base and b"\n" in data:  # the window began inside a line: from the next whole one
+        cut = data.index(b"\n") + 1
+        base, data = base + cut, data[cut:]
+    lines = data.splitlines(keepends=True)
+    if not data.strip():
+        return {}
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    floor = max((i for i, line in enumerate(lines) if _ATTEMPT.match(line)), default=0)
+    tb = max((i for i in range(floor, len(lines)) if _TRACEBACK in lines[i]), default=None)
+    while tb is not None:  # "During handling of the above exception": its cause first
+        before = next((i for i in range(tb - 1, floor - 1, -1) if lines[i].strip()), None)
+        if before is None or not any(c in lines[before] for c in _CHAINED):
+            break
+        earlier = max((i for i in range(floor, before) if _TRACEBACK in lines[i]), default=None)
+        if earlier is None:
+            break
+        tb = earlier
+    begin = max(floor, len(lines) - FAILURE_LAST_LINES) if tb is None \
+        else max(floor, tb - FAILURE_CONTEXT_LINES)
+    offset = base + starts[begin]
+    return {"offset": offset, "max_bytes": min(FAILURE_READ_MAX, size - offset + FAILURE_MARGIN)}
+
+
 def _next_calls(job: Job, front: str) -> dict[str, Any]:
     """What an agent calls next: wait on a live job until it ends (it returns then, or when the
-    job needs a person: no sleep loop), read the log of one that ended, look at one held for a
-    person. `resource` is the job's MCP resource: a client that subscribes to it is told
+    job needs a person: no sleep loop), read the log of one that ended (of a failed one, from
+    where its error starts: `_failure_read`), look at one held for a person. `resource` is the job's MCP resource: a client that subscribes to it is told
     when the job's state changes, without calling anything."""
     short = job.short_id
     held = job.state == State.AWAITING_APPROVAL
+    failed = job.state == State.FAILED  # its log first, read from where its error starts
     if front == "compute":
         status = ("compute_job", {"action": "wait", "job": short, "timeout_s": 0})
-        nxt = status if held else ("compute_job", {"action": "artifacts", "job": short}) \
-            if job.state in TERMINAL else ("compute_job", {"action": "wait", "job": short, "until": "end"})
+        nxt = status if held else \
+            ("compute_job", {"action": "logs", "job": short, **_failure_read(job)}) if failed else \
+            ("compute_job", {"action": "artifacts", "job": short}) if job.state in TERMINAL \
+            else ("compute_job", {"action": "wait", "job": short, "until": "end"})
     else:
         status = ("gpu_status", {"job": short})
-        nxt = status if held else ("gpu_logs", {"job": short}) if job.state in TERMINAL \
+        nxt = status if held else ("gpu_logs", {"job": short, **_failure_read(job)}) if failed \
+            else ("gpu_logs", {"job": short}) if job.state in TERMINAL \
             else ("gpu_wait", {"job": short, "until": "end"})
     return {"follow": tool_call(nxt[0], **nxt[1]), "status": tool_call(status[0], **status[1]),
             "next_call": {"tool": nxt[0], "arguments": nxt[1]},
