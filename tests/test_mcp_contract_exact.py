@@ -13,13 +13,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import gpu_json, make_git_project
 from tests.test_mcp import call, fails, session
-
-pytestmark = pytest.mark.slow
+from tests.test_modal import modal_fake  # noqa: F401  (a fixture)
 
 ENDED = ("done", "failed", "cancelled", "denied")
 GRACE = 120  # a wait long enough for every job here to end: what the old gpu_submit waited out
@@ -43,6 +43,7 @@ SAY = ("import os, gpu\n"
        "print('data:', open(os.path.join(gpu.data_dir(), 'corpus', 'words.txt')).read().strip(), flush=True)\n")
 
 
+@pytest.mark.slow
 async def test_gpu_submit_returns_once_the_job_is_placed_and_the_job_ends_later(
         home: Path, tmp_path: Path) -> None:
     p = make_git_project(tmp_path / "long", {"long.py": LONG})
@@ -69,6 +70,7 @@ async def test_gpu_submit_returns_once_the_job_is_placed_and_the_job_ends_later(
         await call(s, "gpu_cancel", job=cli["job"]["short_id"])
 
 
+@pytest.mark.slow
 async def test_a_declared_artifact_never_written_is_named_where_the_agent_looks(
         home: Path, tmp_path: Path) -> None:
     p = make_git_project(tmp_path / "nothing", {"quiet.py": "print('wrote nothing', flush=True)\n"})
@@ -99,6 +101,7 @@ async def test_a_declared_artifact_never_written_is_named_where_the_agent_looks(
         assert "missing_artifacts" not in arts and "out/model.pt" in {f["path"] for f in arts["files"]}
 
 
+@pytest.mark.slow
 async def test_a_failed_job_s_next_call_reads_its_log_from_the_traceback(
         home: Path, tmp_path: Path) -> None:
     p = make_git_project(tmp_path / "deep", {"deep.py": DEEP})
@@ -141,6 +144,7 @@ async def test_a_failed_job_s_next_call_reads_its_log_from_the_traceback(
                                                               "job": done["job"]["short_id"]}
 
 
+@pytest.mark.slow
 async def test_compute_job_takes_the_seed_s_resource_fields(home: Path, tmp_path: Path) -> None:
     p = make_git_project(tmp_path / "say", {"say.py": SAY, "corpus/words.txt": "alpha beta\n"})
     fields = {"cpus": 2, "memory_gb": 4, "time_minutes": 30, "partition": "gpu",
@@ -180,3 +184,99 @@ async def test_compute_job_takes_the_seed_s_resource_fields(home: Path, tmp_path
         text = await fails(s, "compute_job", action="plan", command="python say.py", cwd=str(p),
                            hours=0.1, partition="gpu; rm -rf /")
         assert "compute_job argument partition" in text and "fix:" in text, text
+
+
+@pytest.mark.slow
+async def test_a_gpu_this_machine_lacks_goes_to_modal_with_that_exact_type(
+        modal_fake, home: Path, tmp_path: Path) -> None:
+    """Seed 003: "needs a GPU the machine lacks" is Modal with `gpu` set to the exact type,
+    through compute_job's own argument (no gpu.yaml written into the project)."""
+    import os
+
+    from tests.test_modal import add_modal  # noqa: E402
+
+    add_modal()
+    p = make_git_project(tmp_path / "big", {"big.py": "print('on the big GPU', flush=True)\n"})
+    async with session(extra_env=dict(os.environ)) as s:
+        plan = await call(s, "compute_job", action="plan", command="python big.py", cwd=str(p),
+                          hours=0.1, gpu="A100")
+        assert plan["plan"]["target"] == "md" and "A100" in plan["plan"]["gpu"], plan["plan"]
+        ok = await call(s, "compute_job", action="start", command="python big.py", cwd=str(p),
+                        hours=0.1, gpu="A100", digest=plan["digest"], wait_s=GRACE)
+        assert ok["job"]["provider"] == "md" and ok["job"]["state"] == "done", ok["job"]
+        assert "on the big GPU" in ok["job"]["log_tail"]
+    assert not (p / "gpu.yaml").exists()
+
+
+# -- the two rules on their own: where a failure's read starts, which artifacts are missing ----
+
+
+def _log(home: Path, text: bytes) -> SimpleNamespace:
+    """A job whose job.log holds `text`, where the engine keeps it."""
+    job = SimpleNamespace(id="f" * 32, short_id="ffffffff")
+    folder = home / "jobs" / job.id
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.log").write_bytes(text)
+    return job
+
+
+def _read(job: SimpleNamespace) -> bytes:
+    from core.engine.service import _failure_read, log_path
+
+    where = _failure_read(job)
+    return log_path(job).read_bytes()[where["offset"]:where["offset"] + where["max_bytes"]]
+
+
+def test_a_failure_s_read_starts_at_the_first_traceback_of_its_chain_in_its_last_attempt(home: Path) -> None:
+    from core.engine.service import _failure_read, log_path
+
+    chained = (b"[gpu-router] attempt 1: running python a.py\n" + b"warm-up\n" * 50
+               + b"Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'lr'\n\n"
+               b"During handling of the above exception, another exception occurred:\n\n"
+               b"Traceback (most recent call last):\n  File \"a.py\", line 3\nValueError: bad lr\n"
+               b"[gpu-router] attempt 1: exited with status 1\n")
+    job = _log(home, chained)
+    read = _read(job)
+    assert read.count(b"Traceback") == 2 and b"KeyError: 'lr'" in read and read.endswith(b"status 1\n")
+    assert read.count(b"warm-up") == 5  # a few lines of what came before, not the whole log
+    assert log_path(job).stat().st_size > _failure_read(job)["offset"] > 0
+
+    # an earlier attempt's traceback is not this attempt's error: its last lines are
+    retried = (chained + b"[gpu-router] attempt 2: running python a.py\n" + b"going on\n" * 60
+               + b"Killed\n[gpu-router] attempt 2: exited with status 137\n")
+    read = _read(_log(home, retried))
+    assert b"Traceback" not in read and b"Killed" in read and read.count(b"going on") < 60
+
+    # a log over a read's most: the read starts at a whole line inside it and reaches the end
+    big = b"x" * 200 + b"\n" + b"line of a long log\n" * 70_000 + b"RuntimeError: out of memory\n"
+    job = _log(home, big)
+    where = _failure_read(job)
+    assert where["max_bytes"] <= 1 << 20 and _read(job).endswith(b"out of memory\n")
+    assert big[where["offset"] - 1:where["offset"]] == b"\n"
+
+    (log_path(job)).unlink()
+    assert _failure_read(job) == {}  # no log: the plain read
+
+
+def test_missing_artifacts_are_the_status_rule_also_before_the_supervisor_recorded_it(
+        home: Path, tmp_path: Path) -> None:
+    from core.engine.reports import missing_artifacts
+    from core.jobs.states import State
+
+    out = tmp_path / "runs" / "j1"
+    (out / "logs").mkdir(parents=True)
+    (out / "logs" / "train.log").write_text("x")
+
+    def job(state: State, **fields) -> SimpleNamespace:
+        return SimpleNamespace(**{"state": state, "handle": {}, "exit_code": 0, "started_at": 1.0,
+                                  "outputs_dir": str(out),
+                                  "request": {"outputs": ["out/model.pt", "logs/"]}, **fields})
+
+    # ended, the supervisor's reading not written yet: the same rule, asked now
+    assert missing_artifacts(job(State.DONE)) == ["out/model.pt"]
+    # its reading, once written, is what counts
+    assert missing_artifacts(job(State.DONE, handle={"ended": {}})) == []
+    assert missing_artifacts(job(State.FAILED, handle={"ended": {"missing_artifacts": ["a"]}})) == ["a"]
+    # live, or ended before it ran (denied, cancelled while held): nothing is missing yet
+    assert missing_artifacts(job(State.RUNNING)) == []
+    assert missing_artifacts(job(State.DENIED, exit_code=None, started_at=None)) == []
