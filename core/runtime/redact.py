@@ -22,7 +22,13 @@ A secret is looked for in the forms a program prints it in:
   (an HTTP Basic header is base64 of `user:secret`): for each of the three byte alignments,
   the base64 characters that depend on the secret's bytes alone; also wrapped into lines
   (`\n` or `\r\n` anywhere inside), as MIME and PEM writers print base64;
-- hex, lower and upper case; JSON and Python string escapes of the whole value.
+- base32 (RFC 4648), upper case and lower, padded or not, and inside the base32 of a longer
+  string: for each of the five byte alignments in a 5-byte group, the base32 characters that
+  depend on the secret's bytes alone (as for base64; not wrapped into lines);
+- hex, lower and upper case, also with its bytes separated by `:` or a space (`de:ad:be:ef`,
+  `DE AD BE EF`: how openssl, `xxd -g1` and `hexdump -C` print bytes; a hexdump's 16-byte
+  line breaks and its double space after 8 bytes are not followed); JSON and Python string
+  escapes of the whole value.
 A multi-line secret (a PEM key) is also looked for line by line, since logs are read by line.
 """
 
@@ -84,6 +90,28 @@ def _base64_cores(raw: bytes) -> set[bytes]:
     return cores
 
 
+def _base32_forms(raw: bytes) -> set[bytes]:
+    """The secret's base32 on its own (padded or not) and inside any longer base32 text, upper
+    and lower case: for each byte offset of its start in a 5-byte group, the characters whose 5
+    bits all come from the secret (one that mixes in a neighbour's bits is left out)."""
+    whole = base64.b32encode(raw)
+    forms = {whole, whole.rstrip(b"=")}
+    for offset in range(5):
+        text = base64.b32encode(bytes(offset) + raw)
+        first, last = -(-8 * offset // 5), 8 * (offset + len(raw)) // 5  # character i: bits [5i, 5i+5)
+        forms.add(text[first:last])
+    return forms | {f.lower() for f in forms}
+
+
+def _hex_forms(raw: bytes) -> set[bytes]:
+    """Hex, lower and upper case, plain and with the bytes separated by `:` or a space."""
+    forms: set[bytes] = set()
+    for text in (raw.hex(), raw.hex().upper()):
+        pairs = [text[i:i + 2] for i in range(0, len(text), 2)]
+        forms |= {text.encode(), ":".join(pairs).encode(), " ".join(pairs).encode()}
+    return forms
+
+
 def _escaped_forms(value: str) -> set[bytes]:
     """How JSON and Python's repr spell the value, when that differs from the value itself."""
     forms = {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1]}
@@ -93,7 +121,7 @@ def _escaped_forms(value: str) -> set[bytes]:
 def fixed_forms(value: str) -> set[bytes]:
     """Every fixed spelling of one secret value that is looked for (not the URL pattern)."""
     raw = _utf8(value)
-    forms = {raw, raw.hex().encode(), raw.hex().upper().encode()}
+    forms = {raw} | _hex_forms(raw) | _base32_forms(raw)
     forms |= _base64_forms(raw) | _escaped_forms(value)
     return {f for f in forms if len(f) >= MIN_SECRET_LEN}
 
@@ -243,10 +271,12 @@ class SecretPattern:
         # the text forms first: they also match the value as written, byte for byte, and take
         # an escape over the literal byte (`%25` over `%`), so a match runs to its longest end;
         # a wrapped base64 form last: unwrapped, the fixed forms (padding included) match first
-        alternatives = patterns + [re.escape(f) for f in ordered]
+        alternatives = _by_first_byte(patterns, ordered)
         alternatives += [_wrapped(f) for f in sorted(wrapped, key=len, reverse=True)]
         self.regex = re.compile(b"|".join(alternatives)) if alternatives else None
-        self.anchors = _minimal(anchors | fixed)
+        # looked for in the text folded to lower case: one anchor for a form in either case
+        # (hex, base32), the same windows for the rest
+        self.anchors = _minimal({a.lower() for a in anchors | fixed})
         self.escape = _escape_finder(values)
         # a value with a bracket, or a form inside MASK, could be re-formed by a replacement
         self.reforms = bool(self.regex) and (any(c in f for f in fixed for c in b"[]")
@@ -282,11 +312,12 @@ class SecretPattern:
         """Merged spans around every anchor and escape, wide enough to hold any match there."""
         reach = self.longest
         spans = []
+        folded = data.lower()  # ASCII letters only: every byte keeps its place
         for anchor in self.anchors:
-            at = data.find(anchor)
+            at = folded.find(anchor)
             while at != -1:
                 spans.append((at - reach, at + len(anchor) + reach))
-                at = data.find(anchor, at + 1)
+                at = folded.find(anchor, at + 1)
         for m in self.escape.finditer(data):
             spans.append((m.start() - reach, m.end() + reach))
         merged: list[list[int]] = []
@@ -305,6 +336,71 @@ class SecretPattern:
             if not count or not self.reforms or self.regex.search(data) is None:
                 return data
         return b"" if self.regex.search(WITHHELD) else WITHHELD
+
+
+_QUANTIFIERS = b"?*+{"
+
+
+def _first_byte(branch: bytes) -> tuple[bytes, bytes] | None:
+    """(the literal byte a text branch starts with, the rest of the branch), or None where its
+    first atom is not one unquantified literal byte."""
+    if branch[:1] == b"\\":
+        if len(branch) < 2 or branch[1:2].isalnum():  # a class such as \d, not a literal
+            return None
+        first, rest = branch[1:2], branch[2:]
+    elif branch[:1] and branch[:1] not in b"([.^$|)*+?{":
+        first, rest = branch[:1], branch[1:]
+    else:
+        return None
+    return None if rest[:1] and rest[:1] in _QUANTIFIERS else (first, rest)
+
+
+def _trie(forms: list[bytes]) -> bytes:
+    """Literal byte strings as one pattern that branches where they part, the longest match
+    preferred at each fork (as the longest-first alternation it replaces)."""
+    root: dict = {}
+    for form in forms:
+        node = root
+        for b in form:
+            node = node.setdefault(b, {})
+        node[None] = {}  # a form ends here
+
+    def emit(node: dict) -> bytes:
+        out = b""
+        while len(node) == 1 and None not in node:  # a run without forks: no recursion
+            (b, node), = node.items()
+            out += re.escape(bytes([b]))
+        forks = [re.escape(bytes([b])) + emit(child)
+                 for b, child in sorted((b, c) for b, c in node.items() if b is not None)]
+        if not forks:
+            return out
+        forks += [b""] if None in node else []  # ending here is the shortest choice: last
+        return out + (forks[0] if len(forks) == 1 else b"(?:" + b"|".join(forks) + b")")
+
+    return emit(root)
+
+
+def _by_first_byte(patterns: list[bytes], fixed: list[bytes]) -> list[bytes]:
+    """The text branches and the fixed forms (longest first) as one branch per first byte.
+
+    The regex engine tries a position's branches one by one; grouped, it tries one per byte
+    that a form starts with, then only the forms that start with the byte that is there. Which
+    branch wins at a position is unchanged: within a byte's group the text branches come first,
+    in their order, then the fixed forms longest first (`_trie`), as in the flat list, and
+    branches that start with different bytes never both match at one position."""
+    groups: dict[bytes, tuple[list[bytes], list[bytes]]] = {}
+    for branch in patterns:
+        split = _first_byte(branch)
+        if split is None:  # cannot happen with the branches built here; keep the order then
+            return patterns + [re.escape(f) for f in fixed]
+        groups.setdefault(split[0], ([], []))[0].append(split[1])
+    for form in fixed:
+        groups.setdefault(form[:1], ([], []))[1].append(form[1:])
+    out = []
+    for first, (texts, forms) in groups.items():
+        rests = texts + ([_trie(forms)] if forms else [])
+        out.append(re.escape(first) + (rests[0] if len(rests) == 1 else b"(?:" + b"|".join(rests) + b")"))
+    return out
 
 
 def _replacement(match: re.Match[bytes]) -> bytes:
