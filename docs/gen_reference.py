@@ -222,7 +222,8 @@ def _gpu_yaml() -> list[str]:
            ""]
     rows = []
     for key, (_check, text) in schema.SCHEMA.items():
-        scope = " (a scheduler target: slurm, pbs)" if key in schema.RESOURCE_KEYS else ""
+        # gpus counts on every target (a local/ssh one must have them, Modal gives 1 to 8)
+        scope = " (a scheduler target: slurm, pbs)" if key in schema.RESOURCE_KEYS and key != "gpus" else ""
         rows.append((f"`{key}`", text + scope))
     out += _table(("key", "what it takes"), rows)
     example = (ROOT / "gpu.yaml.example").read_text()

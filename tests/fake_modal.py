@@ -26,7 +26,11 @@ with the bytes their URLs serve; `block_gets` records each block served, by volu
 
 Every call is recorded (`calls`: method, request, whether it carried the token) so tests assert
 what was asked: GPU type, timeout, image packages, network blocked, bytes sent (`received`: each
-file's hash and content as MountPutFile brought it). As on Modal, a mount names files by hash
+file's hash and content as MountPutFile brought it). As strict as Modal where gpu-router's
+requests could go wrong: FunctionCreate refuses a GPU type Modal does not have and a count
+outside what one container gets (`H100:0`, `H100:9`: 1 to 8, A10 to 4), and an image built
+`FROM` something that is not a registry reference fails its build (`refused` records both);
+`image_defs` keeps each image's definition, `base_image`/`image_chain` read its layers. As on Modal, a mount names files by hash
 and may name only contents the server already holds: the client asks which hashes are missing
 (MountBatchedCheckExistence) and sends only those; a mount naming a hash never sent is
 refused. Files over the client's 4 MiB limit go to a blob first (BlobCreate, then a PUT to the
@@ -44,6 +48,7 @@ import secrets
 import itertools
 import os
 import pickle
+import re
 import signal
 import socket
 import subprocess
@@ -80,6 +85,20 @@ pickle.dump(out, open(dst, "wb"))
 
 GR = api_pb2.GenericResult
 
+# What Modal's servers accept, as its guide says it (https://modal.com/docs/guide/gpu): the GPU
+# types a function may name (the client sends the name upper-cased, the count after a colon as
+# `count`), and how many of one type one container gets: B200, H200, H100, A100, L4, T4 and L40S
+# up to 8, A10 up to 4. Anything else is refused at FunctionCreate, as Modal refuses it.
+GPU_TYPES_MAX = {"T4": 8, "L4": 8, "A10": 4, "A10G": 4, "L40S": 8, "A100": 8, "A100-40GB": 8,
+                 "A100-80GB": 8, "RTX-PRO-6000": 8, "H100": 8, "H100!": 8, "H200": 8, "B200": 8,
+                 "B200+": 8}
+# A registry image reference as a registry takes it (github.com/distribution/reference's
+# grammar): a build `FROM` anything else fails, as Modal's builder fails to pull it
+_DOMAIN = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REF_RE = re.compile(rf"^(?:{_DOMAIN}/)?{_PATH}(?:/{_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                          r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?\Z")
+
 
 class Call:
     def __init__(self, fc_id: str, function: Any, root: Path) -> None:
@@ -108,6 +127,8 @@ class FakeModal:
         self.received: list[tuple[str, bytes]] = []  # (sha256, content) of each file sent, in order
         self.mounts: dict[str, list[tuple[str, str]]] = {}  # mount id -> [(remote path, sha)]
         self.images: dict[str, str] = {}
+        self.image_defs: dict[str, Any] = {}  # image id -> the definition (api_pb2.Image) it was built from
+        self.refused: list[tuple[str, str]] = []  # (method, why) of each request refused as Modal would
         self.volumes: dict[str, str] = {}  # name -> id
         self.functions: dict[str, Any] = {}
         self.function_calls: dict[str, Call] = {}
@@ -214,7 +235,47 @@ class FakeModal:
     def _m_ImageGetOrCreate(self, req):
         key = hashlib.sha256(req.image.SerializeToString(deterministic=True)).hexdigest()[:16]
         self.images.setdefault(key, f"im-{key}")
+        self.image_defs[self.images[key]] = req.image
+        why = self._image_problem(req.image)
+        if why:  # the build fails (the client raises ImageBuildError with this text)
+            self.refused.append(("ImageGetOrCreate", why))
+            return api_pb2.ImageGetOrCreateResponse(image_id=self.images[key], result=GR(
+                status=GR.GENERIC_STATUS_FAILURE, exception=why))
         return api_pb2.ImageGetOrCreateResponse(image_id=self.images[key], result=GR(status=GR.GENERIC_STATUS_SUCCESS))
+
+    def _image_problem(self, image) -> str:
+        """Why Modal's builder could not build this definition ("" when it could): each `FROM`
+        names a registry image (a reference it can pull) or one of the layer's base images."""
+        bases = {b.docker_tag for b in image.base_images}
+        for command in image.dockerfile_commands:
+            if command.split(None, 1)[0].upper() != "FROM":
+                continue
+            ref = command.split(None, 1)[1].strip() if len(command.split(None, 1)) > 1 else ""
+            if ref in bases:
+                continue
+            if not IMAGE_REF_RE.match(ref):
+                return f"failed to pull {ref!r}: invalid reference format"
+        return ""
+
+    def base_image(self, image_id: str) -> str | None:
+        """The registry image a built image (or the layers below it) was built FROM, or None."""
+        image = self.image_defs.get(image_id)
+        while image is not None:
+            for command in image.dockerfile_commands:
+                if command.upper().startswith("FROM ") and command.split()[1] not in \
+                        {b.docker_tag for b in image.base_images}:
+                    return command.split()[1]
+            image = self.image_defs.get(image.base_images[0].image_id) if image.base_images else None
+        return None
+
+    def image_chain(self, image_id: str) -> list[Any]:
+        """The definitions of a built image and the layers below it, the top one first."""
+        out = []
+        image = self.image_defs.get(image_id)
+        while image is not None:
+            out.append(image)
+            image = self.image_defs.get(image.base_images[0].image_id) if image.base_images else None
+        return out
 
     def _m_ImageJoinStreaming(self, req):
         return api_pb2.ImageJoinStreamingResponse(result=GR(status=GR.GENERIC_STATUS_SUCCESS))
@@ -392,6 +453,19 @@ class FakeModal:
         return Blocks
 
     def _m_FunctionCreate(self, req):
+        gpu = req.function.resources.gpu_config
+        if gpu.gpu_type or gpu.count:  # a function with a GPU: one Modal gives, in a count it gives
+            most = GPU_TYPES_MAX.get(gpu.gpu_type)
+            why = (f"GPU type {gpu.gpu_type!r} is not one of Modal's: {', '.join(GPU_TYPES_MAX)}" if most is None
+                   else f"invalid GPU count {gpu.count} for {gpu.gpu_type}: Modal attaches 1 to {most} "
+                        f"{gpu.gpu_type} GPUs to a container" if not 1 <= gpu.count <= most else "")
+            if why:
+                self.refused.append(("FunctionCreate", why))
+                raise GRPCError(Status.INVALID_ARGUMENT, why)
+        if req.function.image_id and req.function.image_id not in self.image_defs:
+            why = f"image {req.function.image_id} was never built"
+            self.refused.append(("FunctionCreate", why))
+            raise GRPCError(Status.FAILED_PRECONDITION, why)
         fid = req.existing_function_id or self._id("fu")  # the id FunctionPrecreate gave
         self.functions[fid] = req.function
         rep = api_pb2.FunctionCreateResponse(function_id=fid, handle_metadata=api_pb2.FunctionHandleMetadata(

@@ -287,7 +287,8 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
                         "[NAME=]hf://datasets/OWNER/NAME[@REVISION][/PATH], pinned to its commit "
                         "and downloaded here at submit")
     p.add_argument("--hours", type=float, help="honest wall-clock estimate in hours (e.g. 0.25)")
-    p.add_argument("--gpu", help="GPU type constraint, e.g. T4")
+    p.add_argument("--gpu", help="GPU type constraint, e.g. T4; TYPE:COUNT for several of one type, "
+                   "e.g. H100:4 (as gpu.yaml's gpu: H100:4)")
     p.add_argument("--vram-gb", type=float, help="GB of GPU memory the job needs")
     p.add_argument("--provider", help="pin a target kind (e.g. kaggle: gpu-router chooses among "
                    "your kaggle targets) or a target name (e.g. kg); a name wins")

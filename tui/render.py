@@ -374,6 +374,10 @@ def plan_panel(plan: dict, bundle: dict | None = None, state: str | None = None)
         ("price", f"{money(plan.get('estimated_price'))}"
                   + (f" (${plan.get('price_per_hour'):.2f}/hour)" if plan.get("price_per_hour") else "")),
     ]
+    if plan.get("image"):  # the Modal image's base and extra packages (bound by the digest)
+        rows.append(("image", joined([plan["image"]])))
+    if plan.get("packages"):
+        rows.append(("packages", joined(plan["packages"], ", ")))
     if plan.get("secrets"):
         rows.append(("secrets", joined(plan["secrets"], ", ")))
     if plan.get("env"):

@@ -22,6 +22,7 @@ from core.config.schema import (
     RESOURCE_KEYS,
     SCHEMA,
     path_problem,
+    split_gpu,
 )
 from core.errors import UserError, shorten
 from core.secrets.scan import check_env, check_request_text
@@ -168,6 +169,10 @@ class JobRequest:
     partition: str | None = None
     modules: list[str] = field(default_factory=list)
     container: str | None = None
+    # the Modal image: built from this registry image (else Debian slim), with these pip
+    # requirements installed besides the project's; only a modal target runs a job that sets them
+    image: str | None = None
+    packages: list[str] = field(default_factory=list)
     # what happens when a session ends or the job fails (core.engine.supervisor)
     network: bool = True  # False: the job runs with no network (the local sandbox has loopback only)
     restart: str = "never"  # "allow": a job with no checkpoint may start again from the top
@@ -349,7 +354,7 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
         if key == "env":
             values["env"] = {**values.get("env", {}), **checked}
             env_origin.update(dict.fromkeys(checked, _argument(key)))
-        elif key in ("include", "secrets", "outputs"):
+        elif key in ("include", "secrets", "outputs", "packages"):
             values[key] = list(dict.fromkeys([*values.get(key, []), *checked]))
         elif key == "data":
             values["data"] = [*values.get("data", []), *checked]
@@ -372,6 +377,7 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
                             where=origin.get(("secrets", name), where("secrets")),
                             fix="secret names are environment names like HF_TOKEN")
     _refuse_secret_env(values.get("env", {}), env_origin, lines, path)
+    _split_gpu_count(values, lines, where)
     req = JobRequest(project_dir=str(project), data=list(data_specs.values()), **values)
     if not req.script:
         example = f"{command} train.py" if " " in command else f'{command}(script="train.py")'
@@ -388,6 +394,23 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
 
         check_points(req, where("sweep"))
     return req
+
+
+def _split_gpu_count(values: dict[str, Any], lines: dict[str, int], where: Callable[[str], str]) -> None:
+    """`gpu: H100:4` (Modal's spelling) is `gpu: H100` with `gpus: 4`. An argument wins over the
+    file, as everywhere: `--gpu H100:4` over the file's `gpus: 2`, and an argument `gpus` over the
+    count in the file's `gpu`; the two written in one place must agree."""
+    kind, count = split_gpu(values.get("gpu") or "")
+    if count is None:
+        return
+    values["gpu"] = kind
+    gpus = values.get("gpus")
+    if gpus is None or gpus == count or (("gpu" in lines) != ("gpus" in lines)):
+        if gpus is None or "gpus" in lines:  # the count in gpu, unless an argument gave gpus
+            values["gpus"] = count
+        return
+    raise UserError(f"gpu {kind}:{count} asks for {count} GPUs and gpus for {gpus}", where=where("gpus"),
+                    fix=f"give the count once: gpu: {kind}:{count}, or gpu: {kind} with gpus: {gpus}")
 
 
 def _refuse_secret_env(env: dict[str, str], origin: dict[str, str], lines: dict[str, int],

@@ -23,6 +23,17 @@ from core.errors import shorten
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 GPU_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,63}\Z")
+# `TYPE:COUNT`, Modal's own spelling of several GPUs of one type (H100:4): gpu and gpus at once
+GPU_COUNT_RE = re.compile(r"^(?P<type>[A-Za-z0-9][A-Za-z0-9 ._+-]{0,63}):(?P<count>[0-9]{1,6})\Z")
+MAX_GPUS = 1000  # GPUs per job: past this a count is a typo (a target says how many it has)
+# An OCI image reference, as `docker pull` and modal.Image.from_registry take it (the grammar of
+# github.com/distribution/reference): [HOST[:PORT]/]PATH[:TAG][@DIGEST], the path in lower case
+_IMAGE_DOMAIN = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?"
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_RE = re.compile(rf"^(?:{_IMAGE_DOMAIN}/)?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+                      r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                      r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?\Z")
+MAX_IMAGE_NAME = 255  # the reference's name part (before the tag), as the grammar caps it
 
 # what a request may hold: past these a job could never start (the kernel's limits on file
 # names and on a process's arguments) or the number is a typo (a 10 000-hour estimate)
@@ -223,10 +234,52 @@ def _name(v: Any) -> str:
 
 
 def _gpu(v: Any) -> str:
+    """A GPU type (T4), or a type and a count (H100:4): the request splits the count off into
+    `gpus` (core.config.request)."""
     v = _str(v)
-    if not GPU_RE.match(v):
-        raise ValueError("a GPU type of letters, digits, spaces and . _ + - (at most 64), e.g. T4")
+    counted = GPU_COUNT_RE.match(v)
+    if counted and not 1 <= int(counted["count"]) <= MAX_GPUS:
+        raise ValueError(f"a GPU type with a count from 1 to {MAX_GPUS} after the colon, e.g. "
+                         f"{counted['type']}:1 or {counted['type']}:4")
+    if not (counted or GPU_RE.match(v)):
+        raise ValueError("a GPU type of letters, digits, spaces and . _ + - (at most 64), e.g. T4, "
+                         "or a type and a count, e.g. H100:4")
     return v
+
+
+def split_gpu(text: str) -> tuple[str, int | None]:
+    """`H100:4` -> ("H100", 4); `T4` -> ("T4", None). `text` passed `_gpu`."""
+    counted = GPU_COUNT_RE.match(text)
+    return (counted["type"], int(counted["count"])) if counted else (text, None)
+
+
+def _image(v: Any) -> str:
+    v = _str(v)
+    head, colon, tail = v.split("@", 1)[0].rpartition(":")
+    name = head if colon and "/" not in tail else v.split("@", 1)[0]  # without its tag
+    if not IMAGE_RE.match(v) or len(name) > MAX_IMAGE_NAME:
+        raise ValueError("an image reference as `docker pull` takes it: [REGISTRY/]NAME[:TAG][@DIGEST], "
+                         "the name in lower case, e.g. python:3.11-slim or nvcr.io/nvidia/pytorch:24.01-py3")
+    return v
+
+
+def _packages(v: Any) -> list[str]:
+    """pip requirement strings (PEP 508: `torch==2.3.1`, `transformers>=4.40`, `pkg[extra]`);
+    no pip options, paths or files: they are installed while the image is built."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    items = _str_list(v)
+    for item in items:
+        try:
+            url = Requirement(item).url or ""
+        except InvalidRequirement:
+            raise ValueError(f"a list of pip requirements like torch==2.3.1 or transformers>=4.40 "
+                             f"({shorten(item)} is not one; options, paths and -r files belong in "
+                             f"requirements.txt)") from None
+        if url.lower().startswith("file:"):
+            raise ValueError(f"a list of pip requirements from an index or a URL ({shorten(item)} names "
+                             "a file on this machine, which the image build cannot reach)")
+    return list(dict.fromkeys(items))
 
 
 def _whole(least: int, most: int) -> Callable[[Any], int]:
@@ -324,7 +377,8 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
                                      "and restored when it resumes or moves (docs/checkpoints.md)"),
     "data": (_data, "data sets, NAME=PATH or hf://datasets/OWNER/NAME"),
     "hours": (_positive(MAX_HOURS), f"an honest wall-clock estimate in hours, above 0, at most {MAX_HOURS:g}"),
-    "gpu": (_gpu, "a GPU type, e.g. T4"),
+    "gpu": (_gpu, "a GPU type, e.g. T4; TYPE:COUNT asks for several of one type, e.g. H100:4 "
+                  "(Modal's spelling; the same as gpu: H100 with gpus: 4)"),
     "vram_gb": (_positive(MAX_VRAM_GB), "GB of GPU memory needed, above 0"),
     "provider": (_name, "a target kind (local, ssh, slurm, pbs, kaggle, modal; colab is refused with "
                          "the way to attach one) or a target name, e.g. kaggle or kg: a name wins, "
@@ -335,12 +389,20 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "wait_s": (_non_negative(MAX_WAIT_S), f"seconds to wait for the job to be placed (0 to {MAX_WAIT_S:g})"),
     "verbose": (_bool, "true for full documents"),
     "cpus": (_whole(1, 10_000), "CPU cores per job on a scheduler target (Slurm --cpus-per-task)"),
-    "gpus": (_whole(0, 1_000), "GPUs per job on a scheduler target (Slurm --gpus, or --gres with gpu)"),
+    "gpus": (_whole(0, MAX_GPUS), "GPUs per job: Modal gives 1 to 8 of one type (A10G: 4); a Slurm "
+                                  "or PBS target is asked for them (--gpus, or --gres with gpu); a local "
+                                  "or ssh target must have that many (gpu: H100:4 says type and count)"),
     "memory_gb": (_positive(1_000_000), "GB of memory per job on a scheduler target (Slurm --mem)"),
     "time_minutes": (_whole(1, int(MAX_HOURS * 60)), "the scheduler's time limit in minutes (default: from hours)"),
     "partition": (_safe_value, "the Slurm partition or PBS queue, e.g. gpu"),
     "modules": (_modules, "environment modules to load first, e.g. [cuda/12.1]"),
     "container": (_safe_value, "an Apptainer/Singularity image to run the job in"),
+    "image": (_image, "a registry image the Modal image is built from, e.g. python:3.11-slim or "
+                      "nvcr.io/nvidia/pytorch:24.01-py3 (it must have Python 3.10+ and pip); only a "
+                      "modal target runs a job that sets it"),
+    "packages": (_packages, "pip requirements installed into the Modal image besides requirements.txt "
+                            "or pyproject.toml's, e.g. [torch==2.3.1, einops]; only a modal target "
+                            "runs a job that sets it (elsewhere: list them in requirements.txt)"),
     "network": (_bool, "false to run the job with no network (loopback only) where the target can "
                        "(the local sandbox); true, the default, leaves it on"),
     "restart": (_restart, "allow or never (the default): whether a job that moves to another target "

@@ -1,7 +1,8 @@
 """The plan: where a request will run, on what, for how long, and its digest.
 
 The digest is sha256 over the canonical plan (bundle hash, script, args, env, secret names,
-data hashes and the commits hf:// data was pinned to, target, GPU, VRAM, hours): an approval
+data hashes and the commits hf:// data was pinned to, target, GPU, VRAM, hours; the scheduler
+resources, among them the GPU count, and a Modal image's base and packages where given): an approval
 binds to it, so any change to what would run needs a new one.
 """
 
@@ -41,6 +42,9 @@ def digest(plan: dict) -> str:
         doc["resources"] = plan["resources"]
     if plan.get("data_sources"):  # the commit an hf:// data set was pinned to binds too
         doc["data_sources"] = plan["data_sources"]
+    for key in ("image", "packages"):  # the Modal image's base and extra packages bind too
+        if plan.get(key):
+            doc[key] = plan[key]
     if plan.get("resume"):  # a resumed job's attempt and checkpoint bind: a new approval
         doc["resume"] = plan["resume"]
     return hashlib.sha256(canonical_bytes(doc)).hexdigest()
@@ -105,6 +109,8 @@ def build_plan(req: JobRequest, bundle: Bundle, target: str, target_gpu: str,
         **({"smoke": True} if req.smoke else {}),
         **({"resources": req.resources()} if req.resources() else {}),
         **({"extras": req.extras} if req.extras else {}),  # what the target installs: it binds
+        **({"image": req.image} if req.image else {}),  # the Modal image's base (binds)
+        **({"packages": list(req.packages)} if req.packages else {}),  # installed into it (binds)
         **(extra or {}),
     }
     sources = {d.name: d.origin for d in req.data if d.origin}

@@ -6,6 +6,8 @@ within paid, a target that can start the job now (a free slot: max_jobs less the
 and waiting there) comes before a busy one, so a job does not queue behind a busy box while a
 fitting one idles; a busy free target still comes before an idle paid one (waiting is not
 spending: the busy target's `queue_timeout_s` moves the job later, under the approval rules).
+A job left waiting is routed again here when a slot frees elsewhere or a target is added, and
+moves once another target can start it now (core/engine/reroute.py).
 A request pinned to a target by name waits for it whatever its load.
 
 `provider` pins a target by its name or by its kind (the contract's "kaggle, colab, local, ...":
@@ -40,14 +42,23 @@ class Route:
     offer: str | None = None  # the GPU set-up asked of a target that offers several
 
 
-def gpu_matches(info: TargetInfo, gpu: str | None, vram_gb: float | None) -> str | None:
-    """Why `info` cannot serve this GPU/VRAM request, or None if it can."""
+def gpu_matches(info: TargetInfo, gpu: str | None, vram_gb: float | None,
+                count: int | None = None) -> str | None:
+    """Why `info` cannot serve this GPU/VRAM request (and `count` GPUs of that type, where more
+    than one is asked for), or None if it can."""
     if gpu:
         if not info.gpus:
             return f"{info.name} has no GPU (it runs jobs on the cpu), and {gpu} was asked for"
         names = [g["name"] for g in info.gpus]
         if not any(gpu.lower() in n.lower() for n in names):
             return f"{info.name} has {', '.join(sorted(set(names)))}, not {gpu}"
+    if count and count > 1 and (info.gpus or info.kind != "pbs"):  # PBS says nothing of its GPUs
+        have = sum(1 for g in info.gpus if not gpu or gpu.lower() in g["name"].lower())
+        if have < count:
+            what = f"{gpu} GPU" if gpu else "GPU"
+            return (f"{info.name} has {have or 'no'} {what}{'s' * (have != 1)}"
+                    + (" (per node)" if info.kind in ("slurm", "pbs") else "")
+                    + f", and the job asks for {count} (gpus: {count})")
     if vram_gb:
         have = info.vram_gb
         if have < vram_gb:
@@ -108,10 +119,44 @@ def estimated_price(info: TargetInfo, hours: float | None) -> float:
     return round((hours or DEFAULT_ESTIMATE_HOURS) * info.price_per_hour, 4)
 
 
+def image_problem(req: JobRequest, info: TargetInfo) -> str | None:
+    """Why `info` cannot build the environment the request defines (`image`, `packages`: a
+    Modal image's), or None. Only a modal target builds one; elsewhere the job would run
+    without what it named, so the target is passed over with the way to run it there."""
+    keys = [k for k in ("image", "packages") if getattr(req, k)]
+    if not keys or info.kind == "modal":
+        return None
+    return (f"{info.name} ({info.kind}) does not build an image: {' and '.join(keys)} define a Modal "
+            f"image, so the job runs only on a modal target (to run it here, drop "
+            f"{' and '.join(keys)} and list the packages in requirements.txt, which every target installs)")
+
+
+def count_problem(req: JobRequest, info: TargetInfo) -> str | None:
+    """Why a target that gives a job several GPUs of one type up to a limit per type (Modal:
+    `details["gpu_count_max"]`) cannot give the count asked for, or None."""
+    most: dict = info.details.get("gpu_count_max") or {}
+    if not most or req.gpus is None or req.gpus == 1:
+        return None
+    if req.gpus == 0:
+        return (f"{info.name} runs each job on a GPU, and gpus: 0 asks for none (drop gpus, or give "
+                f"1 to {max(most.values())})")
+    types = [t for t in most if not req.gpu or req.gpu.lower() in t.lower()] or list(most)
+    if any(req.gpus <= most[t] for t in types):
+        return None
+    top = max(most[t] for t in types)
+    fewer = f"gpu: {req.gpu}:{top}" if req.gpu else f"gpus: {top}"
+    return (f"{info.name}: Modal allows 1 to {top} GPUs of one type per job"
+            + (f" ({', '.join(f'{t}: {most[t]}' for t in sorted(most) if most[t] != top)})"
+               if any(most[t] != top for t in most) and not req.gpu else "")
+            + f", and the job asks for {req.gpus}: ask for {top} or fewer ({fewer}), "
+              f"or use a machine or cluster with {req.gpus} GPUs")
+
+
 def _why_not(req: JobRequest, info: TargetInfo) -> str | None:
     if not info.available:
         return f"{info.name} is unavailable: {info.why_unavailable or 'unknown reason'}"
-    why = gpu_matches(info, req.gpu, req.vram_gb)
+    why = image_problem(req, info) or count_problem(req, info) or gpu_matches(
+        info, req.gpu, req.vram_gb, req.gpus)
     if why:
         return why
     if req.secrets and not info.takes_secrets:
@@ -229,8 +274,11 @@ def route(req: JobRequest, infos: dict[str, TargetInfo], kinds: Mapping[str, str
         if (req.gpu or req.vram_gb) and not req.provider and all(
                 gpu_matches(infos[n], req.gpu, req.vram_gb) for n in candidates):
             raise NoGpuTarget(what, req.gpu, req.vram_gb)
-        raise UserError(what, fix="drop or change --gpu/--vram-gb/--hours, or add a target that fits "
-                                  "(see `gpu targets`)")
+        fix = "drop or change --gpu/--vram-gb/--hours, or add a target that fits (see `gpu targets`)"
+        if (req.gpus or 0) > 1 and not any(i.kind == "modal" for i in infos.values()):
+            fix += ("; a modal target gives a job up to 8 GPUs of one type (`gpu targets add modal NAME`, "
+                    "then gpu: H100:4)")
+        raise UserError(what, fix=fix)
 
     fitting.sort(key=lambda i: order(req, i))
     chosen = fitting[0]
@@ -258,6 +306,9 @@ def route(req: JobRequest, infos: dict[str, TargetInfo], kinds: Mapping[str, str
             passed[other.name] = f"dearer: ${estimated_price(other, req.hours):.2f} against ${price:.2f}"
         else:
             passed[other.name] = f"{chosen.name} was preferred (local first, then by name)"
+    if req.gpus and req.gpus > 1 and not chosen.gpus and chosen.kind == "pbs":
+        reasons.append(f"{chosen.name} does not say which GPUs it has: PBS itself judges gpus: {req.gpus} "
+                       f"(list them in your user config, targets.{chosen.name}.gpus, for gpu-router to)")
     chosen = as_run(chosen, req.resources())  # a job in a container is not in the sandbox
     reasons += plan_notes(chosen)  # a host without a sandbox says so in the plan
     return Route(target=chosen.name, gpu=chosen.gpu_label, reasons=reasons, passed_over=passed,
@@ -285,11 +336,35 @@ def _load_reasons(req: JobRequest, chosen: TargetInfo, fitting: list[TargetInfo]
 def _offer_for(req: JobRequest, info: TargetInfo) -> TargetInfo:
     """A target with several GPU set-ups, seen with the first that fits the request (its
     default first); with none fitting, as it is, so the reason names what it has."""
-    if not info.offers or gpu_matches(info, req.gpu, req.vram_gb) is None:
+    info = _counted(req, info)
+    if not info.offers or gpu_matches(info, req.gpu, req.vram_gb, req.gpus) is None:
         return info
     for name, gpus in info.offers.items():
         other = replace(info, gpus=gpus, details={**info.details, "offer": name},
                         price_per_hour=info.offer_prices.get(name, info.price_per_hour))
-        if gpu_matches(other, req.gpu, req.vram_gb) is None:
+        if gpu_matches(other, req.gpu, req.vram_gb, req.gpus) is None:
             return other
     return info
+
+
+def _counted(req: JobRequest, info: TargetInfo) -> TargetInfo:
+    """A target that gives a job N GPUs of one type (Modal, up to `details["gpu_count_max"]`
+    per type) seen with its offers at the count asked: each offer N GPUs at N times its price,
+    named in Modal's spelling (`H100:4`), which is what the provider asks Modal for. As it is
+    where one GPU (or no count) is asked for, or it cannot give that many of any type
+    (`count_problem` says why)."""
+    most: dict = info.details.get("gpu_count_max") or {}
+    n = req.gpus or 1
+    if not most or n <= 1 or not info.offers:
+        return info
+    offers: dict[str, list[dict]] = {}
+    prices: dict[str, float] = {}
+    for name, gpus in info.offers.items():
+        if gpus and n <= int(most.get(name, 1)):
+            offers[f"{name}:{n}"] = [dict(gpus[0]) for _ in range(n)]
+            prices[f"{name}:{n}"] = round(info.offer_prices.get(name, info.price_per_hour) * n, 4)
+    if not offers:
+        return info
+    first = next(iter(offers))
+    return replace(info, gpus=offers[first], offers=offers, offer_prices=prices,
+                   price_per_hour=prices[first], details={**info.details, "offer": first})

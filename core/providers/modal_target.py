@@ -14,8 +14,12 @@ process with a client built from the keychain's token: `modal.Client.from_creden
   data set attached as mounted files: Modal uploads a file only when its content hash is new,
   so an unchanged re-submit sends no file and a one-file change sends that file (and the
   manifest); the function builds the code folder from them (core/runtime/codetree.py);
+- the image is built from the request's `image` (a registry reference, `Image.from_registry`)
+  instead of Debian slim where it names one, and the request's `packages` are pip-installed into
+  it after the project's own dependencies;
 - GPU type from the request (`gpu`, `vram_gb`; the router picks the cheapest fitting type from
-  PRICES), the function's timeout from the hours with a margin (Modal caps a function at 24 h:
+  PRICES) and count (`gpus`, or `gpu: H100:4`: Modal gives 1 to GPU_COUNT_MAX of one type; the
+  router prices the offer at the count, and the function asks Modal for `H100:4`), the function's timeout from the hours with a margin (Modal caps a function at 24 h:
   longer jobs are passed over at plan time, with the reason), outbound network blocked unless
   the target says `internet: true`;
 - the job's folder (checkpoints, outputs, log, metrics) lives on a Modal Volume named for the
@@ -88,6 +92,9 @@ PRICES = {"T4": 0.5904, "L4": 0.7992, "A10G": 1.1016, "L40S": 1.9512, "A100-40GB
 UNVERIFIED = ("A10G", "A100-40GB", "H200", "B200")
 VRAM_GB = {"T4": 16.0, "L4": 24.0, "A10G": 24.0, "L40S": 48.0, "A100-40GB": 40.0, "A100-80GB": 80.0,
            "H100": 80.0, "H200": 141.0, "B200": 180.0}
+# GPUs of one type Modal attaches to one container (https://modal.com/docs/guide/gpu, "Specifying
+# GPU count": B200, H200, H100, A100, L4, T4 and L40S up to 8, A10 up to 4); `gpu: H100:4`
+GPU_COUNT_MAX = {g: 4 if g == "A10G" else 8 for g in PRICES}
 MAX_TIMEOUT_S = 24 * 3600  # Modal's cap on a function's timeout
 MARGIN_FACTOR, MARGIN_S = 1.25, 600  # the function's timeout: hours x 1.25 + 10 minutes
 MAX_HOURS = (MAX_TIMEOUT_S - MARGIN_S) / MARGIN_FACTOR / 3600
@@ -198,6 +205,21 @@ def _objects_never_change() -> None:
     here: it is off for this process (the client reads it from the environment only)."""
     if os.environ.get("MODAL_BUILD_VALIDATION") != "ignore":
         os.environ["MODAL_BUILD_VALIDATION"] = "ignore"
+
+
+def gpu_spec(offer: Any, default: str) -> str:
+    """A plan's offer as Modal's gpu argument (`T4`, `H100:4`), checked against what Modal gives
+    (GPU_COUNT_MAX); `default` (the target's own type) where the plan names none."""
+    kind, _, count = str(offer or "").partition(":")
+    if kind not in PRICES:
+        return default
+    if not count:
+        return kind
+    if not count.isdigit() or not 1 <= int(count) <= GPU_COUNT_MAX[kind]:
+        raise UserError(f"the plan asks Modal for {offer}, and Modal allows 1 to {GPU_COUNT_MAX[kind]} "
+                        f"{kind} GPUs per job", fix=f"ask for at most {GPU_COUNT_MAX[kind]} (gpu: "
+                                                    f"{kind}:{GPU_COUNT_MAX[kind]}) and submit again")
+    return kind if int(count) == 1 else f"{kind}:{int(count)}"
 
 
 def timeout_for(hours: float) -> int:
@@ -316,13 +338,16 @@ class ModalProvider(ServiceTarget, MirroredLog):
                                         f"hours x {MARGIN_FACTOR:g} + {MARGIN_S // 60} min",
                           details={"prices": {"usd_per_hour": dict(PRICES), "as_of": PRICES_AS_OF,
                                               "source": PRICES_SOURCE, "unverified": list(UNVERIFIED)},
-                                   "internet": bool(self.options.get("internet", False))})
+                                   "internet": bool(self.options.get("internet", False)),
+                                   # a job may ask for N of one type (the router prices N x)
+                                   "gpu_count_max": dict(GPU_COUNT_MAX)})
 
     # -- running ------------------------------------------------------------------------------
 
     def gpu_for(self, job: Job) -> str:
-        offer = job.plan.get("offer")
-        return offer if offer in PRICES else self.gpu
+        """What the function asks Modal for, in its spelling: `H100`, or `H100:4` for several
+        (the plan's offer, which the router named with the count it priced)."""
+        return gpu_spec(job.plan.get("offer"), self.gpu)
 
     def volume_name(self, job: Job) -> str:
         return f"gr-job-{job.id}"[:64]
@@ -386,12 +411,19 @@ class ModalProvider(ServiceTarget, MirroredLog):
     def image(self, job: Job, data: dict[str, Path]):
         import modal
 
-        py = f"{sys.version_info.major}.{min(max(sys.version_info.minor, 10), 13)}"
-        image = modal.Image.debian_slim(python_version=py)
+        base = job.plan.get("image")
+        if base:  # the request's registry image (its own Python and pip, as Modal requires)
+            image = modal.Image.from_registry(str(base))
+        else:
+            py = f"{sys.version_info.major}.{min(max(sys.version_info.minor, 10), 13)}"
+            image = modal.Image.debian_slim(python_version=py)
         deps = requirements.bundle_dependencies(objects.manifest_file(job.bundle_hash),
                                                 job.plan.get("workdir") or "", job.plan.get("extras") or ())
         if deps:
             image = image.pip_install(*deps.requirements, **modal_pip_options(deps))  # built once, then reused
+        packages = [str(p) for p in job.plan.get("packages") or ()]
+        if packages:  # the request's own packages, a layer of their own over the project's
+            image = image.pip_install(*packages)
         image = image.add_local_file(FUNCTION_FILE, "/root/modal_function.py", copy=False)
         image = image.add_local_dir(RUNTIME_DIR, f"{REMOTE}/runtime", copy=False,
                                     ignore=["**/__pycache__", "**/__pycache__/**", "**/*.pyc"])
