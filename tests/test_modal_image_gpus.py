@@ -260,3 +260,34 @@ def test_a_job_on_four_h100s_in_a_registry_image_with_packages_plans_prices_and_
     finally:
         _stop_world(home)
         fm.close()
+
+
+@pytest.mark.slow
+async def test_compute_job_takes_image_packages_and_a_gpu_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               keychain, home: Path) -> None:
+    """compute_job's plan takes `image`, `packages` and `gpu: TYPE:COUNT` as gpu.yaml's keys of
+    those names, checked the same way (tui/mcp_schema.py's COMPUTE_RESOURCE_PROPERTIES)."""
+    import os
+
+    from tests.conftest import _stop_world, make_git_project, run_gpu
+    from tests.test_mcp import call, fails, session
+
+    fm = FakeModal(tmp_path / "modal", token_id=TOKEN_ID, token_secret=TOKEN_SECRET)
+    monkeypatch.setenv("MODAL_SERVER_URL", fm.url)
+    monkeypatch.setenv("MODAL_CONFIG_PATH", str(tmp_path / "no-modal.toml"))
+    try:
+        added = run_gpu("targets", "add", "modal", "md", "--token-stdin", "--json", input=f"{TOKEN_ID} {TOKEN_SECRET}\n")
+        assert added.returncode == 0, added.stderr + added.stdout
+        p = make_git_project(tmp_path / "big", {"big.py": "print('big', flush=True)\n"})
+        async with session(extra_env=dict(os.environ)) as s:
+            plan = (await call(s, "compute_job", action="plan", command="python big.py", cwd=str(p), hours=0.1,
+                               gpu="H100:2", image="python:3.11-slim", packages=["einops==0.8.0"]))["plan"]
+            assert plan["target"] == "md" and plan["gpu"] == "2x H100" and plan["offer"] == "H100:2", plan
+            assert plan["image"] == "python:3.11-slim" and plan["packages"] == ["einops==0.8.0"]
+            assert plan["price_per_hour"] == pytest.approx(2 * PRICES["H100"])
+            text = await fails(s, "compute_job", action="plan", command="python big.py", cwd=str(p), hours=0.1,
+                               image="Not A Ref")
+            assert "compute_job argument image" in text and "docker pull" in text, text
+    finally:
+        _stop_world(home)
+        fm.close()

@@ -231,7 +231,8 @@ COMPUTE_DESCRIPTION = (
     "guidance.resource, the MCP resource to subscribe to for a notification when it ends. A "
     "failed job's guidance.next_call reads its log from where its error starts. plan and start "
     "also take what the job needs (gpu, vram_gb, gpus, cpus, memory_gb, time_minutes, "
-    "partition, modules, container, env, data), checked as gpu.yaml's keys of those names. Pass "
+    "partition, modules, container, image, packages, env, data), checked as gpu.yaml's keys of "
+    "those names. Pass "
     "the digest from plan so that, if the plan changed since (another target, another bundle), "
     "the job waits for a person's approval instead of running. wait: block until the job "
     "changes state or ends (until=\"end\": until it ends or needs approval; timeout_s), then "
@@ -247,10 +248,12 @@ COMPUTE_DESCRIPTION = (
 # names say it (core/config/request.py checks them all, one way for every front)
 COMPUTE_RESOURCE_PROPERTIES: dict[str, dict[str, Any]] = {
     "gpu": _str("plan/start: the GPU type the job needs, e.g. T4, A100, H100 (a target without "
-                "it is passed over; for a GPU this machine lacks, a modal target gives it). "
-                "Usually omit."),
+                "it is passed over; for a GPU this machine lacks, a modal target gives it), or "
+                "TYPE:COUNT for several, e.g. H100:4. Usually omit."),
     "vram_gb": _number("plan/start: GB of GPU memory the job needs (a hard filter)."),
-    "gpus": _integer("plan/start: GPUs per job on a scheduler target (Slurm --gpus).",
+    "gpus": _integer("plan/start: GPUs per job (gpu: \"H100:4\" says type and count at once): "
+                     "Modal gives 1 to 8 of one type at that many times the price; a Slurm or PBS "
+                     "target is asked for them; a local or ssh target must have that many.",
                      minimum=0, maximum=1_000),
     "cpus": _integer("plan/start: CPU cores per job on a scheduler target (Slurm "
                      "--cpus-per-task).", minimum=1, maximum=10_000),
@@ -262,6 +265,12 @@ COMPUTE_RESOURCE_PROPERTIES: dict[str, dict[str, Any]] = {
                         "[\"cuda/12.1\"]."),
     "container": _str("plan/start: an Apptainer/Singularity image a scheduler target runs the "
                       "job in."),
+    "image": _str("plan/start: a registry image the Modal image is built from, e.g. "
+                  "python:3.11-slim or nvcr.io/nvidia/pytorch:24.01-py3 (Python 3.10+ and pip in "
+                  "it); the job then runs on a modal target only."),
+    "packages": _strings("plan/start: pip requirements installed into the Modal image besides the "
+                         "project's requirements.txt, e.g. [\"einops==0.8.0\"]; the job then runs "
+                         "on a modal target only."),
     "env": {"type": "object", "additionalProperties": {"type": "string"}, "description":
             "plan/start: non-secret environment variables for the job, NAME: value. A "
             "secret-looking name or value is refused: secrets live in the keychain (the user "
