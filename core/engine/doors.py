@@ -265,10 +265,12 @@ def group_holds(store: Store, group_id: str, plans: dict[str, dict], infos: dict
 
 
 def replan(store: Store, job: Job, why: str, exclude: dict[str, str] | None = None,
-           door: str = MIGRATION) -> Job:
+           door: str = MIGRATION, chosen: Any = None) -> Job:
     """Route a job again (placed but not started, or moving after its session ended) through
     `judge`: a plan that changed needs a new approval, a group's totals and the job's history
-    are judged again. `exclude` names targets not to use, with why."""
+    are judged again. `exclude` names targets not to use, with why; `chosen` is a route the
+    caller made already (core/engine/reroute.py: a target that can start it now), taken as
+    it is."""
     from core.config import user as userconfig
     from core.engine import targets
     from core.engine.service import hold, request_from_json
@@ -276,13 +278,14 @@ def replan(store: Store, job: Job, why: str, exclude: dict[str, str] | None = No
     from core.planning.router import route
 
     cfg = userconfig.load()
-    req = request_from_json(job.request)
-    infos = targets.for_request(req, store, cfg)
-    for name, reason in (exclude or {}).items():
-        if name in infos:
-            infos[name].available = False
-            infos[name].why_unavailable = reason
-    chosen = route(req, infos, targets.kinds(cfg))
+    if chosen is None:
+        req = request_from_json(job.request)
+        infos = targets.for_request(req, store, cfg)
+        for name, reason in (exclude or {}).items():
+            if name in infos:
+                infos[name].available = False
+                infos[name].why_unavailable = reason
+        chosen = route(req, infos, targets.kinds(cfg))
     plan = {**job.plan, "target": chosen.target, "gpu": chosen.gpu, "reasons": chosen.reasons,
             "passed_over": chosen.passed_over}
     for key in ("offer", "holds", "hold_kind", "tell_user"):

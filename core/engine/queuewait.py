@@ -7,7 +7,8 @@ Q, Kaggle QUEUED: `Poll.queued`). Past it, the job is routed again without that 
 without every target it timed out on before: `queue_excluded`, kept from attempt to attempt),
 under the approval rules again; a launched attempt is cancelled on the target first, and only
 once another target is known to fit, so a job with nowhere else to go keeps its place in the
-queue instead of losing it. A request pinned with `provider` always waits.
+queue instead of losing it. A request pinned with `provider` always waits. (A job waiting for
+a slot moves sooner, once another target can start it now: core/engine/reroute.py.)
 
 Bounded: each move counts as a migration (`rules.max_migrations`), and a target the job timed
 out on is never tried again for it, so the moves end after as many targets as there are.

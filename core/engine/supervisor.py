@@ -26,6 +26,7 @@ from core.engine.jobmoves import JobMoves
 from core.engine.jobsteps import JobSteps
 from core.engine.jobwatch import JobWatch
 from core.engine.queuewait import QueueWait
+from core.engine.reroute import SlotMoves
 from core.engine.looplag import LagWatch
 from core.engine.notify import Notifier
 from core.errors import DiskFull, IllegalTransition, UserError, disk_full_guard
@@ -49,10 +50,11 @@ STEADY_PER_TICK = int(os.environ.get("GPU_ROUTER_STEADY_PER_TICK", 150))
 # -- the loop ------------------------------------------------------------------------------
 
 
-class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, CheckpointCopies):
+class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, SlotMoves, CheckpointCopies):
     """The loop: each tick reads the live jobs that changed and starts one step for each that is
     not mid-step (jobsteps.py: one job's step; jobmoves.py: moving it; jobwatch.py: metrics,
-    hours and kill rules; queuewait.py: a job that does not start within queue_timeout_s)."""
+    hours and kill rules; queuewait.py: a job that does not start within queue_timeout_s;
+    reroute.py: a job waiting for a slot that another target can start now)."""
 
     def __init__(self, store: Store | None = None, providers: dict[str, Any] | None = None,
                  tick_s: float = 1.0, idle_exit_s: float = IDLE_EXIT_S) -> None:
@@ -79,6 +81,9 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, CheckpointCopies):
         self._rules_at: dict[str, float] = {}  # job id -> when its kill rules last read history
         self._step_errors: dict[str, tuple[int, float]] = {}  # job id -> steps that raised in a row, since
         self._sweep: asyncio.Task | None = None
+        self._slot_looked: dict[str, tuple] = {}  # job id -> (what was free, when) at its last look (reroute.py)
+        self._slot_moving: set[str] = set()  # job ids being routed again for a free slot elsewhere
+        self._slot_lock = asyncio.Lock()
         self.notifier = Notifier()  # tells the person (notify: in the user config); notify.py
 
     @property
@@ -146,10 +151,14 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, CheckpointCopies):
             self._configure_notify()
         jobs = await self._live_jobs()
         load: dict[str, int] = {}
+        placed: dict[str, int] = {}  # routing jobs not started this tick: each takes a slot there
+        waiting: list[Job] = []  # jobs waiting for a slot on their target (reroute.py)
         group_load: dict[str, int] = {}  # a sweep's points started: at most its max_parallel
         for job in jobs:
             if job.state in LAUNCHED:
                 load[job.provider or ""] = load.get(job.provider or "", 0) + 1
+            elif job.state == State.ROUTING:
+                placed[job.provider or ""] = placed.get(job.provider or "", 0) + 1
             if job.group_id and (job.state in LAUNCHED or (job.state == State.ROUTING and job.id in self.busy)):
                 group_load[job.group_id] = group_load.get(job.group_id, 0) + 1  # mid-start counts
         for job in self._this_tick(jobs):
@@ -165,13 +174,18 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, CheckpointCopies):
                 if load.get(job.provider, 0) >= provider.max_jobs:
                     if await self.db(self._note_waiting, job, provider, load.get(job.provider, 0)):
                         self._spawn(tasks, job, self._slot_timeout(job, provider))  # waited too long
+                    else:
+                        waiting.append(job)
                     continue
                 load[job.provider] = load.get(job.provider, 0) + 1
+                placed[job.provider] = placed.get(job.provider, 1) - 1
                 if job.group_id:
                     group_load[job.group_id] = group_load.get(job.group_id, 0) + 1
             elif job.state not in LAUNCHED and job.state != State.MIGRATING:
                 continue
             self._spawn(tasks, job, self.step(job))
+        if waiting:
+            self._move_waiting(tasks, waiting, load, placed)  # another target may start them now
         self._sweep_strays()
         if tasks:
             await asyncio.wait(set(tasks), timeout=self.tick_s)
