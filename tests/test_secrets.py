@@ -130,7 +130,7 @@ def test_without_a_keychain_the_message_says_how_to_get_one(home: Path) -> None:
     "X=hf_abcdefghijklmnopqrstuvwxyz", "X=sk-abcdefghijklmnop1234", "X=sk-ant-api03-abcdefghijklmnop",
     "X=-----BEGIN OPENSSH PRIVATE KEY-----", "X=postgres://user:pw@db.internal/prod",
     "X=Zx8Kq2LmN4pR7sT1vW3yA5bC6dE9fG0h", "X=0123456789abcdef0123456789abcdef01234567",
-    "PUBLIC_KEY_URL=https://example.com/k.pub", "apiKey=x", "MY_AUTH_HEADER=x",
+    "apiKey=x", "MY_AUTH_HEADER=Basic dXNlcjpwYXNz",
     "X=glpat-abcdefghijklmnopqrstu", "X=xoxb-1234567890-abcdef", "X=sk_live_abcdefghijkl",
 ])
 def test_secret_looking_env_is_refused(entry: str, home: Path, tmp_path: Path) -> None:
@@ -153,7 +153,10 @@ def test_ordinary_env_passes(home: Path, tmp_path: Path) -> None:
                 "TOKENIZERS_PARALLELISM": "false", "PUBLIC_URL": "https://example.com/k.pub",
                 "HF_HOME": "/data/hf", "RUN_NAME": "exp_2024_11_29_lr3e-4_bs32_warmup1000",
                 "MODEL": "meta-llama/Llama-3.1-8B-Instruct", "URL": "https://example.com/a/b",
-                "KEYBOARD": "us", "AUTHOR": "ada", "LR": "3e-4", "SEED": "1234567890"}
+                "KEYBOARD": "us", "AUTHOR": "ada", "LR": "3e-4", "SEED": "1234567890",
+                "PUBLIC_KEY_URL": "https://example.com/k.pub",  # a URL without credentials
+                "MAX_NEW_TOKENS": "256", "AUTH_MODE": "none", "PASS_AT_K": "10",
+                "GIT_COMMIT": "0123456789abcdef0123456789abcdef01234567"}
     for name, value in ordinary.items():
         assert env_problem(name, value) is None, (name, value)
     project = tmp_path / "p"

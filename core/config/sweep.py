@@ -255,7 +255,7 @@ def check_point(run: Any, point: Point, where: str = "sweep", number: int | None
     GPU_ROUTER_PARAMS is left to its parts: it is the point's values as JSON (each one checked
     as its own env entry), and JSON's quotes and the keys' capitals read as a random key."""
     from core.config.limits import check_command_size
-    from core.secrets.scan import check_args, check_env, env_problem
+    from core.secrets.scan import check_args, check_env, secret_name_part
 
     which = f"sweep point {number}" if number else "a sweep point"
     keys = ", ".join(point)
@@ -271,7 +271,7 @@ def check_point(run: Any, point: Point, where: str = "sweep", number: int | None
         check_command_size(run, where)
     except UserError as exc:
         fix = exc.fix
-        named = [k for k in point if env_problem(k, "") and f" {k} " in f" {exc.what} "]
+        named = [k for k in point if secret_name_part(k) and f" {k} " in f" {exc.what} "]
         if named:  # the key is the env name refused: most often an ordinary setting (MAX_TOKENS)
             fix = (f"a sweep key is also the name of an env variable, held to env's rules: for an "
                    f"ordinary setting, rename {named[0]} (e.g. without the word part named) and "

@@ -51,10 +51,25 @@ ALLOWED_PARTS = frozenset({
 SECRET_WORDS = frozenset({
     "PW", "PIN", "PINCODE", "JWT", "BEARER", "COOKIE", "COOKIES", "DSN", "SAS", "OTP", "TOTP",
     "HOTP", "MFA", "WEBHOOK", "WEBHOOKS", "CONNSTR",
+    # rarer words of the trade (a value that is plainly a setting still passes under them)
+    "SIGNATURE", "SIG", "HMAC", "SALT", "CERT", "PRIV", "PRIVATE", "API", "APIKEY", "PASSPHRASE",
+    "CREDS", "LOGIN", "NONCE",
+    # "password", "secret", "key" and "token" in the languages people write code in
+    "KENNWORT", "PASSWORT", "GEHEIM", "SCHLUESSEL", "SCHLUSSEL",  # German
+    "SENHA", "CHAVE", "SEGREDO",                                  # Portuguese
+    "CONTRASENA", "CLAVE", "SECRETO",                             # Spanish
+    "MOTDEPASSE", "MDP", "CLE", "JETON",                          # French
+    "CHIAVE", "SEGRETO", "PAROLA",                                # Italian (and Romanian, Turkish)
+    "WACHTWOORD", "SLEUTEL", "GEHEIMNIS",                         # Dutch, German
+    "LOSENORD", "LOSEN", "NYCKEL", "ADGANGSKODE", "PASSORD",      # Swedish, Danish, Norwegian
+    "SALASANA", "AVAIN", "HASLO", "KLUCZ", "HESLO", "JELSZO",     # Finnish, Polish, Czech, Hungarian
+    "PAROL", "KLYUCH", "SIFRE", "PAROLLA", "MIMA", "MIYAO",       # Russian, Turkish, Chinese pinyin
+    "ANGOU", "PASUWADO", "BIMILBEONHO", "AMHO",                   # Japanese, Korean romanised
 })
 # Two adjacent parts that name a secret together (CONN_STR, ConnectionString, 2FA_SEED).
 SECRET_PAIRS = frozenset({("CONN", "STR"), ("CONN", "STRING"), ("CONNECTION", "STR"),
-                          ("CONNECTION", "STRING"), ("2", "FA")})
+                          ("CONNECTION", "STRING"), ("2", "FA"), ("MOT", "PASSE"), ("MOT", "DE"),
+                          ("CLE", "API"), ("CLAVE", "API")})
 # A secret word that means something else beside these parts (PIN_MEMORY pins memory).
 WORD_CLEARED_BY = {
     "PIN": frozenset({"MEMORY", "MEM", "CPU", "CPUS", "CORE", "CORES", "THREAD", "THREADS",
@@ -115,12 +130,14 @@ _WORDS = re.compile(r"[A-Z]?[a-z]{3,}")
 def looks_like_aws_secret(value: str) -> bool:
     """An AWS secret access key: 40 characters of base64 that may hold '/' (which the random-token
     check passes over as a path). A path of that length reads as words: `data/ImageNet2012/..`
-    has most of its characters in words of three or more lower-case letters; a key has few."""
+    has most of its characters in words of three or more lower-case letters, and repeats its
+    letters (under 4.5 bits a character); a key has few words, or such words at a key's entropy
+    (4.3 to 5 bits: 40 characters drawn from 64)."""
     for token in re.split(r"[\s,;=:\"']+", value):
         if (re.fullmatch(r"[A-Za-z0-9/+]{40}", token) and "/" in token.strip("/")
-                and not token.startswith("/") and "//" not in token
-                and all(re.search(p, token) for p in (r"[a-z]", r"[A-Z]", r"[0-9]"))
-                and sum(len(w) for w in _WORDS.findall(token)) < 0.5 * len(token)):
+                and all(re.search(p, token) for p in (r"[a-z]", r"[A-Z]"))  # digits: most, not all
+                and (sum(len(w) for w in _WORDS.findall(token)) < 0.5 * len(token)
+                     or _entropy(token) >= 4.5)):  # random letters that happen to form runs
             return True
     return False
 
@@ -146,29 +163,142 @@ def _shape_problem(value: str, shapes: tuple) -> str | None:
     return None
 
 
-def env_problem(name: str, value: str) -> str | None:
-    """Why `name=value` may not go in `env`, or None when it is an ordinary setting."""
-    part = secret_name_part(name)
-    if part is not None:
-        return f"the name {name} looks like a secret's (it has the word part {part!r})"
-    what = tokens.value_token(name)  # the full token table: `hf_datasets_cache_dir` is a name
-    if what:  # a token pasted as the name (never repeated: the message names no name)
-        return f"the name of an env entry looks like {what}"
-    what = value_problem(value)
-    if what:
-        return f"the value of {name} looks like {what}"
+# -- the env gate: a name is a hint, a value is evidence ------------------------------------
+
+# Word parts that say a value is a digest or an id: a hex digest (or a UUID) under such a name is
+# a commit, a revision or a checksum, however random it looks (HF_REVISION, DATASET_SHA256).
+DIGEST_PARTS = frozenset({"HASH", "SHA", "MD", "COMMIT", "REV", "REVISION", "ID", "IDS", "UUID", "GUID",
+                          "DIGEST", "CHECKSUM", "CRC", "ETAG", "REF", "FINGERPRINT", "BUILD"})
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_PLAIN_SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(rf"{_NUMBER}(?:\s*[,:;x/ ]\s*{_NUMBER})*"), "a number"),  # 0,1  3e-4  224x224  1/8
+    (re.compile(r"v?\d+(?:\.\d+)+(?:[-+.]?[A-Za-z0-9]+)*"), "a version"),  # 1.2.3, v2.1.0rc1
+    (re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[-+]\d{2}:?\d{2})?)?"),
+     "a date"),
+)
+# a word (none, offline, Bearer) or a short name with a number (bf16, fp8, gpt2, v1)
+_SHORT_WORD = re.compile(r"[A-Za-z]{1,10}|[A-Za-z]{1,4}[0-9]{1,2}|[A-Za-z]{1,10}(?:-[A-Za-z]{1,10}){1,2}")
+# Words a setting takes whatever its name says (AUTH=none, TOKEN_TYPE=bearer, HF_TOKEN=false).
+SETTING_WORDS = frozenset({
+    "none", "null", "nil", "true", "false", "yes", "no", "on", "off", "y", "n", "t", "f", "auto",
+    "default", "enabled", "disabled", "enable", "disable", "required", "optional", "basic", "bearer",
+    "digest", "oauth", "oidc", "saml", "ldap", "kerberos", "token", "key", "password", "env", "file",
+    "keychain", "rsa", "dsa", "ecdsa", "ed25519", "hmac", "sha256", "aes", "local", "remote", "offline",
+    "online", "strict", "lax", "fast", "slow", "mean", "sum", "max", "min", "first", "last", "all",
+    "any", "unset", "empty", "anonymous", "public", "private", "read", "write", "info", "debug",
+})
+_HEX_DIGEST = re.compile(r"(?:(?:sha1|sha256|sha512|md5):)?[0-9a-fA-F]{7,128}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_URL = re.compile(r"[a-z][a-z0-9+.-]{0,31}://\S+", re.IGNORECASE)
+_PATH = re.compile(r"(?:~|\.{1,2})?/[^\s]*|[^\s/]+(?:/[^\s/]+)+/?")
+
+
+def _readable(segment: str) -> bool:
+    """A path segment people wrote (ImageNet2012, exp_lr3e-4, Llama-2-7b-hf), not a key's
+    base64: short, or with separators, or mostly words, or repeating its letters."""
+    return (len(segment) < 16 or sum(segment.count(c) for c in "_-. ") > 0.1 * len(segment)
+            or sum(len(w) for w in _WORDS.findall(segment)) >= 0.5 * len(segment)
+            or _entropy(segment) < 3.5)
+
+
+def _url_credential(value: str) -> str | None:
+    """The query or fragment parameter of a URL that carries a credential (`?sig=`, `#access_token=`,
+    `X-Amz-Signature=`), or None."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return "an unreadable URL"
+    for text in (parts.query, parts.fragment):
+        for key, val in parse_qsl(text, keep_blank_values=True):
+            if len(val) >= 8 and (secret_name_part(key) or key.lower() in ("sig", "code", "apikey")):
+                return key
     return None
 
 
-def check_env(env: dict[str, str], where: str | dict[str, str] = "env") -> None:
+def plain_value(name: str, value: str) -> str | None:
+    """What a value is when it cannot be a secret (a number, a boolean, a short word, a path, a URL
+    without credentials, a hex digest or UUID under a name that says hash, commit, revision or
+    id), or None. Such a value passes whatever its name: MAX_TOKENS=2048, AUTH_MODE=none."""
+    text = value.strip()
+    if not text:
+        return "empty"
+    for shape, what in _PLAIN_SHAPES:
+        if shape.fullmatch(text):
+            return what
+    if _SHORT_WORD.fullmatch(text):
+        # a word passes unless the name's last word part, its noun, is a secret's (DB_PASSWORD,
+        # HF_TOKEN, SENHA): there a short word is what a weak password is. AUTH_MODE=none passes.
+        uppers = [p.upper() for p in name_parts(name)]
+        if text.lower() in SETTING_WORDS or not uppers or not _secret_part(uppers[-1], uppers):
+            return "a short word"
+    if _URL.fullmatch(text) and _url_credential(text) is None:
+        return "a URL without credentials"
+    if _PATH.fullmatch(text) and all(_readable(seg) for seg in text.strip("/~.").split("/") if seg):
+        return "a path"
+    if _HEX_DIGEST.fullmatch(text) or _UUID.fullmatch(text):
+        uppers = [p.upper() for p in name_parts(name)]
+        marks = [i for i, p in enumerate(uppers) if p in DIGEST_PARTS]
+        secret = [i for i, p in enumerate(uppers) if _secret_part(p, uppers)]
+        if marks and (not secret or max(marks) > max(secret)):  # API_KEY_ID: the name's noun is the id
+            return "a digest under a name that says so"
+    return None
+
+
+def _secret_part(upper: str, uppers: list[str]) -> bool:
+    return ((upper not in ALLOWED_PARTS and any(stem in upper for stem in SECRET_STEMS))
+            or (upper in SECRET_WORDS and WORD_CLEARED_BY.get(upper, frozenset()).isdisjoint(uppers)))
+
+
+def value_evidence(value: str) -> str | None:
+    """What a value is when its shape alone says secret, whatever its name: a vendor token, a key
+    block, a URL with a password or a credential in its query, an AWS secret key."""
+    what = _shape_problem(value, SECRET_VALUES)
+    if what is None and _URL.search(value):
+        for url in _URL.findall(value):
+            key = _url_credential(url)
+            if key:
+                return f"a URL that carries a credential ({key}=)"
+    return what
+
+
+def env_problem(name: str, value: str, plain: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """Why `name=value` may not go in `env`, or None when it is an ordinary setting: the env
+    gate's one rule, in this order (each refusal says which step refused, in one line).
+
+    1. A value whose shape is a secret's (`value_evidence`) is refused under any name.
+    2. A value that cannot be a secret (`plain_value`) passes under any name.
+    3. A long random-looking value is refused under any name.
+    4. Between the two, the name decides: a secret's word part (`secret_name_part`) refuses.
+    A name in `plain` (a person's `not_secret`) skips steps 3 and 4, never step 1."""
+    what = tokens.value_token(name)  # the full token table: `hf_datasets_cache_dir` is a name
+    if what:  # a token pasted as the name (never repeated: the message names no name)
+        return f"the name of an env entry looks like {what}"
+    what = value_evidence(value)
+    if what:
+        return f"the value of {name} looks like {what}"
+    if name in plain or plain_value(name, value):
+        return None
+    if looks_random(value):
+        return f"the value of {name} looks like a key (long and random)"
+    part = secret_name_part(name)
+    if part is not None:
+        return (f"the name {name} looks like a secret's (it has the word part {part!r}) and its "
+                f"value is not plainly a setting (a number, a word, a path, a URL)")
+    return None
+
+
+def check_env(env: dict[str, str], where: str | dict[str, str] = "env",
+              plain: frozenset[str] | set[str] = frozenset()) -> None:
     """Refuse the first secret-looking entry, saying where it is and where secrets go instead.
 
     `where` names the place of every entry (gpu.yaml's file and line, or `argument --env`)
-    or one place for all of them."""
+    or one place for all of them. `plain` names the entries a person passed as not secret."""
     from core.errors import UserError
 
     for name, value in env.items():
-        why = env_problem(name, value)
+        why = env_problem(name, value, plain)
         if why:
             place = where.get(name, "env") if isinstance(where, dict) else where
             name = "NAME" if tokens.value_token(name) else name

@@ -1,0 +1,135 @@
+"""The env gate judges name and value together: a value shaped like a secret is refused under any
+name, a value that cannot be one passes under any name, and only between the two does the name
+decide (core/secrets/scan.py `env_problem`)."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.props import examples
+
+from core.runtime.tokenshapes import PREFIXES
+from core.secrets.scan import DIGEST_PARTS, env_problem
+
+FAST = settings(max_examples=examples(200), deadline=None)
+
+WORDS = ["MAX", "NEW", "TOKENS", "KEY", "FRAMES", "AUTH", "MODE", "PASS", "AT", "K", "HF", "REVISION",
+         "GIT", "COMMIT", "DATASET", "SHA256", "DB", "PASSWORD", "SECRET", "API", "RUN", "ID", "SENHA",
+         "NUM", "TOKEN", "PRIVATE", "CERT", "SIGNATURE", "SALT", "HMAC", "X", "PATH", "URL", "DIR"]
+names = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map("_".join)
+digest_names = st.tuples(names, st.sampled_from(sorted(DIGEST_PARTS))).map("_".join)
+# A key is drawn as its issuer draws it, at random: a seed, not a string hypothesis may shrink to
+# `aaaa/aaaa` (which no issuer hands out and which is as much a path as a key).
+keys_rng = st.integers(0, 2**32 - 1).map(random.Random)
+
+
+def _random(rng: random.Random, alphabet: str, n: int) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+# -- a value shaped like a secret: refused whatever its name -------------------------------
+
+@FAST
+@given(name=names | digest_names, prefix=st.sampled_from(PREFIXES), rng=keys_rng)
+def test_a_vendor_token_is_refused_under_any_name(name: str, prefix, rng: random.Random) -> None:
+    start, shortest, what = prefix
+    value = start + _random(rng, string.ascii_letters + string.digits, shortest + rng.randint(0, 20))
+    why = env_problem(name, value)
+    assert why is not None and what in why, (name, value, why)
+    assert value not in why
+
+
+@FAST
+@given(name=names | digest_names, rng=keys_rng)
+def test_an_aws_secret_access_key_is_refused_under_any_name(name: str, rng: random.Random) -> None:
+    """40 characters of base64 as AWS draws them, a `/` among them (the shape a path also has)."""
+    value = _random(rng, string.ascii_letters + string.digits + "+/", 39)
+    cut = rng.randrange(1, 39)
+    value = value[:cut] + "/" + value[cut:]
+    assert env_problem(name, value) is not None, (name, value)
+
+
+@FAST
+@given(name=names | digest_names, rng=keys_rng,
+       param=st.sampled_from(["sig", "token", "access_token", "X-Amz-Signature", "api_key", "apikey"]),
+       where=st.sampled_from(["?", "#"]))
+def test_a_url_that_carries_a_credential_is_refused_under_any_name(name: str, rng: random.Random, param: str,
+                                                                  where: str) -> None:
+    value = f"https://data.example.com/shard-0001.tar{where}v=2&{param}={_random(rng, string.ascii_letters, 16)}"
+    why = env_problem(name, value)
+    assert why is not None and "credential" in why, (name, value, why)
+
+
+@FAST
+@given(name=names | digest_names, rng=keys_rng)
+def test_a_long_random_key_is_refused_under_any_name_but_a_hex_digest_under_a_digest_name(
+        name: str, rng: random.Random) -> None:
+    value = _random(rng, string.ascii_letters + string.digits, 40)
+    if not any(c.isdigit() for c in value) or value.isalpha():
+        value = value[:-1] + "7"
+    assert env_problem(name, value) is not None, (name, value)
+
+
+# -- a value that cannot be a secret: accepted whatever its name ----------------------------
+
+numbers = st.one_of(st.integers(-10**12, 10**12).map(str), st.floats(allow_nan=False, allow_infinity=False).map(repr),
+                    st.sampled_from(["3e-4", "0.0003", "1e-5", ".5", "0,1,2,3", "224x224"]))
+booleans = st.sampled_from(["true", "false", "True", "FALSE", "yes", "no", "on", "off", "1", "0"])
+segments = st.lists(st.sampled_from(["data", "runs", "exp_2024", "ckpt", "hf", "cache", "ImageNet2012", "train",
+                                     "Llama-3.1-8B", "shard-00001.tar", "tmpa8f3k2j9", "Class001"]),
+                   min_size=1, max_size=5)
+paths = (st.tuples(st.sampled_from(["/", "./", "../", "~/"]), segments).map(lambda t: t[0] + "/".join(t[1]))
+         | segments.filter(lambda parts: len(parts) > 1).map("/".join))  # a relative path has a slash
+urls = paths.map(lambda p: "https://huggingface.co/" + p.lstrip("./~"))
+
+
+@FAST
+@given(name=names, value=numbers | booleans | paths | urls)
+def test_a_number_boolean_path_or_plain_url_passes_under_any_name(name: str, value: str) -> None:
+    assert env_problem(name, value) is None, (name, value)
+
+
+@FAST
+@given(name=digest_names, n=st.sampled_from([7, 8, 12, 32, 40, 64, 128]), rng=keys_rng,
+       upper=st.booleans())
+def test_a_hex_digest_under_a_name_that_says_hash_commit_revision_or_id_passes(
+        name: str, n: int, rng: random.Random, upper: bool) -> None:
+    value = _random(rng, "0123456789abcdef", n)
+    assert env_problem(name, value.upper() if upper else value) is None, (name, value)
+
+
+# -- the reported cases ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, value", [
+    ("MAX_NEW_TOKENS", "256"), ("MAX_TOKENS", "2048"), ("NUM_TOKENS", "512"), ("KEY_FRAMES", "8"),
+    ("AUTH_MODE", "none"), ("HF_REVISION", "3f8a2b1c9d0e4f5a6b7c8d9e0f1a2b3c4d5e6f70"),
+    ("GIT_COMMIT", "0123456789abcdef0123456789abcdef01234567"),
+    ("DATASET_SHA256", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+    ("PASS_AT_K", "10"), ("TOKEN_TYPE", "bearer"), ("API_VERSION", "2023-05-15"), ("RUN_ID", "7f3e9a1b"),
+    ("WANDB_RUN_ID", "01234567-89ab-cdef-0123-456789abcdef"), ("KEY_PATH", "/run/keys/deploy.pem"),
+])
+def test_reported_false_refusals_pass(name: str, value: str) -> None:
+    assert env_problem(name, value) is None
+
+
+@pytest.mark.parametrize("name, value", [
+    ("SENHA", "Tr0ub4dor&3"), ("KENNWORT", "hunter2x"), ("SIGNATURE", "a1b2c3d4e5"), ("HMAC_SALT", "pepper42x"),
+    ("CERT", "MIIBkTCB+wIJ"), ("PRIV", "z9y8x7w6"), ("CONTRASENA", "Abc123!x"), ("MOT_DE_PASSE", "s3cr3t!"),
+    ("ORG", "api_org_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"),
+    ("CONFIG", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    ("HEROKU_API", "01234567-89ab-cdef-0123-456789abcdef"),
+    ("DB_PASSWORD", "hunter2"), ("HF_TOKEN", "changeme"),
+])
+def test_reported_misses_are_refused(name: str, value: str) -> None:
+    why = env_problem(name, value)
+    assert why is not None and "\n" not in why
+    assert value not in why  # the refusal names the rule, never the value
+
+
+def test_a_refusal_by_name_says_what_would_pass() -> None:
+    why = env_problem("DB_PASSWORD", "hunter2")
+    assert "word part 'PASSWORD'" in why and "not plainly a setting" in why
