@@ -118,6 +118,23 @@ def test_four_gpus_go_to_modal_at_four_times_the_price_and_not_to_a_one_gpu_box(
     assert pbs.target == "q" and "PBS itself judges gpus: 4" in pbs.reasons[-1]
 
 
+def test_a_slurm_job_asks_the_scheduler_for_the_type_and_count_of_gpu_type_colon_count(
+        tmp_path: Path, home: Path) -> None:
+    """`gpu: a100:4` reaches sbatch as --gres=gpu:a100:4 (the scheduler's own count), as gpu:
+    a100 with gpus: 4 did; the plan binds the count through its resources."""
+    from types import SimpleNamespace
+
+    from core.providers.batch import resources
+    from core.providers.slurm import SlurmProvider
+
+    req = build_request(_project(tmp_path, "script: train.py\ngpu: a100:4\n"), {})
+    job = SimpleNamespace(id="a" * 32, short_id="aaaaaaaa", attempt=1, name="train", request=req.to_json(),
+                          plan={"resources": req.resources(), "hours": 1.0})
+    hpc = SlurmProvider("hpc", transport=SimpleNamespace(describe=lambda: "login"), options={})
+    directives = hpc.directives(job, resources(job, hpc.options))
+    assert "#SBATCH --gres=gpu:a100:4" in directives, directives
+
+
 def test_past_modals_count_the_job_is_refused_with_the_limit_and_the_fix() -> None:
     with pytest.raises(UserError) as err:
         route(_req(gpu="H100", gpus=9, provider="md"), _infos())
