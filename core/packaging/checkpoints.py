@@ -19,10 +19,14 @@ one checkpoint, the last complete one:
                                 from which target and attempt, bytes moved so far
 
 A new version is assembled beside the old one (unchanged files copied from it) and swapped in
-by renames, so a crash never leaves home with half a checkpoint.
+by renames, so a crash never leaves home with half a checkpoint. A sparse file stays sparse on
+every copy on this machine (core/runtime/sparsefile.py): unpacked from the archive with each
+whole block of zeros left a hole, copied into the new version, into a local target's ckpt/ at
+a restore and into runs/<id>/checkpoint/ across disks by its data regions alone; it still
+counts its full length against the caps.
 
 What home takes is bounded before anything moves: every file counts its full length (a sparse
-file too: the copy, the archive and the hashing handle its full length), the checkpoint must
+file too: the archive and the hashing handle its full length), the checkpoint must
 fit the target's output cap (`max_output_bytes`: it becomes an output when the job ends), and
 home must keep RESERVE_BYTES free after it. FIFOs, sockets, devices and links in ckpt/ are
 never opened (ckptscan) and said once. A full disk at home is said once (an event, and a line
@@ -60,6 +64,7 @@ from core.jobs.store import Event, Job
 from core.packaging import runswriter
 from core.packaging.safe_extract import OutputCaps, masked_names, safe_extract
 from core.secrets import names
+from core.runtime import sparsefile
 from core.runtime.diskspace import DISK_FULL, disk_full_text, free_bytes, is_enospc
 
 MIRROR_EVERY_S = float(os.environ.get("GPU_ROUTER_CKPT_EVERY_S", 15.0))
@@ -448,7 +453,7 @@ def _assemble(job_id: str, staging: Path, wanted: dict, changed: list[str], old:
             return None
         dst = version / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
+        _copy_sparse(src, dst)
     marker = staging / "new" / MARKER
     if marker.is_file():
         shutil.copy2(marker, version / MARKER)
@@ -459,6 +464,13 @@ def _assemble(job_id: str, staging: Path, wanted: dict, changed: list[str], old:
         os.replace(current, retired)
     os.replace(version, current)
     return {"files": wanted}
+
+
+def _copy_sparse(src: Path, dst: Path) -> None:
+    """shutil.copy2 that keeps a sparse file's holes (core/runtime/sparsefile.py): a 64 MiB
+    preallocated checkpoint with a few blocks of data stays a few blocks on disk."""
+    sparsefile.copy_file(src, dst)
+    shutil.copystat(src, dst)
 
 
 def real_names(job_id: str, secrets: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -529,7 +541,7 @@ def restore_local(job_id: str, dest: Path, secrets: Mapping[str, str] | None = N
             continue
         target = tmp / rename.get(rel, rel)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+        _copy_sparse(path, target)
     marker = _marker_bytes(src, rename)
     if marker is not None:
         (tmp / MARKER).write_bytes(marker)

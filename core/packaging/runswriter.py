@@ -43,7 +43,7 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-from core.runtime import nofollow
+from core.runtime import nofollow, sparsefile
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -410,8 +410,7 @@ def _copy_tree(top: int, dst_fd: int) -> None:
             try:
                 wfd = os.open(base, NEW_FILE, stat.S_IMODE(st.st_mode) or 0o644, dir_fd=dfd)
                 try:
-                    for block in iter(lambda: os.read(rfd, _CHUNK), b""):
-                        os.write(wfd, block)
+                    sparsefile.copy_fd(rfd, wfd)  # a sparse checkpoint keeps its holes
                     os.utime(wfd, ns=(st.st_atime_ns, st.st_mtime_ns))
                 finally:
                     os.close(wfd)

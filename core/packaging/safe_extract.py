@@ -48,7 +48,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Iterator
 
 from core.packaging import runswriter
-from core.runtime import nofollow
+from core.runtime import nofollow, sparsefile
 from core.runtime.diskspace import disk_full_text, is_enospc
 
 MAX_BYTES = 20 * 1024**3  # 20 GiB of outputs
@@ -208,10 +208,7 @@ class _Staging:
                           "the rest stayed behind")
                 return False
             try:
-                if block.count(0) == len(block):  # a run of zeros: leave a hole
-                    os.lseek(fd, len(block), os.SEEK_CUR)
-                else:
-                    os.write(fd, block)
+                sparsefile.write(fd, block)  # each whole block of zeros left a hole
             except OSError as exc:
                 if is_enospc(exc):
                     self.note(f"stopped at {rel}: {disk_full_text(self.dest.parent)}")

@@ -23,7 +23,9 @@ How each file gets there, cheapest first, never sharing an inode the job will wr
   job's next save replaces it by rename again and leaves this inode alone);
 - new, or rewritten in place (the same inode with a new mtime): copied; a hard link would
   change with the job's next in-place write. Where a link is impossible (ckpt/ and ckpt-gens/
-  are two mounts inside the local sandbox: EXDEV) it is copied too.
+  are two mounts inside the local sandbox: EXDEV) it is copied too. A copy keeps a sparse
+  file's holes (sparsefile.py, beside this file): a preallocated 64 MiB buffer with a few
+  blocks written stays a few blocks in each generation.
 Each captured file is checked against the size and mtime the save recorded; a file that changed
 meanwhile (a writer racing the save) abandons the generation rather than freezing a mixed set.
 
@@ -32,10 +34,12 @@ Standard library only: it runs inside the job, with the target's Python.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import stat
+import sys
 from typing import Callable
 
 GENERATIONS_ENV = "GPU_ROUTER_CHECKPOINT_GENERATIONS"
@@ -150,10 +154,27 @@ def _link(src: str, dst: str, size: int, mtime: int) -> bool:
     return True
 
 
+def _sparsefile():
+    """sparsefile.py beside this file: imported as a sibling at home (core.runtime), loaded
+    from its file inside a job (the gpu module loads this one so, under its own name)."""
+    if __package__:
+        from . import sparsefile
+        return sparsefile
+    name = "_gpu_router_sparsefile"
+    if name not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparsefile.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
 def _copy(src: str, dst: str, size: int, mtime: int) -> bool:
-    """A copy with the recorded mtime, taken only if the source did not change while read."""
+    """A copy with the recorded mtime, taken only if the source did not change while read; a
+    sparse file's holes stay holes."""
     try:
-        shutil.copyfile(src, dst, follow_symlinks=False)
+        _sparsefile().copy_file(src, dst)  # a link swapped in is not followed (ELOOP)
         after = os.lstat(src)
     except OSError:
         return False
