@@ -87,6 +87,8 @@ class SlotMoves:
                 outcome = await asyncio.to_thread(self._move_if_free, job.id, job.provider)
             if outcome == "again":  # a slot freed where it waits: look again next tick if it stays
                 self._slot_looked.pop(job.id, None)
+            elif outcome == "moved":
+                self.wakeup.set()  # the next tick starts it there now, not a tick later
         except Exception:  # noqa: BLE001 - a look that fails (a config being edited, say) leaves
             # the job waiting where it is; the move is all or nothing (one write), and never its end
             log.exception("job %s: could not route it again for a free slot", job.short_id)

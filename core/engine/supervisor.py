@@ -159,7 +159,8 @@ class Supervisor(JobSteps, JobMoves, JobWatch, QueueWait, SlotMoves, CheckpointC
                 load[job.provider or ""] = load.get(job.provider or "", 0) + 1
             elif job.state == State.ROUTING:
                 placed[job.provider or ""] = placed.get(job.provider or "", 0) + 1
-            if job.group_id and (job.state in LAUNCHED or (job.state == State.ROUTING and job.id in self.busy)):
+            if job.group_id and (job.state in LAUNCHED or (job.state == State.ROUTING and job.id in self.busy
+                                                            and job.id not in self._slot_moving)):
                 group_load[job.group_id] = group_load.get(job.group_id, 0) + 1  # mid-start counts
         for job in self._this_tick(jobs):
             if job.state == State.ROUTING:
