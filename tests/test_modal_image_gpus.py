@@ -242,8 +242,9 @@ def test_a_job_on_four_h100s_in_a_registry_image_with_packages_plans_prices_and_
         added = run_gpu("targets", "add", "modal", "md", "--token-stdin", "--json", input=f"{TOKEN_ID} {TOKEN_SECRET}\n")
         assert added.returncode == 0, added.stderr + added.stdout
         project = make_git_project(tmp_path / "p", {
-            "train.py": "import gpu, os\nprint('ran on', os.environ.get('GPU_ROUTER_JOB_ID', '?'), flush=True)\n"
-                        "open(os.path.join(gpu.output_dir(), 'ok.txt'), 'w').write('ok')\n",
+            "train.py": "import gpu, os, time\nprint('ran on', os.environ.get('GPU_ROUTER_JOB_ID', '?'), flush=True)\n"
+                        "open(os.path.join(gpu.output_dir(), 'ok.txt'), 'w').write('ok')\n"
+                        "time.sleep(4)  # hours the cost's four decimals can weigh\n",
             "requirements.txt": "numpy\n",
             "gpu.yaml": "script: train.py\ngpu: H100:4\nimage: python:3.11-slim\n"
                         "packages: [einops==0.8.0]\n"})
@@ -266,6 +267,11 @@ def test_a_job_on_four_h100s_in_a_registry_image_with_packages_plans_prices_and_
         done = wait_state(short, {"done", "failed", "cancelled"}, timeout=180)
         assert done["state"] == "done", run_gpu("logs", short).stdout + json.dumps(done)
         assert (Path(sub["job"]["outputs_dir"]) / "ok.txt").read_text() == "ok"
+        (row,) = gpu_json("cost", "--since", "1h")["rows"]  # spent at 4x the rate, on 4 GPUs
+        assert row["key"] == "md" and row["estimate"] == pytest.approx(0.1 * 4 * PRICES["H100"], abs=1e-3)
+        assert row["hours"] >= 0.001  # figures rounded to 4 decimals: within 10%, 1x would be 75% off
+        assert row["gpu_hours"] == pytest.approx(4 * row["hours"], rel=0.1)
+        assert row["cost"] == pytest.approx(row["hours"] * 4 * PRICES["H100"], rel=0.1)
 
         (create,) = fm.requests("FunctionCreate")
         gpu = create.function.resources.gpu_config
