@@ -118,6 +118,19 @@ def test_four_gpus_go_to_modal_at_four_times_the_price_and_not_to_a_one_gpu_box(
     assert pbs.target == "q" and "PBS itself judges gpus: 4" in pbs.reasons[-1]
 
 
+def test_a_target_with_set_ups_of_one_and_two_gpus_gives_the_two_to_a_two_gpu_job() -> None:
+    """Kaggle's accelerators: P100 alone, or two T4s. A job asking for two gets the pair, not
+    the default single GPU; three are passed over with why."""
+    p100, t4 = {"name": "P100", "memory_gb": 16.0}, {"name": "T4", "memory_gb": 15.0}
+    kg = TargetInfo("kg", "kaggle", True, gpus=[p100], offers={"p100": [p100], "t4x2": [t4, t4]},
+                    quota_hours_left=30.0)
+    assert route(_req(), {"kg": kg}).offer is None  # its default
+    two = route(_req(gpus=2), {"kg": kg})
+    assert two.offer == "t4x2" and two.gpu == "2x T4"
+    with pytest.raises(UserError, match=r"kg has 1 GPU, and the job asks for 3"):
+        route(_req(gpus=3), {"kg": kg})
+
+
 def test_a_slurm_job_asks_the_scheduler_for_the_type_and_count_of_gpu_type_colon_count(
         tmp_path: Path, home: Path) -> None:
     """`gpu: a100:4` reaches sbatch as --gres=gpu:a100:4 (the scheduler's own count), as gpu:
