@@ -133,3 +133,70 @@ def test_reported_misses_are_refused(name: str, value: str) -> None:
 def test_a_refusal_by_name_says_what_would_pass() -> None:
     why = env_problem("DB_PASSWORD", "hunter2")
     assert "word part 'PASSWORD'" in why and "not plainly a setting" in why
+
+
+# -- a person vouches for one setting: not_secret -------------------------------------------
+
+def _plain_project(tmp_path, yaml_text: str = ""):
+    from tests.conftest import make_git_project
+
+    files = {"a.py": "import os\nprint('value', os.environ['DB_PASSWORD'])\n"}
+    if yaml_text:
+        files["gpu.yaml"] = yaml_text
+    return make_git_project(tmp_path / "p", files)
+
+
+def test_a_person_vouches_for_a_setting_and_the_plan_shows_it(home, tmp_path) -> None:
+    """At a terminal (a person): the plan shows the vouched name and holds nothing for it. Its
+    JSON (`--json` is an agent's door) shows it too, bound by the digest, and held."""
+    import json
+
+    from core.planning.plan import digest
+    from tests.conftest import gpu_exe, pty_session
+
+    project = _plain_project(tmp_path)
+    argv = [gpu_exe(), "plan", "a.py", "--hours", "0.1", "--env", "DB_PASSWORD=hunter2",
+            "--not-secret", "DB_PASSWORD"]
+    status, out = pty_session(argv, lambda _: None, cwd=project)
+    text = out.decode(errors="replace")
+    assert status == 0 and "not secret" in text and "DB_PASSWORD" in text, text
+    assert "passes DB_PASSWORD in env as not secret" not in text  # a person's word holds nothing
+    status, out = pty_session([*argv, "--json"], lambda _: None, cwd=project)
+    assert status == 0, out
+    plan = json.loads(out.decode())["plan"]
+    assert plan["not_secret"] == ["DB_PASSWORD"] and plan["env"] == {"DB_PASSWORD": "hunter2"}
+    assert [h["rule"] for h in plan["holds"]].count("not_secret") == 1  # --json: an agent's
+    assert digest({k: v for k, v in plan.items() if k != "not_secret"}) != plan["digest"]  # it binds
+
+
+def test_an_agents_not_secret_holds_the_job_for_a_person(home, tmp_path) -> None:
+    from tests.conftest import gpu_json
+
+    project = _plain_project(tmp_path, "script: a.py\nenv:\n  DB_PASSWORD: hunter2\nnot_secret: [DB_PASSWORD]\n")
+    doc = gpu_json("submit", "--hours", "0.1", "--wait-s", "5", cwd=project)  # no terminal: an agent's
+    assert doc["job"]["state"] == "awaiting_approval", doc
+    said = doc["guidance"]["tell_user"]
+    assert "passes DB_PASSWORD in env as not secret" in said and "hunter2" not in said
+
+
+@pytest.mark.parametrize("env, plain, said", [
+    ("X=ghp_abcdefghijklmnopqrstuvwxyz0123", "X", "GitHub token"),  # a secret's shape: never vouched
+    ("X=-----BEGIN PRIVATE KEY-----", "X", "private key"),
+    ("A=hunter2x", "B", "not an env entry"),
+])
+def test_not_secret_never_passes_a_secrets_shape_and_names_only_env(home, tmp_path, env, plain, said) -> None:
+    from tests.conftest import run_gpu
+
+    project = _plain_project(tmp_path)
+    proc = run_gpu("plan", "a.py", "--hours", "0.1", "--env", env, "--not-secret", plain, cwd=project)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert "ghp_abc" not in proc.stderr
+
+
+def test_a_refusal_by_name_offers_not_secret(home, tmp_path) -> None:
+    from tests.conftest import run_gpu
+
+    project = _plain_project(tmp_path)
+    proc = run_gpu("plan", "a.py", "--hours", "0.1", "--env", "DB_PASSWORD=hunter2", cwd=project)
+    assert proc.returncode == 2 and "--not-secret DB_PASSWORD" in proc.stderr, proc.stderr
+    assert "hunter2" not in proc.stderr

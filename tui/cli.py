@@ -278,6 +278,9 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("args", nargs="*", help="arguments for the script (put them after --)")
     p.add_argument("--env", action="append", metavar="K=V", help="a non-secret environment variable (repeatable)")
     p.add_argument("--secret", action="append", metavar="NAME", help="a keychain secret the job reads (repeatable)")
+    p.add_argument("--not-secret", action="append", metavar="NAME",
+                   help="an --env entry you vouch is not a secret, passed where the secret check would "
+                        "refuse it (repeatable; shown in the plan; an agent's job is held for you)")
     p.add_argument("--include", action="append", metavar="GLOB", help="ship git-ignored paths too (repeatable)")
     p.add_argument("--output", action="append", metavar="GLOB",
                    help="bring these paths home to runs/<id>/ too, relative to the job's folder, "

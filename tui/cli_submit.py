@@ -24,6 +24,7 @@ def request_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "script": args.script, "args": args.args or None, "env": args.env or None,
         "secrets": args.secret or None, "include": args.include or None,
+        "not_secret": getattr(args, "not_secret", None) or None,
         "outputs": args.output or None,
         "data": args.data or None, "hours": args.hours, "gpu": args.gpu,
         "vram_gb": args.vram_gb, "provider": args.provider, "name": args.name,

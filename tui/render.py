@@ -380,6 +380,8 @@ def plan_panel(plan: dict, bundle: dict | None = None, state: str | None = None)
         rows.append(("packages", joined(plan["packages"], ", ")))
     if plan.get("secrets"):
         rows.append(("secrets", joined(plan["secrets"], ", ")))
+    if plan.get("not_secret"):  # env a person vouched for: its values are in the env row
+        rows.append(("not secret", joined(plan["not_secret"], ", ")))
     if plan.get("env"):
         rows.append(("env", joined((f"{joined([k])}={joined([v])}" for k, v in plan["env"].items()), ", ")))
     if plan.get("data"):

@@ -146,6 +146,7 @@ class JobRequest:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
+    not_secret: list[str] = field(default_factory=list)  # env names a person vouches for (plan, hold)
     include: list[str] = field(default_factory=list)
     extras: list[str] = field(default_factory=list)  # pyproject.toml optional groups to install
     ship: str = "repo"
@@ -319,6 +320,7 @@ def _check(key: str, raw: Any, where: str) -> Any:
 def _cli_argument(key: str) -> str:
     """How the command line spells the option for `key` (`--secret`, `--output` are singular)."""
     special = {"secrets": "argument --secret", "outputs": "argument --output", "script": "argument SCRIPT",
+               "not_secret": "argument --not-secret",
                "args": "arguments after --"}
     return special.get(key, f"argument --{key.replace('_', '-')}")
 
@@ -354,7 +356,7 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
         if key == "env":
             values["env"] = {**values.get("env", {}), **checked}
             env_origin.update(dict.fromkeys(checked, _argument(key)))
-        elif key in ("include", "secrets", "outputs", "packages"):
+        elif key in ("include", "secrets", "not_secret", "outputs", "packages"):
             values[key] = list(dict.fromkeys([*values.get(key, []), *checked]))
         elif key == "data":
             values["data"] = [*values.get("data", []), *checked]
@@ -376,7 +378,7 @@ def build_request(project_dir: str | Path, overrides: dict[str, Any], *,
             raise UserError(f"secret name {shorten(name)} is not allowed",
                             where=origin.get(("secrets", name), where("secrets")),
                             fix="secret names are environment names like HF_TOKEN")
-    _refuse_secret_env(values.get("env", {}), env_origin, lines, path)
+    _refuse_secret_env(values.get("env", {}), env_origin, lines, path, values.get("not_secret", []), where)
     _split_gpu_count(values, lines, where)
     req = JobRequest(project_dir=str(project), data=list(data_specs.values()), **values)
     if not req.script:
@@ -414,12 +416,21 @@ def _split_gpu_count(values: dict[str, Any], lines: dict[str, int], where: Calla
 
 
 def _refuse_secret_env(env: dict[str, str], origin: dict[str, str], lines: dict[str, int],
-                       path: Path) -> None:
+                       path: Path, not_secret: list[str], where_key: Callable[[str], str]) -> None:
     """A secret-looking `env` entry is refused where it was written: gpu.yaml's file and the
-    entry's line, or the --env argument."""
+    entry's line, or the --env argument; unless a person named it in `not_secret`, which must
+    name entries of env (a name vouched for and not passed is a slip, said at once)."""
+    for name in not_secret:
+        if not ENV_NAME_RE.match(name) or len(name) > 128:
+            raise UserError(f"not_secret name {shorten(name)} is not an environment name",
+                            where=where_key("not_secret"), fix="name env entries, like MAX_TOKENS")
+        if name not in env:
+            raise UserError(f"not_secret names {name}, which is not an env entry", where=where_key("not_secret"),
+                            fix=f"pass it with --env {name}=VALUE (or under env: in gpu.yaml), or leave "
+                                f"it out of not_secret")
     where = {name: origin.get(name) or f"{path}:{lines.get(f'env:{name}', lines.get('env', 0))}"
              for name in env}
-    check_env(env, where)
+    check_env(env, where, plain=set(not_secret))
 
 
 def _check_script(req: JobRequest, project: Path, where: str) -> None:

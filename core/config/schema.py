@@ -365,6 +365,10 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], str]] = {
     "args": (_args, "arguments for the script, a list of strings"),
     "env": (_env, "non-secret environment variables, NAME: value"),
     "secrets": (_str_list, "names of keychain secrets the job reads"),
+    "not_secret": (_str_list, "names of env entries you vouch are not secrets, passed as written "
+                              "where the secret check would refuse them (never a vendor token or a "
+                              "key block); shown in the plan, and an agent's job that uses it is "
+                              "held for you"),
     "include": (_paths, "globs of git-ignored code that must ship"),
     "extras": (_extras, "optional dependency groups of pyproject.toml to install too, e.g. [train] "
                         "([project.optional-dependencies]; pyproject.toml is then what is read)"),

@@ -267,7 +267,7 @@ def check_point(run: Any, point: Point, where: str = "sweep", number: int | None
             except ValueError:
                 parts = [run.script]
             check_args(parts, where, field="the script line")
-        check_env({k: v for k, v in run.env.items() if k != PARAMS_VAR}, where)
+        check_env({k: v for k, v in run.env.items() if k != PARAMS_VAR}, where, plain=set(run.not_secret))
         check_command_size(run, where)
     except UserError as exc:
         fix = exc.fix

@@ -255,8 +255,8 @@ def group_holds(store: Store, group_id: str, plans: dict[str, dict], infos: dict
         for h in evaluate(hours=total_hours, secrets=secrets, price=total_price, info=info,
                           rules=cfg.rules, weekly_spend=spent, interactive=interactive,
                           smoke=bool(plans[jid].get("smoke"))):
-            if h.rule == "secrets":
-                continue  # a point's own secrets hold it already; totals add nothing to them
+            if h.rule in ("secrets", "not_secret"):
+                continue  # a point's own holds it already; totals add nothing to them
             doc = h.to_json()
             doc["reason"] = (f"the sweep's {len(every)} live points together "
                              f"({total_hours if total_hours is not None else '?'} h): {doc['reason']}")

@@ -117,7 +117,7 @@ def pack(req: JobRequest, *, interactive: bool = False, store: Store | None = No
 
     begun = begin_listing(Path(req.project_dir), req.ship)  # git reads the tree while the checks run
     try:
-        check_env(req.env)
+        check_env(req.env, plain=set(req.not_secret))
         check_available(req.secrets)
         cfg = userconfig.load()
         pinned(req.provider, targets.kinds(cfg))  # a pin to nothing (colab) is refused before packing
@@ -230,7 +230,7 @@ def apply_rules(plan: dict, store: Store, cfg, info, *, interactive: bool,
     plan["submitted_by"] = "person" if interactive else "agent"
     holds = evaluate(hours=plan.get("hours"), secrets=plan.get("secrets", []), price=price,
                      info=info, rules=cfg.rules, weekly_spend=weekly_spend(store),
-                     interactive=interactive, smoke=smoke,
+                     interactive=interactive, smoke=smoke, not_secret=plan.get("not_secret", []),
                      day=agent_day(store) if new_start and not interactive else None)
     plan["holds"] = [h.to_json() for h in holds]
     return plan

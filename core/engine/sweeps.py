@@ -106,7 +106,7 @@ def plan_group(req: JobRequest, *, interactive: bool, store: Store,
     for name in where:  # the totals against each target the group uses (its sandbox, quota)
         for h in evaluate(hours=total_hours, secrets=list(req.secrets), price=total_price,
                           info=infos[name], rules=cfg.rules, weekly_spend=spent,
-                          interactive=interactive, smoke=req.smoke, day=day):
+                          interactive=interactive, smoke=req.smoke, day=day, not_secret=list(req.not_secret)):
             doc = h.to_json()
             if doc not in holds and not any(x["rule"] == doc["rule"] and name not in doc["reason"]
                                             and x["reason"] == doc["reason"] for x in holds):

@@ -42,7 +42,7 @@ def digest(plan: dict) -> str:
         doc["resources"] = plan["resources"]
     if plan.get("data_sources"):  # the commit an hf:// data set was pinned to binds too
         doc["data_sources"] = plan["data_sources"]
-    for key in ("image", "packages"):  # the Modal image's base and extra packages bind too
+    for key in ("image", "packages", "not_secret"):  # the Modal image, and env vouched as plain, bind too
         if plan.get(key):
             doc[key] = plan[key]
     if plan.get("resume"):  # a resumed job's attempt and checkpoint bind: a new approval
@@ -100,6 +100,7 @@ def build_plan(req: JobRequest, bundle: Bundle, target: str, target_gpu: str,
         "python_file": req.is_python_file(),
         "env": req.env,
         "secrets": sorted(req.secrets),
+        **({"not_secret": sorted(req.not_secret)} if req.not_secret else {}),  # vouched by a person
         "data": {d.name: data_hashes[d.name] for d in req.data},
         "target": target,
         "gpu": target_gpu,

@@ -59,7 +59,7 @@ def agent_day_hold(day: AgentDay, hours: float | None, price: float, rules: Rule
 
 def evaluate(*, hours: float | None, secrets: list[str], price: float, info: TargetInfo,
              rules: Rules, weekly_spend: float, interactive: bool, smoke: bool = False,
-             day: AgentDay | None = None) -> list[Hold]:
+             day: AgentDay | None = None, not_secret: list[str] = ()) -> list[Hold]:
     """`interactive` is core.engine.actor's verdict: a person at a terminal, not merely a tty.
     `hours` is the request's own estimate; a smoke run without one counts as its time cap
     (`rule_hours`), and `price` is what the caller estimated for those hours. `day` is the
@@ -97,6 +97,11 @@ def evaluate(*, hours: float | None, secrets: list[str], price: float, info: Tar
                                      f"gpu-router's own files ({info.unsandboxed_why})"))
     if secrets:
         holds.append(Hold("secrets", f"it reads {', '.join(sorted(secrets))} from your keychain"))
+    if not_secret and not interactive:  # only a person may say a value is not a secret
+        holds.append(Hold("not_secret", f"it was submitted by an agent and passes "
+                                        f"{', '.join(sorted(not_secret))} in env as not secret "
+                                        f"(not_secret), which the secret check would judge; check "
+                                        f"the values in the plan before you approve"))
     if info.quota_hours_left is not None:
         need = hours if hours is not None else None
         if need is None or need > rules.quota_fraction * info.quota_hours_left:

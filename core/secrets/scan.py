@@ -302,10 +302,15 @@ def check_env(env: dict[str, str], where: str | dict[str, str] = "env",
         if why:
             place = where.get(name, "env") if isinstance(where, dict) else where
             name = "NAME" if tokens.value_token(name) else name
+            # judged by its name or a guess at randomness (not by a secret's shape): a person may
+            # vouch it is a setting (steps 3 and 4 of env_problem)
+            vouch = "" if name == "NAME" or not ("word part" in why or "long and random" in why) else (
+                f"; if it is not a secret, say so: --not-secret {name} (or not_secret: [{name}] in "
+                f"gpu.yaml), shown in the plan (an agent's job is then held for you)")
             raise UserError(f"{why}: secrets may not be passed in env", where=place,
                             fix=f"store it in the keychain with `gpu secrets set {name}` and list "
                                 f"{name} under `secrets:` in gpu.yaml (or pass --secret {name}); "
-                                f"the job then reads it from its environment")
+                                f"the job then reads it from its environment{vouch}")
 
 
 # -- the rest of a request ------------------------------------------------------------------
