@@ -419,11 +419,12 @@ class ModalProvider(ServiceTarget, MirroredLog):
             image = modal.Image.debian_slim(python_version=py)
         deps = requirements.bundle_dependencies(objects.manifest_file(job.bundle_hash),
                                                 job.plan.get("workdir") or "", job.plan.get("extras") or ())
+        options = modal_pip_options(deps) if deps else {}
         if deps:
-            image = image.pip_install(*deps.requirements, **modal_pip_options(deps))  # built once, then reused
+            image = image.pip_install(*deps.requirements, **options)  # built once, then reused
         packages = [str(p) for p in job.plan.get("packages") or ()]
-        if packages:  # the request's own packages, a layer of their own over the project's
-            image = image.pip_install(*packages)
+        if packages:  # the request's own packages, a layer of their own over the project's,
+            image = image.pip_install(*packages, **options)  # from the same index as pip would take them
         image = image.add_local_file(FUNCTION_FILE, "/root/modal_function.py", copy=False)
         image = image.add_local_dir(RUNTIME_DIR, f"{REMOTE}/runtime", copy=False,
                                     ignore=["**/__pycache__", "**/__pycache__/**", "**/*.pyc"])
