@@ -1,6 +1,7 @@
 """The mask knows the encodings people print (issue 39, item 4): base32 (RFC 4648, upper and
 lower case, padded or not, alone or inside the base32 of a longer string at any byte alignment)
-and hex with its bytes separated by `:` or a space (openssl, `xxd -g1`, `hexdump -C`), in every
+and hex with its bytes separated by `:` or a space (openssl, `xxd -g1`, `hexdump -C`) or in
+xxd's groups of two bytes (`dead beef`), in every
 place a secret is masked: the job log (`launch.Masker`), metric names (`gpu.log`), and the names
 of files that come home (`core/secrets/names.NameMask`), all through one `SecretPattern`.
 
@@ -60,7 +61,12 @@ def printed(draw, secret: str) -> tuple[str, list[str], str]:
     """(how a program printed the value, the strings that must not survive, the kind)."""
     raw = secret.encode()
     kind = draw(st.sampled_from(["b32", "b32bare", "b32lower", "b32lowerbare", "b32inside",
-                                 "hex:", "HEX:", "hex ", "HEX "]))
+                                 "hex:", "HEX:", "hex ", "HEX ", "xxd"]))
+    if kind == "xxd":  # xxd's (and xxd -u's) groups of two bytes, the value at either alignment
+        prefix, suffix = draw(st.binary(max_size=3)), draw(st.binary(max_size=3))
+        dump = (prefix + raw + suffix).hex()
+        dump = dump.upper() if draw(st.booleans()) else dump
+        return " ".join(dump[i:i + 4] for i in range(0, len(dump), 4)), [], "hex"
     if kind.startswith("hex") or kind.startswith("HEX"):
         text = raw.hex(kind[3])
         text = text.upper() if kind.startswith("HEX") else text
@@ -218,7 +224,8 @@ def test_the_examples_of_the_report() -> None:
     pattern = SecretPattern([secret])
     b32 = base64.b32encode(raw).decode()
     for form in [b32, b32.rstrip("="), b32.lower(), b32.lower().rstrip("="),
-                 raw.hex(":"), raw.hex(":").upper(), raw.hex(" "), raw.hex(" ").upper()]:
+                 raw.hex(":"), raw.hex(":").upper(), raw.hex(" "), raw.hex(" ").upper(),
+                 raw.hex(" ", -2), raw.hex(" ", -2).upper(), raw.hex(" ", 2)]:
         assert pattern.mask(f"value: {form} end".encode()) == b"value: [secret] end", form
     basic = base64.b32encode(b"user:" + raw + b"\n").decode()
     assert not any(raw in d for d in _b32_decodings(pattern.mask(basic.encode()).decode()))

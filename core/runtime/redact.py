@@ -26,9 +26,10 @@ A secret is looked for in the forms a program prints it in:
   string: for each of the five byte alignments in a 5-byte group, the base32 characters that
   depend on the secret's bytes alone (as for base64; not wrapped into lines);
 - hex, lower and upper case, also with its bytes separated by `:` or a space (`de:ad:be:ef`,
-  `DE AD BE EF`: how openssl, `xxd -g1` and `hexdump -C` print bytes; a hexdump's 16-byte
-  line breaks and its double space after 8 bytes are not followed); JSON and Python string
-  escapes of the whole value.
+  `DE AD BE EF`: how openssl, `xxd -g1` and `hexdump -C` print bytes) and in xxd's groups of
+  two bytes (`dead beef`, at either byte alignment); a dump's line breaks (every 16 bytes)
+  and hexdump's double space after 8 bytes are not followed; JSON and Python string escapes
+  of the whole value.
 A multi-line secret (a PEM key) is also looked for line by line, since logs are read by line.
 """
 
@@ -104,11 +105,16 @@ def _base32_forms(raw: bytes) -> set[bytes]:
 
 
 def _hex_forms(raw: bytes) -> set[bytes]:
-    """Hex, lower and upper case, plain and with the bytes separated by `:` or a space."""
+    """Hex, lower and upper case: plain, with the bytes separated by `:` or a space, and in
+    xxd's groups of two bytes (`dead beef`) for either byte alignment of the value's start."""
     forms: set[bytes] = set()
     for text in (raw.hex(), raw.hex().upper()):
         pairs = [text[i:i + 2] for i in range(0, len(text), 2)]
         forms |= {text.encode(), ":".join(pairs).encode(), " ".join(pairs).encode()}
+        for head in (0, 2):  # the first group: two bytes of the value, or its first byte alone
+            groups = [text[:head]] if head else []
+            groups += [text[i:i + 4] for i in range(head, len(text), 4)]
+            forms.add(" ".join(groups).encode())
     return forms
 
 
