@@ -76,7 +76,7 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     # cloud CLIs: AWS (IAM console downloads too), Google Cloud, Azure, Oracle, DigitalOcean
     (r"(?:.*[._-])?credentials(?:\.(?:json|csv|db|ya?ml|toml|ini|cfg|conf|txt|xml))?",
      "cloud credentials"),
-    (r".+_accesskeys\.csv", "AWS access keys"),
+    (r"(?:.+_)?accesskeys\.csv", "AWS console access-key export"),
     (r"application_default_credentials\.json|access_tokens\.db|adc\.json", "Google Cloud credentials"),
     (r"client_secrets?(?:[._-].*)?\.json", "OAuth client secret"),
     (r"(?:.*[._-])?service[_-]?account(?:[._-].*)?\.json", "cloud service-account key"),
@@ -115,6 +115,9 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     (r".+\.publishsettings|.+\.azureauth", "Azure credentials"),
     # VPN and network configs: WireGuard (`wg0.conf`), NetworkManager, IPsec, Wi-Fi
     (r"wg(?:\d+|[-_][0-9a-z_-]+)?\.conf|.+\.nmconnection|ipsec\.secrets|wpa_supplicant\.conf", "VPN or network credentials"),
+    # SMB/CIFS mount credentials (`mount -t cifs -o credentials=~/.smbcredentials`: username=,
+    # password= lines); `.cifs-credentials` is a `credentials` name above
+    (r"\.?smbcred(?:ential)?s?(?:[._-][a-z0-9_.-]*)?", "SMB mount credentials"),
     # package-manager rc files that hold tokens (.npmrc and .pypirc above)
     (r"\.yarnrc(?:\.yml)?|\.sentryclirc|ngrok\.yml", "package registry or service token"),
     # MCP client configs: their servers' `env` holds API keys (Claude, Cursor, VS Code, Windsurf, Cline)
@@ -123,6 +126,7 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     # framework dev-variable files: Cloudflare Wrangler (`.dev.vars`, `.dev.vars.staging`),
     # Azure Functions, Firebase runtime config, Rails and SOPS encrypted YAML (`config/master.key`
     # is a .key above). Deliberately not: `.flaskenv`, which Flask documents as public and committed
+    # (judged by content instead: one that writes a secret key out is withheld, `_settings_what`)
     (r"\.dev\.vars(?:\..+)?|local\.settings\.json|\.runtimeconfig\.json"
      r"|.+\.ya?ml\.enc", "framework secrets file"),
     # shell, REPL and editor histories: tokens typed on command lines. Any dotfile named for a
@@ -238,7 +242,7 @@ NAME_KEYWORDS: tuple[str, ...] = (
     "azureauth", "wg", "nmconnection", "wpa_supplicant", "yarnrc", "sentryclirc", "ngrok", "mcp",
     "claude", ".dev.vars", "local.settings", "runtimeconfig", ".yml.enc", ".yaml.enc",
     "hist", "lesshst", "viminfo", "keychain", "login data", "key3.db", "key4.db", "signons",
-    "cookies.sqlite",
+    "cookies.sqlite", "smbcred",
 )
 
 
@@ -430,6 +434,35 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
     # AWS shared credentials (a copy of ~/.aws/credentials under another name)
     (b"aws_secret_access_key", (rb"(?i)^[ \t]*aws_secret_access_key[ \t]*[=:][ \t]*[\"']?[A-Za-z0-9/+=]{30,}",),
      "AWS secret access key"),
+    # AWS console key exports, by their structure whatever their name and values (AWS's own
+    # documented example key is still an export): the IAM console's `accessKeys.csv` and a new
+    # user's `credentials.csv` (a header naming both columns, first in the file, and a row with a
+    # key id (detect-secrets' AWSKeyDetector shape) and a 40-character secret), and the old root
+    # `rootkey.csv` (AWSAccessKeyId= and AWSSecretKey= lines). A README quoting the CSV has its
+    # prose first
+    (b"secret access key", (rb"(?i)\A(?:\xef\xbb\xbf)?(?:[\"']?[a-z ]+[\"']?,)*[\"']?access key id[\"']?,"
+                            rb"[\"']?secret access key[\"']?[ \t]*(?:,[^\r\n]*)?\r?$",
+                            rb"^[^\r\n]*(?<![A-Z0-9])(?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}[\"']?,"
+                            rb"[\"']?[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"),
+     "AWS console access-key export: a key row under `Access key ID,Secret access key`; delete "
+     "the file and keep the key in the keychain, gpu secrets set AWS_SECRET_ACCESS_KEY"),
+    (b"awssecretkey", (rb"(?i)^[ \t]*AWSAccessKeyId[ \t]*=[ \t]*(?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}[ \t]*\r?$",
+                       rb"(?i)^[ \t]*AWSSecretKey[ \t]*=[ \t]*[A-Za-z0-9/+]{40}[ \t]*\r?$"),
+     "AWS root access-key export: AWSAccessKeyId= and AWSSecretKey= lines; delete the file and "
+     "keep the key in the keychain, gpu secrets set AWS_SECRET_ACCESS_KEY"),
+    # Azure service principals as the CLI prints them (`az ad sp create-for-rbac`: appId,
+    # password, tenant; `--sdk-auth`: clientId, clientSecret, tenantId), and an App Service
+    # publish profile's deployment password
+    (b'"password"', (rb'"appId"\s*:\s*"[0-9A-Fa-f-]{36}"', rb'"password"\s*:\s*"[^"\s$<{]{16,}"',
+                     rb'"tenant"\s*:\s*"[0-9A-Fa-f-]{36}"'),
+     "Azure service principal: appId, tenant and its password as az ad sp create-for-rbac prints "
+     "them; keep the password in the keychain, gpu secrets set AZURE_CLIENT_SECRET"),
+    (b'"clientsecret"', (rb'"clientSecret"\s*:\s*"[^"\s$<{]{16,}"', rb'"tenantId"\s*:\s*"[0-9A-Fa-f-]{36}"'),
+     "Azure service principal: tenantId and its clientSecret as --sdk-auth prints them; keep the "
+     "secret in the keychain, gpu secrets set AZURE_CLIENT_SECRET"),
+    (b"userpwd", (rb"<publishProfile\b", rb'\buserPWD="[^"\s$<{]{8,}"'),
+     "Azure publish profile: a publishProfile with its userPWD deployment password; keep the "
+     "password in the keychain, gpu secrets set NAME, not the profile"),
     # netrc entries with a password
     (b"password", (rb"^[ \t]*machine[ \t]+\S+\s+(?:login[ \t]+\S+\s+)?password[ \t]+\S+",),
      "netrc password"),
@@ -475,6 +508,173 @@ def _pgpass_what(head: bytes) -> str | None:
         return None
     if all(_PGPASS_FULL.fullmatch(line) for line in head.split(b"\n")):
         return "PostgreSQL password file (pgpass lines)"
+    return None
+
+
+# -- settings files that write a password or a secret key out -------------------------------
+#
+# Two shapes, judged by content whatever the file's name:
+# - KEY=value settings: dotenv and `.flaskenv`, Java/Android `.properties` (`storePassword=`),
+#   mount credentials (`.smbcredentials`: username=, password=), INI and flat TOML, shell
+#   `export` lines, a Python settings module of bare assignments. Every line must be blank, a
+#   comment (`#`, `;`, `!`), a `[section]` or an assignment with `=`, so prose, code and YAML
+#   (a README that shows `password=`, a compose file's `POSTGRES_PASSWORD: example`) are not
+#   this shape at all.
+# - PHP settings, in a file that opens with `<?php`: `define('DB_PASSWORD', '...')`
+#   (wp-config.php), and where it declares no class or function (a settings file, not code)
+#   `$cfg['...']['password'] = '...';` and `'password' => '...'`.
+# A line counts when its name ends in a password or secret-key word (detect-secrets'
+# KeywordDetector list, SECRET_WORDS, plus tokens, salts and WordPress's keys) and its value
+# is written out: not empty, not a reference (`${DB_PASSWORD}`, `$VAR`, `%(x)s`, `{{ x }}`,
+# `<your password>`, `os.environ[...]`, `env('X')`, a path), not a placeholder
+# (`password_here`, `put your unique phrase here`, `*****`, `changeme`), not a sentence (a
+# language file's 'The provided password is incorrect.'), and, as detect-secrets filters its
+# keyword findings, holding a letter and not a run like `abcdef`. The first look costs a file
+# one `=` search and one anchored match that code and prose fail on their first line or so
+# (PHP files: a `define` search and a look for declarations): about 1% of the content check.
+
+# detect-secrets' KeywordDetector.DENYLIST (plugins/keyword.py, 1.5.0; tests check it against
+# the installed one): a name holding one of these is a password's or a secret's name.
+SECRET_WORDS: tuple[str, ...] = (
+    "api_?key", "auth_?key", "service_?key", "account_?key", "db_?key", "database_?key",
+    "priv_?key", "private_?key", "client_?key", "db_?pass", "database_?pass", "key_?pass",
+    "password", "passwd", "pwd", "secret", "contraseña", "contrasena",
+)
+# Ours: detect-secrets lets any word follow (`password_min_length`); here the name must END in
+# the word, with these endings too. Short words only after a separator (`db_pass`, not
+# `bypass`; `db_pwd`, not `oldpwd`).
+_SECRET_TAIL = (r"(?:" + "|".join(w for w in SECRET_WORDS if w not in ("pwd",)) +
+                r"|passphrase|secret[_.-]?(?:access[_.-]?)?key(?:[_.-]?base)?|(?:encryption|signing|master|hmac)[_.-]?key"
+                r"|(?:logged[_.-]?in|nonce)[_.-]?key|token|(?:\A|[_. -])(?:pass|pwd|pw|salt))\Z")
+_SECRET_NAME = re.compile(_SECRET_TAIL, re.IGNORECASE)
+_NOT_SECRET_NAMES = frozenset({"pwd", "oldpwd", "wp_cache_key_salt"})
+
+# A line that is not of a KEY=value file (blank, `#`/`;`/`!` comment, `[section]`, `NAME=...`):
+# a file without one is that shape. One search, which code and prose end on their first lines.
+_NOT_FLAT = re.compile(rb"^(?![ \t]*(?:[#;!]|\[\[?[^\]\n]*\]\]?[ \t]*\r?$|\r?$"
+                       rb"|(?:export[ \t]+)?[A-Za-z_][A-Za-z0-9_.\- \t]*=))", re.MULTILINE)
+_FLAT_SECRET = re.compile(rb"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_.\- ]*?)[ \t]*=[ \t]*([^\r\n]*)",
+                          re.MULTILINE)
+# PHP: define('NAME', 'value'); $var[...]['name'] = 'value'; 'name' => 'value'
+_PHP_STRING = rb"""(?:'((?:\\.|[^'\\\n])*)'|"((?:\\.|[^"\\\n])*)")"""
+_PHP_DEFINE = re.compile(rb"""\bdefine\s*\(\s*['"]([A-Za-z_][A-Za-z0-9_]*)['"]\s*,\s*""" + _PHP_STRING + rb"""\s*\)""",
+                         re.IGNORECASE)
+_PHP_ASSIGN = re.compile(
+    rb"""\$([A-Za-z_][A-Za-z0-9_]*)((?:\[[^\]\n]*\])*)\s*=\s*""" + _PHP_STRING + rb"""\s*;"""
+    rb"""|['"]([A-Za-z_][A-Za-z0-9_.-]*)['"]\s*=>\s*""" + _PHP_STRING + rb"""(?=\s*[,\])])""")
+# PHP code, not settings: a file that declares a class, interface, trait, enum or function (a
+# controller's `'password' => '--password='.$x`, a factory's fixtures) is judged by define() only.
+_PHP_CODE = re.compile(rb"^[ \t]*(?:(?:abstract|final|readonly|public|protected|private|static)[ \t]+)*"
+                       rb"(?:class|interface|trait|enum|function)[ \t]+[a-z_]", re.MULTILINE)
+_PHP_LAST_KEY = re.compile(rb"""\[\s*['"]([^'"\]]*)['"]\s*\]\s*\Z""")
+
+# A value that is not written out: a reference or template, a path, or a placeholder.
+_REFERENCE = re.compile(
+    rb"\$[A-Za-z_{(]|\$2[aby]?\$\d\d\$"  # $VAR, ${VAR}, $(cmd); a bcrypt hash (a factory's)
+    rb"|<[^<>]*>\Z|\[[^\[\]]*\]\Z|\{[^{}]*\}\Z|\*+\Z|@[\w.-]+@\Z|%[\w.-]+%\Z"  # <yours>, [UNK], {x}, *****, @x@, %X%
+    rb"|(?:/|~/|\./|\.\./)\S*\Z"  # a path to where the secret is
+    rb"|.*(?:\$\{|\{\{|%\(|\$\(|os\.environ|getenv|process\.env)"
+    rb"|[\w.-]+[\[(].*[\])]\Z", re.DOTALL)  # detect-secrets' indirect reference: env('X'), cfg['x']
+_PLACEHOLDER_WORDS = frozenset({
+    b"password", b"passwd", b"passphrase", b"secret", b"token", b"changeme", b"changeit",
+    b"change_me", b"change-me", b"admin", b"administrator", b"root", b"guest", b"username",
+    b"testing", b"example", b"sample", b"dummy", b"default", b"development", b"production",
+    b"android", b"minioadmin", b"postgres", b"notasecret", b"unknown", b"undefined",
+    b"required", b"optional", b"disabled", b"enabled"})
+_PLACEHOLDER = re.compile(
+    rb"(?:password|passwd|pass|secret|test|demo|admin|root|user|qwerty|letmein|welcome)[\d!@#$%^&*._-]*\Z"
+    rb"|(?:dev|development|default|debug|local|test|testing|sample|dummy|fake|insecure)[ _-]?(?:secret[ _-]?)?"
+    rb"(?:key|secret|password|passwd|pass|token)\Z"
+    rb"|.*(?:your|_here|-here| here\Z|changeme|change[_ -]me|placeholder|unique phrase|example|replace[_ -]?(?:me|this|with)"
+    rb"|fill[_ -]?in|xxxx|\*\*\*|\.\.\.|todo|tbd)", re.DOTALL)
+# A sentence: three or more words of letters (a language file's 'The :attribute is incorrect.')
+_PROSE_WORD = re.compile(r"[:(\"'“‘]?[^\W\d_][^\W\d_'’.-]*(?:['’.-][^\W\d_]+)*[,;:)\"'”’!?.]*")
+_SEQUENCES = (b"ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/",
+              b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJKLMNOPQRSTUVWXYZ+/",
+              b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ" * 2, b"0123456789" * 2,
+              b"0123456789ABCDEF" * 2, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ=/")  # detect-secrets'
+SETTING_MIN = 6  # characters of a value that counts (keytool's shortest store password)
+
+
+def _secret_name(name: bytes) -> bool:
+    text = name.decode("utf-8", "replace").strip()
+    return (_SECRET_NAME.search(text) is not None and text.lower() not in _NOT_SECRET_NAMES)
+
+
+def _written_out(value: bytes) -> bool:
+    """A setting's value is a password or key written out, not a reference or a placeholder."""
+    v = value.strip()
+    quoted = _QUOTED.match(v)
+    if quoted:
+        v = quoted.group(2).strip()
+    else:
+        v = re.sub(rb"[ \t]+[#;].*\Z", b"", v).strip()  # dotenv and INI comments after a value
+    if len(v) < SETTING_MIN or _REFERENCE.match(v):
+        return False
+    lowered = v.lower()
+    if lowered in _PLACEHOLDER_WORDS or _PLACEHOLDER.match(lowered):
+        return False
+    if not any(65 <= c <= 90 or 97 <= c <= 122 for c in v):  # no letter: `123456`, `******`
+        return False
+    if any(v.upper() in seq for seq in _SEQUENCES):
+        return False
+    text = v.decode("utf-8", "replace")
+    words = text.split()
+    if len(words) >= 3 and all(_PROSE_WORD.fullmatch(w) for w in words):
+        return False
+    if text.isalpha():  # a word (`Passwort` in a language bundle), unless it reads as random
+        return len(text) >= 24 or (len(text) >= 10 and not text.islower() and not text[1:].islower()
+                                   and not text.isupper())
+    return True
+
+
+_QUOTED = re.compile(rb"""(["'`])(.*?)\1(?:[ \t]+[#;].*)?\Z""", re.DOTALL)
+
+
+def _first(*values: bytes | None) -> bytes | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _label(name: bytes) -> str:
+    text = name.decode("utf-8", "replace").strip()[:64]
+    return "a setting" if tokens.value_token(text) else text
+
+
+def _keep(label: str) -> str:
+    """What to do instead, naming the variable where the setting's name can be one."""
+    name = label if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label) else "NAME"
+    return f"keep it in the keychain, gpu secrets set {name}"
+
+
+def _settings_what(head: bytes, lowered: bytes) -> str | None:
+    """A KEY=value settings file or a PHP settings file that writes a password or secret key
+    out (see above), or None."""
+    found: list[tuple[bytes, bytes | None, int]] = []  # (name, value, offset)
+    php = lowered[:256].lstrip().startswith(b"<?php")
+    if php and (b"define(" in lowered or b"define (" in lowered):
+        found += [(m.group(1), _first(m.group(2), m.group(3)), m.start()) for m in _PHP_DEFINE.finditer(head)]
+    if php and _PHP_CODE.search(lowered) is None:
+        for m in _PHP_ASSIGN.finditer(head):
+            if m.group(1) is not None:
+                last = _PHP_LAST_KEY.search(m.group(2))
+                found.append((last.group(1) if last else m.group(1), _first(m.group(3), m.group(4)), m.start()))
+            else:
+                found.append((m.group(5), _first(m.group(6), m.group(7)), m.start()))
+    for name, value, start in sorted(found, key=lambda f: f[2]):
+        if _secret_name(name) and _written_out(b"'" + (value or b"") + b"'"):
+            line, label = head.count(b"\n", 0, start) + 1, _label(name)
+            return (f"PHP settings: {label} on line {line} holds a password or secret key written "
+                    f"out; {_keep(label)}, and read it with getenv()")
+    if b"=" not in head:
+        return None
+    text = head if len(head) < CONTENT_HEAD else head[:head.rfind(b"\n") + 1]  # a whole last line
+    if _NOT_FLAT.search(text) is not None:
+        return None
+    for m in _FLAT_SECRET.finditer(text):
+        if _secret_name(m.group(1)) and _written_out(m.group(2)):
+            line, label = text.count(b"\n", 0, m.start()) + 1, _label(m.group(1))
+            return (f"KEY=value settings: {label} on line {line} holds a password or secret key "
+                    f"written out; {_keep(label)}, and read it from the environment")
     return None
 
 
@@ -559,8 +759,9 @@ BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x03\xd9\xa2\x9a\x67\xfb\x4b\xb5", "KeePass database"),
     (b"\x03\xd9\xa2\x9a\x65\xfb\x4b\xb5", "KeePass database"),
 )
-# Encrypted PKCS#8 keys start SEQUENCE { SEQUENCE { OID pbes2 or a PKCS#12 PBE, ... } ... }
-_ENCRYPTED_KEY_OIDS = (b"\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x05\x0d",  # PBES2
+# Encrypted PKCS#8 keys start SEQUENCE { SEQUENCE { OID of a PKCS#5 scheme (PBES2, or PBES1's
+# pbeWithMD5AndDES-CBC and kin, which `openssl pkcs8 -v1` still writes) or a PKCS#12 PBE, ... } ... }
+_ENCRYPTED_KEY_OIDS = (b"\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x05",  # pkcs-5 (1.2.840.113549.1.5.*)
                        b"\x06\x0a\x2a\x86\x48\x86\xf7\x0d\x01\x0c\x01")  # pkcs-12PbeIds
 # Text a base64 blob of a credential holds: a key's PEM armour, a key file's JSON field.
 _WRAPPED = (b"PRIVATE KEY", b'"private_key"', b'"service_account"', b'"refresh_token"')
@@ -616,7 +817,11 @@ CONTENT_RULES_ID = hashlib.sha256(repr((CONTENT_RULES, ENV_TEMPLATE.pattern, CON
                                         _EMPTY_ASSIGNMENT.pattern, _PGPASS_LINE, _JSON_ESCAPES,
                                         _JSON_LINE_SEAM.pattern, _JSON_LIST_OPEN.pattern,
                                         JSON_UNESCAPE_LEVELS, ESCAPE_NEAR, ESCAPE_LOOKS,
-                                        sorted(_RUN_GATES), 4))
+                                        sorted(_RUN_GATES), _SECRET_TAIL, sorted(_NOT_SECRET_NAMES),
+                                        _NOT_FLAT.pattern, _FLAT_SECRET.pattern, _PHP_DEFINE.pattern, _PHP_ASSIGN.pattern, _PHP_CODE.pattern,
+                                        _REFERENCE.pattern, sorted(_PLACEHOLDER_WORDS),
+                                        _PLACEHOLDER.pattern, _PROSE_WORD.pattern, _QUOTED.pattern, SETTING_MIN,
+                                        _ENCRYPTED_KEY_OIDS, 5))
                                   .encode()).hexdigest()[:16]
 
 
@@ -664,6 +869,9 @@ def _text_what(head: bytes, lowered: bytes, mask: bytes | None = None,
         if what:
             return what
     what = _pgpass_what(head)
+    if what:
+        return what
+    what = _settings_what(head, lowered)
     if what:
         return what
     # every vendor token is a run of 20 or more base64 characters (its own run is narrower)
