@@ -122,7 +122,7 @@ def test_reported_false_refusals_pass(name: str, value: str) -> None:
     ("ORG", "api_org_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"),
     ("CONFIG", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
     ("HEROKU_API", "01234567-89ab-cdef-0123-456789abcdef"),
-    ("DB_PASSWORD", "hunter2"), ("HF_TOKEN", "changeme"),
+    ("DB_PASSWORD", "hunter2"), ("DB_PASS", "changeme"), ("HF_TOKEN", "abc123xyz"),
 ])
 def test_reported_misses_are_refused(name: str, value: str) -> None:
     why = env_problem(name, value)
@@ -200,3 +200,18 @@ def test_a_refusal_by_name_offers_not_secret(home, tmp_path) -> None:
     proc = run_gpu("plan", "a.py", "--hours", "0.1", "--env", "DB_PASSWORD=hunter2", cwd=project)
     assert proc.returncode == 2 and "--not-secret DB_PASSWORD" in proc.stderr, proc.stderr
     assert "hunter2" not in proc.stderr
+
+
+def test_what_the_target_installs_and_what_a_person_vouched_for_bind_the_digest() -> None:
+    """A person's approval is of a digest: the optional dependency groups installed (extras) and
+    the env names vouched as not secret change what runs, so they change the digest; absent, the
+    digest is what it was."""
+    from core.planning.plan import digest
+
+    base = {"bundle_hash": "b", "command": ["a.py"], "env": {"A": "x"}, "target": "local", "gpu": "cpu",
+            "hours": 1}
+    plain = digest(base)
+    assert digest({**base, "extras": [], "not_secret": []}) == plain
+    seen = {plain, digest({**base, "extras": ["train"]}), digest({**base, "extras": ["eval"]}),
+            digest({**base, "not_secret": ["A"]})}
+    assert len(seen) == 4

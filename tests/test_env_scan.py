@@ -109,7 +109,7 @@ def _project(tmp_path: Path, yaml_text: str) -> Path:
 
 @pytest.mark.parametrize("yaml_text, line", [
     ("script: a.py\nenv:\n  MODE: fast\n  SEED: '7'\n  DB_PASSWORD: hunter2\n", 5),
-    ("script: a.py\nenv:\n  - MODE=fast\n  - HF_TOKEN=abc\n", 4),
+    ("script: a.py\nenv:\n  - MODE=fast\n  - HF_TOKEN=abc123xyz\n", 4),
     ("script: a.py\nenv: {MODE: fast, URL: 'postgres://u:pw@db/x'}\n", 2),
     ("# comment\nscript: a.py\nenv:\n  MODE: fast\n  NOTE: ghp_abcdefghijklmnopqrstuvwxyz0123\n", 5),
 ])

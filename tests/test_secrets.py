@@ -124,13 +124,15 @@ def test_without_a_keychain_the_message_says_how_to_get_one(home: Path) -> None:
 
 
 @pytest.mark.parametrize("entry", [
-    "WANDB_API_KEY=abc", "HF_TOKEN=abc", "DB_PASSWORD=x", "MY_SECRET=x", "AUTH=x", "AWS_CREDENTIALS=x",
-    "api_key=x", "SERVICE_PASSWD=x",
+    # a short word passes under a key's or a token's name (a placeholder, not a key), never under
+    # a password's: what a weak password is
+    "WANDB_API_KEY=abc123def", "HF_TOKEN=abc123def", "DB_PASSWORD=x", "MY_SECRET=s3cr3t-v",
+    "AUTH=x9y8z7w", "AWS_CREDENTIALS=ak1:sk2", "api_key=k3y-v4l", "SERVICE_PASSWD=x",
     "X=AKIAIOSFODNN7EXAMPLE", "X=ghp_abcdefghijklmnopqrstuvwxyz0123", "X=github_pat_11ABCDEFG0123456789abcdef",
     "X=hf_abcdefghijklmnopqrstuvwxyz", "X=sk-abcdefghijklmnop1234", "X=sk-ant-api03-abcdefghijklmnop",
     "X=-----BEGIN OPENSSH PRIVATE KEY-----", "X=postgres://user:pw@db.internal/prod",
     "X=Zx8Kq2LmN4pR7sT1vW3yA5bC6dE9fG0h", "X=0123456789abcdef0123456789abcdef01234567",
-    "apiKey=x", "MY_AUTH_HEADER=Basic dXNlcjpwYXNz",
+    "apiKey=k3y-v4l", "MY_AUTH_HEADER=Basic dXNlcjpwYXNz",
     "X=glpat-abcdefghijklmnopqrstu", "X=xoxb-1234567890-abcdef", "X=sk_live_abcdefghijkl",
 ])
 def test_secret_looking_env_is_refused(entry: str, home: Path, tmp_path: Path) -> None:

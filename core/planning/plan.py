@@ -42,7 +42,8 @@ def digest(plan: dict) -> str:
         doc["resources"] = plan["resources"]
     if plan.get("data_sources"):  # the commit an hf:// data set was pinned to binds too
         doc["data_sources"] = plan["data_sources"]
-    for key in ("image", "packages", "not_secret"):  # the Modal image, and env vouched as plain, bind too
+    for key in ("image", "packages", "not_secret", "extras"):  # the Modal image, env vouched as plain and
+        # the optional dependency groups installed bind too (absent: the digest is unchanged)
         if plan.get(key):
             doc[key] = plan[key]
     if plan.get("resume"):  # a resumed job's attempt and checkpoint bind: a new approval

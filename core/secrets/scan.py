@@ -45,6 +45,10 @@ ALLOWED_PARTS = frozenset({
     "KEYBOARD", "KEYMAP",       # KEYBOARD_LAYOUT, XKB_KEYMAP
     "AUTHOR", "AUTHORS",        # GIT_AUTHOR_NAME, AUTHOR
     "KEYPOINT", "KEYPOINTS",    # NUM_KEYPOINTS (pose models)
+    "KEYFRAME", "KEYFRAMES", "KEYWORD", "KEYWORDS", "HOTKEY", "MONKEY",  # video, search, UI, patching
+    "TOKENIZE", "TOKENIZED", "TOKENIZATION", "DETOKENIZE", "DETOKENIZER",
+    "PASSAGE", "PASSAGES", "PASSES", "BYPASS", "PASSTHROUGH", "COMPASS", "PASSIVE",  # retrieval, epochs
+    "CREDIT", "CREDITS",        # CREDIT_LIMIT
 })
 
 # Whole word parts that name a secret (a substring is not enough: SPINE, OPTIMIZER, PWM).
@@ -52,7 +56,7 @@ SECRET_WORDS = frozenset({
     "PW", "PIN", "PINCODE", "JWT", "BEARER", "COOKIE", "COOKIES", "DSN", "SAS", "OTP", "TOTP",
     "HOTP", "MFA", "WEBHOOK", "WEBHOOKS", "CONNSTR",
     # rarer words of the trade (a value that is plainly a setting still passes under them)
-    "SIGNATURE", "SIG", "HMAC", "SALT", "CERT", "PRIV", "PRIVATE", "API", "APIKEY", "PASSPHRASE",
+    "SIGNATURE", "SIG", "HMAC", "SALT", "CERT", "PRIV", "PRIVATE", "APIKEY", "PASSPHRASE",
     "CREDS", "LOGIN", "NONCE",
     # "password", "secret", "key" and "token" in the languages people write code in
     "KENNWORT", "PASSWORT", "GEHEIM", "SCHLUESSEL", "SCHLUSSEL",  # German
@@ -66,6 +70,16 @@ SECRET_WORDS = frozenset({
     "PAROL", "KLYUCH", "SIFRE", "PAROLLA", "MIMA", "MIYAO",       # Russian, Turkish, Chinese pinyin
     "ANGOU", "PASUWADO", "BIMILBEONHO", "AMHO",                   # Japanese, Korean romanised
 })
+# A word that names a secret only beside a value shaped like a key (HEROKU_API=<a UUID>): API_MODEL,
+# API_TYPE, OPENAI_API_BASE hold model names, words and URLs.
+WEAK_WORDS = frozenset({"API"})
+# Words for a password: under them even a short word is refused (DB_PASSWORD=changeme), since a
+# short word is what a weak password is; a key or a token never is one (TEXT_KEY=content).
+PASSWORD_STEMS = ("PASS", "PWD")
+PASSWORD_WORDS = frozenset({"PW", "PIN", "PINCODE", "KENNWORT", "PASSWORT", "SENHA", "CONTRASENA", "MDP",
+                            "PAROLA", "WACHTWOORD", "LOSENORD", "PASSORD", "ADGANGSKODE", "SALASANA",
+                            "HASLO", "HESLO", "JELSZO", "PAROL", "SIFRE", "PAROLLA", "MIMA", "PASUWADO",
+                            "BIMILBEONHO", "AMHO", "ANGOU", "LOGIN"})
 # Two adjacent parts that name a secret together (CONN_STR, ConnectionString, 2FA_SEED).
 SECRET_PAIRS = frozenset({("CONN", "STR"), ("CONN", "STRING"), ("CONNECTION", "STR"),
                           ("CONNECTION", "STRING"), ("2", "FA"), ("MOT", "PASSE"), ("MOT", "DE"),
@@ -187,8 +201,10 @@ SETTING_WORDS = frozenset({
     "online", "strict", "lax", "fast", "slow", "mean", "sum", "max", "min", "first", "last", "all",
     "any", "unset", "empty", "anonymous", "public", "private", "read", "write", "info", "debug",
 })
+_SPECIAL_TOKEN = re.compile(r"</?[A-Za-z_|]{1,24}>|<\|[A-Za-z_]{1,24}\|>|\[[A-Z_]{2,12}\]")  # <pad> </s> <|eot|> [CLS]
 _HEX_DIGEST = re.compile(r"(?:(?:sha1|sha256|sha512|md5):)?[0-9a-fA-F]{7,128}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_KEY_LIKE = re.compile(r"[A-Za-z0-9_\-]{16,}")
 _URL = re.compile(r"[a-z][a-z0-9+.-]{0,31}://\S+", re.IGNORECASE)
 _PATH = re.compile(r"(?:~|\.{1,2})?/[^\s]*|[^\s/]+(?:/[^\s/]+)+/?")
 
@@ -227,11 +243,16 @@ def plain_value(name: str, value: str) -> str | None:
     for shape, what in _PLAIN_SHAPES:
         if shape.fullmatch(text):
             return what
+    if _SPECIAL_TOKEN.fullmatch(text):
+        return "a tokenizer's special token"
     if _SHORT_WORD.fullmatch(text):
-        # a word passes unless the name's last word part, its noun, is a secret's (DB_PASSWORD,
-        # HF_TOKEN, SENHA): there a short word is what a weak password is. AUTH_MODE=none passes.
+        # a word passes unless the name's last word part, its noun, is a password's (DB_PASSWORD,
+        # SENHA): there a short word is what a weak password is. AUTH_MODE=none, TEXT_KEY=content pass.
         uppers = [p.upper() for p in name_parts(name)]
-        if text.lower() in SETTING_WORDS or not uppers or not _secret_part(uppers[-1], uppers):
+        noun = uppers[-1] if uppers else ""
+        password = (noun not in ALLOWED_PARTS and any(stem in noun for stem in PASSWORD_STEMS)) or (
+            noun in PASSWORD_WORDS and WORD_CLEARED_BY.get(noun, frozenset()).isdisjoint(uppers))
+        if text.lower() in SETTING_WORDS or not password:
             return "a short word"
     if _URL.fullmatch(text) and _url_credential(text) is None:
         return "a URL without credentials"
@@ -286,6 +307,9 @@ def env_problem(name: str, value: str, plain: frozenset[str] | set[str] = frozen
     if part is not None:
         return (f"the name {name} looks like a secret's (it has the word part {part!r}) and its "
                 f"value is not plainly a setting (a number, a word, a path, a URL)")
+    weak = next((p for p in name_parts(name) if p.upper() in WEAK_WORDS), None)
+    if weak and _KEY_LIKE.fullmatch(value.strip()) and re.search(r"[0-9]", value) and re.search(r"[A-Za-z]", value):
+        return f"the name {name} has the word part {weak!r} and its value is shaped like a key (or an id)"
     return None
 
 
