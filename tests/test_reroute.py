@@ -126,11 +126,12 @@ def test_a_pinned_job_keeps_waiting_for_its_target_while_an_unpinned_one_moves(
 
 
 @slow
-def test_an_agents_job_is_held_not_started_when_the_new_target_needs_a_person(
+def test_a_job_the_new_target_would_hold_keeps_waiting_and_runs_where_it_was(
         sshd, home: Path, tmp_path: Path) -> None:
-    """Box has no bubblewrap: the rules hold agents' jobs there. The agent's waiting job moves
-    and is held for a person, never started on box; so is a job a person approved for local
-    (its plan changed, and box needs a person). Nothing ran on box."""
+    """Box has no bubblewrap: the rules hold agents' jobs there. The agent's waiting job, and a
+    job a person approved for local (its plan would change), are not moved and not held: they
+    keep waiting on local, their guidance says why in the hold's own words, and they run on
+    local once its slot frees, never needing a person. Nothing ran on box."""
     bare = without_bwrap(sshd, tmp_path / "bare-bin")
     write_user_config("targets:\n  local: {kind: local, max_jobs: 1}\n")
     project, a = holding_local(tmp_path)
@@ -145,21 +146,43 @@ def test_an_agents_job_is_held_not_started_when_the_new_target_needs_a_person(
 
     added = add_box(bare, tmp_path, max_jobs=2)
     assert added["probe"]["details"]["sandbox"]["ok"] is False, added
+    notes = {}
+    deadline = time.monotonic() + 60
+    while len(notes) < 2 and time.monotonic() < deadline:
+        for job in (b, e):
+            doc = status(job["short_id"])
+            assert doc["state"] == "routing" and doc["provider"] == "local", (doc, reasons(job["short_id"]))
+            if doc["guidance"].get("queue"):
+                notes[job["short_id"]] = doc["guidance"]["queue"]
+        time.sleep(0.2)
+    assert len(notes) == 2, notes
     for job in (b, e):
-        held = wait_state(job["short_id"], {"awaiting_approval", "provisioning", "running", "done", "failed"},
-                          timeout=60)
-        said = reasons(job["short_id"])
-        assert held["state"] == "awaiting_approval" and held["provider"] == "box", (held, said)
-        assert MOVED in said, said
-        hold = said[-1]
-        assert hold.startswith("held for approval") and "would run on box" in hold, said
-        assert held["guidance"]["needs_approval"] is True
-    assert "its plan changed after it was approved" in reasons(e["short_id"])[-1]
-    time.sleep(1.5)
+        note = notes[job["short_id"]]
+        assert note.startswith("box has a free slot but would need your approval there ("), note
+        assert note.endswith("): it waits for local"), note
+        assert "it was submitted by an agent and would run on box: " in note, note  # the rule's words
+        assert "q.py" not in note, note  # never the command
+    assert "its plan changed after it was approved (a person approved it for local" in notes[e["short_id"]]
+    said = {job["short_id"]: reasons(job["short_id"]) for job in (b, e)}
+    time.sleep(1.5)  # ten ticks with box free: no move, no hold, no words again
     for job in (b, e):
         doc = status(job["short_id"])
-        assert doc["state"] == "awaiting_approval" and doc["attempt"] <= 1, doc
-        assert not any(r.startswith("attempt") and "started on box" in r for r in reasons(job["short_id"]))
+        assert doc["state"] == "routing" and doc["provider"] == "local", doc
+        assert doc["reason"].startswith("waiting for a free slot on local"), doc["reason"]
+        assert doc["guidance"]["needs_approval"] is False and doc["guidance"]["queue"] == notes[job["short_id"]]
+        assert reasons(job["short_id"]) == said[job["short_id"]], reasons(job["short_id"])
+        assert not any("routed again" in r for r in said[job["short_id"]]), said
+        assert sum(r.startswith("held for approval") for r in said[job["short_id"]]) == (job is e), said  # e's 2 h
+
+    gpu_json("cancel", a["short_id"])
+    for job in (b, e):
+        done = wait_state(job["short_id"], {"done", "failed", "cancelled", "awaiting_approval"}, timeout=120)
+        events = status(job["short_id"])["events"]
+        assert done["state"] == "done" and done["provider"] == "local", (done, [ev["reason"] for ev in events])
+        held = [ev for ev in events if ev["to"] == "awaiting_approval"]
+        assert len(held) == (1 if job is e else 0), events  # e's at submit, for its 2 h; none since
+        assert not any("routed again" in ev["reason"] for ev in events), events
+        assert "queue" not in status(job["short_id"])["guidance"]
     assert not (tmp_path / "remote" / "jobs").exists() or not any((tmp_path / "remote" / "jobs").iterdir())
 
 
@@ -332,5 +355,90 @@ def test_a_tick_looks_at_no_more_jobs_than_free_slots_and_not_at_pinned_ones(
         sup._config_stamp = -1  # the config changed (a target added, say): look again
         sup._move_waiting(set(), waiting, {"a": 1}, {"a": 3})
         assert looked == ["first", "second", "first"]
+    finally:
+        sup.db.close()
+
+
+def test_a_target_that_would_hold_the_job_is_passed_over_without_a_word_written(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`b` would hold an agent's job (no sandbox there): the job waiting on `a` is not moved and
+    not held, no event is written, and its guidance says why, once; the look is not repeated
+    until the free targets or the config change. `c` added without a hold: it moves there, `b`
+    passed over. A job a person approved for `a` is never moved (its plan would change)."""
+    import asyncio
+
+    import core.engine.daemon as daemon
+    from core.engine import reroute, service, targets
+    from core.jobs.store import Store
+
+    monkeypatch.setattr(daemon, "ensure_running", lambda *a, **k: None)
+    real = targets.for_request
+
+    def for_request(req, store, cfg):
+        infos = real(req, store, cfg)
+        if "b" in infos:
+            infos["b"].unsandboxed_why = "no sandbox on b"
+        return infos
+
+    monkeypatch.setattr(targets, "for_request", for_request)
+    config = "targets:\n  local: {kind: local, enabled: false}\n  a: {kind: local}\n  b: {kind: local}\n"
+    write_user_config("targets:\n  local: {kind: local, enabled: false}\n  a: {kind: local}\n"
+                      "  b: {kind: local, enabled: false}\n")
+    project = make_git_project(tmp_path / "p", {"q.py": QUICK})
+    store = Store()
+    hog = _submit_row(store, project, "hog")
+    _running(store, hog.id)
+    x = _submit_row(store, project, "x")
+    assert x.provider == "a" and x.state.value == "routing", x
+    y = _submit_row(store, project, "y")
+    with store.write() as db:  # as if a person approved y's plan for a
+        db.execute("UPDATE jobs SET approved_digest = digest WHERE id = ?", (y.id,))
+    write_user_config(config)  # b enabled: a free slot, but no sandbox there
+    sup = _sup(store, {"a": "local", "b": "local", "c": "local"})
+    ran: list[str] = []
+
+    def spawn(tasks, job, work):
+        ran.append(job.name)
+        asyncio.run(work)
+
+    monkeypatch.setattr(sup, "_spawn", spawn)
+    try:
+        before = [e.reason for e in store.events(x.id)]
+        assert sup._move_if_free(x.id, "a") == "held"
+        kept = store.get(x.id)
+        assert kept.provider == "a" and kept.state.value == "routing" and kept.plan == x.plan, kept
+        assert [e.reason for e in store.events(x.id)] == before  # no move, no hold, no word
+        note = service.guidance(kept, True)["queue"]
+        assert note.startswith("b has a free slot but would need your approval there (it was submitted by "
+                               "an agent and would run on b without a sandbox"), note
+        assert note.endswith("(no sandbox on b)): it waits for a"), note
+        assert "q.py" not in note
+        handle = dict(kept.handle)
+        assert sup._move_if_free(x.id, "a") == "held" and store.get(x.id).handle == handle  # once
+
+        approved = sup._move_if_free(y.id, "a")
+        assert approved == "held" and store.get(y.id).provider == "a", store.get(y.id)
+        assert "its plan changed after it was approved (a person approved it for a, and a move to b is " \
+            "a new plan)" in service.guidance(store.get(y.id), True)["queue"]
+
+        # the tick: looked at once while nothing changes, however long it waits
+        sup._slot_looked.clear()
+        waiting = [store.get(x.id)]
+        sup._move_waiting(set(), waiting, {"a": 1}, {"a": 2})
+        assert ran == ["x"] and store.get(x.id).provider == "a"
+        monkeypatch.setattr(reroute, "RECHECK_S", 0.0)
+        sup._move_waiting(set(), waiting, {"a": 1}, {"a": 2})
+        assert ran == ["x"]  # b would still hold it: not looked at again
+
+        # c comes: free, no hold; x moves there, b passed over with why
+        write_user_config(config + "  c: {kind: local}\n")
+        assert sup._move_if_free(x.id, "a") == "moved"
+        moved = store.get(x.id)
+        assert moved.provider == "c" and moved.state.value == "routing", moved
+        assert "slot_held" not in moved.handle and moved.handle["queue_note"].endswith("to c: c has a free slot")
+        assert "would need your approval there" in moved.plan["passed_over"].get("b", ""), moved.plan
+        assert not any(e.dst == "awaiting_approval" for e in store.events(x.id))
+        assert sup._move_if_free(y.id, "a") == "held"  # approved for a: c too would change its plan
+        assert store.get(y.id).provider == "a"
     finally:
         sup.db.close()

@@ -264,6 +264,29 @@ def group_holds(store: Store, group_id: str, plans: dict[str, dict], infos: dict
     return holds if len(every) > 1 else []
 
 
+def rejudge(store: Store, job: Job, chosen: Any, text: str, door: str = MIGRATION,
+            cfg: Any = None) -> Verdict:
+    """The plan `job` would have on the route `chosen`, and the holds a person would have to say
+    yes to there (`judge`, and a plan changed after a person approved it: `text` says how),
+    written nowhere. `replan` writes it; core/engine/reroute.py asks first, and moves a job
+    waiting for a slot only where it starts without a hold. A denied job raises UserError."""
+    from core.planning.plan import digest
+
+    plan = {**job.plan, "target": chosen.target, "gpu": chosen.gpu, "reasons": chosen.reasons,
+            "passed_over": chosen.passed_over}
+    for key in ("offer", "holds", "hold_kind", "tell_user"):
+        plan.pop(key, None)
+    if chosen.offer:
+        plan["offer"] = chosen.offer
+    plan["digest"] = digest(plan)
+    verdict = judge(store, job, plan, door=door, cfg=cfg, info=chosen.info,
+                    interactive=plan.get("submitted_by") == "person")
+    holds = list(verdict.holds)
+    if job.approved_digest and job.approved_digest != verdict.plan["digest"]:
+        holds.insert(0, {"rule": "plan_changed", "reason": f"its plan changed after it was approved ({text})"})
+    return Verdict(holds, verdict.kind, verdict.plan)
+
+
 def replan(store: Store, job: Job, why: str, exclude: dict[str, str] | None = None,
            door: str = MIGRATION, chosen: Any = None) -> Job:
     """Route a job again (placed but not started, or moving after its session ended) through
@@ -274,7 +297,6 @@ def replan(store: Store, job: Job, why: str, exclude: dict[str, str] | None = No
     from core.config import user as userconfig
     from core.engine import targets
     from core.engine.service import hold, request_from_json
-    from core.planning.plan import digest
     from core.planning.router import route
 
     cfg = userconfig.load()
@@ -286,25 +308,13 @@ def replan(store: Store, job: Job, why: str, exclude: dict[str, str] | None = No
                 infos[name].available = False
                 infos[name].why_unavailable = reason
         chosen = route(req, infos, targets.kinds(cfg))
-    plan = {**job.plan, "target": chosen.target, "gpu": chosen.gpu, "reasons": chosen.reasons,
-            "passed_over": chosen.passed_over}
-    for key in ("offer", "holds", "hold_kind", "tell_user"):
-        plan.pop(key, None)
-    if chosen.offer:
-        plan["offer"] = chosen.offer
-    plan["digest"] = digest(plan)
-    verdict = judge(store, job, plan, door=door, cfg=cfg, info=chosen.info,
-                    interactive=plan.get("submitted_by") == "person")
-    plan = verdict.plan
     text = f"{why}: routed again to {chosen.target}"
+    verdict = rejudge(store, job, chosen, text, door=door, cfg=cfg)
+    plan = verdict.plan
     with store.write():
         job = store.update(job.id, provider=chosen.target, plan=plan, digest=plan["digest"])
         store.add_event(job.id, text, data={"target": chosen.target, "digest": plan["digest"],
                                             "door": door})
-        holds = list(verdict.holds)
-        if job.approved_digest and job.approved_digest != plan["digest"]:
-            holds.insert(0, {"rule": "plan_changed",
-                             "reason": f"its plan changed after it was approved ({text})"})
-        if holds:
-            job = hold(store, job, holds, kind=verdict.kind)
+        if verdict.holds:
+            job = hold(store, job, verdict.holds, kind=verdict.kind)
     return job

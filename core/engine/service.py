@@ -526,7 +526,9 @@ def guidance(job: Job, submitted: bool, front: str = "cli") -> dict[str, Any]:
     else:
         doc = _next_calls(job, front)
     doc["needs_approval"] = job.state == State.AWAITING_APPROVAL
-    queue = job.handle.get("queue_stuck") or job.handle.get("queue_note")
+    slot = job.handle.get("slot_held") or {}  # a target with a free slot would hold it (reroute.py)
+    held = slot.get("note") if slot.get("at") == job.provider and job.state == State.ROUTING else None
+    queue = job.handle.get("queue_stuck") or held or job.handle.get("queue_note")
     if queue and job.state not in TERMINAL:  # it did not start where it was placed (queuewait.py)
         doc["queue"] = queue
     if not submitted:
