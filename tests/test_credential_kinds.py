@@ -73,6 +73,7 @@ KINDS = [
     ("android/local.properties", f"sdk.dir=/opt/android\nstorePassword={SECRET}\nkeyPassword={SECRET}\n",
      "storePassword on line 2"),
     ("share/creds.txt", f"username=alice\npassword={SECRET}\ndomain=LAB\n", "password on line 2"),
+    ("conf/strings.properties", f"login.forgot_password=Forgot password?\ndb.password={SECRET}\n", "db.password on line 2"),
     ("conf/app.ini", f"[db]\nhost = db\nroot password = {SECRET}\n", "root password on line 3"),
     ("conf/worker.sh", f"# env\nexport DB_HOST=db\nexport DB_PASSWORD='{SECRET}'\n", "DB_PASSWORD on line 3"),
     ("site/wp-config.php", f"<?php\ndefine( 'DB_NAME', 'wp' );\ndefine( 'DB_PASSWORD', '{SECRET}' );\n",
@@ -80,6 +81,17 @@ KINDS = [
     ("site/salts.php", "<?php\ndefine('AUTH_KEY', 'Zk;8+Q|t]n$1@Fv!xG^<e0W#)4rLc~MuD9h&S{2yP_mJ]bT.oK');\n",
      "AUTH_KEY on line 2"),
     ("site/pma.php", f"<?php\n$cfg['Servers'][$i]['password'] = '{SECRET}';\n", "password on line 2"),
+    ("exports/ram.csv", "AccessKey ID,AccessKey Secret\nLTAI5tTestVectorNotReal01,TestVectorNotARealSecret000001\n",
+     "Alibaba Cloud AccessKey export"),
+    ("exports/ibm.json", '{"name": "k", "description": "", "createdAt": "2024-03-12T10:14+0000",\n'
+                         ' "apikey": "TestVectorNotARealIbmCloudApiKey0123456789ab"}\n', "IBM Cloud API key export"),
+    ("share/s3.txt", "bucket:AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n", "s3fs mount credentials"),
+    ("build/settings.xml", f"<settings><servers><server><id>r</id><password>{SECRET}</password></server></servers></settings>\n",
+     "Maven settings with a server password"),
+    ("build/nuget.config", f'<configuration><packageSourceCredentials><f><add key="ClearTextPassword" value="{SECRET}" />'
+                           "</f></packageSourceCredentials></configuration>\n", "NuGet.Config with a ClearTextPassword"),
+    ("build/auth.json", f'{{"http-basic": {{"repo.example": {{"username": "u", "password": "{SECRET}"}}}}}}\n',
+     "Composer auth.json with an http-basic password"),
 ]
 
 
@@ -94,7 +106,7 @@ def test_each_kind_is_refused_by_content_with_its_rule_and_what_to_do(home: Path
 
 
 @pytest.mark.parametrize("rel", [".smbcredentials", ".smbcredentials_nas", "mnt/.smbcreds",
-                                 "accessKeys.csv", "accessKeys (1).csv"])
+                                 "accessKeys.csv", "accessKeys (1).csv", ".passwd-s3fs"])
 def test_names_that_are_credentials_alone(home: Path, tmp_path: Path, rel: str) -> None:
     """Caught by name, whatever they hold (even an empty template of the kind)."""
     assert cred.name_reason(rel.rpartition("/")[2]) is not None
@@ -125,6 +137,10 @@ ORDINARY = [
                "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n"),
     ("docker-compose.yml", "services:\n  db:\n    environment:\n      POSTGRES_PASSWORD: mysecretpassword\n"),
     ("env.sh", "export PWD=/home/alice/project\nexport OLDPWD=/home/alice\n"),
+    ("entry_points.txt", "[keyring.backends]\nlibsecret = keyring.backends.libsecret\n"),
+    ("lang/ja/auth.php", "<?php\nreturn [\n    'password' => 'パスワードが正しくありません。',\n];\n"),
+    ("settings.xml", "<settings><servers><server><password>${env.REPO_PASSWORD}</password></server></servers></settings>\n"),
+    ("NuGet.Config", '<configuration><add key="ClearTextPassword" value="%FEED_PASSWORD%" /></configuration>\n'),
 ]
 
 

@@ -77,6 +77,7 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     (r"(?:.*[._-])?credentials(?:\.(?:json|csv|db|ya?ml|toml|ini|cfg|conf|txt|xml))?",
      "cloud credentials"),
     (r"(?:.+_)?accesskeys\.csv", "AWS console access-key export"),
+    (r"\.?passwd-s3fs", "s3fs mount credentials"),
     (r"application_default_credentials\.json|access_tokens\.db|adc\.json", "Google Cloud credentials"),
     (r"client_secrets?(?:[._-].*)?\.json", "OAuth client secret"),
     (r"(?:.*[._-])?service[_-]?account(?:[._-].*)?\.json", "cloud service-account key"),
@@ -242,7 +243,7 @@ NAME_KEYWORDS: tuple[str, ...] = (
     "azureauth", "wg", "nmconnection", "wpa_supplicant", "yarnrc", "sentryclirc", "ngrok", "mcp",
     "claude", ".dev.vars", "local.settings", "runtimeconfig", ".yml.enc", ".yaml.enc",
     "hist", "lesshst", "viminfo", "keychain", "login data", "key3.db", "key4.db", "signons",
-    "cookies.sqlite", "smbcred",
+    "cookies.sqlite", "smbcred", "passwd-s3fs",
 )
 
 
@@ -446,6 +447,16 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
                             rb"[\"']?[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"),
      "AWS console access-key export: a key row under `Access key ID,Secret access key`; delete "
      "the file and keep the key in the keychain, gpu secrets set AWS_SECRET_ACCESS_KEY"),
+    # Alibaba Cloud's RAM console download (`AccessKey.csv`: AccessKey ID,AccessKey Secret) and
+    # IBM Cloud's (`apikey.json`: name, createdAt, apikey)
+    (b"accesskey secret", (rb"(?i)\A(?:\xef\xbb\xbf)?(?:[\"']?[a-z ]+[\"']?,)*[\"']?accesskey ?id[\"']?,"
+                           rb"[\"']?accesskey ?secret[\"']?[ \t]*(?:,[^\r\n]*)?\r?$",
+                           rb"^[^\r\n]*(?<![A-Za-z0-9])LTAI[A-Za-z0-9]{12,24}[\"']?,[\"']?[A-Za-z0-9]{30}(?![A-Za-z0-9])"),
+     "Alibaba Cloud AccessKey export: a key row under `AccessKey ID,AccessKey Secret`; delete the "
+     "file and keep the secret in the keychain, gpu secrets set NAME"),
+    (b"apikey", (rb'"apikey"\s*:\s*"[A-Za-z0-9_-]{40,}"', rb'"createdAt"\s*:'),
+     "IBM Cloud API key export: an apikey with its createdAt, as the console downloads it; keep "
+     "the key in the keychain, gpu secrets set NAME"),
     (b"awssecretkey", (rb"(?i)^[ \t]*AWSAccessKeyId[ \t]*=[ \t]*(?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}[ \t]*\r?$",
                        rb"(?i)^[ \t]*AWSSecretKey[ \t]*=[ \t]*[A-Za-z0-9/+]{40}[ \t]*\r?$"),
      "AWS root access-key export: AWSAccessKeyId= and AWSSecretKey= lines; delete the file and "
@@ -463,6 +474,17 @@ CONTENT_RULES: tuple[tuple[bytes, tuple[bytes, ...], str], ...] = (
     (b"userpwd", (rb"<publishProfile\b", rb'\buserPWD="[^"\s$<{]{8,}"'),
      "Azure publish profile: a publishProfile with its userPWD deployment password; keep the "
      "password in the keychain, gpu secrets set NAME, not the profile"),
+    # build tools' server passwords: Maven settings.xml (<server> ... <password>), NuGet.Config
+    # (ClearTextPassword), Composer auth.json (http-basic)
+    (b"<password>", (rb"<servers>", rb"(?s)<server>(?:(?!</server>).){0,600}?<password>\s*(?![$%{]|\s*<)[^<\s]{6,}\s*</password>"),
+     "Maven settings with a server password: keep it in the keychain, gpu secrets set NAME, and "
+     "write ${env.NAME} there"),
+    (b"cleartextpassword", (rb'(?i)<add\s+key\s*=\s*"ClearTextPassword"\s+value\s*=\s*"(?![$%])[^"]{6,}"',),
+     "NuGet.Config with a ClearTextPassword: keep it in the keychain, gpu secrets set NAME, and "
+     "write %NAME% there"),
+    (b"http-basic", (rb'"http-basic"\s*:\s*\{', rb'"password"\s*:\s*"(?![$%{])[^"\s]{6,}"'),
+     "Composer auth.json with an http-basic password: keep it in the keychain, gpu secrets set "
+     "NAME, and pass it as COMPOSER_AUTH"),
     # netrc entries with a password
     (b"password", (rb"^[ \t]*machine[ \t]+\S+\s+(?:login[ \t]+\S+\s+)?password[ \t]+\S+",),
      "netrc password"),
@@ -500,6 +522,12 @@ _PGPASS_LINE = (rb"(?:(?:\*|localhost|[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+):(?:\*
                 rb"|[A-Za-z0-9_.-]+:(?:543\d|6432)):[^\s:#]+:[^\s:#]+:[^\r\n]*[^\s]")
 _PGPASS_FIRST = re.compile(rb"(?:[ \t]*(?:#[^\n]*)?\r?\n)*" + _PGPASS_LINE + rb"[ \t]*\r?(?:\n|\Z)")
 _PGPASS_FULL = re.compile(rb"(?:[ \t]*(?:#[^\n]*)?|" + _PGPASS_LINE + rb"[ \t]*)\r?")
+
+
+# s3fs mount credentials (`~/.passwd-s3fs`) under any name: the file opens (after comments)
+# with ACCESS_KEY_ID:SECRET_ACCESS_KEY, optionally after a bucket name. One anchored look.
+_S3FS = re.compile(rb"(?:[ \t]*(?:#[^\n]*)?\r?\n)*[ \t]*(?:[a-z0-9][a-z0-9.-]{1,62}:)?"
+                   rb"(?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}:[A-Za-z0-9/+]{40}[ \t]*\r?(?:\n|\Z)")
 
 
 def _pgpass_what(head: bytes) -> str | None:
@@ -573,6 +601,7 @@ _REFERENCE = re.compile(
     rb"\$[A-Za-z_{(]|\$2[aby]?\$\d\d\$"  # $VAR, ${VAR}, $(cmd); a bcrypt hash (a factory's)
     rb"|<[^<>]*>\Z|\[[^\[\]]*\]\Z|\{[^{}]*\}\Z|\*+\Z|@[\w.-]+@\Z|%[\w.-]+%\Z"  # <yours>, [UNK], {x}, *****, @x@, %X%
     rb"|(?:/|~/|\./|\.\./)\S*\Z"  # a path to where the secret is
+    rb"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}(?::[A-Za-z_][\w.]*)?\Z"  # a module or class: keyring.backends.libsecret
     rb"|.*(?:\$\{|\{\{|%\(|\$\(|os\.environ|getenv|process\.env)"
     rb"|[\w.-]+[\[(].*[\])]\Z", re.DOTALL)  # detect-secrets' indirect reference: env('X'), cfg['x']
 _PLACEHOLDER_WORDS = frozenset({
@@ -587,7 +616,8 @@ _PLACEHOLDER = re.compile(
     rb"(?:key|secret|password|passwd|pass|token)\Z"
     rb"|.*(?:your|_here|-here| here\Z|changeme|change[_ -]me|placeholder|unique phrase|example|replace[_ -]?(?:me|this|with)"
     rb"|fill[_ -]?in|xxxx|\*\*\*|\.\.\.|todo|tbd)", re.DOTALL)
-# A sentence: three or more words of letters (a language file's 'The :attribute is incorrect.')
+# A word of a sentence: a value of two or more is a language file's message ('The :attribute
+# is incorrect.', 'Forgot password?'), not a password
 _PROSE_WORD = re.compile(r"[:(\"'“‘]?[^\W\d_][^\W\d_'’.-]*(?:['’.-][^\W\d_]+)*[,;:)\"'”’!?.]*")
 _SEQUENCES = (b"ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/",
               b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJKLMNOPQRSTUVWXYZ+/",
@@ -619,12 +649,15 @@ def _written_out(value: bytes) -> bool:
     if any(v.upper() in seq for seq in _SEQUENCES):
         return False
     text = v.decode("utf-8", "replace")
-    words = text.split()
-    if len(words) >= 3 and all(_PROSE_WORD.fullmatch(w) for w in words):
+    if any(c.isalpha() and not c.isascii() for c in text):  # a language's words: 'パスワード', 'Kennwörter'
         return False
-    if text.isalpha():  # a word (`Passwort` in a language bundle), unless it reads as random
-        return len(text) >= 24 or (len(text) >= 10 and not text.islower() and not text[1:].islower()
-                                   and not text.isupper())
+    words = text.split()
+    if len(words) >= 2 and all(_PROSE_WORD.fullmatch(w) for w in words):  # 'Forgot password?'
+        return False
+    word = re.sub(r"(?<=[A-Za-z])['’-](?=[A-Za-z])", "", text)
+    if word.isalpha():  # a word (`Passwort`, `Mot-de-passe` in a language bundle), unless it reads as random
+        return len(word) >= 24 or (len(word) >= 10 and not word.islower() and not word[1:].islower()
+                                   and not word.isupper())
     return True
 
 
@@ -668,6 +701,8 @@ def _settings_what(head: bytes, lowered: bytes) -> str | None:
     if b"=" not in head:
         return None
     text = head if len(head) < CONTENT_HEAD else head[:head.rfind(b"\n") + 1]  # a whole last line
+    if text.startswith(b"\xef\xbb\xbf"):  # a BOM (Windows editors' INI and .properties)
+        text = text[3:]
     if _NOT_FLAT.search(text) is not None:
         return None
     for m in _FLAT_SECRET.finditer(text):
@@ -821,7 +856,7 @@ CONTENT_RULES_ID = hashlib.sha256(repr((CONTENT_RULES, ENV_TEMPLATE.pattern, CON
                                         _NOT_FLAT.pattern, _FLAT_SECRET.pattern, _PHP_DEFINE.pattern, _PHP_ASSIGN.pattern, _PHP_CODE.pattern,
                                         _REFERENCE.pattern, sorted(_PLACEHOLDER_WORDS),
                                         _PLACEHOLDER.pattern, _PROSE_WORD.pattern, _QUOTED.pattern, SETTING_MIN,
-                                        _ENCRYPTED_KEY_OIDS, 5))
+                                        _ENCRYPTED_KEY_OIDS, _S3FS.pattern, 5))
                                   .encode()).hexdigest()[:16]
 
 
@@ -871,6 +906,9 @@ def _text_what(head: bytes, lowered: bytes, mask: bytes | None = None,
     what = _pgpass_what(head)
     if what:
         return what
+    if _S3FS.match(head):
+        return ("s3fs mount credentials: an ACCESS_KEY_ID:SECRET_ACCESS_KEY line; keep the key in "
+                "the keychain, gpu secrets set AWS_SECRET_ACCESS_KEY")
     what = _settings_what(head, lowered)
     if what:
         return what
