@@ -252,6 +252,9 @@ def build_server(engine: Engine | None = None) -> tuple[Server, JobWatch]:
         watch.attach(ctx)
         return watch.listing()
 
+    async def list_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        return watch.templates()
+
     async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         watch.attach(ctx)
         return await watch.read(params.uri, clean)
@@ -272,7 +275,8 @@ def build_server(engine: Engine | None = None) -> tuple[Server, JobWatch]:
 
     server = Server("gpu-router", version=__version__, title="gpu-router", instructions=INSTRUCTIONS,
                     on_list_tools=list_tools, on_call_tool=call_tool,
-                    on_list_resources=list_resources, on_read_resource=read_resource,
+                    on_list_resources=list_resources, on_list_resource_templates=list_templates,
+                    on_read_resource=read_resource,
                     on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe,
                     on_subscriptions_listen=ListenHandler(bus))
     # declared so that the end-of-job log notifications have a capability to ride on (the

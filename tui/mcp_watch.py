@@ -107,6 +107,17 @@ class JobWatch:
                            description=f"the job's status ({w.state} when last seen)")
             for w in self.jobs.values() if w.started or w.uris])
 
+    @staticmethod
+    def templates() -> types.ListResourceTemplatesResult:
+        """The address of every job, so that a client can find the resources before any job
+        (resources/list names only the jobs this server follows)."""
+        return types.ListResourceTemplatesResult(resource_templates=[
+            types.ResourceTemplate(uri_template=JOB_RESOURCE + "{id}", name="job", mime_type=MIME,
+                                   title="gpu-router job",
+                                   description="a job's status document (what gpu_status returns), by "
+                                               "its short id (guidance.resource of every result); "
+                                               "subscribe to be told when it changes and ends")])
+
     async def read(self, uri: str, clean: Callable[[Any], Any]) -> types.ReadResourceResult:
         from tui.output import json_text
 
