@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 # quickstart's style: a save every step (rename over state.json), and on a request to
 # checkpoint one last save and exit 0; --saved also calls gpu.checkpoint_saved()
 TRAIN = """
-import json, sys, time
+import json, os, sys, time
 import gpu
 
 marked = "--saved" in sys.argv
@@ -36,6 +36,15 @@ ckpt = gpu.checkpoint_dir() / "state.json"
 start = json.loads(ckpt.read_text())["step"] + 1 if ckpt.exists() else 0
 if start:
     print(f"resuming from step {start}", flush=True)
+big = gpu.checkpoint_dir() / "big.bin"  # a 64 MiB sparse file: a few bytes of data, the rest a hole
+if not big.exists():
+    with open(big, "wb") as f:
+        f.write(b"head")
+        f.truncate(64 << 20)
+        f.seek((64 << 20) - 4)
+        f.write(b"tail")
+st = os.stat(big)
+print(f"big.bin holds {st.st_blocks * 512} bytes on disk of {st.st_size}", flush=True)
 
 def save(step: int) -> None:
     tmp = ckpt.with_suffix(".tmp")
@@ -106,10 +115,19 @@ def cancel_resume_and_finish(project: Path, target: str, *args: str) -> None:
     logs = run_gpu("logs", short).stdout
     assert done["state"] == "done", (done["reason"], logs[-2000:])
     assert f"resuming from step {saved + 1}" in logs, logs[-3000:]
+    # the sparse file came home sparse and was restored on the host sparse (its holes dug again)
+    on_disk = [int(line.split(" holds ")[1].split()[0]) for line in logs.splitlines() if "big.bin holds" in line]
+    assert len(on_disk) == 2 and all(n < 1 << 20 for n in on_disk), on_disk
     doc = gpu_json("status", short, "--verbose")
     out = Path(doc["outputs_dir"])
     final = json.loads((out / "checkpoint" / "state.json").read_text())
     assert final == {"step": STEPS - 1}, final
+    big = out / "checkpoint" / "big.bin"
+    assert big.stat().st_size == 64 << 20 and big.stat().st_blocks * 512 < 1 << 20
+    with open(big, "rb") as f:
+        head = f.read(4)
+        f.seek((64 << 20) - 4)
+        assert (head, f.read(4)) == (b"head", b"tail")
     steps = _steps(out)
     assert sorted(s for _, s in steps) == list(range(STEPS))  # every step once across both attempts
 

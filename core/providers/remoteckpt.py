@@ -20,6 +20,11 @@ from core.providers.lookbatch import Gather
 from core.transport.base import CommandFailed, TransportError, quote
 
 TAR_ALLOWANCE = 1 << 20  # a streamed checkpoint's tar and gzip framing over its files' bytes
+# A restored checkpoint keeps its holes (a sparse file home came from a sparse file): tar writes
+# a plain member dense, so each big regular file (never a link: find -type f) is given back its
+# zero blocks where the host has util-linux's fallocate; elsewhere it stays dense, as it was.
+DIG_HOLES = ('if command -v fallocate >/dev/null 2>&1; then find "$J/ckpt" -type f -size +1M '
+             '-exec fallocate --dig-holes {} \\; 2>/dev/null; fi; ')
 
 
 class RemoteCheckpoints:
@@ -83,6 +88,6 @@ class RemoteCheckpoints:
         # never under an attempt that started (a restarted supervisor preparing it again)
         # the generations frozen there before belong to the checkpoint being replaced
         line = (f'if [ ! -e "$A/started" ]; then rm -rf "$J/ckpt" "$J/ckpt-gens"; mkdir -p "$J/ckpt" "$J/ckpt-gens"; '
-                f'tar -xzf {quote(remote_archive)} -C "$J/ckpt"; rm -f "$J/.ckpt-hashes.json"; fi; '
+                f'tar -xzf {quote(remote_archive)} -C "$J/ckpt"; {DIG_HOLES}rm -f "$J/.ckpt-hashes.json"; fi; '
                 f'rm -f {quote(remote_archive)}')
         return line, sent
