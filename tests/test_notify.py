@@ -242,6 +242,9 @@ def test_each_move_counts_as_its_event_and_is_claimed_once(home: Path) -> None:
     from core.jobs.store import Store
 
     store = Store()
+    notifier = notify.Notifier()
+    notifier.configure([NotifyURL("json://127.0.0.1:1/x")])
+    assert notifier.collect(store) == []  # the URL is added: it gets what happens from now on
 
     def job(n: int, *moves: tuple[State, str]) -> None:
         row = {"id": f"{n:032x}", "short_id": f"{n:08x}", "name": f"job{n}", "provider": "local",
@@ -257,8 +260,6 @@ def test_each_move_counts_as_its_event_and_is_claimed_once(home: Path) -> None:
     job(3, *running, (State.FAILED, "stopped by kill rule nan_metric: loss is NaN"))
     job(4, *running, (State.CANCELLED, "cancelled by cli"))
     job(5, (State.ROUTING, "placed"), (State.AWAITING_APPROVAL, "held"), (State.DENIED, "denied by me"))
-    notifier = notify.Notifier()
-    notifier.configure([NotifyURL("json://127.0.0.1:1/x")])
     moves = notifier.collect(store)
     kinds = [(job.short_id, sorted(notify.kinds_of(e, job))) for e, job in moves]
     assert kinds == [("00000001", ["done"]), ("00000002", ["failed"]), ("00000003", ["stopped_by_rule"]),

@@ -11,7 +11,10 @@ by the rules, a person's cancel, the supervisor itself). Each move is claimed be
 (the last event id read is written to `notify.json` in gpu-router's home), so a restarted
 supervisor never sends it again; one killed in the middle of a send loses that message rather
 than repeating it. Moves older than `MAX_AGE_S` are not sent: a supervisor that was down for a
-day does not flood a phone with yesterday.
+day does not flood a phone with yesterday. A URL gets only the moves made since it was added:
+the first time the supervisor sees a URL it dates it by the user config's last change (the
+edit that added it, or later), kept in notify.json by a hash of the URL (never the URL, which
+may hold a token), so a new URL is not sent the backlog of jobs that ended before it existed.
 
 Sending never touches the event loop: the message is built on one thread (it reads the job's
 secret values from the keychain to mask them) and sent on one thread per URL (in order per URL;
@@ -42,6 +45,7 @@ person's own targets and secrets, and points to `gpu status ID` for what would r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -366,6 +370,31 @@ class NotifyState:
             self.doc["cursor"] = upto
             self._write()
 
+    def added(self, urls: list[NotifyURL]) -> dict[str, float]:
+        """When each URL was added ({url: epoch seconds}): a URL seen for the first time is
+        dated by the user config's last change (the edit that added it, or a later one), and
+        written; URLs no longer configured are forgotten (one added back is new again). A state
+        from before this was kept (a cursor and no dates) dates the URLs it already served 0."""
+        with self._lock:
+            legacy = isinstance(self.doc.get("cursor"), int) and "added" not in self.doc
+            known = self.doc.get("added") if isinstance(self.doc.get("added"), dict) else {}
+            now = time.time()
+            try:
+                edited = min(now, paths.user_config_file().stat().st_mtime)
+            except OSError:
+                edited = now
+            out, keep = {}, {}
+            for u in urls:
+                key = _url_key(u.url)
+                when = known.get(key)
+                if not isinstance(when, (int, float)):
+                    when = 0.0 if legacy else edited
+                keep[key] = out[u.url] = float(when)
+            if keep != known or "added" not in self.doc:
+                self.doc["added"] = keep
+                self._write()
+            return out
+
     def record(self, outcome: Outcome, job: str) -> None:
         with self._lock:
             services = self.doc.setdefault("services", {})
@@ -387,6 +416,11 @@ class NotifyState:
             os.replace(tmp, self.path)
         except OSError as exc:  # a full disk: a restart may then send a move again
             log.warning("could not record what was notified: %s", exc)
+
+
+def _url_key(url: str) -> str:
+    """A URL's name in notify.json's dates: a hash (the URL may hold a service's token)."""
+    return hashlib.sha256(url.encode()).hexdigest()[:24]
 
 
 def read_state(path: Path | None = None) -> dict[str, Any]:
@@ -422,6 +456,7 @@ class Notifier:
     _builder: ThreadPoolExecutor | None = None
     _senders: dict[str, ThreadPoolExecutor] = field(default_factory=dict)
     _pending: set[Future] = field(default_factory=set)
+    _added: dict[str, float] = field(default_factory=dict)  # url -> when it was added (NotifyState.added)
 
     def configure(self, urls: list[NotifyURL]) -> None:
         self.urls = list(urls)
@@ -432,6 +467,7 @@ class Notifier:
             return []
         if self.state is None:
             self.state = NotifyState()
+        self._added = self.state.added(self.urls)
         last = store.last_event_id()
         cursor = self.state.doc.get("cursor")
         if not isinstance(cursor, int) or cursor > last:  # none yet, or a store made anew
@@ -442,8 +478,9 @@ class Notifier:
         self.state.claim(last)
         oldest = time.time() - MAX_AGE_S
         out, held_groups = [], set()
+        since = min(self._added.values(), default=0.0)  # before every URL was added: nobody's
         for e, j in moves:
-            if e.ts < oldest:
+            if e.ts < oldest or e.ts < since:
                 continue
             if e.dst == State.AWAITING_APPROVAL.value and j.group_id and j.plan.get("hold_kind") == "group":
                 if j.group_id in held_groups:  # a sweep held as one is told once (its tell_user names it)
@@ -456,9 +493,11 @@ class Notifier:
         """Queue the messages (never waits): built on one thread, sent on one per URL."""
         if self._builder is None:
             self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-router-notify")
-        urls = list(self.urls)
         for event, job in moves:
-            self._track(self._builder.submit(self._fan_out, event, job, urls))
+            # a URL gets only the moves made since it was added (not the backlog before it)
+            urls = [u for u in self.urls if event.ts >= self._added.get(u.url, 0.0)]
+            if urls:
+                self._track(self._builder.submit(self._fan_out, event, job, urls))
 
     def _track(self, future: Future) -> None:
         self._pending.add(future)
