@@ -150,16 +150,18 @@ def _saved(folder: Path, gens: Path, files: dict[str, bytes], generation: int) -
 
 
 def test_the_restore_takes_the_newest_whole_generation_only_when_the_live_folder_is_not_its_last_save(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch) -> None:
     """The rule a rerun applies before the job starts (modal_function._restore_complete_checkpoint):
     a live folder that matches its marker stays; a torn file, or a file written after the marker
     (a save under way), brings the newest whole generation back; without a marker nothing says
     what is complete, and nothing is touched."""
     import os
+    import sys
     import time
 
     from core.runtime import modal_function as mf
 
+    monkeypatch.setattr(sys, "path", [*sys.path])  # the restore puts the runtime on the path, as in a container
     ckpt, gens = tmp_path / "job" / "ckpt", tmp_path / "job" / "ckpt-gens"
     assert mf._restore_complete_checkpoint(str(ckpt), str(gens)) is None  # nothing there at all
     _saved(ckpt, gens, {"state.txt": b"1", "w.bin": b"x" * 100}, 1)
@@ -254,3 +256,33 @@ def test_the_example_job_checkpoints_in_the_grace_and_the_rerun_goes_on_from_the
     assert len(saved) == 1 and len(resumed) == 1, log
     assert int(resumed[0].split()[-1]) == int(saved[0].split()[3].rstrip(":")) + 1, log
     assert json.loads((Path(sub["job"]["outputs_dir"]) / "result.json").read_text())["steps"] == 200
+
+
+def test_a_restored_generation_keeps_a_sparse_files_holes(tmp_path: Path, monkeypatch) -> None:
+    """A rerun's restore copies the generation back sparse (64 MiB apparent, a few KiB on the
+    volume), byte for byte, with the mtime the marker checks."""
+    import os
+
+    import sys
+
+    from core.runtime import modal_function as mf
+
+    monkeypatch.setattr(sys, "path", [*sys.path])  # the restore puts the runtime on the path, as in a container
+    ckpt, gens = tmp_path / "job" / "ckpt", tmp_path / "job" / "ckpt-gens"
+    ckpt.mkdir(parents=True)
+    with open(ckpt / "big.bin", "wb") as f:
+        f.write(b"head")
+        f.truncate(64 << 20)
+        f.seek((64 << 20) - 4)
+        f.write(b"tail")
+    _saved(ckpt, gens, {"state.txt": b"1"}, 1)
+    (ckpt / "state.txt").write_bytes(b"")  # torn
+    assert "generation 1" in (mf._restore_complete_checkpoint(str(ckpt), str(gens)) or "")
+    big = ckpt / "big.bin"
+    assert big.stat().st_size == 64 << 20 and big.stat().st_blocks * 512 < 1 << 20, big.stat()
+    with open(big, "rb") as f:
+        head = f.read(4)
+        f.seek((64 << 20) - 4)
+        assert (head, f.read(4)) == (b"head", b"tail")
+    assert mf._restore_complete_checkpoint(str(ckpt), str(gens)) is None  # it matches its marker
+    assert sorted(os.listdir(ckpt.parent)) == ["ckpt", "ckpt-gens"]  # no staging or torn folder left

@@ -266,12 +266,28 @@ def _restore_complete_checkpoint(ckpt: str, gens: str) -> str | None:
     name, doc = newest
     staging, torn = f"{ckpt}.restore-{os.getpid()}", f"{ckpt}.torn-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(os.path.join(gens, name), staging, symlinks=True)  # copy2: sizes and mtimes kept
+    shutil.copytree(os.path.join(gens, name), staging, symlinks=True, copy_function=_copy_sparse)
     os.replace(ckpt, torn)
     os.replace(staging, ckpt)
     shutil.rmtree(torn, ignore_errors=True)
     return (f"the checkpoint folder was being written when the container stopped: restored the last "
             f"complete checkpoint (generation {int(doc.get('generation') or int(name))})")
+
+
+def _copy_sparse(src: str, dst: str) -> str:
+    """copy2 that keeps a sparse file's holes (the runtime's sparsefile: mounted beside this
+    file under gr/runtime, or this file's own folder where it runs from the source tree): sizes
+    and mtimes kept, which the marker's check reads."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for runtime in (os.path.join(here, "gr", "runtime"), here):
+        if os.path.isfile(os.path.join(runtime, "sparsefile.py")) and runtime not in sys.path:
+            sys.path.insert(0, runtime)
+            break
+    import sparsefile
+
+    sparsefile.copy_file(src, dst, os.stat(src).st_mode & 0o7777)
+    shutil.copystat(src, dst)
+    return dst
 
 
 def _matches(folder: str, named: dict, extra_ok: bool = True) -> bool:
