@@ -178,3 +178,59 @@ def test_secret_words_are_detect_secrets_keyword_list() -> None:
     """The settings rule's names come from the maintained rule set: kept equal to it."""
     keyword = pytest.importorskip("detect_secrets.plugins.keyword")
     assert cred.SECRET_WORDS == keyword.DENYLIST
+
+
+# -- the settings rule as a property: any shape of KEY=value file, any secret's name -------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from tests.props import examples  # noqa: E402
+
+SECRET_NAMES = ["DB_PASSWORD", "storePassword", "keyPassword", "password", "pass", "API_KEY", "apiKey",
+                "SECRET_KEY", "JWT_SECRET", "client_secret", "AUTH_TOKEN", "spring.datasource.password",
+                "MYAPP_UPLOAD_STORE_PASSWORD", "AWS_SECRET_ACCESS_KEY", "NONCE_SALT", "smtp_pwd"]
+ORDINARY_NAMES = ["DB_HOST", "sdk.dir", "FLASK_APP", "username", "PASSWORD_MIN_LENGTH", "TOKEN_EXPIRY",
+                  "SECRET_KEY_FILE", "keyAlias", "storeFile", "server.port", "bypass", "OLDPWD"]
+# a value written out: letters and a digit or a symbol, 8 to 40 characters, no placeholder word
+written = st.from_regex(r"[A-Za-z]{3}[0-9][A-Za-z0-9!#%+,./:=?@^_~-]{4,36}", fullmatch=True).filter(
+    lambda v: not any(w in v.lower() for w in ("your", "here", "example", "xxxx", "todo", "tbd", "test",
+                                              "change", "replace", "fill", "insert", "...")))
+# a value that is not: a reference, a placeholder, empty, a language's message
+not_written = st.sampled_from(["", "${DB_PASSWORD}", "$DB_PASSWORD", "<your password>", "password_here",
+                               "*****", "%(password)s", "{{ vault_password }}", "os.environ['X']",
+                               "env('DB_PASSWORD')", "/run/secrets/db", "changeme", "Passwort",
+                               "Forgot your password?", "@db.password@", "put your unique phrase here"])
+line_shape = st.sampled_from(["{k}={v}", "{k} = {v}", "export {k}={v}", "{k}='{v}'", '{k}="{v}"', "{k}={v} # note"])
+header = st.sampled_from(["", "# settings\n", "[database]\n", "## generated file\n\n", "; ini\n"])
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(header=header, shape=line_shape, name=st.sampled_from(SECRET_NAMES), value=written,
+       others=st.lists(st.tuples(st.sampled_from(ORDINARY_NAMES), written), max_size=4), at=st.integers(0, 4))
+def test_a_settings_file_that_writes_a_secret_out_is_withheld(header: str, shape: str, name: str, value: str,
+                                                              others: list, at: int) -> None:
+    lines = [shape.format(k=k, v=v) for k, v in others]
+    lines.insert(min(at, len(lines)), shape.format(k=name, v=value))
+    text = (header + "\n".join(lines) + "\n").encode()
+    reason = cred.content_reason(text)
+    assert reason and f"{name} on line" in reason, (text, reason)
+    assert value not in reason
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(header=header, shape=line_shape, name=st.sampled_from(SECRET_NAMES), value=not_written,
+       others=st.lists(st.tuples(st.sampled_from(ORDINARY_NAMES), written), max_size=4))
+def test_a_settings_file_without_a_secret_written_out_ships(header: str, shape: str, name: str, value: str,
+                                                            others: list) -> None:
+    lines = [shape.format(k=k, v=v) for k, v in others] + [shape.format(k=name, v=value)]
+    text = (header + "\n".join(lines) + "\n").encode()
+    assert cred.content_reason(text) is None, text
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(name=st.sampled_from(SECRET_NAMES), value=written,
+       prose=st.sampled_from(["Set it up like this:\n\n", "The mount needs two lines:\n", "Example\n=======\n\n"]))
+def test_prose_that_shows_a_setting_ships(name: str, value: str, prose: str) -> None:
+    """A README or a doc page that shows the line: not the KEY=value shape (its prose first)."""
+    text = f"{prose}    {name}={value}\n\nThen run the job.\n".encode()
+    assert cred.content_reason(text) is None or "settings" not in cred.content_reason(text)

@@ -581,7 +581,7 @@ _NOT_SECRET_NAMES = frozenset({"pwd", "oldpwd", "wp_cache_key_salt"})
 # a file without one is that shape. One search, which code and prose end on their first lines.
 _NOT_FLAT = re.compile(rb"^(?![ \t]*(?:[#;!]|\[\[?[^\]\n]*\]\]?[ \t]*\r?$|\r?$"
                        rb"|(?:export[ \t]+)?[A-Za-z_][A-Za-z0-9_.\- \t]*=))", re.MULTILINE)
-_FLAT_SECRET = re.compile(rb"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_.\- ]*?)[ \t]*=[ \t]*([^\r\n]*)",
+_FLAT_SECRET = re.compile(rb"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_.\- ]*?)[ \t]*=([^\r\n]*)",
                           re.MULTILINE)
 # PHP: define('NAME', 'value'); $var[...]['name'] = 'value'; 'name' => 'value'
 _PHP_STRING = rb"""(?:'((?:\\.|[^'\\\n])*)'|"((?:\\.|[^"\\\n])*)")"""
@@ -632,13 +632,13 @@ def _secret_name(name: bytes) -> bool:
 
 
 def _written_out(value: bytes) -> bool:
-    """A setting's value is a password or key written out, not a reference or a placeholder."""
-    v = value.strip()
-    quoted = _QUOTED.match(v)
+    """A setting's value (all after its `=`) is a password or key written out, not a reference
+    or a placeholder."""
+    quoted = _QUOTED.match(value.strip())
     if quoted:
         v = quoted.group(2).strip()
-    else:
-        v = re.sub(rb"[ \t]+[#;].*\Z", b"", v).strip()  # dotenv and INI comments after a value
+    else:  # a comment after white space (`KEY= # fill in`), as dotenv and INI read it: `KEY=#x` sets #x
+        v = re.sub(rb"[ \t]+[#;].*\Z", b"", value).strip()
     if len(v) < SETTING_MIN or _REFERENCE.match(v):
         return False
     lowered = v.lower()
