@@ -212,10 +212,16 @@ def is_our_server(sock, home: str) -> bool:
 
 def running_pid_in(home: str) -> int | None:
     """The pid holding `home`'s warm-server lock, or None when none holds it."""
+    return lock_holder(os.path.join(home, LOCK_NAME))
+
+
+def lock_holder(lock: str | os.PathLike) -> int | None:
+    """The pid written in a lock file while a process holds the lock (flock), else None. A lock
+    file outlives its process: the pid in it may by then be another program's."""
     import fcntl
 
     try:
-        fd = os.open(os.path.join(home, LOCK_NAME), os.O_RDONLY)
+        fd = os.open(lock, os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -223,7 +229,7 @@ def running_pid_in(home: str) -> int | None:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             raw = os.read(fd, 32).strip()
-            return int(raw) if raw.isdigit() else None
+            return int(raw) if raw.isdigit() and int(raw) > 0 else None
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
