@@ -105,23 +105,11 @@ def agent_marker_names() -> list[str]:
 
 
 def lock_holder(lock: Path) -> int | None:
-    """The pid written in a lock file, while a process holds the lock. A lock file outlives its
-    process: the pid in it may by now be another test's process (pids wrap at 32768 here)."""
-    import fcntl
+    """The pid in a lock file while a process holds the lock (tui.wire.lock_holder): a lock file
+    outlives its process, and the pid in it may by now be another test's (pids wrap at 32768)."""
+    from tui.wire import lock_holder as holder
 
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raw = os.read(fd, 32).strip()
-            return int(raw) if raw.isdigit() and int(raw) > 0 else None
-        return None
-    finally:
-        os.close(fd)
+    return holder(lock)
 
 
 def _stop_world(h: Path) -> None:
