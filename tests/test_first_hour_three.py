@@ -55,3 +55,57 @@ def test_a_notify_url_added_now_gets_only_what_happens_after(home: Path, tmp_pat
         assert len(titles) == 2 and "test" in titles[0], titles
     finally:
         hook.close()
+
+
+# -- 7: small traps in fetching and shipping --------------------------------------------------
+
+PREDICT = ("open('predict1.pdf', 'w').write('one')\n"
+           "open('predict2.pdf', 'w').write('two')\n"
+           "open('notes.txt', 'w').write('n')\n"
+           "print('wrote', flush=True)\n")
+
+
+def test_two_files_left_behind_are_both_named_and_a_glob_fetches_them(home: Path, tmp_path: Path) -> None:
+    """The job wrote predict1.pdf and predict2.pdf beside the script: the note names both, and
+    `gpu fetch ID 'predict*.pdf'` (a glob, as --output takes) brings both home."""
+    from tests.conftest import make_git_project
+
+    project = make_git_project(tmp_path / "p", {"a.py": PREDICT})
+    job = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", cwd=project)["job"]
+    short = job["short_id"]
+    assert wait_state(short, {"done", "failed"}, timeout=90)["state"] == "done"
+    log = run_gpu("logs", short).stdout
+    note = next(ln for ln in log.splitlines() if "stayed on the target" in ln)
+    assert "predict1.pdf" in note and "predict2.pdf" in note and "notes.txt" in note, note
+
+    proc = run_gpu("fetch", short, "predict*.pdf", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    runs = project / "runs" / short
+    assert (runs / "predict1.pdf").read_text() == "one" and (runs / "predict2.pdf").read_text() == "two"
+    assert not (runs / "notes.txt").exists()  # only what the glob matched
+    nothing = run_gpu("fetch", short, "*.png", cwd=project)
+    assert nothing.returncode != 0 and "*.png" in nothing.stderr
+
+
+def test_a_folder_given_as_data_is_not_called_left_out(home: Path, tmp_path: Path) -> None:
+    """`--data mnist=mnist_data` of a git-ignored folder: it travels as data, so the submit does
+    not list it as LEFT OUT (another ignored folder still is)."""
+    from tests.conftest import make_git_project
+
+    project = make_git_project(tmp_path / "p", {"a.py": "import gpu, os\nprint(sorted(os.listdir(gpu.data_dir())))\n"},
+                               gitignore="mnist_data/\nscratch/\n")
+    for folder in ("mnist_data", "scratch"):
+        (project / folder).mkdir()
+        (project / folder / "x.bin").write_bytes(b"x" * 10)
+    proc = run_gpu("submit", "a.py", "--data", "mnist=mnist_data", "--hours", "0.1", "--wait-s", "0",
+                   cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "scratch/" in out  # still left out
+    assert "mnist_data" not in out, out
+    doc = gpu_json("submit", "a.py", "--name", "again", "--data", "mnist=mnist_data", "--hours", "0.1",
+                   "--wait-s", "0", cwd=project)
+    assert [row["path"] for row in doc["bundle"].get("left_out", [])] == ["scratch/"]
+    ended = wait_state(doc["job"]["short_id"], {"done", "failed"}, timeout=90)
+    assert ended["state"] == "done"
+    assert "['mnist']" in run_gpu("logs", doc["job"]["short_id"]).stdout  # it did travel, as data

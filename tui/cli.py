@@ -482,7 +482,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                 "as outputs) home into runs/<id>/, from any target")
     p.add_argument("id", help="job id, short id, prefix, or 'last' (the newest job of the project you are in; outside a project, the newest job); or a sweep's group id (the whole group)")
     p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="files or folders relative to the job's working folder, e.g. outputs/ model.pkl")
+                   help="files, folders or globs (quoted, by the rules of --output) relative to the job's "
+                        "working folder, e.g. outputs/ model.pkl 'predict*.pdf'")
     p.add_argument("--json", action="store_true", help="print {job, target, dest, files, bytes, missing, refused, capped, notes}")
 
     from tui.cli_storage import add_gc_command

@@ -1,6 +1,7 @@
 """`gpu fetch ID PATH`: files a job wrote in its working folder, brought home on demand.
 
-Undeclared work stays on the target (the job's last log line and `gpu status` name it) until
+A PATH may be a glob (`'predict*.pdf'`, `models/*.pkl`, `**/*.ckpt`), matched by the rules of
+declared outputs (core/runtime/workdir.py `declared`). Undeclared work stays on the target (the job's last log line and `gpu status` name it) until
 the storage clean-up frees the job's folder. This brings named paths of that folder home, into
 `runs/<id>/` at the same relative paths a declared output would have, by the same rules as
 every output: packed on the target without following a link (core/runtime/nofollow.py, from
@@ -112,8 +113,8 @@ def fetch(store: Store, ref: str, wanted: list[str]) -> dict[str, Any]:
         archive.unlink(missing_ok=True)
     dest = outputs_where(store.get(job.id))
     if not doc.get("files") and not doc.get("refused") and len(doc.get("missing", [])) == len(rels):
-        raise UserError(f"no such path in job {job.short_id}'s folder on {job.provider}: "
-                        + ", ".join(shorten(m) for m in doc["missing"][:5]),
+        raise UserError(f"no such path (nothing matches a glob) in job {job.short_id}'s folder on "
+                        f"{job.provider}: " + ", ".join(shorten(m) for m in doc["missing"][:5]),
                         fix=f"`gpu status {job.short_id}` names the files the job left behind")
     if doc.get("files"):
         _fetched(store, job, rels, int(doc["files"]), dest)

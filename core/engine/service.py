@@ -141,6 +141,7 @@ def pack(req: JobRequest, *, interactive: bool = False, store: Store | None = No
         # loop, a password in an index URL or a line pip cannot read is said now, not at launch
         requirements.read_dependencies(requirements.ListingFiles(listing), bundle.project_rel, req.extras)
         project, script, shipped = Path(req.project_dir), req.script or "", set(listing.entries)
+        bundle.left_out = _not_data(bundle.left_out, Path(bundle.root), req.data)
         bundle.warnings = bundle.warnings + data_warnings + ship_warnings(
             project, bundle.project_rel, script, req.args, req.is_python_file(), shipped)
         bundle.hint = left_out_hint(project, bundle.project_rel, script, req.is_python_file(),
@@ -149,6 +150,20 @@ def pack(req: JobRequest, *, interactive: bool = False, store: Store | None = No
     finally:
         if begun is not None:
             begun.close()
+
+
+def _not_data(left_out: list[dict], root: Path, data: list[Any]) -> list[dict]:
+    """The left-out rows less the folders and files given as --data (or `data:`): those are
+    not left out, they travel as data (uploaded once per target, at gpu.data_dir()/NAME)."""
+    sources = [Path(d.source) for d in data if d.kind == "path"]
+    if not sources:
+        return left_out
+
+    def carried(item: dict) -> bool:
+        path = root / str(item.get("path", "")).rstrip("/")
+        return any(path == src or src in path.parents for src in sources)
+
+    return [item for item in left_out if not carried(item)]
 
 
 def place(req: JobRequest, bundle: Bundle, data_hashes: dict[str, str], store: Store, cfg: Any,

@@ -7,7 +7,8 @@ folder (so they come home to `runs/<id>/` by the same rules as everything there)
 job created or changed that were not declared are counted, so the job's last log line, `gpu
 status` and the next submit can say which work stayed on the target instead of losing it quietly.
 
-`gpu fetch ID PATH` brings such work home later: `pack` archives the named paths of the working
+`gpu fetch ID PATH` brings such work home later: `pack` archives the named paths (or globs, by
+the rules of declared outputs: `predict*.pdf`, `models/*.pkl`, `**/*.ckpt`) of the working
 folder on the target (run there as `python workdir.py pack JOB_DIR INNER ARCHIVE MAX_BYTES
 MAX_FILES PATH...`, INNER being `code/<workdir>`), and home unpacks the archive by the same rules
 as every output.
@@ -264,8 +265,21 @@ def stayed_text(result: dict, short_id: str | None = None) -> str | None:
     text = (f"{n} file{'s' * (n != 1)} the job wrote stayed on the target ({where}): declare them "
             f"with {declare}, or write to gpu.output_dir()")
     if short_id:
-        text += f"; `gpu fetch {short_id} {first or (result.get('sample') or ['PATH'])[0]}` brings them home now"
+        args, more = fetch_args(folders, result.get("sample") or [], n)
+        text += f"; `gpu fetch {short_id} {args}` brings {'them' if n != 1 else 'it'} home now"
+        if more:
+            text += f" ({more} more not named here: name them, or a glob such as 'name*.ext')"
     return text
+
+
+def fetch_args(folders: list[tuple[str, int]], sample: list[str], total: int) -> tuple[str, int]:
+    """The PATH arguments of `gpu fetch` for what stayed (each folder, up to 4, and each file
+    beside the script by name, up to 3), and how many files they leave unnamed."""
+    listed = [(folder, count) for folder, count in folders[:4] if folder != "./"]
+    beside = [rel for rel in sample if "/" not in rel][:3] if dict(folders).get("./") else []
+    args = [folder for folder, _ in listed] + beside
+    more = total - sum(count for _, count in listed) - len(beside)
+    return " ".join(args) or "PATH", max(0, more)
 
 
 def pack(job_dir: str, inner: str, rels: list[str], archive: str, max_bytes: int,
@@ -290,11 +304,43 @@ def pack(job_dir: str, inner: str, rels: list[str], archive: str, max_bytes: int
             for rel in rels:
                 if doc["capped"]:
                     break
-                _pack_one(tar, top, own, rel, doc, max_bytes, max_files)
+                if is_glob(rel):
+                    _pack_glob(tar, top, own, rel, doc, max_bytes, max_files)
+                else:
+                    _pack_one(tar, top, own, rel, doc, max_bytes, max_files)
     finally:
         os.close(top)
     os.replace(tmp, archive)
     return doc
+
+
+def is_glob(rel: str) -> bool:
+    return any(c in rel for c in "*?[")
+
+
+def _pack_glob(tar: tarfile.TarFile, top: int, own: int, pattern: str, doc: dict, max_bytes: int,
+               max_files: int) -> None:
+    """Every file of the working folder the glob matches, by the rules of declared outputs
+    (`declared`); none matched is a missing path. A file already packed is not packed again."""
+    def refuse(path: str, why: str) -> None:
+        if len(doc["refused"]) < 50:
+            doc["refused"].append({"path": path, "why": why})
+
+    packed = set(tar.getnames())
+    matched = False
+    for entry in nofollow.walk(top, skip_names=SKIP_DIRS):
+        if doc["capped"]:
+            break
+        if not declared(entry.rel, [pattern]):
+            continue
+        matched = True
+        if entry.why is not None:
+            refuse(entry.rel, f"{entry.rel} is {entry.why}: not followed or opened")
+        elif entry.rel not in packed:
+            _add(tar, entry.dir_fd, entry.name, entry.rel, own, doc, max_bytes, max_files, refuse)
+            packed.add(entry.rel)
+    if not matched:
+        doc["missing"].append(pattern)
 
 
 def _pack_one(tar: tarfile.TarFile, top: int, own: int, rel: str, doc: dict, max_bytes: int,
