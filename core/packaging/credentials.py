@@ -652,9 +652,10 @@ def _written_out(value: bytes) -> bool:
     if any(c.isalpha() and not c.isascii() for c in text):  # a language's words: 'パスワード', 'Kennwörter'
         return False
     words = text.split()
-    if len(words) >= 2 and all(_PROSE_WORD.fullmatch(w) for w in words):  # 'Forgot password?'
+    if len(words) >= 2 and (all(_PROSE_WORD.fullmatch(w) for w in words)  # 'Forgot password?'
+                            or sum(len(w) > 1 and re.sub(r"['’-]", "", w).isalpha() for w in words) >= 2):  # 'E-mail / Password'
         return False
-    word = re.sub(r"(?<=[A-Za-z])['’-](?=[A-Za-z])", "", text)
+    word = re.sub(r"(?<=[A-Za-z])['’-](?=[A-Za-z])", "", text.strip(" :.!?…*()[]\"'“”‘’"))
     if word.isalpha():  # a word (`Passwort`, `Mot-de-passe` in a language bundle), unless it reads as random
         return len(word) >= 24 or (len(word) >= 10 and not word.islower() and not word[1:].islower()
                                    and not word.isupper())
