@@ -109,3 +109,101 @@ def test_a_folder_given_as_data_is_not_called_left_out(home: Path, tmp_path: Pat
     ended = wait_state(doc["job"]["short_id"], {"done", "failed"}, timeout=90)
     assert ended["state"] == "done"
     assert "['mnist']" in run_gpu("logs", doc["job"]["short_id"]).stdout  # it did travel, as data
+
+
+# -- 8: wording that misleads ------------------------------------------------------------------
+
+def test_jobs_active_with_none_active_says_how_many_there_are(home: Path, tmp_path: Path) -> None:
+    from tests.conftest import make_git_project
+
+    project = make_git_project(tmp_path / "p", {"a.py": "print('hi')\n"})
+    short = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", cwd=project)["job"]["short_id"]
+    assert wait_state(short, {"done", "failed"}, timeout=90)["state"] == "done"
+    out = run_gpu("jobs", "--active").stdout
+    assert "no jobs yet" not in out.lower(), out
+    assert "no active jobs (1 in all: gpu jobs)" in out, out
+
+
+def test_a_slot_held_by_a_starting_job_is_said_so_not_0_in_use(home: Path, tmp_path: Path) -> None:
+    """The first job is placed on local and not started yet (the supervisor is held off here):
+    the second's plan says the slot is held by a job about to start, not "0 of 1 in use"."""
+    import fcntl
+    import os
+
+    from core import paths
+    from tests.conftest import make_git_project
+
+    project = make_git_project(tmp_path / "p", {"a.py": "print('hi')\n"})
+    import subprocess
+
+    stand_in = subprocess.Popen(["sleep", "120"])  # the "supervisor" a submit wakes (signals)
+    fd = os.open(paths.daemon_lock_file(), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as if a supervisor ran, busy elsewhere
+        os.write(fd, str(stand_in.pid).encode())
+        gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+        plan = gpu_json("plan", "a.py", "--hours", "0.1", cwd=project)
+    finally:
+        os.ftruncate(fd, 0)
+        os.close(fd)
+        stand_in.kill()
+        stand_in.wait()
+    reasons = " ".join(plan.get("plan", plan).get("reasons", []))
+    assert "0 of 1 in use" not in reasons, reasons
+    assert "local is busy (the slot is held by 1 job placed there first, about to start)" in reasons, reasons
+
+
+def test_an_unresolvable_ssh_address_says_so_and_the_fix_is_about_the_target(home: Path, tmp_path: Path) -> None:
+    from tests.conftest import make_git_project, write_user_config
+
+    write_user_config("targets:\n  box: {kind: ssh, host: nosuchhost.invalid, user: me}\n")
+    project = make_git_project(tmp_path / "p", {"a.py": "print('hi')\n"})
+    proc = run_gpu("submit", "a.py", "--provider", "box", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    assert proc.returncode != 0
+    assert "does not resolve" in proc.stderr, proc.stderr
+    fix = proc.stderr.split("fix:", 1)[1]
+    assert "--gpu" not in fix and "address" in fix and "gpu targets probe box" in fix, fix
+
+
+def test_an_ended_sweep_has_an_elapsed_time_and_its_row_names_it_by_its_id(home: Path, tmp_path: Path) -> None:
+    """A sweep ends: `gpu jobs` gives its row a time, not "-" (its points ran)."""
+    from tests.conftest import make_git_project
+
+    project = make_git_project(tmp_path / "p", {"a.py": "import time\ntime.sleep(1.5)\n"})
+    doc = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", "--sweep", "N=1,2", cwd=project)
+    group = doc["group"]["short_id"]
+    for job in doc["jobs"]:
+        assert wait_state(job["short_id"], {"done", "failed"}, timeout=90)["state"] == "done"
+    rows = _table(run_gpu("jobs", env={"COLUMNS": "200"}).stdout)
+    assert group in rows, rows  # the sweep's row names it by its own id
+    assert rows[group]["STATE"] == "2 done" and rows[group]["ELAPSED"] not in ("", "-"), rows[group]
+
+
+def _table(text: str) -> dict[str, dict[str, str]]:
+    """`gpu jobs` as {id: {column: cell}}, cut at the header's column starts."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    header = lines[0]
+    import re
+
+    starts = [m.start() for m in re.finditer(r"\S+(?: \S+)*", header)]
+    names = [header[a:b].strip() for a, b in zip(starts, [*starts[1:], None])]
+    out = {}
+    for ln in lines[1:]:
+        cells = [ln[a:b].strip() for a, b in zip(starts, [*starts[1:], None])]
+        out[cells[0]] = dict(zip(names, cells))
+    return out
+
+
+async def test_the_dashboard_names_a_folded_sweep_by_its_own_id(home: Path) -> None:
+    """The CLI names a sweep by its group's short id; the dashboard's folded row showed one of
+    its points' ids instead."""
+    from tests.test_sweep import _demo_dash
+    from tui.dash.demo import SWEEP_GROUP, SWEEP_POINTS, _id
+    from tui.dash.widgets import JobsTable
+
+    points = [_id(n) for n, _ in SWEEP_POINTS]
+    async with _demo_dash((200, 50)) as (app, pilot):
+        row = app.query_one(JobsTable).row_text(points[0])
+        assert "▸3× lr-sweep" in row
+        assert row.split()[0] == SWEEP_GROUP[:8], row
+        assert not any(p[:8] in row for p in points), row

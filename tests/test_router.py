@@ -175,7 +175,7 @@ def test_a_busy_target_gives_way_to_a_fitting_one_that_can_start_the_job_now() -
     assert route(_req(hours=1), infos).target == "local"
     infos["local"].waiting = 1  # a job placed there and not started yet takes the slot too
     r = route(_req(hours=1), infos)
-    assert r.target == "box1" and "local is busy (0 of 1 in use, 1 waiting)" in r.reasons[0]
+    assert r.target == "box1" and "local is busy (the slot is held by 1 job placed there first, about to start)" in r.reasons[0]
 
 
 def test_a_pinned_busy_target_waits_and_a_busy_free_one_is_not_traded_for_money() -> None:

@@ -23,7 +23,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         return 0
     jobs = store.jobs(states=states, limit=args.limit)
     if not jobs:
-        say(markup("no jobs yet: submit one with [bold]gpu submit SCRIPT --hours H[/]"))
+        from core.jobs.states import State
+
+        total = sum(store.count_by_provider(list(State)).values()) if states is not None else 0
+        if total:  # none of the states asked for, but jobs there are
+            which = "active" if args.active and not args.state else ", ".join(s.value for s in states)
+            say(markup("no {which} jobs ({total} in all: [bold]gpu jobs[/])", which=which, total=total))
+        else:
+            say(markup("no jobs yet: submit one with [bold]gpu submit SCRIPT --hours H[/]"))
         return 0
     from core.engine.reports import groups_of
     from tui.render import jobs_table

@@ -69,6 +69,17 @@ def elapsed(job) -> float | None:
     return (job.ended_at or time.time()) - job.started_at
 
 
+def sweep_elapsed(points: list) -> float | None:
+    """A sweep's time: from its first point's start to its last point's end (now while one
+    is live); None before any point started."""
+    started = [p.started_at for p in points if p.started_at is not None]
+    if not started:
+        return None
+    live = any(p.ended_at is None for p in points if p.started_at is not None)
+    end = time.time() if live else max(p.ended_at or 0.0 for p in points)
+    return max(0.0, end - min(started))
+
+
 JOB_COLUMNS = ("ID", "NAME", "STATE", "TARGET", "ELAPSED", "HOURS", "LAST METRIC", "AGE")
 # which columns stay as the terminal narrows: the id always, whole; then the state, the name...
 JOB_PRIORITY = ("ID", "STATE", "NAME", "TARGET", "ELAPSED", "AGE", "LAST METRIC", "HOURS")
@@ -117,7 +128,7 @@ def jobs_table(jobs: list, width: int | None = None, groups: dict | None = None)
             hours = group.spec.get("hours")
             rows.append([group.short_id, safe(f"{group.name} (sweep of {len(points)})", single_line=True),
                          summary, safe(",".join(group.spec.get("targets", {})) or "-", single_line=True),
-                         "-", f"{hours:g}" if hours else "-", "", duration(now - group.created_at) + " ago"])
+                         duration(sweep_elapsed(points)), f"{hours:g}" if hours else "-", "", duration(now - group.created_at) + " ago"])
             shown_jobs.append(Text(summary))
             continue
         metric = sorted(((k, v) for k, v in job.last_metric.items() if not k.startswith("_")),

@@ -367,8 +367,12 @@ class JobSteps:
         if kept:
             notes = [*notes, kept]
         stayed = await self._stayed(job, provider)
+        # a job that ended before a poll saw it run (provisioning -> done) still ran: its time
+        # counts from its launch (ELAPSED, cost), not "-"
+        began = {} if job.started_at is not None else {
+            "started_at": job.handle.get("launched_at") or job.updated_at}
         await self.db(self.store.transition, job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
-                              data={"notes": notes} if notes else None)
+                              data={"notes": notes} if notes else None, **began)
         await self._say_end_warnings(job)
         if stayed:
             await self.db(self.store.update, job.id, handle={**(await self.db(self.store.get, job.id)).handle, "stayed": stayed})

@@ -494,6 +494,8 @@ class Store:
             sets = {"state": State(dst).value, "updated_at": now, "reason": reason, **fields}
             if dst == State.RUNNING and job.started_at is None:
                 sets.setdefault("started_at", now)
+            elif job.started_at is not None and "started_at" in sets:
+                sets["started_at"] = job.started_at  # a start once recorded stays (a stale caller's guess)
             if State(dst) in TERMINAL:
                 sets.setdefault("ended_at", now)
             elif job.state in TERMINAL:  # a resume: it is live again

@@ -274,7 +274,15 @@ def route(req: JobRequest, infos: dict[str, TargetInfo], kinds: Mapping[str, str
         if (req.gpu or req.vram_gb) and not req.provider and all(
                 gpu_matches(infos[n], req.gpu, req.vram_gb) for n in candidates):
             raise NoGpuTarget(what, req.gpu, req.vram_gb)
-        fix = "drop or change --gpu/--vram-gb/--hours, or add a target that fits (see `gpu targets`)"
+        down = [n for n in candidates if not infos[n].available
+                and (infos[n].why_unavailable or "").startswith(("unreachable", "the probe of"))]
+        if down and len(down) == len(candidates):  # none could be asked: not the job's resources
+            fix = (f"the target{'s' * (len(down) != 1)} could not be used as configured: check "
+                   f"{'its' if len(down) == 1 else 'their'} address, login and network (`gpu targets probe "
+                   f"{down[0]}` says why; `gpu targets add` again with the right --host/--user/--port "
+                   f"replaces it), or choose another target (see `gpu targets`)")
+        else:
+            fix = "drop or change --gpu/--vram-gb/--hours, or add a target that fits (see `gpu targets`)"
         if (req.gpus or 0) > 1 and not any(i.kind == "modal" for i in infos.values()):
             fix += ("; a modal target gives a job up to 8 GPUs of one type (`gpu targets add modal NAME`, "
                     "then gpu: H100:4)")

@@ -76,9 +76,17 @@ class TargetInfo:
 
     @property
     def busy_text(self) -> str:
-        """"1 of 1 in use" (and how many wait), for the plan's reasons."""
-        return f"{self.running} of {self.max_jobs} in use" + (
-            f", {self.waiting} waiting" if self.waiting else "")
+        """"1 of 1 in use" and, where jobs placed there have not started yet, that they hold
+        the rest ("the slot is held by 1 job placed there first, about to start"), for the
+        plan's reasons: "0 of 1 in use, 1 waiting" read as busy with nothing running."""
+        n = self.waiting
+        if not n:
+            return f"{self.running} of {self.max_jobs} in use"
+        jobs = f"{n} job{'s' * (n != 1)} placed there first, about to start"
+        if not self.running:
+            slots = "the slot is" if self.max_jobs == 1 else f"{min(n, self.max_jobs)} of {self.max_jobs} slots are"
+            return f"{slots} held by {jobs}"
+        return f"{self.running} of {self.max_jobs} in use, the rest held by {jobs}"
 
     @property
     def gpu_label(self) -> str:

@@ -206,9 +206,19 @@ def trust_host_key(ep: Endpoint, key, *, replace: bool = False) -> Path:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timed out"
+    import errno
+    import socket
+
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
+    if isinstance(exc, socket.gaierror):  # the name has no address: no network was tried
+        return f"the host name does not resolve ({exc.strerror or text}): check the address"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+        return f"no route to that address ({exc.strerror or text}): check the address and the network"
+    if type(exc).__name__ == "ConnectionLost" or isinstance(exc, ConnectionResetError):
+        return ("the connection closed before SSH could start (no SSH server answers there, or the "
+                "address cannot be routed): check the address and port")
     return text
 
 

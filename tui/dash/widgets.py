@@ -105,7 +105,8 @@ def group_cells(head, points: list, now: float) -> dict[str, object]:
     summary = " ".join(f"{n} {st.replace('awaiting_approval', 'held')}"
                        for st, n in sorted(counts.items(), key=lambda kv: order.index(kv[0])))
     held = counts.get(State.AWAITING_APPROVAL.value)
-    cells.update(name=Text(safe(f"▸{len(points)}× {base}")),
+    cells.update(id=head.group_id[:8] if head.group_id else cells["id"],  # the sweep's own id, as the CLI's
+                 name=Text(safe(f"▸{len(points)}× {base}")),
                  state=Text(summary, style="bold yellow" if held else ""),
                  target=Text(safe(",".join(sorted({j.provider or "-" for j in points})))),
                  time="sweep", cost=money(spent) if spent else cells["cost"],
