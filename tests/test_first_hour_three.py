@@ -207,3 +207,27 @@ async def test_the_dashboard_names_a_folded_sweep_by_its_own_id(home: Path) -> N
         assert "▸3× lr-sweep" in row
         assert row.split()[0] == SWEEP_GROUP[:8], row
         assert not any(p[:8] in row for p in points), row
+
+
+# -- 6: the docs command works after the README's install ---------------------------------------
+
+def test_the_readme_s_docs_command_installs_what_it_runs_and_its_site_is_ignored() -> None:
+    """After the README's install (`pip install .`), the docs command it gives failed with "No
+    module named mkdocs" (mkdocs was only in the test extra), and built into an untracked site/."""
+    import re
+    import subprocess
+    import tomllib
+
+    readme = (REPO / "README.md").read_text()
+    para = readme.split("## Where to read on", 1)[1].split("\n\n", 2)[1]
+    commands = re.findall(r"`([^`]*mkdocs build[^`]*)`", para)
+    assert commands, para
+    extra = re.search(r"pip install (?:-e )?'\.\[(\w+)\]'", commands[0])
+    assert extra, f"the README's docs command installs nothing before it builds: {commands[0]}"
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    wanted = {re.split(r"[<>=\[ ]", d, maxsplit=1)[0] for d in deps[extra.group(1)]}
+    assert {"mkdocs", "mkdocs-material"} <= wanted, wanted
+    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", "site/index.html"])
+    assert ignored.returncode == 0, "site/ (mkdocs build's output) is not in .gitignore"
+    dev = (REPO / "docs" / "development.md").read_text()
+    assert f"pip install -e '.[{extra.group(1)}]'" in dev
