@@ -21,7 +21,8 @@ from core.engine.actor import FORCE_VAR, MARKERS, agent_marker, decide
 from core.errors import UserError
 from core.engine import pin as pinmod
 from tests.test_dash import _settle  # the dashboard tests' own settling
-from tests.conftest import gpu_exe, gpu_json, make_git_project, pty_session, run_gpu, write_user_config
+from tests.conftest import (gpu_exe, gpu_json, make_git_project, pty_session, run_gpu, wait_state,
+                            write_user_config)
 
 QUICK = "print('ran', flush=True)\n"
 PIN = "7391582046"  # ten digits: by chance in no file gpu-router writes (one in ten billion a place)
@@ -185,6 +186,10 @@ def test_the_yes_at_submit_asks_for_the_pin_too(home: Path, tmp_path: Path) -> N
     status, out = _in_pty([*args, "--name", "second"], [(b"Approve job", "y"),
                                                         (b"approval PIN for job", PIN)], cwd=project)
     assert status == 0 and "approved: job" in out, out
+    # the approved job runs to its end: its supervisor, started by the submit, holds its lock by
+    # then, so the teardown finds and stops it (returning here, it took the lock after the look)
+    second = next(j for j in gpu_json("jobs")["jobs"] if j["name"] == "second")
+    assert wait_state(second["short_id"], {"done", "failed", "cancelled"}, timeout=120)["state"] == "done"
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import pytest
 
 from core.engine import spend
 from core.errors import UserError
+from core.jobs.states import State
 from core.jobs.store import Store
 from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state, write_user_config
 
@@ -246,6 +247,9 @@ def test_kaggle_quota_counts_ours_and_shows_kaggles_own(home: Path) -> None:
     store = Store()
     jid = _job(store, 1, "nb", "kag", "2x T4", 0.0, 2.0)
     _attempt(store, jid, 1, "kag", 0.0, time.time() - 3 * H, time.time() - H)
+    # its attempt ended: so does the job. A queued one is live, and `gpu cost` below would start a
+    # supervisor for it, which outlived the test (it took its lock after the teardown looked)
+    store.transition(jid, State.CANCELLED, "ended", actor="test")
     doc = spend.cost_report(store, since=time.time() - 7 * DAY)
     [quota] = doc["quota"]
     assert quota["target"] == "kag" and quota["allowed_hours"] == 30.0
