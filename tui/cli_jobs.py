@@ -156,9 +156,9 @@ def _follow_log(store, job, path, tail: int | None) -> int:
     from core.jobs.states import TERMINAL
 
     follower = Follower(path)
+    said = _say_waiting(job, None)  # before its first line: what the job waits for heads the log
     if tail is not None:
         _write_lines(follower.start(tail))
-    said = None
     try:
         while True:
             lines, _ = follower.read()

@@ -29,6 +29,7 @@ from core.display.sanitize import printable
 from core.errors import UserError
 from core.jobs.store import Job
 from core.packaging.leftout import find_left_out
+from core.runtime import uvenv
 
 TAIL_LINES = 200  # lines of the log's end read for the error (a traceback fits many times)
 LAST_LINES = 3  # lines shown when the job printed no traceback
@@ -183,6 +184,8 @@ def shown_error(lines: list[str], mask: Any = None) -> str | None:
 def failed_reason(job: Job, exit_code: int | None, detail: str = "") -> str:
     """The reason a job that exited non-zero is recorded with: its status and its error
     (the launcher's own `detail` first: a failure before or around the job's run)."""
+    if detail.startswith(uvenv.FAILED):  # it never started: the installer's reason, no status
+        return detail
     head = f"exited with status {exit_code}"
     if detail:
         return f"{head}: {detail}"

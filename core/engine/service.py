@@ -88,8 +88,26 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
                                            progress=progress, warn=warn)
     from core.engine import targets
 
-    return bundle, place(req, bundle, data_hashes, store, cfg,
-                         targets.for_request(req, store, cfg), interactive=interactive)
+    plan = place(req, bundle, data_hashes, store, cfg, targets.for_request(req, store, cfg),
+                 interactive=interactive)
+    _check_deps_here(bundle, plan, cfg)
+    return bundle, plan
+
+
+def _check_deps_here(bundle: Bundle, plan: dict, cfg: Any) -> None:
+    """A job routed to this machine: its requirements asked of the index it installs from, so
+    a pin the index cannot satisfy is refused now, not after the job took a slot
+    (core.packaging.requirements.check_at_submit: quick when nothing is new)."""
+    target = cfg.targets.get(plan.get("target"))
+    if target is None or target.kind != "local":
+        return
+    if bundle.deps is None:  # none declared: nothing to ask (read by `pack`, never twice)
+        return
+    import sys
+
+    python = target.options.get("python") or getattr(sys, "_base_executable", None) or sys.executable
+    requirements.check_at_submit(bundle.deps, python=python, version=sys.version, venvs_dir=str(paths.venvs_dir()),
+                                 uv=requirements.home_uv())
 
 
 def pack(req: JobRequest, *, interactive: bool = False, store: Store | None = None,
@@ -139,7 +157,8 @@ def pack(req: JobRequest, *, interactive: bool = False, store: Store | None = No
                 cache.close()
         # the dependencies as every target will read them: a nested file that does not ship, a
         # loop, a password in an index URL or a line pip cannot read is said now, not at launch
-        requirements.read_dependencies(requirements.ListingFiles(listing), bundle.project_rel, req.extras)
+        bundle.deps = requirements.read_dependencies(requirements.ListingFiles(listing), bundle.project_rel,
+                                                     req.extras)
         project, script, shipped = Path(req.project_dir), req.script or "", set(listing.entries)
         bundle.left_out = _not_data(bundle.left_out, Path(bundle.root), req.data)
         bundle.warnings = bundle.warnings + data_warnings + ship_warnings(

@@ -45,6 +45,7 @@ class Bundle:
     manifest: list[list]
     packed: bool  # False when an identical bundle was already stored
     hint: str | None = None  # set where the job refers to a left-out path (core.packaging.report)
+    deps: object = None  # its Dependencies as every target reads them (core.packaging.requirements), at submit
 
     def summary(self) -> dict:
         """The `bundle` object of `gpu submit --json`: files, bytes, left_out, hint, warnings."""

@@ -24,7 +24,7 @@ from core.packaging import requirements
 from core.packaging import objects
 from core.packaging.safe_extract import OutputCaps, safe_copy_tree
 from core.providers.gpuprobe import forget_sandbox_verdict, local_gpus, sandbox_verdict
-from core.runtime import ckptscan, diskspace, jobprocs
+from core.runtime import ckptscan, diskspace, jobprocs, uvenv
 from core.runtime import workdir as workdir_files
 from core.runtime import files as runtime_files
 from core.packaging import checkpoints
@@ -220,7 +220,7 @@ class LocalProvider:
             if phase == "running":
                 self._running.add(adir)
                 return Poll("running", checkpoint=_newest_generation(self.job_dir(job)))
-            return Poll("provisioning", detail="installing dependencies")
+            return Poll("provisioning", detail=uvenv.phase_detail(phase))
         exit_doc = _read_json(adir / "exit.json")  # it may have ended between the two reads
         if exit_doc is not None:
             return _exited(exit_doc)

@@ -28,6 +28,7 @@ from core.transport.base import Transport, TransportError, quote
 from core.providers.base import Poll, TargetInfo
 from core.providers.lookbatch import LookBatch
 from core.providers.remote import PGID_OF, START_GRACE_S, RemoteProvider
+from core.runtime import uvenv
 
 _PID = "sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p'"
 # where an attempt stands, from the files in its folder ($1); `poll` runs it batched (lookbatch.py)
@@ -106,7 +107,7 @@ class SSHProvider(RemoteProvider):
             return exited_poll(doc)
         if head == "alive":
             return Poll("running") if rest.strip() == "running" else \
-                Poll("provisioning", detail="installing dependencies")
+                Poll("provisioning", detail=uvenv.phase_detail(rest))
         if head == "nopid":
             if time.time() - job.handle.get("launched_at", 0) > START_GRACE_S:
                 return Poll("lost", detail=f"the launcher never started on {self.name}")

@@ -248,21 +248,34 @@ class JobLog:
             view = view[os.write(self.fd, view):]
 
 
-def _pump(pipe: int, log: JobLog) -> None:
-    """Copy a child's output into the log until every writer has closed it."""
+TAIL_KEPT = 64 * 1024  # bytes of an install step's output kept to say why it failed
+
+
+def _pump(pipe: int, log: JobLog, tail: bytearray | None = None) -> None:
+    """Copy a child's output into the log until every writer has closed it (its last
+    TAIL_KEPT bytes into `tail` too, where given: what an installer said last). Progress bars
+    that move the cursor (tqdm's nested bars) are folded as a terminal leaves them first
+    (textsafe.CursorFold): their escapes are dropped by the filter, and each step would
+    otherwise be a line of its own."""
+    fold = textsafe.CursorFold()
     while True:
         ready, _, _ = select.select([pipe], [], [], IDLE_FLUSH_S)
         if not ready:
+            log.write(fold.idle())
             log.idle()
             continue
         block = os.read(pipe, 65536)
         if not block:
+            log.write(fold.flush())
             return
-        log.write(block)
+        log.write(fold.feed(block))
+        if tail is not None:
+            tail += block
+            del tail[:-TAIL_KEPT]
 
 
 def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
-                sandbox: dict | None = None, **popen: object) -> int:
+                sandbox: dict | None = None, tail: bytearray | None = None, **popen: object) -> int:
     """Run a command with its output (stdout and stderr) going through the job log's filter,
     inside the attempt's cgroup, and inside the sandbox where one is given (the job itself, and
     the install of its dependencies: pip runs the project's build code). With `box` (the job
@@ -294,13 +307,23 @@ def _run_logged(command: list[str], log: JobLog, box: dict | None = None, *,
         box["child"] = child
         box["watch"] = _stop_leftovers_when_main_exits(child, box)
     try:
-        _pump(child.stdout.fileno(), log)
+        _pump(child.stdout.fileno(), log, tail)
     finally:
         child.stdout.close()
     return child.wait()
 
 
 _HELD: list = []  # environment locks held (shared) for the life of this process
+
+
+def _phase(spec: dict, text: str) -> None:
+    """Where the attempt stands, for the target's poll ("installing: fetching 12 packages"
+    shows as the job's reason while it provisions); a phase that cannot be written changes
+    nothing."""
+    try:
+        _write_atomic(os.path.join(spec["attempt_dir"], "phase"), text)
+    except OSError:
+        pass
 
 
 def _ensure_venv(spec: dict, log: JobLog) -> str:
@@ -318,10 +341,18 @@ def _ensure_venv(spec: dict, log: JobLog) -> str:
         log.line(f"dependencies: installing with pip, not uv: {why}")
         uv = None
     if uv and deps.get("uv_cache"):
+        plain = deps["hash"]
+        backend = uvenv.torch_backend(deps, dict(os.environ))
+        if backend:  # its own environments: a CPU build is never what a GPU job reuses
+            deps["torch_backend"] = backend
+            deps["hash"] = uvenv.with_backend(deps["hash"], backend)
         try:
             return _uv_venv(spec, log, deps, uv)
         except _UvFailed as exc:
+            if not exc.pip_may_help:  # the index has no such version: pip would say so too, at length
+                raise DepsFailed(exc.reason) from None
             log.line(f"dependencies: uv could not install them ({exc}); trying pip")
+            deps["hash"] = plain  # pip picks no torch build: its environment is the plain one
     venv = os.path.join(deps["venvs_dir"], deps["hash"])
     deps["venv"] = venv
     python = os.path.join(venv, "bin", "python")
@@ -405,19 +436,32 @@ def _pip_install(spec: dict, log: JobLog, deps: dict, venv: str, python: str) ->
         cmd += ["--no-index", "--find-links", deps["wheelhouse"]]
     sandbox = _sandbox_plan(spec, python, writable=[venv])
     scratch = _scratch(spec)
+    tail = bytearray()
     try:
         env = _install_env(spec, python, sandbox, scratch)  # pip runs the project's build code
-        status = _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox)
+        status = _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox, tail=tail)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if status != 0:
         shutil.rmtree(venv, ignore_errors=True)
-        raise RuntimeError(f"pip install failed with status {status} (see the lines above)")
+        said = uvenv.pip_failure(tail.decode("utf-8", "replace"))
+        raise DepsFailed(said or f"pip install failed with status {status} and printed no error")
     log.line(f"dependencies: installed in {time.time() - started:.1f}s")
 
 
 class _UvFailed(Exception):
-    """uv could not build the environment; pip gets its turn."""
+    """uv could not build the environment: `reason` in one line where its output said one;
+    pip gets its turn where it `pip_may_help` (uvenv.uv_failure decides)."""
+
+    def __init__(self, text: str, output: bytes | bytearray = b"") -> None:
+        reason, self.pip_may_help = uvenv.uv_failure(bytes(output).decode("utf-8", "replace"))
+        self.reason = reason or text
+        super().__init__(reason or text)
+
+
+class DepsFailed(RuntimeError):
+    """The job's dependencies could not be installed: one line, the installer's reason. The
+    attempt ends with it as its reason (uvenv.FAILED), before the job ever started."""
 
 
 def _uv_venv(spec: dict, log: JobLog, deps: dict, uv: str) -> str:
@@ -433,7 +477,14 @@ def _uv_venv(spec: dict, log: JobLog, deps: dict, uv: str) -> str:
         log.line(f"dependencies: reusing environment {known[:12]} (uv)")
         return os.path.join(venvs, known, "bin", "python")
     os.makedirs(cache, exist_ok=True)
-    _creating_line(deps, log, deps["hash"], "uv")
+    constraints = deps.get("constraints") or []
+    # the environment is named by what these resolve to: its name is said once it is known
+    log.line(f"dependencies: resolving with uv ({len(deps['requirements'])} requirements"
+             + (f", {len(constraints)} constraints" if constraints else "")
+             + (f"; torch build: {deps['torch_backend']}" if deps.get("torch_backend") else "") + ")")
+    for note in deps.get("notes") or []:
+        log.line(f"dependencies: {note}")
+    _phase(spec, "installing: resolving dependencies")
     started = time.time()
     with open(cache + ".lock", "a") as cache_lock:  # held while installing: `gpu gc` waits its turn
         fcntl.flock(cache_lock, fcntl.LOCK_SH)
@@ -459,7 +510,11 @@ def _uv_build(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, started:
             log.line(f"dependencies: sharing environment {key[:12]}: another project resolved to the "
                      f"same {len(frozen)} packages (ready in {time.time() - started:.1f}s)")
         else:
-            _uv_fill(spec, log, uv, cache, scratch, options, frozen)
+            log.line(f"dependencies: creating environment {key[:12]} with uv ({len(frozen)} packages; "
+                     "named by the packages it holds, the name later jobs reuse)")
+            _phase(spec, f"installing: fetching {len(frozen)} packages")
+            _uv_fill(spec, log, uv, cache, scratch, options, frozen, deps.get("torch_backend"))
+            _phase(spec, f"installing: linking {len(frozen)} packages")
             if _hold_env(venv, lambda: _uv_link(spec, log, uv, cache, venv, options, frozen)):
                 log.line(f"dependencies: sharing environment {key[:12]}: another project resolved to "
                          f"the same {len(frozen)} packages (ready in {time.time() - started:.1f}s)")
@@ -492,7 +547,8 @@ def _scratch(spec: dict) -> str:
     return tempfile.mkdtemp(prefix="deps-", dir=tmp_root)
 
 
-def _uv_boxed(spec: dict, log: JobLog, uv: str, cache: str, cmd: list[str], scratch: str) -> int:
+def _uv_boxed(spec: dict, log: JobLog, uv: str, cache: str, cmd: list[str], scratch: str,
+              tail: bytearray | None = None) -> int:
     """A uv command that reaches the network: inside the job's sandbox where it has one, with
     uv's cache the one more writable folder (and uv's own folder readable). That cache is
     shared, so nothing of the job's choosing runs here: no build (--no-build), none of the
@@ -502,7 +558,7 @@ def _uv_boxed(spec: dict, log: JobLog, uv: str, cache: str, cmd: list[str], scra
     env = uvenv.environ(_install_env(spec, base, sandbox, scratch), dict(os.environ))
     for name in [n for n in env if n.startswith("GIT_")]:  # uv runs git for a URL it cannot skip
         del env[name]
-    return _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox)
+    return _run_logged(cmd, log, cwd=spec["workdir"], env=env, sandbox=sandbox, tail=tail)
 
 
 _NAMED = re.compile(r"\$\{([A-Z0-9_]+)\}")  # pip's ${NAME} in a requirements file
@@ -547,28 +603,32 @@ def _uv_resolve(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, scratc
     if deps.get("wheelhouse"):  # a target without internet: only the wheels shipped beside the job
         args += ["--no-index", "--find-links", deps["wheelhouse"]]
     out = os.path.join(scratch, "resolved.txt")
-    status = _uv_boxed(spec, log, uv, cache, uvenv.compile_cmd(uv, spec["base_python"], cache, args, out), scratch)
+    tail = bytearray()
+    status = _uv_boxed(spec, log, uv, cache, uvenv.compile_cmd(
+        uv, spec["base_python"], cache, args, out, torch_backend=deps.get("torch_backend")), scratch, tail)
     if status != 0 or not os.path.exists(out):
-        raise _UvFailed(f"uv pip compile: status {status}, see the lines above")
+        raise _UvFailed(f"uv pip compile failed with status {status}", tail)
     with open(out) as f:
         return uvenv.frozen_lines(f.read())
 
 
 def _uv_fill(spec: dict, log: JobLog, uv: str, cache: str, scratch: str, options: list[str],
-             frozen: list[str]) -> None:
+             frozen: list[str], torch_backend: str | None = None) -> None:
     """Step 2: that set into the cache, through a scratch environment of symlinks (boxed: it
     downloads and builds)."""
     env_dir = os.path.join(scratch, "env")
     status = _run_logged(uvenv.venv_cmd(uv, spec["base_python"], env_dir, cache), log)
     if status != 0:
-        raise _UvFailed(f"uv venv: status {status}")
+        raise _UvFailed(f"uv venv failed with status {status}")
     pinned = os.path.join(scratch, "pinned.txt")
     with open(pinned, "w") as f:
         f.write("\n".join([*options, *frozen]) + "\n")
+    tail = bytearray()
     status = _uv_boxed(spec, log, uv, cache, uvenv.install_cmd(
-        uv, os.path.join(env_dir, "bin", "python"), cache, ["-r", pinned], link="symlink"), scratch)
+        uv, os.path.join(env_dir, "bin", "python"), cache, ["-r", pinned], link="symlink",
+        torch_backend=torch_backend), scratch, tail)
     if status != 0:
-        raise _UvFailed(f"uv pip install: status {status}, see the lines above")
+        raise _UvFailed(f"uv pip install failed with status {status}", tail)
 
 
 def _uv_link(spec: dict, log: JobLog, uv: str, cache: str, venv: str, options: list[str],
@@ -578,16 +638,19 @@ def _uv_link(spec: dict, log: JobLog, uv: str, cache: str, venv: str, options: l
     base = spec["base_python"]
     status = _run_logged(uvenv.venv_cmd(uv, base, venv, cache), log)
     if status != 0:
-        raise _UvFailed(f"uv venv: status {status}")
+        raise _UvFailed(f"uv venv failed with status {status}")
     req = os.path.join(venv, "requirements.txt")
     with open(req, "w") as f:
         f.write("\n".join([*options, *frozen]) + "\n")
     env = uvenv.environ(boundary.job_environ(dict(os.environ), {}), dict(os.environ))
+    tail = bytearray()
+    # quiet: the fetch step listed every package already
     status = _run_logged(uvenv.install_cmd(uv, os.path.join(venv, "bin", "python"), cache, ["-r", req],
-                                           offline=True), log, cwd=spec["workdir"], env=env)
+                                           offline=True, quiet=True), log, cwd=spec["workdir"], env=env,
+                         tail=tail)
     if status != 0:
         shutil.rmtree(venv, ignore_errors=True)
-        raise _UvFailed(f"linking from the cache: status {status}")
+        raise _UvFailed(f"linking from the cache failed with status {status}", tail)
 
 
 def _requirement_files(deps: dict, venv: str) -> list[str]:
@@ -739,6 +802,9 @@ def run(spec: dict) -> int:
                  f"{' '.join(command[1:] if command[0] == python else command)}")
         sampler = _start_sampler(spec, env, log)
         code = _run_logged(command, log, box, cwd=spec["workdir"], env=env, sandbox=sandbox)
+    except DepsFailed as exc:  # the job never started: its reason is the installer's, one line
+        error = masker.text(uvenv.FAILED + str(exc))
+        code = 1  # not 127 ("command not found"): that is not what happened
     except Exception as exc:  # noqa: BLE001 - any failure here must reach exit.json
         error = masker.text(str(exc))
         enospc = diskspace.is_enospc(exc)

@@ -26,7 +26,8 @@ How an environment is built with uv (core/runtime/launch.py drives it):
 pip stays where uv cannot be used: no uv on the host, `GPU_ROUTER_INSTALLER=pip` in the
 launcher's environment (the supervisor's, or a target's `env`), requirement lines uv reads
 differently (editable VCS URLs, pip-only options), a set that needs a build (uv refuses it:
---no-build), or uv failing where pip might not.
+--no-build), or uv failing where pip might not: a crash, a network failure, not a version or
+package the index lacks (`uv_failure` reads uv's words: pip would fail the same way, at length).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import hashlib
 import os
 import re
 import shutil
+import sys
 
 CHOICE_VAR = "GPU_ROUTER_INSTALLER"  # auto (default) | uv | pip
 CACHE_DIR = "uv-cache"  # beside venvs/ under the root: one cache per host, never in a job folder
@@ -139,20 +141,29 @@ def venv_cmd(uv: str, python: str, venv: str, cache: str) -> list[str]:
 
 
 def install_cmd(uv: str, python: str, cache: str, args: list[str], *, link: str | None = None,
-                offline: bool = False) -> list[str]:
+                offline: bool = False, torch_backend: str | None = None, quiet: bool = False) -> list[str]:
+    """`uv pip install`: `torch_backend` (see `torch_backend`) picks torch's build; `quiet`
+    where another step already listed the packages (the link from the cache: the log would
+    show each package twice)."""
     cmd = [uv, "pip", "install", *COMMON_FLAGS, *INSTALL_FLAGS, "--cache-dir", cache, "--python", python]
     if link:
         cmd += ["--link-mode", link]
     if offline:  # from the cache only: no network (and, as every uv step, no build)
         cmd += ["--offline"]
+    if torch_backend:
+        cmd += ["--torch-backend", torch_backend]
+    if quiet:
+        cmd += ["--quiet"]
     return cmd + args
 
 
-def compile_cmd(uv: str, python: str, cache: str, args: list[str], out: str) -> list[str]:
+def compile_cmd(uv: str, python: str, cache: str, args: list[str], out: str, *,
+                torch_backend: str | None = None) -> list[str]:
     """The exact set `args` resolve to for `python`, one `name==version` (or `name @ URL`) a
-    line, into `out`."""
+    line, into `out` (with torch's build for `torch_backend`: `torch==2.5.1+cpu`)."""
     return [uv, "pip", "compile", *COMMON_FLAGS, *INSTALL_FLAGS, "--quiet", "--cache-dir", cache,
             "--python", python, "--no-header", "--no-annotate", "--output-file", out,
+            *(["--torch-backend", torch_backend] if torch_backend else []),
             *[a for a in args if a != "-r"]]  # compile takes its requirement files bare
 
 
@@ -169,3 +180,125 @@ def resolved_key(python: str, options: list[str], frozen: list[str]) -> str:
 def frozen_lines(text: str) -> list[str]:
     """`uv pip compile` output as requirement lines (comments and blank lines dropped)."""
     return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+# -- why an install failed, in one line ----------------------------------------------------
+
+# The start of a job's end reason when its dependencies could not be installed: the supervisor
+# records the launcher's line as it is (core/engine/failure.py), never "exited with status N"
+FAILED = "installing dependencies failed: "
+REASON_CAP = 300
+_NO_VERSION = re.compile(r"there is no version of (?P<req>\S+?)(?: and| which|,|$)")
+_NOT_FOUND = re.compile(r"(?:Because |and )(?P<name>[A-Za-z0-9][\w.\-\[\]]*) was not found in the package registry")
+_ONLY = re.compile(r"Because only (?P<have>.+?) (?:is|are) available and you require (?P<req>[^,]+?), we can conclude")
+_CONFLICT = re.compile(r"Because you require (?P<reqs>.+?), we can conclude that your requirements are unsatisfiable")
+_NO_BUILD = ("has no usable wheels", "building from source is disabled", "--no-build", "no wheels with a matching")
+
+
+def _cap(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= REASON_CAP else text[:REASON_CAP - 1] + "…"
+
+
+def uv_failure(output: str) -> tuple[str | None, bool]:
+    """What a failed uv step's output says, as (one line a person can act on, or None; whether
+    pip may do better). pip gets its turn where uv cannot do what pip can (a set that needs a
+    build: every uv step runs --no-build), where uv crashed or said something not known here;
+    never after a resolution failure (a version or package the index does not have, a
+    conflict): pip would fail the same way after printing a page of versions."""
+    text = output.replace("\r", "")
+    if any(word in text for word in _NO_BUILD):
+        return None, True
+    if "No solution found when resolving" not in text and "unsatisfiable" not in text:
+        return None, True  # a crash, a network failure, something uv does not do: pip may
+    m = _NO_VERSION.search(text)
+    if m:
+        return _cap(f"{m.group('req')}: no such version on the index (uv)"), False
+    m = _NOT_FOUND.search(text)
+    if m:
+        return _cap(f"{m.group('name')}: no such package on the index (uv)"), False
+    m = _ONLY.search(text)
+    if m and "depend" not in m.group("req"):
+        return _cap(f"{m.group('req')}: no such version on the index, only {m.group('have')} (uv)"), False
+    m = _CONFLICT.search(text)
+    if m:
+        return _cap(f"the requirements conflict: {m.group('reqs')} (uv)"), False
+    causes = [ln.strip().removeprefix("cause:").strip() for ln in text.splitlines()
+              if ln.strip().startswith(("cause:", "And because"))]
+    if causes:
+        return _cap(" ".join(causes) + " (uv)"), False
+    return None, False
+
+
+_PIP_NO_MATCH = re.compile(r"No matching distribution found for (?P<req>\S+)")
+_PIP_ERROR = re.compile(r"^ERROR: (?P<text>.+)$", re.MULTILINE)
+
+
+def pip_failure(output: str) -> str | None:
+    """A failed `pip install`'s reason, in one line: the requirement no version satisfies
+    (pip's list of the versions it saw is dropped), else pip's last ERROR line; None when pip
+    printed no error."""
+    m = _PIP_NO_MATCH.search(output)
+    if m:
+        return _cap(f"{m.group('req')}: no such version on the index (pip)")
+    errors = [e.group("text").strip() for e in _PIP_ERROR.finditer(output)]
+    errors = [e for e in errors if not e.startswith(("Could not find a version", "Ignored the following"))]
+    if errors:
+        return _cap(re.sub(r"\(from versions: [^)]*\)", "", errors[-1]) + " (pip)")
+    return None
+
+
+# -- which build of torch ------------------------------------------------------------------
+
+TORCH_BACKEND_VAR = "UV_TORCH_BACKEND"
+
+
+def has_gpu(environ: dict[str, str] | None = None) -> bool:
+    """Whether this machine has a GPU torch could use: an NVIDIA driver (its device nodes, its
+    kernel module, nvidia-smi) or ROCm's. Cheap: no process is started."""
+    env = os.environ if environ is None else environ
+    if env.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    marks = ("/dev/nvidia0", "/dev/nvidiactl", "/proc/driver/nvidia/version", "/sys/module/nvidia/version",
+             "/dev/kfd")
+    return any(os.path.exists(p) for p in marks) or bool(shutil.which("nvidia-smi", path=env.get("PATH", "")))
+
+
+def torch_backend(deps: dict, outer: dict[str, str], gpu: bool | None = None) -> str | None:
+    """uv's `--torch-backend` for this install, or None to leave torch to the index: `cpu` on
+    a machine without a GPU (PyPI's Linux torch is the CUDA build, gigabytes of nvidia-*
+    wheels no CPU uses), `auto` on one with a GPU (uv picks the build for its driver). Left to
+    the index where the project or the machine chose where packages come from: a wheelhouse
+    (--no-index, --find-links), an index of its own (--index-url, PIP_INDEX_URL and uv's
+    spellings: uv would fetch torch from download.pytorch.org instead), or a backend already
+    set (UV_TORCH_BACKEND, or deps' `torch_backend` from the target's config); on macOS,
+    whose torch has no CUDA build. `gpu`: whether the machine has one (None: look)."""
+    if deps.get("torch_backend"):
+        return str(deps["torch_backend"])
+    if outer.get(TORCH_BACKEND_VAR) or sys.platform == "darwin" or deps.get("wheelhouse"):
+        return None
+    if any(line.startswith(("--index-url", "-i", "--no-index", "--find-links", "-f", "--extra-index-url"))
+           for line in deps.get("options") or []):
+        return None
+    if any(outer.get(n) for n in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX",
+                                  "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX", "UV_EXTRA_INDEX_URL",
+                                  "UV_FIND_LINKS", "UV_NO_INDEX")):
+        return None
+    return "auto" if (has_gpu(outer) if gpu is None else gpu) else "cpu"
+
+
+def with_backend(key: str, backend: str | None) -> str:
+    """An environment's name (the requirements' hash) with the torch build chosen for it: a
+    CPU target's environment is never the one a GPU target reuses, nor the other way."""
+    if not backend:
+        return key
+    return hashlib.sha256(f"{key}\0torch-backend={backend}".encode()).hexdigest()[:32]
+
+
+def phase_detail(phase: str) -> str:
+    """A provisioning attempt's reason from its phase file (the launcher writes "installing:
+    fetching 12 packages" at each step of an install): "installing dependencies: fetching 12
+    packages", or plain "installing dependencies"."""
+    text = (phase or "").strip()
+    step = text[len("installing: "):] if text.startswith("installing: ") else ""
+    return f"installing dependencies: {step[:120]}" if step else "installing dependencies"
