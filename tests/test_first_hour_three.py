@@ -231,3 +231,44 @@ def test_the_readme_s_docs_command_installs_what_it_runs_and_its_site_is_ignored
     assert ignored.returncode == 0, "site/ (mkdocs build's output) is not in .gitignore"
     dev = (REPO / "docs" / "development.md").read_text()
     assert f"pip install -e '.[{extra.group(1)}]'" in dev
+
+
+# -- 4: nested progress bars are folded as a terminal leaves them --------------------------------
+
+NESTED = """import sys, time
+from tqdm import tqdm
+
+for epoch in tqdm(range(3), desc="Epoch", position=0, mininterval=0):
+    for batch in tqdm(range(50), desc="Validation DataLoader 0", position=1, leave=False, mininterval=0):
+        time.sleep(0.002)
+print("training done", flush=True)
+"""
+
+
+async def test_nested_tqdm_bars_show_each_bar_s_final_state_once(home: Path, tmp_path: Path) -> None:
+    """Lightning's validation bar (tqdm at position 1, leave=False, under the epoch bar) came
+    to `gpu logs` as a line per step ("Validation DataLoader 0: 16%", "17%", ...)."""
+    from tests.conftest import make_git_project
+
+    project = make_git_project(tmp_path / "p", {"train.py": NESTED})
+    short = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)["job"]["short_id"]
+    assert wait_state(short, {"done", "failed"}, timeout=120)["state"] == "done"
+    lines = run_gpu("logs", short).stdout.splitlines()
+    validation = [ln for ln in lines if "Validation DataLoader 0" in ln]
+    epochs = [ln for ln in lines if ln.startswith("Epoch")]
+    assert len(validation) <= 3, validation[:10]  # not a line per step (150 steps)
+    assert epochs == [next(ln for ln in epochs if "3/3" in ln)], epochs  # the epoch bar once, as it ended
+    assert "100%" in epochs[0]
+    assert "training done" in lines
+    # the dashboard's log pane, on the same job
+    from tests.test_dash import _settle
+    from tui.dash.app import DashApp
+    from tui.dash.widgets import LogTail
+
+    app = DashApp(live=False, bell=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot, 0.5)
+        shown = list(app.query_one(LogTail).lines)
+    assert any("training done" in ln for ln in shown), shown
+    assert sum("Validation DataLoader 0" in ln for ln in shown) <= 3, shown
+    assert sum(ln.startswith("Epoch") for ln in shown) == 1, shown
