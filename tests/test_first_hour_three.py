@@ -111,6 +111,26 @@ def test_a_folder_given_as_data_is_not_called_left_out(home: Path, tmp_path: Pat
     assert "['mnist']" in run_gpu("logs", doc["job"]["short_id"]).stdout  # it did travel, as data
 
 
+
+def test_a_cancelled_job_s_files_left_on_the_target_are_mentioned(home: Path, tmp_path: Path) -> None:
+    """`gpu cancel` of a job that wrote files beside its script says they stayed on the target
+    (and how to fetch them), as a done job's end does."""
+    from tests.conftest import make_git_project
+
+    slow = PREDICT + "import time\ntime.sleep(60)\n"
+    project = make_git_project(tmp_path / "p", {"a.py": slow})
+    short = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", cwd=project)["job"]["short_id"]
+    wait_state(short, {"running"}, timeout=90)
+    deadline = time.monotonic() + 60
+    while "wrote" not in run_gpu("logs", short).stdout:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    proc = run_gpu("cancel", short)
+    assert proc.returncode == 0, proc.stderr
+    assert "cancelled" in proc.stdout
+    assert "stayed on the target" in proc.stdout and f"gpu fetch {short}" in proc.stdout, proc.stdout
+
+
 # -- 8: wording that misleads ------------------------------------------------------------------
 
 def test_jobs_active_with_none_active_says_how_many_there_are(home: Path, tmp_path: Path) -> None:

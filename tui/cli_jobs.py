@@ -298,6 +298,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     say(markup("job [bold]{short}[/]: {state}  {reason}", short=job.short_id,
                state=state_text(job.state.value), reason=job.reason))
+    if job.handle.get("stayed"):  # what it wrote stays on the target, as for any ended job
+        say(markup("[yellow]note:[/] {note}", note=job.handle["stayed"]))
     return 0
 
 

@@ -371,11 +371,12 @@ class JobSteps:
         # counts from its launch (ELAPSED, cost), not "-"
         began = {} if job.started_at is not None else {
             "started_at": job.handle.get("launched_at") or job.updated_at}
+        if stayed:  # kept with the ending itself: whoever sees the job ended (gpu cancel) sees it
+            began["handle"] = {**(await self.db(self.store.get, job.id)).handle, "stayed": stayed}
         await self.db(self.store.transition, job.id, dst, reason, expect=LAUNCHED, exit_code=poll.exit_code,
                               data={"notes": notes} if notes else None, **began)
         await self._say_end_warnings(job)
         if stayed:
-            await self.db(self.store.update, job.id, handle={**(await self.db(self.store.get, job.id)).handle, "stayed": stayed})
             await self.db(self.store.add_event, job.id, stayed, actor="supervisor")
         await asyncio.to_thread(write_job_json, self.store, await self.db(self.store.get, job.id))
         self._enforce_caps(provider)
