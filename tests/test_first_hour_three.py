@@ -292,3 +292,20 @@ async def test_nested_tqdm_bars_show_each_bar_s_final_state_once(home: Path, tmp
     assert any("training done" in ln for ln in shown), shown
     assert sum("Validation DataLoader 0" in ln for ln in shown) <= 3, shown
     assert sum(ln.startswith("Epoch") for ln in shown) == 1, shown
+
+
+def test_a_job_that_went_provisioning_to_done_has_an_elapsed_time(home: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quick job ends before any poll sees it run (the supervisor looks every 6 s here):
+    `gpu jobs` gave it ELAPSED "-"."""
+    from tests.conftest import make_git_project
+
+    monkeypatch.setenv("GPU_ROUTER_TICK_S", "6")
+    project = make_git_project(tmp_path / "p", {"a.py": "print('hi')\n"})
+    short = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", cwd=project)["job"]["short_id"]
+    assert wait_state(short, {"done", "failed"}, timeout=90)["state"] == "done"
+    moves = [(e.get("from"), e.get("to")) for e in gpu_json("status", short)["events"] if e.get("to")]
+    if ("provisioning", "done") not in moves:
+        pytest.skip(f"the job was seen running this time: {moves}")
+    row = _table(run_gpu("jobs", env={"COLUMNS": "200"}).stdout)[short]
+    assert row["ELAPSED"] not in ("", "-"), row
