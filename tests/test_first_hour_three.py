@@ -305,7 +305,7 @@ def test_a_job_that_went_provisioning_to_done_has_an_elapsed_time(home: Path, tm
     short = gpu_json("submit", "a.py", "--hours", "0.1", "--wait-s", "0", cwd=project)["job"]["short_id"]
     assert wait_state(short, {"done", "failed"}, timeout=90)["state"] == "done"
     moves = [(e.get("from"), e.get("to")) for e in gpu_json("status", short)["events"] if e.get("to")]
-    if ("provisioning", "done") not in moves:
-        pytest.skip(f"the job was seen running this time: {moves}")
     row = _table(run_gpu("jobs", env={"COLUMNS": "200"}).stdout)[short]
-    assert row["ELAPSED"] not in ("", "-"), row
+    # most runs go provisioning -> done (the case that showed "-"); one that saw it running must
+    # show its time as well: never skipped, asserted either way
+    assert row["ELAPSED"] not in ("", "-"), (row, moves)
