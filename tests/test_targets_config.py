@@ -115,6 +115,10 @@ def test_scheduler_resources_in_gpu_yaml(home: Path, tmp_path: Path) -> None:
     assert req.resources() == {"cpus": 4, "gpus": 2, "memory_gb": 16.0, "time_minutes": 90,
                                "partition": "gpu", "modules": ["cuda/12.1"],
                                "container": "docker://nvcr.io/nvidia/pytorch:24.01-py3"}
+    # this machine has no GPU: a job asking for 2 has no target here, and says why
+    refused = run_gpu("plan", "a.py", "--hours", "0.1", "--json", cwd=good)
+    assert refused.returncode != 0 and "asks for 2" in refused.stdout + refused.stderr, refused.stderr
+    (good / "gpu.yaml").write_text((good / "gpu.yaml").read_text().replace("gpus: 2\n", ""))
     plan = gpu_json("plan", "a.py", "--hours", "0.1", cwd=good)["plan"]
     assert plan["resources"]["cpus"] == 4
     assert digest(plan) != digest({**plan, "resources": {**plan["resources"], "cpus": 8}})
