@@ -1,0 +1,33 @@
+"""What the bundle's judge withheld inside a folder bound into the sandbox stays covered there
+(issue 40: the survivor of `python bench/mutation.py --module boundary`: the loop of
+`bwrap_argv` over `cover` dropped, which only the slow end-to-end jobs noticed).
+
+A data folder is bound read-only whole; a credential file or a folder of them in it is covered
+after the bind, a folder by an empty read-only tmpfs and a file by /dev/null; a link (leading
+nowhere inside) and a path that is not there are left alone."""
+
+from __future__ import annotations
+
+import os
+
+from core.runtime import boundary
+
+
+def test_withheld_paths_in_a_bound_folder_are_covered_after_its_bind(tmp_path) -> None:
+    data = tmp_path / "data"
+    (data / ".aws").mkdir(parents=True)
+    (data / ".env").write_text("KEY=1\n")
+    os.symlink("/etc/hostname", data / "link")
+    work = tmp_path / "code"
+    work.mkdir()
+    plan = {"workdir": str(work), "ro": [str(data)], "rw": [str(work)],
+            "cover": [str(data / ".aws") + "/", str(data / ".env"), str(data / "link"), str(data / "gone")]}
+    argv = boundary.bwrap_argv("bwrap", plan, ["true"])
+    line = " ".join(argv)
+    assert f"--tmpfs {data / '.aws'} --remount-ro {data / '.aws'}" in line
+    assert f"--ro-bind /dev/null {data / '.env'}" in line
+    assert str(data / "link") not in argv and str(data / "gone") not in argv
+    bind = next(i for i in range(len(argv) - 2)
+                if argv[i] == "--ro-bind" and argv[i + 2] == str(data))  # the data folder's own bind
+    assert bind < argv.index(str(data / ".aws")) and bind < argv.index(str(data / ".env"))
+    assert argv.index(str(data / ".env")) < argv.index("--chdir")
