@@ -31,3 +31,16 @@ def test_withheld_paths_in_a_bound_folder_are_covered_after_its_bind(tmp_path) -
                 if argv[i] == "--ro-bind" and argv[i + 2] == str(data))  # the data folder's own bind
     assert bind < argv.index(str(data / ".aws")) and bind < argv.index(str(data / ".env"))
     assert argv.index(str(data / ".env")) < argv.index("--chdir")
+
+
+def test_the_macos_profile_denies_what_was_withheld_after_allowing_its_folder(tmp_path) -> None:
+    """macOS's sandbox profile: the later rule wins, so the withheld path's deny follows the
+    allow of the folder it lies in (the survivor: that loop dropped from seatbelt_profile)."""
+    data, work = tmp_path / "data", tmp_path / "code"
+    plan = {"workdir": str(work), "ro": [str(data)], "rw": [str(work)],
+            "cover": [str(data / ".aws") + "/", str(data / ".env")]}
+    profile = boundary.seatbelt_profile(plan).splitlines()
+    allow = profile.index(f"(allow file-read* (subpath {boundary._sb_quote(str(data))}))")
+    for withheld in (data / ".aws", data / ".env"):
+        deny = f"(deny file-read* file-write* (subpath {boundary._sb_quote(str(withheld))}))"
+        assert deny in profile and profile.index(deny) > allow
