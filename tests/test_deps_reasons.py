@@ -63,6 +63,8 @@ def test_uv_s_own_words_become_one_line_and_pip_is_not_asked_again(index: Packag
     index.add_sdist("tinysdist", "1.0", {"tinysdist/__init__.py": "Y = 2\n"})
     assert uvenv.uv_failure(_uv_says(index, tmp_path, "tinysdist\n")) == (None, True)
     assert uvenv.uv_failure("error: uv crashed\n") == (None, True)
+    assert uvenv.has_installed(sys.executable, "pytest: no such package on the index (uv)")
+    assert not uvenv.has_installed(sys.executable, "nosuchthing: no such package on the index (uv)")
 
 
 def test_pip_s_version_list_is_dropped(index: PackageIndex, tmp_path: Path) -> None:
@@ -155,6 +157,8 @@ def test_the_check_at_submit_asks_the_index_once_and_names_the_line(index: Packa
     assert str(err.value).startswith("requirements.txt: tinydep==0.0.1: ")
     assert "tinydep==0.0.1: no such version on the index (uv)" in str(err.value)
     assert check_at_submit(bad, **{**kw, "environ": {**env, "GPU_ROUTER_DEPS_CHECK": "0"}}) == "skipped"
+    # a package the index lacks but this Python has: pip takes that one (system site packages)
+    assert check_at_submit(_deps(tmp_path, "pytest\n"), **kw) == "skipped"
     # an index that does not answer: the submit goes on, the launcher will say
     dead = {**env, "PIP_INDEX_URL": "http://127.0.0.1:9/simple/"}
     assert check_at_submit(bad, **{**kw, "environ": dead}) == "skipped"

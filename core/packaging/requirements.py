@@ -805,7 +805,7 @@ def _ask_index(deps: Dependencies, uv: str, python: str, backend: str | None, ca
             pass
         return "ok"
     reason, pip_may_help = uvenv.uv_failure(done.stdout + done.stderr)
-    if not reason or pip_may_help:
+    if not reason or pip_may_help or uvenv.has_installed(python, reason):  # pip would take that one
         return "skipped"
     line = _line_named(reason, deps)
     named = f" (the line `{line}`)" if line and not reason.startswith(line + ":") else ""

@@ -349,7 +349,10 @@ def _ensure_venv(spec: dict, log: JobLog) -> str:
         try:
             return _uv_venv(spec, log, deps, uv)
         except _UvFailed as exc:
-            if not exc.pip_may_help:  # the index has no such version: pip would say so too, at length
+            # the index has no such version: pip would say so too, at length; unless pip may
+            # find it elsewhere: a wheelhouse leaves out what the target's Python has, and a pip
+            # environment sees that Python's packages (uv resolves from the index alone)
+            if not (exc.pip_may_help or deps.get("wheelhouse") or uvenv.has_installed(spec["base_python"], exc.reason)):
                 raise DepsFailed(exc.reason) from None
             log.line(f"dependencies: uv could not install them ({exc}); trying pip")
             deps["hash"] = plain  # pip picks no torch build: its environment is the plain one

@@ -189,7 +189,8 @@ def frozen_lines(text: str) -> list[str]:
 FAILED = "installing dependencies failed: "
 REASON_CAP = 300
 _NO_VERSION = re.compile(r"there is no version of (?P<req>\S+?)(?: and| which|,|$)")
-_NOT_FOUND = re.compile(r"(?:Because |and )(?P<name>[A-Za-z0-9][\w.\-\[\]]*) was not found in the package registry")
+_NOT_FOUND = re.compile(r"(?:Because |and )(?P<name>[A-Za-z0-9][\w.\-\[\]]*) was not found in the "
+                        r"(?P<where>package registry|provided package locations)")
 _ONLY = re.compile(r"Because only (?P<have>.+?) (?:is|are) available and you require (?P<req>[^,]+?), we can conclude")
 _CONFLICT = re.compile(r"Because you require (?P<reqs>.+?), we can conclude that your requirements are unsatisfiable")
 _NO_BUILD = ("has no usable wheels", "building from source is disabled", "--no-build", "no wheels with a matching")
@@ -216,7 +217,8 @@ def uv_failure(output: str) -> tuple[str | None, bool]:
         return _cap(f"{m.group('req')}: no such version on the index (uv)"), False
     m = _NOT_FOUND.search(text)
     if m:
-        return _cap(f"{m.group('name')}: no such package on the index (uv)"), False
+        where = "on the index" if m.group("where") == "package registry" else "in the package locations given"
+        return _cap(f"{m.group('name')}: no such package {where} (uv)"), False
     m = _ONLY.search(text)
     if m and "depend" not in m.group("req"):
         return _cap(f"{m.group('req')}: no such version on the index, only {m.group('have')} (uv)"), False
@@ -302,3 +304,23 @@ def phase_detail(phase: str) -> str:
     text = (phase or "").strip()
     step = text[len("installing: "):] if text.startswith("installing: ") else ""
     return f"installing dependencies: {step[:120]}" if step else "installing dependencies"
+
+
+_REASON_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def has_installed(python: str, reason: str) -> bool:
+    """Whether `python` (the target's, whose packages a pip environment sees through system
+    site packages) already has the package `reason` names (`torch==2.3.1: no such ...`): pip
+    would take that one where uv, which resolves from the index alone, found nothing."""
+    import subprocess
+
+    m = _REASON_NAME.match(reason or "")
+    if not m:
+        return False
+    probe = "import importlib.metadata as m, sys\ntry:\n    m.distribution(sys.argv[1])\nexcept Exception:\n    sys.exit(1)\n"
+    try:
+        return subprocess.run([python, "-I", "-c", probe, m.group(1)], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
