@@ -64,3 +64,38 @@ def test_parse_stat_takes_the_last_parenthesis() -> None:
     assert jobguard.parse_stat(b"42 (x) S -1 0") == ("x", -1)
     for bad in (b"", b"42 x S 7", b"42 )x( S 7", b"42 (x) S", b"42 (x) S seven 1"):
         assert jobguard.parse_stat(bad) is None, bad
+
+
+def test_detect_asks_about_the_pid_it_was_given(monkeypatch) -> None:
+    """detect(pid) walks that process's ancestors, not this one's."""
+    asked = []
+    for fact in ("by_namespace", "by_cgroup", "by_environment"):
+        monkeypatch.setattr(jobguard, fact, lambda: None)
+    monkeypatch.setattr(jobguard, "by_ancestors", lambda pid=None: asked.append(pid))
+    assert jobguard.detect(4242) is None and asked == [4242]
+
+
+def _peer(monkeypatch, chain, top):
+    monkeypatch.setattr(jobguard, "ancestors", lambda pid=None: chain)
+    monkeypatch.setattr(jobguard, "process", lambda pid: top)
+    found = jobguard.peer_origin(os.getpid())
+    return found.reason if found else None
+
+
+def test_a_peer_whose_ancestors_cannot_all_be_read_counts_as_a_jobs(monkeypatch) -> None:
+    """Fail closed: an unreadable top of the chain, or one that is not the root of the tree
+    (a parent above it, 1 included) while the chain is short, is a job's; a chain that ends at
+    pid 0, or is as long as jobguard walks, is judged by its other facts (here: none)."""
+    short = [(4321, ["bash"], "/bin/bash")]
+    assert _peer(monkeypatch, short, None) == "its ancestors cannot all be read"
+    assert _peer(monkeypatch, short, (1, ["init"], "")) == "its ancestors cannot all be read"
+    assert _peer(monkeypatch, [], (7, ["init"], "")) == "its ancestors cannot all be read"
+    assert _peer(monkeypatch, short, (0, ["init"], "")) is None
+    long = [(10_000 + i, ["bash"], "/bin/bash") for i in range(jobguard.MAX_DEPTH)]
+    assert _peer(monkeypatch, long, (7, ["bash"], "")) is None
+
+
+def test_a_peer_is_a_jobs_where_processes_cannot_be_read(monkeypatch) -> None:
+    monkeypatch.setattr(jobguard, "_proc", lambda: False)
+    found = jobguard.peer_origin(os.getpid())
+    assert found is not None and found.reason == "its process cannot be read here"
