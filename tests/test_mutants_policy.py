@@ -119,3 +119,15 @@ def test_a_job_in_a_container_is_judged_as_run_without_the_sandbox() -> None:
     held = evaluate(hours=0.5, secrets=[], price=0, info=as_run(host, {"container": "img.sif"}), rules=Rules(),
                     weekly_spend=0, interactive=False)
     assert [h.rule for h in held] == ["sandbox"]
+
+
+def test_the_days_slack_is_not_over_the_limit() -> None:
+    """The 1e-9 slack absorbs float sums (0.1 + 0.2): a day that lands on it exactly is within."""
+    rules = Rules()
+    assert agent_day_hold(AgentDay(hours=(12 + 1e-9) - 0.5, usd=0, starts=1), 0.5, 0.0, rules) is None
+    assert agent_day_hold(AgentDay(hours=0, usd=(25 + 1e-9) - 1.0, starts=1), 0.0, 1.0, rules) is None
+
+
+def test_a_plan_without_a_command_still_gets_its_paragraph() -> None:
+    text = tell_user("ab12", "n", {"target": "box"}, [{"reason": "r"}])
+    assert "it would run `` on box (None)" in text and "It is held because r." in text
