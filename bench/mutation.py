@@ -257,7 +257,8 @@ def run_mutmut(work: Path, module: Module, files: list[str], jobs: int,
     """mutmut over the module in `work` (a copy): {mutant: status}, {survivor: its diff}."""
     from mutmut.stats import status_by_exit_code
     shutil.rmtree(work / "mutants", ignore_errors=True)
-    cfg = ["[mutmut]", "source_paths=core", f"only_mutate={module.path}",
+    # mutmut runs the tests in its own copy (mutants/): the folders they read beside core/ go too
+    cfg = ["[mutmut]", "source_paths=core", f"only_mutate={module.path}", "also_copy=bench\n    examples\n    tui",
            "pytest_add_cli_args_test_selection=" + "\n    ".join(files),
            "pytest_add_cli_args=-p\n    no:cacheprovider\n    -m\n    quick",
            "use_git_change_detection=false", ""]
