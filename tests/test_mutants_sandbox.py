@@ -44,3 +44,24 @@ def test_the_macos_profile_denies_what_was_withheld_after_allowing_its_folder(tm
     for withheld in (data / ".aws", data / ".env"):
         deny = f"(deny file-read* file-write* (subpath {boundary._sb_quote(str(withheld))}))"
         assert deny in profile and profile.index(deny) > allow
+
+
+def test_binds_go_parents_first_and_the_fixed_mounts_are_these(tmp_path) -> None:
+    """Bubblewrap mounts in argv order, so a parent bound after its child would hide it: binds
+    go by depth, read-only before writable at the same depth (survivors: the sort key dropped
+    or turned). The fixed mounts are exactly these, and a plan that says nothing of the network
+    keeps it (`network: false` is what unshares it)."""
+    outer, inner, peer = tmp_path / "job", tmp_path / "job" / "code" / "lib", tmp_path / "out"
+    for d in (outer, inner, peer):
+        d.mkdir(parents=True, exist_ok=True)
+    plan = {"workdir": str(outer), "ro": [str(inner), str(peer)], "rw": [str(outer)]}
+    argv = boundary.bwrap_argv("bwrap", plan, ["true"])
+    binds = [(argv[i], argv[i + 2]) for i in range(len(argv) - 2)
+             if argv[i] in ("--ro-bind", "--bind") and argv[i + 2] in {str(outer), str(inner), str(peer)}]
+    assert binds == [("--ro-bind", str(peer)), ("--bind", str(outer)), ("--ro-bind", str(inner))]
+    line = " ".join(argv)
+    assert ("--proc /proc --dev /dev --ro-bind-try /sys /sys --tmpfs /tmp --tmpfs /var/tmp --tmpfs /run"
+            in line)
+    assert "--cap-drop ALL" in line and "--hostname gpu-router-job" in line
+    assert "--unshare-net" not in argv
+    assert "--unshare-net" in boundary.bwrap_argv("bwrap", {**plan, "network": False}, ["true"])
