@@ -227,11 +227,19 @@ class Sshd:
         self.frozen = []
 
     def stop(self) -> None:
-        """The host goes away: its connections drop and nothing listens on the port."""
+        """The host goes away: its connections drop and nothing listens on the port. The
+        listener is stopped (SIGSTOP) before its connections are listed: a connection it forked
+        between the look and its end would outlive it, adopted by init where no look finds it
+        (seen under load: a supervisor's reconnect survived, and the host never went away)."""
         self.thaw()
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
         self.kill_connections()
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.kill()  # stopped: only SIGKILL ends it without a SIGCONT
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
