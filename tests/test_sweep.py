@@ -402,10 +402,16 @@ async def test_c_on_a_folded_sweep_cancels_every_live_point(home: Path) -> None:
         await pilot.pause(0.3)
         assert isinstance(app.screen, ConfirmScreen) and "3 live points" in str(app.screen.query("Static").first().render())
         await pilot.press("y")
-        await app.workers.wait_for_complete()
-        await pilot.pause(0.3)
+        # the yes is handled after the key's turn (the screen's dismiss, then the cancel's
+        # worker): under load a fixed pause saw it not yet started, so wait for it, bounded
+        for _ in range(100):
+            await app.workers.wait_for_complete()
+            points = Store().group_jobs(SWEEP_GROUP)
+            if points and all(p.cancel_requested for p in points):
+                break
+            await pilot.pause(0.1)
     points = Store().group_jobs(SWEEP_GROUP)
-    assert all(p.cancel_requested for p in points) and len(points) == 3
+    assert all(p.cancel_requested for p in points) and len(points) == 3, [p.state.value for p in points]
 
 
 async def test_the_live_dashboard_folds_a_sweep_from_its_first_read_and_redraws_it_as_points_move(
