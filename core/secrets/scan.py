@@ -104,14 +104,20 @@ def name_parts(name: str) -> list[str]:
     return [p for chunk in re.split(r"[_.\-]+", name) for p in _PARTS.findall(chunk)]
 
 
+def _secret_part(upper: str, uppers: list[str], stems: tuple[str, ...] = SECRET_STEMS,
+                 words: frozenset[str] = SECRET_WORDS) -> bool:
+    """Does this word part (of a name whose parts are `uppers`) name a secret: a stem inside it
+    (unless it is an allowed ordinary word), or a whole secret word (unless cleared beside)?"""
+    return ((upper not in ALLOWED_PARTS and any(stem in upper for stem in stems))
+            or (upper in words and WORD_CLEARED_BY.get(upper, frozenset()).isdisjoint(uppers)))
+
+
 def secret_name_part(name: str) -> str | None:
     """The word part of `name` that makes it a secret's name, or None."""
     parts = name_parts(name)
     uppers = [p.upper() for p in parts]
     for part, upper in zip(parts, uppers):
-        if upper not in ALLOWED_PARTS and any(stem in upper for stem in SECRET_STEMS):
-            return part
-        if upper in SECRET_WORDS and WORD_CLEARED_BY.get(upper, frozenset()).isdisjoint(uppers):
+        if _secret_part(upper, uppers):
             return part
     for (a, b), (pa, pb) in zip(zip(uppers, uppers[1:]), zip(parts, parts[1:])):
         if (a, b) in SECRET_PAIRS:
@@ -249,9 +255,7 @@ def plain_value(name: str, value: str) -> str | None:
         # a word passes unless the name's last word part, its noun, is a password's (DB_PASSWORD,
         # SENHA): there a short word is what a weak password is. AUTH_MODE=none, TEXT_KEY=content pass.
         uppers = [p.upper() for p in name_parts(name)]
-        noun = uppers[-1] if uppers else ""
-        password = (noun not in ALLOWED_PARTS and any(stem in noun for stem in PASSWORD_STEMS)) or (
-            noun in PASSWORD_WORDS and WORD_CLEARED_BY.get(noun, frozenset()).isdisjoint(uppers))
+        password = bool(uppers) and _secret_part(uppers[-1], uppers, PASSWORD_STEMS, PASSWORD_WORDS)
         if text.lower() in SETTING_WORDS or not password:
             return "a short word"
     if _URL.fullmatch(text) and _url_credential(text) is None:
@@ -265,11 +269,6 @@ def plain_value(name: str, value: str) -> str | None:
         if marks and (not secret or max(marks) > max(secret)):  # API_KEY_ID: the name's noun is the id
             return "a digest under a name that says so"
     return None
-
-
-def _secret_part(upper: str, uppers: list[str]) -> bool:
-    return ((upper not in ALLOWED_PARTS and any(stem in upper for stem in SECRET_STEMS))
-            or (upper in SECRET_WORDS and WORD_CLEARED_BY.get(upper, frozenset()).isdisjoint(uppers)))
 
 
 def value_evidence(value: str) -> str | None:
