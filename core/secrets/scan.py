@@ -162,14 +162,6 @@ def looks_like_aws_secret(value: str) -> bool:
     return False
 
 
-def value_problem(value: str) -> str | None:
-    """What a value looks like when it looks like a secret, or None."""
-    what = _shape_problem(value, SECRET_VALUES)
-    if what is None and looks_random(value):
-        return "a key (long and random)"
-    return what
-
-
 def _shape_problem(value: str, shapes: tuple) -> str | None:
     """The first of `shapes`, the full token table, or an AWS secret key that `value` holds."""
     for pattern, what in shapes:
