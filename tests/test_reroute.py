@@ -268,21 +268,29 @@ def _sup(store, names: dict[str, str]):
         n: SimpleNamespace(name=n, kind=k, max_jobs=1, enabled=True) for n, k in names.items()})
 
 
-def test_a_move_goes_where_a_slot_is_free_and_never_back(home: Path, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two targets of this machine, one slot each. A job placed on `a` while `b` was disabled
-    moves once `b` is enabled (its config changed); it never moves back to `a` (left for a
-    slot) even when `a` frees and `b` fills; a job whose own target has a slot stays."""
-    import core.engine.daemon as daemon
+def _a_busy_b_disabled(tmp_path: Path):
+    """Two targets of this machine, one slot each: `a` taken by a running job (the hog), `b`
+    disabled. Returns (store, project, hog)."""
     from core.jobs.store import Store
 
-    monkeypatch.setattr(daemon, "ensure_running", lambda *a, **k: None)
     write_user_config("targets:\n  local: {kind: local, enabled: false}\n  a: {kind: local}\n"
                       "  b: {kind: local, enabled: false}\n")
     project = make_git_project(tmp_path / "p", {"q.py": QUICK})
     store = Store()
     hog = _submit_row(store, project, "hog")
     _running(store, hog.id)
+    return store, project, hog
+
+
+def test_a_move_goes_where_a_slot_is_free_and_never_back(home: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two targets of this machine, one slot each. A job placed on `a` while `b` was disabled
+    moves once `b` is enabled (its config changed); it never moves back to `a` (left for a
+    slot) even when `a` frees and `b` fills; a job whose own target has a slot stays."""
+    import core.engine.daemon as daemon
+
+    monkeypatch.setattr(daemon, "ensure_running", lambda *a, **k: None)
+    store, project, hog = _a_busy_b_disabled(tmp_path)
     x = _submit_row(store, project, "x")
     assert x.provider == "a" and x.state.value == "routing"
     sup = _sup(store, {"a": "local", "b": "local"})
@@ -321,15 +329,9 @@ def test_a_tick_looks_at_no_more_jobs_than_free_slots_and_not_at_pinned_ones(
     """Three jobs wait on `a`; `b` has one slot free: one job is looked at a tick (the oldest
     unpinned one first), the one pinned to `a` never, and none again while nothing changed."""
     import core.engine.daemon as daemon
-    from core.jobs.store import Store
 
     monkeypatch.setattr(daemon, "ensure_running", lambda *a, **k: None)
-    write_user_config("targets:\n  local: {kind: local, enabled: false}\n  a: {kind: local}\n"
-                      "  b: {kind: local, enabled: false}\n")
-    project = make_git_project(tmp_path / "p", {"q.py": QUICK})
-    store = Store()
-    hog = _submit_row(store, project, "hog")
-    _running(store, hog.id)
+    store, project, hog = _a_busy_b_disabled(tmp_path)
     pinned = _submit_row(store, project, "pinned", provider="a")
     first = _submit_row(store, project, "first")
     second = _submit_row(store, project, "second")
@@ -369,7 +371,6 @@ def test_a_target_that_would_hold_the_job_is_passed_over_without_a_word_written(
 
     import core.engine.daemon as daemon
     from core.engine import reroute, service, targets
-    from core.jobs.store import Store
 
     monkeypatch.setattr(daemon, "ensure_running", lambda *a, **k: None)
     real = targets.for_request
@@ -382,12 +383,7 @@ def test_a_target_that_would_hold_the_job_is_passed_over_without_a_word_written(
 
     monkeypatch.setattr(targets, "for_request", for_request)
     config = "targets:\n  local: {kind: local, enabled: false}\n  a: {kind: local}\n  b: {kind: local}\n"
-    write_user_config("targets:\n  local: {kind: local, enabled: false}\n  a: {kind: local}\n"
-                      "  b: {kind: local, enabled: false}\n")
-    project = make_git_project(tmp_path / "p", {"q.py": QUICK})
-    store = Store()
-    hog = _submit_row(store, project, "hog")
-    _running(store, hog.id)
+    store, project, hog = _a_busy_b_disabled(tmp_path)
     x = _submit_row(store, project, "x")
     assert x.provider == "a" and x.state.value == "routing", x
     y = _submit_row(store, project, "y")
