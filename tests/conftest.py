@@ -466,6 +466,23 @@ def assert_stopped_by_rule(short: str, rule: str, why: str) -> dict:
     return doc
 
 
+def rename_across_disks(monkeypatch) -> None:
+    """Home and the project on two disks: runs/'s writer gets EXDEV from a rename between two
+    folders it holds open (core/packaging/runswriter.py then copies), as across mounts."""
+    import errno
+
+    from core.packaging import runswriter
+
+    real_rename = os.rename
+
+    def across_disks(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+        if src_dir_fd is not None and src_dir_fd != dst_dir_fd:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    monkeypatch.setattr(runswriter.os, "rename", across_disks)
+
+
 def lay_out_attempt(tmp_path: Path, job: str) -> tuple[Path, Path, Path]:
     """The runtime copied, the job's script written and its attempt folder made, as a target
     lays them out before the launcher runs: (runtime, job folder, attempt folder)."""

@@ -427,18 +427,10 @@ def test_a_checkpoint_crosses_disks_by_copy_without_following_links(tmp_path: Pa
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Home and the project on two disks: the move into runs/<id>/ and back is a copy (times
     kept, links not followed), then the source is removed."""
-    import errno
-
     from core.packaging import runswriter
+    from tests.conftest import rename_across_disks
 
-    real_rename = os.rename
-
-    def across_disks(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
-        if src_dir_fd is not None and src_dir_fd != dst_dir_fd:
-            raise OSError(errno.EXDEV, "Invalid cross-device link")
-        return real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-
-    monkeypatch.setattr(runswriter.os, "rename", across_disks)
+    rename_across_disks(monkeypatch)
     (tmp_path / "secret.txt").write_text("not for runs/")
     src = tmp_path / "home" / "ckpt-home"
     (src / "sub").mkdir(parents=True)

@@ -7,7 +7,6 @@ as a dense file's does. core/runtime/sparsefile.py does the copies and the write
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import subprocess
 import sys
@@ -17,9 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.props import examples
+from tests.conftest import rename_across_disks
 from tests.stubs import StubJob as _Job
 
-from core.packaging import checkpoints, runswriter
+from core.packaging import checkpoints
 from core.packaging.safe_extract import OutputCaps
 from core.providers.local import LocalProvider
 from core.runtime import RUNTIME_DIR, sparsefile
@@ -113,14 +113,7 @@ def test_a_sparse_checkpoint_comes_home_sparse_and_stays_sparse_on_every_copy(
     _same_and_sparse(dest / "buffer.bin", original)
 
     # settled into runs/<id>/checkpoint/ and reclaimed, home and the project on two disks
-    real_rename = os.rename
-
-    def across_disks(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
-        if src_dir_fd is not None and src_dir_fd != dst_dir_fd:
-            raise OSError(errno.EXDEV, "Invalid cross-device link")
-        return real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-
-    monkeypatch.setattr(runswriter.os, "rename", across_disks)
+    rename_across_disks(monkeypatch)
     runs = tmp_path / "project" / "runs" / job.id
     assert checkpoints.settle(job.id, runs) is None
     _same_and_sparse(runs / "checkpoint" / "buffer.bin", original)
