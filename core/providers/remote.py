@@ -93,6 +93,20 @@ def runtime_check(python: str, folder: str) -> str:
     return f"{quote(python)} -c {quote(RUNTIME_CHECK)} {quote(folder)} {quote(json.dumps(want, sort_keys=True))}"
 
 
+def take_over_args(root: str, job_id: str, donor: str | None, sandboxed: bool,
+                   kept: Callable[[str], str | None]) -> list[str]:
+    """What `codetree.py build` is given to take over an ended job's code folder: [its folder,
+    the hash its record had when it was built], or [] for a fresh build. Only where the job
+    runs sandboxed (outside a sandbox a job can rewrite its folder and the record beside it
+    together), only another job's folder, and only with the record's hash kept at home
+    (`kept`: where no job writes; None when unknown), so a record rewritten to match a changed
+    folder is not trusted."""
+    if not sandboxed or not donor or donor == job_id:
+        return []
+    pin = kept(donor)
+    return [f"{root}/jobs/{donor}/code", pin] if pin else []
+
+
 class RemoteProvider(RemoteCache, RemoteDeps, RemoteFetch, RemoteCheckpoints, RemoteProbe, ABC):
     """A target reached through a Transport; subclasses start and watch the job."""
 
@@ -260,12 +274,8 @@ printf '%s\\n' "$py"
         sandboxed = base_python is None and (await self.host_sandbox())["ok"]
         if sandboxed:
             spec["sandbox"] = self.sandbox_request(job, list(links.values()))
-        # an ended job's folder, taken over if untouched: only where that job ran sandboxed
-        # (outside a sandbox a job can rewrite its folder and the record beside it together)
-        donor = job.handle.get("code_from") if sandboxed else None
-        pin = self._code_record(donor) if donor and donor != job.id else None
-        # with the hash its record had when it was built, kept at home where no job writes
-        reuse = [f"{self._root()}/jobs/{donor}/code", pin] if pin else []
+        reuse = take_over_args(self._root(), job.id, job.handle.get("code_from"), sandboxed,
+                               self._code_record)
         build = await self._runtime_command(
             "codetree.py", ["build", "--verify", bundle, f"{remote['root']}/objects", f"{jd}/code", *reuse])
         setup = [
