@@ -15,11 +15,17 @@ gpu-router's own checkpoint request uses USR2, which forwards the same way witho
 The newest checkpoint generation of each running job (`ckpt-gens/`, frozen by
 `gpu.checkpoint_saved()`) rides on the one scheduler query a cycle makes (`Generations`), so
 the mirror is poll-driven here as on ssh targets, with no extra process per job.
+
+`SchedulerProvider` is the life of an attempt they share (the secrets rule, the upload and the
+script, a poll that falls back to the attempt's own files, cancel, a checkpoint request): the
+Slurm and PBS targets only name their commands and read their answers, so a fix to how a
+scheduler job is followed is made once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import math
 import secrets
@@ -29,7 +35,9 @@ from typing import Any, Awaitable, Callable
 from core.config.schema import SAFE_VALUE_RE
 from core.jobs.store import Job
 from core.providers.base import Poll
-from core.transport.base import check_name, quote, safe_name
+from core.providers.remote import RemoteProvider
+from core.providers.ssh import exited_poll
+from core.transport.base import TransportError, check_name, quote, safe_name
 
 TIME_MARGIN = 1.25
 TIME_EXTRA_MIN = 5
@@ -209,3 +217,145 @@ class Generations:
         """The poll with the newest generation the last query saw in `job_dir`, if any."""
         gen = self.newest.get(job_dir)
         return dataclasses.replace(poll, checkpoint=gen) if gen is not None else poll
+
+
+# "NAME base64" lines on stdin become the scheduler command's environment: secrets never sit
+# in a file we write or on a command line
+SECRETS_FROM_STDIN = ('while read -r k v; do [ -n "$k" ] || continue; '
+                      'v=$(printf %s "$v" | base64 -d); export "$k=$v"; done; ')
+PROVISIONING_GRACE_S = 30  # a job the scheduler does not list yet this soon after its submit is still starting
+
+
+class SchedulerProvider(RemoteProvider):
+    """A target whose attempts are batch jobs of a scheduler (Slurm, PBS) on a login node.
+
+    A subclass names its scheduler (`scheduler`, the handle's `id_key`, the `submit` and
+    `cancel` counters of `stats`), writes its directives, submits the script and reads the
+    id it is given (`submit`), reads its queue (`_fetch_queue`) and one job's state in it
+    (`queue_poll`), and says how to cancel (`cancel_command`)."""
+
+    scheduler = ""  # in messages: "Slurm", "PBS"
+    id_key = ""  # the attempt handle's key for the scheduler's job id
+    script_name = ""  # the batch script's file name in the attempt folder
+    stores_env = ""  # where the scheduler keeps a submitted job's environment (why secrets wait)
+    timer = False  # no --signal before the time limit: the script starts its own timer
+    cancel_stat = ""  # the `stats` counter of the cancel command
+
+    def __init__(self, name: str, transport: Any, **kw) -> None:
+        super().__init__(name, transport, **kw)
+        self.queue = QueueCache(self._fetch_queue)
+        self.gens = Generations()  # newest checkpoint generations, answered by the queue query
+
+    async def _fetch_queue(self) -> dict:
+        raise NotImplementedError
+
+    def _env(self) -> str:
+        """`env` option exported for the scheduler's commands (e.g. SLURM_CONF); over the local
+        transport the transport already carries it."""
+        if self.options.get("local"):
+            return ""
+        return "".join(f"export {k}={quote(v)}; " for k, v in (self.options.get("env") or {}).items())
+
+    # -- launch -----------------------------------------------------------------------------
+
+    def directives(self, job: Job, res: dict) -> list[str]:
+        raise NotImplementedError
+
+    def batch_script(self, job: Job, prep: dict, res: dict) -> str:
+        minutes = res.get("time_minutes")
+        timer = (int(minutes) * 60 - signal_lead_s(minutes, self.options)) if self.timer and minutes else None
+        cmd = [prep["python"], f"{prep['runtime']}/launch.py", "--foreground", prep["spec"]]
+        return script(job, directives=self.directives(job, res), adir=prep["adir"], jdir=prep["jdir"],
+                      launcher_cmd=cmd, modules=res["modules"], container=res.get("container"),
+                      options=self.options, timer_s=timer)
+
+    async def submit(self, job: Job, prep: dict, secrets_in: str, secrets_input: bytes | None) -> str:
+        """Submits the attempt's script (already in its folder): the scheduler's job id."""
+        raise NotImplementedError
+
+    async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
+        if env_secrets and not self.options.get("pass_secrets"):
+            raise RuntimeError(
+                f"{self.name} is a {self.scheduler} target, and {self.scheduler} {self.stores_env}: "
+                f"secrets are not sent there unless the target has pass_secrets: true "
+                f"(gpu targets add ... or edit {self.name} in your config)")
+        started = time.monotonic()
+        res = resources(job, self.options)
+        base_python = (self.options.get("container_python") or "python3") if res.get("container") else None
+        prep = await self.prepare_attempt(job, env_secrets, base_python=base_python)
+        text = self.batch_script(job, prep, res)
+        await self.transport.put_bytes(text.encode(), f"{prep['adir']}/{self.script_name}")
+        given = "".join(f"{k} {base64.b64encode(v.encode()).decode()}\n" for k, v in env_secrets.items())
+        sid = await self.submit(job, prep, SECRETS_FROM_STDIN if env_secrets else "",
+                                given.encode() if env_secrets else None)
+        return {"attempt": job.attempt, "attempt_dir": prep["adir"], "launched_at": time.time(),
+                self.id_key: sid, "uploaded_bytes": prep["sent"] + len(text),
+                "launch_s": round(time.monotonic() - started, 3), "launch_steps": prep["steps"],
+                "notes": prep["notes"], "wheelhouse_bytes": prep["wheelhouse_bytes"]}
+
+    # -- status -----------------------------------------------------------------------------
+
+    async def poll(self, job: Job) -> Poll:
+        """Where the job stands, from the one shared queue query, with the newest checkpoint
+        generation the same command listed (the mirror takes it at once)."""
+        return self.gens.on_poll(self, job, await self._poll_state(job))
+
+    async def _poll_state(self, job: Job) -> Poll:
+        sid = job.handle.get(self.id_key)
+        if not sid:
+            return Poll("lost", detail=f"no {self.scheduler} job id was recorded for this attempt")
+        try:
+            await self.remote()
+            return await self.queue_poll(job, sid)
+        except TransportError as exc:
+            return Poll("unreachable", detail=str(exc).splitlines()[0])
+
+    async def queue_poll(self, job: Job, sid: str) -> Poll:
+        """The job's state from the scheduler's queue (and, once it ended, its files)."""
+        raise NotImplementedError
+
+    async def attempt_files(self, job: Job) -> tuple[dict | None, bool]:
+        """The attempt's exit record, and whether the time-limit signal reached it."""
+        doc = await self.read_exit(job)
+        marker = await self._read_small(f"{self._adir(job)}/time-signal")
+        return doc, marker is not None
+
+    async def from_files(self, job: Job, sid: str) -> Poll:
+        """A job the scheduler no longer knows: what its attempt folder recorded."""
+        doc, marker = await self.attempt_files(job)
+        if doc is not None:
+            if marker and doc.get("code") == 0:
+                return Poll("session_ended", detail="saved its checkpoint and stopped before the time limit")
+            return exited_poll(doc)
+        if time.time() - job.handle.get("launched_at", 0) < PROVISIONING_GRACE_S:
+            return Poll("provisioning", detail="submitted")
+        # forgotten (a controller that lost its state, a purge) with no exit record: the session
+        # ended, not the script, so it resumes from its checkpoint (jobmoves._launcher_gone)
+        return Poll("lost", vanished=True, detail=f"{self.scheduler} no longer knows job {sid} and it "
+                    "recorded no exit status: the session ended")
+
+    # -- control ----------------------------------------------------------------------------
+
+    def cancel_command(self, sid: str, force: bool) -> str:
+        raise NotImplementedError
+
+    async def cancel(self, job: Job, force: bool = False) -> None:
+        sid = job.handle.get(self.id_key)
+        if not sid:
+            return
+        self.stats[self.cancel_stat] += 1
+        await self.remote()
+        # the scheduler ends the job's steps; the launcher's kill routine then ends what left
+        # them (a `setsid` child) where the job runs on this host; on a compute node the
+        # launcher's own sweep does, when the job's main process ends
+        await self.transport.run(self._env() + self.cancel_command(sid, force) + "\n"
+                                 + self.kill_script(job, force), timeout=60)
+        self.queue.value = None  # the next poll asks again
+
+    async def signal_checkpoint(self, job: Job) -> None:
+        """After the control file: the scheduler's own way to wake the job, where it has one."""
+
+    async def request_checkpoint(self, job: Job) -> None:
+        await self.remote()
+        await self.transport.run(f": > {quote(self.job_dir(job) + '/ctl/checkpoint')}", timeout=60)
+        await self.signal_checkpoint(job)

@@ -17,15 +17,12 @@ a session that ended (resumed from the checkpoint) rather than a failure.
 
 from __future__ import annotations
 
-import base64
 import json
-import time
 
 from core.jobs.store import Job
 from core.transport.base import Transport, TransportError, quote
 from core.providers.base import Poll, TargetInfo
-from core.providers.batch import Generations, QueueCache, job_name, resources, script, signal_lead_s
-from core.providers.remote import RemoteProvider
+from core.providers.batch import SchedulerProvider, job_name
 from core.providers.ssh import exited_poll
 
 WALLTIME_CODES = {-29, -11}  # JOB_EXEC_KILL_WALLTIME (PBS Pro), Torque's walltime kill
@@ -97,21 +94,20 @@ def walltime(minutes: int) -> str:
     return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
 
 
-class PBSProvider(RemoteProvider):
+class PBSProvider(SchedulerProvider):
     kind = "pbs"
+    scheduler = "PBS"
+    id_key = "pbs_job_id"
+    script_name = "job.pbs"
+    stores_env = "stores a submitted job's environment on its server"
+    timer = True
+    cancel_stat = "qdel"
 
     def __init__(self, name: str, transport: Transport, **kw) -> None:
         super().__init__(name, transport, **kw)
-        self.queue = QueueCache(self._fetch_queue)
         self.stats = {"qstat": 0, "qsub": 0, "qdel": 0}
         self._wanted: set[str] = set()
         self._asked: set[str] = set()
-        self.gens = Generations()  # newest checkpoint generations, answered by the qstat itself
-
-    def _env(self) -> str:
-        if self.options.get("local"):
-            return ""
-        return "".join(f"export {k}={quote(v)}; " for k, v in (self.options.get("env") or {}).items())
 
     async def _fetch_queue(self) -> dict:
         ids = sorted(self._wanted)
@@ -158,95 +154,33 @@ class PBSProvider(RemoteProvider):
             d.append(f"#PBS -l {spec}")
         return d
 
-    def batch_script(self, job: Job, prep: dict, res: dict) -> str:
-        minutes = res.get("time_minutes")
-        timer = (int(minutes) * 60 - signal_lead_s(minutes, self.options)) if minutes else None
-        cmd = [prep["python"], f"{prep['runtime']}/launch.py", "--foreground", prep["spec"]]
-        return script(job, directives=self.directives(job, res), adir=prep["adir"], jdir=prep["jdir"],
-                      launcher_cmd=cmd, modules=res["modules"], container=res.get("container"),
-                      options=self.options, timer_s=timer)
-
-    async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
-        if env_secrets and not self.options.get("pass_secrets"):
-            raise RuntimeError(f"{self.name} is a PBS target, and PBS stores a submitted job's "
-                               f"environment on its server: secrets are not sent there unless the "
-                               f"target has pass_secrets: true")
-        started = time.monotonic()
-        res = resources(job, self.options)
-        base_python = (self.options.get("container_python") or "python3") if res.get("container") else None
-        prep = await self.prepare_attempt(job, env_secrets, base_python=base_python)
-        text = self.batch_script(job, prep, res)
-        path = f"{prep['adir']}/job.pbs"
-        await self.transport.put_bytes(text.encode(), path)
-        secrets_in = ""
-        if env_secrets:
-            # "NAME base64" lines on stdin become the scheduler command's environment
-            secrets_in = ('while read -r k v; do [ -n "$k" ] || continue; '
-                          'v=$(printf %s "$v" | base64 -d); export "$k=$v"; done; ')
+    async def submit(self, job: Job, prep: dict, secrets_in: str, secrets_input: bytes | None) -> str:
         self.stats["qsub"] += 1
         r = await self.transport.run(
             self._env() + secrets_in + f"cd {quote(prep['adir'])} && qsub "
-            + ("-V " if env_secrets else "") + f"-o {quote(prep['jdir'] + '/job.log')} job.pbs",
-            input="".join(f"{k} {base64.b64encode(v.encode()).decode()}\n"
-                          for k, v in env_secrets.items()).encode() if env_secrets else None,
-            check=f"qsub on {self.name}", retry=False)
+            + ("-V " if secrets_in else "") + f"-o {quote(prep['jdir'] + '/job.log')} {self.script_name}",
+            input=secrets_input, check=f"qsub on {self.name}", retry=False)
         pbs_id = r.out.strip().splitlines()[-1].strip() if r.out.strip() else ""
         if not pbs_id or " " in pbs_id:
             raise RuntimeError(f"qsub on {self.name} answered {r.out.strip()[:200]!r}, not a job id")
         self._wanted.add(pbs_id)
-        return {"attempt": job.attempt, "attempt_dir": prep["adir"], "launched_at": time.time(),
-                "pbs_job_id": pbs_id, "uploaded_bytes": prep["sent"] + len(text),
-                "launch_s": round(time.monotonic() - started, 3), "launch_steps": prep["steps"], "notes": prep["notes"],
-                "wheelhouse_bytes": prep["wheelhouse_bytes"]}
+        return pbs_id
 
-    async def poll(self, job: Job) -> Poll:
-        """Where the job stands, from the one shared qstat, with the newest checkpoint
-        generation the same command listed (the mirror takes it at once)."""
-        return self.gens.on_poll(self, job, await self._poll_state(job))
+    async def queue_poll(self, job: Job, sid: str) -> Poll:
+        self._wanted.add(sid)
+        jobs = await self.queue.get()
+        if sid not in jobs and sid not in self._asked:  # new since that query: ask again, once
+            jobs = await self.queue.get(fresh=True)
+        attrs = jobs.get(sid)
+        if attrs is None:  # purged from the server's history: what the attempt recorded
+            return await self.from_files(job, sid)
+        state = str(attrs.get("job_state", "")).upper()
+        if state in ("F", "X", "C"):
+            self._wanted.discard(sid)
+            doc, marker = await self.attempt_files(job)
+            return map_job(attrs, doc, marker)
+        return map_job(attrs, None, False)
 
-    async def _poll_state(self, job: Job) -> Poll:
-        pid = job.handle.get("pbs_job_id")
-        if not pid:
-            return Poll("lost", detail="no PBS job id was recorded for this attempt")
-        try:
-            await self.remote()
-            self._wanted.add(pid)
-            jobs = await self.queue.get()
-            if pid not in jobs and pid not in self._asked:  # new since that query: ask again, once
-                jobs = await self.queue.get(fresh=True)
-            attrs = jobs.get(pid)
-            if attrs is None:  # purged from the server's history: what the attempt recorded
-                doc = await self.read_exit(job)
-                if doc is not None:
-                    return exited_poll(doc)
-                if time.time() - job.handle.get("launched_at", 0) < 30:
-                    return Poll("provisioning", detail="submitted")
-                # purged (a server restart, a lost node) with no exit record: the session ended,
-                # not the script, so it resumes from its checkpoint (jobmoves._launcher_gone)
-                return Poll("lost", vanished=True, detail=f"PBS no longer knows job {pid} and it recorded "
-                            "no exit status: the session ended")
-            state = str(attrs.get("job_state", "")).upper()
-            if state in ("F", "X", "C"):
-                self._wanted.discard(pid)
-                doc = await self.read_exit(job)
-                marker = await self._read_small(f"{self._adir(job)}/time-signal")
-                return map_job(attrs, doc, marker is not None)
-            return map_job(attrs, None, False)
-        except TransportError as exc:
-            return Poll("unreachable", detail=str(exc).splitlines()[0])
-
-    async def cancel(self, job: Job, force: bool = False) -> None:
-        pid = job.handle.get("pbs_job_id")
-        if pid:
-            self.stats["qdel"] += 1
-            await self.remote()
-            # as for Slurm: the scheduler, then the launcher's kill routine for what left the job
-            await self.transport.run(self._env() + ("qdel -W force " if force else "qdel ") + quote(pid)
-                                     + "\n" + self.kill_script(job, force), timeout=60)
-            self.queue.value = None
-
-    async def request_checkpoint(self, job: Job) -> None:
-        # qsig would signal every process of the job (a USR2 would kill a Python job), so only
-        # the control file: gpu.should_checkpoint() reads it on each call
-        await self.remote()
-        await self.transport.run(f": > {quote(self.job_dir(job) + '/ctl/checkpoint')}", timeout=60)
+    def cancel_command(self, sid: str, force: bool) -> str:
+        # as for Slurm: the scheduler, then the launcher's kill routine for what left the job
+        return ("qdel -W force " if force else "qdel ") + quote(sid)

@@ -30,14 +30,11 @@ a file we write or a command line).
 
 from __future__ import annotations
 
-import base64
-import time
 
 from core.jobs.store import Job
 from core.transport.base import Transport, TransportError, quote
 from core.providers.base import Poll, TargetInfo
-from core.providers.batch import Generations, QueueCache, job_name, resources, script, signal_lead_s
-from core.providers.remote import RemoteProvider
+from core.providers.batch import SchedulerProvider, job_name, signal_lead_s
 from core.providers.ssh import exited_poll
 
 PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
@@ -154,23 +151,17 @@ def _int(text: str, default: int) -> int:
         return default
 
 
-class SlurmProvider(RemoteProvider):
+class SlurmProvider(SchedulerProvider):
     kind = "slurm"
+    scheduler = "Slurm"
+    id_key = "slurm_job_id"
+    script_name = "job.sbatch"
+    stores_env = "stores a submitted job's environment in its state folder"
+    cancel_stat = "scancel"
 
     def __init__(self, name: str, transport: Transport, **kw) -> None:
         super().__init__(name, transport, **kw)
-        self.queue = QueueCache(self._fetch_queue)
-        self.gens = Generations()  # newest checkpoint generations, answered by the squeue itself
         self.stats = {"squeue": 0, "scontrol": 0, "sbatch": 0, "scancel": 0}
-
-    # -- running the scheduler's commands ---------------------------------------------------
-
-    def _env(self) -> str:
-        """`env` option exported for the scheduler's commands (e.g. SLURM_CONF); over the local
-        transport the transport already carries it."""
-        if self.options.get("local"):
-            return ""
-        return "".join(f"export {k}={quote(v)}; " for k, v in (self.options.get("env") or {}).items())
 
     async def _fetch_queue(self) -> dict:
         self.stats["squeue"] += 1
@@ -244,85 +235,44 @@ class SlurmProvider(RemoteProvider):
             d.append(f"#SBATCH --gpus={gpus}")
         return d
 
-    def batch_script(self, job: Job, prep: dict, res: dict) -> str:
-        python = prep["python"]
-        cmd = [python, f"{prep['runtime']}/launch.py", "--foreground", prep["spec"]]
-        return script(job, directives=self.directives(job, res), adir=prep["adir"], jdir=prep["jdir"],
-                      launcher_cmd=cmd, modules=res["modules"], container=res.get("container"),
-                      options=self.options)
-
-    async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
-        if env_secrets and not self.options.get("pass_secrets"):
-            raise RuntimeError(
-                f"{self.name} is a Slurm target, and Slurm stores a submitted job's environment in its "
-                f"state folder: secrets are not sent there unless the target has pass_secrets: true "
-                f"(gpu targets add ... or edit {self.name} in your config)")
-        started = time.monotonic()
-        res = resources(job, self.options)
-        base_python = (self.options.get("container_python") or "python3") if res.get("container") else None
-        prep = await self.prepare_attempt(job, env_secrets, base_python=base_python)
-        text = self.batch_script(job, prep, res)
-        path = f"{prep['adir']}/job.sbatch"
-        await self.transport.put_bytes(text.encode(), path)
+    async def submit(self, job: Job, prep: dict, secrets_in: str, secrets_input: bytes | None) -> str:
         name = job_name(job)
         # a job of this name is this attempt, submitted by a supervisor that died before it
         # could record the id: adopt it rather than submit a second one
-        secrets_in = ""
-        if env_secrets:
-            # "NAME base64" lines on stdin become the scheduler command's environment
-            secrets_in = ('while read -r k v; do [ -n "$k" ] || continue; '
-                          'v=$(printf %s "$v" | base64 -d); export "$k=$v"; done; ')
         self.stats["sbatch"] += 1
         r = await self.transport.run(
             self._env() + f"existing=$(squeue -h -t all -u \"$(id -un)\" -n {quote(name)} -o %i | head -n1); "
             f"if [ -n \"$existing\" ]; then echo \"$existing\"; exit 0; fi; {secrets_in}"
             f"cd {quote(prep['adir'])} && sbatch --parsable --output={quote(prep['jdir'] + '/job.log')} "
-            f"--chdir={quote(prep['adir'])} job.sbatch",
-            input="".join(f"{k} {base64.b64encode(v.encode()).decode()}\n"
-                          for k, v in env_secrets.items()).encode() if env_secrets else None,
-            check=f"sbatch on {self.name}", retry=False)
+            f"--chdir={quote(prep['adir'])} {self.script_name}",
+            input=secrets_input, check=f"sbatch on {self.name}", retry=False)
         slurm_id = r.out.strip().splitlines()[-1].split(";")[0].strip()
         if not slurm_id.isdigit() and not slurm_id.replace("_", "").isdigit():
             raise RuntimeError(f"sbatch on {self.name} answered {r.out.strip()[:200]!r}, not a job id")
-        return {"attempt": job.attempt, "attempt_dir": prep["adir"], "launched_at": time.time(),
-                "slurm_job_id": slurm_id, "uploaded_bytes": prep["sent"] + len(text),
-                "launch_s": round(time.monotonic() - started, 3), "launch_steps": prep["steps"], "notes": prep["notes"],
-                "wheelhouse_bytes": prep["wheelhouse_bytes"]}
+        return slurm_id
 
     # -- status -----------------------------------------------------------------------------
 
-    async def poll(self, job: Job) -> Poll:
-        """Where the job stands, from the one shared squeue, with the newest checkpoint
-        generation the same command listed (the mirror takes it at once)."""
-        return self.gens.on_poll(self, job, await self._poll_state(job))
-
-    async def _poll_state(self, job: Job) -> Poll:
-        sid = job.handle.get("slurm_job_id")
-        if not sid:
-            return Poll("lost", detail="no Slurm job id was recorded for this attempt")
-        try:
-            await self.remote()
-            queue = await self.queue.get()
-            if sid not in queue and self.queue.wall_at < job.handle.get("launched_at", 0) + 1:
-                queue = await self.queue.get(fresh=True)  # submitted after that query: ask again, once
-            if sid not in queue:
-                # submitted after the last query, or aged out of squeue: ask about it alone
-                found = await self._scontrol(sid)
-                if found is None:
-                    return await self._from_files(job, sid)
-                state, reason, code = found
-            else:
-                (state, reason), code = queue[sid], None
-            base = state.split()[0].rstrip("+")
-            if base in PENDING or base in RUNNING or base in ENDED:
-                return map_state(state, reason, None, False)
-            doc, marker = await self._attempt_files(job)
-            if doc is None and code is None:  # it ended before the launcher ran: Slurm's own code
-                found = await self._scontrol(sid)
-                code = found[2] if found else None
-            return map_state(state, reason, doc, marker, code)
-        except TransportError as exc:
-            return Poll("unreachable", detail=str(exc).splitlines()[0])
+    async def queue_poll(self, job: Job, sid: str) -> Poll:
+        queue = await self.queue.get()
+        if sid not in queue and self.queue.wall_at < job.handle.get("launched_at", 0) + 1:
+            queue = await self.queue.get(fresh=True)  # submitted after that query: ask again, once
+        if sid not in queue:
+            # submitted after the last query, or aged out of squeue: ask about it alone
+            found = await self._scontrol(sid)
+            if found is None:
+                return await self.from_files(job, sid)
+            state, reason, code = found
+        else:
+            (state, reason), code = queue[sid], None
+        base = state.split()[0].rstrip("+")
+        if base in PENDING or base in RUNNING or base in ENDED:
+            return map_state(state, reason, None, False)
+        doc, marker = await self.attempt_files(job)
+        if doc is None and code is None:  # it ended before the launcher ran: Slurm's own code
+            found = await self._scontrol(sid)
+            code = found[2] if found else None
+        return map_state(state, reason, doc, marker, code)
 
     async def _scontrol(self, sid: str) -> tuple[str, str, int | None] | None:
         self.stats["scontrol"] += 1
@@ -340,43 +290,12 @@ class SlurmProvider(RemoteProvider):
                 return state, "", _int(ec.split(":")[0], 0)
         return found
 
-    async def _attempt_files(self, job: Job) -> tuple[dict | None, bool]:
-        doc = await self.read_exit(job)
-        marker = await self._read_small(f"{self._adir(job)}/time-signal")
-        return doc, marker is not None
-
-    async def _from_files(self, job: Job, sid: str) -> Poll:
-        doc, marker = await self._attempt_files(job)
-        if doc is not None:
-            if marker and doc.get("code") == 0:
-                return Poll("session_ended", detail="saved its checkpoint and stopped before the time limit")
-            return exited_poll(doc)
-        if time.time() - job.handle.get("launched_at", 0) < 30:
-            return Poll("provisioning", detail="submitted")
-        # forgotten (a slurmctld that lost its state, a purge) with no exit record: the session
-        # ended, not the script, so it resumes from its checkpoint (jobmoves._launcher_gone)
-        return Poll("lost", vanished=True, detail=f"Slurm no longer knows job {sid} and it recorded no "
-                    "exit status: the session ended")
-
     # -- control ----------------------------------------------------------------------------
 
-    async def cancel(self, job: Job, force: bool = False) -> None:
-        sid = job.handle.get("slurm_job_id")
-        if not sid:
-            return
-        self.stats["scancel"] += 1
-        await self.remote()
-        # Slurm ends the job's steps; the launcher's kill routine then ends what left them (a
-        # `setsid` child) where the job runs on this host; on a compute node the launcher's own
-        # sweep does, when the job's main process ends
-        await self.transport.run(self._env() + ("scancel --signal=KILL --full " if force else "scancel ")
-                                 + quote(sid) + "\n" + self.kill_script(job, force), timeout=60)
-        self.queue.value = None  # the next poll asks again
+    def cancel_command(self, sid: str, force: bool) -> str:
+        return ("scancel --signal=KILL --full " if force else "scancel ") + quote(sid)
 
-    async def request_checkpoint(self, job: Job) -> None:
+    async def signal_checkpoint(self, job: Job) -> None:
         sid = job.handle.get("slurm_job_id")
-        await self.remote()
-        await self.transport.run(f": > {quote(self.job_dir(job) + '/ctl/checkpoint')}", timeout=60)
         if sid:  # the batch shell's USR2 trap forwards USR1 to the job
             await self.transport.run(self._env() + f"scancel --batch --signal=USR2 {quote(sid)}", timeout=60)
-
