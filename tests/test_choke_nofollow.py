@@ -551,3 +551,171 @@ def test_a_merge_replaces_links_and_files_and_merges_folders(tmp_path: Path) -> 
     assert sorted(p.name for p in (outside / "folder").iterdir()) == ["deeper", "victim.txt"]
     assert (outside / "folder" / "victim.txt").read_text() == "the person's file"
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["j"]
+
+
+# -- the walk's bounds, what a file costs, exact reads ----------------------------------------------
+
+def walked(top: Path, **kw) -> list[tuple[str, str | None]]:
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        return [(e.rel, e.why) for e in nofollow.walk(fd, **kw)]
+    finally:
+        os.close(fd)
+
+
+def test_a_walk_goes_depth_first_in_name_order_with_its_prefix(tmp_path: Path) -> None:
+    for rel in ("b/z.txt", "b/a/y.txt", "a.txt", "c/x.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        assert [e.rel for e in nofollow.walk(fd, "out")] == \
+            ["out/a.txt", "out/b/a/y.txt", "out/b/z.txt", "out/c/x.txt"]
+        os.fstat(fd)  # the caller's descriptor stays open
+    finally:
+        os.close(fd)
+
+
+def test_a_walk_leaves_out_the_folders_it_is_told_to_skip(tmp_path: Path) -> None:
+    for rel in ("keep/a.txt", "skip/b.txt", "byid/c.txt", "deep/skip/d.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    s = (tmp_path / "byid").stat()
+    assert walked(tmp_path, skip_names=frozenset({"skip"}), skip_ids=frozenset({(s.st_dev, s.st_ino)})) == \
+        [("keep/a.txt", None)]
+
+
+def test_a_walk_stops_at_its_depth_and_says_so(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+    (tmp_path / "top.txt").write_text("t")
+    (tmp_path / "a" / "one.txt").write_text("1")
+    (tmp_path / "a" / "b" / "two.txt").write_text("2")
+    (tmp_path / "a" / "b" / "c" / "three.txt").write_text("3")
+    assert walked(tmp_path, max_depth=2) == [
+        ("a/b/c", "more than 2 folders deep"), ("a/b/two.txt", None), ("a/one.txt", None), ("top.txt", None)]
+    assert walked(tmp_path, max_depth=1) == [
+        ("a/b", "more than 1 folders deep"), ("a/one.txt", None), ("top.txt", None)]
+    assert nofollow.MAX_DEPTH == 128
+
+
+def test_a_folder_that_cannot_be_read_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "x.txt").write_text("x")
+    real = nofollow._names
+
+    def names(dfd: int) -> list[str]:
+        if os.fstat(dfd).st_ino == (tmp_path / "locked").stat().st_ino:
+            raise PermissionError(13, "Permission denied")
+        return real(dfd)
+
+    monkeypatch.setattr(nofollow, "_names", names)
+    assert walked(tmp_path) == [("locked", "could not be read (Permission denied)")]
+
+
+def test_a_block_device_is_named_a_device(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    os.mknod(tmp_path / "blk", 0o600 | stat.S_IFBLK, os.makedev(7, 250))
+    assert walked(tmp_path) == [("blk", "a device")]
+    assert nofollow.kind(stat.S_IFREG) == "a file, not a folder"
+    assert nofollow.kind(stat.S_IFDIR) == "a folder"
+    assert nofollow.kind(0) == "not a regular file"
+
+
+def test_a_file_costs_its_length_or_its_blocks_whichever_is_more(tmp_path: Path) -> None:
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as f:
+        f.truncate(1 << 24)
+    dense = tmp_path / "dense"
+    dense.write_bytes(b"x" * 10)
+    assert nofollow.cost(sparse.stat()) == 1 << 24
+    assert nofollow.cost(dense.stat()) == max(10, dense.stat().st_blocks * 512)
+    assert nofollow.cost(dense.stat()) == dense.stat().st_blocks * 512 > 10
+
+
+def test_a_file_swapped_between_the_look_and_the_open_is_refused(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "x").write_text("the job's")
+    (tmp_path / "other").write_text("another")
+    other = (tmp_path / "other").stat()
+    real_stat = os.stat
+
+    def stale(name, *a, **k):  # the look saw another inode than the one opened
+        return other if name == "x" else real_stat(name, *a, **k)
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        monkeypatch.setattr(nofollow.os, "stat", stale)
+        with pytest.raises(nofollow.Refused) as err:
+            nofollow.open_file(fd, "x", "out/x", None)
+        assert (err.value.rel, err.value.why) == ("out/x", "changed while it was read")
+    finally:
+        monkeypatch.undo()
+        os.close(fd)
+
+
+def test_a_link_swapped_in_after_the_look_is_refused_as_changed(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "x").symlink_to(tmp_path / "target")
+    (tmp_path / "target").write_text("t")
+    regular = (tmp_path / "target").stat()
+    real_stat = os.stat
+
+    def stale(name, *a, **k):  # the look saw a regular file; a link was there at the open
+        return regular if name == "x" else real_stat(name, *a, **k)
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        monkeypatch.setattr(nofollow.os, "stat", stale)
+        with pytest.raises(nofollow.Refused) as err:
+            nofollow.open_file(fd, "x", "x", None)
+        assert err.value.why == "changed while it was read (Too many levels of symbolic links)"
+    finally:
+        monkeypatch.undo()
+        os.close(fd)
+
+
+def test_an_exact_reader_gives_the_size_it_was_told(tmp_path: Path) -> None:
+    f = tmp_path / "f"
+    f.write_bytes(b"abcdef")
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        r = nofollow.ExactReader(fd, 4)  # the file grew past what was listed: cut
+        assert (r.read(3), r.read(), r.read()) == (b"abc", b"d", b"")
+        os.lseek(fd, 0, 0)
+        r = nofollow.ExactReader(fd, 9)  # it shrank: zero-padded to the listed size
+        assert r.read(-1) == b"abcdef\0\0\0" and r.read(5) == b""
+        os.lseek(fd, 0, 0)
+        r = nofollow.ExactReader(fd, 6)
+        assert r.read(None) == b"abcdef"
+    finally:
+        os.close(fd)
+
+
+def test_a_new_file_gets_the_mode_asked(tmp_path: Path) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        os.umask(old := os.umask(0))
+        os.close(nofollow.create_file(fd, "a"))
+        os.close(nofollow.create_file(fd, "b", 0o600))
+    finally:
+        os.close(fd)
+    assert (tmp_path / "a").stat().st_mode & 0o777 == 0o644 & ~old
+    assert (tmp_path / "b").stat().st_mode & 0o777 == 0o600 & ~old
+
+
+def test_open_root_opens_the_base_as_given_even_a_link(tmp_path: Path) -> None:
+    """The base is gpu-router's own folder (the job's, made by it): taken as it is; the parts
+    inside are not."""
+    (tmp_path / "real" / "in").mkdir(parents=True)
+    (tmp_path / "base").symlink_to(tmp_path / "real")
+    fd = nofollow.open_root(str(tmp_path / "base"), "./in/")
+    try:
+        assert os.fstat(fd).st_ino == (tmp_path / "real" / "in").stat().st_ino
+    finally:
+        os.close(fd)
+    fd = nofollow.open_root(str(tmp_path / "real"))
+    try:
+        assert os.fstat(fd).st_ino == (tmp_path / "real").stat().st_ino
+    finally:
+        os.close(fd)
