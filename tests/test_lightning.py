@@ -5,9 +5,12 @@ wheel, a tiny model, a few steps) through a real job on the local target, resume
 
 from __future__ import annotations
 
+import asyncio
 import glob
+import html
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -356,3 +359,11 @@ def test_a_lightning_script_unchanged_is_tracked_kept_and_resumed(home: Path, tm
     kept = sorted(p.name for p in (runs / "checkpoint" / "lightning").iterdir())
     assert kept == ["epoch=3-step=16.ckpt", "latest.json"], kept
     assert "stayed on the target" not in log, log[-2000:]
+
+    # the dashboard charts train_loss and shows the hyperparameters in the tracking pane
+    from tests.test_tracking import _dashboard
+
+    charts, detail = asyncio.run(_dashboard())
+    drawn = html.unescape(" ".join(re.findall(r">([^<>]*)</text>", charts))).replace("\xa0", " ")
+    assert "train_loss " in drawn and "val_loss " in drawn, drawn[:2000]
+    assert "tracking" in detail and "lr=0.1" in detail and "width=4" in detail, detail[-3000:]
