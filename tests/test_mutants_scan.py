@@ -269,3 +269,39 @@ def test_a_base64_aws_key_in_an_argument_is_not_a_false_find() -> None:
     # the value's base64 is no token: only the AWS shape itself is
     assert scan.text_problem(base64.b64encode(b"plain words here").decode()) is None
     assert scan.text_problem(f"--secret-key {AWS}") == "an AWS secret access key"
+
+
+def test_the_spans_an_error_message_masks_are_the_table_s_and_aws_keys() -> None:
+    assert scan._table_spans(f"key {AWS} x") == [(4, 44, "an AWS secret access key")]
+    assert scan._table_spans(f"t={TOKEN}") == [(2, 37, "a Hugging Face token")]
+    assert scan._table_spans(f"key {AWS}A x") == []  # 41 characters: no AWS key
+    assert scan._table_spans("plain words") == []
+
+
+def test_entropy_in_bits_per_character() -> None:
+    assert scan._entropy("aabb") == 1.0 and scan._entropy("abcd") == 2.0 and scan._entropy("a") == 0
+
+
+def test_value_evidence_finds_the_url_that_carries_a_credential_among_several() -> None:
+    assert scan.value_evidence("https://a/x?page=123456789 https://b/y?sig=abcdefgh1") == \
+        "a URL that carries a credential (sig=)"
+    assert scan.value_evidence("https://u:pw@host/x") == "a URL with a password"
+    assert scan.value_evidence("https://a/x?page=123456789") is None
+
+
+def test_a_weak_word_is_said_as_written_and_the_value_judged_without_blanks() -> None:
+    assert scan.env_problem("api_id", " abcdefghij12345678 ") == \
+        "the name api_id has the word part 'api' and its value is shaped like a key (or an id)"
+
+
+@pytest.mark.parametrize("name, part", [
+    ("dbConnStr", "Conn_Str"), ("MY_2FA_SEED", "2_FA"), ("PIN_MEMORY", None), ("SPINE_DEPTH", None),
+    ("TOKENIZERS_SECRET", "SECRET"), ("apiKey", "Key"), ("DB_PIN", "PIN"), ("AUTHOR_NAME", None),
+])
+def test_the_secret_word_part_of_a_name_is_said_as_written(name: str, part: str | None) -> None:
+    assert scan.secret_name_part(name) == part
+
+
+def test_name_parts_split_on_separators_and_case() -> None:
+    assert scan.name_parts("myAPIToken") == ["my", "API", "Token"]
+    assert scan.name_parts("db.pass-word__x2") == ["db", "pass", "word", "x", "2"]
