@@ -40,9 +40,9 @@ PIN = "a" * 64
 
 # -- the engine's choice ------------------------------------------------------------------------
 
-@settings(max_examples=examples(60), deadline=None)
-@given(sandboxed=st.booleans(), donor=st.sampled_from([None, "", "self", "other"]),
-       kept=st.sampled_from([None, PIN]))
+@pytest.mark.parametrize("sandboxed", [True, False])
+@pytest.mark.parametrize("donor", [None, "", "self", "other"])
+@pytest.mark.parametrize("kept", [None, "", PIN])
 def test_a_take_over_is_asked_only_sandboxed_of_another_job_with_its_kept_hash(
         sandboxed: bool, donor: str | None, kept: str | None) -> None:
     asked: list[str] = []
@@ -91,7 +91,7 @@ def test_a_build_line_without_a_hash_keeps_none(provider, line: str) -> None:
     assert provider._code_record("j2") is None
 
 
-@pytest.mark.parametrize("text", ["", "a" * 63, "a" * 65, "A" * 64, "g" * 64, " " + "a" * 63])
+@pytest.mark.parametrize("text", ["", "a" * 63, "a" * 65, "A" * 64, "g" * 64, "X" * 64, " " + "a" * 63])
 def test_a_kept_hash_that_is_not_64_lowercase_hex_is_no_hash(provider, text: str) -> None:
     f = paths.jobs_dir() / "j3" / "code.record"
     f.parent.mkdir(parents=True)
