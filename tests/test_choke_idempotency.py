@@ -366,3 +366,35 @@ def test_a_short_id_already_taken_is_drawn_again(submitting, monkeypatch: pytest
     second = submit(request(project, request_id="two"))
     assert second.job.id == bytes(range(16)).hex()
     assert second.job.short_id == "00010203" != first.job.short_id
+
+
+def test_an_agents_submit_is_counted_in_its_day_inside_the_insert(submitting, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's day is read and counted in the same transaction as the insert: a start that
+    fits is counted (why: submitted); one that would pass the day's hours is held by rule, by
+    the submitter, and not counted."""
+    project, _ = submitting
+
+    def submit_agents(hours: float, script: str):
+        plan = {"target": "local", "reasons": ["t"], "passed_over": [], "holds": [], "digest": "d" * 64,
+                "submitted_by": "agent", "hours": hours}
+        monkeypatch.setattr(service, "prepare", lambda *a, **k: (FakeBundle("b" * 64, project), plan))
+        return service.submit(JobRequest(project_dir=str(project), script=script, wait_s=0, hours=hours),
+                              actor="an agent", interactive=False, start_supervisor=False)
+
+    first = submit_agents(2.0, "a.py")
+    counted = [(e.reason, e.actor, e.data) for e in Store().events(first.job.id) if "agent's day" in e.reason]
+    assert counted == [("counted against the agent's day: 2 h, $0.00 (submitted)", "an agent",
+                        {"agent_start": {"hours": 2.0, "usd": 0.0, "why": "submitted"}})]
+    assert first.job.state == State.ROUTING
+    second = submit_agents(11.0, "b.py")
+    assert second.submitted is True and second.job.state == State.AWAITING_APPROVAL
+    job = Store().get(second.job.id)
+    reason = ("the work agents started without you in the last 24 hours comes to 2 hours and $0.00 "
+              "(1 start), and this one's 11 hours and $0.00 would pass the 12-hour daily limit "
+              "(approvals.agent_daily_hours)")
+    assert job.plan["holds"] == [{"rule": "agent_day", "reason": reason}]
+    assert job.plan["hold_kind"] == "rules"
+    held = [(e.reason, e.actor, e.data.get("kind"), e.data.get("holds")) for e in Store().events(job.id)
+            if e.reason.startswith("held for approval:")]
+    assert held == [(f"held for approval: {reason}", "an agent", "rules", [{"rule": "agent_day", "reason": reason}])]
+    assert [e for e in Store().events(job.id) if "agent's day" in e.reason] == []
