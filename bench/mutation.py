@@ -206,7 +206,31 @@ MODULES: dict[str, Module] = {m.path.rsplit("/", 1)[-1][:-3]: m for m in [
            kinds=sandbox_kinds),
     Module("core/engine/actor.py",
            ["tests/test_approvals.py", "tests/test_approval_pin.py", "tests/test_jobguard.py"]),
-    Module("core/engine/pin.py", ["tests/test_pin_lockout.py", "tests/test_approval_pin.py"]),
+    Module("core/engine/pin.py", ["tests/test_pin_lockout.py", "tests/test_approval_pin.py",
+                                  "tests/test_choke_pin.py"]),
+    Module("core/runtime/nofollow.py", ["tests/test_nofollow.py", "tests/test_choke_nofollow.py"]),
+    Module("core/packaging/runswriter.py", ["tests/test_runs_writer.py", "tests/test_choke_nofollow.py"]),
+    Module("core/runtime/ckptgen.py", ["tests/test_checkpoint_generations.py", "tests/test_choke_ckptgen.py"]),
+    # the generation choice of the checkpoint listing
+    Module("core/runtime/ckptscan.py", ["tests/test_checkpoint_generations.py", "tests/test_choke_ckptgen.py"],
+           names=["core.runtime.ckptscan.x__scan_generation__*", "core.runtime.ckptscan.x__gen_names__*"]),
+    # idempotency: what "the same request" is, and the one insert per request_id
+    Module("core/engine/service.py", ["tests/test_idempotency.py", "tests/test_choke_idempotency.py"],
+           names=["core.engine.service.x_fingerprint__*", "core.engine.service.x__insert_once__*"]),
+    Module("core/jobs/store.py", ["tests/test_idempotency.py", "tests/test_choke_idempotency.py"],
+           names=["core.jobs.store.xǁStoreǁfind_active__*"]),
+    # the code-folder take-over: the record, its pin, the check of the folder, objects that lie
+    Module("core/runtime/codetree.py", ["tests/test_codetree.py", "tests/test_choke_takeover.py"],
+           names=["core.runtime.codetree.x_record_digest__*", "core.runtime.codetree.x__read_record__*",
+                  "core.runtime.codetree.x__take_over__*", "core.runtime.codetree.x__untouched__*",
+                  "core.runtime.codetree.x_receive__*", "core.runtime.codetree.x__store__*",
+                  "core.runtime.codetree.x__copy_all__*", "core.runtime.codetree.x_copy_verified__*",
+                  "core.runtime.codetree.x__holds__*"]),
+    # ... and the engine's side of it: asked only sandboxed, with the hash kept at home
+    Module("core/providers/remote.py", ["tests/test_choke_takeover.py"],
+           names=["core.providers.remote.x_take_over_args__*",
+                  "core.providers.remote.xǁRemoteProviderǁ_keep_code_record__*",
+                  "core.providers.remote.xǁRemoteProviderǁ_code_record__*"]),
 ]}
 
 
@@ -331,6 +355,10 @@ def main() -> int:
                         help="a module to mutate (repeatable; default: all)")
     parser.add_argument("--no-kinds", action="store_true", help="mutmut only")
     parser.add_argument("--kinds-only", action="store_true", help="the hand-made kinds only")
+    parser.add_argument("--listed-only", action="store_true",
+                        help="only the test files the module lists (its own and the rule-shaped "
+                             "ones named there), not every test_choke_*/test_mutants_*: the same "
+                             "score where no other of those calls the module, minutes sooner")
     parser.add_argument("--without-new-tests", action="store_true",
                         help="leave out tests/test_choke_*.py and tests/test_mutants_*.py (the score "
                              "before them)")
@@ -346,7 +374,9 @@ def main() -> int:
         root = work / "repo"
         for key in args.module or list(MODULES):
             module = MODULES[key]
-            files = test_files(root, module, not args.without_new_tests)
+            files = test_files(root, module, not (args.without_new_tests or args.listed_only))
+            if args.without_new_tests:  # the rule-shaped files a module lists go too
+                files = [f for f in files if not Path(f).name.startswith(("test_choke_", "test_mutants_"))]
             started = time.monotonic()
             print(f"== {module.path}: tests {' '.join(files)}", flush=True)
             files = passing(root, files)
