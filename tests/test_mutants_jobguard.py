@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -22,9 +23,27 @@ from core.engine import jobguard
 CHILD = [sys.executable, "-c", "import time; time.sleep(30)", "x y"]
 
 
+def _started(argv: list) -> subprocess.Popen:
+    """A child that has run its own program: between fork and exec its /proc/PID/cmdline can
+    read empty (a loaded machine made test_process_from_proc flaky)."""
+    proc = subprocess.Popen(argv)
+    want = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+    for _ in range(1000):
+        try:
+            with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+                if f.read() == want:
+                    return proc
+        except OSError:
+            pass
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    raise AssertionError(f"the child {argv} did not start in 10 s")
+
+
 @pytest.fixture
 def child():
-    proc = subprocess.Popen(CHILD)
+    proc = _started(CHILD)
     try:
         yield proc
     finally:
@@ -110,7 +129,7 @@ ODD = [sys.executable, "-c", "import time; time.sleep(30)", b"odd\xffbyte"]  # a
 
 @pytest.fixture
 def odd_child():
-    proc = subprocess.Popen(ODD)
+    proc = _started(ODD)
     try:
         yield proc
     finally:
@@ -198,7 +217,6 @@ def test_by_ancestors_walks_the_pid_it_was_given(tmp_path) -> None:
     finally:
         os.kill(grandchild, 9)
         proc.wait()
-        proc.stdout.close()
 
 
 def test_a_launcher_without_a_spec_and_a_bwrap_known_by_its_exe() -> None:
