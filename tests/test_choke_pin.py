@@ -452,3 +452,30 @@ def test_a_try_that_fails_midway_counts_nothing(tmp_path: Path, monkeypatch: pyt
             raise RuntimeError("the try broke off")
     with pinmod.tries() as db:
         assert db.execute("SELECT COUNT(*) FROM pin_tries").fetchone()[0] == 0
+
+
+def test_setting_and_clearing_the_pin_write_the_user_config(home: Path) -> None:
+    import yaml
+
+    where = pinmod.save(PIN)
+    assert where == os.environ["GPU_ROUTER_CONFIG"]
+    record = yaml.safe_load(Path(where).read_text())["approvals"]["pin"]
+    assert set(record) == {"scheme", "salt", "n", "r", "p", "hash"} and pinmod.matches(record, PIN)
+    assert pinmod.stored() == record
+    assert pinmod.clear() == where
+    assert pinmod.stored() is None and pinmod.status() == {"set": False}
+
+
+@pytest.mark.parametrize("act", ["save", "clear"])
+def test_a_jobs_process_may_neither_set_nor_clear_the_pin(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          act: str) -> None:
+    from core.engine import jobguard
+
+    monkeypatch.setattr(jobguard, "job_origin", lambda: "its parent is job 1234abcd's launcher")
+    what = {"save": "setting the approval PIN", "clear": "clearing the approval PIN"}[act]
+    with pytest.raises(UserError) as err:
+        pinmod.save(PIN) if act == "save" else pinmod.clear()
+    assert err.value.what == (f"{what} refused: this process runs inside a gpu-router job (its parent "
+                              "is job 1234abcd's launcher); nothing was changed")
+    assert err.value.fix == "a person sets or clears the approval PIN from a terminal of their own"
+    assert not Path(os.environ["GPU_ROUTER_CONFIG"]).exists()
