@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -159,6 +160,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem):
     if not _checks_processes(item) or _BEFORE not in item.stash:
         return result
     homes, before = item.stash.get(_HOMES, set()), item.stash[_BEFORE]
+    started = [h for h in homes if _supervisor_started(h)]
     deadline = time.monotonic() + LEFT_WAIT_S
     left = _test_processes(homes, before)
     while left and time.monotonic() < deadline:
@@ -173,7 +175,21 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem):
                 pass
         pytest.fail(f"{item.nodeid} left {len(left)} process(es) running after its teardown: {described}",
                     pytrace=False)
+    if started:
+        pytest.fail(f"{item.nodeid} started the supervisor ({started[0]}/supervisor.log) and is not marked slow: "
+                    "a test that runs the engine end to end is @pytest.mark.slow, so the quick loop stays "
+                    "quick (docs/development.md)", pytrace=False)
     return result
+
+
+def _supervisor_started(home: str) -> bool:
+    """Whether a supervisor ran with this home: its log's start line (the log alone is no sign:
+    `daemon.log_line` writes there from any process, the PIN's tries among them)."""
+    try:
+        with open(os.path.join(home, "supervisor.log"), "rb") as f:
+            return re.search(rb"INFO supervisor \d+ started", f.read()) is not None
+    except OSError:
+        return False
 
 
 _BEFORE = pytest.StashKey[set]()

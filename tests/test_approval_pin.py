@@ -372,6 +372,7 @@ async def test_the_dashboard_refuses_an_agent_before_opening_the_approval(
     assert Store().get(_id(3)).state == State.AWAITING_APPROVAL
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 async def test_the_dashboard_asks_for_the_pin_and_checks_it(demo) -> None:
     from core.jobs.states import State
     from core.jobs.store import Store

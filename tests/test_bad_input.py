@@ -111,6 +111,7 @@ def test_cli_a_long_argument_is_passed_on_not_taken_for_a_path(home: Path, tmp_p
 # -- names that look like Rich markup ------------------------------------------------------
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_cli_project_folder_named_like_markup(home: Path, tmp_path: Path) -> None:
     """`proj [/x]` is a legal folder name; Rich read it as a closing tag and the CLI died."""
     project = make_git_project(tmp_path / "proj [/x]", {"train.py": TRAIN, "ign/a.txt": "a\n"},

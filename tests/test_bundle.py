@@ -581,6 +581,7 @@ def test_gpu_bundle_is_a_dry_run_that_writes_nothing(home: Path, tmp_path: Path)
     assert stored == [f"{doc['hash']}.json"] and sub["bundle"]["files"] == 2
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_gpu_routers_own_home_never_ships_wherever_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A GPU_ROUTER_HOME inside the project (untracked, not ignored) is not packed: five
     submits from it must not pack the previous bundles into the next."""
@@ -694,6 +695,7 @@ def test_the_readme_quickstart_ships_only_itself(home: Path) -> None:
     assert set(doc["list"]) == {"train.py", "requirements.txt", "gpu.yaml"}
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_ship_project_keeps_the_rest_of_the_repository_home(home: Path, tmp_path: Path) -> None:
     repo = make_git_project(tmp_path / "mono", {"lib/shared.py": "S = 1\n", "app/train.py": TRAIN,
                                                 "app/notes.md": "n\n", "app/tmp.log": "l\n"},

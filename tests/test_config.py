@@ -291,6 +291,7 @@ def test_cli_bad_hours_argument_exits_2(home: Path, project: Path, value: str) -
     assert gpu_json("jobs", cwd=project)["jobs"] == []
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_cli_submit_reads_gpu_yaml_and_arguments_win(home: Path, tmp_path: Path) -> None:
     """A real submit: gpu.yaml's settings arrive, --hours and --name override, env merges."""
     project = make_git_project(tmp_path / "proj", {

@@ -60,6 +60,7 @@ async def test_rows_newest_first_and_moving_keys(demo) -> None:
         assert table.selected_key() == _id(3)
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 async def test_approval_flow_end_to_end(demo) -> None:
     app = _app()
     async with app.run_test(size=(120, 36)) as pilot:
@@ -302,6 +303,7 @@ async def test_the_filter_box_goes_when_the_filter_is_cleared(demo) -> None:
         assert not box.has_class("shown") and len(_rows(app)) == 6
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 async def test_the_detail_screen_drops_needs_approval_once_approved(demo) -> None:
     from rich.console import Console
 
@@ -381,6 +383,7 @@ HIDDEN_JOB = ("import sys\n"
               "print('err' + H + 'line', file=sys.stderr, flush=True)\n")
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 async def test_a_hidden_instruction_in_a_real_job_s_log_never_reaches_the_log_pane(
         home: Path, tmp_path: Path) -> None:
     """A real local job prints tag characters spelling an instruction, zero-width and bidi

@@ -17,6 +17,7 @@ from tests.conftest import gpu_json, make_git_project, run_gpu, write_user_confi
 LONG = "a-target-with-a-rather-long-name-for-a-lab-box"
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_piped_tables_are_whole(home: Path) -> None:
     """`gpu targets | grep` and `gpu jobs | cat` get every column, however wide the rows."""
     write_user_config("targets:\n"
@@ -63,6 +64,7 @@ def _submit_on_a_terminal(project: Path, *args: str, stdin_terminal: bool = True
     return gpu_json("jobs", "--limit", "1")["jobs"][0]
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_person_piping_submit_s_output_is_a_person(home: Path, tmp_path: Path) -> None:
     """No --hours holds an agent's job, never a person's: stdout piped does not make an agent."""
     project = make_git_project(tmp_path / "proj", {"run.py": "print('hi')\n"})
@@ -132,6 +134,7 @@ def test_a_mistyped_command_names_the_nearest_one(home: Path) -> None:
     assert proc.returncode == 2 and "did you mean" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_logs_follow_without_an_id_follows_the_newest_job(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "proj", {"run.py": "print('first job')\n"})
     gpu_json("submit", "run.py", "--hours", "0.1", "--wait-s", "0", cwd=project)

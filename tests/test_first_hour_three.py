@@ -28,6 +28,7 @@ async def test_mcp_publishes_the_job_resource_template_before_any_job(home: Path
 
 # -- 9: a new notify URL is not sent the backlog ----------------------------------------------
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_notify_url_added_now_gets_only_what_happens_after(home: Path, tmp_path: Path) -> None:
     """A job ended before the person set up notifications; they add a URL and run `gpu notify
     test` while the supervisor runs: the URL gets the test message and the next job's end, never
@@ -65,6 +66,7 @@ PREDICT = ("open('predict1.pdf', 'w').write('one')\n"
            "print('wrote', flush=True)\n")
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_two_files_left_behind_are_both_named_and_a_glob_fetches_them(home: Path, tmp_path: Path) -> None:
     """The job wrote predict1.pdf and predict2.pdf beside the script: the note names both, and
     `gpu fetch ID 'predict*.pdf'` (a glob, as --output takes) brings both home."""
@@ -87,6 +89,7 @@ def test_two_files_left_behind_are_both_named_and_a_glob_fetches_them(home: Path
     assert nothing.returncode != 0 and "*.png" in nothing.stderr
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_folder_given_as_data_is_not_called_left_out(home: Path, tmp_path: Path) -> None:
     """`--data mnist=mnist_data` of a git-ignored folder: it travels as data, so the submit does
     not list it as LEFT OUT (another ignored folder still is)."""
@@ -112,6 +115,7 @@ def test_a_folder_given_as_data_is_not_called_left_out(home: Path, tmp_path: Pat
 
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_cancelled_job_s_files_left_on_the_target_are_mentioned(home: Path, tmp_path: Path) -> None:
     """`gpu cancel` of a job that wrote files beside its script says they stayed on the target
     (and how to fetch them), as a done job's end does."""
@@ -133,6 +137,7 @@ def test_a_cancelled_job_s_files_left_on_the_target_are_mentioned(home: Path, tm
 
 # -- 8: wording that misleads ------------------------------------------------------------------
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_jobs_active_with_none_active_says_how_many_there_are(home: Path, tmp_path: Path) -> None:
     from tests.conftest import make_git_project
 
@@ -185,6 +190,7 @@ def test_an_unresolvable_ssh_address_says_so_and_the_fix_is_about_the_target(hom
     assert "--gpu" not in fix and "address" in fix and "gpu targets probe box" in fix, fix
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_an_ended_sweep_has_an_elapsed_time_and_its_row_names_it_by_its_id(home: Path, tmp_path: Path) -> None:
     """A sweep ends: `gpu jobs` gives its row a time, not "-" (its points ran)."""
     from tests.conftest import make_git_project
@@ -265,6 +271,7 @@ print("training done", flush=True)
 """
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 async def test_nested_tqdm_bars_show_each_bar_s_final_state_once(home: Path, tmp_path: Path) -> None:
     """Lightning's validation bar (tqdm at position 1, leave=False, under the epoch bar) came
     to `gpu logs` as a line per step ("Validation DataLoader 0: 16%", "17%", ...)."""
@@ -294,6 +301,7 @@ async def test_nested_tqdm_bars_show_each_bar_s_final_state_once(home: Path, tmp
     assert sum(ln.startswith("Epoch") for ln in shown) == 1, shown
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_job_that_went_provisioning_to_done_has_an_elapsed_time(home: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A quick job ends before any poll sees it run (the supervisor looks every 6 s here):

@@ -62,6 +62,7 @@ def test_status_verbose_json_carries_the_journey_and_the_plain_one_does_not(demo
     assert "journey" not in status_doc(demo, job)
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_gpu_status_verbose_shows_the_journey_block(demo) -> None:
     from tests.conftest import gpu_json, run_gpu
 

@@ -141,6 +141,7 @@ def _done(short: str) -> dict:
     return doc
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 async def test_a_missing_artifact_and_no_metrics_are_named_at_the_end(home: Path, tmp_path: Path) -> None:
     projects = tmp_path / "projects"
     make_git_project(projects / "bare", {"train.py": TRAIN})
@@ -228,6 +229,7 @@ time.sleep(300)
 """
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 async def test_an_agents_smoke_run_needs_no_hours_and_stops_at_its_cap(home: Path, tmp_path: Path) -> None:
     write_user_config("rules:\n  smoke_max_minutes: 0.05\n  checkpoint_grace_s: 0\n")
     project = make_git_project(tmp_path / "proj", {"train.py": SLOW})

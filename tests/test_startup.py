@@ -53,6 +53,7 @@ def _submit(project: Path, tmp_path: Path, run: str) -> tuple[dict, set[str]]:
     return json.loads(out.stdout), set(json.loads(mods.read_text()))
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_warm_submit_imports_no_heavy_module(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {
         "a.py": "print('hi')\n",

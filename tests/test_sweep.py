@@ -114,6 +114,7 @@ def test_the_command_refuses_a_bad_sweep_before_packing(home: Path, tmp_path: Pa
 # -- the group, end to end -------------------------------------------------------------------
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_an_agents_grid_is_held_once_approved_once_and_each_run_sees_its_values(
         home: Path, tmp_path: Path) -> None:
     write_user_config("targets:\n  local: {kind: local, max_jobs: 2}\n")
@@ -173,6 +174,7 @@ def test_an_agents_grid_is_held_once_approved_once_and_each_run_sees_its_values(
     assert changed["group"]["digest"] != group["digest"] and changed["guidance"]["needs_approval"] is True
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_sweep_spreads_over_three_targets(home: Path, tmp_path: Path) -> None:
     write_user_config("targets:\n  local: {kind: local, enabled: false}\n  a: {kind: local}\n"
                       "  b: {kind: local}\n  c: {kind: local}\n")
@@ -185,6 +187,7 @@ def test_a_sweep_spreads_over_three_targets(home: Path, tmp_path: Path) -> None:
         assert wait_state(job["short_id"], ENDED, timeout=120)["state"] == "done"
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_max_parallel_group_cancel_and_resume(home: Path, tmp_path: Path) -> None:
     write_user_config("targets:\n  local: {kind: local, max_jobs: 3}\n")
     project = make_git_project(tmp_path / "p", {"long.py": LONG, "gpu.yaml": "restart: allow\n"})
@@ -211,6 +214,7 @@ def test_max_parallel_group_cancel_and_resume(home: Path, tmp_path: Path) -> Non
     assert gpu_json("status", group["short_id"])["group"]["states"] == {"cancelled": 3}
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_request_id_names_a_group(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {"a.py": SEEN})
     argv = ["submit", "a.py", "--hours", "0.1", "--wait-s", "0", "--sweep", "LR=1,2", "--sweep", "BATCH=1",
@@ -234,6 +238,7 @@ def test_request_id_names_a_group(home: Path, tmp_path: Path) -> None:
 # -- over MCP --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 async def test_an_agent_sweeps_over_mcp_and_uses_the_group_id(home: Path, tmp_path: Path) -> None:
     from tests.test_mcp import call, session
 
@@ -284,6 +289,7 @@ def _held_sweep(tmp_path: Path, values: str = "1,2,3"):
     return submit_group(req, interactive=False, store=Store(), start_supervisor=False)
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 async def test_a_on_a_held_point_approves_its_whole_sweep_in_the_dashboard(home: Path, tmp_path: Path) -> None:
     from core.jobs.store import Store
     from tui.dash.app import DashApp
@@ -392,6 +398,7 @@ def test_a_held_sweep_is_told_once_to_the_notify_urls(home: Path, tmp_path: Path
     assert f"sweep {result.group.short_id}" in notice.body and "3 points" in notice.body
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 async def test_c_on_a_folded_sweep_cancels_every_live_point(home: Path) -> None:
     from core.jobs.store import Store
     from tui.dash.demo import SWEEP_GROUP

@@ -519,6 +519,7 @@ def test_a_job_s_metric_names_are_capped_known_names_first() -> None:
     assert set(parsed.last) - {"_step"} <= names
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_job_writing_a_row_too_deep_to_parse_still_ends_and_comes_home(home: Path, tmp_path: Path) -> None:
     script = ("import json, os, gpu\n"
               "gpu.log(step=0, loss=1.0)\n"

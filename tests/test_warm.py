@@ -65,6 +65,7 @@ def test_home_dir_is_core_paths_home(home: Path) -> None:
     assert wire.home_dir(env) == str(home / "xdg" / "gpu-router")
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_agent_submit_is_served_warm_and_is_the_same_command(home: Path, project: Path) -> None:
     first = start_warm(home, project)
     assert first["submitted"] and not served(home)  # the first one ran in its own process
@@ -101,6 +102,7 @@ def test_agent_submit_is_served_warm_and_is_the_same_command(home: Path, project
     assert "ran warm" in run_gpu("logs", a["job"]["id"], cwd=project).stdout
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_an_error_comes_back_as_the_command_says_it(home: Path, project: Path) -> None:
     start_warm(home, project)
     before = len(served(home))
@@ -113,6 +115,7 @@ def test_an_error_comes_back_as_the_command_says_it(home: Path, project: Path) -
     assert proc.stderr == here.stderr and proc.stderr.startswith("error: ")
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_an_agent_on_a_terminal_is_still_an_agent(home: Path, project: Path) -> None:
     """A pseudo-terminal on stdin does not make a warm submit a person's (--json never is)."""
     start_warm(home, project)
@@ -127,6 +130,7 @@ def test_an_agent_on_a_terminal_is_still_an_agent(home: Path, project: Path) -> 
     assert job["plan"]["submitted_by"] == "agent", job["plan"]
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_persons_submit_never_goes_warm(home: Path, project: Path) -> None:
     start_warm(home, project)
     before = warm_log(home)
@@ -161,6 +165,7 @@ def raw_request(home: Path, argv: list[str], cwd: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_raw_client_gets_nothing_but_json_submits(home: Path, project: Path) -> None:
     """Approving, a person's submit, or --json as another option's value: declined, nothing done;
     a real json submit over the same wire is served (so the refusals are the words' doing)."""
@@ -180,6 +185,7 @@ def test_a_raw_client_gets_nothing_but_json_submits(home: Path, project: Path) -
     assert ok.get("rc") == 0, (ok, warm_log(home))
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_jobs_process_is_declined_and_judged_in_its_own(home: Path, project: Path, tmp_path: Path) -> None:
     """A client that descends from a job launcher (core.engine.jobguard's facts, read from the
     kernel for the peer's pid) is declined; its submit still runs, in its own process."""
@@ -198,6 +204,7 @@ def test_a_jobs_process_is_declined_and_judged_in_its_own(home: Path, project: P
     assert json.loads(proc.stdout)["submitted"]
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_other_settings_are_declined(home: Path, project: Path) -> None:
     """Settings read at import (GPU_ROUTER_*, PYTHON*) must be the server's own."""
     start_warm(home, project)
@@ -233,6 +240,7 @@ def _interrupt_a_waiting_submit(home: Path, project: Path, how) -> tuple[subproc
         os.kill(sup, signal.SIGCONT)
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_ctrl_c_reaches_the_warm_child(home: Path, project: Path) -> None:
     """Ctrl-C on the client (SIGINT) stops the command in the child: exit 130, child gone."""
     start_warm(home, project)
@@ -240,6 +248,7 @@ def test_ctrl_c_reaches_the_warm_child(home: Path, project: Path) -> None:
     assert proc.returncode == 130
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_killed_client_takes_its_child_along(home: Path, project: Path) -> None:
     """An agent's harness that SIGKILLs `gpu` (its timeout) ends the command: the child too."""
     start_warm(home, project)
@@ -247,6 +256,7 @@ def test_a_killed_client_takes_its_child_along(home: Path, project: Path) -> Non
     assert proc.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_terminated_client_ends_by_its_signal(home: Path, project: Path) -> None:
     """SIGTERM to the client: the child ends, and the client dies by SIGTERM as it would alone."""
     start_warm(home, project)
@@ -254,6 +264,7 @@ def test_a_terminated_client_ends_by_its_signal(home: Path, project: Path) -> No
     assert proc.returncode == -signal.SIGTERM
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_a_client_under_other_bounds_is_declined(home: Path, project: Path) -> None:
     """A child runs with the server's limits and credentials: a client with others (here a
     lower open-files limit) runs its submit itself."""
@@ -268,6 +279,7 @@ def test_a_client_under_other_bounds_is_declined(home: Path, project: Path) -> N
     assert "declined, the client runs under other bounds (limits)" in warm_log(home), warm_log(home)
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_the_client_talks_only_to_the_warm_server(home: Path, project: Path) -> None:
     """Something else listening at warm.sock (not holding the server's lock) hears nothing: the
     client sends neither its environment nor its terminal, and runs the submit itself."""
@@ -289,6 +301,7 @@ def test_the_client_talks_only_to_the_warm_server(home: Path, project: Path) -> 
     listener.close()
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_daemon_status_and_stop_name_the_warm_server(home: Path, project: Path) -> None:
     start_warm(home, project)
     server = int((home / "warm.lock").read_text())
@@ -301,6 +314,7 @@ def test_daemon_status_and_stop_name_the_warm_server(home: Path, project: Path) 
     assert gpu_json("daemon", "--status", cwd=project)["warm"] == {"running": False, "pid": None}
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_the_server_goes_with_the_supervisor(home: Path, project: Path) -> None:
     start_warm(home, project)
     server = int((home / "warm.lock").read_text())
@@ -378,6 +392,7 @@ def test_only_a_json_submit_is_ever_served(argv: list[str]) -> None:
     assert parsed[1].command == "submit" and parsed[1].json is True
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_the_socket_is_the_users_alone(home: Path, project: Path) -> None:
     start_warm(home, project)
     mode = (home / "warm.sock").stat().st_mode & 0o777
