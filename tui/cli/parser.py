@@ -1,11 +1,11 @@
 """The `gpu` command: its argument parser, `main` (where errors become messages and exit
 statuses), and the commands for targets, secrets, the dashboard, the bundle, MCP and the daemon;
-submitting and approving are in tui/cli_submit.py, watching jobs in tui/cli_jobs.py, the other
-groups in the other tui/cli_*.py; `--json` on every report.
+submitting and approving are in tui/cli/submit.py, watching jobs in tui/cli/jobs.py, the other
+groups in the other tui/cli/*.py; `--json` on every report.
 
 Imports stay lazy (rich, textual, yaml load only when used) so that an agent's
 `gpu submit --json` starts fast. Nothing here writes to the terminal itself: every line goes
-through tui.output (`say`, `markup`, `write`, `ask`, `emit_json`), where text gpu-router did
+through tui.show.output (`say`, `markup`, `write`, `ask`, `emit_json`), where text gpu-router did
 not write (names, args, paths, errors, logs) is filtered and never read as markup.
 """
 
@@ -18,9 +18,10 @@ import sys
 from typing import IO, Any, Callable
 
 from core.errors import UserError
-from tui import cli_jobs, cli_submit
-from tui.cli_common import confirm_broad, open_store
-from tui.output import emit_json, error, markup, say, write
+import tui.cli.jobs as cli_jobs
+import tui.cli.submit as cli_submit
+from tui.cli.common import confirm_broad, open_store
+from tui.show.output import emit_json, error, markup, say, write
 
 EPILOG = "Every report takes --json (a documented, stable shape). Docs: README.md"
 
@@ -64,7 +65,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
         emit_json(targets_doc(open_store()))
         return 0
     from core.engine import targets
-    from tui.render import targets_table
+    from tui.show.render import targets_table
 
     infos = targets.infos(open_store())
     say(targets_table(list(infos.values())))
@@ -85,7 +86,7 @@ def cmd_secrets(args: argparse.Namespace) -> int:
         raise UserError(f"gpu secrets {args.action} needs a NAME", fix=f"gpu secrets {args.action} HF_TOKEN")
     if args.action == "set":
         if sys.stdin.isatty():
-            from tui.output import ask_hidden
+            from tui.show.output import ask_hidden
 
             value = ask_hidden(f"value of {args.name} (hidden): ")
         else:
@@ -118,7 +119,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from core import paths
     from core.errors import disk_full_guard
 
-    from tui.cli_common import project_and_script
+    from tui.cli.common import project_and_script
 
     project = resolve_project(project_and_script(args)[0])
     values = read_project_file(project)[0]  # checked as a submit checks it
@@ -127,7 +128,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     with disk_full_guard(paths.home()):  # the hash cache lives there: a full disk is said
         listing = confirm_broad(args, lambda allow: list_project(project, include, ship=ship,
                                                                   allow_large=allow))
-        from tui.output import Packing
+        from tui.show.output import Packing
 
         with Packing(bar=not args.json) as packing:  # a big project's hashing takes a while
             packing.stage(0, len(listing.entries), "hashing the files that would ship")
@@ -147,7 +148,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
             doc["list"] = files
         emit_json(doc)
         return 0
-    from tui.render import bundle_panel
+    from tui.show.render import bundle_panel
 
     say(bundle_panel(summary, files))
     say(markup("[dim]root {root}  hash {hash}[/]", root=bundle.root, hash=bundle.hash[:16]))
@@ -162,7 +163,7 @@ MCP_ENV_VARS = ("GPU_ROUTER_HOME", "GPU_ROUTER_CONFIG")
 
 def mcp_config() -> str:
     """The client configuration for this shell: `env` holds the variables set here."""
-    from tui.output import json_text
+    from tui.show.output import json_text
 
     server: dict = {"command": "gpu", "args": ["mcp"]}
     env = {k: os.environ[k] for k in MCP_ENV_VARS if os.environ.get(k)}
@@ -177,7 +178,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if sys.stdin.isatty():
         write(f"gpu mcp speaks the Model Context Protocol on stdin/stdout; an MCP client starts "
               f"it. Client configuration: {mcp_config()}\n", sys.stderr)
-    from tui.mcp_server import serve
+    from tui.mcp.server import serve
 
     return serve()
 
@@ -191,7 +192,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             import signal
 
             os.kill(pid, signal.SIGTERM)
-        from tui import wire
+        from tui.warm import wire
 
         warm = wire.running_pid()
         if args.stop and warm:
@@ -208,10 +209,10 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         # copies left on lost targets, to be stopped; read without starting a supervisor: a
         # look at whether one runs (or a --stop) must not start one
         doc["strays"] = strays.pending(Store())
-        from tui.cli_notify import status_doc, status_lines
+        from tui.cli.notify import status_doc, status_lines
 
         doc["notify"] = status_doc()  # apprise URLs whose last message did not arrive
-        doc["warm"] = {"running": warm is not None and not args.stop, "pid": warm}  # tui/warmserver.py
+        doc["warm"] = {"running": warm is not None and not args.stop, "pid": warm}  # tui/warm/server.py
         if args.json:
             emit_json(doc)
         else:
@@ -383,7 +384,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="always refused with {error, where, fix}: machine output is an agent's, "
                         "and an agent never approves")
 
-    from tui.cli_approvals import add_approvals_command
+    from tui.cli.approvals import add_approvals_command
 
     add_approvals_command(add)
 
@@ -394,19 +395,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = add("targets", cmd_targets, "the targets: GPUs, availability, quota left, price")
     p.add_argument("--json", action="store_true", help="print {targets: [...]}")
-    from tui.cli_targets import (
+    from tui.cli.targets import (
         add_target_commands,  # list, add ssh|slurm|pbs, rm, trust
     )
 
     add_target_commands(p, cmd_targets)
 
-    from tui.cli_accounts import add_accounts_command
+    from tui.cli.accounts import add_accounts_command
 
     add_accounts_command(add)  # gpu accounts [list | add PROVIDER | rm PROVIDER]
-    from tui.cli_cost import add_cost_command
+    from tui.cli.cost import add_cost_command
 
     add_cost_command(add)  # gpu cost [--since 7d] [--by target|day|job]
-    from tui.cli_notify import add_notify_command
+    from tui.cli.notify import add_notify_command
 
     add_notify_command(add)  # gpu notify test
 
@@ -486,7 +487,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "working folder, e.g. outputs/ model.pkl 'predict*.pdf'")
     p.add_argument("--json", action="store_true", help="print {job, target, dest, files, bytes, missing, refused, capped, notes}")
 
-    from tui.cli_storage import add_gc_command
+    from tui.cli.storage import add_gc_command
 
     add_gc_command(add, EPILOG)
 
@@ -574,7 +575,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, *, bare: boo
 def _internal_error(exc: BaseException, args: argparse.Namespace) -> int:
     """One line for a bug, its traceback in the log; status 1."""
     from core.errors import clip
-    from tui.errlog import log_traceback
+    from tui.show.errlog import log_traceback
 
     where = log_traceback(exc, getattr(args, "command", None))
     detail = " ".join(str(exc).split())  # one line, whatever the exception says

@@ -2,7 +2,7 @@
 the command here.
 
 Why: most of a submit's time is Python starting and importing the engine (~110 ms of ~200 ms
-on a 2-core machine). A warm server (tui/warmserver.py) has imported it once; for each request
+on a 2-core machine). A warm server (tui/warm/server.py) has imported it once; for each request
 it forks a child that runs the very same `tui.cli.main` on this process's own stdin, stdout and
 stderr (passed over the socket), in its environment and folder. So nothing about the command
 changes but its start: its output, its errors, its exit status, its Ctrl-C (forwarded here).
@@ -14,7 +14,7 @@ declines, a slow answer) runs the command here, as before; the server is started
 running supervisor after such a run (`GPU_ROUTER_WARM=0` turns all of this off).
 
 This module is imported on every `gpu` start: C modules only (`_signal`, not signal.py, whose
-enum conversions cost a few ms; see tui/wire.py for the socket).
+enum conversions cost a few ms; see tui/warm/wire.py for the socket).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import _signal
 import os
 import sys
 
-from tui import wire
+from tui.warm import wire
 
 FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 
@@ -141,7 +141,7 @@ def _follow(sock, reader: wire.Lines, pid: int) -> int | None:
             if got and got[-1] != _signal.SIGINT:  # ended by the signal this process passed on
                 _signal.signal(got[-1], _signal.SIG_DFL)
                 os.kill(os.getpid(), got[-1])
-            from tui.output import error
+            from tui.show.output import error
 
             error("gpu-router's warm server ended this command without an exit status (see "
                   f"{os.path.join(wire.home_dir(os.environ), wire.LOG_NAME)}); run it again, or with {wire.OFF_VAR}=0")
@@ -172,7 +172,7 @@ def _start_server() -> None:
     except OSError:
         return
     try:
-        subprocess.Popen([sys.executable, "-P", "-m", "tui.warmserver"], stdin=subprocess.DEVNULL,
+        subprocess.Popen([sys.executable, "-P", "-m", "tui.warm.server"], stdin=subprocess.DEVNULL,
                          stdout=log, stderr=log, start_new_session=True, close_fds=True,
                          cwd="/")  # -P: no folder on its module path; this environment: a client serves only with its own
     except OSError:
