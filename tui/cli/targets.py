@@ -342,3 +342,21 @@ def cmd_trust(args: argparse.Namespace) -> int:
         say(markup("trusted {host} ({algorithm} {fp}); recorded in {path}",
                    host=hk.host, algorithm=hk.algorithm, fp=fp, path=path))
     return 0
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    """`gpu targets` (and `gpu targets list`): every target with its GPUs, availability, quota
+    left and price, as a table or {targets: [...]}."""
+    from tui.cli.common import open_store
+
+    if args.json:
+        from core.engine.reports import targets_doc
+
+        emit_json(targets_doc(open_store()))
+        return 0
+    from core.engine import targets
+    from tui.show.render import targets_table
+
+    infos = targets.infos(open_store())
+    say(targets_table(list(infos.values())))
+    return 0
