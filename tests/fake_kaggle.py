@@ -49,7 +49,7 @@ def _kill_session(sid: int, sig: int) -> None:
 
 
 MAX_DATASET_FILES = 1000  # Kaggle's answer past it: "The file count exceeds the maximum of 1000"
-MAX_KERNEL_SOURCES = 20  # the cap gpu-router assumes (core/providers/kaggle_code.SOURCES_CAP)
+MAX_KERNEL_SOURCES = 20  # the cap gpu-router assumes (core/providers/kaggle/code.SOURCES_CAP)
 
 
 class Session:

@@ -9,6 +9,11 @@ tests that resolve dependencies never depend on a public index.
 
 Wheels are written by hand (a zip with METADATA, WHEEL and RECORD: what pip reads); a source
 distribution carries its own tiny PEP 517 backend, so building it needs no index either.
+
+`PackageIndex(root, json=True)` also answers PEP 691's JSON form (with each file's `size`,
+PEP 700) to a client that asks for it, as PyPI does: uv then writes the sizes into a
+pylock.toml. `pace` (bytes a second) serves package files slowly, so a test can see an install
+while it downloads.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json as jsonlib
+import os
 import tarfile
+import time
 import threading
 import zipfile
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -41,9 +49,18 @@ def sdist_bytes(base: str, contents: dict[str, str]) -> bytes:
     return buf.getvalue()
 
 
+def _core_metadata(path: Path) -> dict:
+    """PEP 691's `core-metadata` for a file with its METADATA served beside it (PEP 658/714)."""
+    meta = path.with_name(path.name + ".metadata")
+    if not meta.exists():
+        return {}
+    return {"core-metadata": {"sha256": hashlib.sha256(meta.read_bytes()).hexdigest()}}
+
+
 class PackageIndex:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, json: bool = False, pace: int | None = None) -> None:
         self.root = Path(root)
+        self.json = json
         self.files = self.root / "files"
         self.files.mkdir(parents=True, exist_ok=True)
         self.projects: dict[str, list[str]] = {}
@@ -57,7 +74,28 @@ class PackageIndex:
 
             def send_head(self):  # noqa: ANN201 - GET and HEAD both come here
                 asked.append(self.path)
+                wants_json = "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")
+                page = os.path.join(root_dir, self.path.lstrip("/").split("?")[0], "index.json")
+                if wants_json and self.path.endswith("/") and os.path.isfile(page):
+                    with open(page, "rb") as f:
+                        body = f.read()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    return io.BytesIO(body)
                 return super().send_head()
+
+            def copyfile(self, source, outputfile) -> None:  # noqa: ANN001 - http.server's signature
+                if pace is None or not self.path.startswith("/files/"):
+                    return super().copyfile(source, outputfile)
+                while True:  # a slow index: `pace` bytes a second, in tenths
+                    chunk = source.read(max(1, pace // 10))
+                    if not chunk:
+                        return None
+                    outputfile.write(chunk)
+                    outputfile.flush()
+                    time.sleep(0.1)
 
             def log_message(self, *args) -> None:  # noqa: ANN002
                 pass
@@ -84,6 +122,15 @@ class PackageIndex:
         page = simple / _norm(name)
         page.mkdir(parents=True, exist_ok=True)
         (page / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+        if self.json:  # PEP 691 with PEP 700's sizes
+            files = [{"filename": f, "url": f"../../files/{f}", "size": (self.files / f).stat().st_size,
+                      "hashes": {"sha256": hashlib.sha256((self.files / f).read_bytes()).hexdigest()},
+                      **_core_metadata(self.files / f)}
+                     for f in self.projects[_norm(name)]]
+            (page / "index.json").write_text(jsonlib.dumps(
+                {"meta": {"api-version": "1.1"}, "name": _norm(name), "files": files,
+                 "versions": sorted({f[len(_norm(name)):].lstrip("-_").split("-")[0].removesuffix(".tar.gz")
+                                     for f in self.projects[_norm(name)]})}))
         (simple / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(
             f'<a href="{p}/">{p}</a><br/>' for p in sorted(self.projects)) + "\n</body></html>\n")
 
@@ -118,6 +165,8 @@ class PackageIndex:
             z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
         fname = f"{dist}-{version}-{tag}.whl"
         (self.files / fname).write_bytes(buf.getvalue())
+        if self.json:  # PEP 658's metadata beside the wheel: a resolver reads it, not the wheel
+            (self.files / f"{fname}.metadata").write_text(meta)
         self._publish(name, fname)
         return self.files / fname
 

@@ -29,7 +29,7 @@ import pytest
 
 from core import paths
 from core.packaging import buildbox, wheelhouse
-from core.providers.kaggle_deps import KAGGLE_PLATFORM
+from core.providers.kaggle.deps import KAGGLE_PLATFORM
 from core.runtime import boundary
 from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state, write_user_config
 from tests.pyindex import BACKEND, PYPROJECT, PackageIndex, _norm, sdist_bytes

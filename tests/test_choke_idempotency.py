@@ -244,8 +244,7 @@ def changed(value):
 FIELDS = [f.name for f in dataclasses.fields(JobRequest)]
 
 
-@settings(max_examples=examples(80), deadline=None)
-@given(name=st.sampled_from(FIELDS))
+@pytest.mark.parametrize("name", FIELDS)
 def test_every_field_but_three_changes_the_fingerprint(name: str) -> None:
     base = JobRequest(project_dir="/p", script="train.py")
     other = dataclasses.replace(base, **{name: changed(getattr(base, name))})
@@ -322,3 +321,48 @@ def monkeypatch_session(home: Path):
     mp = pytest.MonkeyPatch()
     yield mp
     mp.undo()
+
+
+# -- the one job a submit records ------------------------------------------------------------------
+
+def test_the_job_recorded_is_the_request_its_plan_and_bundle(submitting) -> None:
+    project, submit = submitting
+    req = request(project, request_id="r9", hours=0.25, name="train-big")
+    got = submit(req, bundle_hash="c" * 64)
+    job = Store().get(got.job.id)
+    assert len(job.id) == 32 and all(c in "0123456789abcdef" for c in job.id)
+    assert job.short_id == job.id[:8]
+    assert (job.name, job.provider, job.project_dir) == ("train-big", "local", str(project))
+    assert job.outputs_dir == str(project / "runs" / job.short_id)
+    assert (job.request_id, job.fingerprint) == ("r9", service.fingerprint(req, "c" * 64))
+    doc = req.to_json()
+    doc.pop("wait_s")
+    doc.pop("verbose")
+    assert job.request == doc
+    assert (job.digest, job.bundle_hash) == ("d" * 64, "c" * 64)
+    assert job.bundle == {"files": 1, "bytes": 10, "hash": "c" * 64, "root": str(project), "project_rel": ""}
+    assert job.state == State.ROUTING
+    events = [(e.reason, e.actor) for e in Store().events(job.id)]
+    assert events[:2] == [("submitted by tester", "tester"), ("test", "tester")]
+
+
+def test_a_held_plan_records_the_job_held(submitting, monkeypatch: pytest.MonkeyPatch) -> None:
+    project, _ = submitting
+    plan = {"target": "local", "reasons": ["a", "b"], "passed_over": [{"target": "x"}], "digest": "d" * 64,
+            "submitted_by": "person", "holds": [{"rule": "cost", "reason": "costs more than $5"}]}
+    monkeypatch.setattr(service, "prepare", lambda *a, **k: (FakeBundle("b" * 64, project), plan))
+    got = service.submit(request(project), actor="tester", interactive=True, start_supervisor=False)
+    assert got.submitted is True and got.job.state == State.AWAITING_APPROVAL
+    routed = [e for e in Store().events(got.job.id) if e.reason == "a; b"]
+    assert [e.data for e in routed] == [{"target": "local", "passed_over": [{"target": "x"}]}]
+
+
+def test_a_short_id_already_taken_is_drawn_again(submitting, monkeypatch: pytest.MonkeyPatch) -> None:
+    project, submit = submitting
+    first = submit(request(project, request_id="one"))
+    taken = bytes.fromhex(first.job.id)
+    draws = iter([taken[:4] + b"\x00" * 12, bytes(range(16))])
+    monkeypatch.setattr(service.os, "urandom", lambda n: next(draws))
+    second = submit(request(project, request_id="two"))
+    assert second.job.id == bytes(range(16)).hex()
+    assert second.job.short_id == "00010203" != first.job.short_id

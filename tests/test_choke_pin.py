@@ -339,3 +339,116 @@ def test_status_shows_the_parameters_never_the_salt_or_hash(pinned) -> None:
 
 def test_status_without_a_pin(home: Path) -> None:
     assert pinmod.status() == {"set": False}
+
+
+# -- what each refusal tells the person to do, and what the log and events say ---------------------
+
+def refusal(store: Store, job: Job | None, entered: str | None, clock: Clock, actor: str = "tester (terminal)"):
+    with pytest.raises(UserError) as err:
+        pinmod.require(entered, where="gpu approve", store=store, job=job, actor=actor, clock=clock,
+                       sleep=lambda s: None)
+    return err.value
+
+
+def test_each_refusal_says_what_to_do(pinned) -> None:
+    store, job, record = pinned
+    clock = Clock()
+    assert refusal(store, job, None, clock).fix == \
+        "a person runs `gpu approve ID` in their own terminal and types it"
+    assert refusal(store, job, WRONG, clock).fix == \
+        "try again; a forgotten PIN is removed by deleting approvals.pin from your user config by hand"
+    for _ in range(3):
+        refusal(store, job, WRONG, clock)
+    assert refusal(store, job, WRONG, clock).fix == "wait until then; each further lockout lasts twice as long"
+    assert refusal(store, job, PIN, clock).fix == (
+        "wait until then and try at a terminal of your own; if the wrong tries were not yours, "
+        "something is guessing your PIN: see the job's events and the supervisor's log")
+
+
+def test_the_undone_words_are_the_callers(pinned) -> None:
+    store, job, record = pinned
+    with pytest.raises(UserError) as err:
+        pinmod.require(WRONG, where="gpu approvals pin clear", undone="the PIN was not cleared",
+                       store=store, clock=Clock(), sleep=lambda s: None)
+    assert err.value.what == ("wrong approval PIN: the PIN was not cleared (4 tries left before it "
+                              "locks for a while)")
+    assert err.value.where == "gpu approvals pin clear"
+
+
+def test_every_wrong_or_locked_try_is_one_log_line_naming_job_and_actor(pinned) -> None:
+    from core import paths
+
+    store, job, record = pinned
+    clock = Clock()
+    for _ in range(5):
+        refusal(store, job, WRONG, clock)
+    refusal(store, job, PIN, clock)
+    refusal(store, None, PIN, clock, actor="")
+    lines = [ln.split(" ", 3)[2:] for ln in paths.daemon_log_file().read_text().splitlines()]
+    who = f"job {job.short_id}: "
+    assert lines == [
+        *[["WARNING", f"{who}wrong approval PIN (try {n} of 5; gpu approve) by tester (terminal)"]
+          for n in range(1, 5)],
+        ["WARNING", f"{who}wrong approval PIN (try 5 of 5; gpu approve): the PIN is locked until "
+                    f"{at(T0 + 900)} (lockout 1, 15 minutes) by tester (terminal)"],
+        ["WARNING", f"{who}approval PIN refused while locked (gpu approve) by tester (terminal)"],
+        ["WARNING", "approval PIN refused while locked (gpu approve)"],
+    ]
+
+
+def test_the_events_name_the_actor_or_someone_at_a_terminal(pinned) -> None:
+    store, job, record = pinned
+    clock = Clock()
+    refusal(store, job, WRONG, clock, actor="")
+    refusal(store, job, WRONG, clock, actor="ann (terminal)")
+    events = [e for e in store.events(job.id) if e.data.get("pin")]
+    assert [(e.actor, e.reason, e.data) for e in events] == [
+        ("someone at a terminal", "wrong approval PIN (try 1 of 5; gpu approve)",
+         {"pin": "wrong", "try": 1, "locked_until": None, "lockouts": 0}),
+        ("ann (terminal)", "wrong approval PIN (try 2 of 5; gpu approve)",
+         {"pin": "wrong", "try": 2, "locked_until": None, "lockouts": 0}),
+    ]
+
+
+def test_a_locked_try_is_an_event_with_the_locks_end(pinned) -> None:
+    store, job, record = pinned
+    clock = Clock()
+    for _ in range(5):
+        refusal(store, job, WRONG, clock)
+    clock.now = T0 + 10
+    refusal(store, job, PIN, clock)
+    last = [e for e in store.events(job.id) if e.data.get("pin")][-1]
+    assert (last.reason, last.data) == (
+        f"approval PIN refused: locked until {at(T0 + 900)} after 5 wrong tries (gpu approve)",
+        {"pin": "locked", "locked_until": T0 + 900})
+
+
+def test_the_strength_refusals_say_what_to_choose() -> None:
+    for text, fix in (("12a456", "choose 6 or more digits"), ("12345", "choose 6 or more digits"),
+                      ("1" * 129, "choose a shorter one")):
+        with pytest.raises(UserError) as err:
+            pinmod.check_strength(text)
+        assert err.value.fix == fix
+    pinmod.check_strength("1" * 128)
+    pinmod.check_strength("123456")
+
+
+def test_the_tries_file_is_made_private_with_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    where = tmp_path / "acct" / ".config" / "gpu-router" / "pin-tries.sqlite3"
+    monkeypatch.setattr(pinmod, "tries_file", lambda: where)
+    assert pinmod.tries_row({"salt": "ab" * 16}) is None
+    assert where.parent.stat().st_mode & 0o777 == 0o700
+    with sqlite3.connect(where) as db:
+        cols = [r[1] for r in db.execute("PRAGMA table_info(pin_tries)")]
+    assert cols == ["pin", "wrong", "locked_until", "lockouts", "last_wrong"]
+
+
+def test_a_try_that_fails_midway_counts_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    where = tmp_path / "acct" / "pin-tries.sqlite3"
+    monkeypatch.setattr(pinmod, "tries_file", lambda: where)
+    with pytest.raises(RuntimeError):
+        with pinmod.tries() as db:
+            db.execute("INSERT INTO pin_tries (pin, wrong, lockouts, last_wrong) VALUES ('k', 4, 0, 1)")
+            raise RuntimeError("the try broke off")
+    with pinmod.tries() as db:
+        assert db.execute("SELECT COUNT(*) FROM pin_tries").fetchone()[0] == 0

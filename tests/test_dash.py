@@ -259,6 +259,29 @@ async def test_the_filter_finds_a_job_by_what_its_row_says_now(demo) -> None:
         assert _rows(app) == [_id(2)] and "1 of 6 jobs match" in app.sub_title
 
 
+async def test_the_detail_title_follows_an_install_s_progress(demo) -> None:
+    """The detail screen open on a job while it installs: its title's reason moves with the
+    bytes downloaded (issue 41 item 3), read from the store as the table's rows are."""
+    from rich.console import Console
+
+    app = _app(live=True, poll_s=0.1)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _settle(pilot)
+        app.open_detail(_id(2))
+        await _settle(pilot, 0.3)
+        assert isinstance(app.screen, DetailScreen)
+        said = "installing dependencies: fetching 2 packages, 1.0 MB of 4.5 MB"
+        Store().update(_id(2), reason=said)  # the supervisor, from the launcher's phase
+        deadline = time.monotonic() + 10
+        title = ""
+        while said not in title and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+            console = Console(width=120, record=True)
+            console.print(app.screen.query_one("#detail-title").content)
+            title = console.export_text()
+        assert said in title, title
+
+
 async def test_the_filter_box_goes_when_the_filter_is_cleared(demo) -> None:
     app = _app()
     async with app.run_test(size=(120, 36)) as pilot:

@@ -1,5 +1,5 @@
 """The kaggle target end to end: the installed `gpu`, the official Kaggle client (kagglesdk,
-declared in pyproject.toml as what core/providers/kaggle.py imports) and a loopback Kaggle API (tests/fake_kaggle.py) that really
+declared in pyproject.toml as what core/providers/kaggle/ imports) and a loopback Kaggle API (tests/fake_kaggle.py) that really
 runs each pushed kernel. Nothing in the client is patched: `KAGGLE_API_ENVIRONMENT=LOCALHOST`
 is the client's own switch to http://localhost.
 """

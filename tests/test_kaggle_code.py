@@ -1,4 +1,4 @@
-"""The chain of code data sets a kaggle target keeps per project (core/providers/kaggle_code.py):
+"""The chain of code data sets a kaggle target keeps per project (core/providers/kaggle/code.py):
 which data set a bundle adds, which ones its kernel mounts, and when a new base is cut because
 Kaggle caps a kernel's data sources. Pure planning: the end-to-end path (uploads, the kernel
 building the code folder) is tests/test_kaggle.py's, against the fake Kaggle."""
@@ -13,7 +13,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from core.errors import UserError
-from core.providers.kaggle_code import plan
+from core.providers.kaggle.code import plan
 from tests.props import examples
 
 

@@ -446,7 +446,8 @@ def test_rows_a_lost_call_wrote_after_the_streams_last_read_come_from_the_volume
 
     from core.config import user as userconfig
     from core.providers import logmirror
-    from core.providers.modal_target import VOLUME_METRICS, ModalProvider
+    from core.providers.modal.target import ModalProvider
+    from core.providers.modal.volume import VOLUME_METRICS
 
     add_modal()
     provider = ModalProvider.from_config(userconfig.load().targets["md"])

@@ -20,7 +20,8 @@ from core.errors import UserError
 from core.planning.plan import digest
 from core.planning.router import route
 from core.providers.base import TargetInfo
-from core.providers.modal_target import GPU_COUNT_MAX, PRICES, ModalProvider, gpu_spec
+from core.providers.modal.catalog import GPU_COUNT_MAX, PRICES, gpu_spec
+from core.providers.modal.target import ModalProvider
 from tests.fake_modal import FakeModal
 
 TOKEN_ID, TOKEN_SECRET = "ak-fake0token0id", "as-fake0token0secret0123"

@@ -226,13 +226,24 @@ def test_a_config_that_does_not_load_adds_no_markers(home: Path, monkeypatch: py
 _CHECK = "from core.engine.actor import has_controlling_terminal as h; print(h())"
 
 
+def _tty_opens() -> bool:
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
 def test_a_process_in_a_new_session_has_no_controlling_terminal() -> None:
+    # asked here too, so that the mutation run's map of who calls it counts this test
+    assert actor.has_controlling_terminal() is _tty_opens()
     out = subprocess.run([sys.executable, "-c", _CHECK], capture_output=True, text=True, timeout=60,
                          start_new_session=True, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.stdout.strip() == "False", out.stderr
 
 
 def test_a_process_on_a_pty_of_its_own_has_a_controlling_terminal() -> None:
+    assert actor.has_controlling_terminal() is _tty_opens()
     # pty.fork: the child leads a new session whose controlling terminal is the pty
     script = ("import os, pty, sys\n"
               "pid, fd = pty.fork()\n"

@@ -161,3 +161,53 @@ def test_under_any_follows_links_and_matches_whole_components(tmp_path: Path) ->
     assert boundary._under_any(str(tmp_path), ("/usr", "/opt")) is False
     assert boundary._under_any("/anything", ("/",)) is True
     assert boundary._under_any("/opt/x", ("/opt/",)) is True
+
+
+# --- bwrap_argv's root branch and the covered folder's name, job_environ ----------------------
+
+def _plain_plan(tmp_path: Path) -> dict:
+    work = tmp_path / "w"
+    work.mkdir(exist_ok=True)
+    return {"workdir": str(work), "rw": [str(work)]}
+
+
+def test_a_job_root_started_runs_as_nobody_and_anyone_else_s_as_itself(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    head = ["bwrap", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "gpu-router-job"]
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    argv = boundary.bwrap_argv("bwrap", _plain_plan(tmp_path), ["true"])
+    assert argv[:len(head) + 4] == head + ["--uid", "65534", "--gid", "65534"]
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    argv = boundary.bwrap_argv("bwrap", _plain_plan(tmp_path), ["true"])
+    assert argv[:len(head)] == head and "--uid" not in argv and "--gid" not in argv
+    assert argv[-4:] == ["--chdir", str(tmp_path / "w"), "--", "true"]
+
+
+def test_a_covered_folder_is_named_without_its_trailing_slash_whatever_its_name(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "keysX").mkdir(parents=True)
+    plan = {**_plain_plan(tmp_path), "ro": [str(data)], "cover": [str(data / "keysX") + "/"]}
+    argv = boundary.bwrap_argv("bwrap", plan, ["true"])
+    at = argv.index("--remount-ro")
+    assert argv[at - 2:at + 2] == ["--tmpfs", str(data / "keysX"), "--remount-ro", str(data / "keysX")]
+
+
+def test_disable_userns_and_the_mark_are_passed_when_asked(tmp_path: Path) -> None:
+    mark = tmp_path / "mark"
+    mark.write_text("j:1\n")
+    plan = {**_plain_plan(tmp_path), "mark": str(mark)}
+    argv = boundary.bwrap_argv("bwrap", plan, ["true"], {"disable_userns": True})
+    assert "--disable-userns" in argv
+    assert argv[argv.index(str(mark)) - 1:argv.index(str(mark)) + 2] == ["--ro-bind", str(mark), boundary.SANDBOX_MARK]
+    assert "--disable-userns" not in boundary.bwrap_argv("bwrap", plan, ["true"], {"disable_userns": False})
+    assert boundary.SANDBOX_MARK not in boundary.bwrap_argv("bwrap", _plain_plan(tmp_path), ["true"])
+
+
+def test_the_job_environment_is_the_allowed_machine_variables_then_its_own() -> None:
+    machine = {"PATH": "/usr/bin", "LC_ALL": "C", "CUDA_VISIBLE_DEVICES": "0", "SSH_AUTH_SOCK": "/s",
+               "DBUS_SESSION_BUS_ADDRESS": "unix:x", "HF_TOKEN": "hf_x", "HOME": "/root", "EDITOR": "vi"}
+    assert boundary.job_environ(machine, {"HOME": "/job/home", "HF_TOKEN": "declared", "X": "1"}) == {
+        "PATH": "/usr/bin", "LC_ALL": "C", "CUDA_VISIBLE_DEVICES": "0", "HOME": "/job/home",
+        "HF_TOKEN": "declared", "X": "1"}
+    assert boundary.job_environ({}, {}) == {}

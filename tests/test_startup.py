@@ -33,7 +33,7 @@ HEAVY = ("yaml", "asyncio", "ssl", "logging", "concurrent.futures", "ctypes", "d
          "platform", "gzip", "textual", "rich", "pydantic", "jsonschema", "asyncssh", "keyring",
          "huggingface_hub", "apprise", "aiosqlite", "mcp", "httpx", "tui.show.render", "tui.dash",
          "core.transport", "core.providers.remoteprobe", "core.providers.kaggle",
-         "core.providers.modal_target", "core.providers.slurm", "core.providers.pbs")
+         "core.providers.modal", "core.providers.slurm", "core.providers.pbs")
 
 SUBMIT = r"""
 import json, sys

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from core.packaging import buildbox, wheelhouse
-from core.providers.kaggle_deps import KAGGLE_PLATFORM
+from core.providers.kaggle.deps import KAGGLE_PLATFORM
 from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state, write_user_config
 from tests.pyindex import PackageIndex
 from tests.test_kaggle import add_kaggle, kaggle  # noqa: F401 - the fake Kaggle fixture, on port 80

@@ -88,8 +88,8 @@ def check_output_caps(name: str, options: dict[str, Any], where: str) -> None:
             _fail(f"targets.{name}.{key} must be a whole number above 0 (got {value!r})", where)
 
 
-KAGGLE_ACCELERATORS = ("t4x2", "p100")  # core/providers/kaggle.py maps them to Kaggle's machine shapes
-MODAL_GPUS = ("T4", "L4", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100", "H200", "B200")  # modal_target.PRICES
+KAGGLE_ACCELERATORS = ("t4x2", "p100")  # core/providers/kaggle/target.py maps them to Kaggle's machine shapes
+MODAL_GPUS = ("T4", "L4", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100", "H200", "B200")  # core.providers.modal.catalog.PRICES
 # a service target (credentials in the keychain, never here): (its GPU key, the choices, the
 # default; its numeric options and their ranges)
 SERVICE_KINDS = {

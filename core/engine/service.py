@@ -97,7 +97,8 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
 def _check_deps_here(bundle: Bundle, plan: dict, cfg: Any) -> None:
     """A job routed to this machine: its requirements asked of the index it installs from, so
     a pin the index cannot satisfy is refused now, not after the job took a slot
-    (core.packaging.requirements.check_at_submit: quick when nothing is new)."""
+    (core.packaging.requirements.check_at_submit: quick when nothing is new); the plan says
+    what its environment will download (`plan["environment"]`)."""
     target = cfg.targets.get(plan.get("target"))
     if target is None or target.kind != "local":
         return
@@ -105,9 +106,15 @@ def _check_deps_here(bundle: Bundle, plan: dict, cfg: Any) -> None:
         return
     import sys
 
+    from core.runtime import uvenv
+
     python = target.options.get("python") or getattr(sys, "_base_executable", None) or sys.executable
+    seen: dict = {}
     requirements.check_at_submit(bundle.deps, python=python, version=sys.version, venvs_dir=str(paths.venvs_dir()),
-                                 uv=requirements.home_uv())
+                                 uv=requirements.home_uv(), seen=seen)
+    # what the environment will download, said in the plan (outside its digest: the same
+    # job is approved whether its packages are cached or not)
+    plan["environment"] = {**seen, "text": uvenv.download_text(seen)}
 
 
 def pack(req: JobRequest, *, interactive: bool = False, store: Store | None = None,

@@ -163,7 +163,7 @@ def quota_doc(store: Store, cfg: UserConfig, now: float | None = None) -> list[d
     used_hours, left_hours, reported}. `reported` is the service's own count (Kaggle counts
     sessions gpu-router never started) from the last probe, with when it was read; None
     where none was remembered. Targets with no weekly hours are left out."""
-    from core.providers.kaggle import WEEKLY_HOURS
+    from core.providers.kaggle.wire import WEEKLY_HOURS
     from core.providers.service import last_probe
     from core.planning.usage import target_hours
 

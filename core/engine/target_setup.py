@@ -49,7 +49,7 @@ def add(name: str, body: dict, *, probe_now: bool = True) -> tuple[Path, TargetI
 def add_kaggle(name: str, body: dict, credentials: str, *, probe_now: bool = True) -> tuple[Path, TargetInfo | None]:
     """A kaggle target: its credentials (kaggle.json's text or an API token) go into the
     keychain, checked for shape first; only the options go into the config file."""
-    from core.providers.kaggle import parse_credentials, secret_name
+    from core.providers.kaggle.wire import parse_credentials, secret_name
     from core.secrets import keychain
 
     creds = parse_credentials(credentials)
@@ -60,7 +60,7 @@ def add_kaggle(name: str, body: dict, credentials: str, *, probe_now: bool = Tru
 def add_modal(name: str, body: dict, token: str, *, probe_now: bool = True) -> tuple[Path, TargetInfo | None]:
     """A modal target: its token (id and secret) goes into the keychain, checked for shape
     first; only the options go into the config file."""
-    from core.providers.modal_target import parse_token, secret_name
+    from core.providers.modal.wire import parse_token, secret_name
     from core.secrets import keychain
 
     keychain.set(secret_name(name), json.dumps(parse_token(token)))

@@ -703,7 +703,8 @@ _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 def check_at_submit(deps: Dependencies | None, *, python: str, version: str, venvs_dir: str,
-                    uv: str | None, environ: dict[str, str] | None = None) -> str | None:
+                    uv: str | None, environ: dict[str, str] | None = None,
+                    seen: dict | None = None) -> str | None:
     """Refuse, with a UserError naming the file and the requirement line, a project whose
     requirements the index cannot satisfy (a version or a package it does not have, a
     conflict), before the job takes a slot: asked of the index the target installs from (the
@@ -715,11 +716,19 @@ def check_at_submit(deps: Dependencies | None, *, python: str, version: str, ven
     skipped where it cannot say for sure (no uv, lines with local paths, `${NAME}`, pip-only
     options or VCS URLs; an index that does not answer within CHECK_TIMEOUT_S; any failure that
     is not a resolution's, such as a package that needs a build). Returns what it did, for
-    tests: "ready", "checked", "ok", "skipped"."""
+    tests: "ready", "checked", "ok", "skipped".
+
+    `seen` (a dict) is filled with what the environment will take, for the plan: {"state":
+    "cached"}, {"state": "not cached", "bytes", "files", ...} (uvenv.to_download: the files of
+    the resolved set uv's cache lacks, their sizes the index's), or {"state": "unknown"} where
+    the look was skipped. The resolved files are kept beside the day's mark, so a second submit
+    of the same lines says the size again without asking the index."""
     import time
 
     from core.runtime import uvenv
 
+    seen = {} if seen is None else seen
+    seen.update({"state": "unknown"})
     env = dict(os.environ if environ is None else environ)
     if deps is None or not uv or env.get(CHECK_VAR, "1").strip() == "0":
         return "skipped"
@@ -737,18 +746,22 @@ def check_at_submit(deps: Dependencies | None, *, python: str, version: str, ven
         except OSError:
             named = key
         if named and os.path.exists(os.path.join(venvs_dir, named, ".ready")):
+            seen.update({"state": "cached"})
             return "ready"
     mark = os.path.join(os.path.dirname(venvs_dir.rstrip("/")), "deps-checked", uvenv.with_backend(spec["hash"], backend))
+    # uv's cache of this machine, as the launcher uses it (what the look fetches, the install
+    # will not fetch again; nothing is built: --no-build); while `gpu gc` holds it, none at all
+    cache = os.path.join(os.path.dirname(venvs_dir.rstrip("/")), uvenv.CACHE_DIR)
     try:
         if time.time() - os.path.getmtime(mark) < CHECK_FRESH_S:
-            return "checked"
+            files = _marked_files(mark)
+            if files is not None:  # a mark from before sizes were kept: asked again, once
+                seen.update({"state": "not cached", **uvenv.to_download(files, cache)})
+                return "checked"
     except OSError:
         pass
     import fcntl
 
-    # uv's cache of this machine, as the launcher uses it (what the look fetches, the install
-    # will not fetch again; nothing is built: --no-build); while `gpu gc` holds it, none at all
-    cache = os.path.join(os.path.dirname(venvs_dir.rstrip("/")), uvenv.CACHE_DIR)
     lock = None
     try:
         if env.get(uvenv.CHOICE_VAR, "").strip().lower() == "pip":  # pip installs: no uv cache here
@@ -760,15 +773,36 @@ def check_at_submit(deps: Dependencies | None, *, python: str, version: str, ven
     except OSError:
         caching = ["--no-cache"]
     try:
-        return _ask_index(deps, uv, python, backend, caching, env, mark)
+        done = _ask_index(deps, uv, python, backend, caching, env, mark)
     finally:
         if lock is not None:
             lock.close()
+    files = _marked_files(mark) if done == "ok" else None
+    if files is not None:
+        seen.update({"state": "not cached", **uvenv.to_download(files, cache if caching[0] == "--cache-dir" else None)})
+    return done
+
+
+def _marked_files(mark: str) -> list[dict] | None:
+    """The resolved set's files (name, file, url, size) kept in a day's mark, or None for a
+    mark without them."""
+    import json
+
+    try:
+        with open(mark) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    return files if isinstance(files, list) else None
 
 
 def _ask_index(deps: Dependencies, uv: str, python: str, backend: str | None, caching: list[str],
                env: dict[str, str], mark: str) -> str:
-    """`uv pip compile` of the lines (check_at_submit's look): "ok", "skipped", or a UserError."""
+    """`uv pip compile` of the lines (check_at_submit's look): "ok", "skipped", or a UserError.
+    Its output is a pylock.toml, whose entries name each file with the size the index gave
+    (PEP 691/700); sizes an HTML-only index left out are asked with HEAD (uvenv.fill_sizes,
+    bounded), for the files uv's cache does not hold. The files are written into the mark."""
     import subprocess
     import tempfile
     import time
@@ -787,7 +821,7 @@ def _ask_index(deps: Dependencies, uv: str, python: str, backend: str | None, ca
             args += ["-c", con]
         cmd = [uv, "pip", "compile", *uvenv.COMMON_FLAGS, "--index-strategy", "unsafe-best-match", "--no-build",
                "--no-progress", "--quiet", *caching, "--python", python, "--no-header", "--no-annotate",
-               "--output-file", os.path.join(tmp, "out.txt"),
+               "--format", "pylock.toml", "--output-file", os.path.join(tmp, uvenv.LOCK_NAME),
                *(["--torch-backend", backend] if backend else []), *args]
         run_env = uvenv.environ({k: v for k, v in env.items() if not k.startswith("UV_")} | {"HOME": tmp},
                                 env)
@@ -796,11 +830,20 @@ def _ask_index(deps: Dependencies, uv: str, python: str, backend: str | None, ca
                                   text=True, timeout=CHECK_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired):
             return "skipped"
+        try:
+            with open(os.path.join(tmp, uvenv.LOCK_NAME)) as f:
+                files = uvenv.lock_files(f.read())
+        except OSError:
+            files = []
     if done.returncode == 0:
+        import json
+
+        held = caching[1] if caching[0] == "--cache-dir" else None  # sizes matter for what is to come
+        uvenv.fill_sizes([f for f in files if not (held and uvenv.in_cache(held, f))])
         try:
             os.makedirs(os.path.dirname(mark), exist_ok=True)
             with open(mark, "w") as f:
-                f.write(str(time.time()))
+                json.dump({"time": time.time(), "files": files}, f)
         except OSError:
             pass
         return "ok"

@@ -92,8 +92,6 @@ def _open_part(parent_fd: int, name: str, where: str, make: bool) -> int:
             what = nofollow.kind(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode)
         except OSError:
             what = exc.strerror or "could not be opened"
-        if what == "not a regular file":
-            what = "a file, not a folder"
         raise Refused(where, what) from None
     try:
         _check_dir(fd, where)

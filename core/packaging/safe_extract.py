@@ -425,4 +425,4 @@ def _unlink_at(dir_fd: int, name: str) -> None:
 
 def _in_the_way(why: str) -> str:
     """nofollow's word for what stands where a folder goes, as a note says it."""
-    return "a file is in the way" if why == "not a regular file" else f"{why} is in the way"
+    return "a file is in the way" if why == "a file, not a folder" else f"{why} is in the way"

@@ -91,11 +91,11 @@ def _fits(name: str, memory_gb: float, gpu: str | None, vram_gb: float | None) -
 
 def ways_forward(gpu: str | None, vram_gb: float | None) -> list[str]:
     """The `gpu targets add` commands that would give this request a GPU that fits, each with
-    what it offers: Kaggle and Modal only where their GPUs match (core/providers/kaggle.py's
-    accelerators, core/providers/modal_target.py's GPU types and prices), and a machine or
+    what it offers: Kaggle and Modal only where their GPUs match (core/providers/kaggle/target.py's
+    accelerators, core/providers/modal/catalog.py's GPU types and prices), and a machine or
     cluster of the user's own, which may have any GPU."""
-    from core.providers.kaggle import ACCELERATORS
-    from core.providers.modal_target import PRICES, VRAM_GB
+    from core.providers.kaggle.target import ACCELERATORS
+    from core.providers.modal.catalog import PRICES, VRAM_GB
 
     ways: list[str] = []
     kaggle = [acc for acc, (_, gpus) in ACCELERATORS.items()

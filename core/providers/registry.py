@@ -36,11 +36,11 @@ def build(cfg: UserConfig | None = None) -> dict[str, Any]:
 
             out[name] = PBSProvider.from_config(t)
         elif t.kind == "kaggle":
-            from core.providers.kaggle import KaggleProvider
+            from core.providers.kaggle.target import KaggleProvider
 
             out[name] = KaggleProvider.from_config(t)
         elif t.kind == "modal":
-            from core.providers.modal_target import ModalProvider
+            from core.providers.modal.target import ModalProvider
 
             out[name] = ModalProvider.from_config(t)
         out[name].enabled = t.enabled

@@ -3,7 +3,7 @@
 A Kaggle kernel is one code file; the project travels as private data sets that this script
 finds under the kernel's input folder: the runtime (one archive named by its hash), the
 bundle's manifest, and the project's file objects as tars spread over a base data set and the
-deltas this bundle needs (core/providers/kaggle_code.py). Each object is checked against its
+deltas this bundle needs (core/providers/kaggle/code.py). Each object is checked against its
 hash as it is unpacked into scratch space, the job's code folder is built from the manifest
 (codetree, the same code as on every host), and the job runs through the launcher in the
 foreground, so it gets the same `gpu` module, log filter and exit record as on every other

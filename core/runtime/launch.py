@@ -516,7 +516,10 @@ def _uv_build(spec: dict, log: JobLog, deps: dict, uv: str, cache: str, started:
             log.line(f"dependencies: creating environment {key[:12]} with uv ({len(frozen)} packages; "
                      "named by the packages it holds, the name later jobs reuse)")
             _phase(spec, f"installing: fetching {len(frozen)} packages")
-            _uv_fill(spec, log, uv, cache, scratch, options, frozen, deps.get("torch_backend"))
+            coming = [] if deps.get("wheelhouse") else _uv_sizes(spec, log, uv, cache, scratch, options, frozen,
+                                                                  deps.get("torch_backend"))
+            with _fetch_progress(spec, cache, len(frozen), coming):
+                _uv_fill(spec, log, uv, cache, scratch, options, frozen, deps.get("torch_backend"))
             _phase(spec, f"installing: linking {len(frozen)} packages")
             if _hold_env(venv, lambda: _uv_link(spec, log, uv, cache, venv, options, frozen)):
                 log.line(f"dependencies: sharing environment {key[:12]}: another project resolved to "
@@ -632,6 +635,74 @@ def _uv_fill(spec: dict, log: JobLog, uv: str, cache: str, scratch: str, options
         torch_backend=torch_backend), scratch, tail)
     if status != 0:
         raise _UvFailed(f"uv pip install failed with status {status}", tail)
+
+
+def _uv_sizes(spec: dict, log: JobLog, uv: str, cache: str, scratch: str, options: list[str],
+              frozen: list[str], torch_backend: str | None) -> list[dict]:
+    """The files the fetch step will download and their sizes, as the index lists them: the
+    resolved set again, as a pylock.toml (`--no-deps`: every version is pinned, so this asks
+    the index for nothing new), less what uv's cache holds. Boxed as every uv step that reaches
+    the network; a failure here costs only the progress figure ([])."""
+    pinned = os.path.join(scratch, "sized.txt")
+    with open(pinned, "w") as f:
+        f.write("\n".join([*options, *frozen]) + "\n")
+    out = os.path.join(scratch, uvenv.LOCK_NAME)
+    cmd = uvenv.compile_cmd(uv, spec["base_python"], cache, [pinned, "--no-deps", "--format", "pylock.toml"],
+                            out, torch_backend=torch_backend)
+    try:
+        if _uv_boxed(spec, _Unlogged(), uv, cache, cmd, scratch) != 0:  # an older uv lacks --format
+            return []
+        with open(out) as f:
+            files = uvenv.lock_files(f.read())
+    except OSError:
+        return []
+    return [f for f in files if f.get("size") and not uvenv.in_cache(cache, f)]
+
+
+class _Unlogged:
+    """A log that keeps nothing: the size look is gpu-router's own, not the job's story, and
+    an older uv's "unexpected argument '--format'" would only puzzle its reader."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def idle(self) -> None:
+        pass
+
+
+class _fetch_progress:
+    """While the fetch step runs, its phase says how much has come of what it downloads
+    ("installing: fetching 12 packages, 412.0 MB of 1.2 GB"), once a second, as uv's cache
+    shows it (uvenv.fetched_bytes says why the cache); nothing where no size is known."""
+
+    def __init__(self, spec: dict, cache: str, count: int, coming: list[dict]) -> None:
+        self.spec, self.cache, self.count, self.coming = spec, cache, count, coming
+        self.total = sum(f["size"] for f in coming)
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def _say(self) -> None:
+        done = uvenv.fetched_bytes(self.cache, self.coming)
+        _phase(self.spec, f"installing: fetching {self.count} packages, {uvenv.progress_text(done, self.total)}")
+
+    def _loop(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                self._say()
+            except OSError:
+                pass
+
+    def __enter__(self) -> "_fetch_progress":
+        if self.total:
+            self._say()
+            self.thread = threading.Thread(target=self._loop, daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(5)
 
 
 def _uv_link(spec: dict, log: JobLog, uv: str, cache: str, venv: str, options: list[str],
@@ -864,8 +935,14 @@ def _bring_declared(spec: dict, before: dict | None, log: JobLog) -> dict | None
     """Declared outputs into the output folder (they come home with it), and a count of what
     the job wrote that was not declared; a failure here never hides how the job ended."""
     try:
-        produced = workdir.collect(spec["workdir"], spec["env"]["GPU_ROUTER_OUTPUT_DIR"],
-                                   spec.get("outputs") or [], before)
+        out_dir = spec["env"]["GPU_ROUTER_OUTPUT_DIR"]
+        named = workdir.declared_by_job(spec["workdir"], out_dir)  # Lightning's lightning_logs/
+        patterns = list(spec.get("outputs") or [])
+        for folder in named:
+            if folder not in patterns:
+                patterns.append(folder)
+                log.line(f"outputs: {folder} (the job's Lightning logs) comes home with the outputs")
+        produced = workdir.collect(spec["workdir"], out_dir, patterns, before)
     except Exception as exc:  # noqa: BLE001 - reported, then the exit is recorded as usual
         log.line(f"outputs: could not look at the working folder: {exc}")
         return None

@@ -68,7 +68,10 @@ class Entry(NamedTuple):
 
 
 def kind(mode: int) -> str:
-    """What a non-regular entry is, as a note names it."""
+    """What an entry is where something else was wanted (a plain file, or a folder on the way),
+    as a note names it: a regular file is named only where a folder was wanted."""
+    if stat.S_ISREG(mode):
+        return "a file, not a folder"
     if stat.S_ISLNK(mode):
         return "a link"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):

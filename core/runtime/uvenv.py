@@ -324,3 +324,180 @@ def has_installed(python: str, reason: str) -> bool:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+# -- how much an environment downloads, and how much of it has come --------------------------
+
+LOCK_NAME = "pylock.toml"  # the name uv insists on for `--format pylock.toml`
+FILES_SHOWN = 20  # the biggest files a plan lists (its total counts them all)
+SIZE_HEAD_S = 5.0  # asking the index for the sizes it did not list: at most this long, all together
+_LOCK_WHEEL = re.compile(r'url = "(?P<url>[^"]+)"(?:, size = (?P<size>\d+))?')
+_LOCK_NAME = re.compile(r'^name = "(?P<name>[^"]+)"', re.MULTILINE)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def human_bytes(n: float) -> str:
+    """"864.0 MB": decimal units, as the index and `du --si` count them."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def _tag_rank(filename: str) -> tuple[int, str]:
+    """How specific a wheel's tags are: uv installs the most specific of those the target can
+    use (a platform's over `any`, an ABI's over `none`, CPython's over `py3`); a pylock.toml
+    from `uv pip compile --python X` lists only wheels X can use, so the most specific is the
+    one the install downloads (variants of one version differ little in size anyway)."""
+    parts = filename[:-len(".whl")].split("-")
+    py, abi, plat = (parts[-3:] + ["", "", ""])[:3]
+    return ((plat != "any") * 4 + (abi != "none") * 2 + py.startswith("cp"), filename)
+
+
+def lock_files(text: str) -> list[dict]:
+    """The file each package of a pylock.toml (uv's) downloads: [{"name", "file", "url",
+    "size" (bytes, None where the index did not say)}], one a package: its most specific
+    wheel, or its sdist. Read with tomllib where the Python has it, else with a pattern for
+    the lines uv writes (the launcher runs on any target's Python)."""
+    try:
+        import tomllib
+
+        packages = tomllib.loads(text).get("packages") or []
+    except ImportError:  # Python < 3.11: uv's own layout, one [[packages]] table after another
+        packages = []
+        for chunk in text.split("[[packages]]")[1:]:
+            m = _LOCK_NAME.search(chunk)
+            entries = [{"url": w.group("url"), **({"size": int(w.group("size"))} if w.group("size") else {})}
+                       for w in _LOCK_WHEEL.finditer(chunk)]
+            wheels = [e for e in entries if e["url"].endswith(".whl")]
+            sdists = [e for e in entries if not e["url"].endswith(".whl")]
+            packages.append({"name": m.group("name") if m else "?", "wheels": wheels,
+                             **({"sdist": sdists[0]} if sdists else {})})
+    except ValueError:
+        return []
+    out = []
+    for pkg in packages:
+        wheels = [w for w in pkg.get("wheels") or [] if w.get("url")]
+        if wheels:
+            chosen = max(wheels, key=lambda w: _tag_rank(w["url"].rsplit("/", 1)[-1]))
+        elif (pkg.get("sdist") or {}).get("url"):
+            chosen = pkg["sdist"]
+        else:  # a directory or a VCS URL: nothing to download from an index
+            continue
+        url = chosen["url"]
+        out.append({"name": str(pkg.get("name", "?")), "file": url.rsplit("/", 1)[-1].split("#")[0],
+                    "url": url, "size": chosen.get("size")})
+    return out
+
+
+def fill_sizes(files: list[dict], budget_s: float = SIZE_HEAD_S) -> None:
+    """The sizes the index's pages did not give (an HTML-only index: PEP 503 has no sizes,
+    PEP 691's JSON has), asked with HEAD (its Content-Length), all at once and within
+    `budget_s`; a size still unknown stays None."""
+    import threading
+    import urllib.request
+
+    def head(item: dict) -> None:
+        try:
+            req = urllib.request.Request(item["url"], method="HEAD")
+            with urllib.request.urlopen(req, timeout=budget_s) as resp:  # noqa: S310 - the index's own URL
+                length = resp.headers.get("Content-Length")
+                if length and length.isdigit():
+                    item["size"] = int(length)
+        except Exception:  # noqa: BLE001 - any failure leaves the size unknown
+            pass
+
+    todo = [f for f in files if f.get("size") is None and f["url"].startswith(("http://", "https://"))]
+    threads = [threading.Thread(target=head, args=(f,), daemon=True) for f in todo[:32]]
+    for t in threads:
+        t.start()
+    import time
+
+    end = time.monotonic() + budget_s
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+
+
+def in_cache(cache: str, item: dict) -> bool:
+    """Whether uv's cache holds this wheel already: uv writes
+    `wheels-vN/<index>/<hash>/<name>/<version>-<tags>.http` once a wheel is downloaded and
+    unpacked (an sdist: never, it is built: counted as not held)."""
+    import glob
+
+    fname = item["file"]
+    if not fname.endswith(".whl"):
+        return False
+    stem = fname[:-len(".whl")].split("-", 1)[-1]
+    name = glob.escape(_norm(item["name"]))
+    for pattern in (f"wheels-v*/*/{name}/{glob.escape(stem)}.http", f"wheels-v*/*/*/{name}/{glob.escape(stem)}.http"):
+        if glob.glob(os.path.join(glob.escape(cache), pattern)):
+            return True
+    return False
+
+
+def to_download(files: list[dict], cache: str | None) -> dict:
+    """What an environment of `files` downloads with `cache` as it is: {"bytes": known total,
+    "unknown": files of unknown size, "files": [{"name", "file", "size"}] biggest first (the
+    FILES_SHOWN biggest: the plan is kept with the job), "packages": how many the set holds,
+    "in_cache": how many of them are cached already}."""
+    missing = [f for f in files if not (cache and in_cache(cache, f))]
+    missing.sort(key=lambda f: -(f.get("size") or 0))
+    return {"bytes": sum(f.get("size") or 0 for f in missing),
+            "unknown": sum(1 for f in missing if f.get("size") is None),
+            "files": [{"name": f["name"], "file": f["file"], "size": f.get("size")} for f in missing[:FILES_SHOWN]],
+            "packages": len(files), "in_cache": len(files) - len(missing)}
+
+
+def download_text(info: dict | None) -> str:
+    """The plan's line: "environment: not cached, about 1.2 GB to download (torch 864.0 MB,
+    nvidia-cudnn-cu12 634.0 MB, ...)", "environment: cached", or with the size unknown."""
+    if not info or info.get("state") not in ("cached", "not cached"):
+        return "environment: download size unknown (not looked up at submit)"
+    if info.get("state") == "cached":
+        return "environment: cached"
+    files = info.get("files") or []
+    coming = max(len(files), int(info.get("packages") or 0) - int(info.get("in_cache") or 0))
+    if not files:
+        return f"environment: not cached, nothing to download (all {info.get('packages', 0)} packages in uv's cache)"
+    sized = [f for f in files if f.get("size")]
+    if not sized:
+        return f"environment: not cached, {coming} packages to download, size unknown"
+    named = ", ".join(f"{f['name']} {human_bytes(f['size'])}" for f in sized[:3])
+    more = ", ..." if coming - int(info.get("unknown") or 0) > 3 else ""
+    unknown = f", {info['unknown']} more of unknown size" if info.get("unknown") else ""
+    return (f"environment: not cached, about {human_bytes(info['bytes'])} to download "
+            f"({named}{more}){unknown}")
+
+
+def fetched_bytes(cache: str, files: list[dict]) -> int:
+    """How much of `files` (those an install downloads, sizes known) has come, as the cache
+    shows it. Why the cache: uv prints no byte counts off a terminal (only "Downloading torch
+    (864.0MiB)" as each large file starts), and its sockets are inside the job's sandbox, out of
+    the launcher's sight; what uv writes is in sight. A wheel done is its `.http` entry (its
+    size is the index's, exact); a wheel coming is unpacked as it streams into a `.tmp*`
+    folder at the cache's top: those bytes (unpacked, so larger than the download) count only
+    up to what the unfinished wheels weigh, so the figure never passes the total."""
+    done = sum(f.get("size") or 0 for f in files if in_cache(cache, f))
+    left = sum(f.get("size") or 0 for f in files) - done
+    coming = 0
+    try:
+        tops = [e.path for e in os.scandir(cache) if e.name.startswith(".tmp") and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        tops = []
+    for top in tops:
+        for here, _dirs, names in os.walk(top):
+            for n in names:
+                try:
+                    coming += os.lstat(os.path.join(here, n)).st_size
+                except OSError:
+                    pass
+    return done + min(coming, max(0, left - 1)) if left else done
+
+
+def progress_text(done: int, total: int) -> str:
+    """"412.0 MB of 1.2 GB" (the phase's words while an install downloads)."""
+    return f"{human_bytes(done)} of {human_bytes(total)}"

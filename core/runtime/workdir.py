@@ -189,6 +189,54 @@ def _hand_over(parent: int, name: str, rel: str, target: str) -> str | None:
     return f"checkpoint {rel}: the {moved} shipped entr{'ies' if moved != 1 else 'y'} moved into the checkpoint folder" if moved else None
 
 
+DECLARED_BY_JOB = ".gpu-router-outputs"  # in out/: folders the job's runtime named (gpu/lightning_hook.py)
+DECLARED_MAX_BYTES = 64 * 1024
+DECLARED_MAX = 20
+
+
+def declared_by_job(workdir: str, out_dir: str) -> list[str]:
+    """Folders the job's runtime named as outputs while it ran (Lightning's `lightning_logs/`),
+    as folder patterns relative to the working folder, and the list removed from out/ so it
+    does not come home itself. Read through nofollow like every file of the job's; a path
+    outside the working folder is ignored (only the working folder's files are ever copied,
+    as for any declared output), and so is anything past the first 20 folders or 64 KiB."""
+    job_dir = os.path.dirname(os.path.abspath(out_dir))
+    try:
+        out_top = nofollow.open_root(job_dir, os.path.basename(os.path.abspath(out_dir)))
+    except (OSError, nofollow.Refused):
+        return []
+    try:
+        try:
+            fd, _ = nofollow.open_file(out_top, DECLARED_BY_JOB, DECLARED_BY_JOB, nofollow.owner(out_top))
+        except (OSError, nofollow.Refused):
+            return []
+        try:
+            data = os.read(fd, DECLARED_MAX_BYTES)
+        finally:
+            os.close(fd)
+        try:
+            os.unlink(DECLARED_BY_JOB, dir_fd=out_top)
+        except OSError:
+            pass
+    finally:
+        os.close(out_top)
+    base = os.path.abspath(workdir)
+    found: list[str] = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        path = line.strip()
+        if not os.path.isabs(path) or "\0" in path:
+            continue
+        rel = os.path.relpath(os.path.normpath(path), base).replace(os.sep, "/")
+        if rel in (".", "") or rel == ".." or rel.startswith("../"):
+            continue
+        pattern = rel + "/"
+        if pattern not in found:
+            found.append(pattern)
+        if len(found) >= DECLARED_MAX:
+            break
+    return found
+
+
 def collect(workdir: str, out_dir: str, patterns: list[str], before: Snapshot | None) -> dict:
     """Copy the declared outputs into `out_dir` (same relative paths) and count what the job
     wrote that was not declared: {"declared": n, "stayed": n, "folders": {folder: n}, "sample",

@@ -395,6 +395,9 @@ class DashApp(App):
                 self.select_job(key)
         elif self.selected in {j.id for j in message.jobs}:
             self._title_log()
+        if isinstance(self.screen, DetailScreen):  # its title follows the job's reason (an install's bytes)
+            for job in message.jobs:
+                self.screen.show_state(job)
         for job in newly_pending:
             self.tell(f"job {job.short_id} ({job.name}) needs your approval: select it and press a",
                       title="approval needed", severity="warning", timeout=15)

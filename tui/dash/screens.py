@@ -161,14 +161,23 @@ class DetailScreen(Screen):
         self.job, self.events, self.metrics, self.clock = job, events, metrics, clock
         self.journey = journey
 
+    @staticmethod
+    def _title(job) -> Text:  # noqa: ANN001 - a core Job
+        return markup("[b]job {short}  [/b]{name}  {state}" + ("  [dim]{reason}[/dim]" if job.reason else ""),
+                      short=job.short_id, name=job.name, state=state_text(job.state.value), reason=job.reason)
+
+    def show_state(self, job) -> None:  # noqa: ANN001 - a core Job
+        """The job's state and reason as they change while the screen is open (an install's
+        "fetching 12 packages, 412.0 MB of 1.2 GB" moves on each second)."""
+        if job.id == self.job.id:
+            self.query_one("#detail-title", Static).update(self._title(job))
+
     def compose(self) -> ComposeResult:
         job = self.job
         with VerticalScroll():
             # each separating space ends the styled run before it: a renderer of the SVG that
             # drops a run's leading spaces ran "job 01c0ffee" and the name together
-            yield Static(markup("[b]job {short}  [/b]{name}  {state}" + ("  [dim]{reason}[/dim]" if job.reason else ""),
-                                short=job.short_id, name=job.name, state=state_text(job.state.value),
-                                reason=job.reason), id="detail-title")
+            yield Static(self._title(job), id="detail-title")
             if self.journey is not None:
                 moves = self.journey.get("moves") or 0
                 title = "journey" + (f" ({moves} move{'s' * (moves != 1)})" if moves else "")

@@ -399,6 +399,8 @@ def plan_panel(plan: dict, bundle: dict | None = None, state: str | None = None)
         rows.append(("data", joined((f"{joined([k])} ({joined([v[:12]])})" for k, v in plan["data"].items()), ", ")))
     if plan.get("data_sources"):
         rows.append(("from", joined((f"{joined([k])}: {joined([v])}" for k, v in plan["data_sources"].items()), ", ")))
+    if (plan.get("environment") or {}).get("text"):  # what installing its dependencies downloads
+        rows.append(("environment", joined([plan["environment"]["text"].removeprefix("environment: ")])))
     if bundle:
         rows.append(("bundle", f"{bundle.get('files', 0)} files, {human_bytes(bundle.get('bytes', 0))}"
                                + (f", {len(bundle['left_out'])} left out" if bundle.get("left_out") else "")))

@@ -12,9 +12,13 @@ interpreter, without starting a second one to ask:
 - an import hook waits for the real `wandb`: right after it loads, `gpu.wandb_hook.follow`
   wraps its log, summary and finish calls, so gpu-router receives every value it logs;
 - the same hook waits for `matplotlib.pyplot`: `gpu.figures.follow` makes a `plt.show()` with
-  no screen save the figures into gpu.output_dir() instead of dropping them.
+  no screen save the figures into gpu.output_dir() instead of dropping them;
+- and for `lightning.pytorch` (loaded by `import lightning` too) and `pytorch_lightning`:
+  `gpu.lightning_hook.follow` adds gpu-router's logger to every Trainer, keeps its checkpoints
+  in gpu.checkpoint_dir() (a resumed fit continues from the last) and names its logs folder
+  as an output.
 
-Nothing else is imported until wandb or pyplot is (a process that never uses them pays one
+Nothing else is imported until wandb, pyplot or Lightning is (a process that never uses them pays one
 path append and one finder that answers None). A `sitecustomize` that this one hides (a distribution's,
 a venv's, the project's own) is run afterwards, so it still does its work. Standard library
 only; a failure here is said once on stderr and never stops the job.
@@ -33,7 +37,14 @@ _SHIMS = os.path.join(os.path.dirname(_HERE), "shims")
 
 
 # the modules followed, and the `gpu` module that follows each (imported only once it loads)
-FOLLOWED = {"wandb": "wandb_hook", "matplotlib.pyplot": "figures"}
+FOLLOWED = {"wandb": "wandb_hook", "matplotlib.pyplot": "figures",
+            "lightning.pytorch": "lightning_hook", "pytorch_lightning": "lightning_hook"}
+_LOST = {  # what a follower that failed to start costs the job, said once in its log
+    "wandb_hook": "wandb is not followed: its values will not show in gpu-router",
+    "figures": "plt.show() figures will not be saved: call plt.savefig(gpu.output_dir() / 'name.png')",
+    "lightning_hook": "Lightning is not followed: its logged values, checkpoints and logs folder "
+                      "reach gpu-router only through gpu.log, gpu.checkpoint_dir() and --output",
+}
 
 
 class _FollowWandb(importlib.abc.MetaPathFinder):
@@ -73,10 +84,7 @@ class _ThenFollow(importlib.abc.Loader):
         try:
             importlib.import_module(f"gpu.{self._follower}").follow(module)
         except Exception as exc:  # noqa: BLE001 - the module works; only gpu-router's part is lost
-            what = ("wandb is not followed: its values will not show in gpu-router"
-                    if self._follower == "wandb_hook" else
-                    "plt.show() figures will not be saved: call plt.savefig(gpu.output_dir() / 'name.png')")
-            print(f"[gpu] {what} ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+            print(f"[gpu] {_LOST[self._follower]} ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
 
     def __getattr__(self, name: str):
         return getattr(self._loader, name)
