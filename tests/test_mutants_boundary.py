@@ -149,6 +149,7 @@ def test_outermost_keeps_each_path_once_and_none_inside_another() -> None:
     assert boundary._outermost(["/dataX", "/data/y"]) == ["/data/y", "/dataX"]
     assert boundary._outermost(["/srv/b", "/srv/a/c", "/srv/a"]) == ["/srv/a", "/srv/b"]
     assert boundary._outermost([]) == []
+    assert boundary._outermost(["/X", "/Y/z"]) == ["/X", "/Y/z"]  # only a trailing '/' is stripped
 
 
 def test_under_any_follows_links_and_matches_whole_components(tmp_path: Path) -> None:
@@ -161,6 +162,7 @@ def test_under_any_follows_links_and_matches_whole_components(tmp_path: Path) ->
     assert boundary._under_any(str(tmp_path), ("/usr", "/opt")) is False
     assert boundary._under_any("/anything", ("/",)) is True
     assert boundary._under_any("/opt/x", ("/opt/",)) is True
+    assert boundary._under_any("/opt/y", ("/optX",)) is False  # only a trailing '/' is stripped
 
 
 # --- bwrap_argv's root branch and the covered folder's name, job_environ ----------------------
