@@ -43,7 +43,7 @@ if "--against" in _ARGS:
 N = int(_ARGS[0]) if _ARGS else (1 if SMALL else 15)
 FILES = 1000
 TARGET_MS = 120
-CHECK_S = 1.2  # tui/warmserver.py reaps its children once a second
+CHECK_S = 1.2  # tui/warm/server.py reaps its children once a second
 BEFORE_MS = 162  # issue 26's figure for this bench before its work (a quiet 2-core machine)
 
 
@@ -159,7 +159,7 @@ def main() -> int:
     deadline = time.monotonic() + 10
     while not warm_sock.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    log(f"warm server {'up' if warm_sock.exists() else 'NOT up after 10 s'} (tui/warmserver.py)")
+    log(f"warm server {'up' if warm_sock.exists() else 'NOT up after 10 s'} (tui/warm/server.py)")
     # settled: each submit starts once the jobs of the ones before it have ended, as an agent
     # that submits, reads the outcome and edits submits; the figure the target is judged on
     log(f"{N} submits with --wait-s 0 via `gpu` on PATH, each once no job is left running ...")

@@ -228,15 +228,15 @@ def agent_marker_names() -> list[str]:
 
 
 def lock_holder(lock: Path) -> int | None:
-    """The pid in a lock file while a process holds the lock (tui.wire.lock_holder): a lock file
+    """The pid in a lock file while a process holds the lock (tui.warm.wire.lock_holder): a lock file
     outlives its process, and the pid in it may by now be another test's (pids wrap at 32768)."""
-    from tui.wire import lock_holder as holder
+    from tui.warm.wire import lock_holder as holder
 
     return holder(lock)
 
 
 def _stop_world(h: Path) -> None:
-    for name in ("supervisor.lock", "warm.lock"):  # the supervisor, and its warm server (tui/warmserver.py)
+    for name in ("supervisor.lock", "warm.lock"):  # the supervisor, and its warm server (tui/warm/server.py)
         pid = lock_holder(h / name)
         if pid:
             try:
@@ -260,7 +260,7 @@ def _stop_late_starters(h: Path) -> None:
         left = _test_processes({str(h)}, before=set(), children=False)
         if not left:
             return
-        servers = [p for p in left if any(m in _cmdline(p) for m in ("core.engine.supervisor", "tui.warmserver"))]
+        servers = [p for p in left if any(m in _cmdline(p) for m in ("core.engine.supervisor", "tui.warm.server"))]
         for pid in servers or list(left):
             try:
                 os.kill(pid, signal.SIGKILL)

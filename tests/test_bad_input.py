@@ -350,9 +350,9 @@ def inject(tmp_path: Path, body: str) -> dict[str, str]:
     site = tmp_path / "inject"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
-        "import tui.cli_jobs\n"
+        "import tui.cli.jobs\n"
         "def _planted(args):\n" + "".join(f"    {line}\n" for line in body.splitlines()) +
-        "tui.cli_jobs.cmd_jobs = _planted\n")
+        "tui.cli.jobs.cmd_jobs = _planted\n")
     return {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
 
 

@@ -219,7 +219,7 @@ def test_logs_f_says_what_the_job_waits_for_before_its_first_line(tmp_path: Path
     from types import SimpleNamespace
 
     from core.jobs.states import State
-    from tui import cli_jobs
+    from tui.cli import jobs as cli_jobs
 
     log = tmp_path / "job.log"
     log.write_text("[gpu-router] process tracking: the marker\n[gpu-router] dependencies: resolving with uv\n")

@@ -245,7 +245,7 @@ def test_a_full_home_pauses_checkpoint_mirroring_said_once_then_it_resumes(
 
     from core.packaging import checkpoints
     from core.jobs.store import Event
-    from tui.render import status_panel
+    from tui.show.render import status_panel
 
     monkeypatch.setattr(checkpoints, "RESERVE_BYTES", 1 << 20)
     ckpt = tmp_path / "job" / "ckpt"

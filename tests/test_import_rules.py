@@ -8,6 +8,9 @@
   imports only packages on floors below its own;
 - providers never import tui/; the transport never imports a provider;
 - tui/ reaches the engine through its public functions: no core.providers or core.transport;
+- tui/ stands in rooms, one per front (tui.cli, tui.mcp, tui.dash, tui.warm) and tui.show, what
+  they all show: a front imports its own room, tui.show and the engine, never another front
+  but through a door named in DOORS with its reason; tui.show imports no front;
 - the job-side runtime (core/runtime, shipped to every target) imports only the standard
   library and itself;
 - `ls core/` reads as a table of contents: a dozen entries at most.
@@ -236,6 +239,134 @@ def test_the_transport_imports_no_provider() -> None:
 
 def test_tui_reaches_the_engine_only_through_its_public_functions() -> None:
     assert _offenders("tui", ("core.providers", "core.transport")) == []
+
+
+# The rooms of tui/: one per front, and what every front shows (the terminal, the tables and
+# panels, the error log). A front reaches the engine and tui.show, never another front, but
+# through one of the DOORS below: (importer, imported module) and why that front must start or
+# reach the other. Nothing else of tui/ may sit outside a room (LOOSE, each with its reason).
+FRONTS = ("tui.cli", "tui.mcp", "tui.dash", "tui.warm")
+SHARED = "tui.show"
+DOORS: dict[tuple[str, str], str] = {
+    ("tui.cli.fronts", "tui.dash.app"): "`gpu dash`, and `gpu` alone at a terminal, open the dashboard",
+    ("tui.cli.fronts", "tui.mcp.server"): "`gpu mcp` serves the MCP tools on stdin/stdout",
+    ("tui.cli.daemon", "tui.warm.wire"): "`gpu daemon --status/--stop` shows and stops the warm server",
+    ("tui.warm.launcher", "tui.cli"): "the console script runs the command here when the warm server does not",
+    ("tui.warm.server", "tui.cli"): "the warm server builds submit's parser once; its children run tui.cli.main",
+}
+LOOSE = {
+    "tui": "the package: a docstring only",
+    "tui.launcher": "the console script of installs made before the rooms (bin/gpu runs tui.launcher:main)",
+}
+
+
+def _room(mod: str) -> str | None:
+    """tui.X.Y and tui.X -> tui.X; anything outside tui/ -> None."""
+    parts = mod.split(".")
+    return ".".join(parts[:2]) if parts[0] == "tui" and len(parts) > 1 else None
+
+
+def _reached() -> dict[str, list[tuple[int, str]]]:
+    """Module of tui/ -> (line, project module) for each module an import statement loads, nested
+    ones included: `from a import b` reaches a.b where that is a module, else a."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for mod, path in MODULES.items():
+        if mod != "tui" and not mod.startswith("tui."):
+            continue
+        got = out.setdefault(mod, [])
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                base = node.module or ""
+                if node.level:
+                    parts = mod.split(".")
+                    keep = len(parts) - node.level + (1 if path.name == "__init__.py" else 0)
+                    base = ".".join(parts[:keep] + ([base] if base else []))
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+            else:
+                continue
+            for name in names:
+                while name and name not in MODULES:
+                    name = name.rpartition(".")[0]
+                if name and name != mod:
+                    got.append((node.lineno, name))
+    return out
+
+
+def _front_crossings(reached: dict[str, list[tuple[int, str]]],
+                     doors: dict[tuple[str, str], str]) -> tuple[list[str], set[tuple[str, str]]]:
+    """Every import from one room of tui/ into another that the rules do not allow, and the
+    doors that were used. A front may import its own room, tui.show and what is not tui/; a
+    door lets exactly one module of a front import exactly one module of another. tui.show
+    imports no front; a loose module only through a door."""
+    bad: list[str] = []
+    used: set[tuple[str, str]] = set()
+    for mod, imports in sorted(reached.items()):
+        src = _room(mod)
+        for line, target in imports:
+            dst = _room(target)
+            if dst is None and target != "tui":
+                continue  # the engine, the standard library, a third-party package
+            if dst == src or (dst == SHARED and src != SHARED):
+                continue
+            if (mod, target) in doors:
+                used.add((mod, target))
+                continue
+            bad.append(f"{mod}:{line} imports {target} ({src or mod} -> {dst or target})")
+    return bad, used
+
+
+def test_a_front_never_imports_another_front_but_through_a_named_door() -> None:
+    bad, _ = _front_crossings(_reached(), {**DOORS, ("tui.launcher", "tui.warm.launcher"): LOOSE["tui.launcher"]})
+    assert bad == []
+
+
+def test_every_door_between_fronts_is_still_used() -> None:
+    """A door no import uses any more is closed: the list names the doors there are."""
+    _, used = _front_crossings(_reached(), DOORS)
+    assert used == set(DOORS)
+
+
+def test_tui_holds_only_its_rooms() -> None:
+    rooms = {*FRONTS, SHARED}
+    outside = sorted(m for m in MODULES if m.split(".")[0] == "tui" and _room(m) not in rooms
+                     and m not in LOOSE)
+    assert outside == []
+    assert {m for m in MODULES if m.split(".")[0] == "tui" and _room(m) not in rooms} == set(LOOSE)
+
+
+def test_the_console_scripts_first_imports_import_nothing() -> None:
+    """`gpu` loads tui/__init__.py and tui/warm/__init__.py before the launcher: they hold no
+    import, so the launcher's path stays the C modules it chose (tests/test_startup.py)."""
+    for path in (ROOT / "tui" / "__init__.py", ROOT / "tui" / "warm" / "__init__.py"):
+        tree = ast.parse(path.read_text())
+        assert [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))] == [], path
+
+
+def test_the_front_check_can_fail() -> None:
+    """A front into another, a door used from the wrong module, the shared room into a front,
+    a loose module with no door: each named; the engine, a room's own modules, tui.show and a
+    door's own import pass."""
+    reached = {
+        "tui.mcp.tools": [(3, "tui.cli.common"), (4, "tui.show.output"), (5, "core.engine.service"),
+                          (6, "tui.mcp.schema")],
+        "tui.cli.jobs": [(7, "tui.dash.app")],
+        "tui.cli.fronts": [(8, "tui.dash.app")],
+        "tui.show.render": [(9, "tui.dash.widgets")],
+        "tui.dash.demo": [(10, "tui")],
+        "tui.stray": [(11, "tui.warm.wire")],
+    }
+    doors = {("tui.cli.fronts", "tui.dash.app"): "gpu dash", ("tui.warm.server", "tui.cli"): "unused"}
+    bad, used = _front_crossings(reached, doors)
+    assert bad == [
+        "tui.cli.jobs:7 imports tui.dash.app (tui.cli -> tui.dash)",
+        "tui.dash.demo:10 imports tui (tui.dash -> tui)",
+        "tui.mcp.tools:3 imports tui.cli.common (tui.mcp -> tui.cli)",
+        "tui.show.render:9 imports tui.dash.widgets (tui.show -> tui.dash)",
+        "tui.stray:11 imports tui.warm.wire (tui.stray -> tui.warm)",
+    ]
+    assert used == {("tui.cli.fronts", "tui.dash.app")}
 
 
 def test_the_job_side_runtime_imports_only_the_standard_library_and_itself() -> None:

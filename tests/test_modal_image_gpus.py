@@ -305,7 +305,7 @@ def test_a_job_on_four_h100s_in_a_registry_image_with_packages_plans_prices_and_
 async def test_compute_job_takes_image_packages_and_a_gpu_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                keychain, home: Path) -> None:
     """compute_job's plan takes `image`, `packages` and `gpu: TYPE:COUNT` as gpu.yaml's keys of
-    those names, checked the same way (tui/mcp_schema.py's COMPUTE_RESOURCE_PROPERTIES)."""
+    those names, checked the same way (tui/mcp/schema.py's COMPUTE_RESOURCE_PROPERTIES)."""
     import os
 
     from tests.conftest import _stop_world, make_git_project, run_gpu

@@ -114,7 +114,7 @@ def test_a_runs_id_link_to_the_config_folder_leaves_the_config_alone(home: Path,
     assert json.loads((kept / "job.json").read_text())["job"]["outputs_kept"]["dir"] == str(kept)
     from rich.console import Console
 
-    from tui.render import status_panel
+    from tui.show.render import status_panel
 
     shown = Console(width=300, record=True, file=open(os.devnull, "w"))
     shown.print(status_panel(store.get(job.id), store.events(job.id), {}))

@@ -1,6 +1,6 @@
 """Job output reaches a terminal only as printable text, tab and newline, and keeps its lines.
 
-The filter (core/runtime/textsafe.printable) and the CLI's one render path (tui/output.py)
+The filter (core/runtime/textsafe.printable) and the CLI's one render path (tui/show/output.py)
 are checked for any input with hypothesis, besides the hostile examples from the issue.
 """
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.props import examples
 
 from core.display.sanitize import printable
-from tui.output import joined, markup, renderable, safe
+from tui.show.output import joined, markup, renderable, safe
 
 HOSTILE = ("ok\x1b]52;c;ZXZpbA==\x07 title\x1b]0;pwned\x1b\\ clear\x1b[2J csi8\x9b2J "
            "bell\x07 nul\x00 del\x7f c1\x85 osc8\x1b]8;;file:///etc\x1b\\link\x1b]8;;\x1b\\ "

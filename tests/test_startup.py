@@ -31,7 +31,7 @@ from core.errors import UserError
 # PyYAML once the files' parse is remembered)
 HEAVY = ("yaml", "asyncio", "ssl", "logging", "concurrent.futures", "ctypes", "difflib", "uuid",
          "platform", "gzip", "textual", "rich", "pydantic", "jsonschema", "asyncssh", "keyring",
-         "huggingface_hub", "apprise", "aiosqlite", "mcp", "httpx", "tui.render", "tui.dash",
+         "huggingface_hub", "apprise", "aiosqlite", "mcp", "httpx", "tui.show.render", "tui.dash",
          "core.transport", "core.providers.remoteprobe", "core.providers.kaggle",
          "core.providers.modal", "core.providers.slurm", "core.providers.pbs")
 
@@ -86,7 +86,7 @@ def test_a_parser_built_for_one_command_reads_as_the_whole_one() -> None:
         assert _subparsers(alone)[name].format_help() == full.format_help(), name
     assert cli.build_parser(only="subit").format_help() == whole.format_help()
     args = cli.build_parser(only="submit").parse_args(["submit", "x.py", "--hours", "2", "--json"])
-    assert (args.script, args.hours, args.json, args.func) == ("x.py", 2.0, True, cli.cli_submit.cmd_submit)
+    assert (args.script, args.hours, args.json, args.func) == ("x.py", 2.0, True, cli.submit.cmd_submit)
 
 
 def test_a_mistyped_command_is_still_named(capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,7 +31,7 @@ ESCAPED_LINK = "\\[link=file:///etc/passwd]bs\\[/link]"  # Rich's own escape, do
 OPEN, AFTER_OPEN = "opens\x9d0;never closed", "after-the-open-arg"
 HOSTILE_ARGS = [OPEN, AFTER_OPEN, OSC52, LINK, ESCAPED_LINK, "\u202eevil\u2066", "\u009b2J", "\x1b[2Jcls", "\x1bP+q\x1b\\dcs"]
 SGR = re.compile(rb"\x1b\[[0-9;]*m")
-# our own packing progress bar (tui.output.Packing, rich's Live display on stderr): the cursor
+# our own packing progress bar (tui.show.output.Packing, rich's Live display on stderr): the cursor
 # hidden and shown, each redraw erasing the line before one of OUR stage texts, and the last
 # line erased when the bar goes; nothing else of the kind is let through
 BAR = re.compile(rb"\x1b\[\?25[lh]|\x1b\[2K(?=listing the files|bundling|bundled \d|hashing)"
@@ -85,7 +85,7 @@ def record(argv: list[str], *, cwd: Path | None = None, env: dict | None = None,
     return proc.returncode, out
 
 
-# -- every write to the terminal goes through tui/output.py ---------------------------------
+# -- every write to the terminal goes through tui/show/output.py ---------------------------------
 
 MARKUP_SINKS = {"Static", "update", "add_row", "Group", "ConfirmScreen", "Hit"}
 
@@ -114,10 +114,10 @@ def test_tui_writes_to_the_terminal_only_through_the_one_render_path() -> None:
         for node, name in _calls(tree):
             f = node.func
             if name in ("print", "input", "getpass") and isinstance(f, ast.Name):
-                problems.append(f"{rel}:{node.lineno}: {name}() writes around tui.output")
+                problems.append(f"{rel}:{node.lineno}: {name}() writes around tui.show.output")
             if (name == "write" and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute)
                     and f.value.attr in ("stdout", "stderr")):
-                problems.append(f"{rel}:{node.lineno}: sys.{f.value.attr}.write writes around tui.output")
+                problems.append(f"{rel}:{node.lineno}: sys.{f.value.attr}.write writes around tui.show.output")
             if name in ("dumps", "from_markup", "highlight"):
                 problems.append(f"{rel}:{node.lineno}: {name}() (use emit_json / markup())")
             if name == "notify" and not any(k.arg == "markup" and isinstance(k.value, ast.Constant)
@@ -302,8 +302,8 @@ def test_a_hidden_instruction_in_a_job_s_output_reaches_no_reader(home: Path, tm
 def test_machine_output_is_filtered_by_the_one_function() -> None:
     """`--json` and MCP results both go through printable_doc: a tag character in any string
     or key of a document is gone after a JSON round trip."""
-    from tui import mcp_server
-    from tui.output import json_text
+    from tui.mcp import server as mcp_server
+    from tui.show.output import json_text
 
     doc = {"name\u200b": ["a" + TAG_INSTRUCTION + "b", {"k": "\u202ex\ufeff"}], "n": 1.5}
     for text in (json_text(doc), json.dumps(mcp_server.clean(doc))):

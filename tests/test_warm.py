@@ -1,4 +1,4 @@
-"""The warm server (tui/warmserver.py, tui/launcher.py): an agent's `gpu submit --json` runs in
+"""The warm server (tui/warm/server.py, tui/warm/launcher.py): an agent's `gpu submit --json` runs in
 a forked child of a process that imported gpu-router once, and is the same command as ever.
 
 What a user would check: the result and the job are the same as an in-process submit's; a
@@ -23,7 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import gpu_exe, gpu_json, make_git_project, pty_session, run_gpu, wait_state
-from tui import warmserver, wire
+from tui.warm import server as warmserver
+from tui.warm import wire
 
 SCRIPT = "import os\nprint('ran', os.environ.get('RUN'))\n"
 
@@ -142,7 +143,7 @@ def test_a_persons_submit_never_goes_warm(home: Path, project: Path) -> None:
 
 RAW_CLIENT = r"""
 import json, os, sys
-from tui import launcher, wire
+from tui.warm import launcher, wire
 home, argv = sys.argv[1], json.loads(sys.argv[2])
 sock = wire.connect(home)
 wire.send_request(sock, launcher.request(argv), [0, 1, 2])
@@ -409,7 +410,7 @@ _PLAIN = st.recursive(st.none() | st.booleans() | st.integers() | _TEXT,
 @settings(max_examples=300, deadline=None)
 @given(doc=st.dictionaries(_TEXT, _PLAIN, max_size=6))
 def test_the_clients_json_is_json(doc: dict) -> None:
-    """The client writes its request without the json module (tui/wire.py: its start is most of
+    """The client writes its request without the json module (tui/warm/wire.py: its start is most of
     a warm submit): for any request-shaped value it writes what json.dumps writes, and the
     server reads back the very same value."""
     text = wire.dumps(doc)

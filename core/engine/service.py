@@ -484,7 +484,7 @@ def tool_call(tool: str, **arguments: Any) -> str:
     return f"{tool}({', '.join(f'{k}={json.dumps(v)}' for k, v in arguments.items())})"
 
 
-JOB_RESOURCE = "gpu://jobs/"  # + short id: the MCP resource of a job (tui/mcp_watch.py)
+JOB_RESOURCE = "gpu://jobs/"  # + short id: the MCP resource of a job (tui/mcp/watch.py)
 
 
 FAILURE_READ_MAX = 1 << 20  # the most one read of a log by offset returns (reports.MAX_LOG_CHUNK)

@@ -29,7 +29,7 @@ from tui.dash.jobindex import JobIndex, keep_from_gc, release_to_gc
 from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
 from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10_series
 from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
-from tui.output import markup, safe
+from tui.show.output import markup, safe
 
 CHANGING_ACTIONS = {"approve", "deny", "cancel"}
 SUPERVISE_CHECK_S = 10.0  # how often the dashboard checks that live jobs have a supervisor

@@ -152,7 +152,7 @@ def _seed_kaggle_probe() -> None:
 
 def main() -> None:
     seed()
-    from tui.output import emit_json
+    from tui.show.output import emit_json
 
     emit_json({"home": str(paths.home())})
 

@@ -15,8 +15,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from tui.output import joined, markup, renderable
-from tui.render import local_time, bundle_panel, journey_panel, metrics_table, plan_panel, state_text, tracked_rows
+from tui.show.output import joined, markup, renderable
+from tui.show.render import local_time, bundle_panel, journey_panel, metrics_table, plan_panel, state_text, tracked_rows
 
 
 class ApprovalScreen(ModalScreen[str | None]):

@@ -22,8 +22,8 @@ from textual_plotext import PlotextPlot
 
 from core.jobs.states import State
 from tui.dash import axes
-from tui.output import markup, renderable, safe
-from tui.render import STATE_STYLE, duration, money
+from tui.show.output import markup, renderable, safe
+from tui.show.render import STATE_STYLE, duration, money
 
 JOB_COLUMNS = (("id", "ID", 8), ("name", "NAME", 14), ("state", "STATE", 16), ("target", "TARGET", 9),
                ("gpu", "GPU", 11), ("time", "ELAPSED/EST", 11), ("cost", "COST", 7), ("metric", "LAST", 14))

@@ -10,7 +10,7 @@
 at once, so a wrong host, user or key, or a host key not yet trusted, is said right away.
 `trust` is the one deliberate way to accept a host key: it shows the fingerprint and needs a
 person's "yes" at a terminal, or the same fingerprint given with --fingerprint (what a script
-or an agent must pass, after a person checked it). Kept out of tui/cli.py, which only hooks
+or an agent must pass, after a person checked it). Kept out of tui/cli/parser.py, which only hooks
 these in.
 """
 
@@ -21,7 +21,7 @@ import sys
 from typing import Any, Callable
 
 from core.errors import UserError, shorten
-from tui.output import ask, emit_json, joined, markup, say
+from tui.show.output import ask, emit_json, joined, markup, say
 
 KINDS = ("ssh", "slurm", "pbs", "kaggle", "modal")
 
@@ -245,7 +245,7 @@ def _secret_text(args: argparse.Namespace, *, given: str | None, default: str, w
     a command line is visible to every process on the machine."""
     import os
 
-    from tui.output import ask_hidden
+    from tui.show.output import ask_hidden
 
     if args.token_stdin:
         text = sys.stdin.read(1 << 16)
@@ -341,4 +341,22 @@ def cmd_trust(args: argparse.Namespace) -> int:
     else:
         say(markup("trusted {host} ({algorithm} {fp}); recorded in {path}",
                    host=hk.host, algorithm=hk.algorithm, fp=fp, path=path))
+    return 0
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    """`gpu targets` (and `gpu targets list`): every target with its GPUs, availability, quota
+    left and price, as a table or {targets: [...]}."""
+    from tui.cli.common import open_store
+
+    if args.json:
+        from core.engine.reports import targets_doc
+
+        emit_json(targets_doc(open_store()))
+        return 0
+    from core.engine import targets
+    from tui.show.render import targets_table
+
+    infos = targets.infos(open_store())
+    say(targets_table(list(infos.values())))
     return 0

@@ -30,8 +30,8 @@ def add_gc_command(add: Callable[..., argparse.ArgumentParser], epilog: str) -> 
 def cmd_gc(args: argparse.Namespace) -> int:
     from core.engine import storage
     from core.jobs.store import Store
-    from tui.output import emit_json, markup, say
-    from tui.render import human_bytes
+    from tui.show.output import emit_json, markup, say
+    from tui.show.render import human_bytes
 
     started = time.perf_counter()
     locs = storage.collect(Store(), only=args.where, everything=args.all, dry_run=args.dry_run)

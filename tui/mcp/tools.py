@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from core.engine import actor as actor_rule
 from core.errors import UserError
-from tui.mcp_schema import LOGS_DEFAULT_LINES, SUBMIT_PROPERTIES, WAIT_DEFAULT_S, WAIT_MAX_S
+from tui.mcp.schema import LOGS_DEFAULT_LINES, SUBMIT_PROPERTIES, WAIT_DEFAULT_S, WAIT_MAX_S
 
 ACTOR = actor_rule.mcp().label("mcp")  # "agent (it came through MCP; mcp)"
 

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from core.errors import UserError
-from tui.cli_common import (
+from tui.cli.common import (
     actor_of,
     confirm_broad,
     here,
@@ -17,7 +17,7 @@ from tui.cli_common import (
     open_store,
     project_and_script,
 )
-from tui.output import Packing, ask, emit_json, markup, say
+from tui.show.output import Packing, ask, emit_json, markup, say
 
 
 def request_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return _said_group(result, actor, interactive)
     if interactive and result.submitted and result.guidance.get("needs_approval"):
         return _ask_at_submit(result, actor)
-    from tui.render import bundle_panel, state_text
+    from tui.show.render import bundle_panel, state_text
 
     job = result.job
     verb = "submitted" if result.submitted else "already active, not submitted again:"
@@ -93,7 +93,7 @@ def _ask_at_submit(result, actor) -> int:
     """A person at a terminal is shown the plan once; their yes (and their approval PIN, if
     one is set) approves that digest."""
     from core.engine.approvals import approve, deny, require_person
-    from tui.render import bundle_panel, plan_panel
+    from tui.show.render import bundle_panel, plan_panel
 
     require_person(actor, result.job.short_id, store=open_store(), job=result.job)  # never reached by an agent
 
@@ -102,7 +102,7 @@ def _ask_at_submit(result, actor) -> int:
                short=job.short_id, name=job.name))
     say(plan_panel(job.plan, result.bundle))
     from core.engine.accounts import elsewhere
-    from tui.render import elsewhere_panel
+    from tui.show.render import elsewhere_panel
 
     req = job.request
     other = elsewhere(req.get("gpu"), req.get("vram_gb"), req.get("hours"))
@@ -129,7 +129,7 @@ def _ask_at_submit(result, actor) -> int:
 
 def _said_group(result, actor, interactive: bool) -> int:
     """A sweep submitted: the group, where its points run, and what holds it."""
-    from tui.render import bundle_panel
+    from tui.show.render import bundle_panel
 
     group, doc = result.group, result.to_json()["group"]
     verb = "submitted" if result.submitted else "already active, not submitted again:"
@@ -212,7 +212,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         emit_json(plan_doc(bundle.summary(), plan, other))
         return 0
-    from tui.render import bundle_panel, elsewhere_panel, plan_panel
+    from tui.show.render import bundle_panel, elsewhere_panel, plan_panel
 
     say(plan_panel(plan))
     if other is not None:
@@ -225,7 +225,7 @@ def _pin_at_terminal(job, where: str, actor=None) -> bool:
     """With an approval PIN set, ask for it (hidden) and check it; True when one was. Only a
     person at a terminal gets here (require_person), so the PIN is never read from a pipe."""
     from core.engine.approvals import pin_is_set, require_pin
-    from tui.output import ask_hidden
+    from tui.show.output import ask_hidden
 
     if not pin_is_set():
         return False
@@ -274,7 +274,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     if job.state != State.AWAITING_APPROVAL:
         raise UserError(f"job {job.short_id} is {job.state.value}, not awaiting approval",
                         fix="see `gpu jobs --state awaiting_approval`")
-    from tui.render import plan_panel
+    from tui.show.render import plan_panel
 
     say(markup("[bold]job {short}[/] ({name}) waits for approval:", short=job.short_id, name=job.name))
     say(plan_panel(job.plan, job.bundle))

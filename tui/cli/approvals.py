@@ -7,7 +7,7 @@
 Setting and clearing are a person's acts like approving: an agent that set a PIN would lock the
 person out, one that cleared it would undo it. The PIN is typed at a terminal only (never an
 argument, never stdin from a pipe), so it is not in argv, a shell history or an agent's
-transcript. Kept out of tui/cli.py, which only hooks this in.
+transcript. Kept out of tui/cli/parser.py, which only hooks this in.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def cmd_approvals(args: argparse.Namespace) -> int:
 
 def cmd_pin(args: argparse.Namespace) -> int:
     from core.engine import pin
-    from tui.output import emit_json, markup, say
+    from tui.show.output import emit_json, markup, say
 
     if args.action == "status":
         doc = pin.status()
@@ -92,7 +92,7 @@ def _require_person(command: str, args: argparse.Namespace) -> None:
 
 
 def _ask(prompt: str) -> str:
-    from tui.output import ask_hidden
+    from tui.show.output import ask_hidden
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):  # _require_person said so already
         raise UserError("a PIN is only read at a terminal", fix="run it in a terminal")

@@ -6,7 +6,7 @@ what each came to; and the `gpu daemon --status` lines of URLs that fail.
 The supervisor sends the real messages (core/engine/notify.py); this only checks that each URL
 reaches someone. URLs are shown in apprise's privacy form (tokens cut), never whole. Exits 0
 when every URL took the message, 1 when one did not, 2 when none is configured. Kept out of
-tui/cli.py, which only hooks it in.
+tui/cli/parser.py, which only hooks it in.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from typing import Callable
 
 from core.errors import UserError
-from tui.output import emit_json, markup, say
+from tui.show.output import emit_json, markup, say
 
 EXAMPLE = ("notify:\n  - ntfy://ntfy.sh/my-gpu-jobs\n"
            "  - {url: json://127.0.0.1:8080/hook, events: [approval_wait, failed]}")

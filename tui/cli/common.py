@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.errors import UserError
-from tui.output import ask, write
+from tui.show.output import ask, write
 
 
 def here() -> str | None:

@@ -7,7 +7,7 @@
 The API key is typed hidden at a terminal or piped on standard input (`--key-stdin`), never an
 argument (a command line is visible to every process on the machine), and goes only to the
 keychain. Everything a provider wrote (GPU names, regions, instance names, errors) is shown
-through tui.output's filter. Kept out of tui/cli.py, which only hooks these in.
+through tui.show.output's filter. Kept out of tui/cli/parser.py, which only hooks these in.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from typing import Any, Callable
 
 from core.errors import UserError
-from tui.output import emit_json, markup, renderable, safe, say
+from tui.show.output import emit_json, markup, renderable, safe, say
 
 PROVIDERS = ("tensorpool", "lambda", "primeintellect", "vast", "runpod")
 
@@ -64,7 +64,7 @@ def _key(args: argparse.Namespace) -> str:
                             fix=f"pipe the key in: gpu accounts add {args.provider} --key-stdin < key.txt")
         return key
     if sys.stdin.isatty():
-        from tui.output import ask_hidden
+        from tui.show.output import ask_hidden
 
         return ask_hidden(f"{args.provider} API key (not shown): ")
     raise UserError("no terminal to type the key at",

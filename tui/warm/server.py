@@ -1,6 +1,6 @@
 """The warm server: gpu-router imported once, a forked child per agent's `gpu submit --json`.
 
-    python -m tui.warmserver      (started by tui/launcher.py; one per GPU_ROUTER_HOME)
+    python -m tui.warm.server      (started by tui/warm/launcher.py; one per GPU_ROUTER_HOME)
 
 What it guarantees (tests/test_warm.py):
 - It runs nothing but `gpu submit` with `--json`, parsed by the command's own parser: machine
@@ -33,8 +33,8 @@ import time
 
 from core import paths
 from core.engine import daemon, jobguard
-from tui import wire
-from tui.wire import HANDSHAKE_S, LOCK_NAME, LOG_NAME, SOCKET_NAME
+from tui.warm import wire
+from tui.warm.wire import HANDSHAKE_S, LOCK_NAME, LOG_NAME, SOCKET_NAME
 
 SUPERVISOR_GRACE_S = 10.0  # the supervisor the first submit started may still be starting
 CHECK_EVERY_S = 1.0

@@ -119,7 +119,7 @@ class JobWatch:
                                                "subscribe to be told when it changes and ends")])
 
     async def read(self, uri: str, clean: Callable[[Any], Any]) -> types.ReadResourceResult:
-        from tui.output import json_text
+        from tui.show.output import json_text
 
         job = await self._resolve(uri_ref(uri))
         doc = await anyio.to_thread.run_sync(lambda: clean(self.status(self.store(), job)))

@@ -20,9 +20,9 @@ import re
 from typing import Any
 
 from core.errors import UserError
-from tui.mcp_schema import COMPUTE_RESOURCES as RESOURCES
-from tui.mcp_schema import START_WAIT_S
-from tui.mcp_tools import (ACTOR, Call, Engine, argument, gpu_logs, gpu_wait, settling, stage)
+from tui.mcp.schema import COMPUTE_RESOURCES as RESOURCES
+from tui.mcp.schema import START_WAIT_S
+from tui.mcp.tools import (ACTOR, Call, Engine, argument, gpu_logs, gpu_wait, settling, stage)
 
 TOOL = "compute_job"
 NEEDS = {"start": ("command", "cwd"), "plan": ("command", "cwd"), "wait": ("job",),

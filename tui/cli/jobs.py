@@ -8,8 +8,8 @@ import argparse
 import sys
 import time
 
-from tui.cli_common import here, open_store
-from tui.output import emit_json, markup, say, write
+from tui.cli.common import here, open_store
+from tui.show.output import emit_json, markup, say, write
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -33,7 +33,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             say(markup("no jobs yet: submit one with [bold]gpu submit SCRIPT --hours H[/]"))
         return 0
     from core.engine.reports import groups_of
-    from tui.render import jobs_table
+    from tui.show.render import jobs_table
 
     say(jobs_table(jobs, groups=groups_of(store, jobs)))  # a sweep: one row
     return 0
@@ -53,7 +53,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             emit_json(live_doc(store, pid))
             return 0
         jobs = store.jobs(states=ACTIVE)
-        from tui.render import jobs_table
+        from tui.show.render import jobs_table
 
         say(f"supervisor: {'running (pid %d)' % pid if pid else 'not running (starts on demand)'}")
         say(jobs_table(jobs) if jobs else markup("no live jobs (see all with [bold]gpu jobs[/])"))
@@ -69,7 +69,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from core.packaging.checkpoints import summary
     from core.engine.service import mirroring_paused
     from core.planning.usage import estimate_and_actual
-    from tui.render import status_panel
+    from tui.show.render import status_panel
 
     from core.engine.reports import journey
 
@@ -129,7 +129,7 @@ def _group_status(store, group, args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from core.engine.service import log_path
-    from tui.output import safe
+    from tui.show.output import safe
 
     store = open_store()
     job = _one_job(store, args.id or "last", "logs")
@@ -243,7 +243,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     if not doc["metrics"]:
         say(f"job {job.short_id} has logged no metrics yet (the job calls gpu.log(step=..., loss=...))")
         return 0
-    from tui.render import metrics_table
+    from tui.show.render import metrics_table
 
     say(metrics_table({k: v for k, v in summary.items() if not args.key or k == args.key}))
     return 0
@@ -294,7 +294,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
         emit_json(job_only(job))
         return 0
-    from tui.render import state_text
+    from tui.show.render import state_text
 
     say(markup("job [bold]{short}[/]: {state}  {reason}", short=job.short_id,
                state=state_text(job.state.value), reason=job.reason))
@@ -307,7 +307,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     """`gpu resume ID`: an ended job (cancelled, failed) runs again from its checkpoint, as
     its next attempt, planned again under the approval rules for whoever asks."""
     from core.engine.resume import resume
-    from tui.cli_common import actor_of
+    from tui.cli.common import actor_of
 
     store = open_store()
     actor = actor_of(args)
@@ -333,7 +333,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
         emit_json({**job_only(job), "guidance": guidance(job, True)})
         return 0
-    from tui.render import state_text
+    from tui.show.render import state_text
 
     say(markup("job [bold]{short}[/]: {state}  {reason}", short=job.short_id,
                state=state_text(job.state.value), reason=job.reason))
@@ -346,7 +346,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     from core.engine.fetch import fetch
-    from tui.render import human_bytes
+    from tui.show.render import human_bytes
 
     store = open_store()
     doc = fetch(store, _one_job(store, args.id, "fetch").id, args.paths)

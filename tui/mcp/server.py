@@ -1,7 +1,7 @@
 """`gpu mcp`: gpu-router served to agents over the Model Context Protocol, on stdin/stdout.
 
 Built on the official `mcp` SDK's low-level server, so the tools' input schemas are exactly
-what tui/mcp_schema.py says (the submit contract's, field for field). Each call is checked
+what tui/mcp/schema.py says (the submit contract's, field for field). Each call is checked
 against its schema, run in a worker thread (the engine blocks), and answered with one JSON
 document as text and as structured content. This is a front like the CLI: it calls the
 engine's public functions only, and it has no tool that approves or denies.
@@ -35,11 +35,11 @@ from core import __version__
 from core.errors import UserError, clip, shorten
 from core.display.sanitize import printable_doc
 from core.runtime.textsafe import printable
-from tui.mcp_compute import compute_job
-from tui.mcp_schema import TOOLS
-from tui.mcp_tools import HANDLERS, Call, Engine
-from tui.mcp_watch import JobWatch
-from tui.output import json_text
+from tui.mcp.compute import compute_job
+from tui.mcp.schema import TOOLS
+from tui.mcp.tools import HANDLERS, Call, Engine
+from tui.mcp.watch import JobWatch
+from tui.show.output import json_text
 
 PROGRESS_EVERY_S = 0.1  # at most this often, except the first and the last of a call
 READ_ONLY = {"gpu_status", "gpu_wait", "gpu_logs", "gpu_metrics", "gpu_jobs", "gpu_targets", "gpu_plan",
@@ -154,7 +154,7 @@ def user_error(exc: UserError) -> types.CallToolResult:
 
 def internal_error(exc: BaseException, tool: str) -> types.CallToolResult:
     """A bug: one line naming the log that holds its traceback (GPU_ROUTER_DEBUG=1: here)."""
-    from tui.errlog import log_traceback
+    from tui.show.errlog import log_traceback
 
     where = log_traceback(exc, f"mcp {tool}")
     detail = " ".join(str(exc).split())

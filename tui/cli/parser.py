@@ -1,26 +1,22 @@
-"""The `gpu` command: its argument parser, `main` (where errors become messages and exit
-statuses), and the commands for targets, secrets, the dashboard, the bundle, MCP and the daemon;
-submitting and approving are in tui/cli_submit.py, watching jobs in tui/cli_jobs.py, the other
-groups in the other tui/cli_*.py; `--json` on every report.
+"""The `gpu` parser, assembled in one place: every command, its arguments and its help, each
+command's function from its group's module (tui/cli/submit.py, jobs.py, targets.py, ...).
 
-Imports stay lazy (rich, textual, yaml load only when used) so that an agent's
-`gpu submit --json` starts fast. Nothing here writes to the terminal itself: every line goes
-through tui.output (`say`, `markup`, `write`, `ask`, `emit_json`), where text gpu-router did
-not write (names, args, paths, errors, logs) is filtered and never read as markup.
+Only the command a run names gets its parser built (`_LazyCommands`), and the command modules
+other than submit's and jobs' are imported as the parser is assembled, so an agent's
+`gpu submit --json` starts fast. Every line argparse prints goes through tui.show.output
+(`_Parser`), where text gpu-router did not write is filtered and never read as markup.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from typing import IO, Any, Callable
 
-from core.errors import UserError
-from tui import cli_jobs, cli_submit
-from tui.cli_common import confirm_broad, open_store
-from tui.output import emit_json, error, markup, say, write
+import tui.cli.jobs as cli_jobs
+import tui.cli.submit as cli_submit
+from tui.show.output import write
 
 EPILOG = "Every report takes --json (a documented, stable shape). Docs: README.md"
 
@@ -55,199 +51,6 @@ def did_you_mean(message: str, prog: str) -> str:
     choices = [c.strip().strip("'") for c in m.group("choices").split(",")]
     close = difflib.get_close_matches(m.group("typed"), choices, n=1, cutoff=0.6)
     return f"; did you mean `{prog} {close[0]}`?" if close else ""
-
-
-def cmd_targets(args: argparse.Namespace) -> int:
-    if args.json:
-        from core.engine.reports import targets_doc
-
-        emit_json(targets_doc(open_store()))
-        return 0
-    from core.engine import targets
-    from tui.render import targets_table
-
-    infos = targets.infos(open_store())
-    say(targets_table(list(infos.values())))
-    return 0
-
-
-def cmd_secrets(args: argparse.Namespace) -> int:
-    from core.secrets import store as secretstore
-
-    if args.action == "list":
-        names = secretstore.names()
-        if args.json:
-            emit_json({"secrets": names})
-        else:
-            say("\n".join(names) if names else "no secrets yet: gpu secrets set NAME")
-        return 0
-    if not args.name:
-        raise UserError(f"gpu secrets {args.action} needs a NAME", fix=f"gpu secrets {args.action} HF_TOKEN")
-    if args.action == "set":
-        if sys.stdin.isatty():
-            from tui.output import ask_hidden
-
-            value = ask_hidden(f"value of {args.name} (hidden): ")
-        else:
-            value = sys.stdin.read().rstrip("\r\n")
-        secretstore.put(args.name, value)
-        msg = f"stored {args.name} in the keychain"
-    else:
-        secretstore.remove(args.name)
-        msg = f"removed {args.name} from the keychain"
-    if args.json:
-        emit_json({"name": args.name, "action": args.action, "ok": True})
-    else:
-        say(msg)
-    return 0
-
-
-def cmd_dash(args: argparse.Namespace) -> int:
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise UserError("gpu dash needs a terminal", fix="run it in a terminal (also over ssh -t)")
-    from tui.dash.app import run
-
-    return run(read_only=args.read_only)
-
-
-def cmd_bundle(args: argparse.Namespace) -> int:
-    from core.config.request import read_project_file, resolve_project
-    from core.packaging.bundle import build
-    from core.packaging.listing import list_project
-
-    from core import paths
-    from core.errors import disk_full_guard
-
-    from tui.cli_common import project_and_script
-
-    project = resolve_project(project_and_script(args)[0])
-    values = read_project_file(project)[0]  # checked as a submit checks it
-    include = [*values.get("include", []), *(args.include or [])]
-    ship = values.get("ship", "repo")
-    with disk_full_guard(paths.home()):  # the hash cache lives there: a full disk is said
-        listing = confirm_broad(args, lambda allow: list_project(project, include, ship=ship,
-                                                                  allow_large=allow))
-        from tui.output import Packing
-
-        with Packing(bar=not args.json) as packing:  # a big project's hashing takes a while
-            packing.stage(0, len(listing.entries), "hashing the files that would ship")
-            bundle = build(listing, dry_run=True,  # a look: nothing is packed or stored
-                           progress=lambda done, total: packing.stage(done, total, f"hashing: {done}/{total} files read"))
-    from core.config.request import is_python_file
-    from core.packaging.report import left_out_hint
-
-    script = values.get("script") or ""
-    bundle.hint = left_out_hint(project, bundle.project_rel, script, is_python_file(script, project),
-                                bundle.left_out, set(listing.entries), values.get("outputs") or [])
-    summary = bundle.summary()
-    files = sorted(listing.entries) if args.list else None
-    if args.json:
-        doc = {**summary, "hash": bundle.hash, "root": str(bundle.root)}
-        if files is not None:
-            doc["list"] = files
-        emit_json(doc)
-        return 0
-    from tui.render import bundle_panel
-
-    say(bundle_panel(summary, files))
-    say(markup("[dim]root {root}  hash {hash}[/]", root=bundle.root, hash=bundle.hash[:16]))
-    return 0
-
-
-# what an MCP client passes the server: a client starts it with a bare environment, so a
-# custom home or config set in the shell must travel in `env`, or the agent's jobs land in
-# another store than the one `gpu jobs` and the dashboard read
-MCP_ENV_VARS = ("GPU_ROUTER_HOME", "GPU_ROUTER_CONFIG")
-
-
-def mcp_config() -> str:
-    """The client configuration for this shell: `env` holds the variables set here."""
-    from tui.output import json_text
-
-    server: dict = {"command": "gpu", "args": ["mcp"]}
-    env = {k: os.environ[k] for k in MCP_ENV_VARS if os.environ.get(k)}
-    if env:
-        server["env"] = env
-    return json_text({"mcpServers": {"gpu-router": server}}, indent=None)
-
-
-def cmd_mcp(args: argparse.Namespace) -> int:
-    """Serve the MCP tools on stdin/stdout (the SDK loads only here, so no other command pays
-    for its import). Started at a terminal by hand, it says what it is for on stderr first."""
-    if sys.stdin.isatty():
-        write(f"gpu mcp speaks the Model Context Protocol on stdin/stdout; an MCP client starts "
-              f"it. Client configuration: {mcp_config()}\n", sys.stderr)
-    from tui.mcp_server import serve
-
-    return serve()
-
-
-def cmd_daemon(args: argparse.Namespace) -> int:
-    from core.engine import daemon, supervisor
-
-    if args.status or args.stop:
-        pid = daemon.running_pid()
-        if args.stop and pid:
-            import signal
-
-            os.kill(pid, signal.SIGTERM)
-        from tui import wire
-
-        warm = wire.running_pid()
-        if args.stop and warm:
-            wire.stop(warm)
-        from core import paths
-        from core.engine import looplag, strays
-
-        doc = {"running": pid is not None, "pid": pid, "stopped": bool(args.stop and pid)}
-        lag = looplag.read(paths.home() / "supervisor-lag.json")
-        if lag and lag.get("pid") == pid:
-            doc["loop_lag"] = lag  # how late its event loop ran (p50/p99/max, stalls over 100 ms)
-        from core.jobs.store import Store
-
-        # copies left on lost targets, to be stopped; read without starting a supervisor: a
-        # look at whether one runs (or a --stop) must not start one
-        doc["strays"] = strays.pending(Store())
-        from tui.cli_notify import status_doc, status_lines
-
-        doc["notify"] = status_doc()  # apprise URLs whose last message did not arrive
-        doc["warm"] = {"running": warm is not None and not args.stop, "pid": warm}  # tui/warmserver.py
-        if args.json:
-            emit_json(doc)
-        else:
-            say(f"supervisor {'pid %d %s' % (pid, 'stopping' if args.stop else 'running') if pid else 'not running'}")
-            if "loop_lag" in doc:
-                say(f"event loop lag: p50 {lag['p50_ms']:.1f} ms, p99 {lag['p99_ms']:.1f} ms, max "
-                    f"{lag['max_ms']:.1f} ms over {lag['samples']} samples; "
-                    f"{lag['stalls_over_100ms']} stalls over 100 ms")
-                last = lag.get("last_minute")
-                if last:
-                    say(f"  in the last minute: p50 {last['p50_ms']:.1f} ms, p99 {last['p99_ms']:.1f} ms, "
-                        f"max {last['max_ms']:.1f} ms")
-            if warm:
-                say(f"warm server pid {warm} {'stopping' if args.stop else 'running'} (an agent's "
-                    "`gpu submit --json` starts there; GPU_ROUTER_WARM=0 turns it off)")
-            for line in status_lines(doc["notify"]):
-                say(line)
-            for s in doc["strays"]:
-                say(f"attempt {s['attempt']} of job {s['job'][:8]} left on {s['target']} when it moved: "
-                    + ("stop sent, confirming" if s["stop_sent"] else
-                       f"{s['target']} not answering; next look in {s['next_look_in_s']:.0f} s"))
-        return 0
-    if args.detach:
-        pid = daemon.ensure_running(wait_s=10)
-        if args.json:
-            emit_json({"running": True, "pid": pid})
-        else:
-            say(f"supervisor running (pid {pid})")
-        return 0
-    if daemon.running_pid():
-        write("a supervisor already runs for this user (gpu daemon --status)\n", sys.stderr)
-        return 0
-    return supervisor.main()
-
-
-# -- the parser ----------------------------------------------------------------------------
 
 
 def _seconds(text: str) -> float:
@@ -383,7 +186,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="always refused with {error, where, fix}: machine output is an agent's, "
                         "and an agent never approves")
 
-    from tui.cli_approvals import add_approvals_command
+    from tui.cli.approvals import add_approvals_command
 
     add_approvals_command(add)
 
@@ -392,23 +195,25 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--reason", help="why, for the record")
     p.add_argument("--json", action="store_true", help="print {job}")
 
+    from tui.cli.targets import add_target_commands, cmd_targets  # list, add ssh|slurm|pbs, rm, trust
+
     p = add("targets", cmd_targets, "the targets: GPUs, availability, quota left, price")
     p.add_argument("--json", action="store_true", help="print {targets: [...]}")
-    from tui.cli_targets import (
-        add_target_commands,  # list, add ssh|slurm|pbs, rm, trust
-    )
-
     add_target_commands(p, cmd_targets)
 
-    from tui.cli_accounts import add_accounts_command
+    from tui.cli.accounts import add_accounts_command
 
     add_accounts_command(add)  # gpu accounts [list | add PROVIDER | rm PROVIDER]
-    from tui.cli_cost import add_cost_command
+    from tui.cli.cost import add_cost_command
 
     add_cost_command(add)  # gpu cost [--since 7d] [--by target|day|job]
-    from tui.cli_notify import add_notify_command
+    from tui.cli.notify import add_notify_command
 
     add_notify_command(add)  # gpu notify test
+
+    from tui.cli.bundle import cmd_bundle
+    from tui.cli.fronts import cmd_dash
+    from tui.cli.secrets import cmd_secrets
 
     p = add("secrets", cmd_secrets, "keychain secrets for jobs: set NAME (hidden or stdin), list, rm NAME")
     p.add_argument("action", choices=["set", "list", "rm"], help="what to do")
@@ -486,9 +291,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "working folder, e.g. outputs/ model.pkl 'predict*.pdf'")
     p.add_argument("--json", action="store_true", help="print {job, target, dest, files, bytes, missing, refused, capped, notes}")
 
-    from tui.cli_storage import add_gc_command
+    from tui.cli.storage import add_gc_command
 
     add_gc_command(add, EPILOG)
+
+    from tui.cli.daemon import cmd_daemon
+    from tui.cli.fronts import cmd_mcp, mcp_config
 
     p = add("mcp", cmd_mcp, "serve gpu-router to AI agents over MCP on stdin/stdout (gpu_submit, gpu_wait, "
             "gpu_status, ..., compute_job); no tool approves")
@@ -524,67 +332,3 @@ def parse(argv: list[str], built: dict[str, argparse.ArgumentParser] | None = No
     command = _command_of(argv)
     parser = (built or {}).get(command or "") or build_parser(only=command)
     return parser, parser.parse_args(argv), extra
-
-
-def main(argv: list[str] | None = None, parsed: tuple | None = None) -> int:
-    """Run one command; the one place its errors become messages and exit statuses.
-
-    A `UserError` says what, where and what to do, and exits 2. Anything else is a bug in
-    gpu-router: one line names it and the log file that holds its traceback, and the status is
-    1; GPU_ROUTER_DEBUG=1 lets the traceback through instead. `parsed` is `parse(argv)` done
-    already (the warm server reads the words before it runs them).
-    """
-    argv = sys.argv[1:] if argv is None else argv
-    parser, args, extra = parsed or parse(argv)
-    if extra:
-        if not hasattr(args, "args"):
-            parser.error("arguments after -- are only for submit and plan")
-        args.args = [*(args.args or []), *extra]
-    try:
-        return _run(parser, args, bare=not argv)
-    except UserError as exc:
-        if getattr(args, "json", False):
-            emit_json(exc.to_json())
-        error(exc.message())
-        return exc.exit_code
-    except BrokenPipeError:  # the reader went away (`gpu jobs | head`): not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush too
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:
-        if os.environ.get("GPU_ROUTER_DEBUG") == "1":
-            raise
-        return _internal_error(exc, args)
-
-
-def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, *, bare: bool) -> int:
-    if not getattr(args, "func", None):
-        if bare and sys.stdin.isatty() and sys.stdout.isatty():
-            from tui.dash.app import (
-                run,  # plain `gpu` on a terminal opens the dashboard
-            )
-
-            return run()
-        parser.print_help()
-        return 0
-    return args.func(args)
-
-
-def _internal_error(exc: BaseException, args: argparse.Namespace) -> int:
-    """One line for a bug, its traceback in the log; status 1."""
-    from core.errors import clip
-    from tui.errlog import log_traceback
-
-    where = log_traceback(exc, getattr(args, "command", None))
-    detail = " ".join(str(exc).split())  # one line, whatever the exception says
-    what = f"internal error: {type(exc).__name__}" + (f": {clip(detail, 200)}" if detail else "")
-    fix = f"see {where}; GPU_ROUTER_DEBUG=1 shows the traceback here"
-    if getattr(args, "json", False):
-        emit_json({"error": what, "where": None, "fix": fix})
-    error(f"{what}, {fix}")
-    return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

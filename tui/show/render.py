@@ -1,7 +1,7 @@
 """Human output of the CLI: rich tables and panels, imported only when a human reads.
 
 Every value shown comes from a job, a user, a config or a remote host, so each one enters
-through tui.output: `markup()` for styled lines, `renderable()` for table cells and group
+through tui.show.output: `markup()` for styled lines, `renderable()` for table cells and group
 lines (a str there would be parsed as markup by Rich and by Textual, which renders these too).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tui.output import joined, markup, renderable
+from tui.show.output import joined, markup, renderable
 
 STATE_STYLE = {
     "queued": "dim", "routing": "cyan", "awaiting_approval": "bold yellow",
@@ -109,7 +109,7 @@ def jobs_table(jobs: list, width: int | None = None, groups: dict | None = None)
     from rich.table import Table
     from rich.text import Text
 
-    from tui.output import console, safe
+    from tui.show.output import console, safe
 
     now = time.time()
     rows = []
@@ -270,7 +270,7 @@ def _dim_line(line: str) -> Any:
     """A line of the job's own log, dim and filtered."""
     from rich.text import Text
 
-    from tui.output import safe
+    from tui.show.output import safe
 
     return Text("  " + safe(line, single_line=True), style="dim")
 

@@ -29,8 +29,8 @@ def add_cost_command(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 def cmd_cost(args: argparse.Namespace) -> int:
     from core.engine import spend
-    from tui.cli_common import open_store
-    from tui.output import emit_json
+    from tui.cli.common import open_store
+    from tui.show.output import emit_json
 
     since = spend.parse_since(args.since)
     doc = spend.cost_report(open_store(), since=since, by=args.by)
@@ -38,7 +38,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         emit_json(doc)
         return 0
     for line in report_lines(doc, args.since):
-        from tui.output import say
+        from tui.show.output import say
 
         say(line)
     return 0
@@ -60,10 +60,10 @@ def _usd(value: float | None) -> str:
 
 def cost_table(doc: dict[str, Any]) -> Any:
     """The rows and their total as one table whose cells are never cut (piped, rows stay whole:
-    tui.output.console)."""
+    tui.show.output.console)."""
     from rich.table import Table
 
-    from tui.output import safe
+    from tui.show.output import safe
 
     by = doc["by"]
     table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 2, 0, 0))
@@ -87,7 +87,7 @@ def cost_table(doc: dict[str, Any]) -> Any:
 
 def report_lines(doc: dict[str, Any], since_text: str) -> list[Any]:
     """What `gpu cost` prints: a heading, the table, then quota, credits and budget lines."""
-    from tui.output import markup, safe
+    from tui.show.output import markup, safe
 
     since = time.strftime("%Y-%m-%d %H:%M", time.localtime(_ts(doc["since"])))
     out: list[Any] = [markup("[bold]spend since {since}[/] ({span}), by {by}", since=since,

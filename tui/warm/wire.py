@@ -1,4 +1,4 @@
-"""The warm server's whereabouts and socket protocol (tui/launcher.py, tui/warmserver.py, and
+"""The warm server's whereabouts and socket protocol (tui/warm/launcher.py, tui/warm/server.py, and
 `gpu daemon`, which shows and stops it): never the terminal. The console script imports this on
 every start, so the client's side uses only C modules: `_socket` (socket.py's enum conversions
 were ~5 ms of each start), `_json`'s string quoting and `_signal`; the server's side imports
