@@ -719,3 +719,93 @@ def test_open_root_opens_the_base_as_given_even_a_link(tmp_path: Path) -> None:
         assert os.fstat(fd).st_ino == (tmp_path / "real").stat().st_ino
     finally:
         os.close(fd)
+
+
+# -- the writer's own files and names ---------------------------------------------------------------
+
+def test_write_from_copies_gpu_routers_own_file_and_refuses_a_link_for_it(tmp_path: Path) -> None:
+    outside = outside_tree(tmp_path)
+    src = tmp_path / "home" / "job.log"
+    src.parent.mkdir()
+    src.write_bytes(b"line\n" * 1000)
+    runswriter.copy_file(tmp_path / "runs" / "j", "job.log", src)
+    assert (tmp_path / "runs" / "j" / "job.log").read_bytes() == b"line\n" * 1000
+    linked = tmp_path / "home" / "metrics.jsonl"
+    linked.symlink_to(outside / "folder" / "victim.txt")
+    with pytest.raises(OSError):
+        runswriter.copy_file(tmp_path / "runs" / "j", "metrics.jsonl", linked)
+    assert not (tmp_path / "runs" / "j" / "metrics.jsonl").exists()
+    runswriter.write_file(tmp_path / "runs" / "j", "job.json", b"{}")
+    assert (tmp_path / "runs" / "j" / "job.json").read_bytes() == b"{}"
+
+
+def test_written_files_get_the_mode_asked_and_no_temporary_file_stays(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        with runswriter.open_folder(tmp_path / "runs" / "j") as folder:
+            folder.write("a.txt", b"a")
+            folder.write("sub/b.txt", [b"b", b"c"], mode=0o600)
+    finally:
+        os.umask(old)
+    j = tmp_path / "runs" / "j"
+    assert (j / "a.txt").stat().st_mode & 0o777 == 0o644
+    assert (j / "sub" / "b.txt").stat().st_mode & 0o777 == 0o600 and (j / "sub" / "b.txt").read_bytes() == b"bc"
+    assert sorted(str(p.relative_to(j)) for p in j.rglob("*")) == ["a.txt", "sub", "sub/b.txt"]
+
+
+def test_a_temporary_name_is_fresh_and_random_and_gives_up_after_100_tries(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        name, wfd = runswriter.new_temp(fd, "job.json", 0o600)
+        os.close(wfd)
+        assert name.startswith(".job.json.tmp-") and len(name) == len(".job.json.tmp-") + 12
+        os.umask(mask := os.umask(0))
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600 & ~mask
+        long, wfd = runswriter.new_temp(fd, "x" * 300)
+        os.close(wfd)
+        assert long == "." + "x" * 200 + long[201:] and long[201:].startswith(".tmp-")
+        monkeypatch.setattr(runswriter.secrets, "token_hex", lambda n: "0" * 12)
+        (tmp_path / ".f.tmp-000000000000").symlink_to(tmp_path / "elsewhere")
+        with pytest.raises(FileExistsError) as err:
+            runswriter.new_temp(fd, "f")
+        assert (err.value.errno, err.value.strerror, err.value.filename) == (17, "no free temporary name", "f")
+        assert not (tmp_path / "elsewhere").exists()
+    finally:
+        os.close(fd)
+
+
+def test_a_staging_folder_is_private_beside_runs_id_and_removed_whole(tmp_path: Path) -> None:
+    with runswriter.open_folder(tmp_path / "runs" / "j") as folder:
+        name, sfd = folder.staging()
+        os.close(sfd)
+        staged = tmp_path / "runs" / name
+        assert name.startswith(".j.extract-") and len(name) == len(".j.extract-") + 12
+        assert staged.is_dir() and staged.stat().st_mode & 0o777 == 0o700
+        (staged / "deep").mkdir()
+        (staged / "deep" / "f").write_text("f")
+        (staged / "l").symlink_to(tmp_path / "runs" / "j")
+        folder.remove_staging(name)
+        folder.remove_staging(name)  # gone already: nothing to do
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["j"]
+
+
+def test_a_closed_folder_closes_both_descriptors_once(tmp_path: Path) -> None:
+    folder = runswriter.open_folder(tmp_path / "runs" / "j")
+    fds = (folder.fd, folder.parent_fd)
+    folder.close()
+    assert (folder.fd, folder.parent_fd) == (-1, -1)
+    folder.close()
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+def test_check_makes_runs_id_and_refuses_a_link(tmp_path: Path) -> None:
+    outside = outside_tree(tmp_path)
+    runswriter.check(tmp_path / "p" / "runs" / "j")
+    assert (tmp_path / "p" / "runs" / "j").is_dir()
+    (tmp_path / "p" / "runs" / "k").symlink_to(outside / "folder")
+    with pytest.raises(runswriter.Refused) as err:
+        runswriter.check(tmp_path / "p" / "runs" / "k")
+    assert (err.value.where, err.value.why) == (str(tmp_path / "p" / "runs" / "k"), "a link")
