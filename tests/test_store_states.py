@@ -10,7 +10,8 @@ import pytest
 
 from core.errors import IllegalTransition
 from core.jobs.states import ACTIVE, RESUMABLE, TERMINAL, TRANSITIONS, State, can_move
-from core.jobs.store import MIGRATIONS, Store
+from core.jobs.schema import MIGRATIONS
+from core.jobs.store import Store
 
 
 def _job(store: Store, n: int = 0):

@@ -17,7 +17,8 @@ from typing import Any
 from core.display.logtail import fold_returns
 from core.engine.service import SubmitResult, end_warnings, guidance, job_report, log_path
 from core.jobs.states import ACTIVE, TERMINAL, State
-from core.jobs.store import Job, Store, _iso
+from core.jobs.records import _iso
+from core.jobs.store import Job, Store
 from core.errors import UserError
 from core.planning.usage import job_cost
 

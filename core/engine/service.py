@@ -20,7 +20,8 @@ from core.config.request import JobRequest
 from core.display.sanitize import printable_doc
 from core.packaging import checkpoints, runswriter
 from core.jobs.states import LAUNCHED, TERMINAL, State
-from core.jobs.store import CANCEL_AFTER_CHECKPOINT, Job, Store
+from core.jobs.records import CANCEL_AFTER_CHECKPOINT
+from core.jobs.store import Job, Store
 from core.errors import DiskFull, UserError, disk_full_guard
 from core.packaging.bundle import Bundle, build
 from core.packaging.filecache import FileHashCache

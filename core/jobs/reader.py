@@ -20,8 +20,9 @@ import aiosqlite
 
 from core import paths
 from core.errors import NotFound
-from core.jobs.store import (EVENTS_SQL, JOBS_AFTER_SQL, JOBS_ALL_SQL, METRIC_POINT_SQL, METRICS_AFTER_SQL,
-                             METRICS_SUMMARY_SQL, Event, Job)
+from core.jobs.records import Event, Job
+from core.jobs.schema import (EVENTS_SQL, JOBS_AFTER_SQL, JOBS_ALL_SQL, METRIC_POINT_SQL, METRICS_AFTER_SQL,
+                              METRICS_SUMMARY_SQL)
 
 CHUNK = 256  # rows turned into Jobs between yields to the loop (about 5 ms of parsing)
 
