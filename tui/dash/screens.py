@@ -228,7 +228,7 @@ class DetailScreen(Screen):
     def on_resize(self, event) -> None:
         """As the dashboard's own footer: narrow, it is compact and leaves out the palette
         label (it wrapped at 80 columns); ctrl+p still opens the palette."""
-        from tui.dash.widgets import COMPACT_BELOW
+        from tui.dash.job_cells import COMPACT_BELOW
 
         narrow = event.size.width < COMPACT_BELOW
         footer = self.query_one(Footer)
