@@ -1,38 +1,41 @@
 """`gpu dash`: a calm, live, full-screen view of every job and target.
 
-All reading happens in thread workers (StoreWatcher, MetricsFeed, LogFeed) that report back
-by messages; the UI thread only applies what changed. Approving here is the same core call
-as `gpu approve` (core.engine.approvals), bound to the digest shown in the modal.
+All reading happens in thread workers (StoreWatcher, MetricsFeed, LogFeed: the data feed,
+tui/dash/feed.py) that report back by messages (tui/dash/messages.py); the UI thread, here,
+only applies what changed. The keys are tui/dash/bindings.py, the command palette
+tui/dash/palette.py. Approving here is the same core call as `gpu approve`
+(core.engine.approvals, tui/dash/decisions.py), bound to the digest shown in the modal.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 from typing import Callable
 
-from textual import on, work
+from textual import on
 from textual.app import App, ComposeResult
-from textual.binding import Binding
-from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
-from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static
 
 from core.errors import UserError
-from core.jobs.states import ACTIVE, State
+from core.jobs.states import State
 from core.jobs.store import Job, Store
+from tui.dash.bindings import DASH_BINDINGS, KeyActions
+from tui.dash.decisions import Decisions
+from tui.dash.feed import SUPERVISE_CHECK_S, DataFeed, read_accounts, read_budget
 from tui.dash.filtering import JobFilter
-from tui.dash.jobindex import JobIndex, keep_from_gc, release_to_gc
-from tui.dash.screens import ApprovalScreen, ConfirmScreen, DetailScreen, HelpScreen, ReasonScreen
+from tui.dash.header import spend_text
+from tui.dash.jobindex import JobIndex, release_to_gc
+from tui.dash.messages import JobsChanged, LogLines, MetricsRead, TargetsRead
+from tui.dash.palette import JobCommands
+from tui.dash.screens import DetailScreen
 from tui.dash.watch import LogFeed, MetricsFeed, StoreWatcher, downsample, log10_series
 from tui.dash.widgets import Charts, JobsTable, LogTail, TargetsTable
 from tui.show.output import markup, safe
 
-CHANGING_ACTIONS = {"approve", "deny", "cancel"}
-SUPERVISE_CHECK_S = 10.0  # how often the dashboard checks that live jobs have a supervisor
+__all__ = ["DashApp", "JobCommands", "JobsChanged", "LogLines", "MetricsRead", "TargetsRead", "run"]
 
 
 def _unless_closing(method: Callable) -> Callable:
@@ -51,132 +54,7 @@ def _unless_closing(method: Callable) -> Callable:
     return guarded
 
 
-class JobsChanged(Message):
-    """Jobs read from the store. `view` is set for the first live load, which the worker has
-    already put into the index in chunks: the filter it was computed for and the rows it shows."""
-
-    def __init__(self, jobs: list[Job], initial: bool = False,
-                 view: tuple[JobFilter, list[str], list[float]] | None = None) -> None:
-        super().__init__()
-        self.jobs = jobs
-        self.initial = initial
-        self.view = view
-
-
-class LogLines(Message):
-    def __init__(self, job_id: str, lines: list[str], reset: bool) -> None:
-        super().__init__()
-        self.job_id, self.lines, self.reset = job_id, lines, reset
-
-
-class MetricsRead(Message):
-    def __init__(self, job_id: str, feed: MetricsFeed) -> None:
-        super().__init__()
-        self.job_id, self.feed = job_id, feed
-
-
-class TargetsRead(Message):
-    def __init__(self, infos: list, accounts: list | None = None, budget: dict | None = None) -> None:
-        super().__init__()
-        self.infos = infos
-        self.accounts = accounts or []  # the GPU cloud accounts' documents (core.engine.accounts)
-        self.budget = budget  # this week's spend against the budget (core.engine.spend.budget_doc)
-
-
-def read_budget(store: Store) -> dict | None:
-    """The last 7 days' spend and the weekly budget, for the header; None if the config is
-    unreadable (the targets pane already says why)."""
-    from core.engine.spend import agent_day_doc, budget_doc
-
-    try:
-        return {**budget_doc(store), "agent_day": agent_day_doc(store)}
-    except UserError:
-        return None
-
-
-def spend_text(budget: dict | None) -> str | None:
-    """The header's spend: "$3.20 of $20.00 this week" against a weekly budget, "$3.20 this
-    week" without one, nothing when there is neither a budget nor any spend."""
-    if not budget or (budget.get("weekly") is None and not budget.get("week_spend")):
-        return agent_day_text(budget)
-    spent = f"${budget['week_spend']:.2f}"
-    if budget.get("weekly") is None:
-        return f"{spent} this week"
-    over = " (over budget)" if budget["week_spend"] > budget["weekly"] else ""
-    text = f"{spent} of ${budget['weekly']:.2f} this week{over}"
-    day = agent_day_text(budget)
-    return f"{text} · {day}" if day else text
-
-
-def agent_day_text(budget: dict | None) -> str | None:
-    """The header's agent's day (issue 37): "agent's day 1.5 of 12 h, $3.00 of $25.00", the
-    estimates of the agent's work that went on without a person in the last 24 hours against
-    approvals.agent_daily_hours and agent_daily_usd, with "(limit reached)" once either is
-    spent (an agent's next job then waits, a free one too once the hours are); nothing when no
-    agent started anything in the last 24 hours."""
-    day = (budget or {}).get("agent_day")
-    if not day or not day.get("starts"):
-        return None
-    full = day["hours"] >= day["hours_limit"] - 1e-9 or day["usd"] >= day["usd_limit"] - 1e-9
-    return (f"agent's day {day['hours']:g} of {day['hours_limit']:g} h, ${day['usd']:.2f} of "
-            f"${day['usd_limit']:.2f}" + (" (limit reached)" if full else ""))
-
-
-def read_accounts() -> list:
-    """The accounts' offers and instances for the targets pane: cached figures, or a read that
-    waits at most each provider's timeout (a worker runs it); none configured reads nothing."""
-    from core.engine import accounts
-
-    try:
-        return accounts.snapshot()["accounts"]
-    except UserError:
-        return []
-
-
-class JobCommands(Provider):
-    """The command palette: approve, deny, cancel, open, filter, for each job."""
-
-    async def search(self, query: str) -> Hits:
-        app: DashApp = self.app  # type: ignore[assignment]
-        matcher = self.matcher(query)
-        for job in app.index.newest(300):
-            options: list[tuple[str, Callable, str]] = [
-                (f"open logs of {job.short_id} ({job.name})", lambda j=job: app.select_job(j.id), "select it"),
-                (f"show details of {job.short_id} ({job.name})", lambda j=job: app.open_detail(j.id), "the detail screen"),
-            ]
-            if not app.read_only:
-                if job.state == State.AWAITING_APPROVAL:
-                    options.append((f"approve job {job.short_id} ({job.name})", lambda j=job: app.open_approval(j.id), "review its plan"))
-                    options.append((f"deny job {job.short_id} ({job.name})", lambda j=job: app.open_deny(j.id), "refuse it"))
-                if job.state in ACTIVE:
-                    options.append((f"cancel job {job.short_id} ({job.name})", lambda j=job: app.open_cancel(j.id), "stop it"))
-            for text, fn, help_ in options:
-                text = safe(text, single_line=True)
-                score = matcher.match(text)
-                if score > 0:
-                    yield Hit(score, _highlight(matcher, text), fn, text=text, help=help_)
-        for state in State:
-            text = f"filter: {state.value}"
-            score = matcher.match(text)
-            if score > 0:
-                yield Hit(score, _highlight(matcher, text), lambda s=state.value: app.apply_filter(s),
-                          help="show only these jobs")
-
-
-def _highlight(matcher, text: str):
-    """The matched letters of `text` highlighted; Matcher.highlight would read `text` as
-    markup, and a job's name is not gpu-router's markup."""
-    from textual.content import Content
-
-    content = Content(text)
-    _, offsets = matcher.fuzzy_search.match(matcher.query, text)
-    for offset in offsets:
-        if not text[offset].isspace():
-            content = content.stylize(matcher.match_style, offset, offset + 1)
-    return content
-
-
-class DashApp(App):
+class DashApp(DataFeed, Decisions, KeyActions, App):
     TITLE = "gpu-router"
     COMMANDS = App.COMMANDS | {JobCommands}
     CSS = """
@@ -194,22 +72,7 @@ class DashApp(App):
     #paused.shown { display: block; }
     PlotextPlot { height: 1fr; min-height: 4; }
     """
-    BINDINGS = [
-        Binding("a", "approve", "Approve", id="dash.approve"),
-        Binding("d", "deny", "Deny", id="dash.deny"),
-        Binding("c", "cancel", "Cancel", id="dash.cancel"),
-        Binding("enter", "detail", "Details", id="dash.detail"),
-        Binding("slash", "filter", "Filter", id="dash.filter"),
-        Binding("f", "follow", "Follow", id="dash.follow"),
-        Binding("l", "log_scale", "log10", id="dash.log_scale"),
-        Binding("p", "pause", "Pause", id="dash.pause"),
-        Binding("j", "down", "Down", show=False, id="dash.down"),
-        Binding("k", "up", "Up", show=False, id="dash.up"),
-        Binding("g", "top", "First", show=False, id="dash.top"),
-        Binding("G", "bottom", "Last", show=False, id="dash.bottom"),
-        Binding("question_mark", "help", "Keys", id="dash.help"),
-        Binding("q", "quit", "Quit", id="dash.quit"),
-    ]
+    BINDINGS = DASH_BINDINGS  # tui/dash/bindings.py: each with its id
 
     def __init__(self, *, store: Store | None = None, read_only: bool = False,
                  clock: Callable[[], float] = time.time, bell: bool | None = None,
@@ -287,38 +150,7 @@ class DashApp(App):
             self.keep_supervised()
             self.set_interval(SUPERVISE_CHECK_S, self.keep_supervised)
 
-    # -- reading, in workers -----------------------------------------------------------------
-
-    # The store's reads are awaited through the async read-only Reader (aiosqlite): the loop
-    # draws while SQLite works. A read is never cancelled half-way (that would lose the
-    # changes between two data versions): a poll that finds one running leaves it be.
-
-    @work(group="store")
-    async def load_initial(self) -> None:
-        """Read every job, put them into the index and compute the first view, all in chunks
-        that yield to the loop (at 100,000 jobs no step holds it long); the UI's part is then
-        only showing the view. Polls wait (`_reading`), and their messages come after this one."""
-        self._reading = True
-        try:
-            jobs = await self.watcher.load(keep_from_gc)  # no full GC pass over them: see there
-            await self.index.load(jobs)
-            shown = self.job_filter
-            ids, keys = await self.index.amatching(shown)
-            self.post_message(JobsChanged([], initial=True, view=(shown, ids, keys)))
-        finally:
-            self._reading = False
-
-    @work(group="store")
-    async def poll_store(self) -> None:
-        if self.paused or self._reading:
-            return
-        self._reading = True
-        try:
-            jobs = await self.watcher.changes()
-        finally:
-            self._reading = False
-        if jobs:
-            self.post_message(JobsChanged(jobs))
+    # -- reading, in workers: tui/dash/feed.py ---------------------------------------------
 
     async def on_unmount(self) -> None:
         # the workers first: one still reading when the reader closes would fail the app's exit
@@ -326,49 +158,6 @@ class DashApp(App):
         self.workers.cancel_all()
         release_to_gc()  # the first load's jobs, frozen out of full GC passes (jobindex.py)
         await self.watcher.reader.close()
-
-    @work(thread=True, exclusive=True, group="supervise")
-    def keep_supervised(self) -> None:
-        """Live jobs with no supervisor (one was killed, or a submit died after its commit)
-        get one, as every command that reads the store does."""
-        from core.engine.daemon import supervise_live
-
-        supervise_live(Store(self.store.path))
-
-    @work(thread=True, exclusive=True, group="targets")
-    def load_targets(self) -> None:
-        from core.engine import targets
-
-        try:
-            infos = list(targets.infos(Store(self.store.path)).values())
-        except UserError as exc:
-            self.call_from_thread(self.tell, exc.message(), severity="error", title="config")
-            return
-        self.post_message(TargetsRead(infos, read_accounts(), read_budget(Store(self.store.path))))
-
-    @work(thread=True, exclusive=True, group="log")
-    def poll_log(self) -> None:
-        feed, job_id = self.log_feed, self.selected
-        if feed is None or job_id is None or self.paused:
-            return
-        lines, reset = feed.read()
-        if lines or reset:
-            self.post_message(LogLines(job_id, lines, reset))
-
-    @work(group="metrics")
-    async def poll_metrics(self) -> None:
-        feed, job_id = self.metrics_feed, self.selected
-        if feed is None or job_id is None or self.paused or feed in self._feeding:
-            return
-        self._feeding.add(feed)
-        try:
-            grew = await feed.aread()
-            for other in list(self.overlay_feeds.values()):  # a sweep's other points' curves
-                grew = await other.aread() or grew
-        finally:
-            self._feeding.discard(feed)
-        if grew or not feed.series:  # none: the charts pane collapses, the log says so
-            self.post_message(MetricsRead(job_id, feed))
 
     # -- applying, on the UI thread ------------------------------------------------------------
 
@@ -562,7 +351,7 @@ class DashApp(App):
                                     label=label(job.plan.get("point") or {}) if job is not None else "")
 
     def on_resize(self, event) -> None:
-        from tui.dash.widgets import COMPACT_BELOW
+        from tui.dash.job_cells import COMPACT_BELOW
 
         narrow = event.size.width < COMPACT_BELOW
         footer = self.query_one(Footer)
@@ -608,63 +397,7 @@ class DashApp(App):
         key = self.query_one(JobsTable).selected_key()
         return self.jobs.get(key) if key else None
 
-    # -- actions -----------------------------------------------------------------------------
-
-    def check_action(self, action: str, parameters: tuple) -> bool | None:
-        if action in CHANGING_ACTIONS and self.read_only:
-            return False  # hidden from the footer, help and palette
-        return True
-
-    def action_down(self) -> None:
-        self.query_one(JobsTable).action_cursor_down()
-
-    def action_up(self) -> None:
-        self.query_one(JobsTable).action_cursor_up()
-
-    def action_top(self) -> None:
-        table = self.query_one(JobsTable)
-        table.action_first()
-
-    def action_bottom(self) -> None:
-        table = self.query_one(JobsTable)
-        table.action_last()
-
-    def action_follow(self) -> None:
-        self.query_one(LogTail).follow()
-
-    def action_log_scale(self) -> None:
-        charts = self.query_one(Charts)
-        charts.log_scale = not charts.log_scale
-        if self.metrics_feed:
-            self._show_charts()
-        self._title_log()
-
-    def action_pause(self) -> None:
-        self.paused = not self.paused
-        self.query_one("#paused").set_class(self.paused, "shown")
-        self.fit_layout()
-        if not self.paused:
-            self.poll_store()
-
-    def action_help(self) -> None:
-        rows = []
-        for binding in self.BINDINGS:
-            if binding.action in CHANGING_ACTIONS and self.read_only:
-                continue
-            rows.append((binding.key.replace("question_mark", "?").replace("slash", "/"),
-                         binding.description, binding.id or ""))
-        if not self.read_only:
-            rows += [("y", "in the approval window: approve the plan shown", "approval.approve"),
-                     ("d", "in the approval window: deny (with an optional reason)", "approval.deny"),
-                     ("n / esc", "in a window: back without changing anything", "approval.back")]
-        rows += [("space", "on a sweep's row: open it into its points, or fold them into one row",
-                  "jobs.toggle_group"),
-                 ("ctrl+p", "command palette: approve, cancel, open logs, filter", "app.command_palette"),
-                 ("tab", "move focus between the job table and the log", "app.focus_next"),
-                 ("up/down", "move in the focused table or log", ""),
-                 ("/ in the log", "search the log shown (a regular expression)", "log.search"),
-                 ("n / N in the log", "next / previous hit", "log.next_hit")]
-        self.push_screen(HelpScreen(rows))
+    # -- actions (the keys' own: tui/dash/bindings.py; approve, deny, cancel: decisions.py) --
 
     def action_detail(self) -> None:
         job = self.current()
@@ -679,33 +412,6 @@ class DashApp(App):
             self._load_detail(job_id)
         else:
             self._show_detail(*self._read_detail(job_id))
-
-    def _read_journey(self, job: Job) -> dict:
-        """The job's attempts and moves (core.engine.reports.journey), on a thread of its own:
-        it reads the events and, for a failed job, its log's end."""
-        from core.engine.reports import journey
-
-        return journey(Store(self.store.path), job, iso=False)
-
-    def _read_detail(self, job_id: str) -> tuple:
-        from core.engine.reports import journey
-
-        store = Store(self.store.path)
-        job = store.get(job_id)
-        return job, store.events(job_id), store.metrics_summary(job_id), journey(store, job, iso=False)
-
-    @work(group="detail")
-    async def _load_detail(self, job_id: str) -> None:
-        """Events and a metric summary can be large: awaited through the Reader, the loop draws."""
-        reader = self.watcher.reader
-        try:
-            job = await reader.get(job_id)
-            found = (job, await reader.events(job_id), await reader.metrics_summary(job_id),
-                     await asyncio.to_thread(self._read_journey, job))
-        except Exception:
-            self._detail_loading = False
-            raise
-        self._show_detail(*found)
 
     def _show_detail(self, job: Job, events: list, summary: dict, journey: dict) -> None:
         self._detail_loading = False
@@ -782,162 +488,10 @@ class DashApp(App):
         self._header_counts()
         self.fit_layout()
 
-    def action_approve(self) -> None:
-        job = self.current()
-        if job is None:
-            return
-        if job.state != State.AWAITING_APPROVAL:
-            self.tell(f"job {job.short_id} is {job.state.value}: nothing to approve", severity="information")
-            return
-        self.open_approval(job.id)
-
-    def open_approval(self, job_id: str) -> None:
-        from core.engine.approvals import pin_is_set, require_person
-
-        job = Store(self.store.path).get(job_id)  # the freshest plan: the digest shown is the one approved
-        if job.state != State.AWAITING_APPROVAL:
-            self.tell(f"job {job.short_id} no longer awaits approval", severity="information")
-            return
-        try:
-            # a job's process or an agent driving the dashboard is never asked
-            require_person(_actor(), job.short_id, store=Store(self.store.path), job=job)
-            needs_pin = pin_is_set()
-        except UserError as exc:
-            self.tell(exc.message(), severity="error", title="approve")
-            return
-        group = None
-        if job.group_id and job.plan.get("hold_kind") == "group":  # a sweep is approved as one
-            group = Store(self.store.path).group(job.group_id)
-        screen = ApprovalScreen(job, needs_pin=needs_pin, group=group)
-
-        def decided(decision: str | None) -> None:
-            if decision == "approve":
-                self._decide(job, "approve", None, pin=screen.pin, group=group)
-            elif decision == "deny":
-                self.open_deny(job.id)
-
-        self.push_screen(screen, decided)
-
-    def action_deny(self) -> None:
-        job = self.current()
-        if job is None:
-            return
-        if job.state != State.AWAITING_APPROVAL:
-            self.tell(f"job {job.short_id} is {job.state.value}: only a held job can be denied", severity="information")
-            return
-        self.open_deny(job.id)
-
-    def open_deny(self, job_id: str) -> None:
-        from core.engine.approvals import require_not_job
-
-        store = Store(self.store.path)
-        job = store.get(job_id)
-        try:
-            require_not_job("denial", store=store, job=job, undone="nothing was denied")
-        except UserError as exc:
-            self.tell(exc.message(), severity="error", title="deny")
-            return
-
-        def reasoned(reason: str | None) -> None:
-            if reason is not None:
-                self._decide(job, "deny", reason or None)
-
-        self.push_screen(ReasonScreen(job), reasoned)
-
-    def action_cancel(self) -> None:
-        job = self.current()
-        if job is None:
-            return
-        if job.state not in ACTIVE:
-            self.tell(f"job {job.short_id} already ended ({job.state.value})", severity="information")
-            return
-        self.open_cancel(job.id)
-
-    def open_cancel(self, job_id: str) -> None:
-        job = self.jobs[job_id]
-        table = self.query_one(JobsTable)
-        if table.folded(job):  # a sweep's one row: every live point of it
-            live = [i for i in table.members.get(job.group_id or "", []) if i in self.jobs
-                    and self.jobs[i].state in ACTIVE]
-
-            def all_of_it(yes: bool | None) -> None:
-                if yes:
-                    self._decide(job, "cancel_group", None)
-
-            short = str((job.plan.get("group") or {}).get("short_id") or (job.group_id or "")[:8])
-            self.push_screen(ConfirmScreen(markup("Cancel sweep [b]{short}[/b]: its {n} live points? Their "
-                                                  "whole process groups stop (space opens it, to cancel one).",
-                                                  short=short, n=len(live))), all_of_it)
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._decide(job, "cancel", None)
-
-        self.push_screen(ConfirmScreen(markup("Cancel job [b]{short}[/b] ({name})? It is {state}; its whole "
-                                              "process group stops.", short=job.short_id, name=job.name,
-                                              state=job.state.value)), answered)
-
-    @work(thread=True, group="decisions")
-    def _decide(self, job: Job, what: str, reason: str | None, pin: str | None = None,
-                group=None) -> None:
-        from core.engine.approvals import approve, deny, require_person, require_pin
-        from core.engine.service import cancel
-        from core.engine.sweeps import approve_group, deny_group
-
-        store = Store(self.store.path)
-        actor = _actor()
-        if what == "deny" and job.group_id and job.plan.get("hold_kind") == "group":
-            group = store.group(job.group_id)  # held with its sweep: denied with it
-        try:
-            if what == "cancel_group":
-                from core.engine.sweeps import cancel_group
-
-                points = cancel_group(store, store.group(job.group_id or ""), actor=actor.label("dashboard"),
-                                      wait_s=0)
-                text = f"cancel sent to the {sum(p.state in ACTIVE for p in points)} live points of its sweep"
-            elif group is not None and what in ("approve", "deny"):
-                if what == "approve":
-                    require_person(actor, group.short_id, store=store, job=job)
-                    checked = require_pin(pin, where="gpu dash", store=store, job=job,
-                                          actor=actor.label("dashboard"))
-                    points = approve_group(store, group, digest=group.digest, actor=actor.label("dashboard"),
-                                           pin_checked=checked)
-                    text = f"approved sweep {group.short_id}: its {len(points)} points will run"
-                else:
-                    points = deny_group(store, group, actor=actor.label("dashboard"), reason=reason)
-                    text = f"sweep {group.short_id}: {len(points)} points denied"
-            elif what == "approve":
-                require_person(actor, job.short_id, store=store, job=job)
-                checked = require_pin(pin, where="gpu dash", store=store, job=job,
-                                      actor=actor.label("dashboard"))  # a wrong one waits, in the worker
-                done = approve(store, job.id, digest=job.digest or "", actor=actor.label("dashboard"),
-                               pin_checked=checked)
-                text = f"approved job {done.short_id}: it will run"
-            elif what == "deny":
-                done = deny(store, job.id, actor=actor.label("dashboard"), reason=reason)
-                text = f"job {done.short_id}: {done.state.value}"
-            else:
-                done = cancel(store, job.id, actor=actor.label("dashboard"), wait_s=0)
-                text = f"cancel sent to job {done.short_id}"
-        except UserError as exc:
-            self.call_from_thread(self.tell, exc.message(), severity="error", title=what)
-            return
-        self.call_from_thread(self.tell, text, title=what)
-        self.call_from_thread(self.poll_store)
-
     def tell(self, message: str, **kw) -> None:
         """A notification: its text often quotes a job or an error, so it is filtered and
         shown as it is, never read as markup."""
         self.notify(safe(message), markup=False, **kw)
-
-
-def _actor():
-    """Who drives the dashboard: `gpu dash` refuses to start without a terminal, so only the
-    environment can make it an agent's (an agent running it in a pseudo-terminal)."""
-    from core.engine.actor import current
-
-    return current(terminal=True)
 
 
 def run(read_only: bool = False) -> int:
