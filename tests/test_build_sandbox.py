@@ -421,7 +421,7 @@ def test_a_build_with_no_index_has_no_network(hostile: dict, home: Path, tmp_pat
 
 def test_an_install_step_gets_the_job_s_secrets_and_named_values_never_its_loader_variables(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from core.runtime import launch
+    from core.runtime import venvbuild
 
     monkeypatch.setenv("MY_TOKEN", "tok")  # a secret the job was approved to read
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
@@ -429,7 +429,7 @@ def test_an_install_step_gets_the_job_s_secrets_and_named_values_never_its_loade
             "deps": {"options": ["--extra-index-url http://${HOST_NAME}/simple"], "requirements": ["x"]},
             "env": {"HOST_NAME": "mirror", "LD_PRELOAD": "./poison.so", "PYTHONPATH": "shadow",
                     "PATH": "bin:/usr/bin", "OTHER": "1", "GIT_SSH_COMMAND": "sh evil.sh"}}
-    env = launch._install_env(spec, "/usr/bin/python3", {"home": "h"}, str(tmp_path / "s"))
+    env = venvbuild.install_env(spec, "/usr/bin/python3", {"home": "h"}, str(tmp_path / "s"))
     assert env["MY_TOKEN"] == "tok" and env["HOST_NAME"] == "mirror"
     assert env["PIP_INDEX_URL"] == "http://127.0.0.1:9/simple"
     for name in ("LD_PRELOAD", "PYTHONPATH", "OTHER", "GIT_SSH_COMMAND"):

@@ -316,7 +316,7 @@ def test_without_a_sandbox_an_agents_job_waits_and_a_persons_runs_with_a_warning
 
 def test_the_launch_refuses_an_unsandboxed_run_it_was_not_cleared_for(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from core.runtime import launch
+    from core.runtime import jobspawn
 
     monkeypatch.setenv(boundary.BWRAP_ENV, str(tmp_path / "missing-bwrap"))
     boundary.forget_probe()
@@ -326,12 +326,12 @@ def test_the_launch_refuses_an_unsandboxed_run_it_was_not_cleared_for(tmp_path: 
         def line(self, text: str) -> None:
             lines.append(text)
 
-    monkeypatch.setattr(launch, "_SANDBOX", {})
+    monkeypatch.setattr(jobspawn, "SANDBOX", {})
     with pytest.raises(RuntimeError, match="no sandbox could be made"):
-        launch._decide_sandbox({"sandbox": {"fallback": "refuse"}}, Log())
-    launch._decide_sandbox({"sandbox": {"fallback": "warn"}}, Log())
+        jobspawn.decide_sandbox({"sandbox": {"fallback": "refuse"}}, Log())
+    jobspawn.decide_sandbox({"sandbox": {"fallback": "warn"}}, Log())
     assert lines and lines[-1].startswith("WARNING: running without a sandbox")
-    assert launch._SANDBOX == {}
+    assert jobspawn.SANDBOX == {}
     boundary.forget_probe()
 
 

@@ -105,7 +105,7 @@ class Dependencies:
     hash: str = ""
 
     def spec(self) -> dict:
-        """The launcher's `deps` keys this reader owns (core/runtime/launch.py reads them)."""
+        """The launcher's `deps` keys this reader owns (core/runtime/venvbuild.py reads them)."""
         return {"requirements": self.requirements, "constraints": self.constraints,
                 "options": self.options, "file": self.source, "notes": self.notes}
 

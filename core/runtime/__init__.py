@@ -1,8 +1,10 @@
-"""Files that travel with every job: the `gpu` module, the launcher, its text filter
-(textsafe.py), what may leave the job (redact.py: secret masking, metric names), the GPU
-utilisation sampler the launcher runs beside the job (gpuutil.py), and the
-tracking APIs: `openscience_track`, the `wandb` stand-in (shims/) and the job's sitecustomize
-(jobsite/) that puts the stand-in on the path where wandb is missing and follows it where not.
+"""Files that travel with every job: the `gpu` module, the launcher (launch.py, with the job
+log's filter in joblog.py, how it starts each process in jobspawn.py, the job's environment in
+venvbuild.py), its text filter (textsafe.py), what may leave the job (redact.py: secret
+masking, metric names), the GPU utilisation sampler the launcher runs beside the job
+(gpuutil.py), and the tracking APIs: `openscience_track`, the `wandb` stand-in (shims/) and the
+job's sitecustomize (jobsite/) that puts the stand-in on the path where wandb is missing and
+follows it where not.
 
 All are stdlib-only and must stay so: they run with the target's Python, before (and
 without) the project's dependencies.

@@ -61,6 +61,18 @@ def first_full(paths: list[str]) -> str | None:
     return next((p for p in paths if p and is_low(p)), None)
 
 
+def write_atomic(path: str, text: str) -> None:
+    """`text` as the whole of the file at `path`, or the file as it was: written beside it,
+    synced, then renamed over it. A disk that fills mid-write leaves no half of a record (the
+    attempt's exit.json, its phase, an environment's ready marker) for a reader to misread."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def reserve(path: str | os.PathLike, size: int) -> bool:
     """Keep `size` bytes at `path` for a moment when the disk is full; False if no room now."""
     path = os.fspath(path)

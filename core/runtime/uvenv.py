@@ -7,7 +7,7 @@ cache per host (ROOT/uv-cache, beside ROOT/venvs) and links the cached files int
 environment (hard links on Linux, clones on macOS), so an environment from cached packages takes
 about a second and almost no new disk.
 
-How an environment is built with uv (core/runtime/launch.py drives it):
+How an environment is built with uv (core/runtime/venvbuild.py drives it):
 
 1. resolve: `uv pip compile` gives the exact set of packages (inside the job's sandbox where it
    has one: it reaches the index; wheels only, every uv step runs with --no-build); the environment is
