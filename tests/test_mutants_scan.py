@@ -305,3 +305,74 @@ def test_the_secret_word_part_of_a_name_is_said_as_written(name: str, part: str 
 def test_name_parts_split_on_separators_and_case() -> None:
     assert scan.name_parts("myAPIToken") == ["my", "API", "Token"]
     assert scan.name_parts("db.pass-word__x2") == ["db", "pass", "word", "x", "2"]
+
+
+# --- the rerun's survivors (bench/README.md: scan 527 / 577 with the tests above) --------------
+
+def test_the_flag_s_variable_name_keeps_upper_case_and_the_letter_x() -> None:
+    assert scan._env_name_of("--HF-Token") == "HF_TOKEN"
+    assert scan._env_name_of("--MAX") == "MAX"
+    assert scan._env_name_of("--X_") == "X"
+
+
+def test_a_flag_s_value_is_the_first_after_its_first_equals_sign_and_never_wraps_around() -> None:
+    assert scan._flag_value(["--k=a=b"], 0) == ("--k", "a=b")
+    assert scan._flag_value(["v", "--k"], 0) is None  # the first argument follows no flag
+
+
+@pytest.mark.parametrize("segment, readable", [
+    ("Zq8pL2mN4_R7vT1wY6s-", False),  # separators exactly 10%: not more
+    ("Zq8pL2mN4xR7vT1wY6s-", False),  # one separator in 20
+    ("Abcdefgh1Q2W3E4R", True),  # words exactly half
+    ("a1B2c3D4e1F2g3H4", False),  # exactly 3.5 bits a character: not under
+])
+def test_a_path_segment_at_the_exact_edges_of_readable(segment: str, readable: bool) -> None:
+    assert scan._readable(segment) is readable
+
+
+def test_a_forty_character_run_is_an_aws_span_only_when_shaped_like_one(monkeypatch) -> None:
+    assert scan._table_spans("a" * 40) == []
+
+    def unreadable():
+        raise RuntimeError("detect-secrets is missing")
+
+    monkeypatch.setattr(scan, "_text_rules", unreadable)  # the formats still hold
+    assert scan._table_spans(f"k {AWS}") == [(2, 42, "an AWS secret access key")]
+
+
+def test_a_key_of_a_mapping_is_one_level_deeper() -> None:
+    assert list(scan._texts({((((("s",),),),),): 1})) == ["s"]
+    assert list(scan._texts({(((((("s",),),),),),): 1})) == []
+
+
+def test_every_field_after_args_or_the_script_line_is_still_read() -> None:
+    for first in ({"args": ["ok"]}, {"script": "train.py"}, {"env": {"A": "1"}}):
+        assert _refusal(scan.check_request_text, {**first, "name": TOKEN}, _where)[0] == \
+            "name holds what looks like a Hugging Face token: secrets may not be passed in name", first
+
+
+def test_an_api_name_with_an_upper_case_key_shaped_value_is_refused() -> None:
+    assert scan.env_problem("API_ID", "ABCDEFGHIJ12345678") == \
+        "the name API_ID has the word part 'API' and its value is shaped like a key (or an id)"
+
+
+def test_aws_key_edges_a_slash_before_x_and_lower_case_only() -> None:
+    edge = AWS.replace("/", "")[:37] + "/XX"
+    assert len(edge) == 40 and scan.looks_like_aws_secret(edge) is True
+    assert scan.looks_like_aws_secret("wj4lrxu7nfem1/k7md3ng/bpxrf1cy3x4mpl3k3y") is False  # no upper case
+
+
+@pytest.mark.parametrize("value, random", [
+    ("Zq8pL2mN4xR7vT1wY6sK9cB3/X", False),  # a '/' inside, before an X
+    ("XZq8XpL2XmN4XxR7vT1wY6sK9c", True),  # X is no separator
+    ("Zq8_pL2mN4x-R7vT1wY6s.K9cB3dF5", True),  # separators exactly 10%: not more
+    ("a_b_c_d_e_f_g_h_i_j_k_l_m_n_o," + RANDOM, True),  # a readable token, then a key
+    ("abcdEFGH" * 2 + "1234" * 4, True),  # exactly 3.5 bits a character
+])
+def test_looks_random_at_its_exact_edges(value: str, random: bool) -> None:
+    assert scan.looks_random(value) is random
+
+
+def test_a_short_word_under_a_secret_word_that_is_no_password_s_passes() -> None:
+    assert scan.plain_value("MY_JWT", "changeme") == "a short word"
+    assert scan.plain_value("X", "/data/Zq8pL2mN4xR7vT1X") is None  # its last segment is no word
