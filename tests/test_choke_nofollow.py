@@ -809,3 +809,39 @@ def test_check_makes_runs_id_and_refuses_a_link(tmp_path: Path) -> None:
     with pytest.raises(runswriter.Refused) as err:
         runswriter.check(tmp_path / "p" / "runs" / "k")
     assert (err.value.where, err.value.why) == (str(tmp_path / "p" / "runs" / "k"), "a link")
+
+
+def test_an_exact_reader_reads_past_a_mebibyte_and_zero_bytes_when_asked_none(tmp_path: Path) -> None:
+    data = os.urandom(3 << 20)
+    (tmp_path / "big").write_bytes(data)
+    fd = os.open(tmp_path / "big", os.O_RDONLY)
+    try:
+        r = nofollow.ExactReader(fd, len(data))
+        assert r.read(0) == b"" and r.left == len(data)
+        assert r.read() == data
+    finally:
+        os.close(fd)
+
+
+def test_a_walk_goes_on_after_a_folder_it_cannot_read_or_open(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    for rel in ("a/x.txt", "b/y.txt", "c/z.txt", "d.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    real_names, real_open = nofollow._names, nofollow.open_dir_at
+
+    def names(dfd: int) -> list[str]:
+        if os.fstat(dfd).st_ino == (tmp_path / "a").stat().st_ino:
+            raise PermissionError(13, "Permission denied")
+        return real_names(dfd)
+
+    def open_dir(dfd: int, name: str, rel: str) -> int:
+        if name == "b":
+            raise nofollow.Refused(rel, "a link")
+        if name == "c":
+            raise OSError(5, "Input/output error")
+        return real_open(dfd, name, rel)
+
+    monkeypatch.setattr(nofollow, "_names", names)
+    monkeypatch.setattr(nofollow, "open_dir_at", open_dir)
+    assert walked(tmp_path) == [("a", "could not be read (Permission denied)"), ("b", "a link"), ("d.txt", None)]
