@@ -376,3 +376,11 @@ def test_looks_random_at_its_exact_edges(value: str, random: bool) -> None:
 def test_a_short_word_under_a_secret_word_that_is_no_password_s_passes() -> None:
     assert scan.plain_value("MY_JWT", "changeme") == "a short word"
     assert scan.plain_value("X", "/data/Zq8pL2mN4xR7vT1X") is None  # its last segment is no word
+
+
+@pytest.mark.parametrize("value", [
+    "Abcd123456/" * 3 + "Abcd123",  # a few words, 3 bits a character: few words decide
+    "Jackdaws/LoveMy/Big/Sphinx/OfQuartz2W8K1",  # mostly words, yet at a key's entropy (4.95 bits)
+])
+def test_an_aws_key_by_few_words_or_by_a_key_s_entropy(value: str) -> None:
+    assert len(value) == 40 and scan.looks_like_aws_secret(value) is True
