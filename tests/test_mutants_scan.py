@@ -384,3 +384,11 @@ def test_a_short_word_under_a_secret_word_that_is_no_password_s_passes() -> None
 ])
 def test_an_aws_key_by_few_words_or_by_a_key_s_entropy(value: str) -> None:
     assert len(value) == 40 and scan.looks_like_aws_secret(value) is True
+
+
+def test_a_variable_named_name_gets_the_vouching_hint_like_any_other() -> None:
+    """NAME is also the placeholder a refusal says for a token pasted as a name; a real
+    variable called NAME refused by randomness may still be vouched for."""
+    assert _refusal(scan.check_env, {"NAME": RANDOM}) == (
+        "the value of NAME looks like a key (long and random): secrets may not be passed in env",
+        "env", _env_fix("NAME", vouch=True))

@@ -316,10 +316,11 @@ def check_env(env: dict[str, str], where: str | dict[str, str] = "env",
         why = env_problem(name, value, plain)
         if why:
             place = where.get(name, "env") if isinstance(where, dict) else where
-            name = "NAME" if tokens.value_token(name) else name
+            pasted = tokens.value_token(name)  # a token as the name: never repeated, said as NAME
+            name = "NAME" if pasted else name
             # judged by its name or a guess at randomness (not by a secret's shape): a person may
-            # vouch it is a setting (steps 3 and 4 of env_problem)
-            vouch = "" if name == "NAME" or not ("word part" in why or "long and random" in why) else (
+            # vouch it is a setting (steps 3 and 4 of env_problem); a variable named NAME too
+            vouch = "" if pasted or not ("word part" in why or "long and random" in why) else (
                 f"; if it is not a secret, say so: --not-secret {name} (or not_secret: [{name}] in "
                 f"gpu.yaml), shown in the plan (an agent's job is then held for you)")
             raise UserError(f"{why}: secrets may not be passed in env", where=place,
