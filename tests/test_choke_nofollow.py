@@ -669,7 +669,7 @@ def test_a_link_swapped_in_after_the_look_is_refused_as_changed(tmp_path: Path,
         monkeypatch.setattr(nofollow.os, "stat", stale)
         with pytest.raises(nofollow.Refused) as err:
             nofollow.open_file(fd, "x", "x", None)
-        assert err.value.why == "changed while it was read (Too many levels of symbolic links)"
+        assert (err.value.rel, err.value.why) == ("x", "changed while it was read (Too many levels of symbolic links)")
     finally:
         monkeypatch.undo()
         os.close(fd)
@@ -845,3 +845,55 @@ def test_a_walk_goes_on_after_a_folder_it_cannot_read_or_open(tmp_path: Path,
     monkeypatch.setattr(nofollow, "_names", names)
     monkeypatch.setattr(nofollow, "open_dir_at", open_dir)
     assert walked(tmp_path) == [("a", "could not be read (Permission denied)"), ("b", "a link"), ("d.txt", None)]
+
+
+def test_makedirs_skips_empty_and_dot_parts_and_makes_folders_0o755(tmp_path: Path) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY)
+    old = os.umask(0o022)
+    try:
+        os.close(nofollow.makedirs_at(fd, "a//b/./c/"))
+    finally:
+        os.umask(old)
+        os.close(fd)
+    assert [(str(p.relative_to(tmp_path)), p.stat().st_mode & 0o777) for p in sorted(tmp_path.rglob("*"))] == \
+        [("a", 0o755), ("a/b", 0o755), ("a/b/c", 0o755)]
+
+
+def test_create_file_replaces_a_link_to_a_folder_without_looking_through_it(tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "x").symlink_to(tmp_path / "folder")
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        os.close(nofollow.create_file(fd, "x"))
+    finally:
+        os.close(fd)
+    assert (tmp_path / "x").is_file() and not (tmp_path / "x").is_symlink()
+    assert list((tmp_path / "folder").iterdir()) == []
+
+
+def test_a_skipped_entry_names_its_folder_its_name_and_what_was_seen(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "deep" / "deeper").mkdir(parents=True)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "refused").mkdir()
+    (tmp_path / "unread").mkdir()
+    real_open, real_names = nofollow.open_dir_at, nofollow._names
+    monkeypatch.setattr(nofollow, "open_dir_at", lambda dfd, name, rel: (_ for _ in ()).throw(
+        nofollow.Refused(rel, "a link")) if name == "refused" else real_open(dfd, name, rel))
+    monkeypatch.setattr(nofollow, "_names", lambda dfd: (_ for _ in ()).throw(PermissionError(13, "Permission denied"))
+                        if os.fstat(dfd).st_ino == (tmp_path / "unread").stat().st_ino else real_names(dfd))
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        got = []
+        for e in nofollow.walk(fd, max_depth=1):
+            here = os.fstat(e.dir_fd).st_ino
+            got.append((e.rel, e.name, e.why, None if e.st is None else stat.S_IFMT(e.st.st_mode), here))
+    finally:
+        os.close(fd)
+    top, deep = tmp_path.stat().st_ino, (tmp_path / "deep").stat().st_ino
+    assert got == [
+        ("deep/deeper", "deeper", "more than 1 folders deep", stat.S_IFDIR, deep),
+        ("fifo", "fifo", "a FIFO", stat.S_IFIFO, top),
+        ("refused", "refused", "a link", None, top),
+        ("unread", "unread", "could not be read (Permission denied)", None, top),
+    ]
