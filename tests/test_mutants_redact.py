@@ -97,8 +97,8 @@ def test_the_values_looked_for_are_each_secret_and_each_of_its_lines_without_edg
 
 def test_a_replacement_keeps_the_line_breaks_it_covered() -> None:
     m = re.search(rb"ab\r?\ncd\ne", b"xx ab\r\ncd\ne yy")
-    assert redact._replacement(m) == MASK + b"\n\n"
-    assert redact._replacement(re.search(rb"ab", b"ab")) == MASK
+    assert redact._masked(m.group()) == MASK + b"\n\n"
+    assert redact._masked(b"ab") == MASK
 
 
 def test_minimal_keeps_the_strings_that_contain_none_of_the_others() -> None:
@@ -224,3 +224,19 @@ def test_an_encoding_that_ends_in_x_keeps_its_last_character() -> None:
     assert redact._base64_cores(b"secre\x17") == {b"c2VjcmUX", b"NlY3JlF", b"zZWNyZR"}
     upper = {b"ONSWGAAX", b"ZWKYYAC", b"GZLDAAL", b"43FMMAB", b"TMVRQAF"}
     assert redact._base32_forms(b"sec\x00\x17") == upper | {f.lower() for f in upper}
+
+
+def test_every_value_is_looked_for_in_its_escaped_spellings_not_only_the_last() -> None:
+    p = SecretPattern(["hunter2x", "other-secret"])
+    assert p.mask(b"a hunter%32x b") == b"a " + MASK + b" b"  # the first value, URL-escaped
+    assert p.mask(b"x other%2Dsecret y") == b"x " + MASK + b" y"
+
+
+def test_overlapping_readings_of_a_value_are_masked_as_one_stretch_of_whole_escapes() -> None:
+    """`0  0` is read in `%20 %200%20 %30` from the 0 of the second escape and again from the
+    real 0: both readings go under one mask, which never leaves half an escape beside it."""
+    pattern = redact.SecretPattern(["     0  0"])
+    data = b"token=%20 %20 %200%20 %30 done"
+    assert list(pattern.spans(data)) == [(10, 25)]
+    assert pattern.mask(data) == b"token=%20 " + MASK + b" done"
+    assert pattern.safe_cut(data, 20) == 10 and pattern.safe_cut(data, 8) == 8 and pattern.safe_cut(data, 26) == 26

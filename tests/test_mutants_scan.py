@@ -392,3 +392,8 @@ def test_a_variable_named_name_gets_the_vouching_hint_like_any_other() -> None:
     assert _refusal(scan.check_env, {"NAME": RANDOM}) == (
         "the value of NAME looks like a key (long and random): secrets may not be passed in env",
         "env", _env_fix("NAME", vouch=True))
+
+
+def test_a_run_that_is_half_words_at_a_low_entropy_is_no_aws_key() -> None:
+    value = "Abcdefghij" + "1Q1Q1Q1Q1Q" + "Abcdefghij" + "/Q1Q1Q1Q1" + "Q"  # 20 of 40 in words, 3.3 bits
+    assert len(value) == 40 and scan.looks_like_aws_secret(value) is False
