@@ -197,7 +197,7 @@ MODULES: dict[str, Module] = {m.path.rsplit("/", 1)[-1][:-3]: m for m in [
            names=["core.runtime.redact.xǁSecretPatternǁ*", "core.runtime.redact.x_fixed_forms__*",
                   "core.runtime.redact.x__base64_*", "core.runtime.redact.x__base32_forms__*",
                   "core.runtime.redact.x__hex_forms__*", "core.runtime.redact.x_secret_values__*",
-                  "core.runtime.redact.x__replacement__*", "core.runtime.redact.x__minimal__*"]),
+                  "core.runtime.redact.x__masked__*", "core.runtime.redact.x__escape_start__*", "core.runtime.redact.x__escape_end__*", "core.runtime.redact.x__minimal__*"]),
     Module("core/runtime/boundary.py",
            ["tests/test_sandbox.py", "tests/test_build_sandbox.py", "tests/test_root_job.py"],
            names=["core.runtime.boundary.x_bwrap_argv__*", "core.runtime.boundary.x__outermost__*",

@@ -133,11 +133,19 @@ class Masker:
         return cut
 
     def _piece(self) -> bytes:
-        """The unfinished line up to where a value could still be cut off; keep the rest."""
-        buf = self.secrets.mask(self.line)
-        cut = _char_start(buf, len(buf) - self.keep)
-        self.line = buf[cut:]
-        return self._emit(buf[:cut], whole=False)
+        """The unfinished line up to where a value could still be cut off; keep the rest as
+        written, so that what the next read adds can still complete a form begun in it (a
+        tail kept masked could not: a value read twice over, the second reading starting
+        inside the first, lost its end). Only a line whose masked stretches run on past the
+        cap is masked where it stands, to keep what is held bounded."""
+        raw = self.line
+        wanted = _char_start(raw, len(raw) - self.keep)
+        cut = self.secrets.safe_cut(raw, wanted)
+        if cut < wanted - self.cap:  # overlapping forms over the whole cap: mask in place
+            raw = self.secrets.mask(raw)
+            cut = _char_start(raw, len(raw) - self.keep)
+        self.line = raw[cut:]
+        return self._emit(raw[:cut], whole=False)
 
     def _clean(self, data: bytes) -> bytes:
         masked = self.secrets.mask(data)

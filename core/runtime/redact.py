@@ -38,6 +38,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from typing import Iterator
 
 MASK = b"[secret]"
 MIN_SECRET_LEN = 4  # shorter values would hide ordinary text and protect nothing
@@ -338,10 +339,52 @@ class SecretPattern:
         """Every match replaced; again while a replacement joins its neighbours into a new
         match (only possible for values with a bracket or inside MASK)."""
         for _ in range(4):
-            data, count = self.regex.subn(_replacement, data)
+            data, count = self._replace_spans(data)
             if not count or not self.reforms or self.regex.search(data) is None:
                 return data
         return b"" if self.regex.search(WITHHELD) else WITHHELD
+
+    def _replace_spans(self, data: bytes) -> tuple[bytes, int]:
+        """Each run of overlapping matches (`spans`) replaced as one."""
+        out, last, count = [], 0, 0
+        for start, end in self.spans(data):
+            out += [data[last:start], _masked(data[start:end])]
+            last = end
+            count += 1
+        out.append(data[last:])
+        return b"".join(out), count
+
+    def spans(self, data: bytes, pos: int = 0) -> Iterator[tuple[int, int]]:
+        """The stretches of `data` a mask covers, in order, from `pos`. A plain left-to-right
+        replace takes the first match and goes on after it, but a form can start inside
+        another: in `%20 %200%20 %30`, the value `0  0` (its blanks escaped or not) is read from
+        the `0` of the first `%20`, and again from the real `0` after it; masking only the first
+        reading left the real one's tail (`%20 %30`) on show. So a match is widened by every
+        match that starts inside it, and to whole URL escapes at its ends (half an escape left
+        beside a mask is a stray `%2`)."""
+        last = 0
+        while (m := self.regex.search(data, pos)) is not None:
+            start, end = m.start(), m.end()
+            nxt = start + 1
+            while nxt < end and (more := self.regex.search(data, nxt)) is not None and more.start() < end:
+                end, nxt = max(end, more.end()), more.start() + 1
+            start, end = max(_escape_start(data, start), last), _escape_end(data, end)
+            yield start, end
+            last = end
+            pos = end if end > m.start() else m.start() + 1  # an empty match: step over a byte
+
+    def safe_cut(self, data: bytes, cut: int) -> int:
+        """`cut`, moved back to the start of a masked stretch that reaches past it: the text
+        before the result can go out masked, and what a later read adds to the rest can still
+        join a form that began before `cut` (a value written in pieces with pauses)."""
+        if self.regex is None:
+            return cut
+        for start, end in self.spans(data, max(0, cut - self.longest)):
+            if start >= cut:
+                break
+            if end > cut:
+                return start
+        return cut
 
 
 _QUANTIFIERS = b"?*+{"
@@ -409,9 +452,33 @@ def _by_first_byte(patterns: list[bytes], fixed: list[bytes]) -> list[bytes]:
     return out
 
 
-def _replacement(match: re.Match[bytes]) -> bytes:
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _escape_start(data: bytes, start: int) -> int:
+    """`start`, moved back to the `%` of a URL escape (`%2|0`) it falls inside: a mask never
+    leaves half an escape beside it."""
+    if start >= 1 and data[start - 1] == 0x25 and start < len(data) and data[start] in _HEX:
+        return start - 1
+    if start >= 2 and data[start - 2] == 0x25 and data[start - 1] in _HEX and start < len(data) \
+            and data[start] in _HEX:
+        return start - 2
+    return start
+
+
+def _escape_end(data: bytes, end: int) -> int:
+    """`end`, moved on past a URL escape it falls inside (`%|20`, `%2|0`)."""
+    if end >= 1 and data[end - 1] == 0x25 and data[end:end + 2] and all(b in _HEX for b in data[end:end + 2]) \
+            and len(data[end:end + 2]) == 2:
+        return end + 2
+    if end >= 2 and data[end - 2] == 0x25 and data[end - 1] in _HEX and end < len(data) and data[end] in _HEX:
+        return end + 1
+    return end
+
+
+def _masked(text: bytes) -> bytes:
     """MASK, and the line breaks a wrapped form spanned: the log keeps its lines."""
-    return MASK + b"\n" * match.group().count(b"\n")
+    return MASK + b"\n" * text.count(b"\n")
 
 
 def _minimal(strings: set[bytes]) -> list[bytes]:
