@@ -479,3 +479,52 @@ def test_a_jobs_process_may_neither_set_nor_clear_the_pin(home: Path, monkeypatc
                               "is job 1234abcd's launcher); nothing was changed")
     assert err.value.fix == "a person sets or clears the approval PIN from a terminal of their own"
     assert not Path(os.environ["GPU_ROUTER_CONFIG"]).exists()
+
+
+def test_the_log_line_is_stamped_with_the_tries_time_and_a_try_without_actor_says_none(pinned) -> None:
+    from core import paths
+
+    store, job, record = pinned
+    with pytest.raises(UserError):
+        pinmod.require(WRONG, where="gpu approve", store=store, job=job, clock=Clock(), sleep=lambda s: None)
+    line = paths.daemon_log_file().read_text().splitlines()[-1]
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(T0)) + ",000"
+    assert line == f"{stamp} WARNING job {job.short_id}: wrong approval PIN (try 1 of 5; gpu approve)"
+    assert [e.actor for e in store.events(job.id) if e.data.get("pin")] == ["someone at a terminal"]
+
+
+def test_a_locked_try_is_logged_at_its_time_and_its_event_names_the_actor(pinned) -> None:
+    from core import paths
+
+    store, job, record = pinned
+    clock = Clock()
+    for _ in range(5):
+        refusal(store, job, WRONG, clock)
+    clock.now = T0 + 61
+    refusal(store, job, PIN, clock)
+    line = paths.daemon_log_file().read_text().splitlines()[-1]
+    assert line.startswith(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(T0 + 61)) + ",000 WARNING ")
+    locked = [e for e in store.events(job.id) if e.data.get("pin") == "locked"]
+    assert [e.actor for e in locked] == ["tester (terminal)"]
+
+
+def test_a_pin_longer_than_128_digits_is_refused_saying_so() -> None:
+    with pytest.raises(UserError) as err:
+        pinmod.check_strength("1" * 129)
+    assert err.value.what == "the PIN is longer than 128 digits"
+
+
+def test_the_count_lives_in_the_home_folder_when_the_password_database_has_no_entry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(uid: int):
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", missing)
+    assert pinmod.tries_file() == Path.home() / ".config/gpu-router/pin-tries.sqlite3"
+
+
+def test_on_macos_the_count_lives_in_application_support(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    where = pinmod.tries_file()
+    monkeypatch.undo()
+    assert where == Path(pwd.getpwuid(os.getuid()).pw_dir) / "Library/Application Support/gpu-router/pin-tries.sqlite3"
