@@ -400,6 +400,7 @@ def test_parse_rows_applies_the_stored_value_rules() -> None:
 
 def test_store_merges_config_and_final_with_a_cap(home: Path) -> None:
     from core.jobs import store as store_mod
+    from core.jobs.records import MAX_CONFIG_KEYS
 
     s = store_mod.Store()
     s.conn.execute("INSERT INTO jobs (id, short_id, name, state, created_at, updated_at, project_dir, "
@@ -409,7 +410,7 @@ def test_store_merges_config_and_final_with_a_cap(home: Path) -> None:
     job = s.get("j")
     assert job.config == {"a": 2, "b": "t"} and job.final == {"x": 1.0, "y": 2.0}
     s.add_metrics("j", [], 0, {}, config={f"k{i}": i for i in range(2000)})
-    assert len(s.get("j").config) == store_mod.MAX_CONFIG_KEYS
+    assert len(s.get("j").config) == MAX_CONFIG_KEYS
 
 
 @pytest.mark.slow
