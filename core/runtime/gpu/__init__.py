@@ -220,6 +220,24 @@ def _warn(text: str) -> None:
     print(f"[gpu] {text}", file=sys.stderr, flush=True)
 
 
+def _quietly(library: str, what: str):
+    """gpu-router's part of a call it follows in a library the job uses (wandb, Lightning):
+    any error in it is said once in the job log and swallowed, so neither the job nor the
+    library ever notices gpu-router was there."""
+    import functools
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the job and the library must not notice
+                _warn(f"{library} {what} not recorded by gpu-router: {type(exc).__name__}: {exc}")
+                return None
+        return inner
+    return wrap
+
+
 def should_checkpoint() -> bool:
     """True once gpu-router asks the job to save its state (time is nearly up, or it moves)."""
     if _checkpoint_requested.is_set():

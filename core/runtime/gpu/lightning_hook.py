@@ -40,7 +40,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from . import _warn, attempt, checkpoint_dir, checkpoint_saved
+from . import _quietly as _quiet, _warn, attempt, checkpoint_dir, checkpoint_saved
 from . import tracking
 
 SUBDIR = "lightning"  # checkpoint_dir()/lightning/: the Lightning checkpoints gpu-router keeps
@@ -52,17 +52,8 @@ _state = {"resumed": False}
 
 
 def _quietly(what: str) -> Callable:
-    """Run gpu-router's part; any error in it is said once and swallowed."""
-    def wrap(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def inner(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - the job and Lightning must not notice
-                _warn(f"Lightning {what} not recorded by gpu-router: {type(exc).__name__}: {exc}")
-                return None
-        return inner
-    return wrap
+    """Run gpu-router's part; any error in it is said once and swallowed. (gpu._quietly)"""
+    return _quiet("Lightning", what)
 
 
 def _rank_zero(trainer: Any) -> bool:

@@ -30,7 +30,7 @@ import importlib
 import threading
 from typing import Any, Callable
 
-from . import _warn
+from . import _quietly as _quiet
 from . import tracking
 
 _runs: dict[int, tracking.Run] = {}  # id(wandb Run) -> its gpu-router twin
@@ -39,17 +39,8 @@ _lock = threading.Lock()
 
 
 def _quietly(what: str) -> Callable:
-    """Run the recording part; any error in it is said once and swallowed."""
-    def wrap(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def inner(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - the job and wandb must not notice
-                _warn(f"wandb {what} not recorded by gpu-router: {type(exc).__name__}: {exc}")
-                return None
-        return inner
-    return wrap
+    """Run the recording part; any error in it is said once and swallowed. (gpu._quietly)"""
+    return _quiet("wandb", what)
 
 
 def _twin(run: Any) -> tracking.Run:
