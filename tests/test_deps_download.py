@@ -156,7 +156,7 @@ def test_the_sizes_an_html_index_leaves_out_are_asked_with_head(tmp_path: Path) 
     """PEP 503's pages carry no sizes: the check at submit asks each file's Content-Length."""
     import uv
 
-    from core.packaging.requirements import check_at_submit
+    from core.packaging.depcheck import check_at_submit
     from tests.test_deps_reasons import _deps
 
     ix = PackageIndex(tmp_path / "index")  # HTML pages only

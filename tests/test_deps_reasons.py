@@ -118,7 +118,8 @@ def _submit(project: Path, env: dict | None = None) -> tuple[str, dict]:
 
 
 def _deps(tmp_path: Path, text: str):
-    from core.packaging.requirements import ListingFiles, read_dependencies  # noqa: F401
+    from core.packaging.depfiles import ListingFiles  # noqa: F401
+    from core.packaging.requirements import read_dependencies  # noqa: F401
 
     class Files:
         def read(self, rel: str) -> bytes | None:
@@ -140,7 +141,7 @@ def test_the_check_at_submit_asks_the_index_once_and_names_the_line(index: Packa
     import uv
 
     from core.errors import UserError
-    from core.packaging.requirements import check_at_submit
+    from core.packaging.depcheck import check_at_submit
 
     venvs = tmp_path / "root" / "venvs"
     venvs.mkdir(parents=True)

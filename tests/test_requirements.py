@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from tests.props import examples
 
 from core.errors import UserError
-from core.packaging.requirements import BundleFiles, read_dependencies
+from core.packaging.depfiles import BundleFiles
+from core.packaging.requirements import read_dependencies
 from tests.conftest import gpu_json, make_git_project, run_gpu, wait_state
 
 

@@ -29,7 +29,7 @@ from core.packaging.listing import begin as begin_listing, list_project
 from core.packaging.local_data import list_data
 from core.packaging.safe_extract import masked_names
 from core.packaging.report import left_out_hint, ship_warnings
-from core.packaging import requirements
+from core.packaging import depcheck, depfiles, requirements
 from core.planning.plan import build_plan, canonical_bytes, data_hash
 from core.planning.router import NoGpuTarget, pinned, route
 from core.planning.usage import estimate_and_actual
@@ -98,7 +98,7 @@ def prepare(req: JobRequest, *, interactive: bool = False, store: Store | None =
 def _check_deps_here(bundle: Bundle, plan: dict, cfg: Any) -> None:
     """A job routed to this machine: its requirements asked of the index it installs from, so
     a pin the index cannot satisfy is refused now, not after the job took a slot
-    (core.packaging.requirements.check_at_submit: quick when nothing is new); the plan says
+    (core.packaging.depcheck.check_at_submit: quick when nothing is new); the plan says
     what its environment will download (`plan["environment"]`)."""
     target = cfg.targets.get(plan.get("target"))
     if target is None or target.kind != "local":
@@ -111,7 +111,7 @@ def _check_deps_here(bundle: Bundle, plan: dict, cfg: Any) -> None:
 
     python = target.options.get("python") or getattr(sys, "_base_executable", None) or sys.executable
     seen: dict = {}
-    requirements.check_at_submit(bundle.deps, python=python, version=sys.version, venvs_dir=str(paths.venvs_dir()),
+    depcheck.check_at_submit(bundle.deps, python=python, version=sys.version, venvs_dir=str(paths.venvs_dir()),
                                  uv=requirements.home_uv(), seen=seen)
     # what the environment will download, said in the plan (outside its digest: the same
     # job is approved whether its packages are cached or not)
@@ -165,7 +165,7 @@ def pack(req: JobRequest, *, interactive: bool = False, store: Store | None = No
                 cache.close()
         # the dependencies as every target will read them: a nested file that does not ship, a
         # loop, a password in an index URL or a line pip cannot read is said now, not at launch
-        bundle.deps = requirements.read_dependencies(requirements.ListingFiles(listing), bundle.project_rel,
+        bundle.deps = requirements.read_dependencies(depfiles.ListingFiles(listing), bundle.project_rel,
                                                      req.extras)
         project, script, shipped = Path(req.project_dir), req.script or "", set(listing.entries)
         bundle.left_out = _not_data(bundle.left_out, Path(bundle.root), req.data)

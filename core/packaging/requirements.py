@@ -33,6 +33,8 @@ in the job's working folder. A requirements file is read as pip reads it:
 
 The result's `hash` covers everything that changes what gets installed (the flattened lines and
 the content of local paths), not comments, spacing or file names; a target adds its Python.
+
+How the project's files are seen is depfiles.py; the look at the index at submit, depcheck.py.
 """
 
 from __future__ import annotations
@@ -40,12 +42,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import posixpath
 import re
 import shlex
 import threading
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Protocol
@@ -58,12 +58,11 @@ if TYPE_CHECKING:
 
 from core.errors import UserError
 from core.packaging.credentials import url_credential
+from core.packaging.depfiles import BundleFiles
 
 REQUIREMENTS = "requirements.txt"
 PYPROJECT = "pyproject.toml"
 MAX_FILES = 200  # nested requirement files in one project: past this it is a loop in disguise
-MAX_LINK_HOPS = 8
-KEEP_BYTES = 4 << 20  # a bundle file's bytes kept while reading it (larger ones: their hash only)
 
 _COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's COMMENT_RE
 _SCHEME = re.compile(r"^(?:http|https|file|ftp)://", re.I)  # a requirements file pip would fetch
@@ -108,161 +107,6 @@ class Dependencies:
         """The launcher's `deps` keys this reader owns (core/runtime/venvbuild.py reads them)."""
         return {"requirements": self.requirements, "constraints": self.constraints,
                 "options": self.options, "file": self.source, "notes": self.notes}
-
-
-# -- the two ways to see a project ---------------------------------------------------------
-
-
-class _Files(ABC):
-    """Shared link handling: a link is followed only to a file inside the bundle."""
-
-    @abstractmethod
-    def _kind(self, rel: str) -> str | None:  # "file", "link" or None
-        ...
-
-    @abstractmethod
-    def _link(self, rel: str) -> str:
-        ...
-
-    @abstractmethod
-    def _bytes(self, rel: str) -> bytes:
-        ...
-
-    @abstractmethod
-    def _all(self) -> Iterable[str]:
-        ...
-
-    def read(self, rel: str) -> bytes | None:
-        for _ in range(MAX_LINK_HOPS):
-            kind = self._kind(rel)
-            if kind == "file":
-                return self._bytes(rel)
-            if kind != "link":
-                return None
-            target = self._link(rel)
-            if target.startswith("/"):
-                return None
-            rel = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
-            if rel == ".." or rel.startswith("../"):
-                return None
-        return None
-
-    def files_under(self, rel: str) -> list[str]:
-        rel = "" if rel in ("", ".") else rel
-        prefix = rel + "/" if rel else ""
-        return sorted(p for p in self._all() if self._kind(p) == "file" and (p == rel or p.startswith(prefix)))
-
-    def missing_reason(self, rel: str) -> str | None:
-        return None
-
-    def digest(self, rel: str) -> bytes:
-        """sha256 of a regular file's content (a local path requirement's hash is made of these)."""
-        return hashlib.sha256(self._bytes(rel)).digest()
-
-
-class BundleFiles(_Files):
-    """A stored bundle (its manifest over file objects, core.packaging.objects), or a bundle
-    tar.gz: what every target installs from (small files read once and kept)."""
-
-    def __init__(self, bundle: Path) -> None:
-        self._kinds: dict[str, str] = {}
-        self._links: dict[str, str] = {}
-        self._data: dict[str, bytes] = {}  # small files, whole: requirement files are among them
-        self._digests: dict[str, bytes | str] = {}  # every regular file (hex from a manifest)
-        self._objects: dict[str, str] = {}  # a manifest's small files, by their object's hash
-        if bundle.suffix == ".json":
-            self._from_manifest(bundle)
-        else:
-            self._from_archive(bundle)
-
-    def _from_manifest(self, manifest: Path) -> None:
-        # 20,000 rows: plain strings kept, each object's path and bytes made only when asked
-        # (a Path and a bytes.fromhex per row were most of a launch's 0.7 s here)
-        from core.runtime import codetree
-        kinds, links, digests, small = self._kinds, self._links, self._digests, self._objects
-        for rel, kind, ref, size in codetree.read_manifest(str(manifest)):
-            if kind == "l":
-                kinds[rel], links[rel] = "link", ref
-                continue
-            kinds[rel] = "file"
-            digests[rel] = ref
-            if size <= KEEP_BYTES:
-                small[rel] = ref  # read when asked for
-
-    def _from_archive(self, bundle: Path) -> None:
-        import tarfile
-        with tarfile.open(bundle, "r:gz") as tar:
-            for member in tar:
-                name = posixpath.normpath(member.name.lstrip("./")) if member.name not in ("", ".") else ""
-                if member.issym():
-                    self._kinds[name], self._links[name] = "link", member.linkname
-                if not member.isreg():
-                    continue
-                self._kinds[name] = "file"
-                f = tar.extractfile(member)
-                h = hashlib.sha256()
-                kept = bytearray()
-                while f is not None and (chunk := f.read(1 << 20)):
-                    h.update(chunk)
-                    if len(kept) <= KEEP_BYTES:
-                        kept += chunk
-                self._digests[name] = h.digest()
-                if len(kept) <= KEEP_BYTES:
-                    self._data[name] = bytes(kept)
-
-    def _kind(self, rel: str) -> str | None:
-        return self._kinds.get(rel)
-
-    def _link(self, rel: str) -> str:
-        return self._links[rel]
-
-    def _bytes(self, rel: str) -> bytes:
-        if rel not in self._data and rel in getattr(self, "_objects", {}):
-            from core.packaging import objects
-            self._data[rel] = objects.read_object(self._objects[rel])
-        if rel not in self._data:
-            raise UserError(f"{rel} is larger than {KEEP_BYTES >> 20} MiB: not a requirements file pip would read",
-                            where=rel, fix="name a requirements file, or a package folder or wheel")
-        return self._data[rel]
-
-    def _all(self) -> Iterable[str]:
-        return self._digests.keys()
-
-    def digest(self, rel: str) -> bytes:
-        d = self._digests[rel]
-        return bytes.fromhex(d) if isinstance(d, str) else d
-
-
-class ListingFiles(_Files):
-    """A project folder as a bundle listing sees it (core.packaging.bundle.Listing): only what
-    ships is there; what was left out says why. Used at submit, before anything is packed."""
-
-    def __init__(self, listing) -> None:
-        self._listing = listing
-        self._left_out = {item["path"].rstrip("/"): item.get("reason", "left out")
-                          for item in [*listing.withheld, *listing.ignored]}
-
-    def _kind(self, rel: str) -> str | None:
-        e = self._listing.entries.get(rel)
-        return None if e is None else e.kind
-
-    def _link(self, rel: str) -> str:
-        return self._listing.entries[rel].link or ""
-
-    def _bytes(self, rel: str) -> bytes:
-        # the listing said: a regular file; a link swapped in since is not followed
-        fd = os.open(self._listing.root / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
-
-    def _all(self) -> Iterable[str]:
-        return self._listing.entries.keys()
-
-    def missing_reason(self, rel: str) -> str | None:
-        for path, reason in self._left_out.items():
-            if rel == path or rel.startswith(path + "/"):
-                return reason
-        return None
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -692,179 +536,3 @@ def home_uv() -> str | None:
 
 _HOME_UV: dict[str, str | None] = {}
 _HOME_UV_LOCK = threading.Lock()
-
-
-# -- a pin no index can satisfy, said at submit ---------------------------------------------
-
-CHECK_VAR = "GPU_ROUTER_DEPS_CHECK"  # "0": no look at the index at submit
-CHECK_TIMEOUT_S = 20.0  # past this (a slow or unreachable index) the submit goes on unchecked
-CHECK_FRESH_S = 86400.0  # a set found resolvable is not asked about again for a day
-_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
-def check_at_submit(deps: Dependencies | None, *, python: str, version: str, venvs_dir: str,
-                    uv: str | None, environ: dict[str, str] | None = None,
-                    seen: dict | None = None) -> str | None:
-    """Refuse, with a UserError naming the file and the requirement line, a project whose
-    requirements the index cannot satisfy (a version or a package it does not have, a
-    conflict), before the job takes a slot: asked of the index the target installs from (the
-    local target's: this machine's settings, the uv installed with gpu-router, `uv pip compile`
-    as the launcher runs it, nothing built, no cache written).
-
-    The common submit pays nothing: no check where an environment built from these lines is
-    ready, or where the same lines (and Python) were found resolvable in the last day; it is
-    skipped where it cannot say for sure (no uv, lines with local paths, `${NAME}`, pip-only
-    options or VCS URLs; an index that does not answer within CHECK_TIMEOUT_S; any failure that
-    is not a resolution's, such as a package that needs a build). Returns what it did, for
-    tests: "ready", "checked", "ok", "skipped".
-
-    `seen` (a dict) is filled with what the environment will take, for the plan: {"state":
-    "cached"}, {"state": "not cached", "bytes", "files", ...} (uvenv.to_download: the files of
-    the resolved set uv's cache lacks, their sizes the index's), or {"state": "unknown"} where
-    the look was skipped. The resolved files are kept beside the day's mark, so a second submit
-    of the same lines says the size again without asking the index."""
-    import time
-
-    from core.runtime import uvenv
-
-    seen = {} if seen is None else seen
-    seen.update({"state": "unknown"})
-    env = dict(os.environ if environ is None else environ)
-    if deps is None or not uv or env.get(CHECK_VAR, "1").strip() == "0":
-        return "skipped"
-    spec = deps_spec(deps, python=python, version=version, venvs_dir=venvs_dir, uv=uv)
-    lines = [*deps.options, *deps.requirements, *deps.constraints]
-    if deps.local or uvenv.unfit(spec) or any("${" in line for line in lines):
-        return "skipped"
-    backend = uvenv.torch_backend(spec, env)
-    keys = {spec["hash"], uvenv.with_backend(spec["hash"], backend)}
-    for key in keys:
-        pointer = os.path.join(venvs_dir, key + ".to")
-        try:
-            with open(pointer) as f:
-                named = f.read().strip()
-        except OSError:
-            named = key
-        if named and os.path.exists(os.path.join(venvs_dir, named, ".ready")):
-            seen.update({"state": "cached"})
-            return "ready"
-    mark = os.path.join(os.path.dirname(venvs_dir.rstrip("/")), "deps-checked", uvenv.with_backend(spec["hash"], backend))
-    # uv's cache of this machine, as the launcher uses it (what the look fetches, the install
-    # will not fetch again; nothing is built: --no-build); while `gpu gc` holds it, none at all
-    cache = os.path.join(os.path.dirname(venvs_dir.rstrip("/")), uvenv.CACHE_DIR)
-    try:
-        if time.time() - os.path.getmtime(mark) < CHECK_FRESH_S:
-            files = _marked_files(mark)
-            if files is not None:  # a mark from before sizes were kept: asked again, once
-                seen.update({"state": "not cached", **uvenv.to_download(files, cache)})
-                return "checked"
-    except OSError:
-        pass
-    import fcntl
-
-    lock = None
-    try:
-        if env.get(uvenv.CHOICE_VAR, "").strip().lower() == "pip":  # pip installs: no uv cache here
-            raise OSError("pip installs")
-        os.makedirs(cache, exist_ok=True)
-        lock = open(cache + ".lock", "a")  # noqa: SIM115 - closed below
-        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        caching = ["--cache-dir", cache]
-    except OSError:
-        caching = ["--no-cache"]
-    try:
-        done = _ask_index(deps, uv, python, backend, caching, env, mark)
-    finally:
-        if lock is not None:
-            lock.close()
-    files = _marked_files(mark) if done == "ok" else None
-    if files is not None:
-        seen.update({"state": "not cached", **uvenv.to_download(files, cache if caching[0] == "--cache-dir" else None)})
-    return done
-
-
-def _marked_files(mark: str) -> list[dict] | None:
-    """The resolved set's files (name, file, url, size) kept in a day's mark, or None for a
-    mark without them."""
-    import json
-
-    try:
-        with open(mark) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    files = doc.get("files") if isinstance(doc, dict) else None
-    return files if isinstance(files, list) else None
-
-
-def _ask_index(deps: Dependencies, uv: str, python: str, backend: str | None, caching: list[str],
-               env: dict[str, str], mark: str) -> str:
-    """`uv pip compile` of the lines (check_at_submit's look): "ok", "skipped", or a UserError.
-    Its output is a pylock.toml, whose entries name each file with the size the index gave
-    (PEP 691/700); sizes an HTML-only index left out are asked with HEAD (uvenv.fill_sizes,
-    bounded), for the files uv's cache does not hold. The files are written into the mark."""
-    import subprocess
-    import tempfile
-    import time
-
-    from core.runtime import uvenv
-
-    with tempfile.TemporaryDirectory(prefix="gpu-deps-check-") as tmp:
-        req = os.path.join(tmp, "requirements.txt")
-        with open(req, "w") as f:
-            f.write("\n".join([*deps.options, *deps.requirements]) + "\n")
-        args = [req]
-        if deps.constraints:
-            con = os.path.join(tmp, "constraints.txt")
-            with open(con, "w") as f:
-                f.write("\n".join(deps.constraints) + "\n")
-            args += ["-c", con]
-        cmd = [uv, "pip", "compile", *uvenv.COMMON_FLAGS, "--index-strategy", "unsafe-best-match", "--no-build",
-               "--no-progress", "--quiet", *caching, "--python", python, "--no-header", "--no-annotate",
-               "--format", "pylock.toml", "--output-file", os.path.join(tmp, uvenv.LOCK_NAME),
-               *(["--torch-backend", backend] if backend else []), *args]
-        run_env = uvenv.environ({k: v for k, v in env.items() if not k.startswith("UV_")} | {"HOME": tmp},
-                                env)
-        try:
-            done = subprocess.run(cmd, env=run_env, cwd=tmp, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=CHECK_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired):
-            return "skipped"
-        try:
-            with open(os.path.join(tmp, uvenv.LOCK_NAME)) as f:
-                files = uvenv.lock_files(f.read())
-        except OSError:
-            files = []
-    if done.returncode == 0:
-        import json
-
-        held = caching[1] if caching[0] == "--cache-dir" else None  # sizes matter for what is to come
-        uvenv.fill_sizes([f for f in files if not (held and uvenv.in_cache(held, f))])
-        try:
-            os.makedirs(os.path.dirname(mark), exist_ok=True)
-            with open(mark, "w") as f:
-                json.dump({"time": time.time(), "files": files}, f)
-        except OSError:
-            pass
-        return "ok"
-    reason, pip_may_help = uvenv.uv_failure(done.stdout + done.stderr)
-    if not reason or pip_may_help or uvenv.has_installed(python, reason):  # pip would take that one
-        return "skipped"
-    line = _line_named(reason, deps)
-    named = f" (the line `{line}`)" if line and not reason.startswith(line + ":") else ""
-    raise UserError(f"{reason}{named}: the job was not submitted", where=deps.source,
-                    fix="change the requirement to a version the index has (`pip index versions NAME` lists "
-                        f"them); to submit anyway, set {CHECK_VAR}=0")
-
-
-def _line_named(reason: str, deps: Dependencies) -> str | None:
-    """The requirement line of the package the reason names (`numpy==0.0.1: ...`)."""
-    m = _NAME.match(reason)
-    if not m:
-        return None
-    want = re.sub(r"[-_.]+", "-", m.group(1)).lower()
-    for line in [*deps.requirements, *deps.constraints]:
-        got = _NAME.match(line)
-        if got and re.sub(r"[-_.]+", "-", got.group(1)).lower() == want:
-            return line
-    return None
