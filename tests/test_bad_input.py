@@ -95,6 +95,7 @@ def test_cli_a_script_path_over_255_bytes_in_gpu_yaml(home: Path, project: Path)
     assert_clear_error(run_gpu("submit", "--wait-s", "0", cwd=project), "gpu.yaml:2:", "255 bytes")
 
 
+@pytest.mark.slow  # runs the supervisor: end to end
 def test_cli_a_long_argument_is_passed_on_not_taken_for_a_path(home: Path, tmp_path: Path) -> None:
     """A 300-byte argument (a prompt, a JSON blob) is no file name: the job gets it unchanged.
 

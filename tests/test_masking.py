@@ -16,6 +16,7 @@ import re
 import urllib.parse
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from tests.props import examples
@@ -164,6 +165,7 @@ def test_three_secrets_in_one_stream_split_anywhere(data, values: list[str]) -> 
 @given(secret=secrets, pieces=st.integers(2, 6))
 @example(secret="     0  0", pieces=2)  # read twice over: from the 0 of an escape, and from the real 0
 @example(secret="     0  0", pieces=3)  # the same with the second reading cut by a pause
+@example(secret="        ", pieces=2)  # all blanks: a later reading adds only the text's own space
 def test_a_value_split_over_many_reads_with_pauses_is_masked(secret: str, pieces: int) -> None:
     """A job writes half a (partly URL-escaped) value, sleeps, then writes the rest: the pause
     shows what it can of the line, never the first half of the value."""
@@ -175,6 +177,20 @@ def test_a_value_split_over_many_reads_with_pauses_is_masked(secret: str, pieces
     # the whole value masked, but for its edge blanks (escaped or not), which hide nothing
     assert out.startswith(b"token=") and out.endswith(b" done") and out.count(MASK.encode()) == 1, out
     assert set(out[6:-5].replace(MASK.encode(), b"").replace(b"%20", b" ")) <= {32}, out
+
+
+@pytest.mark.parametrize("secret, raw", [
+    ("ab cdef gh", b"x ab\rcdef gh\n"),  # a return where the value has a blank
+    (" 000    ", b"\x00\x00 \r000     END-MARK\n"),  # one before a short core's blanks (hypothesis)
+    ("  00 zz", b"x \r00\rzz\n"),
+])
+def test_a_return_in_place_of_a_blank_never_shows_the_value(secret: str, raw: bytes) -> None:
+    """A reader that shows returns as spaces (printable) turns `ab\rcd` into `ab cd`: a return
+    where the value has a blank is the blank, in every view."""
+    masker = Masker([secret])
+    out = masker.feed(raw) + masker.flush()
+    _assert_hidden(out, secret, [])
+    assert MASK.encode() in out
 
 
 @FAST

@@ -148,13 +148,14 @@ def _hex(n: int, width: int) -> bytes:
 
 def _url_byte(b: int) -> list[bytes]:
     """One byte as it may be printed: %25XX (URL-encoded twice), %XX, =XX (quoted-printable),
-    literally, `+` for a space.
+    literally; a space also as `+`, and as a return, which a reader that shows returns as
+    spaces turns back into it (`ab\rcd` reads `ab cd` there).
 
     The escapes come first: for `%` itself the literal is a prefix of its own escape `%25`,
     and an alternation takes the first branch that matches, which would leave the `25` shown."""
     hexed = _hex(b, 2)
     alts = [b"%25" + hexed, b"%" + hexed, b"=" + hexed, re.escape(bytes([b]))]
-    return alts + [rb"\+"] if b == 0x20 else alts
+    return alts + [rb"\+", rb"\r"] if b == 0x20 else alts
 
 
 def _char_escapes(ch: str) -> list[bytes]:
@@ -367,7 +368,9 @@ class SecretPattern:
             start, end = m.start(), m.end()
             nxt = start + 1
             while nxt < end and (more := self.regex.search(data, nxt)) is not None and more.start() < end:
-                end, nxt = max(end, more.end()), more.start() + 1
+                if not _BLANKS.fullmatch(data, end, max(end, more.end())):  # more than edge blanks
+                    end = more.end()
+                nxt = more.start() + 1
             start, end = max(_escape_start(data, start), last), _escape_end(data, end)
             yield start, end
             last = end
@@ -453,6 +456,9 @@ def _by_first_byte(patterns: list[bytes], fixed: list[bytes]) -> list[bytes]:
 
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
+# blanks in any spelling a value's blank has here: a later reading that adds only these to a mask
+# adds edge blanks, which hide nothing (secret_values), and would take the text's own spaces
+_BLANKS = re.compile(rb"(?:%(?:25)?20|=20|[ +\r])*")
 
 
 def _escape_start(data: bytes, start: int) -> int:
