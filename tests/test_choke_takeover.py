@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.codeobjects import store_obj
 from tests.props import examples
 
 from core import paths
@@ -122,14 +123,6 @@ def test_no_build_line_keeps_nothing(provider) -> None:
 
 
 # -- the build's side: the pin -----------------------------------------------------------------
-
-def store_obj(objects: Path, data: bytes) -> str:
-    digest = hashlib.sha256(data).hexdigest()
-    p = Path(codetree.object_path(str(objects), digest))
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_bytes(data)
-    return digest
-
 
 def project(objects: Path) -> list[list]:
     rows = []

@@ -20,15 +20,8 @@ from core.packaging import objects
 from core.packaging.bundle import make_bundle
 from core.runtime import cachescan, codetree
 from tests.conftest import make_git_project
+from tests.codeobjects import store_obj as _store
 from tests.props import examples
-
-
-def _store(objects_dir: Path, data: bytes) -> str:
-    digest = hashlib.sha256(data).hexdigest()
-    path = Path(codetree.object_path(str(objects_dir), digest))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return digest
 
 
 # a path part: ordinary names, dots, empty parts and slashes are all fair game

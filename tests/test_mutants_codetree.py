@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import tarfile
 from pathlib import Path
@@ -15,14 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.runtime import codetree
-
-
-def store_obj(objects: Path, data: bytes) -> str:
-    digest = hashlib.sha256(data).hexdigest()
-    p = Path(codetree.object_path(str(objects), digest))
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_bytes(data)
-    return digest
+from tests.codeobjects import store_obj
 
 
 def packed_store(objects: Path, members: list[tuple[str, bytes]]) -> None:
