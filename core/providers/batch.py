@@ -30,6 +30,7 @@ import dataclasses
 import math
 import secrets
 import time
+from abc import abstractmethod
 from typing import Any, Awaitable, Callable
 
 from core.config.schema import SAFE_VALUE_RE
@@ -246,8 +247,9 @@ class SchedulerProvider(RemoteProvider):
         self.queue = QueueCache(self._fetch_queue)
         self.gens = Generations()  # newest checkpoint generations, answered by the queue query
 
+    @abstractmethod
     async def _fetch_queue(self) -> dict:
-        raise NotImplementedError
+        ...
 
     def _env(self) -> str:
         """`env` option exported for the scheduler's commands (e.g. SLURM_CONF); over the local
@@ -258,8 +260,9 @@ class SchedulerProvider(RemoteProvider):
 
     # -- launch -----------------------------------------------------------------------------
 
+    @abstractmethod
     def directives(self, job: Job, res: dict) -> list[str]:
-        raise NotImplementedError
+        ...
 
     def batch_script(self, job: Job, prep: dict, res: dict) -> str:
         minutes = res.get("time_minutes")
@@ -269,9 +272,10 @@ class SchedulerProvider(RemoteProvider):
                       launcher_cmd=cmd, modules=res["modules"], container=res.get("container"),
                       options=self.options, timer_s=timer)
 
+    @abstractmethod
     async def submit(self, job: Job, prep: dict, secrets_in: str, secrets_input: bytes | None) -> str:
         """Submits the attempt's script (already in its folder): the scheduler's job id."""
-        raise NotImplementedError
+        ...
 
     async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
         if env_secrets and not self.options.get("pass_secrets"):
@@ -310,9 +314,10 @@ class SchedulerProvider(RemoteProvider):
         except TransportError as exc:
             return Poll("unreachable", detail=str(exc).splitlines()[0])
 
+    @abstractmethod
     async def queue_poll(self, job: Job, sid: str) -> Poll:
         """The job's state from the scheduler's queue (and, once it ended, its files)."""
-        raise NotImplementedError
+        ...
 
     async def attempt_files(self, job: Job) -> tuple[dict | None, bool]:
         """The attempt's exit record, and whether the time-limit signal reached it."""
@@ -336,8 +341,9 @@ class SchedulerProvider(RemoteProvider):
 
     # -- control ----------------------------------------------------------------------------
 
+    @abstractmethod
     def cancel_command(self, sid: str, force: bool) -> str:
-        raise NotImplementedError
+        ...
 
     async def cancel(self, job: Job, force: bool = False) -> None:
         sid = job.handle.get(self.id_key)

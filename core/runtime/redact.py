@@ -474,8 +474,7 @@ def _escape_start(data: bytes, start: int) -> int:
 
 def _escape_end(data: bytes, end: int) -> int:
     """`end`, moved on past a URL escape it falls inside (`%|20`, `%2|0`)."""
-    if end >= 1 and data[end - 1] == 0x25 and data[end:end + 2] and all(b in _HEX for b in data[end:end + 2]) \
-            and len(data[end:end + 2]) == 2:
+    if end >= 1 and data[end - 1] == 0x25 and len(data) >= end + 2 and all(b in _HEX for b in data[end:end + 2]):
         return end + 2
     if end >= 2 and data[end - 2] == 0x25 and data[end - 1] in _HEX and end < len(data) and data[end] in _HEX:
         return end + 1
