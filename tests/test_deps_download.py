@@ -113,12 +113,15 @@ def test_status_shows_the_bytes_downloaded_of_the_total_while_installing(home: P
         sub = gpu_json("submit", "train.py", "--wait-s", "0", "--hours", "0.1", cwd=project)
         short = sub["job"]["short_id"]
         seen: list[str] = []
+        numbers: list[dict] = []  # status --json's install_progress beside each such reason
         deadline = time.monotonic() + 180
         doc: dict = {}
         while time.monotonic() < deadline:  # every reason the job shows, until it ends
             doc = gpu_json("status", short)
             if doc.get("reason") and doc["reason"] not in seen:
                 seen.append(doc["reason"])
+            if doc.get("install_progress"):
+                numbers.append(doc["install_progress"])
             if doc["state"] in ("done", "failed", "cancelled"):
                 break
             time.sleep(0.1)
@@ -127,6 +130,12 @@ def test_status_shows_the_bytes_downloaded_of_the_total_while_installing(home: P
         of_total = re.compile(r"installing dependencies: fetching 2 packages, (\d+(?:\.\d)? [KM]?B) of "
                               + re.escape(uvenv.human_bytes(total)) + "$")
         assert progress and all(of_total.match(r) for r in progress), seen
+        # an agent reads the same figures as numbers: the total as the index sized it (to the
+        # tenth of the unit the reason shows), never more than that downloaded
+        assert numbers and all(n["packages"] == 2 and abs(n["total_bytes"] - total) <= total * 0.05
+                               and 0 <= n["downloaded_bytes"] <= n["total_bytes"]
+                               and n["fraction"] == round(n["downloaded_bytes"] / n["total_bytes"], 3)
+                               for n in numbers), numbers
     finally:
         ix.close()
 
@@ -179,3 +188,82 @@ def test_the_sizes_an_html_index_leaves_out_are_asked_with_head(tmp_path: Path) 
         assert again == seen and len(ix.requests) == asked
     finally:
         ix.close()
+
+
+def test_a_host_s_download_is_sized_for_its_python_and_platform(tmp_path: Path) -> None:
+    """A host (ssh, Slurm, PBS) gets the size of what its installer will fetch: the set resolved
+    here for the host's Python version and glibc platform, as its last probe told (hostpy's
+    answer), never this machine's wheels; kept for a day, so the next plan asks nothing."""
+    import uv
+
+    from core.packaging.depcheck import size_on_host
+    from tests.test_deps_reasons import _deps
+
+    ix = PackageIndex(tmp_path / "index", json=True)
+    ix.add_wheel("tinyapp", "1.0", {"tinyapp/__init__.py": "import tinynative\n"}, requires=["tinynative"])
+    ix.add_wheel("tinynative", "1.0", {"n.py": "x" * 1000}, tag="cp311-cp311-manylinux_2_17_x86_64")
+    ix.add_wheel("tinynative", "1.0", {"n.py": "y" * 90_000}, tag="cp312-cp312-manylinux_2_28_aarch64")
+    try:
+        sizes = _sizes(ix)
+        app = sizes["tinyapp-1.0-py3-none-any.whl"]
+        env = {"PATH": os.environ["PATH"], "PIP_INDEX_URL": ix.url}
+        deps = _deps(tmp_path, "tinyapp\n")
+        marks = str(tmp_path / "marks")
+
+        def sized(tags: dict | None) -> dict:
+            return size_on_host(deps, tags=tags, gpu=False, uv=uv.find_uv_bin(), host="box", marks_dir=marks,
+                                environ=env)
+
+        x86 = sized({"python_version": "3.11", "platforms": ["manylinux_2_35_x86_64", "linux_x86_64"]})
+        arm = sized({"python_version": "3.12", "platforms": ["manylinux_2_31_aarch64", "linux_aarch64"]})
+        assert x86["state"] == arm["state"] == "host"
+        assert x86["bytes"] == app + sizes["tinynative-1.0-cp311-cp311-manylinux_2_17_x86_64.whl"]
+        assert arm["bytes"] == app + sizes["tinynative-1.0-cp312-cp312-manylinux_2_28_aarch64.whl"]
+        assert uvenv.download_text(arm) == (
+            f"environment: about {uvenv.human_bytes(arm['bytes'])} to download on box unless it built this "
+            f"environment before (tinynative {uvenv.human_bytes(arm['bytes'] - app)}, "
+            f"tinyapp {uvenv.human_bytes(app)})")
+        asked = len(ix.requests)
+        assert sized({"python_version": "3.11", "platforms": ["manylinux_2_35_x86_64"]}) == x86
+        assert len(ix.requests) == asked  # the day's mark answered
+
+        # a glibc too old for any wheel uv can name, a platform uv has no name for, no answer yet
+        old = sized({"python_version": "3.11", "platforms": ["manylinux_2_5_x86_64"]})
+        musl = sized({"python_version": "3.11", "platforms": ["musllinux_1_2_x86_64"]})
+        assert old["state"] == musl["state"] == "unknown"
+        never = sized(None)
+        assert never == {"state": "unknown", "why": "box's Python not seen yet (known once a job has run there)"}
+        assert uvenv.download_text(never) == ("environment: download size unknown (box's Python not seen yet "
+                                              "(known once a job has run there))")
+        # this machine's index lacks the pin: the host's may have it, so no refusal, no size
+        missing = size_on_host(_deps(tmp_path, "tinyapp==9.9\n"), tags={"python_version": "3.11",
+                               "platforms": ["manylinux_2_35_x86_64"]}, gpu=False, uv=uv.find_uv_bin(),
+                               host="box", marks_dir=marks, environ=env)
+        assert missing["state"] == "unknown" and "tinyapp" in missing["why"], missing
+    finally:
+        ix.close()
+
+
+@pytest.mark.slow
+def test_the_plan_for_an_ssh_host_sizes_its_environment_once_its_python_is_known(
+        sshd, home: Path, tmp_path: Path, index: PackageIndex) -> None:
+    import json
+
+    from tests.conftest import write_user_config
+
+    python = getattr(sys, "_base_executable", None) or sys.executable
+    o = sshd.target_options(tmp_path / "remote", python)
+    write_user_config(json.dumps({"targets": {"box": {"kind": "ssh", **o, "env": {"PIP_INDEX_URL": index.url}}}}))
+    project = make_git_project(tmp_path / "p", {"train.py": "import tinyapp\nprint('ok', tinyapp.V)\n",
+                                                "requirements.txt": "tinyapp\n"})
+    first = gpu_json("plan", "train.py", "--provider", "box", "--hours", "0.1", cwd=project)["plan"]["environment"]
+    assert first["text"] == ("environment: download size unknown (box's Python not seen yet "
+                             "(known once a job has run there))"), first
+    sub = gpu_json("submit", "train.py", "--provider", "box", "--wait-s", "0", "--hours", "0.1", cwd=project)
+    end = wait_state(sub["job"]["short_id"], {"done", "failed"}, timeout=240)
+    assert end["state"] == "done", run_gpu("logs", sub["job"]["short_id"]).stdout
+    total = sum(_sizes(index).values())
+    after = gpu_json("plan", "train.py", "--provider", "box", "--hours", "0.1", cwd=project)["plan"]["environment"]
+    assert after["state"] == "host" and after["bytes"] == total, after
+    shown = run_gpu("plan", "train.py", "--provider", "box", "--hours", "0.1", cwd=project).stdout
+    assert f"about {uvenv.human_bytes(total)} to download on box unless it built this environment before" in shown

@@ -111,6 +111,21 @@ def test_the_launcher_and_the_target_say_the_install_s_step() -> None:
     assert uvenv.phase_detail("installing: fetching 3 packages") == "installing dependencies: fetching 3 packages"
 
 
+def test_status_json_reads_the_install_s_bytes_as_numbers() -> None:
+    """`gpu status --json`'s install_progress: the figures of the reason the person reads."""
+    reason = uvenv.phase_detail(f"installing: fetching {uvenv.count_text(12, 'package')}, "
+                                f"{uvenv.progress_text(412_000_000, 1_234_567_890)}")
+    assert reason == "installing dependencies: fetching 12 packages, 412.0 MB of 1.2 GB"
+    assert uvenv.install_progress(reason) == {"packages": 12, "downloaded_bytes": 412_000_000,
+                                              "total_bytes": 1_200_000_000, "fraction": 0.343}
+    one = uvenv.phase_detail(f"installing: fetching {uvenv.count_text(1, 'package')}, {uvenv.progress_text(0, 999)}")
+    assert one == "installing dependencies: fetching 1 package, 0 B of 999 B"
+    assert uvenv.install_progress(one) == {"packages": 1, "downloaded_bytes": 0, "total_bytes": 999, "fraction": 0.0}
+    for other in ("installing dependencies", "installing dependencies: fetching 3 packages", "queued: Resources",
+                  "", None):
+        assert uvenv.install_progress(other) is None
+
+
 def _submit(project: Path, env: dict | None = None) -> tuple[str, dict]:
     sub = gpu_json("submit", "train.py", "--wait-s", "0", "--hours", "0.1", cwd=project, env=env)
     short = sub["job"]["short_id"]

@@ -101,13 +101,24 @@ def _check_deps_here(bundle: Bundle, plan: dict, cfg: Any) -> None:
     (core.packaging.depcheck.check_at_submit: quick when nothing is new); the plan says
     what its environment will download (`plan["environment"]`)."""
     target = cfg.targets.get(plan.get("target"))
-    if target is None or target.kind != "local":
+    if target is None or target.kind not in ("local", "ssh", "slurm", "pbs"):
         return
     if bundle.deps is None:  # none declared: nothing to ask (read by `pack`, never twice)
         return
     import sys
 
     from core.runtime import uvenv
+
+    if target.kind != "local":  # a host: the size only, for its Python as last seen
+        from core.providers import registry
+
+        provider = registry.build(cfg, only=[target.name])[target.name]
+        env = {**os.environ, **{k: str(v) for k, v in (target.options.get("env") or {}).items()}}
+        seen = depcheck.size_on_host(bundle.deps, tags=provider.last_host_python(), host=target.name,
+                                     gpu=plan.get("gpu") not in (None, "", "cpu"), uv=requirements.home_uv(),
+                                     marks_dir=str(paths.home() / "deps-checked"), environ=env)
+        plan["environment"] = {**seen, "text": uvenv.download_text(seen)}
+        return
 
     python = target.options.get("python") or getattr(sys, "_base_executable", None) or sys.executable
     seen: dict = {}
@@ -816,6 +827,12 @@ def job_report(store: Store, job: Job, verbose: bool = False) -> dict[str, Any]:
         doc["checkpoint"] = ckpt  # the last complete checkpoint at home: age_s, bytes, files
     if job.handle.get("outputs_kept"):  # runs/<id>/ was refused: {dir, why}
         doc["outputs_kept"] = job.handle["outputs_kept"]
+    if job.state == State.PROVISIONING:
+        from core.runtime import uvenv
+
+        progress = uvenv.install_progress(job.reason)
+        if progress is not None:  # the numbers of "fetching 12 packages, 412.0 MB of 1.2 GB"
+            doc["install_progress"] = progress
     paused = mirroring_paused(store, job)
     if paused:
         doc["checkpoint_mirroring"] = paused  # "checkpoint mirroring paused: disk full at ..."

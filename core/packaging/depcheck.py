@@ -1,7 +1,8 @@
 """A pin no index can satisfy, said at submit: the project's requirements asked of the index the
 local target installs from (`uv pip compile`, nothing built), before the job takes a slot; and,
 from the same answer, what the environment will download (each file's size, less what uv's cache
-holds) for the plan.
+holds) for the plan. For a host (ssh, Slurm, PBS), only the size: resolved here for the host's
+Python and platform as its last probe saw them (size_on_host).
 """
 
 from __future__ import annotations
@@ -113,12 +114,14 @@ def _marked_files(mark: str) -> list[dict] | None:
     return files if isinstance(files, list) else None
 
 
-def _ask_index(deps: Dependencies, uv: str, python: str, backend: str | None, caching: list[str],
+def _ask_index(deps: Dependencies, uv: str, python: str | list[str], backend: str | None, caching: list[str],
                env: dict[str, str], mark: str) -> str:
     """`uv pip compile` of the lines (check_at_submit's look): "ok", "skipped", or a UserError.
     Its output is a pylock.toml, whose entries name each file with the size the index gave
     (PEP 691/700); sizes an HTML-only index left out are asked with HEAD (uvenv.fill_sizes,
-    bounded), for the files uv's cache does not hold. The files are written into the mark."""
+    bounded), for the files uv's cache does not hold. The files are written into the mark.
+    `python`: the interpreter, or the arguments that name another machine's Python
+    (`--python-version`, `--python-platform`: host_platform_args)."""
     import subprocess
     import tempfile
     import time
@@ -136,7 +139,8 @@ def _ask_index(deps: Dependencies, uv: str, python: str, backend: str | None, ca
                 f.write("\n".join(deps.constraints) + "\n")
             args += ["-c", con]
         cmd = [uv, "pip", "compile", *uvenv.COMMON_FLAGS, "--index-strategy", "unsafe-best-match", "--no-build",
-               "--no-progress", "--quiet", *caching, "--python", python, "--no-header", "--no-annotate",
+               "--no-progress", "--quiet", *caching, *(["--python", python] if isinstance(python, str) else python),
+               "--no-header", "--no-annotate",
                "--format", "pylock.toml", "--output-file", os.path.join(tmp, uvenv.LOCK_NAME),
                *(["--torch-backend", backend] if backend else []), *args]
         run_env = uvenv.environ({k: v for k, v in env.items() if not k.startswith("UV_")} | {"HOME": tmp},
@@ -164,8 +168,8 @@ def _ask_index(deps: Dependencies, uv: str, python: str, backend: str | None, ca
             pass
         return "ok"
     reason, pip_may_help = uvenv.uv_failure(done.stdout + done.stderr)
-    if not reason or pip_may_help or uvenv.has_installed(python, reason):  # pip would take that one
-        return "skipped"
+    if not reason or pip_may_help or (isinstance(python, str) and uvenv.has_installed(python, reason)):
+        return "skipped"  # pip would take that one, or nothing to name
     line = _line_named(reason, deps)
     named = f" (the line `{line}`)" if line and not reason.startswith(line + ":") else ""
     raise UserError(f"{reason}{named}: the job was not submitted", where=deps.source,
@@ -184,3 +188,79 @@ def _line_named(reason: str, deps: Dependencies) -> str | None:
         if got and re.sub(r"[-_.]+", "-", got.group(1)).lower() == want:
             return line
     return None
+
+
+# uv's `--python-platform` names for glibc Linux: the newest of these at or below the host's glibc
+_MANYLINUX = (17, 28, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40)
+
+
+def host_platform_args(tags: dict) -> list[str] | None:
+    """uv's arguments for resolving as the host would (core/runtime/hostpy.py's answer: its
+    Python version and manylinux tags), or None where uv has no name for that platform (a
+    musl or non-x86/arm host, an old glibc): no size then, rather than a wrong one."""
+    version = str(tags.get("python_version") or "")
+    if not re.fullmatch(r"3\.\d+", version):
+        return None
+    for tag in tags.get("platforms") or []:
+        m = re.fullmatch(r"manylinux_2_(\d+)_(x86_64|aarch64)", str(tag))
+        if m:
+            fits = [v for v in _MANYLINUX if v <= int(m.group(1))]
+            if fits:
+                return ["--python-version", version, "--python-platform", f"{m.group(2)}-manylinux_2_{fits[-1]}"]
+    return None
+
+
+def size_on_host(deps: Dependencies | None, *, tags: dict | None, gpu: bool, uv: str | None, host: str,
+                 marks_dir: str, environ: dict[str, str] | None = None) -> dict:
+    """What the environment of `deps` downloads on a host that has not built it before: the
+    set resolved here (`uv pip compile`, nothing built, no cache) for the host's Python and
+    platform as its last probe told (`tags`, hostpy's answer kept beside the host facts), the
+    torch build chosen as the host's installer would (CPU on a host without a GPU), each file's
+    size the index's. The host's own index settings are its target's `env`, given in
+    `environ`; a pip.conf on the host is out of sight, so the figure is "about". The answer is
+    kept in `marks_dir` for a day (CHECK_FRESH_S), as the local target's check keeps its own:
+    a second submit of the same lines to the same kind of host asks the index nothing.
+
+    Never refuses: the host's index may hold what this machine's does not. Returns
+    {"state": "host", "host", "bytes", "files", "packages", ...} (uvenv.to_download with nothing
+    counted as cached), or {"state": "unknown", "why"}."""
+    import hashlib
+    import json
+    import time
+
+    from core.runtime import uvenv
+
+    env = dict(os.environ if environ is None else environ)
+    if deps is None or not deps.requirements:
+        return {"state": "unknown", "why": "no requirements"}
+    if env.get(CHECK_VAR, "1").strip() == "0":
+        return {"state": "unknown", "why": f"not looked up: {CHECK_VAR}=0"}
+    if not uv:
+        return {"state": "unknown", "why": "uv is not installed here"}
+    if tags is None:
+        return {"state": "unknown", "why": f"{host}'s Python not seen yet (known once a job has run there)"}
+    where = host_platform_args(tags)
+    lines = [*deps.options, *deps.requirements, *deps.constraints]
+    if where is None or deps.local or any("${" in line for line in lines):
+        return {"state": "unknown", "why": "not sized for that platform or requirement set"}
+    spec = {"options": list(deps.options)}
+    backend = uvenv.torch_backend(spec, env, gpu=gpu)
+    backend = "cpu" if backend == "cpu" else None  # `auto` reads this machine's driver: the index's build
+    indexes = {k: v for k, v in env.items() if k.startswith(("PIP_", "UV_")) and ("INDEX" in k or "FIND_LINKS" in k)}
+    key = hashlib.sha256(json.dumps([lines, where, backend, sorted(indexes.items())]).encode()).hexdigest()[:32]
+    mark = os.path.join(marks_dir, f"host-{key}")
+    files = None
+    try:
+        if time.time() - os.path.getmtime(mark) < CHECK_FRESH_S:
+            files = _marked_files(mark)
+    except OSError:
+        pass
+    if files is None:
+        try:
+            done = _ask_index(deps, uv, where, backend, ["--no-cache"], env, mark)
+        except UserError as exc:
+            return {"state": "unknown", "why": f"this machine's index cannot resolve it ({exc.what[:200]})"}
+        files = _marked_files(mark) if done == "ok" else None
+    if files is None:
+        return {"state": "unknown", "why": "the index did not answer in time"}
+    return {"state": "host", "host": host, **uvenv.to_download(files, None)}

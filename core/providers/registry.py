@@ -14,11 +14,13 @@ from core.packaging.safe_extract import OutputCaps
 from core.providers.local import LocalProvider
 
 
-def build(cfg: UserConfig | None = None) -> dict[str, Any]:
-    """A provider object for each configured target, by name."""
+def build(cfg: UserConfig | None = None, only: list[str] | None = None) -> dict[str, Any]:
+    """A provider object for each configured target (or those named in `only`), by name."""
     cfg = cfg or load()
     out: dict[str, Any] = {}
     for name, t in cfg.targets.items():
+        if only is not None and name not in only:
+            continue
         if t.kind == "local":
             out[name] = LocalProvider(name, max_jobs=t.max_jobs, python=t.options.get("python"),
                                       gpus=t.gpus, caps=OutputCaps.from_options(t.options),

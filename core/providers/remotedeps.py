@@ -59,6 +59,21 @@ class RemoteDeps:
                                         default=str).encode()).hexdigest()[:12]
         return paths.cache_dir() / f"probe-{self.name}-python-{key}.json"  # forget_probe clears it too
 
+    def last_host_python(self) -> dict | None:
+        """The host's Python as the newest answer kept tells, however old: what a plan sizes
+        the environment for at submit, without a connection (a Python's version and platform
+        rarely change; a launch asks again past `probe_ttl_s`). None before any job ran there."""
+        newest: tuple[float, dict] | None = None
+        for path in paths.cache_dir().glob(f"probe-{self.name}-python-*.json"):
+            try:
+                doc = json.loads(path.read_text())
+                at = float(doc["at"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if isinstance(doc, dict) and (newest is None or at > newest[0]):
+                newest = (at, doc)
+        return None if newest is None else newest[1]
+
     async def host_python(self, python: str, *, reach: bool) -> dict:
         """The host's Python as core/runtime/hostpy.py reports it, cached for `probe_ttl_s`."""
         path = self._hostpy_file(python)

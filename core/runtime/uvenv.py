@@ -454,23 +454,28 @@ def to_download(files: list[dict], cache: str | None) -> dict:
 
 def download_text(info: dict | None) -> str:
     """The plan's line: "environment: not cached, about 1.2 GB to download (torch 864.0 MB,
-    nvidia-cudnn-cu12 634.0 MB, ...)", "environment: cached", or with the size unknown."""
-    if not info or info.get("state") not in ("cached", "not cached"):
-        return "environment: download size unknown (not looked up at submit)"
-    if info.get("state") == "cached":
+    nvidia-cudnn-cu12 634.0 MB, ...)", "environment: cached", or with the size unknown; for a
+    host (state "host", whose cache is out of sight at submit): "environment: about 1.2 GB to
+    download on gpubox unless it built this environment before (...)"."""
+    state = (info or {}).get("state")
+    if state not in ("cached", "not cached", "host"):
+        why = (info or {}).get("why") or "not looked up at submit"
+        return f"environment: download size unknown ({why})"
+    if state == "cached":
         return "environment: cached"
     files = info.get("files") or []
     coming = max(len(files), int(info.get("packages") or 0) - int(info.get("in_cache") or 0))
+    head = "environment: not cached," if state == "not cached" else "environment:"
+    tail = f" on {info.get('host')} unless it built this environment before" if state == "host" else ""
     if not files:
         return f"environment: not cached, nothing to download (all {info.get('packages', 0)} packages in uv's cache)"
     sized = [f for f in files if f.get("size")]
     if not sized:
-        return f"environment: not cached, {coming} packages to download, size unknown"
+        return f"{head} {count_text(coming, 'package')} to download{tail}, size unknown"
     named = ", ".join(f"{f['name']} {human_bytes(f['size'])}" for f in sized[:3])
     more = ", ..." if coming - int(info.get("unknown") or 0) > 3 else ""
     unknown = f", {info['unknown']} more of unknown size" if info.get("unknown") else ""
-    return (f"environment: not cached, about {human_bytes(info['bytes'])} to download "
-            f"({named}{more}){unknown}")
+    return f"{head} about {human_bytes(info['bytes'])} to download{tail} ({named}{more}){unknown}"
 
 
 def fetched_bytes(cache: str, files: list[dict]) -> int:
@@ -498,6 +503,32 @@ def fetched_bytes(cache: str, files: list[dict]) -> int:
     return done + min(coming, max(0, left - 1)) if left else done
 
 
+def count_text(n: int, noun: str) -> str:
+    """"1 package", "12 packages"."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def progress_text(done: int, total: int) -> str:
     """"412.0 MB of 1.2 GB" (the phase's words while an install downloads)."""
     return f"{human_bytes(done)} of {human_bytes(total)}"
+
+
+_UNITS = {"B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3}
+_PROGRESS = re.compile(r"installing dependencies: fetching (\d+) packages?, (\d+(?:\.\d+)?) (B|KB|MB|GB) of "
+                       r"(\d+(?:\.\d+)?) (B|KB|MB|GB)")
+
+
+def install_progress(reason: str | None) -> dict | None:
+    """The numbers in a provisioning job's reason ("installing dependencies: fetching 12
+    packages, 412.0 MB of 1.2 GB"), for `gpu status --json` and an agent that weighs how long
+    to wait: {"packages", "downloaded_bytes", "total_bytes", "fraction"}. The reason is the one
+    record of the install's progress (the target's poll carries it home as text, from any
+    host), so the bytes are as precise as its units (a tenth of the unit); None for any other
+    reason."""
+    m = _PROGRESS.search(reason or "")
+    if m is None:
+        return None
+    done = round(float(m.group(2)) * _UNITS[m.group(3)])
+    total = round(float(m.group(4)) * _UNITS[m.group(5)])
+    return {"packages": int(m.group(1)), "downloaded_bytes": done, "total_bytes": total,
+            "fraction": round(min(1.0, done / total), 3) if total else None}

@@ -234,7 +234,7 @@ def _uv_build(spec: dict, log: joblog.JobLog, deps: dict, uv: str, cache: str, s
         else:
             log.line(f"dependencies: creating environment {key[:12]} with uv ({len(frozen)} packages; "
                      "named by the packages it holds, the name later jobs reuse)")
-            _phase(spec, f"installing: fetching {len(frozen)} packages")
+            _phase(spec, f"installing: fetching {uvenv.count_text(len(frozen), 'package')}")
             coming = [] if deps.get("wheelhouse") else _uv_sizes(spec, log, uv, cache, scratch, options, frozen,
                                                                   deps.get("torch_backend"))
             with _fetch_progress(spec, cache, len(frozen), coming):
@@ -402,7 +402,8 @@ class _fetch_progress:
 
     def _say(self) -> None:
         done = uvenv.fetched_bytes(self.cache, self.coming)
-        _phase(self.spec, f"installing: fetching {self.count} packages, {uvenv.progress_text(done, self.total)}")
+        _phase(self.spec, f"installing: fetching {uvenv.count_text(self.count, 'package')}, "
+                           f"{uvenv.progress_text(done, self.total)}")
 
     def _loop(self) -> None:
         while not self.stop.wait(1.0):
