@@ -85,15 +85,42 @@ LEFT_WAIT_S = 2.0
 _SESSION_HOME = os.environ.get("GPU_ROUTER_HOME")  # a home the whole run shares is no test's
 
 
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, ppid) of a process from /proc, or None when it is gone or unreadable."""
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, start time in clock ticks since boot) of a process from /proc, or None
+    when it is gone or unreadable."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
         return None
     fields = raw[raw.rfind(b")") + 1:].split()
-    return (fields[0].decode(), int(fields[1])) if len(fields) > 1 else None
+    return (fields[0].decode(), int(fields[1]), int(fields[19])) if len(fields) > 19 else None
+
+
+def _boot_ticks() -> int:
+    """Now, in the clock of /proc/<pid>/stat's start time (ticks since boot), one tick early."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK) - 1
+
+
+def _children() -> set[int]:
+    """This process's children, from the kernel's own list (no scan of /proc: the check runs
+    around every quick test, and a scan of every process twice a test cost the loop seconds)."""
+    found: set[int] = set()
+    me = os.getpid()
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children", "rb") as f:
+                found.update(int(p) for p in f.read().split())
+        except OSError:
+            pass
+    return found
 
 
 def _cmdline(pid: int) -> str:
@@ -104,31 +131,33 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
-def _test_processes(homes: set[str], before: set[int], children: bool = True) -> dict[int, str]:
+def _test_processes(homes: set[str], before: set[int], since: int, children: bool = True) -> dict[int, str]:
     """Live processes (zombies are ended) this test started: this process's children that were
-    not there before it (with `children`), and any process whose environment holds
-    GPU_ROUTER_HOME=<its home>."""
+    not there before it, and any process started since the test began (`since`, boot ticks)
+    whose environment holds GPU_ROUTER_HOME=<its home> (a detached supervisor, a job)."""
     me = os.getpid()
-    needles = [b"\0GPU_ROUTER_HOME=" + os.fsencode(h) + b"\0" for h in homes]
     found: dict[int, str] = {}
+    for pid in _children() - before if children else ():
+        stat = _proc_stat(pid)
+        if stat is not None and stat[0] not in ("Z", "X") and stat[1] == me:
+            found[pid] = "started by this test"
+    if not homes:
+        return found
+    needles = [b"\0GPU_ROUTER_HOME=" + os.fsencode(h) + b"\0" for h in homes]
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+        if not name.isdigit() or int(name) == me or int(name) in found:
             continue
         pid = int(name)
         stat = _proc_stat(pid)
-        if stat is None or stat[0] in ("Z", "X"):
+        if stat is None or stat[0] in ("Z", "X") or stat[2] < since:
+            continue  # a process older than the test cannot carry its home
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = b"\0" + f.read() + b"\0"
+        except OSError:
             continue
-        if children and stat[1] == me and pid not in before:
-            found[pid] = "started by this test"
-            continue
-        if needles:
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    env = b"\0" + f.read() + b"\0"
-            except OSError:
-                continue
-            if any(n in env for n in needles):
-                found[pid] = "carries this test's GPU_ROUTER_HOME"
+        if any(n in env for n in needles):
+            found[pid] = "carries this test's GPU_ROUTER_HOME"
     return found
 
 
@@ -139,9 +168,8 @@ def _checks_processes(item: pytest.Item) -> bool:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
     if _checks_processes(item):
-        me = os.getpid()
-        item.stash[_BEFORE] = {int(n) for n in os.listdir("/proc") if n.isdigit()
-                               and (_proc_stat(int(n)) or ("", 0))[1] == me}
+        item.stash[_BEFORE] = _children()
+        item.stash[_SINCE] = _boot_ticks()
     return (yield)
 
 
@@ -159,13 +187,13 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem):
     result = yield
     if not _checks_processes(item) or _BEFORE not in item.stash:
         return result
-    homes, before = item.stash.get(_HOMES, set()), item.stash[_BEFORE]
+    homes, before, since = item.stash.get(_HOMES, set()), item.stash[_BEFORE], item.stash[_SINCE]
     started = [h for h in homes if _supervisor_started(h)]
     deadline = time.monotonic() + LEFT_WAIT_S
-    left = _test_processes(homes, before)
+    left = _test_processes(homes, before, since)
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = _test_processes(homes, before)
+        left = _test_processes(homes, before, since)
     if left:
         described = "; ".join(f"pid {pid} ({_cmdline(pid)}): {why}" for pid, why in sorted(left.items()))
         for pid in left:  # ended here, so the tests after this one do not meet them
@@ -193,6 +221,7 @@ def _supervisor_started(home: str) -> bool:
 
 
 _BEFORE = pytest.StashKey[set]()
+_SINCE = pytest.StashKey[int]()
 _HOMES = pytest.StashKey[set]()
 
 
@@ -257,7 +286,7 @@ def _stop_late_starters(h: Path) -> None:
     if not os.path.isdir("/proc/self"):
         return
     for _ in range(20):
-        left = _test_processes({str(h)}, before=set(), children=False)
+        left = _test_processes({str(h)}, before=set(), since=0, children=False)
         if not left:
             return
         servers = [p for p in left if any(m in _cmdline(p) for m in ("core.engine.supervisor", "tui.warm.server"))]
