@@ -402,3 +402,21 @@ def test_importing_all_of_core_loads_no_ui_module() -> None:
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_each_room_of_core_says_what_it_holds_and_what_it_may_import() -> None:
+    """A newcomer opening a package's __init__ learns its room and its floor (issue 42, item 5):
+    every package of FLOORS has a docstring that says what it imports and names FLOORS, where
+    the rule is checked."""
+    import ast as _ast
+
+    unsaid = []
+    for floor in FLOORS:
+        for name in floor:
+            init = CORE / name / "__init__.py"
+            if not init.exists():
+                continue  # errors, paths: modules, not rooms
+            doc = _ast.get_docstring(_ast.parse(init.read_text())) or ""
+            if "import" not in doc or "FLOORS" not in doc or len(doc) < 120:
+                unsaid.append(name)
+    assert unsaid == [], f"core packages whose __init__ docstring does not say what they hold and may import: {unsaid}"

@@ -1,5 +1,6 @@
 """The job record every part reads: the store (jobs, events, metrics), the state table, the store thread.
 
 A floor below config, planning, the providers and the engine: it imports only core.paths,
-core.errors and core.runtime, so a provider can read and write a job without the engine.
+core.errors, core.display and core.runtime, so a provider can read and write a job without the
+engine (tests/test_import_rules.py: FLOORS).
 """

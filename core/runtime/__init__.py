@@ -7,7 +7,8 @@ job's sitecustomize (jobsite/) that puts the stand-in on the path where wandb is
 follows it where not.
 
 All are stdlib-only and must stay so: they run with the target's Python, before (and
-without) the project's dependencies.
+without) the project's dependencies. The bottom floor: imports the standard library and itself
+only, never another package of core/ (tests/test_import_rules.py: FLOORS).
 """
 
 from pathlib import Path
