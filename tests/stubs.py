@@ -8,7 +8,7 @@ from typing import Callable
 
 
 class StubJob:
-    """What core/packaging/checkpoints.py and the providers' checkpoint calls read of a job."""
+    """What core/packaging/checkpoints/ and the providers' checkpoint calls read of a job."""
 
     def __init__(self, job_id: str) -> None:
         self.id = job_id

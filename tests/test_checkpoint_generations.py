@@ -1,5 +1,5 @@
 """Saves frozen where they were written (core/runtime/ckptgen.py), listed and packed from there
-(core/runtime/ckptscan.py) and brought home whole (core/packaging/checkpoints.py), however
+(core/runtime/ckptscan.py) and brought home whole (core/packaging/checkpoints/mirroring.py), however
 often the job saves: the race the mirror used to lose (a save between the listing and the
 packing) now never drops a checkpoint, and never mixes two.
 

@@ -1,4 +1,4 @@
-"""Checkpoints come home incrementally and only when complete (core/packaging/checkpoints.py),
+"""Checkpoints come home incrementally and only when complete (core/packaging/checkpoints/),
 read from a real job folder by the local target's provider and the runtime's own marker."""
 
 from __future__ import annotations
@@ -262,13 +262,15 @@ def test_a_checkpoint_marker_nested_past_the_parser_s_depth_is_not_a_marker(tmp_
     """The job writes its checkpoint's marker: one nested too deep to parse is dropped (the
     checkpoint is then not complete), never an error that stops the supervisor's step."""
     from core.packaging import checkpoints
+    from core.packaging.checkpoints.mirroring import _rename_marker
+    from core.packaging.checkpoints.restore import _marker_bytes
 
     marker = tmp_path / ".complete"
     marker.write_text('{"files":' + "[" * 100_000 + "]" * 100_000 + "}")
-    checkpoints._rename_marker(marker, lambda rel: rel)
+    _rename_marker(marker, lambda rel: rel)
     assert not marker.exists()
     (tmp_path / checkpoints.MARKER).write_text('{"files":' + "[" * 100_000 + "]" * 100_000 + "}")
-    assert checkpoints._marker_bytes(tmp_path, {}) is None
+    assert _marker_bytes(tmp_path, {}) is None
 
 
 def test_the_last_look_at_an_ended_job_counts_its_unmarked_folder(home: Path) -> None:

@@ -244,10 +244,11 @@ def test_a_full_home_pauses_checkpoint_mirroring_said_once_then_it_resumes(
     import asyncio
 
     from core.packaging import checkpoints
+    from core.packaging.checkpoints import pause
     from core.jobs.store import Event
     from tui.show.render import status_panel
 
-    monkeypatch.setattr(checkpoints, "RESERVE_BYTES", 1 << 20)
+    monkeypatch.setattr(pause, "RESERVE_BYTES", 1 << 20)
     ckpt = tmp_path / "job" / "ckpt"
     ckpt.mkdir(parents=True)
     (ckpt / "model.pt").write_bytes(os.urandom(4 << 20))  # 4 MB: home needs 8 MB + the reserve
@@ -267,7 +268,7 @@ def test_a_full_home_pauses_checkpoint_mirroring_said_once_then_it_resumes(
     os.truncate(filler, filler.stat().st_size - (6 << 20))  # 6 MB free: not enough
     assert look(1000.0) is None  # first look: the listing settles
     assert look(1001.0) is None  # complete, but home has no room: paused, said once
-    assert len(notes) == 1 and notes[0].startswith(checkpoints.PAUSED), notes
+    assert len(notes) == 1 and notes[0].startswith(pause.PAUSED), notes
     assert re.search(DISK_FULL_RE, notes[0]) and "resumes by itself" in notes[0]
     asked = provider.asked
     for now in (1002.0, 1010.0, 1031.0, 1050.0):  # the back-off: the target is not asked, nothing said
@@ -287,7 +288,7 @@ def test_a_full_home_pauses_checkpoint_mirroring_said_once_then_it_resumes(
     filler.unlink()
     assert look(1060.0) is None and len(notes) == 1  # still within the back-off
     doc = look(1100.0)
-    assert len(notes) == 2 and notes[1].startswith(checkpoints.RESUMED), notes
+    assert len(notes) == 2 and notes[1].startswith(pause.RESUMED), notes
     assert doc is not None and set(doc["files"]) == {"model.pt"}
     assert (checkpoints.home_dir(Job.id) / "model.pt").read_bytes() == (ckpt / "model.pt").read_bytes()
     events.append(Event(2, Job.id, 1100.0, None, None, notes[1], "supervisor", {}))

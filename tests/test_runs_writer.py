@@ -249,6 +249,7 @@ def test_a_folder_link_inside_runs_id_is_not_followed(home: Path, tmp_path: Path
 def test_the_settled_checkpoint_is_kept_at_home_when_runs_id_is_a_link(home: Path, tmp_path: Path) -> None:
     from core.engine.service import settle_checkpoint
     from core.packaging import checkpoints
+    from core.packaging.checkpoints.home import manifest_path, write_json
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -261,7 +262,7 @@ def test_the_settled_checkpoint_is_kept_at_home_when_runs_id_is_a_link(home: Pat
     ckpt.mkdir(parents=True)
     (ckpt / "model.pt").write_bytes(b"w" * 10)
     digest = hashlib.sha256(b"w" * 10).hexdigest()
-    checkpoints._write_json(checkpoints._manifest_path(job.id), {
+    write_json(manifest_path(job.id), {
         "generation": 1, "bytes": 10, "at": 0,
         "files": {"model.pt": {"size": 10, "mtime_ns": 0, "sha256": digest}}})
 
@@ -278,6 +279,8 @@ def test_a_checkpoint_folder_planted_as_a_link_is_not_reclaimed(home: Path, tmp_
     """A resume moves runs/<id>/checkpoint/ back home: a link there is refused, not moved."""
     from core.errors import UserError
     from core.packaging import checkpoints
+    from core.packaging.checkpoints.home import write_json
+    from core.packaging.checkpoints.settling import _settled_path
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -288,7 +291,7 @@ def test_a_checkpoint_folder_planted_as_a_link_is_not_reclaimed(home: Path, tmp_
     os.symlink(outside, runs / "checkpoint")
     jid = f"{1:032x}"
     (paths.jobs_dir() / jid).mkdir(parents=True)
-    checkpoints._write_json(checkpoints._settled_path(jid), {
+    write_json(_settled_path(jid), {
         "generation": 1, "bytes": 10, "at": 0, "files": {
             "model.pt": {"size": 10, "mtime_ns": 0, "sha256": hashlib.sha256(b"w" * 10).hexdigest()}}})
     with pytest.raises(UserError) as err:
@@ -582,6 +585,7 @@ def test_a_job_end_never_writes_outside_runs_id_and_loses_nothing(tree: list[tup
     or kept at home in the job's folder, as its status says."""
     from core.engine.service import settle_checkpoint
     from core.packaging import checkpoints
+    from core.packaging.checkpoints.home import manifest_path, write_json
 
     base = Path(tempfile.mkdtemp(prefix="runs-writer-engine-"))
     saved = os.environ.get("GPU_ROUTER_HOME")
@@ -600,7 +604,7 @@ def test_a_job_end_never_writes_outside_runs_id_and_loses_nothing(tree: list[tup
         ckpt = checkpoints.home_dir(job.id)
         ckpt.mkdir(parents=True)
         (ckpt / "model.pt").write_bytes(b"w")
-        checkpoints._write_json(checkpoints._manifest_path(job.id), {
+        write_json(manifest_path(job.id), {
             "generation": 1, "bytes": 1, "at": 0, "files": {"model.pt": {
                 "size": 1, "mtime_ns": 0, "sha256": hashlib.sha256(b"w").hexdigest()}}})
         before_out, before = _snapshot(outside), _snapshot(project)

@@ -1,7 +1,7 @@
 """`gpu resume ID` and compute_job's `resume`: an ended job runs again from its checkpoint.
 
 A cancelled or failed job (a cancel, a kill rule, a budget, an exit status) keeps its last
-checkpoint in `runs/<id>/checkpoint/` (core/packaging/checkpoints.py settles it there). A
+checkpoint in `runs/<id>/checkpoint/` (core/packaging/checkpoints/settling.py settles it there). A
 resume takes the same job back to `routing` as its next attempt: routed again (a new plan),
 with the resume's attempt and checkpoint in the plan's digest (a new digest, so no earlier
 approval carries over), and the approval rules applied again as for whoever resumes it (an

@@ -1,6 +1,6 @@
 """A complete checkpoint captured where it was written, the moment it is complete.
 
-Why: the mirror home (core/packaging/checkpoints.py) used to list the live checkpoint folder,
+Why: the mirror home (core/packaging/checkpoints/) used to list the live checkpoint folder,
 then pack the changed files in a second round trip; a job saving every half second changed a
 file in between, the hashes disagreed and the copy was dropped, again and again. So
 `gpu.checkpoint_saved()` now freezes the files it marks into a generation folder beside the

@@ -4,8 +4,8 @@ Shipped beside the launcher (standard library only). The launcher masks every by
 to the job log with `SecretPattern`; the `gpu` module checks metric names and values with it
 before they are written; home masks the names of outputs and checkpoints with it, and the
 names in its copy of the checkpoint marker (core/secrets/names.py, applied in
-core/packaging/safe_extract.py and core/packaging/checkpoints.py; the job's own marker keeps the
-names it wrote, so that its listing and marker still agree).
+core/packaging/safe_extract.py and core/packaging/checkpoints/mirroring.py; the job's own marker
+keeps the names it wrote, so that its listing and marker still agree).
 
 Masking guards against accidental display (a library that prints its config, a traceback
 that shows a header); a job that holds a secret can always leak it on purpose, which is why
