@@ -177,7 +177,7 @@ def test_the_test_command_runs_with_or_without_sudo(tmp_path: Path, with_sudo: b
     calls = log.read_text().splitlines()
     apt = ["apt-get DEBIAN_FRONTEND= update",
            "apt-get DEBIAN_FRONTEND=noninteractive install -y dbus gnome-keyring libsecret-tools "
-           "bubblewrap openssh-server slurmd slurmctld slurm-client munge tmux git"]
+           "bubblewrap openssh-server slurmd slurmctld slurm-client munge rsync tmux git"]
     if with_sudo:
         apt = ["sudo apt-get", apt[0], "sudo env", apt[1]]
     assert calls == [*apt, "pip DEBIAN_FRONTEND= install -e .[test]",
