@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,6 +42,13 @@ HEAVY = {"slow", *NEEDS.values()}
 # under test lays its output out for 80 columns in parallel runs only (CI's) and not alone.
 for _var in ("COLUMNS", "LINES"):
     os.environ.pop(_var, None)
+
+# pytest rewrites every test module's asserts on import and keeps the result in __pycache__,
+# unless bytecode writing is off: with PYTHONDONTWRITEBYTECODE=1 in the environment (as on the
+# development machine) each run and each xdist worker rewrote all 150 files again, about 12 s
+# of CPU per process before the first test. This process only (the `gpu` commands and jobs the
+# tests start keep the environment's choice); the files it writes are ignored by git.
+sys.dont_write_bytecode = False
 
 def pytest_configure(config: pytest.Config) -> None:
     """The quick loop (`-m quick`) runs each property test with about a fifth of its examples
