@@ -273,3 +273,33 @@ def test_a_named_venv_is_used_as_it_is_never_installed_into(tmp_path: Path) -> N
         skyvenv.ensure(tmp_path / "theirs", named=True)
     assert "has no python" in str(err.value) and "skypilot[slurm]==0.14.1" in str(err.value)
     assert not (tmp_path / "theirs").exists()
+
+
+def test_what_the_sdk_returns_becomes_json_the_client_can_read() -> None:
+    """The SDK answers with enums (ClusterStatus.UP), named tuples (InstanceTypeInfo) and
+    pydantic models (StatusResponse); the adapter sends their values, not their reprs."""
+    import collections
+    import enum
+
+    from core.providers.skypilot.adapter import jsonable
+
+    class ClusterStatus(enum.Enum):
+        UP = "UP"
+
+    Info = collections.namedtuple("Info", "accelerator_name price region")
+
+    class Model:
+        model_fields = {"name": None, "status": None}
+
+        def __init__(self) -> None:
+            self.name, self.status = "c1", ClusterStatus.UP
+
+        def model_dump(self) -> dict:  # present on a pydantic model; the adapter reads the fields
+            raise AssertionError("not called")
+
+    doc = jsonable({"gpus": {"FAKE": [Info("FAKE", 2.0, "debug*")]}, "clusters": [Model()],
+                    "status": ClusterStatus.UP, "pair": (1, None), "other": object})
+    assert json.loads(json.dumps(doc)) == {
+        "gpus": {"FAKE": [{"accelerator_name": "FAKE", "price": 2.0, "region": "debug*"}]},
+        "clusters": [{"name": "c1", "status": "UP"}], "status": "UP", "pair": [1, None],
+        "other": "<class 'object'>"}

@@ -27,6 +27,7 @@ this module (as gpu-router's own tests do, to check its layout) needs no SkyPilo
 
 from __future__ import annotations
 
+import enum
 import io
 import json
 import os
@@ -91,8 +92,7 @@ def jsonable(value: Any, depth: int = 0) -> Any:
         return str(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if hasattr(value, "value") and type(value).__class__.__name__ == "EnumMeta" or \
-            type(type(value)).__name__ in ("EnumMeta", "EnumType"):
+    if isinstance(value, enum.Enum):  # ClusterStatus.UP -> "UP"
         return jsonable(value.value, depth + 1)
     if isinstance(value, dict):
         return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
