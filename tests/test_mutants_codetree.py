@@ -5,11 +5,18 @@ mutation run over core/runtime/codetree.py, and says what the rule is.
 
 from __future__ import annotations
 
+import array
+import contextlib
+import errno
+import fcntl
 import hashlib
 import io
 import os
+import shutil
 import tarfile
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -142,3 +149,188 @@ def test_a_take_over_makes_nothing_relative_to_the_working_folder(tmp_path: Path
     finally:
         os.chdir(here)
     assert inodes(second) == before
+
+
+REAL_IOCTL = fcntl.ioctl
+
+
+class Reflinks:
+    """`fcntl.ioctl` as a build sees it, counting the clones (FICLONE) it is asked for. `kind`:
+    "kernel" asks this machine's file system itself (btrfs or XFS clone; the test is skipped
+    where the file system has no reflinks); "copy" answers a clone as such a file system does,
+    the destination made the source's bytes (copy_file_range, the kernel's own copy, with
+    neither file's offset moved), so what the build then checks is real bytes on disk;
+    "refuse" answers as ext4 does (EOPNOTSUPP). Any other request goes to the real ioctl, and
+    a descriptor or request that is not one fails there as it would."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind, self.calls = kind, 0
+
+    def __call__(self, fd: int, request: int, arg: int = 0, *rest: object) -> object:
+        if request != codetree.FICLONE:
+            return REAL_IOCTL(fd, request, arg, *rest)
+        self.calls += 1
+        if self.kind == "kernel":
+            return REAL_IOCTL(fd, request, arg, *rest)
+        if self.kind == "refuse":
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+        size, done = os.fstat(arg).st_size, 0
+        while done < size:
+            done += os.copy_file_range(arg, fd, size - done, done, done)
+        return 0
+
+
+def reflinks_here(folder: Path) -> bool:
+    """Does the file system under `folder` clone (btrfs, XFS with reflink=1)?"""
+    (folder / ".probe-src").write_bytes(b"probe")
+    try:
+        with open(folder / ".probe-src", "rb") as src, open(folder / ".probe-dst", "wb") as dst:
+            REAL_IOCTL(dst.fileno(), codetree.FICLONE, src.fileno())
+        return True
+    except OSError:
+        return False
+    finally:
+        for name in (".probe-src", ".probe-dst"):
+            (folder / name).unlink(missing_ok=True)
+
+
+@pytest.fixture(params=["copy", "kernel"])
+def cloning(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Reflinks:
+    """A file system that clones: this one where it does, else the copying double."""
+    if request.param == "kernel" and not reflinks_here(tmp_path):
+        pytest.skip("this file system has no reflinks (ext4): run with --basetemp on btrfs or XFS")
+    clones = Reflinks(request.param)
+    monkeypatch.setattr(codetree.fcntl, "ioctl", clones)
+    return clones
+
+
+def test_a_verified_build_on_reflinks_clones_each_object_and_checks_the_clone(
+        tmp_path: Path, cloning: Reflinks) -> None:
+    """Where the file system shares blocks, each copy is one clone and writes no bytes (what a
+    build returns is the bytes it wrote), and the clone is what is hashed."""
+    objects = tmp_path / "objects"
+    files = {"a.py": b"print('a')\n", "pkg/b.py": b"b = 2\n" * 1000}
+    rows = [[rel, "f", store_obj(objects, data), len(data)] for rel, data in files.items()]
+    written = codetree.build(rows, str(objects), str(tmp_path / "code"), verify=True)
+    assert written == 0 and cloning.calls == 2
+    assert {rel: (tmp_path / "code" / rel).read_bytes() for rel in files} == files
+
+
+def test_a_clone_of_an_object_rewritten_in_the_store_is_refused(tmp_path: Path, cloning: Reflinks) -> None:
+    """A clone shares the rewritten bytes: the check on the clone refuses it, the copy goes, and
+    the build names the object (removed from the store, to be sent again)."""
+    objects = tmp_path / "objects"
+    good = store_obj(objects, b"print('ORIGINAL')\n")
+    obj = Path(codetree.object_path(str(objects), good))
+    obj.write_bytes(b"print('TAMPERED')\n")
+    dst = tmp_path / "copy.py"
+    assert codetree.copy_verified(str(obj), str(dst), good, [True]) == -1
+    assert cloning.calls == 1 and not dst.exists()
+    with pytest.raises(codetree.BadObjects) as caught:
+        codetree.build([["a.py", "f", good, 18]], str(objects), str(tmp_path / "code"), verify=True)
+    assert caught.value.digests == [good] and not (tmp_path / "code").exists() and not obj.exists()
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_file_system_without_reflinks_is_asked_once_per_build(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verify: bool) -> None:
+    """The first refusal of a clone (ext4) makes the rest of the build copy bytes without asking
+    again: a 20,000-file tree would otherwise pay 20,000 refused ioctls."""
+    refusing = Reflinks("refuse")
+    monkeypatch.setattr(codetree.fcntl, "ioctl", refusing)
+    objects = tmp_path / "objects"
+    files = {f"m{i}.py": f"m = {i}\n".encode() for i in range(3)}
+    rows = [[rel, "f", store_obj(objects, data), len(data)] for rel, data in files.items()]
+    written = codetree.build(rows, str(objects), str(tmp_path / "code"), verify=verify)
+    assert refusing.calls == 1 and written == sum(map(len, files.values()))
+    assert {rel: (tmp_path / "code" / rel).read_bytes() for rel in files} == files
+    clone = [True]
+    src = codetree.object_path(str(objects), rows[0][2])
+    assert codetree.copy_verified(src, str(tmp_path / "one.py"), rows[0][2], clone) == len(files["m0.py"])
+    assert clone == [False] and refusing.calls == 2
+
+
+def test_a_take_over_into_a_folder_whose_name_is_not_utf8_is_noted(tmp_path: Path) -> None:
+    """The note left beside a taken-over folder (`gpu fetch` reads that it was reused) names the
+    new build's folder by its bytes: a path that is not UTF-8 (a Latin-1 home) made the note
+    raise after the folder was claimed, so the build failed and the donor was left under its
+    claimed name, where the next build's clean-up removes it."""
+    base = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    objects, rows, first, pin = donor(base, {"a.py": b"a\n"}, {})
+    before = inodes(first)
+    second = base / "jobs" / "two" / "code"
+    codetree.build(rows, str(objects), str(second), reuse=str(first), pin=pin)
+    assert inodes(second) == before and not first.exists()
+    assert Path(f"{first}.reused").read_bytes() == bytes(second.parent) + b"\n"
+
+
+def test_an_object_arrives_where_the_temporary_folder_is_another_file_system(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each object is written beside its place in the store and renamed there: a host whose
+    temporary folder is a tmpfs (or any other file system) receives it all the same, where a
+    temporary made there could not be renamed into the store."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second file system for the temporary folder")
+    other = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(other))
+        data = b"print('received')\n"
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(hashlib.sha256(data).hexdigest())
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        buf.seek(0)
+        assert codetree.receive(str(tmp_path / "objects"), buf) == [hashlib.sha256(data).hexdigest()]
+        assert Path(codetree.object_path(str(tmp_path / "objects"), hashlib.sha256(data).hexdigest())).read_bytes() == data
+        assert list(other.iterdir()) == []
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+
+
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_IMMUTABLE_FL = 0x80086601, 0x40086602, 0x10
+
+
+@contextlib.contextmanager
+def undeletable(folder: Path) -> Iterator[None]:
+    """Nothing in `folder` can be removed while inside: the folder made immutable (chattr +i)
+    where the tests run as root (whom permissions do not stop), else made read-only."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        flags = array.array("l", [0])
+        try:
+            fcntl.ioctl(fd, FS_IOC_GETFLAGS, flags, True)
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, array.array("l", [flags[0] | FS_IMMUTABLE_FL]), True)
+        except OSError as err:
+            pytest.skip(f"this file system cannot make a folder immutable: {err}")
+        try:
+            yield
+        finally:
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, flags, True)
+    finally:
+        os.close(fd)
+
+
+def test_a_bytecode_cache_that_cannot_be_removed_leaves_the_folder_whole(tmp_path: Path) -> None:
+    """A folder is taken over only once the `__pycache__` folders Python added are gone (a .pyc
+    left behind would be loaded in place of a source): when one cannot be removed the folder
+    goes back whole, for `gpu fetch`, and the new build makes its own."""
+    objects, rows, first, pin = donor(tmp_path, {"pkg/m.py": b"m = 1\n"}, {})
+    cache = first / "pkg" / "__pycache__"
+    cache.mkdir()
+    (cache / "m.cpython-311.pyc").write_bytes(b"bytecode")
+    before = inodes(first)
+    second = tmp_path / "jobs" / "two" / "code"
+    with undeletable(cache):
+        codetree.build(rows, str(objects), str(second), reuse=str(first), pin=pin)
+    assert inodes(first) == before  # back where it was, with its cache
+    assert (second / "pkg" / "m.py").read_bytes() == b"m = 1\n" and not (second / "pkg" / "__pycache__").exists()
+    assert (second / "pkg" / "m.py").stat().st_ino != before["pkg/m.py"]

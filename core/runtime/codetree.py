@@ -267,9 +267,7 @@ def receive(objects: str, stream) -> list[str]:
             name = os.path.basename(member.name)
             if not member.isreg() or not HASH.fullmatch(name):
                 continue
-            src = tar.extractfile(member)
-            if src is None:
-                continue
+            src = tar.extractfile(member)  # a reader for every regular member (None only for others)
             if _store(objects, name, src):
                 placed.append(name)
     return placed
@@ -462,7 +460,7 @@ def _read_record(folder: str, pin: str | None = None) -> dict[str, list] | None:
             data = f.read()
         if pin is not None and hashlib.sha256(data).hexdigest() != pin:
             return None
-        doc = json.loads(data.decode("utf-8", "surrogateescape"))
+        doc = json.loads(data)  # ASCII: json.dump escapes every other character, a name's undecodable bytes too
         if doc.get("version") != RECORD_VERSION:
             return None
         return {row[0]: row for row in doc["rows"]}
@@ -499,8 +497,8 @@ def _take_over(folder: str, parent: str, pin: str | None = None) -> tuple[str, d
     with contextlib.suppress(FileNotFoundError):  # its job, if resumed, builds a folder again
         os.unlink(os.path.join(os.path.dirname(folder), READY))
     with contextlib.suppress(OSError):  # what `gpu fetch` of that job says (workdir.py pack)
-        with open(f"{folder}.reused", "w", encoding="utf-8") as f:
-            f.write(os.path.abspath(parent) + "\n")
+        with open(f"{folder}.reused", "wb") as f:  # the path's bytes: a name need not be UTF-8
+            f.write(os.fsencode(os.path.abspath(parent)) + b"\n")
     return tmp, record, {os.path.join(tmp, d) for d in found[0]}
 
 
@@ -595,7 +593,7 @@ def _make_parents(top: str, rel: str, made: set[str]) -> None:
         made.add(here)
 
 
-def _copy_all(objects: str, copies: list[tuple[str, str, int]], workers: int, verify: bool = False) -> int:
+def _copy_all(objects: str, copies: list[tuple[str, str, int]], workers: int, verify: bool) -> int:
     clone = [True]  # reflinks until the file system says it has none
     in_packs = packed(objects)
     bad: list[str] = []
@@ -651,12 +649,12 @@ def copy_verified(src: str, dst: str, digest: str, clone: list[bool]) -> int:
     the bytes are hashed as they are copied (one read, as an unchecked copy makes). Only a
     regular file is read (opened without blocking, then checked): a FIFO or device a job put in
     the store under an object's name would otherwise hold the build forever."""
-    fd_in = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    fd_in = os.open(src, os.O_RDONLY | os.O_NONBLOCK)
     if not stat.S_ISREG(os.fstat(fd_in).st_mode):
         os.close(fd_in)
         return -1
     with os.fdopen(fd_in, "rb") as fin:
-        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "wb") as fout:
             cloned = False
             if clone[0]:
@@ -686,7 +684,7 @@ def copy_range(pack: str, offset: int, size: int, dst: str) -> int:
     except FileNotFoundError:
         return -1
     try:
-        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         try:
             done = 0
             while done < size:
@@ -717,7 +715,7 @@ def copy_object(src: str, dst: str, clone: list[bool] | None = None) -> int:
     """A private copy of one object: a reflink where the file system offers one, else bytes
     (`clone[0]` is cleared by the first refusal, so a tree does not ask 20,000 times)."""
     with open(src, "rb") as fin:
-        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "wb") as fout:
             if clone is None or clone[0]:
                 try:
