@@ -62,12 +62,12 @@ def hold_if_changed(plan: dict, expect_digest: str | None) -> None:
 
 
 def fingerprint(req: JobRequest, bundle_hash: str) -> str:
-    doc = req.to_json()
+    doc = req.to_json()  # every field of the request (asdict), so each key below is there
     for key in ("wait_s", "verbose", "request_id"):
-        doc.pop(key, None)
+        del doc[key]
     for key in ("sweep", "max_parallel"):  # unset (a plain job): the fingerprint it always had
-        if doc.get(key) is None:
-            doc.pop(key, None)
+        if doc[key] is None:
+            del doc[key]
     doc["bundle_hash"] = bundle_hash
     return hashlib.sha256(canonical_bytes(doc)).hexdigest()
 
