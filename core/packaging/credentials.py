@@ -399,10 +399,11 @@ def _suffix_reason(forms: list[frozenset[str]]) -> str | None:
 CONTENT_MAX_FILE = 1 << 20  # files up to 1 MiB are read; bigger ones are judged by name only
 CONTENT_HEAD = 64 << 10  # and of those, at most the first 64 KiB
 
-# A password that is only a placeholder, and hosts that are only local (in examples and READMEs).
+# A password that is only a placeholder, and hosts that are only local (in examples and READMEs):
+# `localhost` only as the whole host name (`localhost.corp.example.net` is some other machine).
 _NOT_PLACEHOLDER = (rb"(?!(?:password|passwd|pass|pwd|secret|token|changeme|username|user|x+|\*+)@)"
                     rb"(?![$<{%*])")
-_NOT_LOCAL = rb"(?!localhost|127\.|0\.0\.0\.0|example\.|\[::1\])"
+_NOT_LOCAL = rb"(?!localhost(?![A-Za-z0-9.-])|127\.|0\.0\.0\.0|example\.|\[::1\])"
 
 # (a word the text must hold, lower-cased; regexes that must all match; what it is). One kind
 # a line. The word is a cheap first look (bytes.find runs at memory speed; a regex over 64 KiB
