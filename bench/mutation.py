@@ -231,6 +231,19 @@ MODULES: dict[str, Module] = {m.path.rsplit("/", 1)[-1][:-3]: m for m in [
            names=["core.providers.remote.x_take_over_args__*",
                   "core.providers.remote.xǁRemoteProviderǁ_keep_code_record__*",
                   "core.providers.remote.xǁRemoteProviderǁ_code_record__*"]),
+    # the credential gate: what never ships, by name, by place and by content (the functions
+    # that apply the rules; the tables are data, and the settings-file judge (_settings_what,
+    # _written_out) is measured on its corpora by tests/test_credential_kinds.py).
+    # _folder_reason and _part_forms are lru_cache'd: mutmut leaves decorated functions alone
+    Module("core/packaging/credentials.py",
+           ["tests/test_choke_credentials.py", "tests/test_credential_kinds.py", "tests/test_credentials_props.py"],
+           names=[f"core.packaging.credentials.x_{f}__*" for f in (
+               "name_reason", "name_variants", "_normal", "might_be_credential_name", "is_env_template",
+               "withheld_reason", "place_reason", "_folder_reason", "_part_forms", "_last_part_reason",
+               "_suffix_reason", "content_reason", "_text_what", "_escaped_what", "_escaped_near",
+               "_utf16_what", "_der_length", "_binary_what", "_wrapped_what", "_pgpass_what",
+               "_url_password_what", "url_credential", "env_template_reason", "_assigned_label",
+               "content_key", "content_verdict", "remember_verdict", "needs_content_check")]),
 ]}
 
 
