@@ -349,7 +349,11 @@ def merge_at(src_fd: int, dst_fd: int) -> None:
         if stat.S_ISDIR(st.st_mode) and there is not None and stat.S_ISDIR(there.st_mode):
             try:
                 sfd = nofollow.open_dir_at(src_fd, name, name)
-                dfd = nofollow.open_dir_at(dst_fd, name, name)
+                try:
+                    dfd = nofollow.open_dir_at(dst_fd, name, name)
+                except BaseException:
+                    os.close(sfd)  # else a descriptor stays open for each folder swapped
+                    raise
             except nofollow.Refused:
                 there = _lstat(dst_fd, name)  # swapped meanwhile: replaced below
             else:
