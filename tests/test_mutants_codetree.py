@@ -334,3 +334,21 @@ def test_a_bytecode_cache_that_cannot_be_removed_leaves_the_folder_whole(tmp_pat
     assert inodes(first) == before  # back where it was, with its cache
     assert (second / "pkg" / "m.py").read_bytes() == b"m = 1\n" and not (second / "pkg" / "__pycache__").exists()
     assert (second / "pkg" / "m.py").stat().st_ino != before["pkg/m.py"]
+
+
+def test_a_verified_copy_is_made_only_as_a_new_file(tmp_path: Path) -> None:
+    """A copy never writes through a name that exists: not a link to a file elsewhere (a job's
+    write would land there), not a file already there (a hard link to the object in the store,
+    whose bytes every later build copies)."""
+    objects = tmp_path / "objects"
+    digest = store_obj(objects, b"print('object')\n")
+    src = codetree.object_path(str(objects), digest)
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"not the job's\n")
+    (tmp_path / "link.py").symlink_to(outside)
+    os.link(src, tmp_path / "hard.py")
+    for name in ("link.py", "hard.py"):
+        with pytest.raises(FileExistsError):
+            codetree.copy_verified(src, str(tmp_path / name), digest, [False])
+    assert outside.read_bytes() == b"not the job's\n"
+    assert Path(src).read_bytes() == b"print('object')\n" and (tmp_path / "link.py").is_symlink()
