@@ -340,9 +340,11 @@ class Store(GroupRows, AttemptRows, MetricRows):
             rows = self.conn.execute("SELECT bundle_hash, MAX(updated_at) FROM jobs GROUP BY bundle_hash")
             return {h: float(t) for h, t in rows.fetchall() if h}
 
-    def find_active(self, *, request_id: str | None = None, fingerprint: str | None = None,
-                    db: sqlite3.Connection | None = None) -> Job | None:
-        db = db or self.conn
+    def find_active(self, *, db: sqlite3.Connection, request_id: str | None = None,
+                    fingerprint: str | None = None) -> Job | None:
+        """The live job a submit would repeat: by its request_id, else a job of the same
+        fingerprint that has none and is not ended. Asked inside the writer's transaction
+        (`db`, from `write()`), so the look and the insert after it are one step."""
         if request_id is not None:
             row = db.execute("SELECT * FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
             return Job.from_row(row) if row else None
