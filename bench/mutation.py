@@ -230,9 +230,11 @@ MODULES: dict[str, Module] = {m.path.rsplit("/", 1)[-1][:-3]: m for m in [
     Module("core/runtime/codetree.py", ["tests/test_codetree.py", "tests/test_choke_takeover.py"],
            names=["core.runtime.codetree.x_record_digest__*", "core.runtime.codetree.x__read_record__*",
                   "core.runtime.codetree.x__take_over__*", "core.runtime.codetree.x__untouched__*",
-                  "core.runtime.codetree.x_receive__*", "core.runtime.codetree.x__store__*",
-                  "core.runtime.codetree.x__copy_all__*", "core.runtime.codetree.x_copy_verified__*",
-                  "core.runtime.codetree.x__holds__*"]),
+                  "core.runtime.codetree.x__copy_all__*"]),
+    # ... and the store's side of it: objects checked as they arrive and as they are copied
+    Module("core/runtime/objstore.py", ["tests/test_codetree.py", "tests/test_choke_takeover.py"],
+           names=["core.runtime.objstore.x_receive__*", "core.runtime.objstore.x__store__*",
+                  "core.runtime.objstore.x_copy_verified__*", "core.runtime.objstore.x_holds__*"]),
     # ... and the engine's side of it: asked only sandboxed, with the hash kept at home
     Module("core/providers/remote.py", ["tests/test_choke_takeover.py"],
            names=["core.providers.remote.x_take_over_args__*",

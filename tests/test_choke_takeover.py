@@ -34,7 +34,7 @@ from tests.props import examples
 
 from core import paths
 from core.providers import remote
-from core.runtime import codetree
+from core.runtime import codetree, objstore
 
 PIN = "a" * 64
 
@@ -277,12 +277,12 @@ def test_receive_places_an_object_only_when_its_bytes_are_its_name(data: bytes, 
         stream = tar_of([(prefix + name, data)])
         if lies:
             with pytest.raises(ValueError) as err:
-                codetree.receive(str(objects), stream)
+                objstore.receive(str(objects), stream)
             assert str(err.value) == f"object {name[:12]} arrived with other content: refused"
             assert [p for p in objects.rglob("*") if p.is_file()] == []
         else:
-            assert codetree.receive(str(objects), stream) == [truth]
-            placed = Path(codetree.object_path(str(objects), truth))
+            assert objstore.receive(str(objects), stream) == [truth]
+            placed = Path(objstore.object_path(str(objects), truth))
             assert placed.read_bytes() == data and placed.stat().st_mode & 0o777 == 0o444
             assert [p for p in objects.rglob("*") if p.is_file()] == [placed]
     finally:
@@ -294,7 +294,7 @@ def test_receive_skips_members_that_are_not_objects(tmp_path: Path) -> None:
     good = hashlib.sha256(data).hexdigest()
     stream = tar_of([("README", b"x"), (good.upper(), data), (good[:63], data), (good + "0", data),
                      (good, data)])
-    assert codetree.receive(str(tmp_path), stream) == [good]
+    assert objstore.receive(str(tmp_path), stream) == [good]
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == \
         [f"{good[:2]}/{good[2:]}"]
 
@@ -302,8 +302,8 @@ def test_receive_skips_members_that_are_not_objects(tmp_path: Path) -> None:
 def test_receive_of_an_object_already_there_keeps_it(tmp_path: Path) -> None:
     data = b"payload"
     good = store_obj(tmp_path, data)
-    assert codetree.receive(str(tmp_path), tar_of([(good, data)])) == []
-    assert Path(codetree.object_path(str(tmp_path), good)).read_bytes() == data
+    assert objstore.receive(str(tmp_path), tar_of([(good, data)])) == []
+    assert Path(objstore.object_path(str(tmp_path), good)).read_bytes() == data
 
 
 def test_a_verified_build_names_every_lying_object_removes_them_and_builds_nothing(tmp_path: Path) -> None:
@@ -311,7 +311,7 @@ def test_a_verified_build_names_every_lying_object_removes_them_and_builds_nothi
     rows = project(objects)
     lying = [rows[0][2], rows[2][2]]
     for digest in lying:
-        p = Path(codetree.object_path(str(objects), digest))
+        p = Path(objstore.object_path(str(objects), digest))
         p.write_bytes(b"rewritten by a job\n")
     dest = tmp_path / "code"
     with pytest.raises(codetree.BadObjects) as err:
@@ -320,7 +320,7 @@ def test_a_verified_build_names_every_lying_object_removes_them_and_builds_nothi
     assert str(err.value) == (f"2 object(s) in the store do not match their hash "
                               f"({', '.join(d[:12] for d in sorted(lying))}): removed, to be sent again")
     assert not dest.exists()
-    assert [os.path.exists(codetree.object_path(str(objects), r[2])) for r in rows[:3]] == [False, True, False]
+    assert [os.path.exists(objstore.object_path(str(objects), r[2])) for r in rows[:3]] == [False, True, False]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".code-")] == []
 
 
@@ -337,10 +337,10 @@ def test_a_verified_build_checks_objects_in_packs_too(tmp_path: Path) -> None:
     objects = tmp_path / "objects"
     good, lie = b"honest\n", b"a lie\n"
     digests = [hashlib.sha256(good).hexdigest(), hashlib.sha256(b"what it claims\n").hexdigest()]
-    (objects / codetree.PACKS).mkdir(parents=True)
-    tmp_pack = objects / codetree.PACKS / ".new.pack"
+    (objects / objstore.PACKS).mkdir(parents=True)
+    tmp_pack = objects / objstore.PACKS / ".new.pack"
     tmp_pack.write_bytes(good + lie)
-    codetree.publish_pack(str(objects), str(tmp_pack), [(digests[0], 0, len(good)), (digests[1], len(good), len(lie))])
+    objstore.publish_pack(str(objects), str(tmp_pack), [(digests[0], 0, len(good)), (digests[1], len(good), len(lie))])
     rows = [["g.txt", "f", digests[0], len(good)], ["l.txt", "f", digests[1], len(lie)]]
     with pytest.raises(codetree.BadObjects) as err:
         codetree.build(rows, str(objects), str(tmp_path / "code"), verify=True)
@@ -352,22 +352,22 @@ def test_copy_verified_says_minus_one_and_leaves_no_copy_for_a_lie(tmp_path: Pat
     src = tmp_path / "obj"
     src.write_bytes(b"bytes")
     right = hashlib.sha256(b"bytes").hexdigest()
-    assert codetree.copy_verified(str(src), str(tmp_path / "ok"), right, [False]) == 5
+    assert objstore.copy_verified(str(src), str(tmp_path / "ok"), right, [False]) == 5
     assert (tmp_path / "ok").read_bytes() == b"bytes"
-    assert codetree.copy_verified(str(src), str(tmp_path / "bad"), "0" * 64, [False]) == -1
+    assert objstore.copy_verified(str(src), str(tmp_path / "bad"), "0" * 64, [False]) == -1
     assert not (tmp_path / "bad").exists()
-    assert codetree.copy_verified(str(src), str(tmp_path / "bad2"), "0" * 64, [True]) == -1
+    assert objstore.copy_verified(str(src), str(tmp_path / "bad2"), "0" * 64, [True]) == -1
     assert not (tmp_path / "bad2").exists()
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    assert codetree.copy_verified(str(fifo), str(tmp_path / "f"), right, [False]) == -1
+    assert objstore.copy_verified(str(fifo), str(tmp_path / "f"), right, [False]) == -1
     assert not (tmp_path / "f").exists()
 
 
 def test_the_command_line_says_the_lying_objects_and_exits_4(tmp_path: Path, capsys) -> None:
     objects = tmp_path / "objects"
     rows = project(objects)
-    Path(codetree.object_path(str(objects), rows[1][2])).write_bytes(b"lie")
+    Path(objstore.object_path(str(objects), rows[1][2])).write_bytes(b"lie")
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"version": 1, "entries": rows}))
     dest = tmp_path / "code"
@@ -415,7 +415,7 @@ def test_receive_skips_a_folder_or_link_named_like_an_object(tmp_path: Path) -> 
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     buf.seek(0)
-    assert codetree.receive(str(tmp_path), buf) == [good]
+    assert objstore.receive(str(tmp_path), buf) == [good]
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if not p.is_dir()) == \
         [f"{good[:2]}/{good[2:]}"]
 
@@ -428,11 +428,11 @@ def test_a_verified_build_of_many_files_names_every_lie_and_keeps_modes(tmp_path
         data = f"file {i}\n".encode()
         rows.append([f"d{i % 3}/f{i}.py", "x" if i % 2 else "f", store_obj(objects, data), len(data)])
     for i in (5, 40, 69):
-        Path(codetree.object_path(str(objects), rows[i][2])).write_bytes(b"a lie\n")
+        Path(objstore.object_path(str(objects), rows[i][2])).write_bytes(b"a lie\n")
     with pytest.raises(codetree.BadObjects) as err:
         codetree.build(rows, str(objects), str(tmp_path / "code"), verify=True, workers=4)
     assert err.value.digests == sorted(rows[i][2] for i in (5, 40, 69))
-    assert [os.path.exists(codetree.object_path(str(objects), rows[i][2])) for i in (4, 5, 40, 69)] == \
+    assert [os.path.exists(objstore.object_path(str(objects), rows[i][2])) for i in (4, 5, 40, 69)] == \
         [True, False, False, False]
     for i in (5, 40, 69):
         store_obj(objects, f"file {i}\n".encode())

@@ -1,5 +1,6 @@
 """Bundles as manifests over file objects: the code folder a job gets, what a target accepts
-as an object, and what gc frees (core/runtime/codetree.py, core/packaging/objects.py)."""
+as an object, and what gc frees (core/runtime/codetree.py, core/runtime/objstore.py,
+core/packaging/objects.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from core import paths
 from core.packaging import objects
 from core.packaging.bundle import make_bundle
-from core.runtime import cachescan, codetree
+from core.runtime import cachescan, codetree, objstore
 from tests.conftest import make_git_project
 from tests.codeobjects import store_obj as _store
 from tests.props import examples
@@ -84,12 +85,12 @@ def test_receive_keeps_only_objects_whose_bytes_match_their_name(tmp_path: Path)
     buf.seek(0)
     store = tmp_path / "objects"
     with pytest.raises(ValueError, match="other content"):
-        codetree.receive(str(store), buf)
-    assert Path(codetree.object_path(str(store), good_hash)).read_bytes() == good
-    assert not Path(codetree.object_path(str(store), liar)).exists()
+        objstore.receive(str(store), buf)
+    assert Path(objstore.object_path(str(store), good_hash)).read_bytes() == good
+    assert not Path(objstore.object_path(str(store), liar)).exists()
     assert [p.name for p in store.rglob("*") if p.is_file()] == [good_hash[2:]]  # no temp left
     assert not (tmp_path / "escape").exists()
-    assert codetree.missing(str(store), [good_hash, liar, "not-a-hash"]) == [liar]
+    assert objstore.missing(str(store), [good_hash, liar, "not-a-hash"]) == [liar]
 
 
 def test_a_job_rewriting_its_code_changes_no_other_job_and_no_object(home: Path, tmp_path: Path) -> None:
@@ -377,7 +378,7 @@ def test_a_verified_build_refuses_an_object_rewritten_in_the_store(tmp_path: Pat
     rows = [["a.py", "f", good, 18], ["b.txt", "f", other, 10]]
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"version": codetree.MANIFEST_VERSION, "entries": rows}))
-    obj = Path(codetree.object_path(str(store), good))
+    obj = Path(objstore.object_path(str(store), good))
     obj.chmod(0o644)
     obj.write_bytes(b"print('TAMPERED')\n")
 
@@ -388,7 +389,7 @@ def test_a_verified_build_refuses_an_object_rewritten_in_the_store(tmp_path: Pat
         codetree.build(rows, str(store), str(tmp_path / "checked"), verify=True)
     assert caught.value.digests == [good]
     assert not (tmp_path / "checked").exists() and not obj.exists()
-    assert Path(codetree.object_path(str(store), other)).exists()  # the honest one stays
+    assert Path(objstore.object_path(str(store), other)).exists()  # the honest one stays
 
     obj.write_bytes(b"print('TAMPERED')\n")  # again, through the command a host runs
     run = subprocess.run([sys.executable, codetree.__file__, "build", "--verify", str(manifest), str(store),

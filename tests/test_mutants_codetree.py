@@ -1,6 +1,6 @@
 """The parts of the code-folder take-over and the object checks that mutmut found no test asking
 about (issue 40 item 2; bench/README.md, "Mutation"): each test here fails on a survivor of the
-mutation run over core/runtime/codetree.py, and says what the rule is.
+mutation run over core/runtime/codetree.py (now codetree.py and objstore.py), and says what the rule is.
 """
 
 from __future__ import annotations
@@ -20,21 +20,21 @@ from typing import Iterator
 
 import pytest
 
-from core.runtime import codetree
+from core.runtime import codetree, objstore
 from tests.codeobjects import store_obj
 
 
 def packed_store(objects: Path, members: list[tuple[str, bytes]]) -> None:
     """A pack holding `members` (digest, bytes) one after another, as a first big pack makes."""
-    (objects / codetree.PACKS).mkdir(parents=True, exist_ok=True)
-    tmp = objects / codetree.PACKS / ".new.pack"
+    (objects / objstore.PACKS).mkdir(parents=True, exist_ok=True)
+    tmp = objects / objstore.PACKS / ".new.pack"
     rows, offset = [], 0
     with open(tmp, "wb") as f:
         for digest, data in members:
             f.write(data)
             rows.append((digest, offset, len(data)))
             offset += len(data)
-    codetree.publish_pack(str(objects), str(tmp), rows)
+    objstore.publish_pack(str(objects), str(tmp), rows)
 
 
 def test_an_empty_object_in_a_pack_is_built_from_the_pack(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ def test_two_objects_of_one_prefix_folder_are_both_received(tmp_path: Path) -> N
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     buf.seek(0)
-    got = codetree.receive(str(tmp_path), buf)
+    got = objstore.receive(str(tmp_path), buf)
     assert got == [hashlib.sha256(first).hexdigest(), hashlib.sha256(second).hexdigest()]
 
 
@@ -100,7 +100,7 @@ def test_receive_reads_a_stream_it_cannot_seek(tmp_path: Path) -> None:
         info = tarfile.TarInfo(hashlib.sha256(data).hexdigest())
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    assert codetree.receive(str(tmp_path), Pipe(buf.getvalue())) == [hashlib.sha256(data).hexdigest()]
+    assert objstore.receive(str(tmp_path), Pipe(buf.getvalue())) == [hashlib.sha256(data).hexdigest()]
 
 
 def donor(tmp_path: Path, rows_data: dict[str, bytes], links: dict[str, str]) -> tuple[Path, list, Path, str]:
@@ -167,7 +167,7 @@ class Reflinks:
         self.kind, self.calls = kind, 0
 
     def __call__(self, fd: int, request: int, arg: int = 0, *rest: object) -> object:
-        if request != codetree.FICLONE:
+        if request != objstore.FICLONE:
             return REAL_IOCTL(fd, request, arg, *rest)
         self.calls += 1
         if self.kind == "kernel":
@@ -185,7 +185,7 @@ def reflinks_here(folder: Path) -> bool:
     (folder / ".probe-src").write_bytes(b"probe")
     try:
         with open(folder / ".probe-src", "rb") as src, open(folder / ".probe-dst", "wb") as dst:
-            REAL_IOCTL(dst.fileno(), codetree.FICLONE, src.fileno())
+            REAL_IOCTL(dst.fileno(), objstore.FICLONE, src.fileno())
         return True
     except OSError:
         return False
@@ -200,7 +200,7 @@ def cloning(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.
     if request.param == "kernel" and not reflinks_here(tmp_path):
         pytest.skip("this file system has no reflinks (ext4): run with --basetemp on btrfs or XFS")
     clones = Reflinks(request.param)
-    monkeypatch.setattr(codetree.fcntl, "ioctl", clones)
+    monkeypatch.setattr(objstore.fcntl, "ioctl", clones)
     return clones
 
 
@@ -221,10 +221,10 @@ def test_a_clone_of_an_object_rewritten_in_the_store_is_refused(tmp_path: Path, 
     the build names the object (removed from the store, to be sent again)."""
     objects = tmp_path / "objects"
     good = store_obj(objects, b"print('ORIGINAL')\n")
-    obj = Path(codetree.object_path(str(objects), good))
+    obj = Path(objstore.object_path(str(objects), good))
     obj.write_bytes(b"print('TAMPERED')\n")
     dst = tmp_path / "copy.py"
-    assert codetree.copy_verified(str(obj), str(dst), good, [True]) == -1
+    assert objstore.copy_verified(str(obj), str(dst), good, [True]) == -1
     assert cloning.calls == 1 and not dst.exists()
     with pytest.raises(codetree.BadObjects) as caught:
         codetree.build([["a.py", "f", good, 18]], str(objects), str(tmp_path / "code"), verify=True)
@@ -237,7 +237,7 @@ def test_a_file_system_without_reflinks_is_asked_once_per_build(
     """The first refusal of a clone (ext4) makes the rest of the build copy bytes without asking
     again: a 20,000-file tree would otherwise pay 20,000 refused ioctls."""
     refusing = Reflinks("refuse")
-    monkeypatch.setattr(codetree.fcntl, "ioctl", refusing)
+    monkeypatch.setattr(objstore.fcntl, "ioctl", refusing)
     objects = tmp_path / "objects"
     files = {f"m{i}.py": f"m = {i}\n".encode() for i in range(3)}
     rows = [[rel, "f", store_obj(objects, data), len(data)] for rel, data in files.items()]
@@ -245,8 +245,8 @@ def test_a_file_system_without_reflinks_is_asked_once_per_build(
     assert refusing.calls == 1 and written == sum(map(len, files.values()))
     assert {rel: (tmp_path / "code" / rel).read_bytes() for rel in files} == files
     clone = [True]
-    src = codetree.object_path(str(objects), rows[0][2])
-    assert codetree.copy_verified(src, str(tmp_path / "one.py"), rows[0][2], clone) == len(files["m0.py"])
+    src = objstore.object_path(str(objects), rows[0][2])
+    assert objstore.copy_verified(src, str(tmp_path / "one.py"), rows[0][2], clone) == len(files["m0.py"])
     assert clone == [False] and refusing.calls == 2
 
 
@@ -282,8 +282,8 @@ def test_an_object_arrives_where_the_temporary_folder_is_another_file_system(
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
         buf.seek(0)
-        assert codetree.receive(str(tmp_path / "objects"), buf) == [hashlib.sha256(data).hexdigest()]
-        assert Path(codetree.object_path(str(tmp_path / "objects"), hashlib.sha256(data).hexdigest())).read_bytes() == data
+        assert objstore.receive(str(tmp_path / "objects"), buf) == [hashlib.sha256(data).hexdigest()]
+        assert Path(objstore.object_path(str(tmp_path / "objects"), hashlib.sha256(data).hexdigest())).read_bytes() == data
         assert list(other.iterdir()) == []
     finally:
         shutil.rmtree(other, ignore_errors=True)
@@ -342,13 +342,13 @@ def test_a_verified_copy_is_made_only_as_a_new_file(tmp_path: Path) -> None:
     whose bytes every later build copies)."""
     objects = tmp_path / "objects"
     digest = store_obj(objects, b"print('object')\n")
-    src = codetree.object_path(str(objects), digest)
+    src = objstore.object_path(str(objects), digest)
     outside = tmp_path / "outside.txt"
     outside.write_bytes(b"not the job's\n")
     (tmp_path / "link.py").symlink_to(outside)
     os.link(src, tmp_path / "hard.py")
     for name in ("link.py", "hard.py"):
         with pytest.raises(FileExistsError):
-            codetree.copy_verified(src, str(tmp_path / name), digest, [False])
+            objstore.copy_verified(src, str(tmp_path / name), digest, [False])
     assert outside.read_bytes() == b"not the job's\n"
     assert Path(src).read_bytes() == b"print('object')\n" and (tmp_path / "link.py").is_symlink()

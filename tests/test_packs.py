@@ -1,5 +1,5 @@
 """A big pack at home: objects in pack files, the work spread over helper processes
-(core/packaging/spread.py, core/packaging/filework.py, codetree's packs, cachescan's gc)."""
+(core/packaging/spread.py, core/packaging/filework.py, objstore's packs, cachescan's gc)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from core import paths
 from core.errors import UserError
 from core.packaging import bundle as bundle_mod, filework, objects, spread
 from core.packaging.bundle import make_bundle
-from core.runtime import cachescan, codetree
+from core.runtime import cachescan, objstore
 from tests.conftest import make_git_project
 
 AWS_COPY = ("[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\n"
@@ -49,7 +49,7 @@ def _settle(project: Path) -> None:
 
 
 def _loose(store: Path) -> list[Path]:
-    return [p for p in store.rglob("*") if p.is_file() and codetree.PACKS not in p.relative_to(store).parts]
+    return [p for p in store.rglob("*") if p.is_file() and objstore.PACKS not in p.relative_to(store).parts]
 
 
 def _children() -> set[int]:
@@ -76,7 +76,7 @@ def test_a_big_pack_goes_into_pack_files_and_every_reader_finds_it(home: Path, t
     b = make_bundle(project)
     store = paths.objects_dir()
     assert b.packed and b.files == len(files)
-    assert list((store / codetree.PACKS).glob("*.idx")) and not _loose(store)
+    assert list((store / objstore.PACKS).glob("*.idx")) and not _loose(store)
     # the job's code folder, built from the packs
     code = tmp_path / "job" / "code"
     objects.materialize(b.hash, code)
@@ -120,14 +120,14 @@ def test_spread_pack_is_the_same_bundle_as_one_process(home: Path, tmp_path: Pat
     spread_home = paths.home()
     project = make_git_project(tmp_path / "p", files)
     b = make_bundle(project)
-    packs = list((paths.objects_dir() / codetree.PACKS).glob("*.pack"))
+    packs = list((paths.objects_dir() / objstore.PACKS).glob("*.pack"))
     assert len(packs) >= 1
     assert "conf/settings.yaml" in {i["path"] for i in b.left_out}  # judged on whichever core
     monkeypatch.setenv(spread.OFF_VAR, "0")
     monkeypatch.setenv("GPU_ROUTER_HOME", str(tmp_path / "home-one"))
     one = make_bundle(project)
     assert one.hash == b.hash and one.left_out == b.left_out
-    assert len(list((paths.objects_dir() / codetree.PACKS).glob("*.pack"))) == 1
+    assert len(list((paths.objects_dir() / objstore.PACKS).glob("*.pack"))) == 1
     assert paths.home() != spread_home
 
 
@@ -265,7 +265,7 @@ def test_gc_removes_a_pack_no_manifest_needs(home: Path, tmp_path: Path) -> None
     row = next(r for r in cachescan.scan(str(home)) if r["kind"] == "bundle" and r["key"] == b.hash)
     assert row["bytes"] >= sum(size for *_, size in objects.entries(b.hash))  # its objects count
     cachescan.evict(str(home), [row["path"]], cachescan.MIN_AGE_S)
-    assert list((store / codetree.PACKS).iterdir()) == []
+    assert list((store / objstore.PACKS).iterdir()) == []
 
 
 def test_gc_dissolves_a_mostly_dead_pack_and_keeps_a_mostly_live_one(home: Path, tmp_path: Path) -> None:
@@ -273,7 +273,7 @@ def test_gc_dissolves_a_mostly_dead_pack_and_keeps_a_mostly_live_one(home: Path,
     project = make_git_project(tmp_path / "p", {"train.py": "print(1)\n", **big})
     first = make_bundle(project)
     store = paths.objects_dir()
-    [pack] = (store / codetree.PACKS).glob("*.pack")
+    [pack] = (store / objstore.PACKS).glob("*.pack")
     # the second bundle keeps 10 of the 70 data files: the first pack is mostly dead after it
     for i in range(10, 70):
         (project / f"data/d{i}.txt").unlink()
@@ -281,7 +281,7 @@ def test_gc_dissolves_a_mostly_dead_pack_and_keeps_a_mostly_live_one(home: Path,
     _age_everything(store)
     row = next(r for r in cachescan.scan(str(home)) if r["kind"] == "bundle" and r["key"] == first.hash)
     cachescan.evict(str(home), [row["path"]], cachescan.MIN_AGE_S)
-    assert not pack.exists() and not list((store / codetree.PACKS).iterdir())
+    assert not pack.exists() and not list((store / objstore.PACKS).iterdir())
     code = tmp_path / "code"
     objects.materialize(second.hash, code)  # its objects were made loose first
     assert (code / "data" / "d3.txt").read_text() == "3\n" * 2000
@@ -294,7 +294,7 @@ def test_gc_dissolves_a_mostly_dead_pack_and_keeps_a_mostly_live_one(home: Path,
     _age_everything(store)
     row = next(r for r in cachescan.scan(str(home)) if r["kind"] == "bundle" and r["key"] == kept.hash)
     cachescan.evict(str(home), [row["path"]], cachescan.MIN_AGE_S)
-    assert len(list((store / codetree.PACKS).glob("*.pack"))) == 1
+    assert len(list((store / objstore.PACKS).glob("*.pack"))) == 1
 
 
 def test_gc_leaves_a_pack_used_lately(home: Path, tmp_path: Path) -> None:
@@ -308,10 +308,10 @@ def test_gc_leaves_a_pack_used_lately(home: Path, tmp_path: Path) -> None:
     assert objects.reuse_objects(digests) == set()  # what a submit does: the pack is touched
     entry = [r for r in cachescan.scan(str(home)) if r["kind"] == "objects"]
     cachescan.evict(str(home), [entry[0]["path"]], cachescan.MIN_AGE_S)
-    assert len(list((store / codetree.PACKS).glob("*.pack"))) == 1
+    assert len(list((store / objstore.PACKS).glob("*.pack"))) == 1
     _age_everything(store)
     cachescan.evict(str(home), [entry[0]["path"]], cachescan.MIN_AGE_S)
-    assert list((store / codetree.PACKS).iterdir()) == []
+    assert list((store / objstore.PACKS).iterdir()) == []
 
 
 def test_gc_never_takes_a_pack_a_pack_in_progress_counts_on(home: Path, tmp_path: Path,
@@ -358,7 +358,7 @@ def test_a_second_copy_never_keeps_a_pack_and_gc_counts_only_what_it_frees(home:
     entry = [r for r in cachescan.scan(str(home)) if r["kind"] == "objects"]
     assert entry and entry[0]["bytes"] >= sum(size for *_, size in objects.entries(b.hash)) // 2
     cachescan.evict(str(home), [entry[0]["path"]], cachescan.MIN_AGE_S)
-    assert list((store / codetree.PACKS).glob("*.pack")) == []  # the loose copies are the live ones
+    assert list((store / objstore.PACKS).glob("*.pack")) == []  # the loose copies are the live ones
     objects.materialize(b.hash, tmp_path / "code")
     assert (tmp_path / "code" / "train.py").read_text() == "print('train')\n"
     # a mostly live pack with a few dead objects: gc neither counts nor takes them

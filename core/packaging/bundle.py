@@ -24,7 +24,7 @@ from core.errors import disk_full_guard
 from core.packaging import filework, objects, snapshot, spread
 from core.packaging.filecache import FileHashCache
 from core.packaging.listing import Entry, Listing, list_project
-from core.runtime import codetree
+from core.runtime import objstore
 
 # told (files read so far, files to read) while a bundle is hashed or packed, so a front can
 # show a long first pack moving (the MCP server sends these as progress notifications)
@@ -122,7 +122,7 @@ def _build(listing: Listing, cache: FileHashCache | None, dry_run: bool = False,
         else:
             # each file whose content the store lacks is read once: hashed while it is copied
             # into its object (a file the stat cache knows, with its object present, is not read)
-            with codetree.sweep_lock(str(paths.objects_dir()), exclusive=False):  # gc waits till named
+            with objstore.sweep_lock(str(paths.objects_dir()), exclusive=False):  # gc waits till named
                 lacking = objects.reuse_objects(e.sha256 for e in files if e.sha256 is not None)
                 todo = missing + [e for e in files if e.sha256 is not None and e.sha256 in lacking]
                 tell(0, len(todo))
@@ -181,7 +181,7 @@ def _store_objects(listing: Listing, todo: list[Entry], cache: FileHashCache,
                    tick: Callable[[], None]) -> None:
     """Copy each file of `todo` into its object (filework.store), on every core: a big pack is
     spread over helper processes (core.packaging.spread; threads fought over the GIL) and goes
-    into pack files (codetree.PACKS: making 20,000 files was most of a cold pack). The first
+    into pack files (objstore.PACKS: making 20,000 files was most of a cold pack). The first
     failure (a file that changed into a credential, a link swapped in) stops the rest and is
     raised; the packs are put in place only when every object is in them."""
     if not todo:
@@ -204,7 +204,7 @@ def _store_objects(listing: Listing, todo: list[Entry], cache: FileHashCache,
         if pack is not None:
             packs.setdefault(pack, []).append((digest, offset, size))
     for pack, rows in packs.items():
-        codetree.publish_pack(store, pack, rows)
+        objstore.publish_pack(store, pack, rows)
 
 
 def make_bundle(project_dir: Path, include: list[str] = (), *, allow_large: bool = False) -> Bundle:

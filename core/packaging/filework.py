@@ -24,7 +24,7 @@ import stat
 from core.errors import UserError
 from core.packaging import credentials as cred
 from core.packaging.filecache import CHUNK, FileHashCache, hash_fd
-from core.runtime import codetree
+from core.runtime import objstore
 
 OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
@@ -132,7 +132,7 @@ def store(context: dict, job: list) -> list:
     [stat signature, hash, size, pack file or None, offset]. context = {root, objects, tmp
     (the temporary names' prefix), pack (whether objects go into pack files)}.
 
-    With `pack` (a big pack: codetree.PACKS) the bytes are appended to this process's own
+    With `pack` (a big pack: objstore.PACKS) the bytes are appended to this process's own
     temporary pack file, which the packer puts in place with its index once every object is
     in; else each object is a file, written under a temporary name and renamed into place (an
     object already there is replaced by the same bytes: one call, and its new mtime is the
@@ -158,7 +158,7 @@ def store(context: dict, job: list) -> list:
         size = 0
         while block := reader.read(CHUNK):
             # in a pack: at the offset the index will name, wherever the file's position is
-            codetree.write_all(out_fd, block, None if pack is None else start + size)
+            objstore.write_all(out_fd, block, None if pack is None else start + size)
             size += len(block)
         if pack is None:
             os.close(out_fd)
@@ -170,7 +170,7 @@ def store(context: dict, job: list) -> list:
         if pack is not None:
             pack.end = start + size
             return [FileHashCache.signature(st), digest, size, pack.path, start]
-        final = codetree.object_path(store_dir, digest)
+        final = objstore.object_path(store_dir, digest)
         try:
             os.replace(tmp_name, final)
         except FileNotFoundError:

@@ -2,10 +2,10 @@
 
 A bundle is `bundles/<hash>.json` (each shipped path with its kind, content hash or link target
 and size) and, under `objects/`, one read-only file per distinct content, or its bytes in a pack
-file (`objects/packs/`, codetree.PACKS: a big first pack) found by its index. Nothing is stored
+file (`objects/packs/`, objstore.PACKS: a big first pack) found by its index. Nothing is stored
 twice: a second submit that changed one file writes one object and one manifest, and a target
-is sent only the objects it lacks (core/runtime/codetree.py asks it in one round trip and builds
-each job's code folder from them, the same code here and on hosts).
+is sent only the objects it lacks (core/runtime/objstore.py answers it in one round trip, and
+core/runtime/codetree.py builds each job's code folder from them, the same code here and on hosts).
 
 The bundle's hash is the manifest's (path, kind, hash) rows, as it was for the archives this
 replaced, so approvals, idempotency and digests are unchanged. A manifest is written only
@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from core import paths
-from core.runtime import codetree
+from core.runtime import codetree, objstore
 
 MANIFEST_SUFFIX = ".json"
 
@@ -34,34 +34,34 @@ def manifest_file(bundle_hash: str) -> Path:
 
 def object_file(digest: str) -> Path:
     """Where the object is as a file of its own (a packed one is not there: `loosen` first)."""
-    return Path(codetree.object_path(str(paths.objects_dir()), digest))
+    return Path(objstore.object_path(str(paths.objects_dir()), digest))
 
 
 def read_object(digest: str) -> bytes:
     """An object's bytes, from its pack or its own file."""
-    return codetree.read_object(str(paths.objects_dir()), digest)
+    return objstore.read_object(str(paths.objects_dir()), digest)
 
 
 def loosen(digests) -> None:
     """Make each named object a file of its own (a packed one is copied out of its pack), for
     a reader that takes files, not bytes: Modal's mount of the store."""
     store = str(paths.objects_dir())
-    packs = codetree.packed(store)
+    packs = objstore.packed(store)
     for d in dict.fromkeys(digests):
-        if os.path.isfile(codetree.object_path(store, d)):
+        if os.path.isfile(objstore.object_path(store, d)):
             continue
         if d not in packs:
             raise FileNotFoundError(f"object {d[:12]} is not in {store}")
-        codetree.make_loose(store, d, *packs[d])
+        objstore.make_loose(store, d, *packs[d])
 
 
 def reuse_objects(digests) -> set[str]:
-    """The digests whose objects are not stored (codetree.missing, as on a host). The rest are
-    marked used (touched unless touched lately: codetree.touch_if_stale), so gc (which frees only objects unused for a
+    """The digests whose objects are not stored (objstore.missing, as on a host). The rest are
+    marked used (touched unless touched lately: objstore.touch_if_stale), so gc (which frees only objects unused for a
     while, core/runtime/cachescan.py) does not take one before the manifest naming it is
     written. The store's folder is found once: a Path and a mkdir per object were 1.7 s of a
     warm 20,000-file submit."""
-    return set(codetree.missing(str(paths.objects_dir()), list(digests)))
+    return set(objstore.missing(str(paths.objects_dir()), list(digests)))
 
 
 def stored(bundle_hash: str) -> bool:
@@ -109,13 +109,13 @@ def materialize(bundle_hash: str, dest: Path, reuse: Path | None = None) -> int:
 
 def object_stream(digests_: list[str], out) -> int:
     """A tar of the named objects (members named by hash) written to `out`, the way a target
-    receives what it lacks (codetree.receive); returns the content bytes."""
+    receives what it lacks (objstore.receive); returns the content bytes."""
     total = 0
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         store = str(paths.objects_dir())
-        packs = codetree.packed(store)
+        packs = objstore.packed(store)
         for d in dict.fromkeys(digests_):
-            f, size = codetree.open_object(store, d, packs)
+            f, size = objstore.open_object(store, d, packs)
             info = tarfile.TarInfo(d)
             info.size = size
             info.mode = 0o444
@@ -137,7 +137,7 @@ def archive(bundle_hash: str) -> Path:
     os.close(fd)
     try:
         store = str(paths.objects_dir())
-        packs = codetree.packed(store)
+        packs = objstore.packed(store)
         with tarfile.open(tmp, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
             for rel, kind, ref, *_ in entries(bundle_hash):
                 info = tarfile.TarInfo(rel)
@@ -146,7 +146,7 @@ def archive(bundle_hash: str) -> Path:
                     info.type, info.linkname = tarfile.SYMTYPE, ref
                     tar.addfile(info)
                     continue
-                f, info.size = codetree.open_object(store, ref, packs)
+                f, info.size = objstore.open_object(store, ref, packs)
                 info.mode = 0o755 if kind == "x" else 0o644
                 with f:
                     tar.addfile(info, f)

@@ -59,7 +59,7 @@ from packaging.version import InvalidVersion, Version
 from core import paths
 from core.errors import UserError
 from core.packaging import buildbox
-from core.runtime import codetree
+from core.runtime import codetree, objstore
 
 Say = Callable[[str], None]
 PIP_TIMEOUT_S = 1800  # one pip call: a large wheel over a slow link still fits
@@ -297,12 +297,12 @@ def _copy_folder(manifest: Path, rel: str, digest: str, dest: Path) -> None:
                         "read from", fix="submit the job again")
     dest.mkdir(parents=True)
     store = str(paths.objects_dir())
-    packs = codetree.packed(store)
+    packs = objstore.packed(store)
     for path, ref in under:
         name = path[len(prefix):]
         if "/" in name or not codetree.safe_rel(name):
             continue  # a subfolder's file: pip does not look there
-        f, size = codetree.open_object(store, ref, packs)
+        f, size = objstore.open_object(store, ref, packs)
         h = hashlib.sha256()
         with f, open(dest / name, "xb") as out:
             left = size

@@ -33,8 +33,8 @@ def runtime_archive() -> tuple[str, bytes]:
     return h.hexdigest()[:24], buf.getvalue()
 
 
-# the runtime's sibling modules a script sent as source imports (`import nofollow`)
-RUNTIME_NEEDS = {"workdir.py": ("nofollow",), "ckptscan.py": ("nofollow",)}
+# the runtime's sibling modules a script sent as source imports (`import nofollow`, `from objstore import ...`)
+RUNTIME_NEEDS = {"workdir.py": ("nofollow",), "ckptscan.py": ("nofollow",), "codetree.py": ("objstore",)}
 
 
 def runtime_source(module: str) -> str:

@@ -46,8 +46,8 @@ import stat
 import sys
 import time
 
-try:  # at home: the object store may hold packs (codetree.PACKS)
-    from .codetree import PACKS, make_loose, object_path, read_index, sweep_lock
+try:  # at home: the object store may hold packs (objstore.PACKS)
+    from .objstore import PACKS, make_loose, object_path, read_index, sweep_lock
 except ImportError:  # sent to a host as source, alone: hosts receive objects loose, never packs
     PACKS = make_loose = object_path = read_index = sweep_lock = None
 

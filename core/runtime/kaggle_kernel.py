@@ -60,7 +60,8 @@ def _build_code(inputs: str, kaggle: dict, dest: str) -> str | None:
     the reason it cannot be built, or None. Objects go to scratch space outside the working
     folder (which is the session's output), each checked against its hash, and are removed
     once the folder is built."""
-    import codetree  # the runtime just unpacked
+    import codetree  # the runtime just unpacked (objstore.py beside it)
+    import objstore
 
     wanted = {kaggle["manifest"], *kaggle["objects"]}
     found = {}  # one walk for them all: the inputs may hold a large data set beside them
@@ -74,12 +75,12 @@ def _build_code(inputs: str, kaggle: dict, dest: str) -> str | None:
     try:
         for key in kaggle["objects"]:
             with open(found[key], "rb") as f:
-                codetree.receive(store, f)
+                objstore.receive(store, f)
         plain = os.path.join(store, "manifest.json")  # it travels gzipped
         with gzip.open(found[kaggle["manifest"]], "rb") as src, open(plain, "wb") as out:
             shutil.copyfileobj(src, out)
         entries = codetree.read_manifest(plain)
-        lacking = codetree.missing(store, [r[2] for r in entries if r[1] != "l"])
+        lacking = objstore.missing(store, [r[2] for r in entries if r[1] != "l"])
         if lacking:
             return f"{len(lacking)} of the code's files came in no data set (first {lacking[0][:12]})"
         codetree.build(entries, store, dest)
