@@ -119,6 +119,7 @@ def test_every_name_rule_has_an_example() -> None:
 def test_each_name_family_is_withheld_and_its_twin_ships(name: str, what: str, twin: str) -> None:
     assert cred.name_reason(name) == _name_reason(what)
     assert cred.withheld_reason(name) == _name_reason(what)
+    assert cred.withheld_reason(f"/home/u/proj/{name}/") == _name_reason(what)  # a folder, with its slash
     assert cred.might_be_credential_name(name) is True
     assert cred.name_reason(twin) is None
     assert cred.withheld_reason(f"src/{twin}") is None
@@ -280,8 +281,9 @@ def test_every_credential_folder_withholds_what_lies_in_it(row: tuple[str, str],
 def test_a_folder_near_a_credential_folder_ships(folder: str, what: str) -> None:
     """`ssh/`, `.sshd/`, `my.ssh/`: not the folder; and the folder's name inside a file's name."""
     bare = folder.lstrip(".")
-    for near in (bare + "x", "my" + folder, folder + "x"):
+    for near in (bare + "x", "my" + folder, folder + "x", folder + "X"):
         assert cred.place_reason(f"proj/{near}/train.py") is None, near
+        assert cred.place_reason(f"proj/{near}") is None, near  # the path ends at it
     assert cred.place_reason(f"proj/train{folder}.py") is None
 
 
@@ -950,3 +952,11 @@ def test_a_text_credential_in_a_file_with_nul_bytes_is_found(text: str, what: st
     credential already found stays found."""
     for doc in (text.encode() + b"\0\0\0\0", b"\0" + text.encode()):
         assert cred.content_reason(doc) == _reason(what)
+
+
+def test_a_url_read_with_its_undecodable_bytes_is_judged() -> None:
+    """A requirements line read with surrogateescape (a byte that is not UTF-8) is judged, not
+    a crash: the password in it is still found."""
+    line = "https://me:gh0stPassw0rd@pypi.corp.example.net/simple#\udcff"
+    assert cred.url_credential(line) == "a URL with a password"
+    assert cred.url_credential("https://pypi.org/simple#\udcff") is None
