@@ -209,7 +209,7 @@ def test_usage_is_recorded_and_quota_goes_down(home: Path, tmp_path: Path) -> No
 def test_the_paragraph_an_agent_relays_is_plain_text_even_when_stored_raw(home: Path) -> None:
     """guidance.tell_user is safe to print as is: also for a hold recorded by an older
     version (no filtered paragraph in the plan, only the raw reason)."""
-    from core.engine.service import guidance
+    from core.engine.guidance import guidance
     from core.jobs.states import State
     from core.jobs.store import Store
 

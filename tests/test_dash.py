@@ -358,7 +358,7 @@ def test_the_last_column_keeps_the_value_readable_at_80_columns() -> None:
 
 
 async def test_the_log_tail_follows_a_long_log_at_80x24(demo) -> None:
-    from core.engine.service import log_path
+    from core.engine.jobfiles import log_path
 
     job = Store().get(RUNNING)
     path = log_path(job)
@@ -398,7 +398,7 @@ async def test_a_hidden_instruction_in_a_real_job_s_log_never_reaches_the_log_pa
     assert wait_state(sub["short_id"], {"done", "failed"}, timeout=120)["state"] == "done"
     # the launcher already filters what it writes; a log mirrored from a host whose launcher is
     # not ours arrives as the host sent it: the pane must filter it itself
-    from core.engine.service import log_path
+    from core.engine.jobfiles import log_path
     from core.jobs.store import Store
 
     with open(log_path(Store().resolve(sub["short_id"])), "ab") as f:
@@ -422,7 +422,7 @@ async def test_slash_in_the_log_searches_it_and_n_steps_through_the_hits(demo) -
     """`/` with the log focused opens its search (not the job filter); enter goes to the first
     hit, n and N step forward and back (wrapping), a bad pattern says so and keeps the box;
     a progress bar in the log shows as its last state."""
-    from core.engine.service import log_path
+    from core.engine.jobfiles import log_path
 
     path = log_path(Store().get(RUNNING))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -225,7 +225,7 @@ class Doors(RuleBasedStateMachine):
     def cancel(self, data: st.DataObject, group: bool) -> None:
         """An agent's cancel, of a job or its whole sweep; a launched one ends cancelled as the
         supervisor would end it."""
-        from core.engine.service import cancel
+        from core.engine.cancelling import cancel
         from core.engine.sweeps import cancel_group
         from core.jobs.states import LAUNCHED, State
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.engine.service import MAX_CHECKPOINT_GRACE_S
+from core.engine.cancelling import MAX_CHECKPOINT_GRACE_S
 from tests.conftest import gpu_exe, gpu_json, make_git_project, run_gpu, wait_state
 
 pytestmark = pytest.mark.slow

@@ -221,14 +221,16 @@ def _log(home: Path, text: bytes) -> SimpleNamespace:
 
 
 def _read(job: SimpleNamespace) -> bytes:
-    from core.engine.service import _failure_read, log_path
+    from core.engine.guidance import _failure_read
+    from core.engine.jobfiles import log_path
 
     where = _failure_read(job)
     return log_path(job).read_bytes()[where["offset"]:where["offset"] + where["max_bytes"]]
 
 
 def test_a_failure_s_read_starts_at_the_first_traceback_of_its_chain_in_its_last_attempt(home: Path) -> None:
-    from core.engine.service import _failure_read, log_path
+    from core.engine.guidance import _failure_read
+    from core.engine.jobfiles import log_path
 
     chained = (b"[gpu-router] attempt 1: running python a.py\n" + b"warm-up\n" * 50
                + b"Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'lr'\n\n"

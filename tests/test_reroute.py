@@ -370,7 +370,7 @@ def test_a_target_that_would_hold_the_job_is_passed_over_without_a_word_written(
     import asyncio
 
     import core.engine.daemon as daemon
-    from core.engine import reroute, service, targets
+    from core.engine import guidance, reroute, targets
 
     monkeypatch.setattr(daemon, "ensure_running", lambda *a, **k: None)
     real = targets.for_request
@@ -404,7 +404,7 @@ def test_a_target_that_would_hold_the_job_is_passed_over_without_a_word_written(
         kept = store.get(x.id)
         assert kept.provider == "a" and kept.state.value == "routing" and kept.plan == x.plan, kept
         assert [e.reason for e in store.events(x.id)] == before  # no move, no hold, no word
-        note = service.guidance(kept, True)["queue"]
+        note = guidance.guidance(kept, True)["queue"]
         assert note.startswith("b has a free slot but would need your approval there (it was submitted by "
                                "an agent and would run on b without a sandbox"), note
         assert note.endswith("(no sandbox on b)): it waits for a"), note
@@ -415,7 +415,7 @@ def test_a_target_that_would_hold_the_job_is_passed_over_without_a_word_written(
         approved = sup._move_if_free(y.id, "a")
         assert approved == "held" and store.get(y.id).provider == "a", store.get(y.id)
         assert "its plan changed after it was approved (a person approved it for a, and a move to b is " \
-            "a new plan)" in service.guidance(store.get(y.id), True)["queue"]
+            "a new plan)" in guidance.guidance(store.get(y.id), True)["queue"]
 
         # the tick: looked at once while nothing changes, however long it waits
         sup._slot_looked.clear()

@@ -67,7 +67,8 @@ def _local_job_wrote(job: Job, files: dict[str, str]) -> None:
 
 def _end(store: Store, job: Job) -> list[str]:
     """The engine's end of a job, as far as it writes into runs/: outputs, then job.json."""
-    from core.engine.service import bring_home, write_job_json
+    from core.engine.jobfiles import bring_home
+    from core.engine.jobreport import write_job_json
     from core.providers.local import LocalProvider
 
     notes = asyncio.run(bring_home(store, job, LocalProvider()))
@@ -77,7 +78,7 @@ def _end(store: Store, job: Job) -> list[str]:
 
 def _kept(store: Store, job: Job) -> Path:
     """Where the engine says the outputs are kept, from the job's status and its events."""
-    from core.engine.service import job_report
+    from core.engine.jobreport import job_report
 
     doc = job_report(store, store.get(job.id))
     kept = Path(doc["outputs_kept"]["dir"])
@@ -194,7 +195,7 @@ def test_a_runs_id_folder_of_another_user_is_refused(home: Path, tmp_path: Path)
 
 
 def test_a_planted_job_json_tmp_link_is_not_written_through(home: Path, tmp_path: Path) -> None:
-    from core.engine.service import write_job_json
+    from core.engine.jobreport import write_job_json
 
     victim = tmp_path / "dot-bashrc"
     victim.write_text("alias ls='ls --color'\n")
@@ -215,7 +216,7 @@ def test_a_planted_job_json_tmp_link_is_not_written_through(home: Path, tmp_path
 
 
 def test_a_planted_gitignore_link_in_runs_is_left_alone(home: Path, tmp_path: Path) -> None:
-    from core.engine.service import ignore_runs
+    from core.engine.jobfiles import ignore_runs
 
     project = tmp_path / "project"
     (project / "runs").mkdir(parents=True)
@@ -247,7 +248,7 @@ def test_a_folder_link_inside_runs_id_is_not_followed(home: Path, tmp_path: Path
 
 
 def test_the_settled_checkpoint_is_kept_at_home_when_runs_id_is_a_link(home: Path, tmp_path: Path) -> None:
-    from core.engine.service import settle_checkpoint
+    from core.engine.jobfiles import settle_checkpoint
     from core.packaging import checkpoints
     from core.packaging.checkpoints.home import manifest_path, write_json
 
@@ -342,7 +343,7 @@ def _plant(project: Path, outside: Path, tree: list[tuple[str, str]]) -> None:
 
 def _write_everything(project: Path, home_dir: Path) -> str:
     """Every writer of runs/<id>/ by turn, as the engine calls them; what each did."""
-    from core.engine.service import ignore_runs
+    from core.engine.jobfiles import ignore_runs
     from core.packaging import runswriter
     from core.packaging.safe_extract import safe_copy_tree
 
@@ -457,7 +458,7 @@ def test_a_checkpoint_crosses_disks_by_copy_without_following_links(tmp_path: Pa
 def test_a_remote_job_comes_home_through_the_writer_too(home: Path, tmp_path: Path) -> None:
     """A host's outputs archive, metrics file and the log mirror (core/providers/remotefetch.py):
     with runs/<id>/ a link to ~/.ssh, authorized_keys stays the person's and all of it is kept."""
-    from core.engine.service import bring_home
+    from core.engine.jobfiles import bring_home
 
     host, ssh, project, job = _host_with_a_linked_runs_id(tmp_path)
     store = Store()
@@ -546,7 +547,7 @@ def test_gpu_fetch_into_a_linked_runs_id_keeps_the_files_at_home(home: Path, tmp
 def test_a_link_swapped_in_after_the_check_still_keeps_the_outputs_at_home(home: Path, tmp_path: Path) -> None:
     """runs/<id>/ was a plain folder when the engine looked, and a link when the copy began:
     the copy is refused before writing, and the engine brings the outputs home again, kept."""
-    from core.engine.service import bring_home
+    from core.engine.jobfiles import bring_home
     from core.packaging.safe_extract import safe_copy_tree
 
     outside = tmp_path / "outside"
@@ -583,7 +584,7 @@ def test_a_job_end_never_writes_outside_runs_id_and_loses_nothing(tree: list[tup
     job.json) over any planted tree: nothing outside the project changes, nothing in it but
     runs/<id>/ (a real folder) and runs/.gitignore, and every output is either in runs/<id>/
     or kept at home in the job's folder, as its status says."""
-    from core.engine.service import settle_checkpoint
+    from core.engine.jobfiles import settle_checkpoint
     from core.packaging import checkpoints
     from core.packaging.checkpoints.home import manifest_path, write_json
 
@@ -609,7 +610,8 @@ def test_a_job_end_never_writes_outside_runs_id_and_loses_nothing(tree: list[tup
                 "size": 1, "mtime_ns": 0, "sha256": hashlib.sha256(b"w").hexdigest()}}})
         before_out, before = _snapshot(outside), _snapshot(project)
 
-        from core.engine.service import bring_home, write_job_json
+        from core.engine.jobfiles import bring_home
+        from core.engine.jobreport import write_job_json
         from core.providers.local import LocalProvider
 
         asyncio.run(bring_home(store, job, LocalProvider()))  # in the supervisor's order

@@ -137,7 +137,7 @@ def deny(store: Store, ref: str, *, actor: str, reason: str | None = None) -> Jo
                                data={"decision": "deny", "digest": job.digest, "reason": reason,
                                      "hold": job.plan.get("hold_kind", "rules")})
     if overrun:
-        from core.engine.service import write_job_json
+        from core.engine.jobreport import write_job_json
 
         write_job_json(store, job)
     return job

@@ -10,7 +10,7 @@ with a link is refused, never read through), unpacked at home by
 `safe_extract` (no link, no `..`, within the target's output caps), through the one writer
 under runs/ (core/packaging/runswriter.py): a runs/ or runs/<id>/ that is a link, or not a
 plain folder of the person's, keeps what was fetched at home in the job's folder, with an
-event that says why and where (core/engine/service.py `keep_at_home`).
+event that says why and where (core/engine/jobfiles.py `keep_at_home`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from core import paths
 from core.config.schema import path_problem
 from core.config.user import load
-from core.engine.service import outputs_where, write_outputs
+from core.engine.jobfiles import outputs_where, write_outputs
 from core.jobs.store import Store
 from core.errors import UserError, shorten
 from core.packaging.safe_extract import OutputCaps, masked_names, safe_extract

@@ -20,8 +20,10 @@ from core.config.user import load
 from core.display.sanitize import printable
 from core.engine import storage
 from core.engine.failure import failed_reason
-from core.engine.service import (CHECKPOINT_GRACE_S, MAX_CHECKPOINT_GRACE_S, bring_home, end_warnings,
-                                 hold, outputs_where, settle_checkpoint, write_job_json)
+from core.engine.cancelling import CHECKPOINT_GRACE_S, MAX_CHECKPOINT_GRACE_S
+from core.engine.jobfiles import bring_home, outputs_where, settle_checkpoint
+from core.engine.jobreport import end_warnings, write_job_json
+from core.engine.service import hold
 from core.engine import doors
 from core.engine.doors import replan
 from core.errors import DiskFull, IllegalTransition, UserError
@@ -260,7 +262,7 @@ class JobSteps:
                              data={"attempt": job.attempt})
 
     async def _checkpoint_then_cancel(self, job: Job, provider: Any) -> None:
-        """`gpu cancel --checkpoint` (service.cancel): ask the job to save, as before a
+        """`gpu cancel --checkpoint` (cancelling.cancel): ask the job to save, as before a
         session's end (gpu.should_checkpoint()); once a checkpoint newer than the one home had
         came home, or after the grace, ask for the stop (`cancel_requested`: `_cancel`)."""
         req = dict(job.handle.get("cancel_checkpoint") or {})  # defaults if a racing write lost it
@@ -383,7 +385,7 @@ class JobSteps:
 
     async def _say_end_warnings(self, job: Job) -> None:
         """Declared outputs it did not write, no metric logged: kept for status and job.json,
-        and each a warning event (service.end_warnings); the job's end stays what it is."""
+        and each a warning event (jobreport.end_warnings); the job's end stays what it is."""
         fresh = await self.db(self.store.get, job.id)
         tracked = bool(fresh.final) or bool(await self.db(self.store.metrics_summary, job.id))
         fields, texts = await asyncio.to_thread(end_warnings, fresh, tracked)

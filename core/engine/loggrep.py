@@ -15,7 +15,7 @@ from typing import Any, Iterable
 from core.display.logtail import fold_returns
 from core.display.sanitize import printable
 from core.display.search import BadPattern, Pattern, Span, compile_search
-from core.engine.service import log_path
+from core.engine.jobfiles import log_path
 from core.errors import UserError
 from core.jobs.store import Job, Store
 

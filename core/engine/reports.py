@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from core.display.logtail import fold_returns
-from core.engine.service import SubmitResult, end_warnings, guidance, job_report, log_path
+from core.engine.guidance import guidance
+from core.engine.jobfiles import log_path
+from core.engine.jobreport import end_warnings, job_report
+from core.engine.service import SubmitResult
 from core.jobs.states import ACTIVE, TERMINAL, State
 from core.jobs.records import _iso
 from core.jobs.store import Job, Store
@@ -94,7 +97,7 @@ def missing_artifacts(job: Job) -> list[str]:
     """The declared artifacts (compute_job's `artifacts`, gpu.yaml's `outputs`) that nothing
     that came home matches, once the job ended; [] while it runs and for one that never ran.
 
-    The rule is `service.end_warnings`, the one `gpu status` shows ("declared, not written"):
+    The rule is `jobreport.end_warnings`, the one `gpu status` shows ("declared, not written"):
     the supervisor reads it at the job's end and keeps it in the handle as `ended`. A result
     read in the moment between the job's end and that reading (a start whose grace saw the
     end) asks the same rule now: the outputs came home before the job was marked ended."""
@@ -332,7 +335,7 @@ def artifacts_doc(job: Job, cap: int = ARTIFACTS_CAP) -> dict[str, Any]:
 
     They arrive when the job ends (and the log and metrics with them); while it runs the
     folder may not exist yet. A job whose runs/<id>/ was refused (a link, not your folder)
-    lists the folder at home its outputs were kept in instead (core/engine/service.py).
+    lists the folder at home its outputs were kept in instead (core/engine/jobfiles.py).
     An ended job's declared artifacts that none of them matches are `missing_artifacts`, and
     `note` says so (`missing_artifacts`, the rule `gpu status` uses)."""
     root = Path((job.handle.get("outputs_kept") or {}).get("dir") or job.outputs_dir)

@@ -22,7 +22,7 @@ from core.errors import UserError
 from core.jobs.states import RESUMABLE, TERMINAL, State
 from core.jobs.store import Job, Store
 from core.packaging import checkpoints
-from core.engine.service import outputs_where
+from core.engine.jobfiles import outputs_where
 
 
 def _refuse(job: Job) -> None:

@@ -166,7 +166,8 @@ def submit_group(req: JobRequest, *, actor: str = "cli", interactive: bool = Fal
                  progress: Any = None, warn: Callable[[str], None] | None = None,
                  expect_digest: str | None = None) -> GroupResult:
     """Record the group and its points (once), holding them all where the rules say so."""
-    from core.engine.service import fingerprint, hold_if_changed, ignore_runs, needs_supervisor
+    from core.engine.jobfiles import ignore_runs
+    from core.engine.service import fingerprint, hold_if_changed, needs_supervisor
 
     store = store or Store()
     bundle, reqs, plans, gplan = plan_group(req, interactive=interactive, store=store,
@@ -277,7 +278,7 @@ def guidance(group: Group, jobs: list[Job], submitted: bool, front: str = "cli")
     if front == "cli":
         doc: dict[str, Any] = {"follow": f"gpu status {short}", "status": f"gpu status {short}"}
     else:
-        from core.engine.service import tool_call
+        from core.engine.guidance import tool_call
 
         tool = "compute_job" if front == "compute" else "gpu_status"
         args = {"action": "status", "job": short} if front == "compute" else {"job": short}
@@ -353,12 +354,12 @@ def deny_group(store: Store, group: Group, *, actor: str, reason: str | None = N
 
 def cancel_group(store: Store, group: Group, *, actor: str = "cli", wait_s: float = 15.0,
                  checkpoint: bool = False, grace_s: float | None = None) -> list[Job]:
-    """Stop every live point, each as `gpu cancel` stops one job (core.engine.service.cancel):
+    """Stop every live point, each as `gpu cancel` stops one job (core.engine.cancelling.cancel):
     those not launched are cancelled at once, the launched are asked to stop; with
     `checkpoint`, every running point is first asked to save, with its grace (bounded as for
     one job). The group's flags were once dropped: its points were stopped at once, unsaved.
     Waits up to `wait_s` (with a checkpoint, the grace and a little more) for all to end."""
-    from core.engine.service import CHECKPOINT_GRACE_S, MAX_CHECKPOINT_GRACE_S, cancel
+    from core.engine.cancelling import CHECKPOINT_GRACE_S, MAX_CHECKPOINT_GRACE_S, cancel
 
     grace = CHECKPOINT_GRACE_S if grace_s is None else float(grace_s)
     if not 0 <= grace <= MAX_CHECKPOINT_GRACE_S:
@@ -506,7 +507,7 @@ def wait_group(store: Store, group: Group, *, until: str = "change", timeout_s: 
     """Block until a point of the group changes state ("change"), or every point ended or one
     waits for a person ("end"), or `timeout_s` passes; (the points as they are then, whether
     the wait was woken). One indexed read of the store each WAIT_POLL_S, as `wait_job`."""
-    from core.engine.service import WAIT_POLL_S, WAIT_UNTIL
+    from core.engine.waiting import WAIT_POLL_S, WAIT_UNTIL
 
     if until not in WAIT_UNTIL:
         raise UserError(f"until must be one of {', '.join(WAIT_UNTIL)} (got {until!r})",

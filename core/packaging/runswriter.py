@@ -25,7 +25,7 @@ The rule, for every write under `runs/`:
   were checked, wherever they are moved (and a folder can be moved only within the mount
   the agent could already write to).
 
-A refusal is not a lost output: the engine (core/engine/service.py, `keep_at_home`) records an
+A refusal is not a lost output: the engine (core/engine/jobfiles.py, `keep_at_home`) records an
 event with the reason and writes the same things into the job's own folder in gpu-router's
 home (`jobs/<id>/outputs-kept/`), which `gpu status` names.
 

@@ -67,7 +67,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         emit_json(status_doc(store, job, verbose=args.verbose))
         return 0
     from core.packaging.checkpoints import summary
-    from core.engine.service import mirroring_paused
+    from core.engine.jobreport import mirroring_paused
     from core.planning.usage import estimate_and_actual
     from tui.show.render import status_panel
 
@@ -128,7 +128,7 @@ def _group_status(store, group, args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from core.engine.service import log_path
+    from core.engine.jobfiles import log_path
     from tui.show.output import safe
 
     store = open_store()
@@ -273,7 +273,7 @@ def _group_metrics(store, group, args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from core.engine.service import cancel
+    from core.engine.cancelling import cancel
 
     store = open_store()
     target = store.resolve_any(args.id, here())
@@ -329,7 +329,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                  actor=actor.label("terminal" if actor.is_person else "cli"), interactive=actor.is_person)
     if args.json:
         from core.engine.reports import job_only
-        from core.engine.service import guidance
+        from core.engine.guidance import guidance
 
         emit_json({**job_only(job), "guidance": guidance(job, True)})
         return 0

@@ -298,7 +298,7 @@ class DashApp(DataFeed, Decisions, KeyActions, App):
 
     @_unless_closing
     def select_job(self, job_id: str) -> None:
-        from core.engine.service import log_path
+        from core.engine.jobfiles import log_path
 
         table = self.query_one(JobsTable)
         if table.selected_key() != job_id:

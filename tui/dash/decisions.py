@@ -2,7 +2,7 @@
 
 The one part of the dashboard that changes the store, kept apart so it is read in one place:
 each flow opens its modal (tui/dash/screens.py), then a worker makes the same core call as the
-command line (core.engine.approvals, core.engine.sweeps, core.engine.service), bound to the
+command line (core.engine.approvals, core.engine.sweeps, core.engine.cancelling), bound to the
 digest shown and to who is at the keyboard.
 """
 
@@ -122,7 +122,7 @@ class Decisions:
     def _decide(self, job: Job, what: str, reason: str | None, pin: str | None = None,
                 group=None) -> None:
         from core.engine.approvals import approve, deny, require_person, require_pin
-        from core.engine.service import cancel
+        from core.engine.cancelling import cancel
         from core.engine.sweeps import approve_group, deny_group
 
         store = Store(self.store.path)

@@ -94,7 +94,8 @@ def compute_job(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, A
 
         return artifacts_doc(engine.job(args["job"]))
     from core.engine.reports import job_only
-    from core.engine.service import CHECKPOINT_GRACE_S, cancel, guidance
+    from core.engine.cancelling import CHECKPOINT_GRACE_S, cancel
+    from core.engine.guidance import guidance
 
     store = engine.store()
     group = engine.group(args["job"])

@@ -104,8 +104,9 @@ def stage(call: Call) -> Callable[[int, int | None, str], None]:
 
 
 def settling(call: Call) -> tuple[Callable[[int, int | None, str], None], Callable[[float, Any], None]]:
-    """A start's progress: the bundling's stages, then the grace's ticks (core.engine.service
-    `wait_job`). MCP's progress only grows, so the ticks go on from the bundling's last value."""
+    """A start's progress: the bundling's stages (core.engine.service `Stage`), then the
+    grace's ticks (core.engine.waiting `wait_job`). MCP's progress only grows, so the ticks go
+    on from the bundling's last value."""
     last = [0.0]
 
     def bundling(done: int, total: int | None, text: str) -> None:
@@ -179,7 +180,7 @@ def gpu_wait(engine: Engine, args: dict[str, Any], call: Call, front: str = "gpu
     the time is up; then its status. The supervisor is started first if live jobs have none,
     so a wait never waits on nobody."""
     from core.engine.reports import wait_doc
-    from core.engine.service import wait_job
+    from core.engine.waiting import wait_job
 
     store = engine.store()
     timeout = args.get("timeout_s")
@@ -233,7 +234,7 @@ def gpu_metrics(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, A
 
 def gpu_cancel(engine: Engine, args: dict[str, Any], call: Call) -> dict[str, Any]:
     from core.engine.reports import job_only
-    from core.engine.service import cancel
+    from core.engine.cancelling import cancel
 
     store = engine.store()
     group = engine.group(args["job"])

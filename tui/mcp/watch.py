@@ -1,6 +1,6 @@
 """Jobs as MCP resources, and the notifications that wake an agent when one moves.
 
-Each job is the resource `gpu://jobs/<short_id>` (core.engine.service.JOB_RESOURCE, named in
+Each job is the resource `gpu://jobs/<short_id>` (core.engine.guidance.JOB_RESOURCE, named in
 every result's `guidance.resource`): `resources/read` returns its status document (the one
 gpu_status returns), `resources/list` the jobs this server started and the ones a client
 subscribed to. A client that subscribes (`resources/subscribe`) gets
@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from core.engine.service import JOB_RESOURCE
+from core.engine.guidance import JOB_RESOURCE
 from core.errors import UserError
 
 POLL_S = 0.5

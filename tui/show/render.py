@@ -191,7 +191,7 @@ def status_panel(job, events: list, metrics: dict, verbose: bool = False,
     from core.jobs.states import TERMINAL
 
     ended = (job.handle.get("ended") or {}) if job.state in TERMINAL else {}
-    if ended.get("missing_artifacts"):  # declared outputs the job did not write (core.engine.service)
+    if ended.get("missing_artifacts"):  # declared outputs the job did not write (core.engine.jobreport)
         rows.append(("missing", f"{', '.join(ended['missing_artifacts'])}: declared, not written"))
     if ended.get("no_metrics"):
         rows.append(("metrics", "no metrics were tracked"))

@@ -45,7 +45,7 @@ PARSERS: dict = {}  # the commands' parsers, built once by preload
 def preload() -> None:
     """Import what a submit uses and build its parser, so that a child starts with them."""
     from core.config import request, user, yamlfile  # noqa: F401
-    from core.engine import actor, service, sweeps, targets  # noqa: F401 (targets: the providers)
+    from core.engine import actor, cancelling, jobreport, service, sweeps, targets  # noqa: F401 (targets: the providers)
     from core.jobs import store  # noqa: F401
     from core.packaging import bundle, credentials, gate, listing  # noqa: F401
     from core.planning import policy, router, usage  # noqa: F401
