@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def parse_small(parser: argparse.ArgumentParser, small: dict) -> argparse.Namespace:
     """Parse the command line, with `--small`: the same code path on tiny inputs (`small`, the
-    option values it sets), in seconds. tests/test_benches.py runs every bench so, so none rots:
+    option values it sets), in seconds. tests/project/test_benches.py runs every bench so, so none rots:
     the figures still print, no target is judged, and anything broken still exits non-zero."""
     parser.add_argument("--small", action="store_true",
                         help="CI mode: the same code path on tiny inputs, in seconds (figures "

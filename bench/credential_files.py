@@ -17,7 +17,7 @@ gate took per file (content judged fresh: no cache). Target: recall 1.0 and prec
 ordinary file refused, no credential kind missed). `--list` prints every verdict.
 Exits 1 when the target is missed (not in `--small` mode, which judges no target).
 
-`measure()` is what other benches (bench/gates.py) and tests/test_credential_kinds.py call.
+`measure()` is what other benches (bench/gates.py) and tests/packaging/test_credential_kinds.py call.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import gpu_cmd, log, median, private_world, stats_ms, timed  # noqa: E402
 from submit_latency import build_project, count_files  # noqa: E402
 
-# `--small` (tests/test_benches.py): the same path, 2 runs each, in seconds; targets not judged.
+# `--small` (tests/project/test_benches.py): the same path, 2 runs each, in seconds; targets not judged.
 SMALL = "--small" in sys.argv[1:]
 _ARGS = [a for a in sys.argv[1:] if a != "--small"]
 N = int(_ARGS[0]) if _ARGS else (1 if SMALL else 15)

@@ -19,10 +19,10 @@ and the quick test files that cover it):
 Everything runs in a temporary copy of the checkout (the working tree is never touched: others
 may run tests in it at the same time). It prints killed/total per module and each survivor
 (mutmut's name and diff, or the kind's description), and exits 1 if any survived. Every test
-file matching tests/test_choke_*.py or tests/test_mutants_*.py joins every module's list (the
+file matching tests/**/test_choke_*.py or tests/**/test_mutants_*.py joins every module's list (the
 tests written against these rules); mutmut's own stats run maps which test calls what.
 
-`--small` (tests/test_benches.py): core/jobs/states.py against its own test file only, mutmut
+`--small` (tests/project/test_benches.py): core/jobs/states.py against its own test file only, mutmut
 over its one function and the kinds that add a transition from `done`: under a minute.
 """
 
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parse_small  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-COMMON_TESTS = ["tests/test_choke_*.py", "tests/test_mutants_*.py"]
+COMMON_TESTS = ["tests/**/test_choke_*.py", "tests/**/test_mutants_*.py"]
 
 
 @dataclass
@@ -182,70 +182,70 @@ def policy_kinds(source: str) -> Iterator[Kind]:
 
 MODULES: dict[str, Module] = {m.path.rsplit("/", 1)[-1][:-3]: m for m in [
     Module("core/planning/plan.py",
-           ["tests/test_targets_config.py", "tests/test_modal_image_gpus.py", "tests/test_env_gate.py"],
+           ["tests/config/test_targets_config.py", "tests/providers/test_modal_image_gpus.py", "tests/secrets/test_env_gate.py"],
            names=["core.planning.plan.x_digest__mutmut_*", "core.planning.plan.x_canonical_bytes__*"],
            kinds=digest_kinds),
     Module("core/planning/policy.py",
-           ["tests/test_policy.py", "tests/test_agent_day.py", "tests/test_host_sandbox.py"],
+           ["tests/planning/test_policy.py", "tests/planning/test_agent_day.py", "tests/providers/test_host_sandbox.py"],
            kinds=policy_kinds),
-    Module("core/jobs/states.py", ["tests/test_store_states.py"], kinds=states_kinds),
-    Module("core/engine/jobguard.py", ["tests/test_jobguard.py", "tests/test_warm.py"],
+    Module("core/jobs/states.py", ["tests/jobs/test_store_states.py"], kinds=states_kinds),
+    Module("core/engine/jobguard.py", ["tests/engine/test_jobguard.py", "tests/tui/warm/test_warm.py"],
            kinds=jobguard_kinds),
     Module("core/secrets/scan.py",
-           ["tests/test_env_scan.py", "tests/test_env_gate.py", "tests/test_gate_corpora.py"],
+           ["tests/secrets/test_env_scan.py", "tests/secrets/test_env_gate.py", "tests/secrets/test_gate_corpora.py"],
            kinds=search_kinds),
     Module("core/runtime/tokenshapes.py",
-           ["tests/test_env_gate.py", "tests/test_gate_corpora.py", "tests/test_masking.py",
-            "tests/test_choke_secret_shapes.py", "tests/test_mutants_tokenshapes.py"],
+           ["tests/secrets/test_env_gate.py", "tests/secrets/test_gate_corpora.py", "tests/runtime/test_masking.py",
+            "tests/secrets/test_choke_secret_shapes.py", "tests/runtime/test_mutants_tokenshapes.py"],
            kinds=search_kinds),
-    Module("core/runtime/redact.py", ["tests/test_masking.py", "tests/test_mask_encodings.py"],
+    Module("core/runtime/redact.py", ["tests/runtime/test_masking.py", "tests/runtime/test_mask_encodings.py"],
            names=["core.runtime.redact.xǁSecretPatternǁ*", "core.runtime.redact.x_fixed_forms__*",
                   "core.runtime.redact.x__base64_*", "core.runtime.redact.x__base32_forms__*",
                   "core.runtime.redact.x__hex_forms__*", "core.runtime.redact.x_secret_values__*",
                   "core.runtime.redact.x__masked__*", "core.runtime.redact.x__escape_start__*", "core.runtime.redact.x__escape_end__*", "core.runtime.redact.x__minimal__*"]),
     Module("core/runtime/boundary.py",
-           ["tests/test_sandbox.py", "tests/test_build_sandbox.py", "tests/test_root_job.py"],
+           ["tests/runtime/test_sandbox.py", "tests/runtime/test_build_sandbox.py", "tests/runtime/test_root_job.py"],
            names=["core.runtime.boundary.x_bwrap_argv__*", "core.runtime.boundary.x__outermost__*",
                   "core.runtime.boundary.x__under_any__*", "core.runtime.boundary.x_job_environ__*",
                   "core.runtime.boundary.x_plan_for__*"],
            kinds=sandbox_kinds),
     Module("core/engine/actor.py",
-           ["tests/test_approvals.py", "tests/test_approval_pin.py", "tests/test_jobguard.py"]),
-    Module("core/engine/pin.py", ["tests/test_pin_lockout.py", "tests/test_approval_pin.py",
-                                  "tests/test_choke_pin.py"]),
-    Module("core/runtime/nofollow.py", ["tests/test_nofollow.py", "tests/test_choke_nofollow.py"]),
-    Module("core/packaging/runswriter.py", ["tests/test_runs_writer.py", "tests/test_choke_nofollow.py",
-                                            "tests/test_mutants_runswriter.py"],
+           ["tests/engine/test_approvals.py", "tests/engine/test_approval_pin.py", "tests/engine/test_jobguard.py"]),
+    Module("core/engine/pin.py", ["tests/engine/test_pin_lockout.py", "tests/engine/test_approval_pin.py",
+                                  "tests/engine/test_choke_pin.py"]),
+    Module("core/runtime/nofollow.py", ["tests/runtime/test_nofollow.py", "tests/runtime/test_choke_nofollow.py"]),
+    Module("core/packaging/runswriter.py", ["tests/packaging/test_runs_writer.py", "tests/runtime/test_choke_nofollow.py",
+                                            "tests/packaging/test_mutants_runswriter.py"],
            own_cwd=True),
-    Module("core/runtime/ckptgen.py", ["tests/test_checkpoint_generations.py", "tests/test_choke_ckptgen.py"]),
+    Module("core/runtime/ckptgen.py", ["tests/runtime/test_checkpoint_generations.py", "tests/runtime/test_choke_ckptgen.py"]),
     # the generation choice of the checkpoint listing
-    Module("core/runtime/ckptscan.py", ["tests/test_checkpoint_generations.py", "tests/test_choke_ckptgen.py"],
+    Module("core/runtime/ckptscan.py", ["tests/runtime/test_checkpoint_generations.py", "tests/runtime/test_choke_ckptgen.py"],
            names=["core.runtime.ckptscan.x__scan_generation__*", "core.runtime.ckptscan.x__gen_names__*"]),
     # idempotency: what "the same request" is, and the one insert per request_id
-    Module("core/engine/service.py", ["tests/test_idempotency.py", "tests/test_choke_idempotency.py"],
+    Module("core/engine/service.py", ["tests/engine/test_idempotency.py", "tests/engine/test_choke_idempotency.py"],
            names=["core.engine.service.x_fingerprint__*", "core.engine.service.x__insert_once__*"]),
-    Module("core/jobs/store.py", ["tests/test_idempotency.py", "tests/test_choke_idempotency.py"],
+    Module("core/jobs/store.py", ["tests/engine/test_idempotency.py", "tests/engine/test_choke_idempotency.py"],
            names=["core.jobs.store.xǁStoreǁfind_active__*"]),
     # the code-folder take-over: the record, its pin, the check of the folder, objects that lie
-    Module("core/runtime/codetree.py", ["tests/test_codetree.py", "tests/test_choke_takeover.py"],
+    Module("core/runtime/codetree.py", ["tests/runtime/test_codetree.py", "tests/runtime/test_choke_takeover.py"],
            names=["core.runtime.codetree.x_record_digest__*", "core.runtime.codetree.x__read_record__*",
                   "core.runtime.codetree.x__take_over__*", "core.runtime.codetree.x__untouched__*",
                   "core.runtime.codetree.x__copy_all__*"]),
     # ... and the store's side of it: objects checked as they arrive and as they are copied
-    Module("core/runtime/objstore.py", ["tests/test_codetree.py", "tests/test_choke_takeover.py"],
+    Module("core/runtime/objstore.py", ["tests/runtime/test_codetree.py", "tests/runtime/test_choke_takeover.py"],
            names=["core.runtime.objstore.x_receive__*", "core.runtime.objstore.x__store__*",
                   "core.runtime.objstore.x_copy_verified__*", "core.runtime.objstore.x_holds__*"]),
     # ... and the engine's side of it: asked only sandboxed, with the hash kept at home
-    Module("core/providers/remote.py", ["tests/test_choke_takeover.py"],
+    Module("core/providers/remote.py", ["tests/runtime/test_choke_takeover.py"],
            names=["core.providers.remote.x_take_over_args__*",
                   "core.providers.remote.xǁRemoteProviderǁ_keep_code_record__*",
                   "core.providers.remote.xǁRemoteProviderǁ_code_record__*"]),
     # the credential gate: what never ships, by name, by place and by content (the functions
     # that apply the rules; the tables are data, and the settings-file judge (_settings_what,
-    # _written_out) is measured on its corpora by tests/test_credential_kinds.py).
+    # _written_out) is measured on its corpora by tests/packaging/test_credential_kinds.py).
     # _folder_reason and _part_forms are lru_cache'd: mutmut leaves decorated functions alone
     Module("core/packaging/credentials.py",
-           ["tests/test_choke_credentials.py", "tests/test_credential_kinds.py", "tests/test_credentials_props.py"],
+           ["tests/packaging/test_choke_credentials.py", "tests/packaging/test_credential_kinds.py", "tests/packaging/test_credentials_props.py"],
            names=[f"core.packaging.credentials.x_{f}__*" for f in (
                "name_reason", "name_variants", "_normal", "might_be_credential_name", "is_env_template",
                "withheld_reason", "place_reason", "_folder_reason", "_part_forms", "_last_part_reason",
@@ -403,7 +403,7 @@ def main() -> int:
                              "ones named there), not every test_choke_*/test_mutants_*: the same "
                              "score where no other of those calls the module, minutes sooner")
     parser.add_argument("--without-new-tests", action="store_true",
-                        help="leave out tests/test_choke_*.py and tests/test_mutants_*.py (the score "
+                        help="leave out tests/**/test_choke_*.py and tests/**/test_mutants_*.py (the score "
                              "before them)")
     parser.add_argument("--jobs", type=int, default=2, help="mutmut's parallel children")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy (its path "

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (REPO, git, gpu_cmd, gpu_entry_point, gpu_shim, log, median, private_world,  # noqa: E402
                      stats_ms, timed, timed_cpu)
 
-# `--small` (tests/test_benches.py): the same path, 2 runs each, in seconds; targets not judged.
+# `--small` (tests/project/test_benches.py): the same path, 2 runs each, in seconds; targets not judged.
 SMALL = "--small" in sys.argv[1:]
 _ARGS = [a for a in sys.argv[1:] if a != "--small"]
 AGAINST = None

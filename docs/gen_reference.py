@@ -1,7 +1,7 @@
 """Write docs/reference/configuration.md from the code that reads the configuration.
 
 Run `python docs/gen_reference.py` after changing a key; `--check` exits 1 when the committed
-page differs from what this writes (tests/test_docs.py asserts the same, so the page cannot rot).
+page differs from what this writes (tests/project/test_docs.py asserts the same, so the page cannot rot).
 
 Why a committed page and not a build-time hook: the page is read on GitHub and in a review's
 diff (a key added to the schema shows up beside the code that added it), and building the

@@ -107,7 +107,7 @@ def _serve(hub: FakeHub, role: str) -> ThreadingHTTPServer:
     Handler.hub, Handler.role = hub, role
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True, name=f"fake-{role}").start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True, name=f"fake-{role}").start()
     return server
 
 

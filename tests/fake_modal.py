@@ -158,7 +158,7 @@ class FakeModal:
         self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._block_handler())
         self._http.daemon_threads = True
         self.blocks_url = f"http://127.0.0.1:{self._http.server_address[1]}"
-        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+        threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     # -- serving ------------------------------------------------------------------------------
 

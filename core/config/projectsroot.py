@@ -3,7 +3,7 @@
 The compute contract writes `cwd` as a name relative to the projects root: `mcp.projects_root`
 in the user config, else the folder `gpu mcp` was started in. An agent names `yolo` or
 `experiments/yolo`, never a place elsewhere on the person's disk. This module is the one choke
-point for that guarantee (tests/test_mcp_agent.py holds a property over it): whatever the
+point for that guarantee (tests/tui/mcp/test_mcp_agent.py holds a property over it): whatever the
 name, the folder it returns is a real directory strictly inside the root, or the name is
 refused with what to pass instead.
 

@@ -2,5 +2,5 @@
 searching it (search).
 
 Low in the house, so every floor above can show text through the one filter: imports only
-core.errors, core.paths and core.runtime (tests/test_import_rules.py: FLOORS).
+core.errors, core.paths and core.runtime (tests/project/test_import_rules.py: FLOORS).
 """

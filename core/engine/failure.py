@@ -171,7 +171,7 @@ def job_error(job: Job, mask: Any = None) -> JobError | None:
 
 def shown_error(lines: list[str], mask: Any = None) -> str | None:
     """`error_text` as it may be shown anywhere: secret values masked, then reduced to
-    printable text on one line (whatever the lines held: tests/test_job_errors.py)."""
+    printable text on one line (whatever the lines held: tests/engine/test_job_errors.py)."""
     text = error_text([printable(line) for line in lines])
     if not text:
         return None

@@ -2,5 +2,5 @@
 
 A floor below config, planning, the providers and the engine: it imports only core.paths,
 core.errors, core.display and core.runtime, so a provider can read and write a job without the
-engine (tests/test_import_rules.py: FLOORS).
+engine (tests/project/test_import_rules.py: FLOORS).
 """

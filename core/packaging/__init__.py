@@ -6,5 +6,5 @@ checkpoints (checkpoints/).
 
 Above config and below the transport: imports core.config, core.secrets, core.jobs,
 core.display, core.runtime, core.errors and core.paths; never a target's transport or provider,
-the planner or the engine (tests/test_import_rules.py: FLOORS).
+the planner or the engine (tests/project/test_import_rules.py: FLOORS).
 """

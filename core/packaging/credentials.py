@@ -231,7 +231,7 @@ NEVER_DIRS: frozenset[str] = frozenset({".git"})
 
 # Every name a rule above can match holds one of these (lower-cased, and outside any
 # decoration): a cheap first look, so the 20,000 ordinary names of a big tree cost a few
-# substring tests each. tests/test_credentials_props.py checks it against every rule.
+# substring tests each. tests/packaging/test_credentials_props.py checks it against every rule.
 NAME_KEYWORDS: tuple[str, ...] = (
     "env", "id_", "rsa", "dsa", "ed25519", "deploy", "ssh_host", ".pem", ".key", ".p12", ".pfx",
     ".pkcs12", ".p8", ".jks", "keystore", ".bks", ".ppk", "netrc", "credential", "gitcookies",

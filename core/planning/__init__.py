@@ -4,5 +4,5 @@ rules' judge.
 
 Above the providers (it weighs what they report), below the engine: never imports core.engine
 or a front; decisions here are pure functions of the request, the config and the store, so the
-same rules judge every door (tests/test_import_rules.py: FLOORS).
+same rules judge every door (tests/project/test_import_rules.py: FLOORS).
 """

@@ -5,6 +5,6 @@ pbs), Kaggle and Modal (their packages), the SkyPilot adapter (skypilot/), the r
 accounts (accounts/), and the registry that builds one provider per configured target.
 
 Below planning and the engine: imports the transport, packaging, config, jobs, secrets,
-display and runtime; never core.planning, core.engine or tui/ (tests/test_import_rules.py:
+display and runtime; never core.planning, core.engine or tui/ (tests/project/test_import_rules.py:
 FLOORS).
 """

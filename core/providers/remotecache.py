@@ -208,7 +208,7 @@ class RemoteCache:
 def objects_to_send(answer: str, names: set[str]) -> list[str]:
     """The objects a host said it lacks, kept only where the manifest names them: the host's
     answer never chooses a file to read here (a path, another hash: dropped). The one choke
-    point between a host's `missing` answer and what is packed (tests/test_storage.py)."""
+    point between a host's `missing` answer and what is packed (tests/providers/test_storage.py)."""
     return [d for d in dict.fromkeys(answer.split()) if d in names]
 
 

@@ -8,7 +8,7 @@ follows it where not.
 
 All are stdlib-only and must stay so: they run with the target's Python, before (and
 without) the project's dependencies. The bottom floor: imports the standard library and itself
-only, never another package of core/ (tests/test_import_rules.py: FLOORS).
+only, never another package of core/ (tests/project/test_import_rules.py: FLOORS).
 """
 
 from pathlib import Path

@@ -5,7 +5,7 @@ Textual and rich pass OSC 52 (clipboard), OSC 0/2 (title), CSI sequences and the
 reaches a widget or the CLI's own output. Escape sequences are removed whole (not just
 their ESC) so no parameter text is left behind to confuse the reader.
 
-Three promises hold for any input (tests/test_sanitize.py checks them with hypothesis):
+Three promises hold for any input (tests/tui/show/test_sanitize.py checks them with hypothesis):
 
 - nothing that drives a terminal survives: no ESC, no C0 control but tab and newline, no C1
   control, no bidi override or mark, no lone surrogate (which a surrogateescape stream would

@@ -3,6 +3,6 @@
 launch (launch).
 
 Low in the house so every floor above asks it rather than holding values: imports only
-core.jobs, core.display, core.runtime, core.errors and core.paths (tests/test_import_rules.py:
+core.jobs, core.display, core.runtime, core.errors and core.paths (tests/project/test_import_rules.py:
 FLOORS).
 """

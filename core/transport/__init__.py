@@ -2,5 +2,5 @@
 one place a host key is judged) behind one interface (base).
 
 Below the providers, which each hold a transport: imports packaging, config, jobs, secrets,
-display, runtime, errors and paths; never a provider (tests/test_import_rules.py: FLOORS).
+display, runtime, errors and paths; never a provider (tests/project/test_import_rules.py: FLOORS).
 """

@@ -11,7 +11,7 @@ what several groups share (the store, the project, a broad project's question); 
 (`from tui.cli import main`). Modules here may import core's public modules (never
 core.providers or core.transport), tui.show (the terminal and the rendering every front
 shares) and each other; never another front (tui.mcp, tui.dash, tui.warm), but for the doors
-tests/test_import_rules.py names: fronts.py starts the dashboard and the MCP server, daemon.py
+tests/project/test_import_rules.py names: fronts.py starts the dashboard and the MCP server, daemon.py
 shows and stops the warm server.
 """
 

@@ -1,7 +1,7 @@
 """The commands that start another front: `gpu dash` (and a bare `gpu` at a terminal) opens the
 dashboard, `gpu mcp` serves the MCP tools on stdin/stdout.
 
-Why a module of its own: a front never imports another (tests/test_import_rules.py), and these
+Why a module of its own: a front never imports another (tests/project/test_import_rules.py), and these
 are the CLI's two doors to tui.dash and tui.mcp, named there. Each is imported only inside the
 command that needs it, so no other command pays for textual or the MCP SDK.
 """

@@ -2,7 +2,7 @@
 
 `gpu_submit` is the submit contract (shared/contract/gpu_submit.md) word for word: its
 description is the contract's text and its input schema has exactly the contract table's
-fields, names, descriptions and types (tests/test_mcp.py compares them field by field with
+fields, names, descriptions and types (tests/tui/mcp/test_mcp.py compares them field by field with
 what a client lists). The sibling tools and `compute_job` are gpu-router's own.
 
 Only plain data lives here (no SDK import), so the schema can be read and tested without

@@ -14,7 +14,7 @@ So, in tui/:
   ever reads. The result is a rich `Text`, which neither the console nor a Textual widget
   parses again, so no escaping scheme (and none of its backslash corner cases) is involved;
 - the sinks here (`say`, `write`, `error`, `ask`, `ask_hidden`, `emit_json`) are the only
-  code in tui/ that writes to the terminal (tests/test_terminal_output.py checks it). They take
+  code in tui/ that writes to the terminal (tests/tui/show/test_terminal_output.py checks it). They take
   `Text` and renderables made of it; a plain `str` handed to them is untrusted and filtered.
 """
 

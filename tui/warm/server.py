@@ -2,7 +2,7 @@
 
     python -m tui.warm.server      (started by tui/warm/launcher.py; one per GPU_ROUTER_HOME)
 
-What it guarantees (tests/test_warm.py):
+What it guarantees (tests/tui/warm/test_warm.py):
 - It runs nothing but `gpu submit` with `--json`, parsed by the command's own parser: machine
   output is always an agent's (core.engine.actor), so no request here can pass for a person's,
   and approvals, the PIN and every other command are never served (the client runs them).

@@ -154,7 +154,7 @@ def wanted(argv: list[str], env) -> bool:
 
 
 def home_dir(env) -> str:
-    """core.paths.home(), without importing pathlib on the fast path (tests/test_warm.py checks
+    """core.paths.home(), without importing pathlib on the fast path (tests/tui/warm/test_warm.py checks
     that both agree)."""
     got = env.get("GPU_ROUTER_HOME")
     if got:

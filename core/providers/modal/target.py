@@ -222,7 +222,7 @@ class ModalProvider(ModalWire, ModalImage, ModalVolume, ServiceTarget, MirroredL
         wrote after home last read it. A call stopped at its timeout is read as soon as Modal
         reports the timeout (_checkpoint_from_volume), and its container may still be writing
         then: a row written in that moment reached neither its stream nor that read (under load,
-        one row in 24 of tests/test_modal.py's timeout test). When a later call on the same
+        one row in 24 of tests/providers/test_modal.py's timeout test). When a later call on the same
         volume has ended, that container is long gone and every row it wrote is there."""
         await super().sync_log(job)
         key = (job.id, job.attempt)

@@ -1,0 +1,1 @@
+"""Tests of core/display/: text shown to people, log following and search."""

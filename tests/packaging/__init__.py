@@ -1,0 +1,1 @@
+"""Tests of core/packaging/: the bundle, the credential gate, dependencies, checkpoints' home copy."""

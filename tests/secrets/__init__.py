@@ -1,0 +1,1 @@
+"""Tests of core/secrets/: the keychain, the names index, the env scan."""

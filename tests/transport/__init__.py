@@ -1,0 +1,1 @@
+"""Tests of core/transport/: the local shell and SSH behind one interface."""

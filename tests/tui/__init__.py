@@ -1,0 +1,1 @@
+"""Tests of tui/: one folder per front."""

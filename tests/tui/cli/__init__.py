@@ -1,0 +1,1 @@
+"""Tests of tui/cli/: the `gpu` command, and the first hour through it end to end."""

@@ -1,0 +1,1 @@
+"""Tests of tui/mcp/: the MCP server, through the official client."""

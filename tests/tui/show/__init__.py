@@ -1,0 +1,1 @@
+"""Tests of tui/show/: what the fronts show a terminal."""

@@ -1,0 +1,1 @@
+"""Tests of tui/warm/: the console script and its warm server."""
