@@ -219,11 +219,14 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem):
 
 
 def _supervisor_started(home: str) -> bool:
-    """Whether a supervisor ran with this home: its log's start line (the log alone is no sign:
-    `daemon.log_line` writes there from any process, the PIN's tries among them)."""
+    """Whether a supervisor was started with this home: the line the starting command writes
+    before it starts one (core.engine.daemon.ensure_running), there when that command returns,
+    so a test that ends a moment later is caught as surely as a long one; or the supervisor's
+    own start line. The log alone is no sign: `daemon.log_line` writes there from any process,
+    the PIN's tries among them."""
     try:
         with open(os.path.join(home, "supervisor.log"), "rb") as f:
-            return re.search(rb"INFO supervisor \d+ started", f.read()) is not None
+            return re.search(rb"INFO (starting a supervisor \(asked by|supervisor \d+ started)", f.read()) is not None
     except OSError:
         return False
 

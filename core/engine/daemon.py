@@ -61,6 +61,10 @@ def ensure_running(wait_s: float = 0.0) -> int | None:
     if pid:
         wake(pid)
         return pid
+    # said before the start, by the process that asks: the log tells who started each
+    # supervisor, and the line is there the moment this returns (the new one logs its own
+    # start only once it holds the lock)
+    log_line("INFO", f"starting a supervisor (asked by pid {os.getpid()})")
     logf = open(paths.daemon_log_file(), "ab")
     try:
         proc = subprocess.Popen([sys.executable, "-m", "core.engine.supervisor"], stdin=subprocess.DEVNULL,

@@ -569,6 +569,7 @@ def test_packed_files_keep_content_and_executable_bit(home: Path, tmp_path: Path
     assert bundle.summary()["bytes"] == len(TRAIN) + len("#!/bin/sh\necho hi\n")
 
 
+@pytest.mark.slow  # submits: the supervisor starts for the job
 def test_gpu_bundle_is_a_dry_run_that_writes_nothing(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {"train.py": "print(1)\n", "big.bin": "x" * 200_000})
     for _ in range(5):
@@ -604,6 +605,7 @@ def test_gpu_routers_own_home_never_ships_wherever_it_is(tmp_path: Path, monkeyp
         run_gpu("daemon", "--stop")
 
 
+@pytest.mark.slow  # submits: the supervisor starts for the job
 def test_bundle_and_submit_agree_on_gpu_yaml_include(home: Path, tmp_path: Path) -> None:
     project = make_git_project(tmp_path / "p", {
         "train.py": "print(1)\n", "gpu.yaml": "script: train.py\nhours: 0.1\ninclude: [vendor/]\n"},
@@ -647,6 +649,7 @@ def test_no_hint_when_the_script_refers_to_nothing_left_out(home: Path, tmp_path
     assert "hint:" not in run_gpu("bundle", cwd=tmp_path / "r").stdout
 
 
+@pytest.mark.slow  # submits: the supervisor starts for the job
 def test_the_hint_names_what_the_script_uses(home: Path, tmp_path: Path) -> None:
     project = _report_project(tmp_path, READER)
     hint = gpu_json("bundle", cwd=project)["hint"]

@@ -369,6 +369,7 @@ def test_hard_link_to_a_withheld_project_file_is_withheld(home: Path, tmp_path: 
     assert {"a.txt", "sub/b.txt", "train.py"} <= set(members(bundle))
 
 
+@pytest.mark.slow  # submits: the supervisor starts for the job
 def test_cli_list_agrees_with_the_tarball(home: Path, user_home: Path, tmp_path: Path,
                                           pem_keys: dict) -> None:
     """`gpu bundle --list --json` is exactly what the stored tarball holds; every withheld
