@@ -1,10 +1,14 @@
 """Small stand-ins the checkpoint and transport tests share: a job as the checkpoint code reads
-it (no store row needed), and a bounded wait for a condition inside a test's event loop."""
+it (no store row needed), a bounded wait for a condition inside a test's event loop, and a
+working folder that is gone (a job's cwd removed under it)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+import contextlib
+import os
+from pathlib import Path
+from typing import Callable, Iterator
 
 
 class StubJob:
@@ -24,3 +28,18 @@ async def eventually(cond: Callable[[], object], what: str, tries: int = 600, ev
             return
         await asyncio.sleep(every)
     raise AssertionError(f"never: {what}")
+
+
+@contextlib.contextmanager
+def cwd_gone(tmp_path: Path) -> Iterator[None]:
+    """Run the body with the working folder removed under it: code that makes a path relative
+    to the cwd (a job's working folder, gone by then) fails there, as it would in a job."""
+    here = os.getcwd()
+    gone = tmp_path / "cwd"
+    gone.mkdir()
+    os.chdir(gone)
+    try:
+        gone.rmdir()
+        yield
+    finally:
+        os.chdir(here)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from core.runtime import ckptgen
+from tests.stubs import cwd_gone
 
 
 def record(folder: Path) -> dict[str, list[int]]:
@@ -85,15 +86,8 @@ def test_capture_writes_nothing_relative_to_the_working_folder(tmp_path: Path) -
     (ckpt / "a.pt").write_bytes(b"a")
     assert ckptgen.capture(str(ckpt), str(gens), 1, record(ckpt), {}) is True
     (ckpt / "a.pt").write_bytes(b"bb")
-    here = os.getcwd()
-    gone = tmp_path / "cwd"
-    gone.mkdir()
-    os.chdir(gone)
-    try:
-        gone.rmdir()
+    with cwd_gone(tmp_path):
         assert ckptgen.capture(str(ckpt), str(gens), 1, record(ckpt), {}) is True  # the same number again
-    finally:
-        os.chdir(here)
     assert (gens / "0000000001" / "a.pt").read_bytes() == b"bb"
     assert sorted(p.name for p in gens.iterdir()) == [".live.json", "0000000001"]
 

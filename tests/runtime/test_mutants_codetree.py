@@ -22,6 +22,7 @@ import pytest
 
 from core.runtime import codetree, objstore
 from tests.codeobjects import store_obj
+from tests.stubs import cwd_gone
 
 
 def packed_store(objects: Path, members: list[tuple[str, bytes]]) -> None:
@@ -93,14 +94,19 @@ class Pipe:
         return self._buf.read(n)
 
 
-def test_receive_reads_a_stream_it_cannot_seek(tmp_path: Path) -> None:
-    data = b"from stdin"
+def one_object_tar(data: bytes) -> bytes:
+    """A tar stream of one object named by its hash, as `codetree.py receive` reads it."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         info = tarfile.TarInfo(hashlib.sha256(data).hexdigest())
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    assert objstore.receive(str(tmp_path), Pipe(buf.getvalue())) == [hashlib.sha256(data).hexdigest()]
+    return buf.getvalue()
+
+
+def test_receive_reads_a_stream_it_cannot_seek(tmp_path: Path) -> None:
+    data = b"from stdin"
+    assert objstore.receive(str(tmp_path), Pipe(one_object_tar(data))) == [hashlib.sha256(data).hexdigest()]
 
 
 def donor(tmp_path: Path, rows_data: dict[str, bytes], links: dict[str, str]) -> tuple[Path, list, Path, str]:
@@ -138,16 +144,9 @@ def test_a_take_over_makes_nothing_relative_to_the_working_folder(tmp_path: Path
     (with the cwd gone, such a claim failed and nothing was taken over)."""
     objects, rows, first, pin = donor(tmp_path, {"a.py": b"a\n"}, {})
     before = inodes(first)
-    here = os.getcwd()
-    gone = tmp_path / "cwd"
-    gone.mkdir()
-    os.chdir(gone)
-    try:
-        gone.rmdir()
-        second = tmp_path / "jobs" / "two" / "code"
+    second = tmp_path / "jobs" / "two" / "code"
+    with cwd_gone(tmp_path):
         codetree.build(rows, str(objects), str(second), reuse=str(first), pin=pin)
-    finally:
-        os.chdir(here)
     assert inodes(second) == before
 
 
@@ -279,13 +278,7 @@ def test_an_object_arrives_where_the_temporary_folder_is_another_file_system(
     try:
         monkeypatch.setattr(tempfile, "tempdir", str(other))
         data = b"print('received')\n"
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(hashlib.sha256(data).hexdigest())
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        buf.seek(0)
-        assert objstore.receive(str(tmp_path / "objects"), buf) == [hashlib.sha256(data).hexdigest()]
+        assert objstore.receive(str(tmp_path / "objects"), io.BytesIO(one_object_tar(data))) == [hashlib.sha256(data).hexdigest()]
         assert Path(objstore.object_path(str(tmp_path / "objects"), hashlib.sha256(data).hexdigest())).read_bytes() == data
         assert list(other.iterdir()) == []
     finally:
