@@ -8,7 +8,7 @@ import random
 import string
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.props import examples
 
@@ -89,6 +89,7 @@ urls = paths.map(lambda p: "https://huggingface.co/" + p.lstrip("./~"))
 
 @FAST
 @given(name=names, value=numbers | booleans | paths | urls)
+@example(name="MAX", value="/hf/cache/cache/ImageNet2012/tmpa8f3k2j9")  # 40 characters: taken for an AWS key once
 def test_a_number_boolean_path_or_plain_url_passes_under_any_name(name: str, value: str) -> None:
     assert env_problem(name, value) is None, (name, value)
 

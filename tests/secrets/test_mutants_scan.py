@@ -379,8 +379,9 @@ def test_a_short_word_under_a_secret_word_that_is_no_password_s_passes() -> None
 
 
 @pytest.mark.parametrize("value", [
-    "Abcd123456/" * 3 + "Abcd123",  # a few words, 3 bits a character: few words decide
-    "Jackdaws/LoveMy/Big/Sphinx/OfQuartz2W8K1",  # mostly words, yet at a key's entropy (4.95 bits)
+    "A1b2A1b2A1/b2A1b2A1b2A1/b2A1b2A1b2A1b2A1",  # no words, 2.2 bits a character: few words decide
+    # ("Abcd123456/" * 3 + "Abcd123" was the case here: its parts read as names, a path now)
+    "JackdawsLoveMyBig/SphinxOfQuartz2W8K1vXz",  # mostly words, yet at a key's entropy (5.05 bits)
 ])
 def test_an_aws_key_by_few_words_or_by_a_key_s_entropy(value: str) -> None:
     assert len(value) == 40 and scan.looks_like_aws_secret(value) is True
@@ -397,3 +398,19 @@ def test_a_variable_named_name_gets_the_vouching_hint_like_any_other() -> None:
 def test_a_run_that_is_half_words_at_a_low_entropy_is_no_aws_key() -> None:
     value = "Abcdefghij" + "1Q1Q1Q1Q1Q" + "Abcdefghij" + "/Q1Q1Q1Q1" + "Q"  # 20 of 40 in words, 3.3 bits
     assert len(value) == 40 and scan.looks_like_aws_secret(value) is False
+
+
+@pytest.mark.parametrize("value, key", [
+    ("/hf/cache/cache/ImageNet2012/tmpa8f3k2j9", False),  # found by hypothesis: a path, not a key
+    ("hf/ImageNet2012/ImageNet2012/tmpa8f3k2j9", False),  # relative: three parts or more, read as names
+    ("/data/ImageNet2012/ImageNet2012/Class001", False),
+    ("Jackdaws/LoveMy/Big/Sphinx/OfQuartz2W8K1", False),  # five parts, 23 of 40 characters names
+    ("JackdawsLoveMyBig/SphinxOfQuartz2W8K1vXz", True),  # two parts: no path, words at a key's entropy
+    ("wJalrXUtnF/EMI/K7MDENG/bPxRfiCYEXAMPLEKE", True),  # AWS's documented example key: its parts read as no names
+    ("Zq8pL2mN4x/R7vT1wY6sK/9cB3dF5hJ0kQ2nW4eR", True),  # three random parts
+])
+def test_a_key_shaped_token_whose_parts_read_as_names_is_a_path(value: str, key: bool) -> None:
+    """A path of exactly a key's length, with both cases and few long words, was refused as an
+    AWS secret access key (`--env MAX=/hf/cache/cache/ImageNet2012/tmpa8f3k2j9`); three parts or
+    more, half the characters in parts that read as names, make it a path."""
+    assert len(value) == 40 and scan.looks_like_aws_secret(value) is key
