@@ -49,6 +49,37 @@ def test_clean(home):  # the home fixture's own teardown stops what carries its 
     assert leftover == [], [_cmd(p) for p in leftover]  # each was stopped, not only named
 
 
+@pytest.mark.slow  # a whole pytest run in a subprocess: the guard is checked in the full run
+def test_the_whole_run_fails_when_a_slow_test_leaves_a_process_past_every_fixture(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full run's slow tests are not checked one by one; what any of them leaves running
+    past the session's end (a detached process carrying a test's home) fails the run, named,
+    and is stopped."""
+    marker = f"gpu-session-guard-{os.getpid()}"
+    pytester.makepyfile(test_slow_left=f'''
+import subprocess
+import pytest
+
+@pytest.mark.slow
+def test_leaves_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPU_ROUTER_HOME", str(tmp_path / "gpu-home"))
+    subprocess.run(["bash", "-c", "(exec -a {marker} sleep 60) >/dev/null 2>&1 &"], check=True)
+
+@pytest.mark.slow
+def test_clean():
+    pass
+''')
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    result = pytester.runpytest_subprocess("-p", "tests.conftest", "-p", "no:cacheprovider",
+                                           "-W", "ignore::pytest.PytestUnknownMarkWarning")
+    out = result.stdout.str()
+    assert result.ret != 0, out
+    assert "the run left 1 process(es) running after every fixture ended" in out, out
+    assert marker in out and "carries a test's GPU_ROUTER_HOME" in out, out
+    leftover = [p for p in os.listdir("/proc") if p.isdigit() and _cmd(p).startswith(marker)]
+    assert leftover == [], [_cmd(p) for p in leftover]
+
+
 def _cmd(pid: str) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
