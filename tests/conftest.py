@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -197,20 +198,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem):
         return result
     homes, before, since = item.stash.get(_HOMES, set()), item.stash[_BEFORE], item.stash[_SINCE]
     started = [h for h in homes if _supervisor_started(h)]
-    deadline = time.monotonic() + LEFT_WAIT_S
-    left = _test_processes(homes, before, since)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = _test_processes(homes, before, since)
+    left = _still_running(lambda: _test_processes(homes, before, since), LEFT_WAIT_S, 0.1)
     if left:
-        described = "; ".join(f"pid {pid} ({_cmdline(pid)}): {why}" for pid, why in sorted(left.items()))
-        for pid in left:  # ended here, so the tests after this one do not meet them
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        pytest.fail(f"{item.nodeid} left {len(left)} process(es) running after its teardown: {described}",
-                    pytrace=False)
+        pytest.fail(f"{item.nodeid} left {len(left.splitlines())} process(es) running after its teardown: "
+                    f"{'; '.join(left.splitlines())}", pytrace=False)
     if started:
         pytest.fail(f"{item.nodeid} started the supervisor ({started[0]}/supervisor.log) and is not marked slow: "
                     "a test that runs the engine end to end is @pytest.mark.slow, so the quick loop stays "
@@ -270,20 +261,28 @@ def _nothing_outlives_the_run(tmp_path_factory: pytest.TempPathFactory):
         return
     base = str(tmp_path_factory.getbasetemp())
     yield
-    deadline = time.monotonic() + SESSION_LEFT_WAIT_S
-    left = _session_leftovers(base)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
-        left = _session_leftovers(base)
+    left = _still_running(lambda: _session_leftovers(base), SESSION_LEFT_WAIT_S, 0.2)
     if left:
-        described = "; ".join(f"pid {pid} ({_cmdline(pid)}): {why}" for pid, why in sorted(left.items()))
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        pytest.fail(f"the run left {len(left)} process(es) running after every fixture ended: {described}",
-                    pytrace=False)
+        pytest.fail(f"the run left {len(left.splitlines())} process(es) running after every fixture ended: "
+                    f"{'; '.join(left.splitlines())}", pytrace=False)
+
+
+def _still_running(look: Callable[[], dict[int, str]], wait_s: float, step_s: float) -> str:
+    """What `look` still finds after waiting up to `wait_s` for it to end, one line a process
+    ("pid N (its command): why"), each then killed so what runs after does not meet it; "" when
+    nothing is left."""
+    deadline = time.monotonic() + wait_s
+    left = look()
+    while left and time.monotonic() < deadline:
+        time.sleep(step_s)
+        left = look()
+    described = "\n".join(f"pid {pid} ({_cmdline(pid)}): {why}" for pid, why in sorted(left.items()))
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return described
 
 
 _BEFORE = pytest.StashKey[set]()
