@@ -40,7 +40,6 @@ def check_at_submit(deps: Dependencies | None, *, python: str, version: str, ven
     the resolved set uv's cache lacks, their sizes the index's), or {"state": "unknown"} where
     the look was skipped. The resolved files are kept beside the day's mark, so a second submit
     of the same lines says the size again without asking the index."""
-    import time
 
     from core.runtime import uvenv
 
@@ -69,14 +68,10 @@ def check_at_submit(deps: Dependencies | None, *, python: str, version: str, ven
     # uv's cache of this machine, as the launcher uses it (what the look fetches, the install
     # will not fetch again; nothing is built: --no-build); while `gpu gc` holds it, none at all
     cache = os.path.join(os.path.dirname(venvs_dir.rstrip("/")), uvenv.CACHE_DIR)
-    try:
-        if time.time() - os.path.getmtime(mark) < CHECK_FRESH_S:
-            files = _marked_files(mark)
-            if files is not None:  # a mark from before sizes were kept: asked again, once
-                seen.update({"state": "not cached", **uvenv.to_download(files, cache)})
-                return "checked"
-    except OSError:
-        pass
+    files = _marked_files(mark, fresh=True)
+    if files is not None:  # a mark from before sizes were kept: asked again, once
+        seen.update({"state": "not cached", **uvenv.to_download(files, cache)})
+        return "checked"
     import fcntl
 
     lock = None
@@ -100,12 +95,15 @@ def check_at_submit(deps: Dependencies | None, *, python: str, version: str, ven
     return done
 
 
-def _marked_files(mark: str) -> list[dict] | None:
+def _marked_files(mark: str, fresh: bool = False) -> list[dict] | None:
     """The resolved set's files (name, file, url, size) kept in a day's mark, or None for a
-    mark without them."""
+    mark without them (or, with `fresh`, one older than CHECK_FRESH_S)."""
     import json
+    import time
 
     try:
+        if fresh and time.time() - os.path.getmtime(mark) >= CHECK_FRESH_S:
+            return None
         with open(mark) as f:
             doc = json.load(f)
     except (OSError, ValueError):
@@ -226,7 +224,6 @@ def size_on_host(deps: Dependencies | None, *, tags: dict | None, gpu: bool, uv:
     counted as cached), or {"state": "unknown", "why"}."""
     import hashlib
     import json
-    import time
 
     from core.runtime import uvenv
 
@@ -249,12 +246,7 @@ def size_on_host(deps: Dependencies | None, *, tags: dict | None, gpu: bool, uv:
     indexes = {k: v for k, v in env.items() if k.startswith(("PIP_", "UV_")) and ("INDEX" in k or "FIND_LINKS" in k)}
     key = hashlib.sha256(json.dumps([lines, where, backend, sorted(indexes.items())]).encode()).hexdigest()[:32]
     mark = os.path.join(marks_dir, f"host-{key}")
-    files = None
-    try:
-        if time.time() - os.path.getmtime(mark) < CHECK_FRESH_S:
-            files = _marked_files(mark)
-    except OSError:
-        pass
+    files = _marked_files(mark, fresh=True)
     if files is None:
         try:
             done = _ask_index(deps, uv, where, backend, ["--no-cache"], env, mark)
