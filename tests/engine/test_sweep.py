@@ -448,16 +448,22 @@ async def test_the_live_dashboard_folds_a_sweep_from_its_first_read_and_redraws_
         assert "3 running" in table.row_text(points[0])
         app.select_job(_id(2))  # not a point: nothing else about the sweep is drawn meanwhile
 
-        async def drawn_after(jid: str, state: State) -> str:
-            await pilot.pause(0.3)
-            table.reset_count()
+        async def drawn_after(jid: str, state: State, expected: str) -> None:
+            """The row reads `expected` once the poll has read the move, and is drawn again
+            after that. A running job's row is drawn each second anyway (its elapsed time and
+            cost move), so a drawing alone says nothing: waited for is the text first."""
             store.transition(jid, state, "test")
-            for _ in range(40):  # the poll's read, then the frame
+            for _ in range(100):  # the poll's read (every 0.1 s), however loaded the machine
+                if expected in table.row_text(points[0]):
+                    break
                 await pilot.pause(0.05)
+            assert expected in table.row_text(points[0]), f"the sweep's row missed {jid[:8]}'s move"
+            table.reset_count()
+            for _ in range(100):
                 if table.rendered_rows:
                     break
+                await pilot.pause(0.05)
             assert table.rendered_rows, f"the sweep's row was not drawn again after {jid[:8]} moved"
-            return table.row_text(points[0])
 
-        assert "2 running" in await drawn_after(points[0], State.DONE)  # its row's own point
-        assert "1 running" in await drawn_after(points[2], State.CANCELLED)  # another point
+        await drawn_after(points[0], State.DONE, "2 running")  # its row's own point
+        await drawn_after(points[2], State.CANCELLED, "1 running")  # another point
