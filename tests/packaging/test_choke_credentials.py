@@ -826,6 +826,12 @@ GIT_URL = b"https://me:gh0stPassw0rd@git.example.org"
     (b"\n" + GIT_URL + b"/\n", "git credentials (a URL with a password)"),
     (b"prose\n  " + GIT_URL + b" \t\r\n", "git credentials (a URL with a password)"),
     (b"prose\n" + GIT_URL, "git credentials (a URL with a password)"),  # no final line end
+    (GIT_URL + b"//\n", "git credentials (a URL with a password)"),
+    # a path after it is no store line (the store keeps the bare URL; only blanks and `/` are
+    # trimmed): alone on its line and in no setting, it ships, whatever its path's letters
+    (GIT_URL + b"/X\n", None),
+    (b"prose\n" + GIT_URL + b"/X/\r\n", None),
+    (GIT_URL + b"/simple\n", None),
     # words after it on its line, on the last line without a line end, or on a later line only
     (b"prose\n" + GIT_URL + b" x", None),
     (b"intro\n" + GIT_URL + b" is the remote\n", None),

@@ -897,3 +897,46 @@ def test_a_skipped_entry_names_its_folder_its_name_and_what_was_seen(tmp_path: P
         ("refused", "refused", "a link", None, top),
         ("unread", "unread", "could not be read (Permission denied)", None, top),
     ]
+
+
+def _open_fds() -> set[str]:
+    """The descriptors this process holds (Linux: /proc/self/fd)."""
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_walk_left_partway_closes_its_folders_and_not_the_callers(tmp_path: Path) -> None:
+    """A caller may stop a walk inside a folder (the output capture at its cap, the snapshot of a
+    working folder past MAX_FILES): closing the walk then closes every folder it opened, and only
+    those; the caller's descriptor stays open for the caller to close."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "x.txt").write_text("x")
+    (tmp_path / "a" / "b" / "y.txt").write_text("y")
+    (tmp_path / "z.txt").write_text("z")
+    before = _open_fds()
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        walk = nofollow.walk(fd)
+        assert next(walk).rel == "a/b/x.txt"  # two folders below the caller's are open now
+        walk.close()
+        os.fstat(fd)  # still the caller's
+    finally:
+        os.close(fd)
+    assert _open_fds() == before
+
+
+def test_a_walk_goes_on_after_an_entry_gone_meanwhile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry removed between the folder's listing and its look (a job still writing) is passed
+    over, and the entries after it in that folder are walked all the same. The race is played by
+    removing the file just before the walk looks at it."""
+    for rel in ("a.txt", "b.txt", "c.txt", "sub/b.txt", "sub/d.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    real_stat = os.stat
+
+    def stat_after_removal(path, *args, dir_fd=None, **kw):
+        if dir_fd is not None and path == "b.txt":
+            os.unlink(path, dir_fd=dir_fd)
+        return real_stat(path, *args, dir_fd=dir_fd, **kw)
+
+    monkeypatch.setattr(os, "stat", stat_after_removal)
+    assert walked(tmp_path) == [("a.txt", None), ("c.txt", None), ("sub/d.txt", None)]
