@@ -349,3 +349,54 @@ def test_a_link_given_as_the_folder_to_move_in_is_not_copied_across_disks(
             folder.move_in(tmp_path / "home" / "ckpt", "checkpoint")
     assert (err.value.rel, err.value.why) == ("ckpt", "a link")
     assert list(dest.iterdir()) == [] and (elsewhere / "secret.txt").read_text() == "s"
+
+
+def test_a_link_gone_before_it_is_looked_at_is_refused_with_the_opens_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """runs/<id> is a link when the writer opens it (refused: never followed) and gone when it
+    looks at what it was: the refusal says why the open failed, the system's own words."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "runs" / "j")
+    real_stat = os.stat
+
+    def removed_then_looked_at(path, *args, dir_fd=None, follow_symlinks=True):
+        if path == "j" and dir_fd is not None:  # the agent's move, between the open and the look
+            os.unlink(path, dir_fd=dir_fd)
+        return real_stat(path, *args, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+
+    monkeypatch.setattr(runswriter.os, "stat", removed_then_looked_at)
+    with pytest.raises(runswriter.Refused) as err:
+        runswriter.open_folder(tmp_path / "runs" / "j", make=False)
+    assert err.value.where == str(tmp_path / "runs" / "j")
+    # O_NOFOLLOW | O_DIRECTORY on a link: ENOTDIR on Linux, ELOOP elsewhere
+    assert err.value.why in (os.strerror(errno.ENOTDIR), os.strerror(errno.ELOOP))
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_merge_goes_on_after_a_staged_entry_gone_meanwhile(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A staged entry removed between the merge's listing and its look is passed over; the
+    entries after it arrive all the same (the race played by removing it just before the look)."""
+    dest = tmp_path / "runs" / "j"
+    dest.mkdir(parents=True)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (staged / name).write_text(name)
+    staged_ino = os.stat(staged).st_ino
+    real_stat = os.stat
+
+    def removed_then_looked_at(path, *args, dir_fd=None, follow_symlinks=True):
+        if path == "b.txt" and dir_fd is not None and os.fstat(dir_fd).st_ino == staged_ino:
+            os.unlink(path, dir_fd=dir_fd)
+        return real_stat(path, *args, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+
+    monkeypatch.setattr(runswriter.os, "stat", removed_then_looked_at)
+    sfd = os.open(staged, os.O_RDONLY)
+    try:
+        with runswriter.open_folder(dest, make=False) as folder:
+            folder.merge(sfd)
+    finally:
+        os.close(sfd)
+    assert sorted(p.name for p in dest.iterdir()) == ["a.txt", "c.txt"]
