@@ -414,3 +414,27 @@ def test_a_key_shaped_token_whose_parts_read_as_names_is_a_path(value: str, key:
     AWS secret access key (`--env MAX=/hf/cache/cache/ImageNet2012/tmpa8f3k2j9`); three parts or
     more, half the characters in parts that read as names, make it a path."""
     assert len(value) == 40 and scan.looks_like_aws_secret(value) is key
+
+
+@pytest.mark.parametrize("value, key", [
+    ("/ImageNet2012/ImageNet2012/tmpa8f3k2j9xq", False),  # three parts: the fewest a path has
+    ("ImageNet2012/Zq8pL2mN4xR7vT1wY6/tmpa8f3k", False),  # 20 of 40 characters in names: exactly half
+    ("ImageNet2012/Zq8pL2mN4xR7vT1wY6s/tmpa8f3", True),  # 19 of 40: under half, a key
+    ("hf/ImageNet2012/cache1/Zq8pL2mN4xR7vT1wY", False),  # a two-letter part is a name: 20 of 40
+    ("hf/ImageNet2012/cache/Zq8pL2mN4xR7vT1wY6", True),  # 19 of 40 with it
+    ("data/Zq8pL2mN4xR7vT1wY6sK9c/ImageNet2012", True),  # 16 of 40: a third is not half
+])
+def test_a_path_by_its_parts_and_half_its_characters_at_the_edges(value: str, key: bool) -> None:
+    """A key-shaped token reads as a path with three parts or more and at least half of its
+    characters in parts of two or more that read as names; one character under half is a key."""
+    assert len(value) == 40 and scan.looks_like_aws_secret(value) is key
+
+
+def test_an_aws_key_with_a_few_words_at_a_low_entropy_and_one_in_lower_case_only() -> None:
+    """Two parts (no path): words under half decide at 3.4 bits a character; lower case alone
+    is no AWS key, whatever else it has."""
+    few_words = "Abcd123456Abcd123456/Abcd123456Abcd12345"  # 16 of 40 in words
+    assert len(few_words) == 40 and scan.looks_like_aws_secret(few_words) is True
+    lower = "wj4lrxu7nfem1k7md3ng/bpxrf1cy3x4mpl3k3y+"
+    assert len(lower) == 40 and scan.looks_like_aws_secret(lower) is False
+    assert scan.looks_like_aws_secret(lower.replace("w", "W", 1)) is True
