@@ -42,7 +42,7 @@ OTHER_SECTION = ("budget_per_job", "budget_weekly", "agent_max_usd", "agent_dail
 
 DESCRIBE: dict[str, str] = {
     # every target, whatever its kind (user.TargetConfig)
-    "target.kind": "local, ssh, slurm, pbs, kaggle or modal (a target named `local` may leave it out)",
+    "target.kind": "local, ssh, slurm, pbs, kaggle, modal or skypilot (a target named `local` may leave it out)",
     "target.max_jobs": "jobs run at once on this target (a whole number, 1 or more)",
     "target.price_per_hour": "dollars per hour, for the plan's estimate and the budget rules (0: free)",
     "target.hours_per_week": "a weekly quota of hours; the router spends free quota first, and a job "
@@ -56,12 +56,12 @@ DESCRIBE: dict[str, str] = {
     "target.queue_timeout_s": "seconds a job may wait to start here (a free slot, or the "
                               "scheduler's queue: Slurm PENDING, PBS Q, Kaggle QUEUED) before it "
                               "is cancelled here and planned again elsewhere; default by kind: "
-                              "slurm and pbs 1800, kaggle and modal 1200, local and ssh 600; 0: "
+                              "slurm, pbs and skypilot 1800, kaggle and modal 1200, local and ssh 600; 0: "
                               "wait however long (a request pinned with `provider` always waits)",
     "target.probe_timeout_s": "seconds one probe of the target may take, connecting and answering, "
                               "before it counts as unavailable for now (\"Modal did not answer in "
                               "5 s\", remembered for 60 s); default by kind: modal and kaggle 5, "
-                              "local 20, ssh, slurm and pbs 30",
+                              "local 20, ssh, slurm and pbs 30, skypilot 90",
     # local
     "local.max_output_bytes": "bytes of a job's outputs that come home (default 20 GiB, counted "
                               "on bytes written)",
@@ -113,6 +113,17 @@ DESCRIBE: dict[str, str] = {
     "scheduler.pbs_flavor": "pro (PBS Pro, OpenPBS) or torque",
     "scheduler.requeue": "true (default): a time limit or preemption resumes on the same cluster; "
                          "false: the job moves elsewhere",
+    # skypilot
+    "skypilot.endpoint": "a team's SkyPilot API server, `https://host:port` (default: the local one "
+                         "SkyPilot starts on demand); its login is SkyPilot's own (`sky api login`)",
+    "skypilot.venv": "a venv that has SkyPilot already, used as it is (default: gpu-router's own, "
+                     "made with uv under the data folder by `gpu targets add skypilot`)",
+    "skypilot.env": "`NAME: value` for SkyPilot's client (its `HOME`, where `~/.sky` lives, for one)",
+    "skypilot.clouds": "only these of the clouds SkyPilot has enabled, e.g. `[aws, runpod]` (default: all)",
+    "skypilot.connect_timeout_s": "seconds asking SkyPilot (`sky check` and the prices) may take (default 60)",
+    "skypilot.probe_ttl_s": "seconds SkyPilot's answer is kept (default 600)",
+    "skypilot.max_output_bytes": "bytes of a job's outputs that come home",
+    "skypilot.max_output_files": "files of a job's outputs that come home",
     # kaggle and modal
     "service.accelerator": "the Kaggle accelerator",
     "service.gpu": "the default Modal GPU type",
@@ -263,6 +274,9 @@ def _targets(used: set[str]) -> list[str]:
             rows.append((f"`{key}`", text))
         out += [f"#### {kind}", "", f"Its credentials live in the keychain ({kind}:NAME), never here.", ""]
         out += _table(("key", "what it takes"), rows)
+    out += ["#### skypilot", "", "SkyPilot keeps its own cloud credentials; gpu-router reads its enabled clouds "
+            "and prices. Launching jobs there is not built yet (issue 43).", ""]
+    out += _table(("key", "what it takes"), _described("skypilot", sorted(targetopts.SKYPILOT), used))
     return out
 
 

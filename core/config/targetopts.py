@@ -48,7 +48,7 @@ SCHEDULER = {"local", "partition", "account", "modules", "container", "container
 # run and not for a training run (pin the target with `provider` to wait for it whatever the
 # time); Modal reports no queue, only the slot wait counts there.
 QUEUE_TIMEOUT_S = {"local": 600.0, "ssh": 600.0, "slurm": 1800.0, "pbs": 1800.0, "kaggle": 1200.0,
-                   "modal": 1200.0}
+                   "modal": 1200.0, "skypilot": 1800.0}
 # how long one probe of a target may take, connecting and answering, in seconds, before it is
 # given up and the target counts as unavailable for now (a target's `probe_timeout_s` overrides
 # it). A service's probe is one API call: 5 s is plenty for a service that is up, and what an
@@ -57,7 +57,11 @@ QUEUE_TIMEOUT_S = {"local": 600.0, "ssh": 600.0, "slurm": 1800.0, "pbs": 1800.0,
 # took over 20 s on the 2-core test machine under a load of 10, and a pinned submit fails on a
 # host that "did not answer"). This machine's is nvidia-smi, which takes seconds while the
 # driver wakes up: 20 s.
-PROBE_TIMEOUT_S = {"local": 20.0, "ssh": 30.0, "slurm": 30.0, "pbs": 30.0, "kaggle": 5.0, "modal": 5.0}
+# A SkyPilot server's is `sky check` and its catalog over every enabled cloud: seconds to a
+# minute with real clouds (5 s against one Slurm infra on this machine); its answer is kept
+# for 10 minutes (core/providers/skypilot/target.py).
+PROBE_TIMEOUT_S = {"local": 20.0, "ssh": 30.0, "slurm": 30.0, "pbs": 30.0, "kaggle": 5.0, "modal": 5.0,
+                   "skypilot": 90.0}
 ALLOWED = {"ssh": COMMON, "slurm": COMMON | SCHEDULER, "pbs": COMMON | SCHEDULER}
 
 
@@ -130,10 +134,55 @@ def validate_service(name: str, kind: str, options: dict[str, Any], where: str) 
     return options
 
 
+# a skypilot target: its API server (`endpoint`, else the local one), SkyPilot's venv (`venv`,
+# else ours under the data folder), the adapter's environment (`env`), the clouds it may use
+SKYPILOT = {"endpoint", "venv", "env", "clouds", "connect_timeout_s", "probe_ttl_s",
+            "max_output_bytes", "max_output_files"}
+ENDPOINT_RE = re.compile(r"^https?://[A-Za-z0-9._:\[\]-]+(?::[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?\Z")
+CLOUD_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}\Z")
+
+
+def validate_skypilot(name: str, options: dict[str, Any], where: str) -> dict[str, Any]:
+    """A skypilot target's options, by SKYPILOT."""
+    for key in options:
+        if key not in SKYPILOT:
+            _fail(f"targets.{name}: unknown option {shorten(key)} for a skypilot target", where,
+                  f"options: {', '.join(sorted(SKYPILOT))}")
+    endpoint = options.get("endpoint")
+    if endpoint is not None and (not isinstance(endpoint, str) or not ENDPOINT_RE.match(endpoint)):
+        _fail(f"targets.{name}.endpoint must be the API server's http(s) URL, without a password "
+              f"(got {shorten(endpoint)})", where, "e.g. https://sky.example.org:46580 (SkyPilot asks for "
+              "its login itself: `sky api login`)")
+    venv = options.get("venv")
+    if venv is not None and (not isinstance(venv, str) or not venv.strip() or any(ord(c) < 32 for c in venv)):
+        _fail(f"targets.{name}.venv must be a folder's path on one line (got {shorten(venv)})", where)
+    clouds = options.get("clouds")
+    if clouds is not None:
+        if isinstance(clouds, str):
+            clouds = options["clouds"] = [clouds]
+        if not isinstance(clouds, list) or not clouds or not all(isinstance(c, str) and CLOUD_RE.match(c)
+                                                                 for c in clouds):
+            _fail(f"targets.{name}.clouds must be a list of SkyPilot's cloud names like [aws, runpod] "
+                  f"(got {shorten(clouds)})", where)
+    for key in ("connect_timeout_s", "probe_ttl_s"):
+        v = options.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 86_400):
+            _fail(f"targets.{name}.{key} must be a number of seconds above 0 (got {shorten(v)})", where)
+    env = options.get("env")
+    if env is not None and (not isinstance(env, dict) or not all(
+            isinstance(k, str) and ENV_NAME_RE.match(k) and isinstance(v, (str, int, float))
+            and "\x00" not in str(v) for k, v in env.items())):
+        _fail(f"targets.{name}.env must map NAME: value (the environment SkyPilot's client runs with)", where)
+    check_output_caps(name, options, where)
+    return options
+
+
 def validate(name: str, kind: str, options: dict[str, Any], where: str) -> dict[str, Any]:
     """Check a remote target's options; returns them unchanged when they are fine."""
     if kind in SERVICE_KINDS:
         return validate_service(name, kind, options, where)
+    if kind == "skypilot":
+        return validate_skypilot(name, options, where)
     allowed = ALLOWED[kind]
     for key in options:
         if key not in allowed:

@@ -60,7 +60,7 @@ from core.config import killrules
 # a local target's own options (beside max_jobs, gpus, prices): the output caps, the Python to
 # run jobs with, and `network: false` (the sandbox then gives its jobs loopback only)
 LOCAL_OPTIONS = {"max_output_bytes", "max_output_files", "python", "network"}
-TARGET_KINDS = ("local", "ssh", "slurm", "pbs", "kaggle", "modal")
+TARGET_KINDS = ("local", "ssh", "slurm", "pbs", "kaggle", "modal", "skypilot")
 SECTIONS = ("targets", "rules", "budget", "dashboard", "storage", "approvals", "accounts", "notify", "mcp")
 # the GPU cloud accounts gpu-router can read (core/providers/accounts; a test keeps them equal)
 ACCOUNT_PROVIDERS = ("tensorpool", "lambda", "primeintellect", "vast", "runpod")

@@ -67,6 +67,25 @@ def add_modal(name: str, body: dict, token: str, *, probe_now: bool = True) -> t
     return add(name, body, probe_now=probe_now)
 
 
+def add_skypilot(name: str, body: dict, *, probe_now: bool = True,
+                 tell: Any = None) -> tuple[Path, TargetInfo | None]:
+    """A skypilot target: SkyPilot's own venv first (ours made with uv unless the person names
+    theirs, which is checked and never installed into), then the entry, then the probe. The
+    venv is made before the entry is saved: a target whose SkyPilot cannot be installed is not
+    left in the config."""
+    import os
+
+    from core.providers.skypilot import venv as skyvenv
+
+    named = body.get("venv")
+    where = Path(os.path.expanduser(named)) if named else skyvenv.default_path()
+    if not named and skyvenv.installed(where) is None and tell is not None:
+        tell(f"making SkyPilot's own venv at {where} ({skyvenv.SKYPILOT_SPEC}, about 100 packages: "
+             "a minute or a few)")
+    skyvenv.ensure(where, named=bool(named))
+    return add(name, body, probe_now=probe_now)
+
+
 def remove(name: str, store: Store, *, force: bool = False) -> Path:
     """Drop a target from the user's config; refused while its jobs have not ended."""
     live = [j for j in store.jobs(states=ACTIVE) if j.provider == name]

@@ -45,6 +45,10 @@ def build(cfg: UserConfig | None = None, only: list[str] | None = None) -> dict[
             from core.providers.modal.target import ModalProvider
 
             out[name] = ModalProvider.from_config(t)
+        elif t.kind == "skypilot":
+            from core.providers.skypilot.target import SkyPilotProvider
+
+            out[name] = SkyPilotProvider.from_config(t)
         out[name].enabled = t.enabled
         out[name].queue_timeout_s = t.queue_timeout  # the supervisor's clock for a job not started
         out[name].probe_timeout_s = t.probe_timeout  # core.providers.probing's bound on its probe

@@ -1,8 +1,9 @@
-"""`gpu targets` subcommands: list, add ssh|slurm|pbs|kaggle|modal, probe, rm, trust.
+"""`gpu targets` subcommands: list, add ssh|slurm|pbs|kaggle|modal|skypilot, probe, rm, trust.
 
     gpu targets [list] [--json]
     gpu targets add ssh NAME --host H [--user U] [--port P] [--key PATH]
     gpu targets add slurm NAME (--host H ... | --local) [--partition P] [--account A]
+    gpu targets add skypilot NAME [--endpoint URL] [--venv PATH] [--clouds aws,runpod]
     gpu targets rm NAME
     gpu targets trust NAME [--fingerprint SHA256:...] [--replace]
 
@@ -21,9 +22,9 @@ import sys
 from typing import Any, Callable
 
 from core.errors import UserError, shorten
-from tui.show.output import ask, emit_json, joined, markup, say
+from tui.show.output import ask, emit_json, joined, markup, say, write
 
-KINDS = ("ssh", "slurm", "pbs", "kaggle", "modal")
+KINDS = ("ssh", "slurm", "pbs", "kaggle", "modal", "skypilot")
 
 
 def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argparse.Namespace], int]) -> None:
@@ -42,7 +43,8 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
                               "[--key PATH] | --local) [options]")
     ap.add_argument("kind", choices=KINDS, help="ssh: a machine you log into; slurm/pbs: a cluster's login node; "
                                                 "kaggle: Kaggle's free weekly GPU hours; "
-                                                "modal: your Modal account's GPUs, paid by the second")
+                                                "modal: your Modal account's GPUs, paid by the second; "
+                                                "skypilot: the clouds a SkyPilot API server has enabled")
     ap.add_argument("name", help="the target's name (letters, digits, . _ -)")
     ap.add_argument("--host", help="host name or address")
     ap.add_argument("--user", help="login user (default: your SSH config, else your name)")
@@ -72,6 +74,12 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
                     help="modal: the GPU a job gets unless it asks for another (default T4)")
     ap.add_argument("--accelerator", choices=("t4x2", "p100"), help="kaggle: the GPU to ask for (default t4x2)")
     ap.add_argument("--internet", action="store_true", help="kaggle, modal: let the job reach the internet (default off)")
+    ap.add_argument("--endpoint", metavar="URL",
+                    help="skypilot: a team's API server (default: the local one SkyPilot starts on demand)")
+    ap.add_argument("--venv", metavar="PATH",
+                    help="skypilot: a venv that has SkyPilot already (default: gpu-router makes its own with uv)")
+    ap.add_argument("--clouds", metavar="A,B",
+                    help="skypilot: only these of SkyPilot's enabled clouds, e.g. aws,runpod (default: all)")
     ap.add_argument("--no-probe", action="store_true", help="save without connecting")
     ap.add_argument("--json", action="store_true", help="print {target, saved_to, config, probe}")
     ap.set_defaults(func=cmd_add)
@@ -113,7 +121,12 @@ SERVICE_FLAGS = {
     "modal": (("host", "local", "partition", "env", "accelerator", "kaggle_json"),
               ("gpu", "internet", "max_jobs", "price_per_hour"),
               "[--gpu T4] [--internet] [--modal-toml PATH | --token-stdin]"),
+    "skypilot": (("host", "local", "partition", "account", "user", "port", "key", "gpu", "accelerator",
+                  "internet", "kaggle_json", "modal_toml", "token_stdin", "price_per_hour", "hours_per_week"),
+                 ("endpoint", "venv", "max_jobs"),
+                 "[--endpoint URL] [--venv PATH] [--clouds aws,runpod] [--env NAME=VALUE]"),
 }
+HOST_ONLY = ("endpoint", "venv", "clouds")  # the flags no other kind takes
 
 
 def _service_body(args: argparse.Namespace) -> dict:
@@ -128,7 +141,21 @@ def _service_body(args: argparse.Namespace) -> dict:
         value = getattr(args, flag)
         if value is not None and value is not False and value != "":
             body[flag] = value
+    if args.kind == "skypilot":
+        if args.clouds:
+            body["clouds"] = [c.strip().lower() for c in args.clouds.split(",") if c.strip()]
+        if args.env:
+            body["env"] = _env_pairs(args.env)
+    elif any(getattr(args, flag) for flag in HOST_ONLY):
+        raise UserError("--endpoint, --venv and --clouds are for skypilot targets")
     return body
+
+
+def _env_pairs(given: list[str]) -> dict[str, str]:
+    pairs = [e.partition("=") for e in given]
+    if any(not sep or not k for k, sep, _ in pairs):
+        raise UserError(f"--env takes NAME=VALUE (got {given})")
+    return {k: v for k, _, v in pairs}
 
 
 def _body(args: argparse.Namespace) -> dict:
@@ -152,6 +179,8 @@ def _body(args: argparse.Namespace) -> dict:
         raise UserError("--local runs the scheduler's commands here: leave out --host/--user/--port/--key")
     if args.kind == "ssh" and (args.partition or args.account):
         raise UserError("--partition and --account are for slurm and pbs targets")
+    if any(getattr(args, flag) for flag in HOST_ONLY):
+        raise UserError("--endpoint, --venv and --clouds are for skypilot targets")
     body: dict[str, Any] = {"kind": args.kind}
     if args.local:
         body["local"] = True
@@ -162,10 +191,7 @@ def _body(args: argparse.Namespace) -> dict:
     if args.known_hosts:
         body["known_hosts"] = args.known_hosts
     if args.env:
-        pairs = [e.partition("=") for e in args.env]
-        if any(not sep or not k for k, sep, _ in pairs):
-            raise UserError(f"--env takes NAME=VALUE (got {args.env})")
-        body["env"] = {k: v for k, _, v in pairs}
+        body["env"] = _env_pairs(args.env)
     for key in ("max_jobs", "price_per_hour", "hours_per_week"):
         value = getattr(args, key)
         if value is not None:
@@ -183,7 +209,7 @@ def describe_probe(info) -> list[str]:
 
     d = info.details or {}
     if not info.available:
-        return [f"not available: {v(info.why_unavailable)}"]
+        return [f"not available: {v(info.why_unavailable)}", *skypilot_lines(d, v)]
     lines = [f"reachable ({v(d.get('host', info.name))})"]
     if info.gpus:
         free = d.get("gpus_free_gb") or []
@@ -213,6 +239,28 @@ def describe_probe(info) -> list[str]:
     return lines
 
 
+def skypilot_lines(d: dict, v: Callable[[object], str]) -> list[str]:
+    """A SkyPilot server's clouds (enabled, and what each other one lacks) and its cheapest
+    price per GPU type; nothing for other kinds. SkyPilot wrote these words: each is filtered."""
+    clouds = d.get("clouds")
+    if not isinstance(clouds, dict):
+        return []
+    enabled = clouds.get("enabled") or {}
+    lines = [f"SkyPilot ({v(d.get('server'))}): enabled "
+             + (", ".join(v(c) for c in sorted(enabled)) if enabled else "none")]
+    by_reason: dict[str, list[str]] = {}  # 28 clouds share "not in allowed_clouds": one line
+    for cloud, why in sorted((clouds.get("disabled") or {}).items()):
+        by_reason.setdefault(str(why or "no reason given"), []).append(str(cloud))
+    for why, names in list(by_reason.items())[:20]:
+        lines.append(f"  disabled: {v(', '.join(names))} ({v(why)})")
+    for gpu, p in list((d.get("prices") or {}).items())[:40]:
+        lines.append(f"{v(gpu)}: from ${float(p['usd_per_hour']):.2f}/h per GPU on {v(', '.join(p['clouds']))}"
+                     f", up to {v(p['count_max'])} per job")
+    for cloud, why in (d.get("price_errors") or {}).items():
+        lines.append(f"{v(cloud)}: no prices ({v(why)})")
+    return lines
+
+
 def cmd_add(args: argparse.Namespace) -> int:
     from core.engine import target_setup as targets
 
@@ -221,6 +269,9 @@ def cmd_add(args: argparse.Namespace) -> int:
         path, info = targets.add_kaggle(args.name, body, _kaggle_credentials(args), probe_now=not args.no_probe)
     elif args.kind == "modal":
         path, info = targets.add_modal(args.name, body, _modal_token(args), probe_now=not args.no_probe)
+    elif args.kind == "skypilot":
+        path, info = targets.add_skypilot(args.name, body, probe_now=not args.no_probe,
+                                          tell=lambda text: write(text + "\n", sys.stderr))
     else:
         path, info = targets.add(args.name, body, probe_now=not args.no_probe)
     if args.json:
@@ -228,7 +279,8 @@ def cmd_add(args: argparse.Namespace) -> int:
                "probe": info.to_json() if info else None})
         return 0
     say(markup("saved target [bold]{name}[/] ({kind}) to {path}", name=args.name, kind=args.kind, path=path))
-    if info is not None and not info.available:  # saved all the same: one line, and what to do
+    if info is not None and not info.available and not (info.details or {}).get("clouds"):
+        # saved all the same: one line, and what to do
         say(markup("  [yellow]not available now:[/] {why}; saved anyway: once it can be reached, "
                    "[bold]gpu targets probe {name}[/] asks again", why=info.why_unavailable or "?",
                    name=args.name))

@@ -210,3 +210,51 @@ class SkyPilotClient:
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 task.cancel()
         self._break("the SkyPilot adapter was closed")
+
+
+def ask_once(python: str | os.PathLike, requests: list[tuple[str, dict]], *, env: dict[str, str] | None = None,
+             timeout: float = DEFAULT_TIMEOUT_S, adapter: str | os.PathLike = ADAPTER) -> list[Any]:
+    """Blocking: one adapter for a few requests (a probe's `check` and `prices`), all sent at
+    once with stdin closed after them; their results in the order asked.
+
+    For callers that are not on a loop of their own (a probe runs on a daemon thread,
+    core.providers.probing): past `timeout` the adapter's whole session is killed, so an API
+    server that never answers leaves no child behind. The first request that failed raises its
+    SkyPilotError; no answer at all raises AdapterTimeout or AdapterBroken."""
+    import signal
+    import subprocess
+
+    lines = "".join(json.dumps({"id": i, "op": op, "args": args}) + "\n" for i, (op, args) in enumerate(requests))
+    proc = subprocess.Popen([str(python), "-u", str(adapter)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**(env if env is not None else os.environ), **QUIET_ENV},
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(lines.encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise AdapterTimeout(f"SkyPilot {', '.join(op for op, _ in requests)}: no answer in {timeout:g} s") from None
+    answers: dict[int, dict] = {}
+    for raw in out.splitlines():
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            raise AdapterBroken("the SkyPilot adapter wrote a line that is not the protocol: "
+                                f"{raw[:300].decode(errors='replace')!r}") from None
+        if isinstance(doc, dict) and "ok" in doc and isinstance(doc.get("id"), int):
+            answers[doc["id"]] = doc
+    results = []
+    for i, (op, _) in enumerate(requests):
+        doc = answers.get(i)
+        if doc is None:
+            tail = " | ".join(err.decode(errors="replace").strip().splitlines()[-8:])
+            raise AdapterBroken(f"{op}: the SkyPilot adapter ended (exit status {proc.returncode}) without "
+                                "answering" + (f"; its stderr ends: {tail}" if tail else ""))
+        if doc["ok"] is not True:
+            e = doc.get("error") if isinstance(doc.get("error"), dict) else {}
+            raise SkyPilotError(op, str(e.get("type") or "Error"), str(e.get("message") or "no message"))
+        results.append(doc.get("result"))
+    return results

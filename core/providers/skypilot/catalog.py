@@ -1,0 +1,88 @@
+"""SkyPilot's prices as a target's offers: what the adapter's `prices` answer (SkyPilot's
+catalog for the enabled clouds, `slurm.pricing` for a Slurm infra) becomes for the router.
+
+One offer per GPU type, at the cheapest price any enabled cloud lists for one GPU of it (for
+several, the router multiplies, as for Modal's types), with every row that could serve it as
+the offer's *candidates*. SkyPilot's server picks the instance at launch, so what a person
+approves is a ceiling and the candidate set: `binding(...)` is what a plan carries of it, and
+the plan's digest covers it (core.planning.plan.digest, `bind`).
+
+Pure functions of the recorded answer: tested without a server.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# a price ceiling is the offer's price with this much room (a cloud's price moves by cents between
+# the plan and the launch; the person approved "about this much", not "exactly this row")
+CEILING_MARGIN = 1.10
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def rows(prices: dict) -> list[dict]:
+    """Every usable row of a `prices` answer, one offer each: a GPU type, a count, a cloud, a
+    region, an instance type, its list and spot prices (None where the cloud has none), the
+    GPU's memory in GB (0 where the catalog does not say: a Slurm GRES name)."""
+    out = []
+    for name, offers in (prices.get("gpus") or {}).items():
+        for row in offers if isinstance(offers, list) else []:
+            if not isinstance(row, dict):
+                continue
+            count = row.get("accelerator_count")
+            if isinstance(count, float) and count.is_integer():
+                count = int(count)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                continue
+            out.append({"gpu": str(name).upper(), "count": count, "cloud": str(row.get("cloud") or "?").lower(),
+                        "region": row.get("region"), "instance_type": row.get("instance_type"),
+                        "price": _number(row.get("price")), "spot_price": _number(row.get("spot_price")),
+                        "memory_gb": _number(row.get("device_memory")) or 0.0})
+    return out
+
+
+def per_gpu(row: dict, spot: bool) -> float | None:
+    """A row's price for one of its GPUs (spot where asked and listed), or None if unpriced."""
+    price = row["spot_price"] if spot and row["spot_price"] is not None else row["price"]
+    return None if price is None else price / row["count"]
+
+
+def offers(prices: dict, spot: bool = False) -> dict[str, dict]:
+    """{GPU type: {"price": cheapest per GPU, "memory_gb", "count_max", "candidates": [rows]}},
+    cheapest type first; a type no enabled cloud prices is left out (nothing to bind a ceiling
+    to). Candidates are the type's priced rows, cheapest first."""
+    by_type: dict[str, list[dict]] = {}
+    for row in rows(prices):
+        if per_gpu(row, spot) is not None:
+            by_type.setdefault(row["gpu"], []).append(row)
+    out: dict[str, dict] = {}
+    for gpu, found in by_type.items():
+        found.sort(key=lambda r: (per_gpu(r, spot), r["count"], r["cloud"], str(r["region"])))
+        out[gpu] = {"price": round(per_gpu(found[0], spot), 4),
+                    "memory_gb": max(r["memory_gb"] for r in found),
+                    "count_max": max(r["count"] for r in found),
+                    "candidates": found}
+    return dict(sorted(out.items(), key=lambda kv: (kv[1]["price"], kv[0])))
+
+
+def binding(offer: dict, count: int = 1, spot: bool = False) -> dict:
+    """What a plan for `count` GPUs of `offer` binds: the hourly ceiling handed to SkyPilot
+    (`Resources(max_hourly_cost=...)`, and held by gpu-router itself where SkyPilot ignores it:
+    0.14.1 does on Slurm) and the candidates that fit under it."""
+    ceiling = round(offer["price"] * count * CEILING_MARGIN, 4)
+    fits = [{k: r[k] for k in ("cloud", "region", "instance_type", "count", "price", "spot_price")}
+            for r in offer["candidates"]
+            if r["count"] >= count and (per_gpu(r, spot) or 0) * count <= ceiling]
+    return {"max_hourly_cost": ceiling, "use_spot": spot, "candidates": fits}
+
+
+def use_spot(checkpoint: str | None, restart: str) -> bool:
+    """Spot only where losing the machine costs nothing the job cannot get back: the request
+    allows restarts and the job checkpoints (it resumes from its checkpoint elsewhere)."""
+    return bool(checkpoint) and restart == "allow"
