@@ -303,3 +303,28 @@ def test_what_the_sdk_returns_becomes_json_the_client_can_read() -> None:
         "gpus": {"FAKE": [{"accelerator_name": "FAKE", "price": 2.0, "region": "debug*"}]},
         "clusters": [{"name": "c1", "status": "UP"}], "status": "UP", "pair": [1, None],
         "other": "<class 'object'>"}
+
+
+@server_test
+def test_targets_add_skypilot_reads_the_real_servers_clouds_and_slurm_prices(
+        skypilot_server, home: Path, tmp_path: Path) -> None:
+    """`gpu targets add skypilot` against the real server (issue 43's second step): Slurm
+    enabled, every other cloud left out by allowed_clouds, and the `fake` GPU at slurm.pricing's
+    2.0 an hour, in `gpu targets` and in a plan's reason; no job is placed there (launching on
+    SkyPilot is not built yet)."""
+    from tests.conftest import run_gpu
+
+    env = [f"--env={k}={v}" for k, v in skypilot_server.env.items() if k not in ("PATH", "LANG", "TMPDIR")]
+    done = run_gpu("targets", "add", "skypilot", "sky", "--venv", str(skypilot_server.venv), *env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "enabled slurm" in done.stdout and "FAKE: from $2.00/h per GPU on slurm, up to 2 per job" in done.stdout
+    assert "aws" in done.stdout and "allowed_clouds" in done.stdout
+    listed = json.loads(run_gpu("targets", "--json", timeout=300).stdout)["targets"]
+    sky = next(t for t in listed if t["name"] == "sky")
+    assert sky["offer_prices"] == {"FAKE": 2.0} and sky["details"]["gpu_count_max"] == {"FAKE": 2}
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print('hi')\n")
+    plan = run_gpu("plan", "train.py", "--gpu", "FAKE", "--json", cwd=project, timeout=300)
+    assert plan.returncode != 0
+    assert "sky is unavailable: SkyPilot answers (slurm enabled; from $2.00/h for FAKE)" in plan.stdout + plan.stderr
