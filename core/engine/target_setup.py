@@ -79,10 +79,11 @@ def add_skypilot(name: str, body: dict, *, probe_now: bool = True,
 
     named = body.get("venv")
     where = Path(os.path.expanduser(named)) if named else skyvenv.default_path()
-    if not named and skyvenv.installed(where) is None and tell is not None:
-        tell(f"making SkyPilot's own venv at {where} ({skyvenv.SKYPILOT_SPEC}, about 100 packages: "
-             "a minute or a few)")
-    skyvenv.ensure(where, named=bool(named))
+    mark = skyvenv.installed(where)
+    spec = skyvenv.spec_for(body.get("clouds"), None if named else (mark or {}).get("spec"))
+    if not named and (mark is None or mark.get("spec") != spec) and tell is not None:
+        tell(f"making SkyPilot's own venv at {where} ({spec}, about 100 packages: a minute or a few)")
+    skyvenv.ensure(where, named=bool(named), spec=spec)
     return add(name, body, probe_now=probe_now)
 
 

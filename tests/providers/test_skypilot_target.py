@@ -294,3 +294,15 @@ def test_a_plan_names_the_skypilot_price_and_places_nothing_there(home: Path, tm
     doc = targets_doc(Store())
     sky = next(t for t in doc["targets"] if t["name"] == "sky")
     assert sky["available"] is False and sky["details"]["prices"]["A100-80GB"]["usd_per_hour"] == 1.64
+
+
+def test_our_venv_installs_the_extras_of_the_clouds_named_and_keeps_those_it_has() -> None:
+    from core.providers.skypilot.venv import spec_for
+
+    assert spec_for(None) == "skypilot[slurm]==0.14.1"
+    assert spec_for(["aws", "RunPod"]) == "skypilot[aws,runpod,slurm]==0.14.1"
+    # a second target's clouds add to what the one venv has: no target loses its cloud's libraries
+    assert spec_for(["gcp"], "skypilot[aws,slurm]==0.14.1") == "skypilot[aws,gcp,slurm]==0.14.1"
+    with pytest.raises(UserError) as err:
+        spec_for(["aws; rm -rf ~"])
+    assert err.value.what == "'aws; rm -rf ~' is not a SkyPilot cloud name"
