@@ -264,7 +264,9 @@ class SecretPattern:
         wrapped: set[bytes] = set()
         anchors: set[bytes] = set()
         longest = 0
-        values = secret_values(values)
+        # a value before the shorter ones it begins with: at one position the regex takes the
+        # first text branch that matches, and `abcd` read in `abcdefgh` left `efgh` on show
+        values = sorted(secret_values(values), key=len, reverse=True)
         for value in values:
             raw = _utf8(value)
             fixed |= fixed_forms(value)
@@ -280,8 +282,14 @@ class SecretPattern:
         # an escape over the literal byte (`%25` over `%`), so a match runs to its longest end;
         # a wrapped base64 form last: unwrapped, the fixed forms (padding included) match first
         alternatives = _by_first_byte(patterns, ordered)
-        alternatives += [_wrapped(f) for f in sorted(wrapped, key=len, reverse=True)]
+        unwrap = [_wrapped(f) for f in sorted(wrapped, key=len, reverse=True)]
+        alternatives += unwrap
         self.regex = re.compile(b"|".join(alternatives)) if alternatives else None
+        # ... so a text form beats a longer fixed one, and a fixed form a longer wrapped one, that
+        # starts where it does (a value's base64 at the start of a longer value's, wrapped):
+        # `spans` asks these for the longest fixed and the longest wrapped form at a match's start
+        self.longer = [re.compile(_trie(ordered))] if ordered else []
+        self.longer += [re.compile(b"|".join(unwrap))] if unwrap else []
         # looked for in the text folded to lower case: one anchor for a form in either case
         # (hex, base32), the same windows for the rest
         self.anchors = _minimal({a.lower() for a in anchors | fixed})
@@ -365,16 +373,29 @@ class SecretPattern:
         beside a mask is a stray `%2`)."""
         last = 0
         while (m := self.regex.search(data, pos)) is not None:
-            start, end = m.start(), m.end()
+            start, end = m.start(), self._longest_end(data, m)
             nxt = start + 1
             while nxt < end and (more := self.regex.search(data, nxt)) is not None and more.start() < end:
-                if not _BLANKS.fullmatch(data, end, max(end, more.end())):  # more than edge blanks
-                    end = more.end()
+                more_end = self._longest_end(data, more)
+                if not _BLANKS.fullmatch(data, end, max(end, more_end)):  # more than edge blanks
+                    end = more_end
                 nxt = more.start() + 1
             start, end = max(_escape_start(data, start), last), _escape_end(data, end)
             yield start, end
             last = end
             pos = end if end > m.start() else m.start() + 1  # an empty match: step over a byte
+
+    def _longest_end(self, data: bytes, m: re.Match[bytes]) -> int:
+        """Where the longest reading that starts where `m` does ends. The regex takes a
+        position's first branch that matches, a fixed form before a wrapped one, so where a
+        value's form begins a longer value's form (a value that begins another, `abcd` and
+        `abcdefgh`), the shorter one matched: the longer one's base64, wrapped, showed its
+        tail beside the mask."""
+        end = m.end()
+        for longer in self.longer:
+            if (other := longer.match(data, m.start())) is not None and other.end() > end:
+                end = other.end()
+        return end
 
     def safe_cut(self, data: bytes, cut: int) -> int:
         """`cut`, moved back to the start of a masked stretch that reaches past it: the text

@@ -240,3 +240,53 @@ def test_overlapping_readings_of_a_value_are_masked_as_one_stretch_of_whole_esca
     assert list(pattern.spans(data)) == [(10, 25)]
     assert pattern.mask(data) == b"token=%20 " + MASK + b" done"
     assert pattern.safe_cut(data, 20) == 10 and pattern.safe_cut(data, 8) == 8 and pattern.safe_cut(data, 26) == 26
+
+
+# A value that begins another (a password and the same password with more after it): at one
+# position the regex takes the first branch that matches, so the shorter value's form could be
+# read where the longer one's begins and the longer one's tail was left on show beside the mask.
+SHORT = "s3cr3tPrefixValue"
+LONG = SHORT + "AndTheRestOfTheMuchLongerSecretValueHere1234567890"
+
+
+def test_a_value_that_begins_another_leaves_none_of_the_longer_on_show() -> None:
+    for values in (["abcd", "abcdefgh"], ["abcdefgh", "abcd"]):
+        p = SecretPattern(values)
+        assert p.mask(b"x abcdefgh y") == b"x " + MASK + b" y"  # was `x [secret]efgh y`
+        assert p.mask(b"x abcd%65fgh y") == b"x " + MASK + b" y"
+        assert p.mask(b"x abcd y") == b"x " + MASK + b" y"
+    # a text form where a longer fixed form begins: `6162` is the start of the hex of `abcd`
+    assert SecretPattern(["6162", "abcd"]).mask(b"x 61626364 y") == b"x " + MASK + b" y"
+
+
+def test_a_longer_values_wrapped_base64_is_masked_whole_where_a_shorter_ones_form_begins_it() -> None:
+    """The longer value's base64, wrapped (as MIME and PEM writers print it), begins with the
+    shorter value's: masked as if the shorter value were not a secret, its line break kept (only
+    the last character, which mixes in what follows, and the padding are left)."""
+    encoded = base64.b64encode(LONG.encode())
+    alone = SecretPattern([LONG])
+    for values in ([SHORT, LONG], [LONG, SHORT]):
+        p = SecretPattern(values)
+        # the break after the shorter value's form (its fixed form read first) and inside it
+        # (its wrapped form read first)
+        for cut in (64, 10):
+            text = b"x " + encoded[:cut] + b"\n" + encoded[cut:] + b" y"
+            assert p.mask(text) == alone.mask(text) == b"x " + MASK + b"\nA== y"
+
+
+def test_a_value_with_a_blank_is_found_in_a_long_log_with_its_blank_as_a_plus() -> None:
+    """Above SMALL bytes the pattern runs only around anchors: a value's longest run without a
+    blank is one, since a URL form writes the blank as `+`, which is no escape."""
+    p = SecretPattern(["abcd efgh"])
+    log = b"." * 3000 + b"q=abcd+efgh" + b"." * 3000
+    assert p.mask(log) == b"." * 3000 + b"q=" + MASK + b"." * 3000
+
+
+def test_a_long_log_that_keeps_re_forming_a_value_is_withheld_whole() -> None:
+    """A value that a mask re-forms is masked over the whole text, however long (not window by
+    window): each pass re-forms it one byte further back, so after the last pass the notice
+    stands for all of it, as it does for a short text."""
+    p = SecretPattern(["x[secret]"])
+    assert (p.reforms, p.scan_all) == (True, True)
+    assert p.mask(b"x" * 300 + b"[secret]") == WITHHELD
+    assert p.mask(b"x" * 3000 + b"[secret]") == WITHHELD
