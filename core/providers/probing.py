@@ -220,7 +220,7 @@ def probe_all(providers: dict[str, Any], *, fresh: bool = False) -> dict[str, Ta
             why = f"the probe of {name} failed ({type(exc).__name__}: {exc})"[:300]
         else:
             info = box["value"]
-            if not info.available and p.kind != "local" and info.why_unavailable:
+            if not info.available and p.kind != "local" and info.why_unavailable and not info.answered:
                 remember_failure(p, info.why_unavailable)
             out[name] = info
             continue

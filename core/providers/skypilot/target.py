@@ -145,7 +145,7 @@ class SkyPilotProvider(ServiceTarget):
                           price_per_hour=prices[first]["usd_per_hour"] if first else 0.0,
                           takes_secrets=False, offers=offers,
                           offer_prices={gpu: p["usd_per_hour"] for gpu, p in prices.items()},
-                          details=details)
+                          details=details, answered=reached)
 
     # -- running: not built yet ------------------------------------------------------------------
 
