@@ -21,6 +21,7 @@ import argparse
 import sys
 from typing import Any, Callable
 
+from core.config.targetopts import KAGGLE_ACCELERATORS, MODAL_GPUS
 from core.errors import UserError, shorten
 from tui.show.output import ask, emit_json, joined, markup, say, write
 
@@ -70,9 +71,9 @@ def add_target_commands(p: argparse.ArgumentParser, list_func: Callable[[argpars
                          "modal: read the token id and secret (or ~/.modal.toml's text) from standard input")
     ap.add_argument("--modal-toml", metavar="PATH",
                     help="modal: the token file to import into the keychain (default ~/.modal.toml)")
-    ap.add_argument("--gpu", choices=("T4", "L4", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100", "H200", "B200"),
+    ap.add_argument("--gpu", choices=MODAL_GPUS,
                     help="modal: the GPU a job gets unless it asks for another (default T4)")
-    ap.add_argument("--accelerator", choices=("t4x2", "p100"), help="kaggle: the GPU to ask for (default t4x2)")
+    ap.add_argument("--accelerator", choices=KAGGLE_ACCELERATORS, help="kaggle: the GPU to ask for (default t4x2)")
     ap.add_argument("--internet", action="store_true", help="kaggle, modal: let the job reach the internet (default off)")
     ap.add_argument("--endpoint", metavar="URL",
                     help="skypilot: a team's API server (default: the local one SkyPilot starts on demand)")
