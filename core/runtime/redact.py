@@ -288,8 +288,7 @@ class SecretPattern:
         # ... so a text form beats a longer fixed one, and a fixed form a longer wrapped one, that
         # starts where it does (a value's base64 at the start of a longer value's, wrapped):
         # `spans` asks these for the longest fixed and the longest wrapped form at a match's start
-        self.longer = [re.compile(_trie(ordered))] if ordered else []
-        self.longer += [re.compile(b"|".join(unwrap))] if unwrap else []
+        self.longer = [re.compile(_trie(ordered)), re.compile(b"|".join(unwrap))]
         # looked for in the text folded to lower case: one anchor for a form in either case
         # (hex, base32), the same windows for the rest
         self.anchors = _minimal({a.lower() for a in anchors | fixed})

@@ -240,6 +240,9 @@ def test_overlapping_readings_of_a_value_are_masked_as_one_stretch_of_whole_esca
     assert list(pattern.spans(data)) == [(10, 25)]
     assert pattern.mask(data) == b"token=%20 " + MASK + b" done"
     assert pattern.safe_cut(data, 20) == 10 and pattern.safe_cut(data, 8) == 8 and pattern.safe_cut(data, 26) == 26
+    # `00 0` read from the start (`00`, the escaped blank, the `0` after it) and again from the
+    # `0` of `%20` to the end: the second reading's tail goes under the mask too
+    assert redact.SecretPattern(["00 0"]).mask(b"00%200 0") == MASK
 
 
 # A value that begins another (a password and the same password with more after it): at one
