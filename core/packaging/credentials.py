@@ -288,11 +288,14 @@ def might_be_credential_name(name: str) -> bool:
     return plain is not lowered and _KEYWORDS.search(plain) is not None
 
 
-def name_variants(name: str) -> list[str]:
+def name_variants(name: str, hidden: bool = True) -> list[str]:
     """The lower-cased name, the form it reads as (`_normal`), and each form of those without
     backup, copy and editor decorations: the one place every name rule's input is made.
 
     `id_rsa.bak~` gives id_rsa.bak~, id_rsa.bak, id_rsa; `kaggle (1).json` gives kaggle.json;
+    a hidden copy of a name, `.token.json` or `.rootkey.csv`, gives the name (hiding a file is
+    what a person does to a credential, not what makes it safe; only a rule that withholds
+    reads that form: `hidden=False` leaves it out where a name would ship, as a template);
     vim's swap file of `.env` is `..env.swp`, of `id_rsa` `.id_rsa.swp`; `kaggle\u200b.json `
     reads as kaggle.json. Matched whole (fullmatch, and `.` matches a newline: `.env\n_` is a
     dotenv file, not `.env` followed by something else)."""
@@ -312,6 +315,10 @@ def name_variants(name: str) -> list[str]:
             if form and form not in seen:
                 seen.append(form)
                 todo.append(form)
+    if hidden:  # after every form as written: `.git-credentials~` is git's before `*-credentials`
+        for form in list(seen):
+            if form.startswith(".") and form[1:2] not in ("", "."):  # `.token.json`
+                seen += [v for v in name_variants(form[1:], hidden=False) if v not in seen]
     return seen
 
 
@@ -319,9 +326,9 @@ def name_reason(name: str) -> str | None:
     """Why a file of this name is a credential, or None (templates are judged by content)."""
     if not might_be_credential_name(name):
         return None
-    variants = name_variants(name)
-    if any(ENV_TEMPLATE.fullmatch(v) for v in variants):
+    if any(ENV_TEMPLATE.fullmatch(v) for v in name_variants(name, hidden=False)):
         return None
+    variants = name_variants(name)
     for plain in variants:
         m = _name_regex().fullmatch(plain)
         if m is not None:
@@ -334,7 +341,7 @@ def is_env_template(name: str) -> bool:
     """An env template: it ships only if it sets no value (`env_template_reason`)."""
     lowered = name.lower()
     return (("env" in lowered or "env" in _normal(lowered))
-            and any(ENV_TEMPLATE.fullmatch(v) for v in name_variants(name)))
+            and any(ENV_TEMPLATE.fullmatch(v) for v in name_variants(name, hidden=False)))
 
 
 def withheld_reason(relpath: str) -> str | None:

@@ -182,6 +182,26 @@ def test_editor_files_and_copies_of_a_credential_are_one(name: str, what: str, t
     assert cred.name_reason(f"{twin}.bak") is None
 
 
+@pytest.mark.parametrize("row", NAMES, ids=[n for n, _, _ in NAMES])
+def test_a_hidden_copy_of_a_credential_is_one(row: tuple[str, str, str]) -> None:
+    """`.token.json`, `.rootkey.csv`, `.rclone.conf`: hiding a credential does not make it
+    safe to ship, and it keeps its own family's reason."""
+    name, what, _ = row
+    hidden = name if name.startswith(".") else "." + name
+    assert cred.name_reason(hidden) == _name_reason(what), hidden
+    assert cred.withheld_reason(f"conf/{hidden}~") == _name_reason(what)
+
+
+@pytest.mark.parametrize("name", [".gitignore", ".python-version", ".pre-commit-config.yaml", ".token.py",
+                                  ".config.json", ".settings.json", ".dockerignore", ".env.example"])
+def test_a_hidden_file_that_is_no_credential_still_ships(name: str) -> None:
+    """Reading a hidden name as the name it hides adds no rule: these ship as before (a
+    template such as `.env.example` is judged by its content), and a hidden copy of a
+    template is not made one by its hidden form (`.example.env` stays a dotenv file)."""
+    assert cred.name_reason(name) is None
+    assert cred.name_reason(".example.env") == _name_reason("dotenv file")
+
+
 ZERO_WIDTH = ["\u200b", "\u200c", "\u200d", "\u00ad", "\ufeff", "\u2060"]
 
 

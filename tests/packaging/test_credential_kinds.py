@@ -7,6 +7,7 @@ docs that mention `password=`, training data, DER certificates) ship."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -192,9 +193,12 @@ SECRET_NAMES = ["DB_PASSWORD", "storePassword", "keyPassword", "password", "pass
 ORDINARY_NAMES = ["DB_HOST", "sdk.dir", "FLASK_APP", "username", "PASSWORD_MIN_LENGTH", "TOKEN_EXPIRY",
                   "SECRET_KEY_FILE", "keyAlias", "storeFile", "server.port", "bypass", "OLDPWD"]
 # a value written out: letters and a digit or a symbol, 8 to 40 characters, no placeholder word
+# (not one that reads as a dotted module or class path, `boto3.session.Session`: the rule takes
+# those for a reference to a backend, a hasher, a setting; a draw found `AAA0.A.A`)
 written = st.from_regex(r"[A-Za-z]{3}[0-9][A-Za-z0-9!#%+,./:=?@^_~-]{4,36}", fullmatch=True).filter(
     lambda v: not any(w in v.lower() for w in ("your", "here", "example", "xxxx", "todo", "tbd", "test",
-                                              "change", "replace", "fill", "insert", "...")))
+                                              "change", "replace", "fill", "insert", "..."))
+    and not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}(?::[A-Za-z_][\w.]*)?", v, re.ASCII))
 # a value that is not: a reference, a placeholder, empty, a language's message
 not_written = st.sampled_from(["", "${DB_PASSWORD}", "$DB_PASSWORD", "<your password>", "password_here",
                                "*****", "%(password)s", "{{ vault_password }}", "os.environ['X']",
