@@ -307,3 +307,19 @@ def test_our_venv_installs_the_extras_of_the_clouds_named_and_keeps_those_it_has
     with pytest.raises(UserError) as err:
         spec_for(["aws; rm -rf ~"])
     assert err.value.what == "'aws; rm -rf ~' is not a SkyPilot cloud name"
+
+
+async def test_an_agent_sees_the_skypilot_target_through_mcp(home: Path, tmp_path: Path) -> None:
+    """`compute_job targets` and `gpu_targets`, over stdio with the official MCP client: the
+    target with its clouds and prices, not available to run, and why."""
+    from tests.tui.mcp.test_mcp import call, session
+
+    venv = stand_in(tmp_path, answered(prices=CLOUDS))
+    write_config(f"targets:\n  sky: {{kind: skypilot, venv: {venv}}}\n")
+    async with session(cwd=tmp_path) as s:
+        for doc in (await call(s, "compute_job", action="targets"), await call(s, "gpu_targets")):
+            sky = next(t for t in doc["targets"] if t["name"] == "sky")
+            assert sky["kind"] == "skypilot" and sky["available"] is False
+            assert "does not launch jobs on SkyPilot yet" in sky["why_unavailable"]
+            assert sky["offer_prices"] == {"T4": 0.526, "A100-80GB": 1.64}
+            assert sky["details"]["clouds"]["enabled"] == {"slurm": ["compute"]}
