@@ -14,6 +14,16 @@ offers the router can read (catalog.py). Launching jobs on a SkyPilot cluster is
 (issue 43): until it is, the target is listed as not available for running, with its clouds
 and prices beside the other targets, so a plan and `gpu targets` compare them, and no job is
 ever placed where it could not start.
+
+Found for launching (checked against the real server over Slurm, 0.14.1): SkyPilot's own SSH
+access to a cluster (`~/.sky/generated/ssh/<cluster>`) turns host-key checking off
+(`StrictHostKeyChecking no`, known hosts /dev/null), so gpu-router cannot use it under its
+rule of never accepting an unknown host key; what it can use is SkyPilot's API. A task sees
+its cluster's HOME, `SKYPILOT_INTERNAL_JOB_ID` and `SKYPILOT_TASK_ID`, and its log folder is
+`$HOME/sky_logs/<job id>-<name>/`; `download_logs` brings that folder home, but it is no
+channel for a job's outputs: a job-written symlink and a 3 MB file in it made the client fail
+("Invalid folder path"), so outputs and checkpoints must come home packed by gpu-router's own
+runtime on the cluster (no-follow, capped), not as SkyPilot's logs.
 """
 
 from __future__ import annotations
