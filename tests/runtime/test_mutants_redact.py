@@ -293,3 +293,12 @@ def test_a_long_log_that_keeps_re_forming_a_value_is_withheld_whole() -> None:
     assert (p.reforms, p.scan_all) == (True, True)
     assert p.mask(b"x" * 300 + b"[secret]") == WITHHELD
     assert p.mask(b"x" * 3000 + b"[secret]") == WITHHELD
+
+
+def test_a_value_of_blanks_only_is_masked_and_the_texts_own_blank_after_it_kept() -> None:
+    """A setting of blanks only (kept whole: its core is empty) has no piece between blanks to
+    anchor on but itself; masked, a later reading of it that adds only the text's own space
+    beside the mask is not taken: the space stays."""
+    p = SecretPattern(["        "])
+    assert p.mask(b"token=" + b" " * 8 + b" done") == b"token=" + MASK + b" done"
+    assert p.mask(b"x  y") == b"x  y"
