@@ -317,7 +317,7 @@ def name_variants(name: str, hidden: bool = True) -> list[str]:
                 todo.append(form)
     if hidden:  # after every form as written: `.git-credentials~` is git's before `*-credentials`
         for form in list(seen):
-            if form.startswith(".") and form[1:2] not in ("", "."):  # `.token.json`
+            if form.startswith(".") and len(form) > 1:  # `.token.json`; `..env` reads as `.env`
                 seen += [v for v in name_variants(form[1:], hidden=False) if v not in seen]
     return seen
 
