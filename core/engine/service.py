@@ -380,6 +380,12 @@ def _insert_once(store: Store, req: JobRequest, plan: dict, bundle: Bundle, fp: 
                     f"(job {existing.short_id})",
                     fix="use a new request_id for a new job, or resubmit the original request unchanged")
             return existing, False
+        group = store.find_active_group(request_id=req.request_id, db=db) if req.request_id else None
+        if group is not None:  # one request_id names one thing: a sweep's is no job's (sweeps.py)
+            raise UserError(
+                f"request_id {req.request_id!r} was already used for a different request "
+                f"(sweep {group.short_id})",
+                fix="use a new request_id for a new job, or resubmit the original request unchanged")
         for _ in range(5):
             job_id = os.urandom(16).hex()  # uuid4's 122 random bits and more, without importing uuid (and platform)
             short = job_id[:8]

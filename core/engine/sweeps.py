@@ -202,6 +202,11 @@ def _insert_once(store: Store, req: JobRequest, reqs: list[JobRequest], plans: l
                                 f"sweep (group {existing.short_id})",
                                 fix="use a new request_id for a new sweep, or resubmit the original unchanged")
             return existing, store.group_jobs(existing.id, db=db), False
+        job = store.find_active(request_id=req.request_id, db=db) if req.request_id else None
+        if job is not None:  # one request_id names one thing: a job's is no sweep's (service.py)
+            raise UserError(f"request_id {req.request_id!r} was already used for a different "
+                            f"request (job {job.short_id})",
+                            fix="use a new request_id for a new sweep, or resubmit the original unchanged")
         group_id = _fresh_id(db, "groups")
         short = group_id[:8]
         counts = None  # each point's (hours, dollars) against the agent's day, if it goes on
@@ -285,9 +290,12 @@ def guidance(group: Group, jobs: list[Job], submitted: bool, front: str = "cli")
         doc = {"follow": tool_call(tool, **args), "status": tool_call(tool, **args),
                "next_call": {"tool": tool, "arguments": args}}
     doc["needs_approval"] = held
-    if not submitted:
+    if not submitted and any(j.state in ACTIVE for j in jobs):
         doc["note"] = (f"sweep {short} with the same request still has live points: returned it "
                        "instead of starting a second copy")
+    elif not submitted:  # its request_id names it, and every point ended: no live point to follow
+        doc["note"] = (f"sweep {short} with the same request_id already ended (every point): "
+                       "returned it instead of running it again; use a new request_id to run it again")
     if held:
         from core.planning.policy import plain_paragraph
 
