@@ -760,6 +760,11 @@ _URL_SETTING = re.compile(rb"(?i)(?:(?:index[-_]url|find[-_]links|extra[-_]index
 
 
 def _url_password_what(head: bytes) -> str | None:
+    """A written-out password in an http(s) URL to another machine, anywhere in the text: a
+    git credential store's line (the URL alone on it), an index setting, or any other place
+    (`git clone https://me:pw@host/org/repo` in a README gives the job the password just the
+    same). Placeholders (`user:password@`, `${TOKEN}`), loopback and example hosts are none."""
+    found = None
     for m in _URL_WITH_PASSWORD.finditer(head):
         line_start = head.rfind(b"\n", 0, m.start()) + 1
         line_end = head.find(b"\n", m.end())
@@ -769,7 +774,8 @@ def _url_password_what(head: bytes) -> str | None:
             return "git credentials (a URL with a password)"
         if _URL_SETTING.search(before[-60:]):
             return "package index URL with a password"
-    return None
+        found = found or "a URL with a password"
+    return found
 
 def url_credential(text: str) -> str | None:
     """What credential a URL (or a line holding URLs: an index option, a requirement) carries,

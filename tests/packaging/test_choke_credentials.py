@@ -741,12 +741,12 @@ def test_a_url_without_a_credential(text: str) -> None:
 
 def test_a_url_in_a_setting_versus_in_prose() -> None:
     """A URL with a password alone on its line is a git credential store's line; set as an
-    index URL it is a package index's; in a sentence it is neither (a README)."""
+    index URL it is a package index's; in a sentence (a README) it is still a password."""
     url = b"https://me:gh0stPassw0rd@git.example.org"
     assert cred.content_reason(url + b"/\n") == _reason("git credentials (a URL with a password)")
     for setting in (b"index-url = ", b"extra-index-url=", b"-i ", b"--find-links ", b'"registry": "', b"url: "):
         assert cred.content_reason(setting + url + b"/simple\n") == _reason("package index URL with a password")
-    assert cred.content_reason(b"clone it from " + url + b"/r.git and run it\n") is None
+    assert cred.content_reason(b"clone it from " + url + b"/r.git and run it\n") == _reason("a URL with a password")
 
 
 # -- the verdict cache and what is read ---------------------------------------------------------
@@ -848,23 +848,31 @@ GIT_URL = b"https://me:gh0stPassw0rd@git.example.org"
     (b"prose\n" + GIT_URL, "git credentials (a URL with a password)"),  # no final line end
     (GIT_URL + b"//\n", "git credentials (a URL with a password)"),
     # a path after it is no store line (the store keeps the bare URL; only blanks and `/` are
-    # trimmed): alone on its line and in no setting, it ships, whatever its path's letters
-    (GIT_URL + b"/X\n", None),
-    (b"prose\n" + GIT_URL + b"/X/\r\n", None),
-    (GIT_URL + b"/simple\n", None),
-    # words after it on its line, on the last line without a line end, or on a later line only
-    (b"prose\n" + GIT_URL + b" x", None),
-    (b"intro\n" + GIT_URL + b" is the remote\n", None),
-    (b"see " + GIT_URL + b"\n", None),
-    (b"first\nsee " + GIT_URL + b"\n", None),
+    # trimmed), and words around it are prose: a URL with a password all the same
+    (GIT_URL + b"/X\n", "a URL with a password"),
+    (b"prose\n" + GIT_URL + b"/X/\r\n", "a URL with a password"),
+    (GIT_URL + b"/simple\n", "a URL with a password"),
+    (b"prose\n" + GIT_URL + b" x", "a URL with a password"),
+    (b"intro\n" + GIT_URL + b" is the remote\n", "a URL with a password"),
+    (b"see " + GIT_URL + b"\n", "a URL with a password"),
+    (b"first\nsee " + GIT_URL + b"\n", "a URL with a password"),
+    (b"## Setup\n\n    git clone " + GIT_URL + b"/org/repo.git\n", "a URL with a password"),
+    # a store line or a setting is said as what it is, wherever the prose one lies
+    (b"see " + GIT_URL + b"/x\n" + GIT_URL + b"\n", "git credentials (a URL with a password)"),
+    # no password written out: a placeholder, a variable, an example or loopback host
+    (b"see https://user:password@git.example.org/x\n", None),
+    (b"see https://me:${GIT_TOKEN}@git.example.org/x\n", None),
+    (b"see https://me:gh0stPassw0rd@example.com/x\n", None),
+    (b"see https://me:gh0stPassw0rd@localhost:8080/x\n", None),
     # set as an index URL after other lines; the setting's word 60 characters back at most
     (b"[global]\ntimeout = 3\nindex-url = " + GIT_URL + b"/simple\n", "package index URL with a password"),
     (b"x--index-url" + b" " * 49 + GIT_URL + b"/simple\n", "package index URL with a password"),
-    (b"x--index-url" + b" " * 50 + GIT_URL + b"/simple\n", None),
+    (b"x--index-url" + b" " * 50 + GIT_URL + b"/simple\n", "a URL with a password"),
 ])
 def test_a_url_with_a_password_by_its_line(text: bytes, expected: str | None) -> None:
     """A git-credential store's line is the URL alone (blanks and a final `/` around it); an
-    index setting is its word within the 60 characters before the URL; anything else is prose."""
+    index setting is its word within the 60 characters before the URL; anywhere else it is a
+    URL with a password, withheld as well (a README's clone line gives the job the password)."""
     assert cred.content_reason(text) == (_reason(expected) if expected else None)
 
 
