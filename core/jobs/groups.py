@@ -67,11 +67,12 @@ class GroupRows:
                 "SELECT * FROM jobs WHERE group_id = ? ORDER BY rowid", (group_id,)).fetchall()
         return [Job.from_row(r) for r in rows]
 
-    def find_active_group(self, *, request_id: str | None = None, fingerprint: str | None = None,
-                          db: sqlite3.Connection | None = None) -> Group | None:
+    def find_active_group(self, *, db: sqlite3.Connection, request_id: str | None = None,
+                          fingerprint: str | None = None) -> Group | None:
         """The group a request_id names (any state), or a group with this fingerprint and a
-        point still live: what a submit of the same sweep returns instead of a second group."""
-        db = db or self.conn
+        point still live: what a submit of the same sweep returns instead of a second group.
+        Asked inside the writer's transaction (`db`, from `write()`, as `Store.find_active`), so
+        the look and the insert after it are one step."""
         if request_id is not None:
             row = db.execute("SELECT * FROM groups WHERE request_id = ?", (request_id,)).fetchone()
             return Group.from_row(row) if row else None

@@ -65,19 +65,21 @@ def fixed_plan(req: JobRequest) -> dict:
             "submitted_by": "person", "command": req.command()}
 
 
-def fixed_group_plan(project: Path, bundle_hash: str) -> Callable[..., Any]:
+def fixed_group_plan(project: Path, bundle_hash: str, by: str = "person", hours: float | None = None,
+                     holds: list[dict] | None = None) -> Callable[..., Any]:
     """`plan_group` over a fixed bundle: each point made by the real `point_request`, placed on
-    local, the group's digest made as plan_group makes it."""
+    local (`hours` each), the group's digest made as plan_group makes it, held by `holds`."""
 
     def plan_group(req: JobRequest, **_: Any) -> tuple:
         reqs, plans = [], []
         for n, point in enumerate(req.sweep or [], start=1):
             preq = point_request(req, point, number=n)
-            plan = {**fixed_plan(preq), "point": point}
+            plan = {**fixed_plan(preq), "point": point, "submitted_by": by, "hours": hours}
             reqs.append(preq)
             plans.append(plan)
-        gplan = {"points": list(req.sweep or []), "targets": {"local": len(plans)}, "hours": None,
-                 "estimated_price": 0, "holds": [], "submitted_by": "person",
+        gplan = {"points": list(req.sweep or []), "targets": {"local": len(plans)},
+                 "hours": None if hours is None else hours * len(plans),
+                 "estimated_price": 0, "holds": list(holds or []), "submitted_by": by,
                  "command": plans[0]["command"], "max_parallel": req.max_parallel,
                  "digest": sweeps.group_digest([p["digest"] for p in plans], req.max_parallel)}
         return FakeBundle(bundle_hash, project), reqs, plans, gplan
@@ -85,9 +87,10 @@ def fixed_group_plan(project: Path, bundle_hash: str) -> Callable[..., Any]:
     return plan_group
 
 
-def use_bundle(monkeypatch: pytest.MonkeyPatch, project: Path, bundle_hash: str = "b" * 64) -> None:
+def use_bundle(monkeypatch: pytest.MonkeyPatch, project: Path, bundle_hash: str = "b" * 64,
+               **group: Any) -> None:
     """Packing and routing replaced, for a sweep and for a plain job alike."""
-    monkeypatch.setattr(sweeps, "plan_group", fixed_group_plan(project, bundle_hash))
+    monkeypatch.setattr(sweeps, "plan_group", fixed_group_plan(project, bundle_hash, **group))
     monkeypatch.setattr(service, "prepare",
                         lambda req, **k: (FakeBundle(bundle_hash, project), fixed_plan(req)))
 
@@ -99,9 +102,10 @@ def submitting(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     project = tmp_path / "project"
     project.mkdir()
 
-    def submit(req: JobRequest, bundle_hash: str = "b" * 64, store: Store | None = None):
-        use_bundle(monkeypatch, project, bundle_hash)
-        return sweeps.submit(req, actor="tester", interactive=True, store=store, start_supervisor=False)
+    def submit(req: JobRequest, bundle_hash: str = "b" * 64, store: Store | None = None, **group: Any):
+        use_bundle(monkeypatch, project, bundle_hash, **group)
+        return sweeps.submit(req, actor="tester", interactive=group.get("by", "person") == "person",
+                             store=store, start_supervisor=False)
 
     return project, submit
 
@@ -526,6 +530,95 @@ def test_max_parallel_changes_a_sweeps_fingerprint(change) -> None:
     fps = {service.fingerprint(JobRequest(project_dir="/p", script="t.py", sweep=pts, max_parallel=m), "b" * 64)
            for m in (None, 1, 2, 8)}
     assert len(fps) == 4, pts
+
+
+# -- the one group a sweep records -------------------------------------------------------------
+
+def test_the_group_recorded_is_the_sweep_its_plan_and_its_points(submitting) -> None:
+    project, submit = submitting
+    req = sweep_request(project, request_id="r9", hours=0.25, name="grid", max_parallel=2)
+    got = submit(req, bundle_hash="c" * 64)
+    store = Store()
+    group = store.group(got.group.id)
+    assert len(group.id) == 32 and all(c in "0123456789abcdef" for c in group.id)
+    assert group.short_id == group.id[:8]
+    assert (group.name, group.project_dir, group.request_id, group.max_parallel, group.approval) == (
+        "grid", str(project), "r9", 2, "none")
+    assert group.fingerprint == service.fingerprint(req, "c" * 64)
+    _, reqs, plans, gplan = fixed_group_plan(project, "c" * 64)(req)
+    assert group.digest == gplan["digest"] == sweeps.group_digest([p["digest"] for p in plans], 2)
+    assert group.spec == {**gplan, "tell_user": ""}
+    points = store.group_jobs(group.id)
+    assert [j.id for j in points] == [j.id for j in got.jobs]
+    for n, (job, preq, plan) in enumerate(zip(points, reqs, plans), start=1):
+        assert len(job.id) == 32 and job.short_id == job.id[:8] and job.short_id != group.short_id
+        assert (job.name, job.provider, job.project_dir) == (f"grid[LR={SWEEP[n - 1]['LR']}]", "local", str(project))
+        assert job.outputs_dir == str(project / "runs" / job.short_id)
+        assert (job.request_id, job.group_id) == (None, group.id)  # the group holds the key
+        assert job.fingerprint == service.fingerprint(preq, "c" * 64)
+        doc = preq.to_json()
+        doc.pop("wait_s")
+        doc.pop("verbose")
+        assert job.request == doc and job.request["env"]["LR"] == str(SWEEP[n - 1]["LR"])
+        assert job.plan == {**plan, "group": {"id": group.id, "short_id": group.short_id, "index": n,
+                                              "max_parallel": 2}}
+        assert (job.digest, job.bundle_hash) == (plan["digest"], "c" * 64)
+        assert job.bundle == {"files": 1, "bytes": 10, "hash": "c" * 64, "root": str(project), "project_rel": ""}
+        assert job.state == State.ROUTING
+        events = [(e.reason, e.actor, e.data) for e in store.events(job.id)]
+        assert events[:2] == [(f"submitted by tester as point {n} of sweep {group.short_id}", "tester", {}),
+                              ("test", "tester", {"target": "local", "passed_over": []})], events
+    assert got.guidance["needs_approval"] is False and "note" not in got.guidance
+    store.close()
+
+
+def test_a_held_sweep_records_every_point_held_with_its_group(submitting) -> None:
+    project, submit = submitting
+    holds = [{"rule": "cost", "reason": "costs more than $5"}]
+    got = submit(sweep_request(project), holds=holds)
+    store = Store()
+    group = store.group(got.group.id)
+    assert group.approval == "held"
+    assert group.spec["tell_user"] == sweeps.tell_user(group.short_id, "train", {**group.spec})
+    assert "gpu approve " + group.short_id in group.spec["tell_user"]
+    for job in store.group_jobs(group.id):
+        assert job.state == State.AWAITING_APPROVAL
+        assert (job.plan["holds"], job.plan["hold_kind"], job.plan["tell_user"]) == (
+            holds, "group", group.spec["tell_user"])
+        assert job.plan["group_totals"] == {"points": 3, "targets": {"local": 3}, "hours": None,
+                                            "estimated_price": 0}
+        held = [(e.reason, e.actor, e.data) for e in store.events(job.id) if e.reason.startswith("held")]
+        assert held == [(f"held with its sweep {group.short_id} for approval: costs more than $5", "tester",
+                         {"holds": holds, "group": group.short_id})]
+    assert got.guidance["needs_approval"] is True and got.guidance["approve"] == f"gpu approve {group.short_id}"
+    again = submit(sweep_request(project), holds=holds)  # held points are live: the same group
+    assert again.submitted is False and again.group.id == group.id
+    store.close()
+
+
+def test_an_agents_sweep_is_counted_in_its_day_inside_the_insert(submitting) -> None:
+    """Each point of an agent's sweep is counted against its day in the insert's transaction
+    (why: its point of the sweep); a sweep whose points together would pass the day's hours is
+    held as one group, by the submitter, and nothing of it is counted."""
+    project, submit = submitting
+    first = submit(sweep_request(project), by="agent", hours=2.0)
+    short = first.group.short_id
+    store = Store()
+    for n, job in enumerate(first.jobs, start=1):
+        counted = [(e.reason, e.actor, e.data) for e in store.events(job.id) if "agent's day" in e.reason]
+        assert counted == [(f"counted against the agent's day: 2 h, $0.00 (point {n} of sweep {short})", "tester",
+                            {"agent_start": {"hours": 2.0, "usd": 0.0, "why": f"point {n} of sweep {short}"}})]
+        assert store.get(job.id).state == State.ROUTING
+    second = submit(sweep_request(project, [{"LR": 5}, {"LR": 6}, {"LR": 7}]), by="agent", hours=3.0)
+    assert second.submitted is True and second.group.approval == "held"
+    reason = ("the sweep's 3 points together: the work agents started without you in the last 24 hours "
+              "comes to 6 hours and $0.00 (3 starts), and this one's 9 hours and $0.00 would pass the "
+              "12-hour daily limit (approvals.agent_daily_hours)")
+    assert second.group.spec["holds"] == [{"rule": "agent_day", "reason": reason}]
+    for job in second.jobs:
+        assert job.state == State.AWAITING_APPROVAL and job.plan["hold_kind"] == "group"
+        assert [e for e in store.events(job.id) if "agent's day" in e.reason] == []
+    store.close()
 
 
 # -- a model of the whole rule -----------------------------------------------------------------
