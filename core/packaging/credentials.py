@@ -23,9 +23,10 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import json
 import re
 import unicodedata
-from typing import Callable
+from typing import Any, Callable
 
 from core.secrets import tokens
 
@@ -589,6 +590,12 @@ _NOT_SECRET_NAMES = frozenset({"pwd", "oldpwd", "wp_cache_key_salt"})
 # a file without one is that shape. One search, which code and prose end on their first lines.
 _NOT_FLAT = re.compile(rb"^(?![ \t]*(?:[#;!]|\[\[?[^\]\n]*\]\]?[ \t]*\r?$|\r?$"
                        rb"|(?:export[ \t]+)?[A-Za-z_][A-Za-z0-9_.\- \t]*=))", re.MULTILINE)
+# A line that is not of a YAML mapping (blank, comment, document marker, list item, `key:` with
+# or without a value on the line): a file without one is that shape (`_mapping_what`).
+_NOT_YAML = re.compile(rb"^(?![ \t]*(?:#|-(?:[ \t]|\r?$)|\r?$|---|\.\.\.(?:[ \t]|\r?$)"
+                       rb"|[\"']?[A-Za-z_][A-Za-z0-9_.\-]*[\"']?[ \t]*:(?:[ \t]|\r?$)))", re.MULTILINE)
+_YAML_SECRET = re.compile(rb"^[ \t]*(?:-[ \t]+)?[\"']?([A-Za-z_][A-Za-z0-9_.\-]*)[\"']?[ \t]*:[ \t]+([^\r\n]*)",
+                          re.MULTILINE)
 _FLAT_SECRET = re.compile(rb"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_.\- ]*?)[ \t]*=([^\r\n]*)",
                           re.MULTILINE)
 # PHP: define('NAME', 'value'); $var[...]['name'] = 'value'; 'name' => 'value'
@@ -707,12 +714,14 @@ def _settings_what(head: bytes, lowered: bytes) -> str | None:
             line, label = head.count(b"\n", 0, start) + 1, _label(name)
             return (f"PHP settings: {label} on line {line} holds a password or secret key written "
                     f"out; {_keep(label)}, and read it with getenv()")
-    if b"=" not in head:
-        return None
     text = head if len(head) < CONTENT_HEAD else head[:head.rfind(b"\n") + 1]  # a whole last line
     if text.startswith(b"\xef\xbb\xbf"):  # a BOM (Windows editors' INI and .properties)
         text = text[3:]
-    if _NOT_FLAT.search(text) is not None:
+    if b":" in text:
+        what = _mapping_what(text, whole=len(head) < CONTENT_HEAD)
+        if what is not None:
+            return what
+    if b"=" not in text or _NOT_FLAT.search(text) is not None:
         return None
     for m in _FLAT_SECRET.finditer(text):
         if _secret_name(m.group(1)) and _written_out(m.group(2)):
@@ -720,6 +729,52 @@ def _settings_what(head: bytes, lowered: bytes) -> str | None:
             return (f"KEY=value settings: {label} on line {line} holds a password or secret key "
                     f"written out; {_keep(label)}, and read it from the environment")
     return None
+
+
+def _mapping_what(text: bytes, whole: bool) -> str | None:
+    """A YAML or JSON settings file that writes a password or secret key out (`password:
+    Hunter2!` in a config.yaml, `{"db": {"password": "..."}}` in a settings.json), judged by the
+    names and values the KEY=value rule judges; or None.
+
+    Only a file of that shape: YAML where every line is a comment, a list item, a document
+    marker or `key:` (a block of free text, code or a flow mapping makes it something else, and
+    it is left to the other rules), JSON where the whole text parses as an object or array."""
+    stripped = text.lstrip()
+    if stripped[:1] in (b"{", b"[") and whole:
+        try:
+            doc = json.loads(stripped.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            doc = None
+        if doc is not None:
+            for name, value in _json_strings(doc):
+                if _secret_name(name.encode()) and _written_out(b"'" + value.encode() + b"'"):
+                    label = _label(name.encode())
+                    return (f"JSON settings: {label} holds a password or secret key written out; "
+                            f"{_keep(label)}, and read it from the environment")
+            return None
+    if _NOT_YAML.search(text) is not None:
+        return None
+    for m in _YAML_SECRET.finditer(text):
+        if _secret_name(m.group(1)) and _written_out(m.group(2)):
+            line, label = text.count(b"\n", 0, m.start()) + 1, _label(m.group(1))
+            return (f"YAML settings: {label} on line {line} holds a password or secret key "
+                    f"written out; {_keep(label)}, and read it from the environment")
+    return None
+
+
+def _json_strings(doc: Any, depth: int = 0):
+    """(key, string value) of every object in a JSON document, depth first (64 levels at most)."""
+    if depth > 64:
+        return
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            if isinstance(value, str):
+                yield str(key), value
+            else:
+                yield from _json_strings(value, depth + 1)
+    elif isinstance(doc, list):
+        for item in doc:
+            yield from _json_strings(item, depth + 1)
 
 
 # Gate words of rules whose value is itself a run of 20 or more base64 characters (a Kaggle or

@@ -994,3 +994,44 @@ def test_a_url_read_with_its_undecodable_bytes_is_judged() -> None:
     line = "https://me:gh0stPassw0rd@pypi.corp.example.net/simple#\udcff"
     assert cred.url_credential(line) == "a URL with a password"
     assert cred.url_credential("https://pypi.org/simple#\udcff") is None
+
+
+# -- YAML and JSON settings ------------------------------------------------------------------
+
+_YAML_SAID = ("YAML settings: {n} on line {l} holds a password or secret key written out; keep it in the "
+              "keychain, gpu secrets set {n}, and read it from the environment")
+_JSON_SAID = ("JSON settings: {n} holds a password or secret key written out; keep it in the keychain, "
+              "gpu secrets set {n}, and read it from the environment")
+
+
+@pytest.mark.parametrize("text, expected", [
+    (b"password: Hunter2Secret!\n", _YAML_SAID.format(n="password", l=1)),
+    (b"# db\ndb:\n  host: db.corp.net\n  password: 'Hunter2Secret!'  # rotate\n", _YAML_SAID.format(n="password", l=4)),
+    (b"---\nservices:\n  db:\n    environment:\n      POSTGRES_PASSWORD: Wq8zLm3Np0\n",
+     _YAML_SAID.format(n="POSTGRES_PASSWORD", l=5)),
+    (b"- name: db\n  secret_key: \"q8Zp3LmN0vXw\"\n", _YAML_SAID.format(n="secret_key", l=2)),
+    (b"'api_token': sk9f8a7s6d5f4g3h2j1k\n", _YAML_SAID.format(n="api_token", l=1)),
+    (b'{"password": "Hunter2Secret!"}\n', _JSON_SAID.format(n="password")),
+    (b'  [{"db": {"user": "me", "secret_key": "q8Zp3LmN0vXw"}}]', _JSON_SAID.format(n="secret_key")),
+])
+def test_a_yaml_or_json_settings_file_that_writes_a_secret_out_is_withheld(text: bytes, expected: str) -> None:
+    """A config.yaml, a compose file, a settings.json: the KEY=value rule's names and values,
+    in a file of that shape, at any depth."""
+    assert cred.content_reason(text) == f"withheld: content is a credential ({expected})"
+    assert b"Hunter2" not in expected.encode() and b"q8Zp3" not in expected.encode()
+
+
+@pytest.mark.parametrize("text", [
+    b"password: ${DB_PASSWORD}\n",  # a reference
+    b"spring:\n  datasource:\n    password: ${DB_PASSWORD:fallback}\n",
+    b"password: changeme\napi_key: <your key>\ntoken: YOUR_TOKEN_HERE\n",  # placeholders
+    b"tokenizer:\n  pad_token: \"<pad>\"\n  eos_token: \"</s>\"\n  bos_token: \"[CLS]\"\n  max_token: 2048\n",
+    b"password:\n  min_length: 12\n  require_digit: true\n",  # a section named for passwords
+    b"import os\npassword: str = \"Hunter2Secret!\"\n",  # code, not a mapping: other rules judge it
+    b"key: |\n  free text\npassword: Hunter2Secret!\n",  # a block of free text: not judged as a mapping
+    b'{"password": "<your password>", "token": "${TOKEN}"}',
+    b'{"password_min_length": 12, "notes": "password: Hunter2Secret!"}',  # a value, not a key
+    b'{"password": "Hunter2Secret!"',  # not JSON, and not a YAML mapping either
+])
+def test_a_yaml_or_json_file_without_a_secret_written_out_ships(text: bytes) -> None:
+    assert cred.content_reason(text) is None
