@@ -323,3 +323,29 @@ async def test_an_agent_sees_the_skypilot_target_through_mcp(home: Path, tmp_pat
             assert "does not launch jobs on SkyPilot yet" in sky["why_unavailable"]
             assert sky["offer_prices"] == {"T4": 0.526, "A100-80GB": 1.64}
             assert sky["details"]["clouds"]["enabled"] == {"slurm": ["compute"]}
+
+
+def test_an_old_answer_is_shown_as_of_its_time_and_asked_again_only_on_request(home: Path, tmp_path: Path) -> None:
+    """Past its 10 minutes the last answer is still what plans and `gpu targets` show, with
+    its time: no submit waits for `sky check` over every cloud while the target runs nothing;
+    `gpu targets probe` asks again."""
+    from core.engine.target_setup import probe
+    from core.providers.probing import probe_all
+    from core.providers.registry import build
+    from core.providers.skypilot.target import SkyPilotProvider
+
+    venv = stand_in(tmp_path, answered())
+    write_config(f"targets:\n  sky: {{kind: skypilot, venv: {venv}, probe_ttl_s: 1}}\n")
+    first = probe("sky")
+    assert runs(tmp_path) == 1
+    path = SkyPilotProvider("sky")._probe_file()
+    doc = json.loads(path.read_text())
+    doc["at"] -= 3600  # an hour old
+    path.write_text(json.dumps(doc))
+    old = probe_all(build())["sky"]
+    assert runs(tmp_path) == 1  # not asked
+    assert old.offer_prices == {"FAKE": 2.0} and old.details["as_of"] == doc["at"]
+    assert old.why_unavailable.startswith(first.why_unavailable + " (as of ")
+    assert old.why_unavailable.endswith("; `gpu targets probe sky` asks again)")
+    fresh = probe("sky")
+    assert runs(tmp_path) == 2 and fresh.why_unavailable == first.why_unavailable

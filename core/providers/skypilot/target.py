@@ -89,6 +89,9 @@ class SkyPilotProvider(ServiceTarget):
             cached = self._cached_probe()
             if cached is not None:
                 return cached
+            stale = self._stale_probe()
+            if stale is not None:
+                return stale
         from core.providers.skypilot.client import AdapterError, AdapterTimeout, SkyPilotError, ask_once
 
         python = self.python()
@@ -127,6 +130,23 @@ class SkyPilotProvider(ServiceTarget):
             "price_errors": dict(prices.get("errors") or {}),
             "gpu_count_max": {gpu: o["count_max"] for gpu, o in offers.items()},
         }
+
+    def _stale_probe(self) -> TargetInfo | None:
+        """The last answer past its time, as it was: while the target runs no job, a submit
+        or a plan is never held for `sky check` over every cloud (seconds to a minute) only to
+        list prices; `gpu targets probe NAME` (and `add`) asks again, past it."""
+        import time
+
+        from core.providers.service import last_probe
+
+        doc = last_probe(self.kind, self.name)
+        if not doc or not doc.get("details"):
+            return None
+        info = self._info(True, None, doc["details"])
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(doc.get("at") or 0)))
+        info.why_unavailable = f"{info.why_unavailable} (as of {when}; `gpu targets probe {self.name}` asks again)"
+        info.details = {**info.details, "as_of": float(doc.get("at") or 0)}
+        return info
 
     def _cached_probe(self) -> TargetInfo | None:
         hit = super()._cached_probe()  # only answers are remembered: made again from their details
