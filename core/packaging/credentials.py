@@ -808,6 +808,12 @@ def _content_rules() -> tuple[tuple[bytes, tuple[tuple[bytes, tuple], ...]], ...
 # (`postgres:postgres@localhost` in a README) are not credentials.
 _URL_WITH_PASSWORD = re.compile(rb"https?://[^\s:/@\"'<>]+:" + _NOT_PLACEHOLDER
                                 + rb"[^\s/@\"'<>]+@" + _NOT_LOCAL + rb"[^\s/\"'<>]*")
+# Any other scheme's URL with a password: a database or service connection string
+# (`postgres://app:pw@db.corp.net/app`, `mongodb+srv://`, `redis://:pw@host`, `amqp://`, `ftp://`),
+# in settings.py, a notebook, a compose file. Its password group is judged like a setting's value
+# (`_dsn_password`): a default such as `postgres:postgres@db` or `root:root@mysql` is none.
+_DSN_WITH_PASSWORD = re.compile(rb"(?<![A-Za-z0-9+.-])(?!https?://)[A-Za-z][A-Za-z0-9+.-]{1,30}://[^\s:/@\"'<>]*:"
+                                + _NOT_PLACEHOLDER + rb"([^\s/@\"'<>]+)@" + _NOT_LOCAL + rb"[^\s/\"'<>]*")
 _URL_SETTING = re.compile(rb"(?i)(?:(?:index[-_]url|find[-_]links|extra[-_]index|registry|channel_alias"
                           rb"|\burl)[\"']?[ \t]*[=:][ \t]*[\"']?"
                           # pip's own option syntax in a requirements file: `--index-url URL`, `-i URL`
@@ -830,7 +836,18 @@ def _url_password_what(head: bytes) -> str | None:
         if _URL_SETTING.search(before[-60:]):
             return "package index URL with a password"
         found = found or "a URL with a password"
+    if found is None:
+        for m in _DSN_WITH_PASSWORD.finditer(head):
+            if _dsn_password(m.group(1)):
+                return "a database or service URL with a password"
     return found
+
+
+def _dsn_password(password: bytes) -> bool:
+    """A connection string's password is written out: not a default or placeholder word
+    (`postgres`, `root`, `admin`, `secret`, `changeme`) nor a reference (`%(pw)s`, `{pw}`)."""
+    lowered = password.lower()
+    return not (lowered in _PLACEHOLDER_WORDS or _PLACEHOLDER.match(lowered) or _REFERENCE.match(password))
 
 def url_credential(text: str) -> str | None:
     """What credential a URL (or a line holding URLs: an index option, a requirement) carries,
@@ -841,7 +858,7 @@ def url_credential(text: str) -> str | None:
     files, so a placeholder (`https://user:${PIP_TOKEN}@host`, filled in by pip on the target
     from a keychain secret) passes and a written-out password does not."""
     raw = text.encode("utf-8", "surrogateescape")
-    if _URL_WITH_PASSWORD.search(raw):
+    if _URL_WITH_PASSWORD.search(raw) or any(_dsn_password(m.group(1)) for m in _DSN_WITH_PASSWORD.finditer(raw)):
         return "a URL with a password"
     token = tokens.find_token(raw)
     return f"a URL holding {token}" if token else None
@@ -916,7 +933,7 @@ def json_unescaped(text: bytes) -> bytes:
 
 # Changes to the content rules change this id, so cached verdicts are taken again.
 CONTENT_RULES_ID = hashlib.sha256(repr((CONTENT_RULES, ENV_TEMPLATE.pattern, CONTENT_MAX_FILE,
-                                        CONTENT_HEAD, BINARY_MAGIC, _URL_WITH_PASSWORD.pattern,
+                                        CONTENT_HEAD, BINARY_MAGIC, _URL_WITH_PASSWORD.pattern, _DSN_WITH_PASSWORD.pattern,
                                         _URL_SETTING.pattern, _WRAPPED, tokens.DETECT_SECRETS_PLUGINS,
                                         tokens.SUPPLEMENT, tokens.detect_secrets_version(),
                                         _EMPTY_ASSIGNMENT.pattern, _PGPASS_LINE, _JSON_ESCAPES,

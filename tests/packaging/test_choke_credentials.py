@@ -1035,3 +1035,36 @@ def test_a_yaml_or_json_settings_file_that_writes_a_secret_out_is_withheld(text:
 ])
 def test_a_yaml_or_json_file_without_a_secret_written_out_ships(text: bytes) -> None:
     assert cred.content_reason(text) is None
+
+
+# -- connection strings of any scheme ------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    b'DATABASE_URL = "postgres://app:Hunter2Secret@db.corp.net/app"\n',
+    b"DATABASE_URL=postgresql+psycopg://app:Hunter2Secret@10.0.0.5:5432/app\n",
+    b'engine = create_engine("mysql+pymysql://root:Hunter2Secret@mysql.corp.net/app")\n',
+    b'client = MongoClient("mongodb+srv://me:Hunter2Secret@cluster0.abcde.mongodb.net/db")\n',
+    b"CACHE = 'redis://:Hunter2Secret@cache.corp.net:6379/0'\n",  # redis: no user, a password
+    b"broker_url: amqp://worker:Hunter2Secret@rabbit.corp.net:5672//\n",
+    b"see ftp://me:Hunter2Secret@files.corp.net/x in the notes\n",
+])
+def test_a_connection_string_with_a_password_is_withheld_whatever_its_scheme(text: bytes) -> None:
+    """`postgres://`, `mysql+pymysql://`, `mongodb+srv://`, `redis://`, `amqp://`, `ftp://`: a
+    password written out in any scheme's URL, wherever it stands, in a file of any kind."""
+    assert cred.content_reason(text) == _reason("a database or service URL with a password")
+    assert cred.url_credential(text.decode()) == "a URL with a password"
+
+
+@pytest.mark.parametrize("text", [
+    b'url = "postgres://postgres:postgres@db:5432/app"\n',  # a compose file's default
+    b'x = "mysql://root:root@mysql/app"\n',
+    b'c = "amqp://guest:guest@rabbit:5672//"\n',
+    b'u = "postgresql://scott:tiger@localhost/test"\n',  # loopback
+    b'u = f"postgres://{user}:{password}@{host}/db"\n',  # references
+    b'u = "postgres://%(user)s:%(pw)s@db/x"\n',
+    b'u = "postgres://app:${DB_PASSWORD}@db.corp.net/app"\n',
+    b"git+ssh://git@github.com/org/repo.git\n",  # a user, no password
+    b"s3://bucket/key:abc@x\n",  # no user-info: a path that holds ':' and '@'
+])
+def test_a_connection_string_without_a_password_written_out_ships(text: bytes) -> None:
+    assert cred.content_reason(text) is None
