@@ -409,7 +409,7 @@ CONTENT_HEAD = 64 << 10  # and of those, at most the first 64 KiB
 
 # A password that is only a placeholder, and hosts that are only local (in examples and READMEs):
 # `localhost` only as the whole host name (`localhost.corp.example.net` is some other machine).
-_NOT_PLACEHOLDER = (rb"(?!(?:password|passwd|pass|pwd|secret|token|changeme|username|user|x+|\*+)@)"
+_NOT_PLACEHOLDER = (rb"(?!(?:password|passwd|pass|pwd|pw|secret|token|changeme|username|user|x+|\*+)@)"
                     rb"(?![$<{%*])")
 _NOT_LOCAL = rb"(?!localhost(?![A-Za-z0-9.-])|127\.|0\.0\.0\.0|example\.|\[::1\])"
 

@@ -861,6 +861,7 @@ GIT_URL = b"https://me:gh0stPassw0rd@git.example.org"
     (b"see " + GIT_URL + b"/x\n" + GIT_URL + b"\n", "git credentials (a URL with a password)"),
     # no password written out: a placeholder, a variable, an example or loopback host
     (b"see https://user:password@git.example.org/x\n", None),
+    (b"see `index-url = https://me:pw@pypi.corp/simple`\n", None),  # docs' own abbreviation
     (b"see https://me:${GIT_TOKEN}@git.example.org/x\n", None),
     (b"see https://me:gh0stPassw0rd@example.com/x\n", None),
     (b"see https://me:gh0stPassw0rd@localhost:8080/x\n", None),
