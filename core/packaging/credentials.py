@@ -723,10 +723,16 @@ def _settings_what(head: bytes, lowered: bytes) -> str | None:
             return what
     if b"=" not in text or _NOT_FLAT.search(text) is not None:
         return None
-    for m in _FLAT_SECRET.finditer(text):
+    return _secret_line(text, _FLAT_SECRET, "KEY=value")
+
+
+def _secret_line(text: bytes, lines: re.Pattern, kind: str) -> str | None:
+    """The first `name`/`value` pair of `lines` (groups 1 and 2) that writes a secret out, said
+    with its line and what to do instead; None if no pair does."""
+    for m in lines.finditer(text):
         if _secret_name(m.group(1)) and _written_out(m.group(2)):
             line, label = text.count(b"\n", 0, m.start()) + 1, _label(m.group(1))
-            return (f"KEY=value settings: {label} on line {line} holds a password or secret key "
+            return (f"{kind} settings: {label} on line {line} holds a password or secret key "
                     f"written out; {_keep(label)}, and read it from the environment")
     return None
 
@@ -754,12 +760,7 @@ def _mapping_what(text: bytes, whole: bool) -> str | None:
             return None
     if _NOT_YAML.search(text) is not None:
         return None
-    for m in _YAML_SECRET.finditer(text):
-        if _secret_name(m.group(1)) and _written_out(m.group(2)):
-            line, label = text.count(b"\n", 0, m.start()) + 1, _label(m.group(1))
-            return (f"YAML settings: {label} on line {line} holds a password or secret key "
-                    f"written out; {_keep(label)}, and read it from the environment")
-    return None
+    return _secret_line(text, _YAML_SECRET, "YAML")
 
 
 def _json_strings(doc: Any, depth: int = 0):

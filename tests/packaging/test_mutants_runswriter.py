@@ -47,6 +47,16 @@ def no_umask() -> Iterator[None]:
         os.umask(old)
 
 
+
+def _merge(dest: Path, staged: Path) -> None:
+    """Merge the staged folder into `dest` as the runs writer does (the staged side by descriptor)."""
+    sfd = os.open(staged, os.O_RDONLY)
+    try:
+        with runswriter.open_folder(dest, make=False) as folder:
+            folder.merge(sfd)
+    finally:
+        os.close(sfd)
+
 def test_a_refusal_names_where_and_why_in_its_text_too(tmp_path: Path) -> None:
     """A descriptor that is not a folder (what O_DIRECTORY alone would not catch where a system
     lacks it) is refused by the check itself, naming the place and what it is."""
@@ -301,12 +311,7 @@ def test_every_entry_after_a_merged_folder_arrives(tmp_path: Path) -> None:
     (staged / "a" / "x.txt").write_text("X")
     (staged / "b.txt").write_text("B")
     (staged / "c").mkdir()
-    sfd = os.open(staged, os.O_RDONLY)
-    try:
-        with runswriter.open_folder(dest, make=False) as folder:
-            folder.merge(sfd)
-    finally:
-        os.close(sfd)
+    _merge(dest, staged)
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == ["a", "a/old.txt", "a/x.txt", "b.txt", "c"]
 
 
@@ -393,10 +398,5 @@ def test_a_merge_goes_on_after_a_staged_entry_gone_meanwhile(tmp_path: Path,
         return real_stat(path, *args, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
 
     monkeypatch.setattr(runswriter.os, "stat", removed_then_looked_at)
-    sfd = os.open(staged, os.O_RDONLY)
-    try:
-        with runswriter.open_folder(dest, make=False) as folder:
-            folder.merge(sfd)
-    finally:
-        os.close(sfd)
+    _merge(dest, staged)
     assert sorted(p.name for p in dest.iterdir()) == ["a.txt", "c.txt"]
