@@ -238,8 +238,8 @@ def _insert_once(store: Store, req: JobRequest, reqs: list[JobRequest], plans: l
             plan["group"] = {"id": group_id, "short_id": short, "index": n,
                              "max_parallel": req.max_parallel}
             request_doc = preq.to_json()
-            for key in ("wait_s", "verbose"):
-                request_doc.pop(key, None)
+            for key in ("wait_s", "verbose"):  # to_json is asdict: every field is there
+                del request_doc[key]
             row = {"id": job_id, "short_id": jshort, "name": f"{name}[{label(plan['point'])}]"[:120],
                    "provider": plan["target"], "project_dir": preq.project_dir,
                    "outputs_dir": str(Path(preq.project_dir) / "runs" / jshort),

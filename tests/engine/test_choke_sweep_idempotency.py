@@ -61,24 +61,26 @@ class FakeBundle:
 def fixed_plan(req: JobRequest) -> dict:
     """One point's (or one job's) plan: local, no rule holds it, a digest of its request."""
     digest = hashlib.sha256(repr(sorted(req.env.items())).encode()).hexdigest()
-    return {"target": "local", "reasons": ["test"], "passed_over": [], "holds": [], "digest": digest,
+    return {"target": "local", "reasons": ["test", "routed"], "passed_over": [], "holds": [], "digest": digest,
             "submitted_by": "person", "command": req.command()}
 
 
-def fixed_group_plan(project: Path, bundle_hash: str, by: str = "person", hours: float | None = None,
+def fixed_group_plan(project: Path, bundle_hash: str, by: str = "person",
+                     hours: list[float] | None = None, smoke: bool = False,
                      holds: list[dict] | None = None) -> Callable[..., Any]:
     """`plan_group` over a fixed bundle: each point made by the real `point_request`, placed on
-    local (`hours` each), the group's digest made as plan_group makes it, held by `holds`."""
+    local (`hours`: each point's), the group's digest made as plan_group makes it, held by `holds`."""
 
     def plan_group(req: JobRequest, **_: Any) -> tuple:
         reqs, plans = [], []
         for n, point in enumerate(req.sweep or [], start=1):
             preq = point_request(req, point, number=n)
-            plan = {**fixed_plan(preq), "point": point, "submitted_by": by, "hours": hours}
+            plan = {**fixed_plan(preq), "point": point, "submitted_by": by, "smoke": smoke,
+                    "hours": None if hours is None else hours[n - 1]}
             reqs.append(preq)
             plans.append(plan)
         gplan = {"points": list(req.sweep or []), "targets": {"local": len(plans)},
-                 "hours": None if hours is None else hours * len(plans),
+                 "hours": None if hours is None else sum(hours),
                  "estimated_price": 0, "holds": list(holds or []), "submitted_by": by,
                  "command": plans[0]["command"], "max_parallel": req.max_parallel,
                  "digest": sweeps.group_digest([p["digest"] for p in plans], req.max_parallel)}
@@ -566,15 +568,23 @@ def test_the_group_recorded_is_the_sweep_its_plan_and_its_points(submitting) -> 
         assert job.bundle == {"files": 1, "bytes": 10, "hash": "c" * 64, "root": str(project), "project_rel": ""}
         assert job.state == State.ROUTING
         events = [(e.reason, e.actor, e.data) for e in store.events(job.id)]
-        assert events[:2] == [(f"submitted by tester as point {n} of sweep {group.short_id}", "tester", {}),
-                              ("test", "tester", {"target": "local", "passed_over": []})], events
+        assert events == [(f"submitted by tester as point {n} of sweep {group.short_id}", "tester", {}),
+                          ("test; routed", "tester", {"target": "local", "passed_over": []})], events
     assert got.guidance["needs_approval"] is False and "note" not in got.guidance
     store.close()
 
 
+def test_a_points_name_is_the_sweeps_with_its_values_cut_at_120(submitting) -> None:
+    project, submit = submitting
+    got = submit(sweep_request(project, name="n" * 115))
+    names = [j.name for j in got.jobs]
+    assert names == [("n" * 115 + f"[LR={p['LR']}]")[:120] for p in SWEEP]
+    assert {len(n) for n in names} == {120}
+
+
 def test_a_held_sweep_records_every_point_held_with_its_group(submitting) -> None:
     project, submit = submitting
-    holds = [{"rule": "cost", "reason": "costs more than $5"}]
+    holds = [{"rule": "cost", "reason": "costs more than $5"}, {"rule": "hours", "reason": "runs over 1 hour"}]
     got = submit(sweep_request(project), holds=holds)
     store = Store()
     group = store.group(got.group.id)
@@ -588,7 +598,8 @@ def test_a_held_sweep_records_every_point_held_with_its_group(submitting) -> Non
         assert job.plan["group_totals"] == {"points": 3, "targets": {"local": 3}, "hours": None,
                                             "estimated_price": 0}
         held = [(e.reason, e.actor, e.data) for e in store.events(job.id) if e.reason.startswith("held")]
-        assert held == [(f"held with its sweep {group.short_id} for approval: costs more than $5", "tester",
+        assert held == [(f"held with its sweep {group.short_id} for approval: costs more than $5; runs over 1 hour",
+                         "tester",
                          {"holds": holds, "group": group.short_id})]
     assert got.guidance["needs_approval"] is True and got.guidance["approve"] == f"gpu approve {group.short_id}"
     again = submit(sweep_request(project), holds=holds)  # held points are live: the same group
@@ -601,15 +612,15 @@ def test_an_agents_sweep_is_counted_in_its_day_inside_the_insert(submitting) -> 
     (why: its point of the sweep); a sweep whose points together would pass the day's hours is
     held as one group, by the submitter, and nothing of it is counted."""
     project, submit = submitting
-    first = submit(sweep_request(project), by="agent", hours=2.0)
+    first = submit(sweep_request(project), by="agent", hours=[1.0, 2.0, 3.0])
     short = first.group.short_id
     store = Store()
     for n, job in enumerate(first.jobs, start=1):
         counted = [(e.reason, e.actor, e.data) for e in store.events(job.id) if "agent's day" in e.reason]
-        assert counted == [(f"counted against the agent's day: 2 h, $0.00 (point {n} of sweep {short})", "tester",
-                            {"agent_start": {"hours": 2.0, "usd": 0.0, "why": f"point {n} of sweep {short}"}})]
+        assert counted == [(f"counted against the agent's day: {n} h, $0.00 (point {n} of sweep {short})", "tester",
+                            {"agent_start": {"hours": float(n), "usd": 0.0, "why": f"point {n} of sweep {short}"}})]
         assert store.get(job.id).state == State.ROUTING
-    second = submit(sweep_request(project, [{"LR": 5}, {"LR": 6}, {"LR": 7}]), by="agent", hours=3.0)
+    second = submit(sweep_request(project, [{"LR": 5}, {"LR": 6}, {"LR": 7}]), by="agent", hours=[3.0] * 3)
     assert second.submitted is True and second.group.approval == "held"
     reason = ("the sweep's 3 points together: the work agents started without you in the last 24 hours "
               "comes to 6 hours and $0.00 (3 starts), and this one's 9 hours and $0.00 would pass the "
@@ -618,6 +629,30 @@ def test_an_agents_sweep_is_counted_in_its_day_inside_the_insert(submitting) -> 
     for job in second.jobs:
         assert job.state == State.AWAITING_APPROVAL and job.plan["hold_kind"] == "group"
         assert [e for e in store.events(job.id) if "agent's day" in e.reason] == []
+    store.close()
+
+
+def test_an_agents_smoke_sweep_counts_each_point_at_the_smoke_cap(submitting) -> None:
+    """A smoke point without hours is judged by the rules' smoke cap (the supervisor stops it
+    there): that is what each point counts against the agent's day."""
+    from core.config import user as userconfig
+
+    cap = userconfig.load().rules.smoke_max_minutes / 60
+    project, submit = submitting
+    got = submit(sweep_request(project), by="agent", smoke=True)
+    store = Store()
+    counted = [e.data["agent_start"]["hours"] for j in got.jobs for e in store.events(j.id)
+               if "agent's day" in e.reason]
+    assert cap > 0 and counted == [round(cap, 6)] * 3
+    store.close()
+
+
+def test_a_persons_sweep_is_not_counted_in_the_agents_day(submitting) -> None:
+    project, submit = submitting
+    got = submit(sweep_request(project), hours=[1.0, 1.0, 1.0])
+    store = Store()
+    assert [e.reason for j in got.jobs for e in store.events(j.id) if "agent's day" in e.reason] == []
+    assert got.group.approval == "none"
     store.close()
 
 
