@@ -222,10 +222,16 @@ MODULES: dict[str, Module] = {m.path.rsplit("/", 1)[-1][:-3]: m for m in [
     Module("core/runtime/ckptscan.py", ["tests/runtime/test_checkpoint_generations.py", "tests/runtime/test_choke_ckptgen.py"],
            names=["core.runtime.ckptscan.x__scan_generation__*", "core.runtime.ckptscan.x__gen_names__*"]),
     # idempotency: what "the same request" is, and the one insert per request_id
-    Module("core/engine/service.py", ["tests/engine/test_idempotency.py", "tests/engine/test_choke_idempotency.py"],
+    Module("core/engine/service.py", ["tests/engine/test_idempotency.py", "tests/engine/test_choke_idempotency.py",
+                                      "tests/engine/test_choke_sweep_idempotency.py"],
            names=["core.engine.service.x_fingerprint__*", "core.engine.service.x__insert_once__*"]),
     Module("core/jobs/store.py", ["tests/engine/test_idempotency.py", "tests/engine/test_choke_idempotency.py"],
            names=["core.jobs.store.xǁStoreǁfind_active__*"]),
+    # ... and a sweep's: the one group per request_id, the live group an identical sweep returns
+    Module("core/engine/sweeps.py", ["tests/engine/test_choke_sweep_idempotency.py"],
+           names=["core.engine.sweeps.x__insert_once__*"]),
+    Module("core/jobs/groups.py", ["tests/engine/test_choke_sweep_idempotency.py"],
+           names=["core.jobs.groups.xǁGroupRowsǁfind_active_group__*"]),
     # the code-folder take-over: the record, its pin, the check of the folder, objects that lie
     Module("core/runtime/codetree.py", ["tests/runtime/test_codetree.py", "tests/runtime/test_choke_takeover.py"],
            names=["core.runtime.codetree.x_record_digest__*", "core.runtime.codetree.x__read_record__*",
