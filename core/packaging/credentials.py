@@ -38,7 +38,6 @@ _DECORATION = re.compile(
     r"|[-_ ](?:backup|bak|old|orig|copy|\d{1,3})| ?\(\d{1,3}\))\Z")
 _DECORATION_PREFIX = re.compile(r"\A(?:\.#|#)")
 _COPY_BEFORE_EXT = re.compile(r"\A(.+?)(?: ?\(\d{1,3}\)| copy(?: \d{1,3})?|[-_]copy)(\.[^.]+)\Z", re.DOTALL)
-_SWAP = re.compile(r"\.sw[a-p]\Z")
 # What a file system or a person's typing adds without changing what a name reads as: trailing
 # white space and dots (Windows and SMB drop them; `kaggle.json.`), and, outside ASCII, format
 # characters (zero-width space and joiners, soft hyphen, BOM) and compatibility forms (`.ｅnv`
@@ -297,7 +296,8 @@ def name_variants(name: str, hidden: bool = True) -> list[str]:
     a hidden copy of a name, `.token.json` or `.rootkey.csv`, gives the name (hiding a file is
     what a person does to a credential, not what makes it safe; only a rule that withholds
     reads that form: `hidden=False` leaves it out where a name would ship, as a template);
-    vim's swap file of `.env` is `..env.swp`, of `id_rsa` `.id_rsa.swp`; `kaggle\u200b.json `
+    vim's swap file of `.env` is `..env.swp`, of `id_rsa` `.id_rsa.swp` (un-hidden, then
+    without `.swp`); `kaggle\u200b.json `
     reads as kaggle.json. Matched whole (fullmatch, and `.` matches a newline: `.env\n_` is a
     dotenv file, not `.env` followed by something else)."""
     first = name.lower()
@@ -310,8 +310,6 @@ def name_variants(name: str, hidden: bool = True) -> list[str]:
         current = todo.pop()
         forms = [_DECORATION_PREFIX.sub("", current), _DECORATION.sub("", current),
                  _COPY_BEFORE_EXT.sub(r"\1\2", current), _TRAILING.sub("", current)]
-        if _SWAP.search(current) and current.startswith("."):
-            forms.append(_SWAP.sub("", current[1:]))
         for form in forms:
             if form and form not in seen:
                 seen.append(form)
@@ -319,7 +317,7 @@ def name_variants(name: str, hidden: bool = True) -> list[str]:
     if hidden:  # after every form as written: `.git-credentials~` is git's before `*-credentials`
         for form in list(seen):
             if form.startswith(".") and len(form) > 1:  # `.token.json`; `..env` reads as `.env`
-                seen += [v for v in name_variants(form[1:], hidden=False) if v not in seen]
+                seen += [v for v in name_variants(form[1:]) if v not in seen]
     return seen
 
 

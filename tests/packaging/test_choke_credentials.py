@@ -186,10 +186,20 @@ def test_editor_files_and_copies_of_a_credential_are_one(name: str, what: str, t
 def test_a_hidden_copy_of_a_credential_is_one(row: tuple[str, str, str]) -> None:
     """`.token.json`, `.rootkey.csv`, `.rclone.conf`: hiding a credential does not make it
     safe to ship, and it keeps its own family's reason."""
-    name, what, _ = row
+    name, what, twin = row
     hidden = name if name.startswith(".") else "." + name
     assert cred.name_reason(hidden) == _name_reason(what), hidden
+    twice = PREFIXED.get(name, what) if name.startswith(".") else what  # `..keystore` reads as `*.keystore`
+    assert cred.name_reason("." + hidden) == _name_reason(twice), "." + hidden  # hidden twice
     assert cred.withheld_reason(f"conf/{hidden}~") == _name_reason(what)
+
+
+@pytest.mark.parametrize("name", ["xkaggle.json", "skaggle.json", "xtoken.json", "xrootkey.csv", "xadc.json",
+                                  "xrclone.conf", "xsecring.gpg"])
+def test_only_a_dot_is_taken_off_a_name_not_a_letter(name: str) -> None:
+    """A letter before an exact name makes another name: it ships (a dot hides the same name)."""
+    assert cred.name_reason(name) is None
+    assert cred.name_reason("." + name[1:]) is not None
 
 
 @pytest.mark.parametrize("name", [".gitignore", ".python-version", ".pre-commit-config.yaml", ".token.py",
@@ -1064,6 +1074,8 @@ def test_a_connection_string_with_a_password_is_withheld_whatever_its_scheme(tex
     b'u = f"postgres://{user}:{password}@{host}/db"\n',  # references
     b'u = "postgres://%(user)s:%(pw)s@db/x"\n',
     b'u = "postgres://app:${DB_PASSWORD}@db.corp.net/app"\n',
+    b'u = "postgres://app:settings.db.password@db.corp.net/app"\n',  # a reference by its dotted name
+    b'u = "postgres://app:cfg[db_pw]@db.corp.net/app"\n',
     b"git+ssh://git@github.com/org/repo.git\n",  # a user, no password
     b"s3://bucket/key:abc@x\n",  # no user-info: a path that holds ':' and '@'
 ])
