@@ -43,3 +43,27 @@ def cwd_gone(tmp_path: Path) -> Iterator[None]:
         yield
     finally:
         os.chdir(here)
+
+
+def at_once(fn: Callable[[], object], n: int = 8) -> tuple[list, list[BaseException]]:
+    """`fn` on `n` threads released together (a barrier): what each returned, and what any
+    raised. How the idempotency tests race one request_id's inserts."""
+    import threading
+
+    results: list = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(n)
+
+    def one() -> None:
+        try:
+            start.wait()
+            results.append(fn())
+        except Exception as exc:  # noqa: BLE001 - any error is the test's failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, errors

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import threading
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.props import examples
+from tests.stubs import at_once
 
 from core.config.request import JobRequest
 from core.engine import service
@@ -144,26 +144,19 @@ def test_racing_submits_with_one_request_id_make_one_job(submitting) -> None:
     project, submit = submitting
     req = request(project, request_id="race")
     submit(request(project, request_id="warm-up"))  # the store's schema made before the race
-    results, errors = [], []
 
-    def one() -> None:
+    def one() -> tuple:
         store = Store()
         try:
-            results.append(service._insert_once(
+            return service._insert_once(
                 store, req, {"target": "local", "reasons": [], "passed_over": [], "holds": [],
                              "digest": "d" * 64, "submitted_by": "person"},
                 FakeBundle("b" * 64, project), service.fingerprint(req, "b" * 64), {}, req.to_json(),
-                "tester"))
-        except Exception as exc:  # noqa: BLE001 - any error is the test's failure
-            errors.append(exc)
+                "tester")
         finally:
             store.close()
 
-    threads = [threading.Thread(target=one) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results, errors = at_once(one)
     assert errors == []
     assert len({job.id for job, _ in results}) == 1
     assert sorted(made for _, made in results) == [False] * 7 + [True]

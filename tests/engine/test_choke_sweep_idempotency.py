@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +31,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.props import examples
+from tests.engine.test_choke_idempotency import FakeBundle
+from tests.stubs import at_once
 
 from core.config.request import JobRequest
 from core.config.sweep import point_request
@@ -43,19 +44,8 @@ from core.jobs.store import Store
 NOT_FINGERPRINTED = {"wait_s", "verbose", "request_id"}
 SWEEP = [{"LR": 0.1}, {"LR": 0.01}, {"LR": 0.001}]
 LIVE = sorted(ACTIVE, key=lambda s: s.value)
+THREE_STATES = st.lists(st.sampled_from(sorted(State, key=lambda s: s.value)), min_size=3, max_size=3)  # a sweep's points
 ENDED = sorted(TERMINAL, key=lambda s: s.value)
-
-
-class FakeBundle:
-    """What submit reads of a bundle: its hash, root and summary."""
-
-    def __init__(self, digest: str, root: Path) -> None:
-        self.hash = digest
-        self.root = root
-        self.project_rel = ""
-
-    def summary(self) -> dict:
-        return {"files": 1, "bytes": 10}
 
 
 def fixed_plan(req: JobRequest) -> dict:
@@ -155,6 +145,15 @@ def note(short: str, live: bool) -> str:
 
 # -- request_id ------------------------------------------------------------------------------
 
+
+def fresh_world(tmp_path_factory, monkeypatch_session) -> Path:
+    """A new data folder and project for one example of a property (function-scoped fixtures
+    are made once per test, not per example): the project, its bundle and plans fixed."""
+    monkeypatch_session.setenv("GPU_ROUTER_HOME", str(tmp_path_factory.mktemp("home")))
+    project = tmp_path_factory.mktemp("project")
+    use_bundle(monkeypatch_session, project)
+    return project
+
 def test_the_same_request_id_returns_the_same_group_and_its_points(submitting) -> None:
     project, submit = submitting
     first = submit(sweep_request(project, request_id="sweep-3"))
@@ -169,13 +168,10 @@ def test_the_same_request_id_returns_the_same_group_and_its_points(submitting) -
 
 @settings(max_examples=examples(30), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(states=st.lists(st.sampled_from(sorted(State, key=lambda s: s.value)), min_size=3, max_size=3))
+@given(states=THREE_STATES)
 def test_the_same_request_id_returns_its_group_whatever_its_points_states(
         tmp_path_factory, monkeypatch_session, states: list[State]) -> None:
-    home = tmp_path_factory.mktemp("home")
-    monkeypatch_session.setenv("GPU_ROUTER_HOME", str(home))
-    project = tmp_path_factory.mktemp("project")
-    use_bundle(monkeypatch_session, project)
+    project = fresh_world(tmp_path_factory, monkeypatch_session)
     first = sweeps.submit(sweep_request(project, request_id="k"), actor="t", interactive=True,
                           start_supervisor=False)
     set_states(first.group.id, states)
@@ -317,26 +313,17 @@ def test_racing_sweeps_with_one_request_id_make_one_group(submitting) -> None:
     req = sweep_request(project, request_id="race")
     bundle, reqs, plans, gplan = sweeps.plan_group(req)
     fp = service.fingerprint(req, bundle.hash)
-    results, errors = [], []
-    start = threading.Barrier(8)
 
-    def one() -> None:
+    def one() -> tuple:
         store = Store()
         try:
-            start.wait()
             group, jobs, made = sweeps._insert_once(
                 store, req, reqs, [dict(p) for p in plans], dict(gplan), bundle, fp, bundle.summary(), "tester")
-            results.append((group.id, [j.id for j in jobs], made))
-        except Exception as exc:  # noqa: BLE001 - any error is the test's failure
-            errors.append(exc)
+            return group.id, [j.id for j in jobs], made
         finally:
             store.close()
 
-    threads = [threading.Thread(target=one) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results, errors = at_once(one)
     assert errors == []
     assert len({group for group, _, _ in results}) == 1
     assert len({tuple(jobs) for _, jobs, _ in results}) == 1 and len(results[0][1]) == 3
@@ -395,13 +382,10 @@ def test_once_every_point_ended_the_same_sweep_makes_a_new_group(submitting, sta
 
 @settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(states=st.lists(st.sampled_from(sorted(State, key=lambda s: s.value)), min_size=3, max_size=3))
+@given(states=THREE_STATES)
 def test_an_identical_sweep_is_answered_exactly_while_one_point_is_live(
         tmp_path_factory, monkeypatch_session, states: list[State]) -> None:
-    home = tmp_path_factory.mktemp("home")
-    monkeypatch_session.setenv("GPU_ROUTER_HOME", str(home))
-    project = tmp_path_factory.mktemp("project")
-    use_bundle(monkeypatch_session, project)
+    project = fresh_world(tmp_path_factory, monkeypatch_session)
     first = sweeps.submit(sweep_request(project), actor="t", interactive=True, start_supervisor=False)
     set_states(first.group.id, states)
     again = sweeps.submit(sweep_request(project), actor="t", interactive=True, start_supervisor=False)
@@ -667,10 +651,7 @@ def test_any_run_of_submits_makes_one_thing_per_key_and_refuses_changed_requests
     """A model of the rule over sweeps, another sweep and a plain job, each step maybe ending
     everything after it: per request_id the first request sticks (the same: its group or job;
     another: refused); without one, the live group (or job) of that request, or a new one."""
-    home = tmp_path_factory.mktemp("home")
-    monkeypatch_session.setenv("GPU_ROUTER_HOME", str(home))
-    project = tmp_path_factory.mktemp("project")
-    use_bundle(monkeypatch_session, project)
+    project = fresh_world(tmp_path_factory, monkeypatch_session)
     make = {"sweep": lambda k: sweep_request(project, request_id=k),
             "other": lambda k: sweep_request(project, [{"LR": 1}, {"LR": 2}], request_id=k),
             "plain": lambda k: plain_request(project, request_id=k)}
