@@ -13,6 +13,16 @@ from core.jobs.records import Group, Job
 from core.jobs.states import ACTIVE
 
 
+# the two looks of `find_active_group`, said once: a request_id's group, whatever its state; an
+# identical sweep's newest group without a request_id that has a point still live
+_ACTIVE_STATES = tuple(s.value for s in ACTIVE)
+_GROUP_BY_REQUEST_ID = "SELECT * FROM groups WHERE request_id = ?"
+_LIVE_GROUP_BY_FINGERPRINT = (
+    "SELECT g.* FROM groups g WHERE g.fingerprint = ? AND g.request_id IS NULL AND EXISTS "
+    f"(SELECT 1 FROM jobs j WHERE j.group_id = g.id AND j.state IN ({', '.join('?' * len(_ACTIVE_STATES))})) "
+    "ORDER BY g.created_at DESC LIMIT 1")
+
+
 class GroupRows:
     """Groups in the Store (mixed into Store: uses its lock, connection and `write`)."""
 
@@ -74,13 +84,9 @@ class GroupRows:
         Asked inside the writer's transaction (`db`, from `write()`, as `Store.find_active`), so
         the look and the insert after it are one step."""
         if request_id is not None:
-            row = db.execute("SELECT * FROM groups WHERE request_id = ?", (request_id,)).fetchone()
-            return Group.from_row(row) if row else None
-        active = [s.value for s in ACTIVE]
-        row = db.execute(
-            f"SELECT g.* FROM groups g WHERE g.fingerprint = ? AND g.request_id IS NULL AND EXISTS "
-            f"(SELECT 1 FROM jobs j WHERE j.group_id = g.id AND j.state IN ({', '.join('?' * len(active))})) "
-            "ORDER BY g.created_at DESC LIMIT 1", (fingerprint, *active)).fetchone()
+            row = db.execute(_GROUP_BY_REQUEST_ID, (request_id,)).fetchone()
+        else:
+            row = db.execute(_LIVE_GROUP_BY_FINGERPRINT, (fingerprint, *_ACTIVE_STATES)).fetchone()
         return Group.from_row(row) if row else None
 
     def resolve_any(self, ref: str, project: str | None = None) -> "Job | Group":
