@@ -336,7 +336,7 @@ async def test_provider_takes_a_kind_and_a_kind_with_no_target_says_how_to_add_o
                            provider="slurm")
         assert "no slurm target is configured" in text and "gpu targets add slurm NAME" in text
         text = await fails(s, "gpu_plan", project_dir=str(project), provider="kagle")
-        assert "no target named 'kagle'" in text and "local, ssh, slurm, pbs, kaggle, modal, colab" in text
+        assert "no target named 'kagle'" in text and "local, ssh, slurm, pbs, kaggle, modal, skypilot, colab" in text
         assert "no job API" in await fails(s, "gpu_submit", project_dir=str(project), provider="colab")
         plan = await call(s, "compute_job", action="plan", command="python train.py", cwd=str(project),
                           provider="local", hours=0.1)  # the target named local (and the local kind)
