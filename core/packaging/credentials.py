@@ -314,21 +314,28 @@ def name_variants(name: str, hidden: bool = True) -> list[str]:
             if form and form not in seen:
                 seen.append(form)
                 todo.append(form)
-    if hidden:  # after every form as written: `.git-credentials~` is git's before `*-credentials`
-        for form in list(seen):
-            if form.startswith(".") and len(form) > 1:  # `.token.json`; `..env` reads as `.env`
-                seen += [v for v in name_variants(form[1:]) if v not in seen]
-    return seen
+    return seen + _unhidden(seen) if hidden else seen
+
+
+def _unhidden(written: list[str]) -> list[str]:
+    """The forms of the hidden names among `written` without their dot, after every form as
+    written (`.git-credentials~` is git's before `*-credentials`): `.token.json` gives
+    token.json, `..env` .env and env."""
+    out: list[str] = []
+    for form in written:
+        if form.startswith(".") and len(form) > 1:
+            out += [v for v in name_variants(form[1:]) if v not in written and v not in out]
+    return out
 
 
 def name_reason(name: str) -> str | None:
     """Why a file of this name is a credential, or None (templates are judged by content)."""
     if not might_be_credential_name(name):
         return None
-    if any(ENV_TEMPLATE.fullmatch(v) for v in name_variants(name, hidden=False)):
+    written = name_variants(name, hidden=False)
+    if any(ENV_TEMPLATE.fullmatch(v) for v in written):
         return None
-    variants = name_variants(name)
-    for plain in variants:
+    for plain in written + _unhidden(written):
         m = _name_regex().fullmatch(plain)
         if m is not None:
             what = NAME_RULES[int(m.lastgroup[1:])][1]
@@ -582,6 +589,10 @@ _SECRET_TAIL = (r"(?:" + "|".join(w for w in SECRET_WORDS if w not in ("pwd",)) 
                 r"|passphrase|secret[_.-]?(?:access[_.-]?)?key(?:[_.-]?base)?|(?:encryption|signing|master|hmac)[_.-]?key"
                 r"|(?:logged[_.-]?in|nonce)[_.-]?key|token|(?:\A|[_. -])(?:pass|pwd|pw|salt))\Z")
 _SECRET_NAME = re.compile(_SECRET_TAIL, re.IGNORECASE)
+# a word every name `_SECRET_NAME` takes holds (lower-cased): a YAML or JSON file without one
+# (and without a `\u` escape, which could spell one in a JSON key) names no secret, and is not
+# parsed (`_mapping_what`: parsing every JSON file cost half again of its content check)
+_KEY_WORDS = (b"key", b"pass", b"pw", b"secret", b"token", b"salt", b"contrase")
 _NOT_SECRET_NAMES = frozenset({"pwd", "oldpwd", "wp_cache_key_salt"})
 
 # A line that is not of a KEY=value file (blank, `#`/`;`/`!` comment, `[section]`, `NAME=...`):
@@ -715,7 +726,7 @@ def _settings_what(head: bytes, lowered: bytes) -> str | None:
     text = head if len(head) < CONTENT_HEAD else head[:head.rfind(b"\n") + 1]  # a whole last line
     if text.startswith(b"\xef\xbb\xbf"):  # a BOM (Windows editors' INI and .properties)
         text = text[3:]
-    if b":" in text:
+    if b":" in text and (any(w in lowered for w in _KEY_WORDS) or b"\\u" in head):
         what = _mapping_what(text, whole=len(head) < CONTENT_HEAD)
         if what is not None:
             return what
@@ -835,18 +846,21 @@ def _url_password_what(head: bytes) -> str | None:
         if _URL_SETTING.search(before[-60:]):
             return "package index URL with a password"
         found = found or "a URL with a password"
-    if found is None:
-        for m in _DSN_WITH_PASSWORD.finditer(head):
-            if _dsn_password(m.group(1)):
-                return "a database or service URL with a password"
+    if found is None and _dsn_with_password(head):
+        return "a database or service URL with a password"
     return found
 
 
-def _dsn_password(password: bytes) -> bool:
-    """A connection string's password is written out: not a default or placeholder word
-    (`postgres`, `root`, `admin`, `secret`, `changeme`) nor a reference (`%(pw)s`, `{pw}`)."""
-    lowered = password.lower()
-    return not (lowered in _PLACEHOLDER_WORDS or _PLACEHOLDER.match(lowered) or _REFERENCE.match(password))
+def _dsn_with_password(text: bytes) -> bool:
+    """A connection string of `text` has its password written out: not a default or
+    placeholder word (`postgres`, `root`, `admin`, `secret`, `changeme`) nor a reference
+    (`%(pw)s`, `{pw}`)."""
+    for m in _DSN_WITH_PASSWORD.finditer(text):
+        password = m.group(1)
+        lowered = password.lower()
+        if not (lowered in _PLACEHOLDER_WORDS or _PLACEHOLDER.match(lowered) or _REFERENCE.match(password)):
+            return True
+    return False
 
 def url_credential(text: str) -> str | None:
     """What credential a URL (or a line holding URLs: an index option, a requirement) carries,
@@ -857,7 +871,7 @@ def url_credential(text: str) -> str | None:
     files, so a placeholder (`https://user:${PIP_TOKEN}@host`, filled in by pip on the target
     from a keychain secret) passes and a written-out password does not."""
     raw = text.encode("utf-8", "surrogateescape")
-    if _URL_WITH_PASSWORD.search(raw) or any(_dsn_password(m.group(1)) for m in _DSN_WITH_PASSWORD.finditer(raw)):
+    if _URL_WITH_PASSWORD.search(raw) or _dsn_with_password(raw):
         return "a URL with a password"
     token = tokens.find_token(raw)
     return f"a URL holding {token}" if token else None

@@ -41,7 +41,6 @@ class ServiceTarget:
     kind: str
     credentials_name = "credentials"
     credentials_from = "them"
-    probe_ttl_s = PROBE_TTL_S  # how long a probe's answer is trusted (a kind may trust it longer)
     _stored_credentials: dict[str, str] | None = None
 
     def _credentials(self) -> dict[str, str]:
@@ -63,7 +62,7 @@ class ServiceTarget:
             doc = json.loads(self._probe_file().read_text())
         except (OSError, ValueError):
             return None
-        if time.time() - float(doc.get("at", 0)) > self.probe_ttl_s:
+        if time.time() - float(doc.get("at", 0)) > PROBE_TTL_S:
             return None
         info = self._info(bool(doc["available"]), doc.get("why"))
         if doc.get("quota_hours_left") is not None:

@@ -127,7 +127,7 @@ SERVICE_FLAGS = {
                  ("endpoint", "venv", "max_jobs"),
                  "[--endpoint URL] [--venv PATH] [--clouds aws,runpod] [--env NAME=VALUE]"),
 }
-HOST_ONLY = ("endpoint", "venv", "clouds")  # the flags no other kind takes
+SKYPILOT_ONLY = ("endpoint", "venv", "clouds")  # the flags no other kind takes
 
 
 def _service_body(args: argparse.Namespace) -> dict:
@@ -147,8 +147,6 @@ def _service_body(args: argparse.Namespace) -> dict:
             body["clouds"] = [c.strip().lower() for c in args.clouds.split(",") if c.strip()]
         if args.env:
             body["env"] = _env_pairs(args.env)
-    elif any(getattr(args, flag) for flag in HOST_ONLY):
-        raise UserError("--endpoint, --venv and --clouds are for skypilot targets")
     return body
 
 
@@ -165,6 +163,8 @@ def _body(args: argparse.Namespace) -> dict:
     if not NAME_RE.match(args.name) or args.name == "local":
         raise UserError(f"{shorten(args.name)} cannot name a target",
                         fix="letters, digits, '.', '_' or '-'; `local` is this machine")
+    if args.kind != "skypilot" and any(getattr(args, flag) for flag in SKYPILOT_ONLY):
+        raise UserError("--endpoint, --venv and --clouds are for skypilot targets")
     if args.kind in SERVICE_FLAGS:
         return _service_body(args)
     if args.gpu or args.modal_toml:
@@ -180,8 +180,6 @@ def _body(args: argparse.Namespace) -> dict:
         raise UserError("--local runs the scheduler's commands here: leave out --host/--user/--port/--key")
     if args.kind == "ssh" and (args.partition or args.account):
         raise UserError("--partition and --account are for slurm and pbs targets")
-    if any(getattr(args, flag) for flag in HOST_ONLY):
-        raise UserError("--endpoint, --venv and --clouds are for skypilot targets")
     body: dict[str, Any] = {"kind": args.kind}
     if args.local:
         body["local"] = True

@@ -4,8 +4,9 @@ catalog for the enabled clouds, `slurm.pricing` for a Slurm infra) becomes for t
 One offer per GPU type, at the cheapest price any enabled cloud lists for one GPU of it (for
 several, the router multiplies, as for Modal's types), with every row that could serve it as
 the offer's *candidates*. SkyPilot's server picks the instance at launch, so what a person
-approves is a ceiling and the candidate set: `binding(...)` is what a plan carries of it, and
-the plan's digest covers it (core.planning.plan.digest, `bind`).
+approves is a ceiling and the candidate set: `binding(...)` is what a plan will carry of it
+(shown per offer in the probe's details now; the plan and its digest take it when launching
+on SkyPilot is built).
 
 Pure functions of the recorded answer: tested without a server.
 """

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from core.jobs.store import Job
 from core.providers import probing
@@ -86,12 +85,9 @@ class SkyPilotProvider(ServiceTarget):
         (also across processes). Bounded by `connect_timeout_s` here and by the target's
         `probe_timeout_s` around it (core.providers.probing)."""
         if not refresh:
-            cached = self._cached_probe()
-            if cached is not None:
-                return cached
-            stale = self._stale_probe()
-            if stale is not None:
-                return stale
+            remembered = self._remembered()
+            if remembered is not None:
+                return remembered
         from core.providers.skypilot.client import AdapterError, AdapterTimeout, SkyPilotError, ask_once
 
         python = self.python()
@@ -131,10 +127,11 @@ class SkyPilotProvider(ServiceTarget):
             "gpu_count_max": {gpu: o["count_max"] for gpu, o in offers.items()},
         }
 
-    def _stale_probe(self) -> TargetInfo | None:
-        """The last answer past its time, as it was: while the target runs no job, a submit
-        or a plan is never held for `sky check` over every cloud (seconds to a minute) only to
-        list prices; `gpu targets probe NAME` (and `add`) asks again, past it."""
+    def _remembered(self) -> TargetInfo | None:
+        """The last answer (only answers are remembered), fresh for probe_ttl_s; past it,
+        shown as it was with its time: while the target runs no job, a submit or a plan is
+        never held for `sky check` over every cloud (seconds to a minute) only to list prices;
+        `gpu targets probe NAME` (and `add`) forget it and ask again."""
         import time
 
         from core.providers.service import last_probe
@@ -143,14 +140,12 @@ class SkyPilotProvider(ServiceTarget):
         if not doc or not doc.get("details"):
             return None
         info = self._info(True, None, doc["details"])
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(doc.get("at") or 0)))
-        info.why_unavailable = f"{info.why_unavailable} (as of {when}; `gpu targets probe {self.name}` asks again)"
-        info.details = {**info.details, "as_of": float(doc.get("at") or 0)}
+        at = float(doc.get("at") or 0)
+        if time.time() - at > self.probe_ttl_s:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
+            info.why_unavailable = f"{info.why_unavailable} (as of {when}; `gpu targets probe {self.name}` asks again)"
+            info.details = {**info.details, "as_of": at}
         return info
-
-    def _cached_probe(self) -> TargetInfo | None:
-        hit = super()._cached_probe()  # only answers are remembered: made again from their details
-        return None if hit is None else self._info(True, None, hit.details)
 
     def _info(self, reached: bool, why: str | None = None, details: dict | None = None) -> TargetInfo:
         if details is None and not reached:  # not asked now (a remembered failure, a timeout): the
@@ -179,13 +174,10 @@ class SkyPilotProvider(ServiceTarget):
 
     # -- running: not built yet ------------------------------------------------------------------
 
-    def _refuse(self) -> Any:
+    async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
         from core.errors import UserError
 
         raise UserError(f"{self.name}: {NOT_YET}", fix="pick another target (`gpu targets`)")
-
-    async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
-        self._refuse()
 
     async def poll(self, job: Job) -> Poll:
         return Poll("lost", detail=NOT_YET)

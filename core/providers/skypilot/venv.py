@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+from core.config.targetopts import CLOUD_RE
 from core.errors import UserError
 
 SKYPILOT_VERSION = "0.14.1"
 SKYPILOT_SPEC = f"skypilot[slurm]=={SKYPILOT_VERSION}"
-EXTRA_RE = __import__("re").compile(r"^[a-z][a-z0-9_-]{0,39}\Z")
 MARKER = "gpu-router-skypilot.json"  # written last: a venv without it is half made
 INSTALL_TIMEOUT_S = 1800.0  # ~100 packages; 58 s on two busy cores with a warm cache
 
@@ -41,9 +42,9 @@ def spec_for(clouds: list[str] | None, installed_spec: str | None = None) -> str
     cloud's client libraries: `skypilot[aws,runpod]`), else Slurm's alone (the clouds SkyPilot
     then lists as disabled say which extra each lacks). The extras already installed stay (one
     venv serves every skypilot target: a second target's clouds add to the first's)."""
-    have = __import__("re").match(r"skypilot\[([^\]]*)\]==", installed_spec or "")
+    have = re.match(r"skypilot\[([^\]]*)\]==", installed_spec or "")
     extras = sorted({c.lower() for c in clouds or []} | {"slurm"} | set(have.group(1).split(",") if have else ()))
-    bad = [c for c in extras if not EXTRA_RE.match(c)]
+    bad = [c for c in extras if not CLOUD_RE.match(c)]
     if bad:
         raise UserError(f"{bad[0]!r} is not a SkyPilot cloud name", fix="e.g. --clouds aws,runpod,kubernetes")
     return f"skypilot[{','.join(extras)}]=={SKYPILOT_VERSION}"
