@@ -271,13 +271,13 @@ def rejudge(store: Store, job: Job, chosen: Any, text: str, door: str = MIGRATIO
     written nowhere. `replan` writes it; core/engine/reroute.py asks first, and moves a job
     waiting for a slot only where it starts without a hold. A denied job raises UserError."""
     from core.planning.plan import digest
+    from core.planning.router import ROUTE_KEYS, route_fields
 
     plan = {**job.plan, "target": chosen.target, "gpu": chosen.gpu, "reasons": chosen.reasons,
             "passed_over": chosen.passed_over}
-    for key in ("offer", "holds", "hold_kind", "tell_user"):
+    for key in (*ROUTE_KEYS, "holds", "hold_kind", "tell_user"):
         plan.pop(key, None)
-    if chosen.offer:
-        plan["offer"] = chosen.offer
+    plan.update(route_fields(chosen, job.request.get("checkpoint"), job.request.get("restart") or "never"))
     plan["digest"] = digest(plan)
     verdict = judge(store, job, plan, door=door, cfg=cfg, info=chosen.info,
                     interactive=plan.get("submitted_by") == "person")

@@ -59,7 +59,7 @@ def plan_resume(store: Store, job: Job, *, cfg: Any = None) -> Resuming:
     from core.engine import targets
     from core.engine.service import request_from_json
     from core.planning.plan import digest
-    from core.planning.router import route
+    from core.planning.router import ROUTE_KEYS, route, route_fields
 
     if job.state not in RESUMABLE:
         _refuse(job)
@@ -78,10 +78,9 @@ def plan_resume(store: Store, job: Job, *, cfg: Any = None) -> Resuming:
             "passed_over": chosen.passed_over,
             "resume": {"attempt": attempt, "checkpoint": ckpt and {
                 "generation": ckpt["generation"], "sha256": ckpt["sha256"]}}}
-    for key in ("offer", "holds", "hold_kind", "tell_user", "group_totals"):
+    for key in (*ROUTE_KEYS, "holds", "hold_kind", "tell_user", "group_totals"):
         plan.pop(key, None)
-    if chosen.offer:
-        plan["offer"] = chosen.offer
+    plan.update(route_fields(chosen, req.checkpoint, req.restart))
     plan["digest"] = digest(plan)
     return Resuming(job=job, plan=plan, info=chosen.info, ckpt=ckpt, attempt=attempt, cfg=cfg)
 

@@ -31,7 +31,7 @@ from core.packaging.local_data import list_data
 from core.packaging.report import left_out_hint, ship_warnings
 from core.packaging import depcheck, depfiles, requirements
 from core.planning.plan import build_plan, canonical_bytes, data_hash
-from core.planning.router import NoGpuTarget, pinned, route
+from core.planning.router import NoGpuTarget, pinned, route, route_fields
 
 # told (done, total or None, what is happening) while a submit or a plan bundles the project:
 # the MCP server turns these into progress notifications
@@ -212,9 +212,8 @@ def place(req: JobRequest, bundle: Bundle, data_hashes: dict[str, str], store: S
         chosen = route(req, infos, targets.kinds(cfg))
     except NoGpuTarget as exc:
         raise exc.with_offers(_account_offers(req, cfg)) from None
-    extra = {"reasons": chosen.reasons, "passed_over": chosen.passed_over}
-    if chosen.offer:
-        extra["offer"] = chosen.offer
+    extra = {"reasons": chosen.reasons, "passed_over": chosen.passed_over,
+             **route_fields(chosen, req.checkpoint, req.restart)}
     plan = build_plan(req, bundle, chosen.target, chosen.gpu, data_hashes, extra=extra)
     apply_rules(plan, store, cfg, chosen.info, interactive=interactive, new_start=True)
     return plan

@@ -2,7 +2,8 @@
 
 The digest is sha256 over the canonical plan (bundle hash, script, args, env, secret names,
 data hashes and the commits hf:// data was pinned to, target, GPU, VRAM, hours; the scheduler
-resources, among them the GPU count, and a Modal image's base and packages where given): an approval
+resources, among them the GPU count, a Modal image's base and packages, and a SkyPilot launch's
+price ceiling and candidate clouds where given): an approval
 binds to it, so any change to what would run needs a new one.
 """
 
@@ -46,6 +47,8 @@ def digest(plan: dict) -> str:
         # the optional dependency groups installed bind too (absent: the digest is unchanged)
         if plan.get(key):
             doc[key] = plan[key]
+    if plan.get("skypilot"):  # a SkyPilot launch's price ceiling and candidates bind (catalog.binding)
+        doc["skypilot"] = plan["skypilot"]
     if plan.get("resume"):  # a resumed job's attempt and checkpoint bind: a new approval
         doc["resume"] = plan["resume"]
     return hashlib.sha256(canonical_bytes(doc)).hexdigest()

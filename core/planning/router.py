@@ -42,6 +42,28 @@ class Route:
     offer: str | None = None  # the GPU set-up asked of a target that offers several
 
 
+# what a route adds to its plan: dropped and set again wherever a job is planned anew
+ROUTE_KEYS = ("offer", "skypilot")
+
+
+def route_fields(chosen: Route, checkpoint: str | None, restart: str) -> dict:
+    """What the chosen route adds to its plan: the GPU set-up asked of a target that offers
+    several, and on a skypilot target the price ceiling and candidate set a person approves
+    (catalog.plan_binding; the digest covers it), which the launch is then held to."""
+    out: dict = {}
+    if chosen.offer:
+        out["offer"] = chosen.offer
+    info = chosen.info
+    if info is not None and info.kind == "skypilot":
+        from core.providers.skypilot.catalog import plan_binding
+
+        offer = chosen.offer or (info.gpus[0]["name"] if info.gpus else None)
+        bound = plan_binding(info.details, offer, checkpoint, restart)
+        if bound is not None:
+            out.update(offer=offer, skypilot=bound)
+    return out
+
+
 def gpu_matches(info: TargetInfo, gpu: str | None, vram_gb: float | None,
                 count: int | None = None) -> str | None:
     """Why `info` cannot serve this GPU/VRAM request (and `count` GPUs of that type, where more

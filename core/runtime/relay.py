@@ -57,13 +57,15 @@ def relayed(progress: str) -> int | None:
         return None
 
 
-def follow(path: str, stop: threading.Event, mark: str = "", progress: str | None = None) -> None:
+def follow(path: str, stop: threading.Event, mark: str = "", progress: str | None = None,
+           escape=None) -> None:
     """Copy the lines `path` gains from now on to standard output until `stop`, then the rest
     (an earlier attempt's lines, in a file that outlives attempts, were relayed by that one).
     `progress`: a file that holds how far the copy has got, written before each copy (a
     process killed between the two has lost at most that copy from its stream, never sent a
     line twice), so a container that runs the same input again can copy what this one could
-    not (modal_function.py)."""
+    not (modal_function.py). `escape`: what each line goes through first (frames.escape_log
+    where files travel in the same stream, so no line of the job's reads as one)."""
     offset = size(path)
     _record(progress, offset)
     while True:
@@ -79,7 +81,7 @@ def follow(path: str, stop: threading.Event, mark: str = "", progress: str | Non
             offset += len(whole)
             _record(progress, offset)
             for line in whole.decode("utf-8", "replace").splitlines():
-                emit(mark + line)
+                emit(mark + (escape(line) if escape else line))
         if done:
             return
         stop.wait(0.5)
@@ -97,16 +99,18 @@ def _ask_checkpoint(spec: dict, launcher: subprocess.Popen, text: str) -> None:
 
 def run(spec: dict, spec_path: str, launcher_py: str, checkpoint_after_s: float | None,
         limit_text: str, interrupt: "threading.Event | None" = None,
-        interrupt_text: str = "interrupted", progress: dict | None = None) -> tuple[int, bool]:
+        interrupt_text: str = "interrupted", progress: dict | None = None,
+        log_escape=None) -> tuple[int, bool]:
     """Run the launcher on `spec_path`, relaying; (its exit status, whether the job was asked
     to checkpoint for the time limit). Once `interrupt` is set (the container is going away:
     a Modal preemption's grace period) the job is asked to checkpoint too, and the relay goes
     on until the launcher ends or the process is killed: what the job writes meanwhile still
     reaches standard output. `progress` ({"log": file, "metrics": file}): where each copy
-    records how far it has got (`follow`)."""
+    records how far it has got (`follow`). `log_escape`: applied to each log line (`follow`)."""
     stop = threading.Event()
     progress = progress or {}
-    followers = [threading.Thread(target=follow, args=(spec["log"], stop, "", progress.get("log")), daemon=True),
+    followers = [threading.Thread(target=follow, args=(spec["log"], stop, "", progress.get("log"), log_escape),
+                                  daemon=True),
                  threading.Thread(target=follow, args=(spec["env"]["GPU_ROUTER_METRICS_FILE"], stop,
                                                        METRIC_MARK, progress.get("metrics")), daemon=True)]
     for t in followers:

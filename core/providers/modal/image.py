@@ -8,13 +8,9 @@ out by content: an unchanged re-submit sends no file.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import importlib.util
-import io
 import os
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -22,7 +18,7 @@ from core import paths
 from core.errors import UserError
 from core.jobs.store import Job
 from core.packaging import objects, requirements
-from core.packaging.local_data import list_data
+from core.providers.dataship import data_archives
 from core.providers.spec import launch_spec
 from core.runtime import RUNTIME_DIR
 
@@ -84,30 +80,7 @@ class ModalImage:
 
     def _data_files(self, job: Job) -> dict[str, Path]:
         """Each local data set packed once (deterministically) into the cache, by content hash."""
-        out: dict[str, Path] = {}
-        for item in job.request.get("data", []):
-            if item["kind"] != "path":
-                raise RuntimeError(f"data {item['name']}: only local data sets reach a modal target")
-            h = (job.plan.get("data") or {}).get(item["name"])
-            listing = list_data(Path(item["source"]), item["name"])
-            if not h:
-                h = hashlib.sha256("\0".join(listing.files).encode() + str(listing.source).encode()).hexdigest()
-            path = paths.cache_dir() / "modal-data" / f"{h[:32]}.tar.gz"
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                raw = io.BytesIO()
-                with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                    for rel in listing.files:
-                        src = listing.source / rel if rel else listing.source
-                        info = tar.gettarinfo(str(src), arcname=rel or listing.source.name)
-                        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-                        with open(src, "rb") as f:
-                            tar.addfile(info, f)
-                tmp = path.with_suffix(".part")
-                tmp.write_bytes(gzip.compress(raw.getvalue(), mtime=0))
-                os.replace(tmp, path)
-            out[item["name"]] = path
-        return out
+        return data_archives(job, "modal")
 
     def _spec(self, job: Job, data: dict[str, Path]) -> dict:
         jd, work = "@JOB@", "@WORK@"

@@ -4,9 +4,8 @@ catalog for the enabled clouds, `slurm.pricing` for a Slurm infra) becomes for t
 One offer per GPU type, at the cheapest price any enabled cloud lists for one GPU of it (for
 several, the router multiplies, as for Modal's types), with every row that could serve it as
 the offer's *candidates*. SkyPilot's server picks the instance at launch, so what a person
-approves is a ceiling and the candidate set: `binding(...)` is what a plan will carry of it
-(shown per offer in the probe's details now; the plan and its digest take it when launching
-on SkyPilot is built).
+approves is a ceiling and the candidate set: `binding(...)` is what a plan carries of it
+(`plan_binding`, in the plan's digest), and what the launch is held to.
 
 Pure functions of the recorded answer: tested without a server.
 """
@@ -75,12 +74,28 @@ def offers(prices: dict, spot: bool = False) -> dict[str, dict]:
 def binding(offer: dict, count: int = 1, spot: bool = False) -> dict:
     """What a plan for `count` GPUs of `offer` binds: the hourly ceiling handed to SkyPilot
     (`Resources(max_hourly_cost=...)`, and held by gpu-router itself where SkyPilot ignores it:
-    0.14.1 does on Slurm) and the candidates that fit under it."""
-    ceiling = round(offer["price"] * count * CEILING_MARGIN, 4)
-    fits = [{k: r[k] for k in ("cloud", "region", "instance_type", "count", "price", "spot_price")}
-            for r in offer["candidates"]
-            if r["count"] >= count and (per_gpu(r, spot) or 0) * count <= ceiling]
+    0.14.1 does on Slurm) and the candidates that fit under it. The ceiling is the cheapest
+    candidate that holds `count` GPUs, at its spot price where spot is asked, with room."""
+    able = [r for r in offer["candidates"] if r["count"] >= count and per_gpu(r, spot) is not None]
+    base = min((per_gpu(r, spot) for r in able), default=offer["price"])
+    ceiling = round(base * count * CEILING_MARGIN, 4)
+    fits = [{k: r[k] for k in SLIM} for r in able if per_gpu(r, spot) * count <= ceiling]
     return {"max_hourly_cost": ceiling, "use_spot": spot, "candidates": fits}
+
+
+SLIM = ("cloud", "region", "instance_type", "count", "price", "spot_price")
+
+
+def plan_binding(details: dict, offer: str | None, checkpoint: str | None, restart: str) -> dict | None:
+    """The binding a plan on a skypilot target carries, from its probe's details and the
+    offer the router chose (`FAKE`, `FAKE:2`); None where the details price no such type."""
+    gpu, _, n = str(offer or "").partition(":")
+    entry = (details.get("prices") or {}).get(gpu)
+    if not isinstance(entry, dict) or not entry.get("rows"):
+        return None
+    count = int(n) if n.isdigit() else 1
+    return binding({"price": entry["usd_per_hour"], "candidates": entry["rows"]}, count,
+                   use_spot(checkpoint, restart))
 
 
 def use_spot(checkpoint: str | None, restart: str) -> bool:

@@ -8,42 +8,55 @@ SkyPilot starts on demand) and the clouds it has enabled, priced from SkyPilot's
 gpu-router never imports SkyPilot: every question goes to core/providers/skypilot/adapter.py,
 run by SkyPilot's own venv python (venv.py), over JSON lines (client.py).
 
-What this step does: the probe asks `check` (which clouds are enabled, and why the others are
-not) and `prices` (list and spot prices per GPU type for the enabled ones) and turns them into
-offers the router can read (catalog.py). Launching jobs on a SkyPilot cluster is not built yet
-(issue 43): until it is, the target is listed as not available for running, with its clouds
-and prices beside the other targets, so a plan and `gpu targets` compare them, and no job is
-ever placed where it could not start.
+The probe asks `check` (which clouds are enabled, and why the others are not) and `prices`
+(list and spot prices per GPU type for the enabled ones) and turns them into offers the router
+weighs like any target's (catalog.py); a plan binds the ceiling and candidates it was priced
+at (catalog.binding, in its digest).
 
-Found for launching (checked against the real server over Slurm, 0.14.1): SkyPilot's own SSH
-access to a cluster (`~/.sky/generated/ssh/<cluster>`) turns host-key checking off
-(`StrictHostKeyChecking no`, known hosts /dev/null), so gpu-router cannot use it under its
-rule of never accepting an unknown host key; what it can use is SkyPilot's API. A task sees
-its cluster's HOME, `SKYPILOT_INTERNAL_JOB_ID` and `SKYPILOT_TASK_ID`, and its log folder is
-`$HOME/sky_logs/<job id>-<name>/`; `download_logs` brings that folder home, but it is no
-channel for a job's outputs: a job-written symlink and a 3 MB file in it made the client fail
-("Invalid folder path"), so outputs and checkpoints must come home packed by gpu-router's own
-runtime on the cluster (no-follow, capped), not as SkyPilot's logs.
+A job's attempt runs on a cluster of its own (launching.py): `sky.launch` with a workdir that
+holds everything the attempt needs, autodown, and gpu-router's runtime as the task's `run`
+(core/runtime/skypilot_task.py). SkyPilot's own SSH access to a cluster
+(`~/.sky/generated/ssh/<cluster>`) turns host-key checking off (`StrictHostKeyChecking no`,
+known hosts /dev/null), so gpu-router never uses it; everything comes home through SkyPilot's
+API instead, as the task's followed output (stream.py): the log, the metric rows, and framed
+files (each checkpoint generation once it is whole, the outputs, the exit record). Not
+`download_logs`: a job-written symlink and a 3 MB file in the log folder made its client fail
+("Invalid folder path"), and what a job writes must come home packed by gpu-router's runtime
+(no-follow, capped) and unpacked by safe_extract, as from every target.
+
+A cluster that goes (a spot preemption, an allocation ended under it) without the task's exit
+record is a session that ended: the supervisor moves the job, here or to any target, from the
+checkpoint the stream brought home. A cluster is taken down when its job ends, is cancelled or
+is lost, and goes down by itself once idle (autodown) where gpu-router could not; `gpu gc`
+lists any of gpu-router's left up.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from core.jobs.store import Job
+from core.packaging.safe_extract import OutputCaps
 from core.providers import probing
 from core.providers.base import Poll, TargetInfo
+from core.providers.logmirror import MirroredLog
 from core.providers.service import ServiceTarget
 from core.providers.skypilot import catalog
 from core.providers.skypilot import venv as skyvenv
 
-NOT_YET = ("gpu-router does not launch jobs on SkyPilot yet (its clouds and prices are shown to "
-           "compare; issue 43)")
+log = logging.getLogger("gpu_router.skypilot")
 PROBE_TTL_S = 600.0  # `sky check` takes seconds to minutes with real clouds; prices move slowly
+LAUNCH_TIMEOUT_S = 1800.0  # provisioning, the workdir's sync, the runtime's setup
+DOWN_TIMEOUT_S = 900.0
+FOLLOW_TIMEOUT_S = 10.0 ** 9  # a follow lasts as long as the job
+POLL_INTERVAL_S = 15.0  # SkyPilot's status of a cluster asks the cloud: not every tick
+GONE_GRACE_S = 120.0  # a cluster not listed this soon after its launch may be on its way
+OUTPUTS_WAIT_S = 120.0  # the end of the stream, after SkyPilot says the task ended
 
 
-class SkyPilotProvider(ServiceTarget):
+class SkyPilotProvider(ServiceTarget, MirroredLog):
     kind = "skypilot"
 
     def __init__(self, name: str, options: dict | None = None, max_jobs: int = 1) -> None:
@@ -52,6 +65,12 @@ class SkyPilotProvider(ServiceTarget):
         self.max_jobs = max_jobs
         self.enabled = True
         self.probe_ttl_s = float(self.options.get("probe_ttl_s", PROBE_TTL_S))
+        self.caps = OutputCaps.from_options(self.options)
+        self.max_resumes = int(self.options.get("max_resumes", 3))
+        self._client = None
+        self._streams: dict = {}
+        self._followers: dict = {}
+        self._asked: dict = {}
 
     @classmethod
     def from_config(cls, t) -> "SkyPilotProvider":
@@ -121,7 +140,8 @@ class SkyPilotProvider(ServiceTarget):
             "clouds": {"enabled": dict(check.get("enabled") or {}), "disabled": dict(check.get("disabled") or {})},
             "prices": {gpu: {"usd_per_hour": o["price"], "memory_gb": o["memory_gb"], "count_max": o["count_max"],
                              "clouds": sorted({r["cloud"] for r in o["candidates"]}),
-                             "bind": catalog.binding(o)}
+                             "bind": catalog.binding(o),
+                             "rows": [{k: r[k] for k in catalog.SLIM} for r in o["candidates"]][:50]}
                        for gpu, o in offers.items()},
             "price_errors": dict(prices.get("errors") or {}),
             "gpu_count_max": {gpu: o["count_max"] for gpu, o in offers.items()},
@@ -129,9 +149,10 @@ class SkyPilotProvider(ServiceTarget):
 
     def _remembered(self) -> TargetInfo | None:
         """The last answer (only answers are remembered), fresh for probe_ttl_s; past it,
-        shown as it was with its time: while the target runs no job, a submit or a plan is
-        never held for `sky check` over every cloud (seconds to a minute) only to list prices;
-        `gpu targets probe NAME` (and `add`) forget it and ask again."""
+        used as it was, with its time: a submit or a plan is never held for `sky check` over
+        every cloud (seconds to a minute) only to list prices, and a launch asks SkyPilot's
+        prices of the moment before it starts anything (launching.over_ceiling); `gpu targets
+        probe NAME` (and `add`) forget it and ask again."""
         import time
 
         from core.providers.service import last_probe
@@ -142,8 +163,6 @@ class SkyPilotProvider(ServiceTarget):
         info = self._info(True, None, doc["details"])
         at = float(doc.get("at") or 0)
         if time.time() - at > self.probe_ttl_s:
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
-            info.why_unavailable = f"{info.why_unavailable} (as of {when}; `gpu targets probe {self.name}` asks again)"
             info.details = {**info.details, "as_of": at}
         return info
 
@@ -157,44 +176,334 @@ class SkyPilotProvider(ServiceTarget):
         prices: dict[str, dict] = details.get("prices") or {}
         offers = {gpu: [{"name": gpu, "memory_gb": p.get("memory_gb") or 0.0}] for gpu, p in prices.items()}
         first = next(iter(offers), None)
+        available = False
         if reached:
             enabled = sorted((details.get("clouds") or {}).get("enabled") or {})
             if not enabled:
                 why = "SkyPilot has no cloud enabled (run `sky check` in its venv to see what each needs)"
+            elif not first:
+                why = f"SkyPilot answers ({', '.join(enabled)} enabled) but lists no GPU prices for them"
             else:
-                cheapest = (f"; from ${prices[first]['usd_per_hour']:.2f}/h for {first}" if first else
-                            "; no GPU prices listed")
-                why = f"SkyPilot answers ({', '.join(enabled)} enabled{cheapest}), but {NOT_YET}"
-        return TargetInfo(name=self.name, kind=self.kind, available=False, why_unavailable=why,
+                available, why = True, None
+        return TargetInfo(name=self.name, kind=self.kind, available=available, why_unavailable=why,
                           gpus=list(offers[first]) if first else [], max_jobs=self.max_jobs,
                           price_per_hour=prices[first]["usd_per_hour"] if first else 0.0,
                           takes_secrets=False, offers=offers,
                           offer_prices={gpu: p["usd_per_hour"] for gpu, p in prices.items()},
                           details=details, answered=reached)
 
-    # -- running: not built yet ------------------------------------------------------------------
+    # -- running ----------------------------------------------------------------------------------
+
+    async def client(self):
+        """The adapter this provider keeps for its jobs (one child for them all, started on
+        first use, started again once it broke)."""
+        from core.providers.skypilot.client import SkyPilotClient
+
+        if self._client is None or self._client.broken is not None:
+            self._client = await SkyPilotClient.start(self.python(), env=self.adapter_env())
+        return self._client
+
+    async def close(self) -> None:
+        for _, task in list(self._followers.values()):
+            task.cancel()
+        self._followers.clear()
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     async def launch(self, job: Job, env_secrets: dict[str, str]) -> dict:
-        from core.errors import UserError
+        """Stage the workdir, hold the launch to the plan's ceiling at today's prices, and
+        `sky.launch` the attempt's own cluster (autodown); returns once SkyPilot has submitted
+        the task. A cluster of this attempt that already runs it (a supervisor that died in a
+        launch) is adopted, never launched twice."""
+        import asyncio
+        import time
 
-        raise UserError(f"{self.name}: {NOT_YET}", fix="pick another target (`gpu targets`)")
+        from core.errors import UserError
+        from core.providers.skypilot import launching
+        from core.providers.skypilot.client import AdapterError, SkyPilotError
+
+        if env_secrets:
+            raise UserError(f"{self.name}: a skypilot target receives no keychain secrets",
+                            fix="run jobs that read secrets on another target")
+        started = time.monotonic()
+        client = await self.client()
+        cluster = launching.cluster_name(job)
+        adopted = await self._adopt(client, job, cluster)
+        if adopted is not None:
+            return adopted
+        clouds = self.options.get("clouds")
+        try:
+            resources = launching.resources(job, clouds)
+        except ValueError as exc:
+            raise UserError(f"{self.name}: {exc}") from None
+        prices = await client.request("prices", {"clouds": clouds} if clouds else {}, timeout=self._timeout())
+        why = launching.over_ceiling(job, prices)
+        if why:
+            raise UserError(f"not launched on {self.name}: {why}",
+                            fix="submit it again: the new plan shows today's price for a person to approve")
+        work, size = await asyncio.to_thread(launching.stage, job, self.caps)
+        lines = self._stream(job).folder / "launch.log"
+        with open(lines, "a", encoding="utf-8") as out:
+            def keep(line: str) -> None:
+                out.write(line + "\n")
+                out.flush()
+            try:
+                answer = await client.request("launch", {
+                    "cluster": cluster, "name": launching.task_name(job), "workdir": str(work),
+                    "run": launching.RUN, "resources": resources, "down": True,
+                    "idle_minutes_to_autostop": int(self.options.get("autodown_minutes",
+                                                                     launching.AUTODOWN_MINUTES))},
+                    timeout=float(self.options.get("launch_timeout_s", LAUNCH_TIMEOUT_S)), on_line=keep)
+            except AdapterError as exc:
+                await self._down_quietly(cluster)  # a cluster half made is not left paying
+                what = exc.text if isinstance(exc, SkyPilotError) else str(exc)
+                raise RuntimeError(f"SkyPilot could not launch {cluster}: {what}"[:1500]) from None
+        return {"attempt": job.attempt, "cluster": cluster, "sky_job_id": answer.get("job_id"),
+                "resources": answer.get("resources"), "launched_at": time.time(), "uploaded_bytes": size,
+                "launch_s": round(time.monotonic() - started, 3), "ceiling": resources["max_hourly_cost"],
+                "notes": [f"SkyPilot launched cluster {cluster} ({answer.get('resources') or resources['accelerators']}, "
+                          f"at most ${resources['max_hourly_cost']:.2f}/h; it goes down by itself "
+                          f"{int(self.options.get('autodown_minutes', launching.AUTODOWN_MINUTES))} min after "
+                          "it idles, and gpu-router takes it down when the job ends)"]}
+
+    async def _adopt(self, client, job: Job, cluster: str) -> dict | None:
+        """This attempt's task on its cluster, if a launch got that far before: its handle."""
+        import time
+
+        from core.providers.skypilot import launching
+        from core.providers.skypilot.client import AdapterError
+
+        try:
+            status = await client.request("status", {"clusters": [cluster]}, timeout=self._timeout())
+            if not status.get("clusters"):
+                return None
+            queue = await client.request("queue", {"cluster": cluster}, timeout=self._timeout())
+        except AdapterError:
+            return None
+        mine = [j for j in queue.get("jobs") or [] if j.get("name") == launching.task_name(job)]
+        if not mine:
+            return None
+        return {"attempt": job.attempt, "cluster": cluster, "sky_job_id": mine[-1]["job_id"],
+                "launched_at": time.time(), "adopted": True,
+                "notes": [f"SkyPilot's cluster {cluster} already ran this attempt's task: followed, not launched again"]}
+
+    def _timeout(self) -> float:
+        return float(self.options.get("connect_timeout_s", 60)) * 2
+
+    # -- following ----------------------------------------------------------------------------------
+
+    def _stream(self, job: Job, attempt: int | None = None):
+        from core import paths
+        from core.providers.skypilot import launching
+        from core.providers.skypilot.stream import AttemptStream
+
+        key = (job.id, attempt or job.attempt)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = AttemptStream(paths.jobs_dir() / job.id, key[1], self.caps.max_bytes,
+                                                        task=launching.task_name(job, key[1]))
+        return stream
+
+    def _follow(self, job: Job):
+        """The attempt's stream, followed by a task of its own from the first look on (again
+        from its beginning after a restart: what is here already is read past)."""
+        import asyncio
+
+        stream = self._stream(job)
+        key = (job.id, job.attempt)
+        running = self._followers.get(key)
+        if running is None and not stream.ended and job.handle.get("cluster"):
+            task = asyncio.get_running_loop().create_task(self._read(job, stream))
+            self._followers[key] = (stream, task)
+        return stream
+
+    async def _read(self, job: Job, stream) -> None:
+        from core.providers.skypilot.client import AdapterError
+
+        try:
+            client = await self.client()
+            answer = await client.request("logs", {"cluster": job.handle["cluster"],
+                                                   "job_id": job.handle.get("sky_job_id"), "follow": True},
+                                          timeout=FOLLOW_TIMEOUT_S, on_line=stream.line)
+            stream.end(answer.get("exit_code"))
+        except AdapterError as exc:
+            log.info("job %s: SkyPilot's stream of %s broke: %s", job.short_id, job.handle["cluster"], exc)
+            stream.end(broken=str(exc))
+        finally:
+            self._followers.pop((job.id, job.attempt), None)
+
+    async def sync_log(self, job: Job) -> None:
+        import asyncio
+
+        if not job.handle.get("cluster"):
+            return
+        stream = self._follow(job)
+        await asyncio.to_thread(stream.store)
+
+    async def read_exit(self, job: Job) -> dict | None:
+        return self._stream(job).exit_doc()
 
     async def poll(self, job: Job) -> Poll:
-        return Poll("lost", detail=NOT_YET)
+        """Where the attempt stands: its exit record once the stream brought it (the outputs
+        came before it); otherwise SkyPilot's word on the cluster and the task, asked at most
+        every `poll_interval_s`. A cluster gone without an exit record is a session that
+        ended (a preemption, an allocation ended under it): the job resumes from its mirrored
+        checkpoint, here or elsewhere."""
+        import dataclasses
 
-    async def read_metrics(self, job: Job, offset: int) -> tuple[bytes, int]:
-        return b"", offset
+        from core.providers.ssh import exited_poll
+
+        if not job.handle.get("cluster"):
+            return Poll("provisioning", detail="launching on SkyPilot")
+        stream = self._follow(job)
+        doc = stream.exit_doc()
+        if doc is not None:
+            return exited_poll(doc)
+        poll = await self._ask(job, stream)
+        gen = stream.newest_generation()
+        return dataclasses.replace(poll, checkpoint=gen) if gen is not None and poll.phase == "running" else poll
+
+    async def _ask(self, job: Job, stream) -> Poll:
+        import time
+
+        from core.providers.skypilot.client import AdapterError, SkyPilotError
+
+        cluster = job.handle["cluster"]
+        now = time.monotonic()
+        cached = self._asked.get((job.id, job.attempt))
+        if cached is not None and now - cached[0] < float(self.options.get("poll_interval_s", POLL_INTERVAL_S)) \
+                and not stream.ended:
+            return cached[1]
+        try:
+            client = await self.client()
+            status = await client.request("status", {"clusters": [cluster], "refresh": True},
+                                          timeout=self._timeout())
+            found = [c for c in status.get("clusters") or [] if c.get("name") == cluster]
+            state = found[0].get("status") if found else None
+            if state == "UP":
+                queue = await client.request("queue", {"cluster": cluster}, timeout=self._timeout())
+                rows = [j for j in queue.get("jobs") or [] if j.get("job_id") == job.handle.get("sky_job_id")]
+                poll = self._task_poll(rows[0].get("status") if rows else None, stream)
+            elif state == "INIT" and not stream.ended:
+                poll = Poll("running" if stream.log else "provisioning",
+                            detail=f"SkyPilot's cluster {cluster} is INIT (starting, or being looked at)")
+            else:
+                poll = await self._cluster_gone(job, stream, state)
+        except SkyPilotError as exc:
+            if exc.kind != "ClusterDoesNotExist":
+                poll = Poll("unreachable", detail=f"SkyPilot: {exc.text}"[:300])
+            else:
+                poll = await self._cluster_gone(job, stream, None)
+        except AdapterError as exc:
+            poll = Poll("unreachable", detail=str(exc)[:300])
+        self._asked[(job.id, job.attempt)] = (now, poll)
+        return poll
+
+    def _task_poll(self, state: str | None, stream) -> Poll:
+        if state in ("INIT", "PENDING", "SETTING_UP"):
+            return Poll("provisioning", detail=f"SkyPilot: the task is {state.lower().replace('_', ' ')}")
+        if state in (None, "RUNNING") or not stream.ended:
+            return Poll("running")  # ended there: the stream brings what it sent before it ended
+        if state == "CANCELLED":
+            return Poll("cancelled", detail="cancelled on SkyPilot")
+        why = (f"SkyPilot says the task {state} and it sent home no exit record"
+               + (f" (the stream broke: {stream.broken})" if stream.broken else ""))
+        return Poll("exited", exit_code=0 if state == "SUCCEEDED" else 1, detail=why)
+
+    async def _cluster_gone(self, job: Job, stream, state: str | None) -> Poll:
+        import time
+
+        cluster = job.handle["cluster"]
+        launched = float(job.handle.get("launched_at") or 0)
+        if not stream.ended and time.time() - launched < GONE_GRACE_S:
+            return Poll("running", detail=f"SkyPilot does not show cluster {cluster} yet")
+        if state is not None:  # STOPPED, or INIT after a failure: not left paying
+            await self._down_quietly(cluster)
+        return Poll("lost", vanished=True,
+                    detail=f"SkyPilot's cluster {cluster} is {'gone' if state is None else state} and the "
+                           "job sent no exit record: the session ended")
+
+    # -- ending -------------------------------------------------------------------------------------
+
+    async def _down_quietly(self, cluster: str) -> str | None:
+        """Take the cluster down; why it could not be (None: down, or never there)."""
+        from core.providers.skypilot.client import AdapterError, SkyPilotError
+
+        try:
+            client = await self.client()
+            await client.request("down", {"cluster": cluster, "stream": False},
+                                 timeout=float(self.options.get("down_timeout_s", DOWN_TIMEOUT_S)))
+        except SkyPilotError as exc:
+            if exc.kind == "ClusterDoesNotExist":
+                return None
+            return exc.text
+        except AdapterError as exc:
+            return str(exc)
+        return None
 
     async def cancel(self, job: Job, force: bool = False) -> None:
-        return None
+        """Take the attempt's cluster down (its task ends with it); the stream stops."""
+        cluster = job.handle.get("cluster")
+        if not cluster:
+            return
+        follower = self._followers.pop((job.id, job.attempt), None)
+        if follower is not None:
+            follower[1].cancel()
+        why = await self._down_quietly(cluster)
+        if why:
+            raise RuntimeError(f"SkyPilot could not take cluster {cluster} down: {why}")
 
     async def request_checkpoint(self, job: Job) -> None:
-        return None
+        return None  # no signal reaches a task but through SkyPilot: the job saves on its own clock
 
     async def fetch_outputs(self, job: Job, dest: Path) -> list[str]:
-        return [NOT_YET]
+        """The outputs the stream brought (the task sends them before its exit record), the
+        log and the rows; then the cluster goes down."""
+        import asyncio
+        import time
 
-    def log_path(self, job: Job) -> Path:
-        from core import paths
+        from core.packaging import runswriter
+        from core.packaging.safe_extract import safe_extract
 
-        return paths.jobs_dir() / job.id / "job.log"
+        stream = self._stream(job)
+        deadline = time.monotonic() + float(self.options.get("outputs_wait_s", OUTPUTS_WAIT_S))
+        while job.handle.get("cluster") and (job.id, job.attempt) in self._followers \
+                and stream.exit_doc() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        await asyncio.to_thread(stream.store)
+        notes = [f"from the cluster's stream: {e}" for e in stream.errors[:5]]
+        archive = stream.folder / "outputs.tar.gz"
+        if archive.is_file():
+            notes += await asyncio.to_thread(safe_extract, archive, dest, caps=self.caps)
+        elif job.handle.get("cluster"):
+            notes.append(f"no outputs came home from SkyPilot's cluster {job.handle['cluster']} "
+                         "(the task ended before it sent them)")
+        for name in ("job.log", "metrics.jsonl"):
+            path = stream.local_dir / name
+            if path.is_file():
+                await asyncio.to_thread(runswriter.copy_file, dest, name, path)
+        if job.handle.get("cluster"):
+            why = await self._down_quietly(job.handle["cluster"])
+            if why:
+                notes.append(f"SkyPilot's cluster {job.handle['cluster']} could not be taken down: {why} "
+                             "(`gpu gc` lists it; it goes down by itself once idle)")
+        return notes
+
+    # -- the checkpoint the stream brought: listed and packed as a host's folder ----------------------
+
+    async def checkpoint_scan(self, job: Job) -> dict:
+        import asyncio
+
+        from core.runtime import ckptscan
+
+        return await asyncio.to_thread(ckptscan.scan, str(self._stream(job).folder / "ckpt"), self.caps.max_bytes)
+
+    async def checkpoint_pack(self, job: Job, rels: list[str], archive: Path, generation: str | None = None,
+                              progress=None) -> dict:
+        import asyncio
+
+        from core.runtime import ckptscan
+
+        return await asyncio.to_thread(ckptscan.pack, str(self._stream(job).folder / "ckpt"), str(archive),
+                                       rels, generation)

@@ -1,0 +1,187 @@
+"""One attempt's task output, followed home through SkyPilot's API and split back into what
+the runtime on the cluster sent (core/runtime/skypilot_task.py): the job's log lines, its
+metric rows, and framed files (core/runtime/frames.py): each checkpoint generation, the
+checkpoint folder a job left without freezing one, the outputs, the exit record.
+
+What arrives is kept per attempt under `jobs/<id>/sky/a<N>/`:
+
+    ckpt-gens/<gen>/   each generation as the cluster froze it (the newest few), with its
+                       files' times as its marker names them, so the checkpoint mirror lists
+                       and packs it by the same code as a host's folder (ckptscan)
+    ckpt/              the live folder a job left (sent only where it froze none)
+    outputs.tar.gz     out/ packed there; unpacked into runs/<id>/ by safe_extract at the end
+    exit.json          the launcher's exit record, sent last
+
+SkyPilot prefixes each line of a task's output with the task's name (`(gr-1a2b3c4d-a1, pid=123) `); lines
+without that prefix are SkyPilot's own (`✓ Job finished`) and never the job's. A follower
+started again (a supervisor restart) reads the stream from its beginning: lines are kept in
+full each time (the mirror only grows), and files already here are read past, not rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from core.providers import logmirror
+from core.runtime.frames import FrameReader
+from core.runtime.relay import METRIC_MARK
+
+
+def task_prefix(name: str) -> re.Pattern:
+    """How SkyPilot begins each line its task `name` printed (`(gr-1a2b3c4d-a1, pid=123) `;
+    an unnamed task's is `task`). Anything else in the stream is SkyPilot's own."""
+    return re.compile(rf"^\({re.escape(name)}(?:, rank=\d+)?, pid=\d+\) ")
+KEEP_GENERATIONS = 3
+EXIT_MAX = 1 << 20
+TAR_ALLOWANCE = 16 << 20  # a tar's headers and gzip's worst case over the files it holds
+
+
+class AttemptStream:
+    """What one attempt's stream has brought home so far (see the module's docstring)."""
+
+    def __init__(self, local_dir: Path, attempt: int, max_bytes: int, task: str = "task") -> None:
+        self.local_dir = local_dir
+        self.prefix = task_prefix(task)
+        self.attempt = attempt
+        self.folder = local_dir / "sky" / f"a{attempt}"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.log: list[str] = []
+        self.metrics: list[str] = []
+        self.sky_lines: list[str] = []  # SkyPilot's own, the last few: what a poll may say
+        self.errors: list[str] = []
+        self.reader = FrameReader(str(self.folder / "incoming"), max_bytes + TAR_ALLOWANCE, self._on_file,
+                                  self._on_error, self._have)
+        self.ended = False  # the stream reached its end (the job ended there, or the follow broke)
+        self.exit_code: int | None = None  # SkyPilot's, where the stream ended with one
+        self.broken: str | None = None
+
+    # -- lines --------------------------------------------------------------------------------
+
+    def line(self, raw: str) -> None:
+        m = self.prefix.match(raw)
+        if m is None:
+            self.sky_lines = [*self.sky_lines[-19:], raw]
+            return
+        text = self.reader.feed(raw[m.end():])
+        if text is None:
+            return
+        if text.startswith(METRIC_MARK):
+            self.metrics.append(text[len(METRIC_MARK):])
+        else:
+            self.log.append(text)
+
+    def store(self) -> None:
+        """The attempt's log and rows into the job's mirrored files (they only grow)."""
+        bodies = {name: ("\n".join(rows) + "\n").encode() if rows else b""
+                  for name, rows in (("log", self.log), ("metrics", self.metrics))}
+        logmirror.store(self.local_dir, self.attempt, bodies)
+
+    def end(self, exit_code: Any = None, broken: str | None = None) -> None:
+        self.reader.close()
+        self.ended = True
+        self.exit_code = exit_code if isinstance(exit_code, int) else None
+        self.broken = broken
+
+    # -- files --------------------------------------------------------------------------------
+
+    def _have(self, kind: str, name: str) -> bool:
+        return {"ckpt": lambda: (self.folder / "ckpt-gens" / name).is_dir(),
+                "live": lambda: (self.folder / "ckpt" / ".received").exists(),
+                "out": lambda: (self.folder / "outputs.tar.gz").exists(),
+                "exit": lambda: (self.folder / "exit.json").exists()}[kind]()
+
+    def _on_error(self, kind: str, name: str, why: str) -> None:
+        self.errors.append(f"{kind} {name}: {why}")
+
+    def _on_file(self, kind: str, name: str, path: str) -> None:
+        try:
+            if kind == "ckpt":
+                self._generation(name, path)
+            elif kind == "live":
+                self._unpack_to(path, self.folder / "ckpt")
+                (self.folder / "ckpt" / ".received").touch()
+            elif kind == "out":
+                os.replace(path, self.folder / "outputs.tar.gz")
+            elif kind == "exit":
+                with open(path, "rb") as f:
+                    doc = json.loads(f.read(EXIT_MAX))
+                if not isinstance(doc, dict):
+                    raise ValueError("the exit record is not a JSON object")
+                tmp = self.folder / "exit.json.part"
+                tmp.write_text(json.dumps(doc))
+                os.replace(tmp, self.folder / "exit.json")
+        except (OSError, ValueError, tarfile.TarError) as exc:
+            self._on_error(kind, name, str(exc))
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def _unpack_to(self, archive: str, dest: Path) -> None:
+        """An archive from the cluster into a fresh folder that replaces `dest`: regular files
+        and folders only (a link, a device, a name out of the folder is refused by tarfile's
+        data filter), then its files' times as the marker names them."""
+        staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=self.folder))
+        try:
+            with tarfile.open(archive, "r:*") as tar:
+                for member in tar.getmembers():
+                    if not (member.isfile() or member.isdir()):
+                        raise ValueError(f"{member.name!r} is not a regular file")
+                tar.extractall(staging, filter="data")
+            _times_from_marker(staging)
+            old = dest.with_name(dest.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            if dest.exists():
+                os.replace(dest, old)
+            os.replace(staging, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _generation(self, name: str, archive: str) -> None:
+        if not (name.isdigit() and len(name) == 10):
+            raise ValueError(f"{name!r} is not a generation's name")
+        gens = self.folder / "ckpt-gens"
+        gens.mkdir(exist_ok=True)
+        self._unpack_to(archive, gens / name)
+        for old in sorted(n for n in os.listdir(gens) if n.isdigit())[:-KEEP_GENERATIONS]:
+            shutil.rmtree(gens / old, ignore_errors=True)
+
+    def newest_generation(self) -> int | None:
+        try:
+            names = [n for n in os.listdir(self.folder / "ckpt-gens") if n.isdigit() and len(n) == 10]
+        except OSError:
+            return None
+        return int(max(names)) if names else None
+
+    def exit_doc(self) -> dict | None:
+        try:
+            doc = json.loads((self.folder / "exit.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+
+def _times_from_marker(folder: Path) -> None:
+    """Each file's modification time as the generation's marker recorded it (tar keeps whole
+    seconds): the mirror checks a generation's files against its marker by size and time."""
+    try:
+        doc = json.loads((folder / ".complete").read_text())
+        files = dict(doc["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    for rel, v in files.items():
+        if not isinstance(rel, str) or not rel or rel.startswith("/") or ".." in rel.split("/"):
+            continue  # a marker's name is the job's text: never a path out of the folder
+        path = folder / rel
+        if isinstance(v, list) and len(v) >= 2 and isinstance(v[1], int) and path.is_file() \
+                and not path.is_symlink():
+            os.utime(path, ns=(v[1], v[1]), follow_symlinks=False)
