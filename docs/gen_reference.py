@@ -122,6 +122,13 @@ DESCRIBE: dict[str, str] = {
     "skypilot.clouds": "only these of the clouds SkyPilot has enabled, e.g. `[aws, runpod]` (default: all)",
     "skypilot.connect_timeout_s": "seconds asking SkyPilot (`sky check` and the prices) may take (default 60)",
     "skypilot.probe_ttl_s": "seconds SkyPilot's answer is kept (default 600)",
+    "skypilot.autodown_minutes": "minutes an idle cluster stays before it takes itself down (default "
+                                 "10; gpu-router downs a job's cluster as soon as the job ends)",
+    "skypilot.launch_timeout_s": "seconds a launch may take: provisioning, the workdir's sync, the "
+                                 "runtime's setup (default 1800)",
+    "skypilot.poll_interval_s": "seconds between asking SkyPilot how a job's cluster and task stand "
+                                "(default 15)",
+    "skypilot.max_resumes": "times a job resumes on a new cluster after its cluster was lost (default 3)",
     "skypilot.max_output_bytes": "bytes of a job's outputs that come home",
     "skypilot.max_output_files": "files of a job's outputs that come home",
     # kaggle and modal
@@ -275,7 +282,7 @@ def _targets(used: set[str]) -> list[str]:
         out += [f"#### {kind}", "", f"Its credentials live in the keychain ({kind}:NAME), never here.", ""]
         out += _table(("key", "what it takes"), rows)
     out += ["#### skypilot", "", "SkyPilot keeps its own cloud credentials; gpu-router reads its enabled clouds "
-            "and prices. Launching jobs there is not built yet (issue 43).", ""]
+            "and prices, and runs each job's attempt on a cluster of its own.", ""]
     out += _table(("key", "what it takes"), _described("skypilot", sorted(targetopts.SKYPILOT), used))
     return out
 

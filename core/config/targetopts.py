@@ -137,7 +137,12 @@ def validate_service(name: str, kind: str, options: dict[str, Any], where: str) 
 # a skypilot target: its API server (`endpoint`, else the local one), SkyPilot's venv (`venv`,
 # else ours under the data folder), the adapter's environment (`env`), the clouds it may use
 SKYPILOT = {"endpoint", "venv", "env", "clouds", "connect_timeout_s", "probe_ttl_s",
-            "max_output_bytes", "max_output_files"}
+            "max_output_bytes", "max_output_files", "autodown_minutes", "launch_timeout_s",
+            "poll_interval_s", "max_resumes"}
+# a skypilot target's numbers: (least, most)
+SKYPILOT_NUMBERS = {"connect_timeout_s": (1e-9, 86_400), "probe_ttl_s": (1e-9, 86_400),
+                    "autodown_minutes": (1, 10_080), "launch_timeout_s": (60, 86_400),
+                    "poll_interval_s": (1, 3_600), "max_resumes": (0, 100)}
 ENDPOINT_RE = re.compile(r"^https?://[A-Za-z0-9._:\[\]-]+(?::[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?\Z")
 CLOUD_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}\Z")
 
@@ -164,10 +169,11 @@ def validate_skypilot(name: str, options: dict[str, Any], where: str) -> dict[st
                                                                  for c in clouds):
             _fail(f"targets.{name}.clouds must be a list of SkyPilot's cloud names like [aws, runpod] "
                   f"(got {shorten(clouds)})", where)
-    for key in ("connect_timeout_s", "probe_ttl_s"):
+    for key, (lo, hi) in SKYPILOT_NUMBERS.items():
         v = options.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 86_400):
-            _fail(f"targets.{name}.{key} must be a number of seconds above 0 (got {shorten(v)})", where)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
+            what = "seconds above 0" if lo < 1e-6 else f"from {lo:g} to {hi:g}"
+            _fail(f"targets.{name}.{key} must be a number {what} (got {shorten(v)})", where)
     env = options.get("env")
     if env is not None and (not isinstance(env, dict) or not all(
             isinstance(k, str) and ENV_NAME_RE.match(k) and isinstance(v, (str, int, float))

@@ -30,7 +30,7 @@ GB = 1000**3  # as `gpu gc` and the rest of the CLI print sizes
 
 @dataclass
 class Entry:
-    kind: str  # bundle | venv | data | runtime | wheelhouse | workdir
+    kind: str  # bundle | venv | data | runtime | wheelhouse | workdir | cluster (SkyPilot's, up)
     key: str
     path: str
     bytes: int
@@ -81,6 +81,7 @@ def needed(store: Store, target: str | None = None) -> set[str]:
     for job in store.jobs(states=ACTIVE):
         if target is None or job.provider == target:
             keys.add(job.id)
+            keys.add(job.short_id)  # a SkyPilot cluster is named by its job's short id
             if job.bundle_hash:
                 keys.add(job.bundle_hash)
             keys.update(str(h) for h in (job.plan.get("data") or {}).values())
@@ -105,8 +106,9 @@ def judge(rows: list[dict], needs: set[str], last_use: dict[str, float], now: fl
 def choose(loc: Location, *, everything: bool = False) -> None:
     """Least recently used first, until the location is under its cap (or all, `everything`)."""
     total = loc.total
-    loc.evict = []
-    for e in sorted((e for e in loc.entries if e.keep is None), key=lambda e: e.used_at):
+    # a cluster no live job needs costs money by the hour: always, whatever the cap
+    loc.evict = [e for e in loc.entries if e.keep is None and e.kind == "cluster"]
+    for e in sorted((e for e in loc.entries if e.keep is None and e.kind != "cluster"), key=lambda e: e.used_at):
         if not everything and (loc.cap_bytes is None or total <= loc.cap_bytes):
             break
         loc.evict.append(e)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 from core.jobs.store import Job
@@ -47,6 +48,7 @@ from core.providers.skypilot import catalog
 from core.providers.skypilot import venv as skyvenv
 
 log = logging.getLogger("gpu_router.skypilot")
+OURS = re.compile(r"^gr-([0-9a-f]{8})-a[0-9]+\Z")  # launching.cluster_name
 PROBE_TTL_S = 600.0  # `sky check` takes seconds to minutes with real clouds; prices move slowly
 LAUNCH_TIMEOUT_S = 1800.0  # provisioning, the workdir's sync, the runtime's setup
 DOWN_TIMEOUT_S = 900.0
@@ -433,7 +435,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         try:
             client = await self.client()
             await client.request("down", {"cluster": cluster, "stream": False},
-                                 timeout=float(self.options.get("down_timeout_s", DOWN_TIMEOUT_S)))
+                                 timeout=DOWN_TIMEOUT_S)
         except SkyPilotError as exc:
             if exc.kind == "ClusterDoesNotExist":
                 return None
@@ -467,7 +469,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         from core.packaging.safe_extract import safe_extract
 
         stream = self._stream(job)
-        deadline = time.monotonic() + float(self.options.get("outputs_wait_s", OUTPUTS_WAIT_S))
+        deadline = time.monotonic() + OUTPUTS_WAIT_S
         while job.handle.get("cluster") and (job.id, job.attempt) in self._followers \
                 and stream.exit_doc() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
@@ -507,3 +509,32 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
 
         return await asyncio.to_thread(ckptscan.pack, str(self._stream(job).folder / "ckpt"), str(archive),
                                        rels, generation)
+
+    # -- `gpu gc`: gpu-router's clusters left up ------------------------------------------------------
+
+    async def cache_scan(self) -> dict:
+        """The clusters gpu-router started (`gr-<job>-a<N>`) that SkyPilot lists, as `gpu gc`
+        entries keyed by their job's short id: one no live job needs is taken down
+        (core/engine/storage.choose), past the ten minutes a cluster's job may still need
+        it to bring its outputs home."""
+        import time
+
+        client = await self.client()
+        status = await client.request("status", {}, timeout=self._timeout())
+        rows = []
+        for c in status.get("clusters") or []:
+            m = OURS.match(str(c.get("name") or ""))
+            if m:
+                rows.append({"kind": "cluster", "key": m.group(1), "path": c["name"], "bytes": 0,
+                             "used_at": float(c.get("launched_at") or 0), "status": c.get("status")})
+        return {"entries": rows, "now": time.time()}
+
+    async def cache_evict(self, clusters: list[str]) -> dict:
+        removed, kept = [], []
+        for name in clusters:
+            why = await self._down_quietly(name) if OURS.match(name) else "not one of gpu-router's clusters"
+            if why:
+                kept.append({"path": name, "why": why})
+            else:
+                removed.append(name)
+        return {"removed": removed, "kept": kept, "freed": 0}
