@@ -172,7 +172,7 @@ def validate_skypilot(name: str, options: dict[str, Any], where: str) -> dict[st
     for key, (lo, hi) in SKYPILOT_NUMBERS.items():
         v = options.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
-            what = "seconds above 0" if lo < 1e-6 else f"from {lo:g} to {hi:g}"
+            what = "of seconds above 0" if 0 < lo < 1e-6 else f"from {lo:g} to {hi:g}"
             _fail(f"targets.{name}.{key} must be a number {what} (got {shorten(v)})", where)
     env = options.get("env")
     if env is not None and (not isinstance(env, dict) or not all(

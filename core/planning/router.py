@@ -380,7 +380,9 @@ def _offer_for(req: JobRequest, info: TargetInfo) -> TargetInfo:
 def _counted(req: JobRequest, info: TargetInfo) -> TargetInfo:
     """A target that gives a job N GPUs of one type (Modal, up to `details["gpu_count_max"]`
     per type) seen with its offers at the count asked: each offer N GPUs at N times its price,
-    named in Modal's spelling (`H100:4`), which is what the provider asks Modal for. As it is
+    named in Modal's spelling (`H100:4`), which is what the provider asks Modal for; where the
+    target prices N by its machines' shapes (`details["count_prices"]`, SkyPilot's clouds),
+    that price. As it is
     where one GPU (or no count) is asked for, or it cannot give that many of any type
     (`count_problem` says why)."""
     most: dict = info.details.get("gpu_count_max") or {}
@@ -389,10 +391,13 @@ def _counted(req: JobRequest, info: TargetInfo) -> TargetInfo:
         return info
     offers: dict[str, list[dict]] = {}
     prices: dict[str, float] = {}
+    shaped: dict = info.details.get("count_prices") or {}  # N GPUs cost what a machine of N+ costs
     for name, gpus in info.offers.items():
         if gpus and n <= int(most.get(name, 1)):
             offers[f"{name}:{n}"] = [dict(gpus[0]) for _ in range(n)]
-            prices[f"{name}:{n}"] = round(info.offer_prices.get(name, info.price_per_hour) * n, 4)
+            known = (shaped.get(name) or {}).get(str(n))
+            prices[f"{name}:{n}"] = round(float(known) if known is not None
+                                          else info.offer_prices.get(name, info.price_per_hour) * n, 4)
     if not offers:
         return info
     first = next(iter(offers))

@@ -4,8 +4,9 @@ without a server: against a stand-in for SkyPilot's venv whose python replays an
 from the real server (tests/providers/test_skypilot_adapter.py runs that server), plus a
 multi-cloud catalog shaped like SkyPilot's `list_accelerators` rows.
 
-Launching on SkyPilot is not built yet: every test here also holds that such a target is never
-chosen to run a job, and says so.
+A plan on such a target binds the price ceiling and candidates it was priced at; launching
+is tested in tests/providers/test_skypilot_launch.py (without a server) and against the real
+server in tests/providers/test_skypilot_adapter.py.
 """
 
 from __future__ import annotations
@@ -58,34 +59,40 @@ CLOUDS = {"clouds": ["aws", "runpod", "lambda"], "errors": {"lambda": "no creden
 # -- the catalog: SkyPilot's rows as offers ----------------------------------------------------
 
 
-def test_each_gpu_type_is_one_offer_at_its_cheapest_price_for_one_gpu() -> None:
+def test_each_gpu_type_is_one_offer_at_its_cheapest_machine() -> None:
     offers = catalog.offers(CLOUDS)
     assert list(offers) == ["T4", "A100-80GB"]  # cheapest first; unpriced and malformed rows left out
     a100 = offers["A100-80GB"]
-    assert a100["price"] == 1.64  # runpod's one GPU, under aws's 8 at 5.12 each
+    assert a100["price"] == 1.64  # runpod's one-GPU machine
     assert a100["count_max"] == 8 and a100["memory_gb"] == 80.0
     assert [(r["cloud"], r["count"]) for r in a100["candidates"]] == [("runpod", 1), ("runpod", 2), ("aws", 8)]
+    # N GPUs cost the cheapest machine that holds N: 3 of them, aws's 8-GPU machine
+    assert a100["count_prices"] == {1: 1.64, 2: 3.28, **{n: 40.96 for n in range(3, 9)}}
     assert catalog.offers(SLURM_PRICES) == {"FAKE": {
-        "price": 2.0, "memory_gb": 0.0, "count_max": 2, "candidates": catalog.rows(SLURM_PRICES)}}
+        "price": 2.0, "memory_gb": 0.0, "count_max": 2, "count_prices": {1: 2.0, 2: 4.0},
+        "candidates": catalog.rows(SLURM_PRICES)}}
 
 
 def test_spot_prices_are_used_where_asked_and_listed() -> None:
     spot = catalog.offers(CLOUDS, spot=True)
     assert spot["T4"]["price"] == 0.21
-    assert spot["A100-80GB"]["price"] == 1.5  # aws's spot 12.0 for 8: cheaper than runpod's list price
-    assert spot["A100-80GB"]["candidates"][0]["cloud"] == "aws"
+    assert spot["A100-80GB"]["price"] == 1.64  # runpod lists no spot price: its list price
+    assert spot["A100-80GB"]["count_prices"][8] == 12.0  # aws's 8 at spot
+    assert spot["A100-80GB"]["candidates"][-1]["cloud"] == "aws"
 
 
-def test_a_plan_binds_a_ceiling_and_the_candidates_under_it() -> None:
+def test_a_plan_binds_a_ceiling_and_the_machines_under_it() -> None:
     a100 = catalog.offers(CLOUDS)["A100-80GB"]
     one = catalog.binding(a100)
     assert one["max_hourly_cost"] == pytest.approx(1.64 * 1.1) and one["use_spot"] is False
-    assert [(c["cloud"], c["count"]) for c in one["candidates"]] == [("runpod", 1), ("runpod", 2)]  # aws's 8 cost 40.96
+    # runpod's 2-GPU machine costs 3.28 an hour, over the ceiling for one GPU
+    assert [(c["cloud"], c["count"]) for c in one["candidates"]] == [("runpod", 1)]
     two = catalog.binding(a100, count=2)
-    assert two["max_hourly_cost"] == pytest.approx(2 * 1.64 * 1.1)
+    assert two["max_hourly_cost"] == pytest.approx(3.28 * 1.1)
     assert [(c["cloud"], c["count"]) for c in two["candidates"]] == [("runpod", 2)]  # a 1-GPU row cannot serve 2
-    spot = catalog.binding(catalog.offers(CLOUDS, spot=True)["A100-80GB"], spot=True)
-    assert spot["use_spot"] is True and spot["candidates"][0]["spot_price"] == 12.0
+    eight = catalog.binding(catalog.offers(CLOUDS, spot=True)["A100-80GB"], count=8, spot=True)
+    assert eight["use_spot"] is True and eight["max_hourly_cost"] == pytest.approx(12.0 * 1.1)
+    assert [(c["cloud"], c["spot_price"]) for c in eight["candidates"]] == [("aws", 12.0)]
 
 
 @pytest.mark.parametrize("checkpoint, restart, spot", [("ckpt", "allow", True), ("ckpt", "never", False),
@@ -132,7 +139,7 @@ def runs(tmp_path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def test_the_probe_lists_the_clouds_and_prices_and_never_offers_to_run(home: Path, tmp_path: Path) -> None:
+def test_the_probe_lists_the_clouds_and_prices_and_offers_them(home: Path, tmp_path: Path) -> None:
     from core.engine.target_setup import probe
     from core.providers.probing import probe_all
     from core.providers.registry import build
@@ -140,23 +147,21 @@ def test_the_probe_lists_the_clouds_and_prices_and_never_offers_to_run(home: Pat
     venv = stand_in(tmp_path, answered())
     write_config(f"targets:\n  sky: {{kind: skypilot, venv: {venv}}}\n")
     info = probe("sky")
-    assert info.kind == "skypilot" and info.available is False
-    assert info.why_unavailable == ("SkyPilot answers (slurm enabled; from $2.00/h for FAKE), but gpu-router "
-                                    "does not launch jobs on SkyPilot yet (its clouds and prices are shown "
-                                    "to compare; issue 43)")
+    assert info.kind == "skypilot" and info.available is True and info.why_unavailable is None
     assert info.offers == {"FAKE": [{"name": "FAKE", "memory_gb": 0.0}]} and info.offer_prices == {"FAKE": 2.0}
-    assert info.price_per_hour == 2.0 and info.gpu_label == "1x FAKE"
+    assert info.price_per_hour == 2.0 and info.gpu_label == "1x FAKE" and info.takes_secrets is False
     d = info.details
     assert d["clouds"]["enabled"] == {"slurm": ["compute"]} and "aws" in d["clouds"]["disabled"]
+    fake = catalog.offers(SLURM_PRICES)["FAKE"]
     assert d["prices"]["FAKE"] == {"usd_per_hour": 2.0, "memory_gb": 0.0, "count_max": 2, "clouds": ["slurm"],
-                                   "bind": catalog.binding(catalog.offers(SLURM_PRICES)["FAKE"])}
+                                   "bind": catalog.binding(fake),
+                                   "rows": [{k: r[k] for k in catalog.SLIM} for r in fake["candidates"]]}
     assert runs(tmp_path) == 1
-    # the next command (its own process in life) reads the answer, and still never offers to run
+    # the next command (its own process in life) reads the answer
     again = probe_all(build())["sky"]
     assert runs(tmp_path) == 1
-    assert again.available is False and again.offer_prices == {"FAKE": 2.0}
-    # its own answer, not a failed probe remembered ("... s ago; `gpu targets probe sky` asks again")
-    assert again.why_unavailable == info.why_unavailable and "probe_failed" not in again.details
+    assert again.available is True and again.offer_prices == {"FAKE": 2.0}
+    assert "probe_failed" not in again.details
 
 
 def test_a_server_with_no_cloud_enabled_says_what_to_run(home: Path, tmp_path: Path) -> None:
@@ -223,6 +228,9 @@ def test_the_adapter_runs_with_the_targets_env_and_endpoint(home: Path) -> None:
     ("{kind: skypilot, clouds: []}", "clouds must be a list of SkyPilot's cloud names"),
     ("{kind: skypilot, connect_timeout_s: 0}", "connect_timeout_s must be a number of seconds above 0"),
     ("{kind: skypilot, env: {'A B': 1}}", "env must map NAME: value"),
+    ("{kind: skypilot, autodown_minutes: 0}", "autodown_minutes must be a number from 1 to 10080"),
+    ("{kind: skypilot, max_resumes: true}", "max_resumes must be a number from 0 to 100"),
+    ("{kind: skypilot, keep_cluster: true}", "unknown option 'keep_cluster' for a skypilot target"),
 ])
 def test_a_wrong_option_is_refused_with_its_key(home: Path, body: str, said: str) -> None:
     from core.config.user import load
@@ -247,13 +255,13 @@ def test_targets_add_saves_probes_and_shows_clouds_and_prices(home: Path, tmp_pa
     assert "T4: from $0.53/h per GPU on aws, up to 1 per job" in out
     assert "A100-80GB: from $1.64/h per GPU on aws, runpod, up to 8 per job" in out
     assert "lambda: no prices (no credentials)" in out
-    assert "does not launch jobs on SkyPilot yet" in out
+    assert "not available" not in out
     saved = Path(os.environ["GPU_ROUTER_CONFIG"]).read_text()
     assert "kind: skypilot" in saved and "clouds:\n    - aws\n    - runpod" in saved.replace("  - ", "    - ") \
         or "clouds: [aws, runpod]" in saved, saved
     listed = json.loads(run_gpu("targets", "--json").stdout)["targets"]
     sky = next(t for t in listed if t["name"] == "sky")
-    assert sky["kind"] == "skypilot" and sky["available"] is False
+    assert sky["kind"] == "skypilot" and sky["available"] is True
     assert sky["offer_prices"] == {"T4": 0.526, "A100-80GB": 1.64}
 
 
@@ -275,26 +283,35 @@ def test_a_named_venv_without_skypilot_is_refused_and_nothing_saved(home: Path, 
         os.environ["GPU_ROUTER_CONFIG"]).read_text()
 
 
-def test_a_plan_names_the_skypilot_price_and_places_nothing_there(home: Path, tmp_path: Path) -> None:
-    """A job asking for a GPU only SkyPilot prices is refused with the price in the reason,
-    never placed where it could not start; MCP's targets list shows the same target."""
+def test_a_plan_binds_the_ceiling_and_candidates_it_was_priced_at(home: Path, tmp_path: Path) -> None:
+    """A job asking for a GPU only SkyPilot prices is planned there at SkyPilot's price, and
+    the plan binds what a person approves (the ceiling, spot or not, the candidate rows): in
+    its digest, so a plan at another ceiling needs its own approval. MCP's targets list shows
+    the same target."""
     from core.engine.reports import targets_doc
     from core.jobs.store import Store
+    from core.planning.plan import digest
 
     venv = stand_in(tmp_path, answered(prices=CLOUDS))
     write_config(f"targets:\n  sky: {{kind: skypilot, venv: {venv}}}\n")
     project = tmp_path / "proj"
     project.mkdir()
     (project / "train.py").write_text("print('hi')\n")
-    done = run_gpu("plan", "train.py", "--gpu", "A100-80GB", "--json", cwd=project)
-    assert done.returncode != 0
-    err = json.loads(done.stdout or done.stderr)
-    text = json.dumps(err)
-    assert "sky is unavailable: SkyPilot answers (slurm enabled; from $0.53/h for T4)" in text
-    assert "does not launch jobs on SkyPilot yet" in text
+    done = run_gpu("plan", "train.py", "--gpu", "A100-80GB:2", "--json", cwd=project)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["plan"]
+    assert plan["target"] == "sky" and plan["offer"] == "A100-80GB:2" and plan["price_per_hour"] == 3.28
+    bound = plan["skypilot"]
+    assert bound == {"max_hourly_cost": pytest.approx(2 * 1.64 * 1.1), "use_spot": False,
+                     "candidates": [{"cloud": "runpod", "region": "CA", "instance_type": "2x_A100-80GB", "count": 2,
+                                     "price": 3.28, "spot_price": None}]}
+    assert plan["digest"] == digest(plan)
+    assert digest({**plan, "skypilot": {**bound, "max_hourly_cost": 9.0}}) != plan["digest"]
+    one = json.loads(run_gpu("plan", "train.py", "--gpu", "T4", "--json", cwd=project).stdout)["plan"]
+    assert one["offer"] == "T4" and one["skypilot"]["max_hourly_cost"] == pytest.approx(0.526 * 1.1)
     doc = targets_doc(Store())
     sky = next(t for t in doc["targets"] if t["name"] == "sky")
-    assert sky["available"] is False and sky["details"]["prices"]["A100-80GB"]["usd_per_hour"] == 1.64
+    assert sky["available"] is True and sky["details"]["prices"]["A100-80GB"]["usd_per_hour"] == 1.64
 
 
 def test_our_venv_installs_the_extras_of_the_clouds_named_and_keeps_those_it_has() -> None:
@@ -311,7 +328,7 @@ def test_our_venv_installs_the_extras_of_the_clouds_named_and_keeps_those_it_has
 
 async def test_an_agent_sees_the_skypilot_target_through_mcp(home: Path, tmp_path: Path) -> None:
     """`compute_job targets` and `gpu_targets`, over stdio with the official MCP client: the
-    target with its clouds and prices, not available to run, and why."""
+    target with its clouds and prices, available to run."""
     from tests.tui.mcp.test_mcp import call, session
 
     venv = stand_in(tmp_path, answered(prices=CLOUDS))
@@ -319,16 +336,15 @@ async def test_an_agent_sees_the_skypilot_target_through_mcp(home: Path, tmp_pat
     async with session(cwd=tmp_path) as s:
         for doc in (await call(s, "compute_job", action="targets"), await call(s, "gpu_targets")):
             sky = next(t for t in doc["targets"] if t["name"] == "sky")
-            assert sky["kind"] == "skypilot" and sky["available"] is False
-            assert "does not launch jobs on SkyPilot yet" in sky["why_unavailable"]
+            assert sky["kind"] == "skypilot" and sky["available"] is True and sky["why_unavailable"] is None
             assert sky["offer_prices"] == {"T4": 0.526, "A100-80GB": 1.64}
             assert sky["details"]["clouds"]["enabled"] == {"slurm": ["compute"]}
 
 
-def test_an_old_answer_is_shown_as_of_its_time_and_asked_again_only_on_request(home: Path, tmp_path: Path) -> None:
-    """Past its 10 minutes the last answer is still what plans and `gpu targets` show, with
-    its time: no submit waits for `sky check` over every cloud while the target runs nothing;
-    `gpu targets probe` asks again."""
+def test_an_old_answer_is_used_with_its_time_and_asked_again_only_on_request(home: Path, tmp_path: Path) -> None:
+    """Past its 10 minutes the last answer is still what plans and `gpu targets` use, with
+    its time: no submit waits for `sky check` over every cloud (a launch asks today's prices
+    before it starts anything); `gpu targets probe` asks again."""
     from core.engine.target_setup import probe
     from core.providers.probing import probe_all
     from core.providers.registry import build
@@ -337,15 +353,13 @@ def test_an_old_answer_is_shown_as_of_its_time_and_asked_again_only_on_request(h
     venv = stand_in(tmp_path, answered())
     write_config(f"targets:\n  sky: {{kind: skypilot, venv: {venv}, probe_ttl_s: 1}}\n")
     first = probe("sky")
-    assert runs(tmp_path) == 1
+    assert runs(tmp_path) == 1 and "as_of" not in first.details
     path = SkyPilotProvider("sky")._probe_file()
     doc = json.loads(path.read_text())
     doc["at"] -= 3600  # an hour old
     path.write_text(json.dumps(doc))
     old = probe_all(build())["sky"]
     assert runs(tmp_path) == 1  # not asked
-    assert old.offer_prices == {"FAKE": 2.0} and old.details["as_of"] == doc["at"]
-    assert old.why_unavailable.startswith(first.why_unavailable + " (as of ")
-    assert old.why_unavailable.endswith("; `gpu targets probe sky` asks again)")
+    assert old.available is True and old.offer_prices == {"FAKE": 2.0} and old.details["as_of"] == doc["at"]
     fresh = probe("sky")
-    assert runs(tmp_path) == 2 and fresh.why_unavailable == first.why_unavailable
+    assert runs(tmp_path) == 2 and "as_of" not in fresh.details

@@ -18,6 +18,7 @@ these in.
 from __future__ import annotations
 
 import argparse
+import time
 import sys
 from typing import Any, Callable
 
@@ -209,6 +210,11 @@ def describe_probe(info) -> list[str]:
     d = info.details or {}
     if not info.available:
         return [f"not available: {v(info.why_unavailable)}", *skypilot_lines(d, v)]
+    if info.kind == "skypilot":  # its clouds and prices are what it offers
+        at = d.get("as_of")
+        when = f" (as of {time.strftime('%Y-%m-%d %H:%M', time.localtime(float(at)))}; `gpu targets probe " \
+               f"{v(info.name)}` asks again)" if isinstance(at, (int, float)) else ""
+        return [f"available: jobs launch on clusters of their own{when}", *skypilot_lines(d, v)]
     lines = [f"reachable ({v(d.get('host', info.name))})"]
     if info.gpus:
         free = d.get("gpus_free_gb") or []

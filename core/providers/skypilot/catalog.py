@@ -1,9 +1,10 @@
 """SkyPilot's prices as a target's offers: what the adapter's `prices` answer (SkyPilot's
 catalog for the enabled clouds, `slurm.pricing` for a Slurm infra) becomes for the router.
 
-One offer per GPU type, at the cheapest price any enabled cloud lists for one GPU of it (for
-several, the router multiplies, as for Modal's types), with every row that could serve it as
-the offer's *candidates*. SkyPilot's server picks the instance at launch, so what a person
+One offer per GPU type, at the cheapest machine any enabled cloud lists with one GPU of it, and
+for N of it the cheapest machine that holds N (machines come in shapes: the router reads
+`count_prices`, not N times one), with every row that could serve it as the offer's
+*candidates*. SkyPilot's server picks the instance at launch, so what a person
 approves is a ceiling and the candidate set: `binding(...)` is what a plan carries of it
 (`plan_binding`, in the plan's digest), and what the launch is held to.
 
@@ -47,26 +48,43 @@ def rows(prices: dict) -> list[dict]:
     return out
 
 
-def per_gpu(row: dict, spot: bool) -> float | None:
-    """A row's price for one of its GPUs (spot where asked and listed), or None if unpriced."""
-    price = row["spot_price"] if spot and row["spot_price"] is not None else row["price"]
-    return None if price is None else price / row["count"]
+def cost(row: dict, spot: bool) -> float | None:
+    """What a row's machine costs an hour (spot where asked and listed), or None if unpriced:
+    a job that needs fewer GPUs than the machine has pays for the machine all the same."""
+    return row["spot_price"] if spot and row["spot_price"] is not None else row["price"]
+
+
+def count_prices(found: list[dict], spot: bool = False) -> dict[int, float]:
+    """{N: the cheapest machine that holds N GPUs} for N up to the most a row has (a cloud's
+    machines come in shapes: 3 GPUs cost what the 4- or 8-GPU machine costs)."""
+    most = min(max((r["count"] for r in found), default=0), MAX_COUNT)
+    out = {}
+    for n in range(1, most + 1):
+        able = [c for r in found if r["count"] >= n and (c := cost(r, spot)) is not None]
+        if able:
+            out[n] = round(min(able), 4)
+    return out
+
+
+MAX_COUNT = 64
 
 
 def offers(prices: dict, spot: bool = False) -> dict[str, dict]:
-    """{GPU type: {"price": cheapest per GPU, "memory_gb", "count_max", "candidates": [rows]}},
-    cheapest type first; a type no enabled cloud prices is left out (nothing to bind a ceiling
-    to). Candidates are the type's priced rows, cheapest first."""
+    """{GPU type: {"price": the cheapest machine with one of it, "memory_gb", "count_max",
+    "count_prices": {N: the cheapest machine with N}, "candidates": [rows]}}, cheapest type
+    first; a type no enabled cloud prices is left out (nothing to bind a ceiling to).
+    Candidates are the type's priced rows, cheapest machine first."""
     by_type: dict[str, list[dict]] = {}
     for row in rows(prices):
-        if per_gpu(row, spot) is not None:
+        if cost(row, spot) is not None:
             by_type.setdefault(row["gpu"], []).append(row)
     out: dict[str, dict] = {}
     for gpu, found in by_type.items():
-        found.sort(key=lambda r: (per_gpu(r, spot), r["count"], r["cloud"], str(r["region"])))
-        out[gpu] = {"price": round(per_gpu(found[0], spot), 4),
+        found.sort(key=lambda r: (cost(r, spot), r["count"], r["cloud"], str(r["region"])))
+        out[gpu] = {"price": round(cost(found[0], spot), 4),
                     "memory_gb": max(r["memory_gb"] for r in found),
                     "count_max": max(r["count"] for r in found),
+                    "count_prices": count_prices(found, spot),
                     "candidates": found}
     return dict(sorted(out.items(), key=lambda kv: (kv[1]["price"], kv[0])))
 
@@ -75,11 +93,11 @@ def binding(offer: dict, count: int = 1, spot: bool = False) -> dict:
     """What a plan for `count` GPUs of `offer` binds: the hourly ceiling handed to SkyPilot
     (`Resources(max_hourly_cost=...)`, and held by gpu-router itself where SkyPilot ignores it:
     0.14.1 does on Slurm) and the candidates that fit under it. The ceiling is the cheapest
-    candidate that holds `count` GPUs, at its spot price where spot is asked, with room."""
-    able = [r for r in offer["candidates"] if r["count"] >= count and per_gpu(r, spot) is not None]
-    base = min((per_gpu(r, spot) for r in able), default=offer["price"])
-    ceiling = round(base * count * CEILING_MARGIN, 4)
-    fits = [{k: r[k] for k in SLIM} for r in able if per_gpu(r, spot) * count <= ceiling]
+    machine that holds `count` GPUs, at its spot price where spot is asked, with room."""
+    able = [r for r in offer["candidates"] if r["count"] >= count and cost(r, spot) is not None]
+    base = min((cost(r, spot) for r in able), default=offer["price"] * count)
+    ceiling = round(base * CEILING_MARGIN, 4)
+    fits = [{k: r[k] for k in SLIM} for r in able if cost(r, spot) <= ceiling]
     return {"max_hourly_cost": ceiling, "use_spot": spot, "candidates": fits}
 
 

@@ -142,10 +142,11 @@ def over_ceiling(job: Job, prices: dict) -> str | None:
     offer = catalog.offers(prices, spot=bool(bound.get("use_spot"))).get(gpu.upper())
     if offer is None:
         return f"no enabled cloud lists {gpu} now"
-    fits = [r for r in offer["candidates"] if r["count"] >= count]
+    spot = bool(bound.get("use_spot"))
+    fits = [c for r in offer["candidates"] if r["count"] >= count and (c := catalog.cost(r, spot)) is not None]
     if not fits:
         return f"no enabled cloud offers {count} {gpu} per machine now"
-    now = min((catalog.per_gpu(r, bool(bound.get("use_spot"))) or 0) * count for r in fits)
+    now = min(fits)
     ceiling = float(bound.get("max_hourly_cost") or 0)
     if now > ceiling + 1e-9:
         return f"{gpu} x{count} costs ${now:.2f}/h now, over the ${ceiling:.2f}/h its plan was approved for"

@@ -69,12 +69,12 @@ class AttemptStream:
         if m is None:
             self.sky_lines = [*self.sky_lines[-19:], raw]
             return
-        text = self.reader.feed(raw[m.end():])
-        if text is None:
+        body = raw[m.end():]
+        if body.startswith(METRIC_MARK):  # the relay's row: a job's own line never begins so (escaped)
+            self.metrics.append(body[len(METRIC_MARK):])
             return
-        if text.startswith(METRIC_MARK):
-            self.metrics.append(text[len(METRIC_MARK):])
-        else:
+        text = self.reader.feed(body)  # a frame (None), or the job's line as it printed it
+        if text is not None:
             self.log.append(text)
 
     def store(self) -> None:

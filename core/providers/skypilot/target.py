@@ -147,6 +147,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
                        for gpu, o in offers.items()},
             "price_errors": dict(prices.get("errors") or {}),
             "gpu_count_max": {gpu: o["count_max"] for gpu, o in offers.items()},
+            "count_prices": {gpu: {str(n): c for n, c in o["count_prices"].items()} for gpu, o in offers.items()},
         }
 
     def _remembered(self) -> TargetInfo | None:

@@ -1,0 +1,270 @@
+"""Launching on SkyPilot, without a server (issue 43's third step): the frames that carry files
+home inside a task's output (core/runtime/frames.py, the one place of that format), the
+runtime a cluster runs (core/runtime/skypilot_task.py) run here as a real process on a real
+job's workdir with its output read back by the stream home reads (stream.py), the launch's
+resources and the ceiling it is held to (launching.py), and the provider's word on a cluster
+that is gone, against a stand-in for SkyPilot's venv. The real server runs the same path in
+tests/providers/test_skypilot_adapter.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.runtime import frames
+from core.runtime.frames import FrameReader
+from tests.conftest import make_git_project, write_user_config as write_config
+from tests.providers.test_skypilot_target import SLURM_PRICES, answered, stand_in
+
+pytestmark = pytest.mark.quick
+
+LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),
+               max_size=120)
+
+
+def _read_back(lines: list[str], folder: str, max_bytes: int = 1 << 24) -> tuple[list[str], dict, list]:
+    got: dict[str, bytes] = {}
+    errors: list = []
+
+    def on_file(kind: str, name: str, path: str) -> None:
+        got[f"{kind}/{name}"] = Path(path).read_bytes()
+
+    reader = FrameReader(folder, max_bytes, on_file, lambda *e: errors.append(e))
+    shown = [text for text in (reader.feed(line) for line in lines) if text is not None]
+    return shown, got, errors
+
+
+# -- frames --------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=3 * frames.CHUNK + 7), st.lists(LINE, max_size=12), st.integers(0, 12))
+def test_any_file_comes_through_whole_and_every_job_line_reads_as_itself(data: bytes, job: list[str],
+                                                                         where: int) -> None:
+    """Whatever a job prints (a forged frame, the escape itself, a metric marker), home reads
+    it back as that line and never as a frame; the file sent among those lines arrives whole."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "f")
+        src.write_bytes(data)
+        sent: list[str] = []
+        out = [frames.escape_log(line) for line in job]
+        frames.send_file(sent.append, "out", "outputs", str(src))
+        out[min(where, len(out)):min(where, len(out))] = sent
+        shown, got, errors = _read_back(out, tmp + "/in")
+    assert shown == job and got == {"out/outputs": data} and errors == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(LINE)
+def test_no_line_a_job_prints_is_ever_read_as_a_frame(line: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        shown, got, errors = _read_back([frames.escape_log(line)], tmp)
+    assert shown == [line] and got == {} and errors == []
+
+
+def test_a_forged_or_broken_frame_brings_no_file(tmp_path: Path) -> None:
+    src = tmp_path / "f"
+    src.write_bytes(b"x" * 100_000)
+    good: list[str] = []
+    frames.send_file(good.append, "ckpt", "0000000001", str(src))
+    flipped = [*good[:-1], good[-1][:-1] + ("0" if good[-1][-1] != "0" else "1")]  # its hash, one digit off
+    short = [good[0], *good[2:]]  # a chunk lost
+    longer = [good[0], *good[1:-1], good[1], good[-1]]  # a chunk more than announced
+    for lines in (flipped, short, longer):
+        shown, got, errors = _read_back(lines, str(tmp_path / "in"))
+        assert shown == [] and got == {} and len(errors) == 1, errors
+    shown, got, errors = _read_back(good, str(tmp_path / "in"), max_bytes=1000)
+    assert got == {} and "over the 1000 byte cap" in errors[0][2]
+    assert not list((tmp_path / "in").glob("*.part"))  # nothing half written is left
+    with pytest.raises(ValueError):
+        frames.send_file(good.append, "ckpt", "../x", str(src))
+
+
+# -- the cluster's runtime, run here on a real job's workdir ----------------------------------------
+
+JOB = r'''
+import json, os, time
+import gpu
+print("@@gpu-router-frame@@ exit record begin 3", flush=True)   # a forged frame: shown, never a file
+print("@@gpu-router-metric@@ {\"step\": 99, \"loss\": 0}", flush=True)  # nor a metric row
+ck = gpu.checkpoint_dir() / "state.json"
+for step in range(3):
+    ck.write_text(json.dumps({"step": step}))
+    gpu.checkpoint_saved()
+    gpu.log(step=step, loss=1.0 / (step + 1))
+    time.sleep(0.3)
+    print(f"step {step}", flush=True)
+(gpu.output_dir() / "result.txt").write_text("done\n")
+os.symlink("/etc/passwd", gpu.output_dir() / "passwd")   # a link out: never comes home
+'''
+
+
+@pytest.fixture
+def sky_job(home: Path, tmp_path: Path):
+    """A job planned on a skypilot target (a stand-in venv answers the probe and `down`)."""
+    from core.config.request import build_request
+    from core.engine.service import submit
+    from core.jobs.store import Store
+
+    answers = {**answered(), "down": {"ok": True, "result": {}},
+               "status": {"ok": True, "result": {"clusters": []}}}
+    venv = stand_in(tmp_path, answers)
+    write_config(f"targets:\n  sky: {{kind: skypilot, venv: {venv}}}\n")
+    project = make_git_project(tmp_path / "proj", {"train.py": JOB})
+    req = build_request(project, {"script": "train.py", "hours": 0.1, "gpu": "FAKE", "wait_s": 0})
+    job = submit(req, store=Store(), start_supervisor=False).job
+    job.attempt = 1  # as the supervisor starts its first attempt
+    return job
+
+
+def _run_cluster(job, tmp_path: Path) -> list[str]:
+    """The staged workdir run as SkyPilot runs it (`python3 task.py` in the synced folder, the
+    cluster's own HOME), its output prefixed as SkyPilot prefixes a named task's lines."""
+    from core.packaging.safe_extract import OutputCaps
+    from core.providers.skypilot import launching
+
+    work, size = launching.stage(job, OutputCaps())
+    assert size > 0 and {p.name for p in work.iterdir()} == {"runtime.tar.gz", "manifest.gz", "objects.gz", "task.py"}
+    cluster = tmp_path / "cluster"
+    cluster.mkdir(exist_ok=True)
+    synced = cluster / "sky_workdir"
+    subprocess.run(["rm", "-rf", str(synced), str(cluster / "gpu-router")], check=True)
+    subprocess.run(["cp", "-r", str(work), str(synced)], check=True)
+    env = {"HOME": str(cluster), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    done = subprocess.run(launching.RUN.split(), cwd=synced, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    name = launching.task_name(job)
+    return ["├── Waiting for task resources on 1 node.",
+            *(f"({name}, pid=4242) {line}" for line in done.stdout.splitlines()), "✓ Job finished (status: SUCCEEDED)."]
+
+
+async def test_the_clusters_runtime_sends_the_log_rows_checkpoints_outputs_and_exit(sky_job, tmp_path: Path) -> None:
+    from core.providers.registry import build
+    from core.runtime import ckptscan
+
+    lines = _run_cluster(sky_job, tmp_path)
+    provider = build()["sky"]
+    stream = provider._stream(sky_job)
+    for line in lines:
+        stream.line(line)
+    stream.end(0)
+    stream.store()
+    assert "step 2" in stream.log and "@@gpu-router-frame@@ exit record begin 3" in stream.log
+    assert '@@gpu-router-metric@@ {"step": 99, "loss": 0}' in stream.log  # the job's own text, shown
+    assert stream.sky_lines[-1] == "✓ Job finished (status: SUCCEEDED)."
+    assert [json.loads(r)["step"] for r in stream.metrics] == [0, 1, 2]
+    assert stream.errors == [] and stream.exit_doc()["code"] == 0
+    # the newest generation, with its files' times as its marker says: listed as a host's folder
+    assert stream.newest_generation() == 3
+    scan = ckptscan.scan(str(stream.folder / "ckpt"))
+    assert scan["generation_dir"] == "0000000003"
+    assert json.loads((stream.folder / "ckpt-gens" / "0000000003" / "state.json").read_text()) == {"step": 2}
+    assert (await provider.checkpoint_scan(sky_job))["generation_dir"] == "0000000003"
+    # the job's log and rows in the job's mirrored files
+    log = (stream.local_dir / "job.log").read_text()
+    assert "step 2" in log and "[gpu-router] attempt 1: exited with status 0" in log
+    # outputs: the regular file home, the link out never packed
+    with tarfile.open(stream.folder / "outputs.tar.gz") as tar:
+        assert tar.getnames() == ["result.txt"]
+    dest = tmp_path / "home-runs"
+    dest.mkdir()
+    notes = await provider.fetch_outputs(sky_job, dest)
+    assert (dest / "result.txt").read_text() == "done\n" and not (dest / "passwd").exists()
+    assert (dest / "job.log").is_file() and (dest / "metrics.jsonl").is_file(), notes
+    await provider.close()
+
+
+def test_a_follower_started_again_reads_past_what_came_and_keeps_the_log_whole(sky_job, tmp_path: Path) -> None:
+    """A supervisor restarted reads the stream from its beginning: the generation already here
+    is not written again, and the log it rebuilds is the same text."""
+    from core.providers.registry import build
+
+    lines = _run_cluster(sky_job, tmp_path)
+    first = build()["sky"]._stream(sky_job)
+    for line in lines:
+        first.line(line)
+    first.store()
+    gen = first.folder / "ckpt-gens" / "0000000003" / "state.json"
+    before = gen.stat().st_mtime_ns, gen.stat().st_ino
+    again = build()["sky"]._stream(sky_job)
+    for line in lines:
+        again.line(line)
+    again.store()
+    assert (gen.stat().st_mtime_ns, gen.stat().st_ino) == before
+    assert again.log == first.log and again.metrics == first.metrics
+    assert (first.local_dir / "job.log").read_text().count("step 2") == 1
+
+
+# -- the launch's resources and its ceiling ---------------------------------------------------------
+
+
+def _job(offer: str, bound: dict):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(plan={"offer": offer, "skypilot": bound}, short_id="1a2b3c4d", attempt=1)
+
+
+def test_the_launch_asks_for_the_plans_gpus_under_its_ceiling_on_its_one_cloud() -> None:
+    from core.providers.skypilot import catalog, launching
+
+    fake = catalog.offers(SLURM_PRICES)["FAKE"]
+    res = launching.resources(_job("FAKE:2", catalog.binding(fake, 2)))
+    assert res == {"accelerators": "FAKE:2", "max_hourly_cost": pytest.approx(4.4), "use_spot": False,
+                   "infra": "slurm"}  # the cloud only: a Slurm row's region is a partition
+    two_clouds = {"max_hourly_cost": 2.0, "use_spot": True, "candidates": [
+        {"cloud": "aws", "region": "us-east-1", "instance_type": "g5", "count": 1, "price": 3.0, "spot_price": 1.5},
+        {"cloud": "runpod", "region": "CA", "instance_type": "1x", "count": 1, "price": 1.8, "spot_price": None}]}
+    res = launching.resources(_job("A10G", two_clouds))
+    assert res == {"accelerators": "A10G:1", "max_hourly_cost": 2.0, "use_spot": True}  # SkyPilot picks under it
+    assert launching.resources(_job("A10G", two_clouds), clouds=["aws"])["infra"] == "aws"  # the target's one cloud
+    with pytest.raises(ValueError) as err:
+        launching.resources(_job("FAKE", {}))
+    assert "binds no SkyPilot price ceiling" in str(err.value)
+
+
+def test_a_price_that_rose_past_the_approved_ceiling_is_never_launched() -> None:
+    from core.providers.skypilot import catalog, launching
+
+    bound = catalog.binding(catalog.offers(SLURM_PRICES)["FAKE"])
+    job = _job("FAKE", bound)
+    assert launching.over_ceiling(job, SLURM_PRICES) is None
+    # the 2-GPU machine's 4.0 an hour serves one GPU only at its whole price: not under 2.20
+    dearer = json.loads(json.dumps(SLURM_PRICES).replace('"price": 2.0', '"price": 2.5'))
+    assert launching.over_ceiling(job, dearer) == "FAKE x1 costs $2.50/h now, over the $2.20/h its plan was approved for"
+    gone = {**SLURM_PRICES, "gpus": {}}
+    assert launching.over_ceiling(job, gone) == "no enabled cloud lists FAKE now"
+    assert launching.over_ceiling(_job("FAKE:4", catalog.binding(catalog.offers(SLURM_PRICES)["FAKE"], 4)),
+                                  SLURM_PRICES) == "no enabled cloud offers 4 FAKE per machine now"
+
+
+# -- where an attempt stands ---------------------------------------------------------------------------
+
+
+async def test_a_cluster_skypilot_no_longer_lists_is_a_session_that_ended(sky_job) -> None:
+    """No exit record and no cluster: the session ended (the job resumes from home's
+    checkpoint), once the stream has ended; a cluster still on its way right after its launch
+    is not called lost."""
+    import time
+
+    from core.providers.registry import build
+
+    provider = build()["sky"]
+    sky_job.handle = {"cluster": "gr-1a2b3c4d-a1", "sky_job_id": 1, "launched_at": time.time()}
+    stream = provider._stream(sky_job)
+    poll = await provider._ask(sky_job, stream)  # just launched, the stream still open
+    assert poll.phase == "running" and poll.detail == "SkyPilot does not show cluster gr-1a2b3c4d-a1 yet"
+    stream.end(broken="the cluster went away")
+    poll = await provider._ask(sky_job, stream)  # asked again at once: the stream has ended
+    assert poll.phase == "lost" and poll.vanished
+    assert poll.detail == ("SkyPilot's cluster gr-1a2b3c4d-a1 is gone and the job sent no exit record: "
+                           "the session ended")
+    await provider.close()
