@@ -116,7 +116,7 @@ class JobSteps:
                 poll = Poll(poll.phase, poll.exit_code, job.handle["queue_stuck"][:2000], poll.queued)
         if poll.phase == "running" and job.state == State.PROVISIONING:
             await self.db(self.store.usage_start, job.id, job.attempt, provider.name,
-                                   float(job.plan.get("price_per_hour") or 0))
+                                   float(job.plan.get("price_per_hour") or 0), at=poll.started_at)
             await self.db(self.store.transition, job.id, State.RUNNING, "started", expect=[State.PROVISIONING])
         elif poll.phase == "provisioning" and poll.detail and poll.detail != job.reason:
             await self.db(self.store.update, job.id, reason=poll.detail)  # why it waits: "queued: Resources"
@@ -330,7 +330,7 @@ class JobSteps:
             # launch (a no-op when its usage row exists), so its hours and cost are not zero
             await self.db(self.store.usage_start, job.id, job.attempt, provider.name,
                                    float(job.plan.get("price_per_hour") or 0),
-                                   at=job.handle["launched_at"])
+                                   at=job.handle.get("billed_from") or job.handle["launched_at"])
         await self.db(self.store.usage_end, job.id, job.attempt)
         if job.handle.get("overrun_at") and not job.cancel_requested and (
                 poll.exit_code == 0 or job.handle.get("overrun_stop_sent")):

@@ -18,6 +18,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
+from core import paths
 from core.config.user import UserConfig, load
 from core.errors import UserError
 from core.jobs.store import Job, Store
@@ -142,9 +143,34 @@ def cost_report(store: Store, cfg: UserConfig | None = None, *, since: float,
     rows.sort(key=(lambda r: r["key"]) if by == "day" else (lambda r: (-r["cost"], -r["hours"], r["key"])))
     total = {k: round(sum(r[k] for r in rows), 4) for k in ("hours", "gpu_hours", "cost", "estimate")}
     total["jobs"] = len(first)
-    return {"since": _iso(since), "until": _iso(now), "by": by, "rows": rows, "total": total,
-            "quota": quota_doc(store, cfg, now), "credits": credits_doc(store, cfg),
-            "budget": budget_doc(store, cfg), "agent_day": agent_day_doc(store, cfg, now)}
+    doc = {"since": _iso(since), "until": _iso(now), "by": by, "rows": rows, "total": total,
+           "quota": quota_doc(store, cfg, now), "credits": credits_doc(store, cfg),
+           "budget": budget_doc(store, cfg), "agent_day": agent_day_doc(store, cfg, now)}
+    reported = skypilot_doc(cfg, jobs.values())
+    if reported:
+        doc["skypilot"] = reported
+    return doc
+
+
+def skypilot_doc(cfg: UserConfig, jobs) -> dict[str, dict[str, Any]]:
+    """SkyPilot's own cost report of the clusters of the period's jobs, by target, beside
+    gpu-router's count (the catalog price from the cluster's launch to the job's end): {target:
+    {clusters, reported, hours_up}}. SkyPilot counts on until the cluster is down."""
+    kinds = {name for name, t in cfg.targets.items() if t.kind == "skypilot"}
+    if not kinds:
+        return {}
+    from core.providers.skypilot.stream import reported_costs
+
+    out: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        for doc in reported_costs(paths.jobs_dir() / job.id):
+            if doc.get("target") not in kinds:
+                continue
+            t = out.setdefault(doc["target"], {"clusters": 0, "reported": 0.0, "hours_up": 0.0})
+            t["clusters"] += 1
+            t["reported"] = round(t["reported"] + float(doc["cost"]), 4)
+            t["hours_up"] = round(t["hours_up"] + float(doc.get("duration_s") or 0) / 3600, 4)
+    return out
 
 
 def agent_day_doc(store: Store, cfg: UserConfig | None = None, now: float | None = None) -> dict[str, Any]:

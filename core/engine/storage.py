@@ -97,7 +97,7 @@ def judge(rows: list[dict], needs: set[str], last_use: dict[str, float], now: fl
             e.keep = "a job is using it"
         elif e.key in needs:
             e.keep = "a live job needs it"
-        elif now - e.used_at < MIN_AGE_S:
+        elif now - e.used_at < MIN_AGE_S and e.kind != "cluster":  # a cluster: `needs` says it all
             e.keep = f"used in the last {MIN_AGE_S / 60:g} minutes"
         entries.append(e)
     return entries

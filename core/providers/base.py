@@ -117,6 +117,9 @@ class Poll:
     checkpoint: the newest generation `gpu.checkpoint_saved()` froze on the target (ckpt-gens/),
     seen by the same look (None where the target does not say): a newer one than home has is
     brought home at once, not on the mirror's clock.
+    started_at: when the attempt's spending began, where the target says and it was before the
+    poll that first sees it run (a SkyPilot cluster bills from its launch): its usage counts
+    from then.
     """
 
     phase: str
@@ -125,6 +128,7 @@ class Poll:
     queued: bool = False
     vanished: bool = False
     checkpoint: int | None = None
+    started_at: float | None = None  # where the target bills from before a poll saw it run (a cluster's launch)
 
 
 class Provider(Protocol):

@@ -23,32 +23,9 @@ from core.errors import UserError
 from core.providers.skypilot import venv as skyvenv
 from core.providers.skypilot.client import (AdapterBroken, AdapterTimeout, SkyPilotClient,
                                             SkyPilotError)
-
-SERVER = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.sshd, pytest.mark.xdist_group("skypilot"),
-          pytest.mark.timeout(1500)]
-
+from tests.providers.conftest import server_test
 
 # -- against the real server ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def skypilot_server():
-    """One server and Slurm cluster for the session, in a folder of its own under /tmp: munged
-    wants every folder above its socket searchable, which pytest's own tmp folders (0700) are not."""
-    import shutil
-    import tempfile
-
-    from tests.skypilot_service import SkyPilotServer
-
-    root = Path(tempfile.mkdtemp(prefix="gpu-router-skypilot-"))
-    try:
-        server = SkyPilotServer(root)
-        try:
-            yield server
-        finally:
-            server.close()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -58,13 +35,6 @@ async def sky(skypilot_server) -> SkyPilotClient:
         yield client
     finally:
         await client.close()
-
-
-def server_test(fn):
-    """A test of the real server: slow, on the session's one server (one xdist worker)."""
-    for mark in SERVER:
-        fn = mark(fn)
-    return fn
 
 
 @server_test
@@ -308,10 +278,9 @@ def test_what_the_sdk_returns_becomes_json_the_client_can_read() -> None:
 @server_test
 def test_targets_add_skypilot_reads_the_real_servers_clouds_and_slurm_prices(
         skypilot_server, home: Path, tmp_path: Path) -> None:
-    """`gpu targets add skypilot` against the real server (issue 43's second step): Slurm
-    enabled, every other cloud left out by allowed_clouds, and the `fake` GPU at slurm.pricing's
-    2.0 an hour, in `gpu targets` and in a plan's reason; no job is placed there (launching on
-    SkyPilot is not built yet)."""
+    """`gpu targets add skypilot` against the real server: Slurm enabled, every other cloud left
+    out by allowed_clouds, and the `fake` GPU at slurm.pricing's 2.0 an hour, in `gpu targets`
+    and in a plan, which binds the ceiling (2.20) and the Slurm machines under it."""
     from tests.conftest import run_gpu
 
     env = [f"--env={k}={v}" for k, v in skypilot_server.env.items() if k not in ("PATH", "LANG", "TMPDIR")]
@@ -321,10 +290,14 @@ def test_targets_add_skypilot_reads_the_real_servers_clouds_and_slurm_prices(
     assert "aws" in done.stdout and "allowed_clouds" in done.stdout
     listed = json.loads(run_gpu("targets", "--json", timeout=300).stdout)["targets"]
     sky = next(t for t in listed if t["name"] == "sky")
-    assert sky["offer_prices"] == {"FAKE": 2.0} and sky["details"]["gpu_count_max"] == {"FAKE": 2}
+    assert sky["available"] is True and sky["offer_prices"] == {"FAKE": 2.0}
+    assert sky["details"]["gpu_count_max"] == {"FAKE": 2} and sky["details"]["count_prices"] == {"FAKE": {"1": 2.0, "2": 4.0}}
     project = tmp_path / "proj"
     project.mkdir()
     (project / "train.py").write_text("print('hi')\n")
-    plan = run_gpu("plan", "train.py", "--gpu", "FAKE", "--json", cwd=project, timeout=300)
-    assert plan.returncode != 0
-    assert "sky is unavailable: SkyPilot answers (slurm enabled; from $2.00/h for FAKE)" in plan.stdout + plan.stderr
+    plan = run_gpu("plan", "train.py", "--gpu", "FAKE:2", "--json", cwd=project, timeout=300)
+    assert plan.returncode == 0, plan.stderr
+    doc = json.loads(plan.stdout)["plan"]
+    assert doc["target"] == "sky" and doc["price_per_hour"] == 4.0 and doc["offer"] == "FAKE:2"
+    assert doc["skypilot"]["max_hourly_cost"] == pytest.approx(4.4)
+    assert [(c["cloud"], c["count"]) for c in doc["skypilot"]["candidates"]] == [("slurm", 2)]

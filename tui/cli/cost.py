@@ -98,6 +98,11 @@ def report_lines(doc: dict[str, Any], since_text: str) -> list[Any]:
         out.append(cost_table(doc))
         if any(r["running"] for r in doc["rows"]):
             out.append("running jobs count up to now")
+    for target, rep in (doc.get("skypilot") or {}).items():
+        out.append(markup("{target}: SkyPilot's cost report says {usd} for {n} cluster(s) up {hours} h "
+                          "(from its start until it was down; ACTUAL counts from asking for each launch to the job's end)",
+                          target=safe(target, single_line=True), usd=_usd(rep["reported"]),
+                          n=rep["clusters"], hours=_h(rep["hours_up"])))
     for q in doc["quota"]:
         line = (f"{q['used_hours']:.2f} of {q['allowed_hours']:g} free hours used in the last 7 days, "
                 f"{q['left_hours']:.2f} left")

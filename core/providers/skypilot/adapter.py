@@ -31,6 +31,7 @@ import enum
 import io
 import json
 import os
+import queue
 import re
 import sys
 import threading
@@ -367,15 +368,42 @@ def main() -> int:
     sys.stdout = sys.stderr
     wire = Wire(proto)
     threads = []
+    ordered: queue.Queue = queue.Queue()  # `check` then `prices`, one after the other (IN_ORDER)
+    worker = threading.Thread(target=_in_order, args=(wire, ordered), daemon=True)
+    worker.start()
     for line in sys.stdin:
         if not line.strip():
+            continue
+        if _op_of(line) in IN_ORDER:
+            ordered.put(line)
             continue
         t = threading.Thread(target=handle, args=(wire, line), daemon=True)
         t.start()
         threads.append(t)
-    for t in threads:  # stdin closed: finish what was asked, then end
+    ordered.put(None)
+    for t in [*threads, worker]:  # stdin closed: finish what was asked, then end
         t.join()
     return 0
+
+
+# answered one after the other, in the order asked: once, in a test session's first probe of a
+# fresh API server, a `prices` run beside `check` listed no GPU while the check said slurm was
+# enabled (a race with the check enabling it is the one in sight); in order, prices reads the
+# clouds the check has just settled
+IN_ORDER = {"check", "prices"}
+
+
+def _op_of(line: str) -> str | None:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    return doc.get("op") if isinstance(doc, dict) else None
+
+
+def _in_order(wire: Wire, lines: "queue.Queue") -> None:
+    while (line := lines.get()) is not None:
+        handle(wire, line)
 
 
 if __name__ == "__main__":

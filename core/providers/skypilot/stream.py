@@ -185,3 +185,27 @@ def _times_from_marker(folder: Path) -> None:
         if isinstance(v, list) and len(v) >= 2 and isinstance(v[1], int) and path.is_file() \
                 and not path.is_symlink():
             os.utime(path, ns=(v[1], v[1]), follow_symlinks=False)
+
+
+COST = "cost.json"  # beside an attempt: SkyPilot's own report of its cluster, once down
+
+
+def write_reported_cost(folder: Path, target: str, row: dict) -> None:
+    doc = {"target": target, "cluster": row.get("name"), "cost": row.get("cost"),
+           "duration_s": row.get("duration_s"), "usage_intervals": row.get("usage_intervals")}
+    tmp = folder / (COST + ".part")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, folder / COST)
+
+
+def reported_costs(local_dir: Path) -> list[dict]:
+    """What SkyPilot reported for each attempt's cluster of a job (`gpu cost`)."""
+    out = []
+    for path in sorted((local_dir / "sky").glob(f"a*/{COST}")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("cost"), (int, float)):
+            out.append(doc)
+    return out

@@ -130,7 +130,8 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
             return self._info(False, f"SkyPilot's adapter failed: {exc}"[:400])
         details = self.details_of(check or {}, prices or {})
         info = self._info(True, None, details)
-        self._store_probe(info)
+        if info.available:  # an answer with clouds but no prices is asked again next time
+            self._store_probe(info)
         return info
 
     def details_of(self, check: dict, prices: dict) -> dict:
@@ -246,6 +247,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
             raise UserError(f"not launched on {self.name}: {why}",
                             fix="submit it again: the new plan shows today's price for a person to approve")
         work, size = await asyncio.to_thread(launching.stage, job, self.caps)
+        billed_from = time.time()  # a cluster bills from its launch: the job's usage counts from here
         lines = self._stream(job).folder / "launch.log"
         with open(lines, "a", encoding="utf-8") as out:
             def keep(line: str) -> None:
@@ -263,7 +265,8 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
                 what = exc.text if isinstance(exc, SkyPilotError) else str(exc)
                 raise RuntimeError(f"SkyPilot could not launch {cluster}: {what}"[:1500]) from None
         return {"attempt": job.attempt, "cluster": cluster, "sky_job_id": answer.get("job_id"),
-                "resources": answer.get("resources"), "launched_at": time.time(), "uploaded_bytes": size,
+                "resources": answer.get("resources"), "launched_at": time.time(), "billed_from": billed_from,
+                "uploaded_bytes": size,
                 "launch_s": round(time.monotonic() - started, 3), "ceiling": resources["max_hourly_cost"],
                 "notes": [f"SkyPilot launched cluster {cluster} ({answer.get('resources') or resources['accelerators']}, "
                           f"at most ${resources['max_hourly_cost']:.2f}/h; it goes down by itself "
@@ -364,8 +367,10 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         if doc is not None:
             return exited_poll(doc)
         poll = await self._ask(job, stream)
-        gen = stream.newest_generation()
-        return dataclasses.replace(poll, checkpoint=gen) if gen is not None and poll.phase == "running" else poll
+        if poll.phase != "running":
+            return poll
+        gen = stream.newest_generation()  # the cluster bills from its launch, not from this look
+        return dataclasses.replace(poll, checkpoint=gen, started_at=job.handle.get("billed_from"))
 
     async def _ask(self, job: Job, stream) -> Poll:
         import time
@@ -423,11 +428,33 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
             return Poll("running", detail=f"SkyPilot does not show cluster {cluster} yet")
         if state is not None:  # STOPPED, or INIT after a failure: not left paying
             await self._down_quietly(cluster)
+        await self._record_cost(job)
         return Poll("lost", vanished=True,
                     detail=f"SkyPilot's cluster {cluster} is {'gone' if state is None else state} and the "
                            "job sent no exit record: the session ended")
 
     # -- ending -------------------------------------------------------------------------------------
+
+    async def _record_cost(self, job: Job) -> None:
+        """SkyPilot's own cost of the attempt's cluster (its report, once the cluster is down),
+        kept beside the attempt for `gpu cost` to show against gpu-router's count."""
+        import asyncio
+
+        from core.providers.skypilot.client import AdapterError
+        from core.providers.skypilot.stream import write_reported_cost
+
+        cluster = job.handle.get("cluster")
+        if not cluster:
+            return
+        try:
+            client = await self.client()
+            report = await client.request("cost_report", {"days": 30}, timeout=self._timeout())
+        except AdapterError as exc:
+            log.info("job %s: SkyPilot's cost report not read: %s", job.short_id, exc)
+            return
+        rows = [r for r in report.get("clusters") or [] if r.get("name") == cluster]
+        if rows:
+            await asyncio.to_thread(write_reported_cost, self._stream(job).folder, self.name, rows[-1])
 
     async def _down_quietly(self, cluster: str) -> str | None:
         """Take the cluster down; why it could not be (None: down, or never there)."""
@@ -456,6 +483,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         why = await self._down_quietly(cluster)
         if why:
             raise RuntimeError(f"SkyPilot could not take cluster {cluster} down: {why}")
+        await self._record_cost(job)
 
     async def request_checkpoint(self, job: Job) -> None:
         return None  # no signal reaches a task but through SkyPilot: the job saves on its own clock
@@ -491,6 +519,8 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
             if why:
                 notes.append(f"SkyPilot's cluster {job.handle['cluster']} could not be taken down: {why} "
                              "(`gpu gc` lists it; it goes down by itself once idle)")
+            else:
+                await self._record_cost(job)
         return notes
 
     # -- the checkpoint the stream brought: listed and packed as a host's folder ----------------------
