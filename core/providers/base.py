@@ -49,8 +49,8 @@ class TargetInfo:
     max_hours_why: str = ""
     # a local target where no sandbox can be made: why (an agent's job there waits for a person)
     unsandboxed_why: str | None = None
-    # the target answered, and is unavailable by its own account (a SkyPilot server while
-    # launching there is not built): not a failed probe, so none is remembered as one
+    # the target answered, and is unavailable by its own account (a SkyPilot server with no
+    # cloud enabled): not a failed probe, so none is remembered as one
     answered: bool = False
 
     def to_json(self) -> dict:

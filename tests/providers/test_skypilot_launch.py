@@ -268,3 +268,74 @@ async def test_a_cluster_skypilot_no_longer_lists_is_a_session_that_ended(sky_jo
     assert poll.detail == ("SkyPilot's cluster gr-1a2b3c4d-a1 is gone and the job sent no exit record: "
                            "the session ended")
     await provider.close()
+
+
+# -- a launch after a restart -------------------------------------------------------------------------
+
+SEQUENCED = '''#!{python}
+# a stand-in for SkyPilot's venv python whose cluster is INIT for the first two looks, then UP;
+# its queue shows the attempt's task from the third look on where TASK is set; each op is logged
+import json, os, sys
+state, task = {state!r}, {task!r}
+def count(op):
+    path = state + "." + op
+    n = int(open(path).read()) if os.path.exists(path) else 0
+    open(path, "w").write(str(n + 1))
+    return n
+for raw in sys.stdin:
+    req = json.loads(raw)
+    op = req["op"]
+    n = count(op)
+    with open(state + ".ops", "a") as f:
+        f.write(op + "\\n")
+    if op == "status":
+        doc = {{"ok": True, "result": {{"clusters": [{{"name": req["args"]["clusters"][0],
+               "status": "INIT" if n < 2 else "UP", "launched_at": 1000}}]}}}}
+    elif op == "queue" and n < 2:
+        doc = {{"ok": False, "error": {{"type": "ClusterNotUpError", "message": "not up yet"}}}}
+    elif op == "queue":
+        jobs = [{{"job_id": 1, "name": task, "status": "RUNNING"}}] if task else []
+        doc = {{"ok": True, "result": {{"cluster": "c", "jobs": jobs}}}}
+    else:
+        doc = {{"ok": False, "error": {{"type": "ValueError", "message": "not in this test: " + op}}}}
+    sys.stdout.write(json.dumps({{"id": req["id"], **doc}}) + "\\n")
+    sys.stdout.flush()
+'''
+
+
+@pytest.mark.parametrize("task_there", [True, False])
+async def test_a_launch_after_a_restart_waits_for_the_one_under_way_and_never_runs_the_job_twice(
+        sky_job, tmp_path: Path, monkeypatch, task_there: bool) -> None:
+    """A supervisor that died in a launch left SkyPilot carrying it on: the attempt's cluster
+    still starting is waited for, and once it shows the task, that task is followed, never
+    launched again; a cluster that stands UP without it was left by a launch that died, and
+    the launch goes on (here to today's prices, which this stand-in refuses)."""
+    from core.providers.registry import build
+    from core.providers.skypilot import launching, target
+    from core.providers.skypilot.client import SkyPilotError
+
+    venv = tmp_path / "seq-venv"
+    (venv / "bin").mkdir(parents=True)
+    state = str(tmp_path / "seq")
+    (venv / "bin" / "python").write_text(SEQUENCED.format(python=sys.executable, state=state,
+                                                          task=launching.task_name(sky_job) if task_there else ""))
+    (venv / "bin" / "python").chmod(0o755)
+    write_config(f"targets:\n  sky: {{kind: skypilot, venv: {venv}}}\n")
+    monkeypatch.setattr(target, "ADOPT_POLL_S", 0.05)
+    monkeypatch.setattr(target, "ADOPT_SETTLE_S", 0.3)
+    provider = build()["sky"]
+    try:
+        if task_there:
+            handle = await provider.launch(sky_job, {})
+            assert handle["adopted"] and handle["sky_job_id"] == 1 and handle["billed_from"] == 1000
+            assert handle["cluster"] == launching.cluster_name(sky_job)
+        else:
+            with pytest.raises(SkyPilotError) as err:
+                await provider.launch(sky_job, {})
+            assert err.value.op == "prices"
+    finally:
+        await provider.close()
+    ops = Path(state + ".ops").read_text().split()
+    assert "launch" not in ops and ops[:2] == ["status", "queue"]
+    assert ops.count("status") >= 3  # it waited through the INIT looks
+    assert ("prices" in ops) is (not task_there)

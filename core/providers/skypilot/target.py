@@ -56,6 +56,8 @@ FOLLOW_TIMEOUT_S = 10.0 ** 9  # a follow lasts as long as the job
 POLL_INTERVAL_S = 15.0  # SkyPilot's status of a cluster asks the cloud: not every tick
 GONE_GRACE_S = 120.0  # a cluster not listed this soon after its launch may be on its way
 OUTPUTS_WAIT_S = 120.0  # the end of the stream, after SkyPilot says the task ended
+ADOPT_SETTLE_S = 30.0  # an attempt's cluster UP this long without its task: its launch died
+ADOPT_POLL_S = 5.0
 
 
 class SkyPilotProvider(ServiceTarget, MirroredLog):
@@ -274,25 +276,49 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
                           "it idles, and gpu-router takes it down when the job ends)"]}
 
     async def _adopt(self, client, job: Job, cluster: str) -> dict | None:
-        """This attempt's task on its cluster, if a launch got that far before: its handle."""
+        """This attempt's task on its cluster, if a launch got that far before: its handle.
+
+        A supervisor that died in a launch left SkyPilot's server carrying that launch on: a
+        cluster of this attempt that is still starting (INIT) is waited for until it shows the
+        task (adopted) or stands UP without it for ADOPT_SETTLE_S (that launch died before the
+        task: this one goes on into the cluster), never launched into at once, which would run
+        the job twice there."""
+        import asyncio
         import time
 
         from core.providers.skypilot import launching
-        from core.providers.skypilot.client import AdapterError
+        from core.providers.skypilot.client import AdapterError, SkyPilotError
 
-        try:
-            status = await client.request("status", {"clusters": [cluster]}, timeout=self._timeout())
-            if not status.get("clusters"):
+        deadline = time.monotonic() + float(self.options.get("launch_timeout_s", LAUNCH_TIMEOUT_S))
+        up_since = None
+        while True:
+            try:
+                status = await client.request("status", {"clusters": [cluster]}, timeout=self._timeout())
+                rows = [c for c in status.get("clusters") or [] if c.get("name") == cluster]
+                if not rows:
+                    return None
+                try:
+                    queue = await client.request("queue", {"cluster": cluster}, timeout=self._timeout())
+                except SkyPilotError:  # not up yet: no queue to read
+                    queue = {}
+            except AdapterError:
                 return None
-            queue = await client.request("queue", {"cluster": cluster}, timeout=self._timeout())
-        except AdapterError:
-            return None
-        mine = [j for j in queue.get("jobs") or [] if j.get("name") == launching.task_name(job)]
-        if not mine:
-            return None
-        return {"attempt": job.attempt, "cluster": cluster, "sky_job_id": mine[-1]["job_id"],
-                "launched_at": time.time(), "adopted": True,
-                "notes": [f"SkyPilot's cluster {cluster} already ran this attempt's task: followed, not launched again"]}
+            mine = [j for j in queue.get("jobs") or [] if j.get("name") == launching.task_name(job)]
+            if mine:
+                return {"attempt": job.attempt, "cluster": cluster, "sky_job_id": mine[-1]["job_id"],
+                        "launched_at": time.time(), "billed_from": rows[0].get("launched_at") or time.time(),
+                        "adopted": True, "notes": [f"SkyPilot's cluster {cluster} already runs this attempt's "
+                                                   "task (a launch before a restart): followed, not launched again"]}
+            now = time.monotonic()
+            if rows[0].get("status") == "UP":
+                up_since = up_since if up_since is not None else now
+                if now - up_since >= ADOPT_SETTLE_S:
+                    return None
+            elif rows[0].get("status") != "INIT":
+                return None  # stopped: the launch starts it again
+            if now > deadline:
+                return None
+            await asyncio.sleep(ADOPT_POLL_S)
 
     def _timeout(self) -> float:
         return float(self.options.get("connect_timeout_s", 60)) * 2
