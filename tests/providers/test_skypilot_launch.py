@@ -339,3 +339,31 @@ async def test_a_launch_after_a_restart_waits_for_the_one_under_way_and_never_ru
     assert "launch" not in ops and ops[:2] == ["status", "queue"]
     assert ops.count("status") >= 3  # it waited through the INIT looks
     assert ("prices" in ops) is (not task_there)
+
+
+async def test_the_cluster_goes_down_as_soon_as_the_exit_record_is_home(sky_job, tmp_path: Path) -> None:
+    """Everything the task sends comes before its exit record: the poll that reads the record
+    starts taking the cluster down, whatever the supervisor does next (a retry starts another
+    attempt on a new cluster, and must not leave this one paying until autodown)."""
+    from core.providers.registry import build
+
+    venv = tmp_path / "seq-venv"
+    (venv / "bin").mkdir(parents=True)
+    state = str(tmp_path / "seq")
+    (venv / "bin" / "python").write_text(SEQUENCED.format(python=sys.executable, state=state, task=""))
+    (venv / "bin" / "python").chmod(0o755)
+    write_config(f"targets:\n  sky: {{kind: skypilot, venv: {venv}}}\n")
+    provider = build()["sky"]
+    sky_job.handle = {"cluster": "gr-1a2b3c4d-a1", "sky_job_id": 1, "launched_at": 1.0}
+    stream = provider._stream(sky_job)
+    stream.end(0)  # the stream has ended: no follower is started
+    (stream.folder / "exit.json").write_text(json.dumps({"code": 3}))
+    try:
+        poll = await provider.poll(sky_job)
+        assert poll.phase == "exited" and poll.exit_code == 3
+        why = await provider._downs[(sky_job.id, sky_job.attempt)]
+        assert why == "not in this test: down"  # this stand-in refuses it: asked at the poll
+        assert await provider.poll(sky_job) == poll and len(provider._downs) == 1  # asked once
+    finally:
+        await provider.close()
+    assert Path(state + ".ops").read_text().split() == ["down"]

@@ -75,6 +75,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         self._streams: dict = {}
         self._followers: dict = {}
         self._asked: dict = {}
+        self._downs: dict = {}  # (job id, attempt) -> the task taking its cluster down
 
     @classmethod
     def from_config(cls, t) -> "SkyPilotProvider":
@@ -391,6 +392,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         stream = self._follow(job)
         doc = stream.exit_doc()
         if doc is not None:
+            self._down_when_done(job)
             return exited_poll(doc)
         poll = await self._ask(job, stream)
         if poll.phase != "running":
@@ -541,13 +543,30 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
             if path.is_file():
                 await asyncio.to_thread(runswriter.copy_file, dest, name, path)
         if job.handle.get("cluster"):
-            why = await self._down_quietly(job.handle["cluster"])
+            why = await self._down_when_done(job)
             if why:
                 notes.append(f"SkyPilot's cluster {job.handle['cluster']} could not be taken down: {why} "
                              "(`gpu gc` lists it; it goes down by itself once idle)")
-            else:
-                await self._record_cost(job)
         return notes
+
+    def _down_when_done(self, job: Job):
+        """The attempt's cluster taken down (and its cost as SkyPilot reports it kept), once,
+        from the moment its exit record came: everything the task sent came before that
+        record, so nothing more is needed of the cluster, whatever the supervisor does next
+        (the job's end, or a retry that starts another attempt on a new cluster). Returns the
+        task, whose result is why the down failed (None: down)."""
+        import asyncio
+
+        key = (job.id, job.attempt)
+        task = self._downs.get(key)
+        if task is None:
+            async def down() -> str | None:
+                why = await self._down_quietly(job.handle["cluster"])
+                if not why:
+                    await self._record_cost(job)
+                return why
+            task = self._downs[key] = asyncio.get_running_loop().create_task(down())
+        return task
 
     # -- the checkpoint the stream brought: listed and packed as a host's folder ----------------------
 
