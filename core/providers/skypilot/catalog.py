@@ -54,16 +54,18 @@ def cost(row: dict, spot: bool) -> float | None:
     return row["spot_price"] if spot and row["spot_price"] is not None else row["price"]
 
 
+def cheapest(found: list[dict], count: int, spot: bool = False) -> float | None:
+    """The cheapest machine among `found` that holds `count` GPUs (None: none does): what N
+    GPUs cost, what a plan's ceiling is made from, what a launch is held to."""
+    able = [c for r in found if r["count"] >= count and (c := cost(r, spot)) is not None]
+    return min(able) if able else None
+
+
 def count_prices(found: list[dict], spot: bool = False) -> dict[int, float]:
     """{N: the cheapest machine that holds N GPUs} for N up to the most a row has (a cloud's
     machines come in shapes: 3 GPUs cost what the 4- or 8-GPU machine costs)."""
     most = min(max((r["count"] for r in found), default=0), MAX_COUNT)
-    out = {}
-    for n in range(1, most + 1):
-        able = [c for r in found if r["count"] >= n and (c := cost(r, spot)) is not None]
-        if able:
-            out[n] = round(min(able), 4)
-    return out
+    return {n: round(c, 4) for n in range(1, most + 1) if (c := cheapest(found, n, spot)) is not None}
 
 
 MAX_COUNT = 64
@@ -94,10 +96,10 @@ def binding(offer: dict, count: int = 1, spot: bool = False) -> dict:
     (`Resources(max_hourly_cost=...)`, and held by gpu-router itself where SkyPilot ignores it:
     0.14.1 does on Slurm) and the candidates that fit under it. The ceiling is the cheapest
     machine that holds `count` GPUs, at its spot price where spot is asked, with room."""
-    able = [r for r in offer["candidates"] if r["count"] >= count and cost(r, spot) is not None]
-    base = min((cost(r, spot) for r in able), default=offer["price"] * count)
-    ceiling = round(base * CEILING_MARGIN, 4)
-    fits = [{k: r[k] for k in SLIM} for r in able if cost(r, spot) <= ceiling]
+    base = cheapest(offer["candidates"], count, spot)
+    ceiling = round((offer["price"] * count if base is None else base) * CEILING_MARGIN, 4)
+    fits = [{k: r[k] for k in SLIM} for r in offer["candidates"]
+            if r["count"] >= count and (c := cost(r, spot)) is not None and c <= ceiling]
     return {"max_hourly_cost": ceiling, "use_spot": spot, "candidates": fits}
 
 

@@ -139,14 +139,13 @@ def over_ceiling(job: Job, prices: dict) -> str | None:
     more than the approved ceiling, or no cloud lists it any more; None when it may."""
     bound = binding_of(job)
     gpu, count = offer_of(job)
-    offer = catalog.offers(prices, spot=bool(bound.get("use_spot"))).get(gpu.upper())
+    spot = bool(bound.get("use_spot"))
+    offer = catalog.offers(prices, spot=spot).get(gpu.upper())
     if offer is None:
         return f"no enabled cloud lists {gpu} now"
-    spot = bool(bound.get("use_spot"))
-    fits = [c for r in offer["candidates"] if r["count"] >= count and (c := catalog.cost(r, spot)) is not None]
-    if not fits:
+    now = catalog.cheapest(offer["candidates"], count, spot)
+    if now is None:
         return f"no enabled cloud offers {count} {gpu} per machine now"
-    now = min(fits)
     ceiling = float(bound.get("max_hourly_cost") or 0)
     if now > ceiling + 1e-9:
         return f"{gpu} x{count} costs ${now:.2f}/h now, over the ${ceiling:.2f}/h its plan was approved for"

@@ -61,6 +61,7 @@ class AttemptStream:
         self.ended = False  # the stream reached its end (the job ended there, or the follow broke)
         self.exit_code: int | None = None  # SkyPilot's, where the stream ended with one
         self.broken: str | None = None
+        self._stored: tuple[int, int] | None = None  # (log lines, rows) at the last store
 
     # -- lines --------------------------------------------------------------------------------
 
@@ -78,7 +79,12 @@ class AttemptStream:
             self.log.append(text)
 
     def store(self) -> None:
-        """The attempt's log and rows into the job's mirrored files (they only grow)."""
+        """The attempt's log and rows into the job's mirrored files (they only grow); nothing
+        is written where nothing came since the last store (it runs every supervisor tick)."""
+        mark = (len(self.log), len(self.metrics))
+        if mark == self._stored:
+            return
+        self._stored = mark
         bodies = {name: ("\n".join(rows) + "\n").encode() if rows else b""
                   for name, rows in (("log", self.log), ("metrics", self.metrics))}
         logmirror.store(self.local_dir, self.attempt, bodies)

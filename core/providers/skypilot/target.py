@@ -455,8 +455,9 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         if not stream.ended and time.time() - launched < GONE_GRACE_S:
             return Poll("running", detail=f"SkyPilot does not show cluster {cluster} yet")
         if state is not None:  # STOPPED, or INIT after a failure: not left paying
-            await self._down_quietly(cluster)
-        await self._record_cost(job)
+            await self._take_down(job)
+        else:
+            await self._record_cost(job)
         return Poll("lost", vanished=True,
                     detail=f"SkyPilot's cluster {cluster} is {'gone' if state is None else state} and the "
                            "job sent no exit record: the session ended")
@@ -508,10 +509,9 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         follower = self._followers.pop((job.id, job.attempt), None)
         if follower is not None:
             follower[1].cancel()
-        why = await self._down_quietly(cluster)
+        why = await self._take_down(job)
         if why:
             raise RuntimeError(f"SkyPilot could not take cluster {cluster} down: {why}")
-        await self._record_cost(job)
 
     async def request_checkpoint(self, job: Job) -> None:
         return None  # no signal reaches a task but through SkyPilot: the job saves on its own clock
@@ -560,13 +560,15 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         key = (job.id, job.attempt)
         task = self._downs.get(key)
         if task is None:
-            async def down() -> str | None:
-                why = await self._down_quietly(job.handle["cluster"])
-                if not why:
-                    await self._record_cost(job)
-                return why
-            task = self._downs[key] = asyncio.get_running_loop().create_task(down())
+            task = self._downs[key] = asyncio.get_running_loop().create_task(self._take_down(job))
         return task
+
+    async def _take_down(self, job: Job) -> str | None:
+        """The attempt's cluster down, then SkyPilot's cost of it kept; why it could not be."""
+        why = await self._down_quietly(job.handle["cluster"])
+        if not why:
+            await self._record_cost(job)
+        return why
 
     # -- the checkpoint the stream brought: listed and packed as a host's folder ----------------------
 
@@ -590,9 +592,9 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
 
     async def cache_scan(self) -> dict:
         """The clusters gpu-router started (`gr-<job>-a<N>`) that SkyPilot lists, as `gpu gc`
-        entries keyed by their job's short id: one no live job needs is taken down
-        (core/engine/storage.choose), past the ten minutes a cluster's job may still need
-        it to bring its outputs home."""
+        entries keyed by their job's short id: one no live job needs is taken down, whatever
+        the cap and however new (core/engine/storage: a job that still needs its cluster is a
+        live job)."""
         import time
 
         client = await self.client()
