@@ -34,9 +34,34 @@ def cancel(store: Store, ref: str, *, actor: str = "cli", wait_s: float = 15.0,
     The grace is bounded (MAX_CHECKPOINT_GRACE_S, and the overrun rule: the supervisor stops a
     job that runs past its hours x overrun_factor in its grace), and asking again keeps the
     grace first asked for: a repeated request never starts it over."""
+    job, wait_s = record(store, ref, actor=actor, wait_s=wait_s, checkpoint=checkpoint, grace_s=grace_s)
+    if job.state in TERMINAL:
+        return job
+    from core.engine.daemon import ensure_running
+
+    ensure_running()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        job = store.get(job.id)
+        if job.state in TERMINAL:
+            break
+        time.sleep(0.1)
+    return job
+
+
+def check_grace(grace_s: float) -> None:
     if not 0 <= grace_s <= MAX_CHECKPOINT_GRACE_S:
         raise UserError(f"a checkpoint grace of {grace_s:g} s is out of range: at most "
                         f"{MAX_CHECKPOINT_GRACE_S:g} s", fix=f"pass --grace between 0 and {MAX_CHECKPOINT_GRACE_S:g}")
+
+
+def record(store: Store, ref: str, *, actor: str, wait_s: float, checkpoint: bool,
+           grace_s: float) -> tuple[Job, float]:
+    """Record the cancel in the store without starting the supervisor: (job, how long to wait).
+
+    A sweep records every point's cancel before the supervisor starts: started after the first,
+    it once failed the others (their target gone) before their cancel was recorded."""
+    check_grace(grace_s)
     job = store.resolve(ref)
     if job.state in TERMINAL:
         raise UserError(f"job {job.short_id} already ended ({job.state.value})",
@@ -44,7 +69,7 @@ def cancel(store: Store, ref: str, *, actor: str = "cli", wait_s: float = 15.0,
     with store.write():
         job = store.get(job.id)
         if job.state not in LAUNCHED:
-            return store.transition(job.id, State.CANCELLED, f"cancelled by {actor}", actor=actor)
+            return store.transition(job.id, State.CANCELLED, f"cancelled by {actor}", actor=actor), 0.0
         asked = job.handle.get("cancel_checkpoint") or {}
         if checkpoint and (job.cancel_requested or job.cancel_checkpoint):  # being stopped: no fresh grace
             started = float(asked.get("asked_at") or asked.get("at") or time.time())
@@ -67,13 +92,4 @@ def cancel(store: Store, ref: str, *, actor: str = "cli", wait_s: float = 15.0,
             store.add_event(job.id, f"cancel requested by {actor}" + (
                 f" ({job.state.value}: not running yet, so nothing to checkpoint)" if checkpoint else ""),
                 actor=actor)
-    from core.engine.daemon import ensure_running
-
-    ensure_running()
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        job = store.get(job.id)
-        if job.state in TERMINAL:
-            break
-        time.sleep(0.1)
-    return job
+    return job, wait_s

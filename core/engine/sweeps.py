@@ -367,21 +367,24 @@ def cancel_group(store: Store, group: Group, *, actor: str = "cli", wait_s: floa
     `checkpoint`, every running point is first asked to save, with its grace (bounded as for
     one job). The group's flags were once dropped: its points were stopped at once, unsaved.
     Waits up to `wait_s` (with a checkpoint, the grace and a little more) for all to end."""
-    from core.engine.cancelling import CHECKPOINT_GRACE_S, MAX_CHECKPOINT_GRACE_S, cancel
+    from core.engine.cancelling import CHECKPOINT_GRACE_S, check_grace, record
+    from core.engine.daemon import ensure_running
 
     grace = CHECKPOINT_GRACE_S if grace_s is None else float(grace_s)
-    if not 0 <= grace <= MAX_CHECKPOINT_GRACE_S:
-        raise UserError(f"a checkpoint grace of {grace:g} s is out of range: at most "
-                        f"{MAX_CHECKPOINT_GRACE_S:g} s", fix=f"pass --grace between 0 and {MAX_CHECKPOINT_GRACE_S:g}")
+    check_grace(grace)
     live = [j for j in store.group_jobs(group.id) if j.state not in TERMINAL]
     if not live:
         raise UserError(f"every point of sweep {group.short_id} already ended", fix="nothing to cancel")
-    for job in live:
+    launched = False
+    for job in live:  # every point's cancel recorded before the supervisor acts on any
         try:
-            cancel(store, job.id, actor=f"{actor} (sweep {group.short_id})", wait_s=0,
-                   checkpoint=checkpoint, grace_s=grace)
+            ended, _ = record(store, job.id, actor=f"{actor} (sweep {group.short_id})", wait_s=0,
+                              checkpoint=checkpoint, grace_s=grace)
         except UserError:
             continue  # it ended meanwhile
+        launched = launched or ended.state not in TERMINAL
+    if launched:
+        ensure_running()
     if checkpoint:
         wait_s = max(wait_s, grace + 30.0)
     deadline = time.monotonic() + wait_s

@@ -398,6 +398,24 @@ def test_a_held_sweep_is_told_once_to_the_notify_urls(home: Path, tmp_path: Path
     assert f"sweep {result.group.short_id}" in notice.body and "3 points" in notice.body
 
 
+def test_a_sweeps_cancel_is_recorded_on_every_point_before_the_supervisor_starts(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started after the first point's cancel, the supervisor once failed the other points
+    (their target gone) before their cancel was recorded: CI saw a cancelled sweep end failed."""
+    from core.engine import daemon
+    from core.engine.sweeps import cancel_group
+    from core.jobs.store import Store
+    from tui.dash.demo import SWEEP_GROUP, seed_sweep
+
+    seed_sweep()
+    seen: list[list[bool]] = []
+    monkeypatch.setattr(daemon, "ensure_running",
+                        lambda *a, **k: seen.append([p.cancel_requested for p in Store().group_jobs(SWEEP_GROUP)]))
+    store = Store()
+    cancel_group(store, store.group(SWEEP_GROUP), wait_s=0)
+    assert seen == [[True, True, True]]  # one start, after all three were recorded
+
+
 @pytest.mark.slow  # runs the supervisor: end to end
 async def test_c_on_a_folded_sweep_cancels_every_live_point(home: Path) -> None:
     from core.jobs.store import Store
