@@ -10,6 +10,7 @@ tests/providers/test_skypilot_adapter.py.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -158,10 +159,12 @@ async def test_the_clusters_runtime_sends_the_log_rows_checkpoints_outputs_and_e
         stream.line(line)
     stream.end(0)
     stream.store()
-    assert "step 2" in stream.log and "@@gpu-router-frame@@ exit record begin 3" in stream.log
-    assert '@@gpu-router-metric@@ {"step": 99, "loss": 0}' in stream.log  # the job's own text, shown
+    log = (stream.local_dir / "job.log").read_text()
+    assert "step 2" in log and "@@gpu-router-frame@@ exit record begin 3" in log
+    assert '@@gpu-router-metric@@ {"step": 99, "loss": 0}' in log  # the job's own text, shown
     assert stream.sky_lines[-1] == "✓ Job finished (status: SUCCEEDED)."
-    assert [json.loads(r)["step"] for r in stream.metrics] == [0, 1, 2]
+    rows = (stream.local_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["step"] for r in rows] == [0, 1, 2]
     assert stream.errors == [] and stream.exit_doc()["code"] == 0
     # the newest generation, with its files' times as its marker says: listed as a host's folder
     assert stream.newest_generation() == 3
@@ -169,9 +172,7 @@ async def test_the_clusters_runtime_sends_the_log_rows_checkpoints_outputs_and_e
     assert scan["generation_dir"] == "0000000003"
     assert json.loads((stream.folder / "ckpt-gens" / "0000000003" / "state.json").read_text()) == {"step": 2}
     assert (await provider.checkpoint_scan(sky_job))["generation_dir"] == "0000000003"
-    # the job's log and rows in the job's mirrored files
-    log = (stream.local_dir / "job.log").read_text()
-    assert "step 2" in log and "[gpu-router] attempt 1: exited with status 0" in log
+    assert "[gpu-router] attempt 1: exited with status 0" in log
     # outputs: the regular file home, the link out never packed
     with tarfile.open(stream.folder / "outputs.tar.gz") as tar:
         assert tar.getnames() == ["result.txt"]
@@ -184,24 +185,43 @@ async def test_the_clusters_runtime_sends_the_log_rows_checkpoints_outputs_and_e
 
 
 def test_a_follower_started_again_reads_past_what_came_and_keeps_the_log_whole(sky_job, tmp_path: Path) -> None:
-    """A supervisor restarted reads the stream from its beginning: the generation already here
-    is not written again, and the log it rebuilds is the same text."""
+    """Each store appends what came since the last (a day's log was rewritten every tick). A
+    supervisor restarted reads the stream from its beginning: the generation already here is
+    not written again, and the lines the attempt's files hold are read past, the joined files
+    made whole where a store was cut off between its appends."""
     from core.providers.registry import build
 
     lines = _run_cluster(sky_job, tmp_path)
+    cut = next(i for i, line in enumerate(lines) if "step 1" in line)  # the first follow broke here
     first = build()["sky"]._stream(sky_job)
-    for line in lines:
+    for line in lines[:cut]:
         first.line(line)
     first.store()
+    files = [first.local_dir / name for name in ("job.log", "metrics.jsonl")]
+    early = [f.read_bytes() for f in files]
+    inodes = [f.stat().st_ino for f in files]
+    for line in lines[cut:]:
+        first.line(line)
+    first.store()
+    whole = [f.read_bytes() for f in files]
+    # appended, never rewritten: a `tail -f` of job.log goes on following it
+    assert [f.stat().st_ino for f in files] == inodes and all(w.startswith(e) for w, e in zip(whole, early))
     gen = first.folder / "ckpt-gens" / "0000000003" / "state.json"
     before = gen.stat().st_mtime_ns, gen.stat().st_ino
+    shutil.rmtree(first.local_dir / "mirror")
+    for f, body in zip(files, early):
+        f.write_bytes(body)
+    (first.local_dir / "mirror").mkdir()
+    (first.local_dir / "mirror" / "1.log").write_bytes(early[0])  # stored, then cut off before the
+    (first.local_dir / "mirror" / "1.metrics").write_bytes(early[1])  # joined files had them all
+    files[0].write_bytes(early[0][: len(early[0]) // 2])
     again = build()["sky"]._stream(sky_job)
     for line in lines:
         again.line(line)
     again.store()
     assert (gen.stat().st_mtime_ns, gen.stat().st_ino) == before
-    assert again.log == first.log and again.metrics == first.metrics
-    assert (first.local_dir / "job.log").read_text().count("step 2") == 1
+    assert [f.read_bytes() for f in files] == whole  # every line once, in order
+    assert whole[0].decode().count("step 2") == 1 and whole[1].count(b'"step":2,') == 1
 
 
 # -- the launch's resources and its ceiling ---------------------------------------------------------

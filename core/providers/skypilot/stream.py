@@ -13,9 +13,11 @@ What arrives is kept per attempt under `jobs/<id>/sky/a<N>/`:
     exit.json          the launcher's exit record, sent last
 
 SkyPilot prefixes each line of a task's output with the task's name (`(gr-1a2b3c4d-a1, pid=123) `); lines
-without that prefix are SkyPilot's own (`✓ Job finished`) and never the job's. A follower
-started again (a supervisor restart) reads the stream from its beginning: lines are kept in
-full each time (the mirror only grows), and files already here are read past, not rewritten.
+without that prefix are SkyPilot's own (`✓ Job finished`) and never the job's. The job's lines
+and rows are appended to the attempt's mirrored files and the job's joined ones as they come,
+never held whole in memory nor rewritten (a day's log was rewritten every tick). A follower
+started again (a supervisor restart) reads the stream from its beginning: as many lines as the
+attempt's files hold are read past, and files already here are read past, not rewritten.
 """
 
 from __future__ import annotations
@@ -52,8 +54,14 @@ class AttemptStream:
         self.attempt = attempt
         self.folder = local_dir / "sky" / f"a{attempt}"
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.log: list[str] = []
-        self.metrics: list[str] = []
+        self.mirror = local_dir / "mirror"
+        self.mirror.mkdir(exist_ok=True)
+        # per kind ("log", "metrics"): lines this follow read, lines the attempt's file holds,
+        # and those come since the last store
+        self.seen = {"log": 0, "metrics": 0}
+        self.kept = {name: _lines_in(self.mirror / f"{attempt}.{name}") for name in logmirror.NAMES}
+        self.pending: dict[str, list[str]] = {"log": [], "metrics": []}
+        _join(local_dir, attempt)
         self.sky_lines: list[str] = []  # SkyPilot's own, the last few: what a poll may say
         self.errors: list[str] = []
         self.reader = FrameReader(str(self.folder / "incoming"), max_bytes + TAR_ALLOWANCE, self._on_file,
@@ -61,7 +69,6 @@ class AttemptStream:
         self.ended = False  # the stream reached its end (the job ended there, or the follow broke)
         self.exit_code: int | None = None  # SkyPilot's, where the stream ended with one
         self.broken: str | None = None
-        self._stored: tuple[int, int] | None = None  # (log lines, rows) at the last store
 
     # -- lines --------------------------------------------------------------------------------
 
@@ -72,22 +79,35 @@ class AttemptStream:
             return
         body = raw[m.end():]
         if body.startswith(METRIC_MARK):  # the relay's row: a job's own line never begins so (escaped)
-            self.metrics.append(body[len(METRIC_MARK):])
+            self._take("metrics", body[len(METRIC_MARK):])
             return
         text = self.reader.feed(body)  # a frame (None), or the job's line as it printed it
         if text is not None:
-            self.log.append(text)
+            self._take("log", text)
+
+    def _take(self, name: str, text: str) -> None:
+        self.seen[name] += 1
+        if self.seen[name] > self.kept[name]:  # past what an earlier follow stored
+            self.pending[name].append(text)
+
+    @property
+    def printed(self) -> bool:
+        """Whether the job has printed a line yet (its task is running, past SkyPilot's setup)."""
+        return self.seen["log"] > 0 or self.kept["log"] > 0
 
     def store(self) -> None:
-        """The attempt's log and rows into the job's mirrored files (they only grow); nothing
-        is written where nothing came since the last store (it runs every supervisor tick)."""
-        mark = (len(self.log), len(self.metrics))
-        if mark == self._stored:
-            return
-        self._stored = mark
-        bodies = {name: ("\n".join(rows) + "\n").encode() if rows else b""
-                  for name, rows in (("log", self.log), ("metrics", self.metrics))}
-        logmirror.store(self.local_dir, self.attempt, bodies)
+        """The lines and rows come since the last store, appended to the attempt's mirrored
+        files and the job's joined ones (which only grow: the supervisor reads the rows from a
+        byte offset). Runs every supervisor tick: nothing is written where nothing came."""
+        for name, out in logmirror.NAMES.items():
+            rows, self.pending[name] = self.pending[name], []
+            if not rows:
+                continue
+            body = ("\n".join(rows) + "\n").encode()
+            for path in (self.mirror / f"{self.attempt}.{name}", self.local_dir / out):
+                with open(path, "ab") as f:
+                    f.write(body)
+            self.kept[name] += len(rows)
 
     def end(self, exit_code: Any = None, broken: str | None = None) -> None:
         self.reader.close()
@@ -174,6 +194,34 @@ class AttemptStream:
         except (OSError, ValueError):
             return None
         return doc if isinstance(doc, dict) else None
+
+
+def _lines_in(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except OSError:
+        return 0
+
+
+def _join(local_dir: Path, attempt: int) -> None:
+    """The joined files made whole again where they are shorter than the attempts' files end
+    to end (a store cut off between its two appends): once, when an attempt's stream starts,
+    so every store after only appends. A longer one is kept (what an attempt on another
+    target wrote there): they only grow, the supervisor reads the rows by byte offset."""
+    d = local_dir / "mirror"
+    for name, out in logmirror.NAMES.items():
+        parts = [d / f"{a}.{name}" for a in range(1, attempt + 1) if (d / f"{a}.{name}").exists()]
+        joined = local_dir / out
+        size = joined.stat().st_size if joined.exists() else 0
+        if size >= sum(p.stat().st_size for p in parts):
+            continue
+        tmp = joined.with_name(joined.name + ".part")
+        with open(tmp, "wb") as f:
+            for p in parts:
+                with open(p, "rb") as src:
+                    shutil.copyfileobj(src, f)
+        os.replace(tmp, joined)
 
 
 def _times_from_marker(folder: Path) -> None:

@@ -422,7 +422,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
                 rows = [j for j in queue.get("jobs") or [] if j.get("job_id") == job.handle.get("sky_job_id")]
                 poll = self._task_poll(rows[0].get("status") if rows else None, stream)
             elif state == "INIT" and not stream.ended:
-                poll = Poll("running" if stream.log else "provisioning",
+                poll = Poll("running" if stream.printed else "provisioning",
                             detail=f"SkyPilot's cluster {cluster} is INIT (starting, or being looked at)")
             else:
                 poll = await self._cluster_gone(job, stream, state)
