@@ -7,12 +7,19 @@ attempt (each session's output starts empty), and the attempts are joined into `
 `metrics.jsonl` in the job's local folder, which only ever grow: the supervisor reads metrics
 from a byte offset, so a file that shrank or changed under it would lose or repeat rows. A line
 still being written is left for the next read.
+
+What is new is appended (to the attempt's file and the joined one), never the whole rewritten:
+a day's log was written whole every tick, and a `tail -f job.log` lost the file each time. A
+joined file is rebuilt from the attempts' only where it is shorter than they are end to end (a
+write cut off between the two appends); one longer keeps what is there (an attempt on another
+target wrote its lines into job.log first) and new text goes on at its end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from pathlib import Path
 
 from core import paths
@@ -33,38 +40,90 @@ def split(text: str) -> dict[str, bytes]:
             for name, rows in (("log", lines), ("metrics", metrics))}
 
 
-def _grow(path: Path, body: bytes) -> None:
-    if not path.exists() or path.stat().st_size < len(body):
-        tmp = path.with_suffix(path.suffix + ".part")
-        tmp.write_bytes(body)
-        os.replace(tmp, path)
-
-
-def _extend(path: Path, body: bytes) -> None:
-    """Metric rows only ever extend what is kept: the supervisor has read up to a byte offset
-    in it. A later, fuller text of the attempt (its result) that is not an extension (the
-    stream had dropped a row) adds the rows it lacks at the end instead of rewriting the past."""
+def _newer(path: Path, body: bytes, rows: bool) -> tuple[bytes, bool] | None:
+    """What `body` (an attempt's fuller text) adds to the kept `path`: (bytes to append, False),
+    or (the whole new text, True) where a log is no extension of what is kept; None when it
+    adds nothing (an older, shorter read). Metric rows only ever extend what is kept: a fuller
+    text that is not an extension (the stream had dropped a row) adds the rows it lacks at the
+    end instead of rewriting the past."""
     old = path.read_bytes() if path.exists() else b""
+    if len(body) <= len(old) and not rows:
+        return None
     if body.startswith(old):
-        _grow(path, body)
-        return
+        return (body[len(old):], False) if len(body) > len(old) else None
+    if not rows:
+        return body, True
     kept = set(old.splitlines())
     extra = [line for line in body.splitlines() if line and line not in kept]
-    if extra:
-        _grow(path, old + b"\n".join(extra) + b"\n")
+    if not extra:
+        return None
+    return (b"" if not old or old.endswith(b"\n") else b"\n") + b"\n".join(extra) + b"\n", False
 
 
 def store(local_dir: Path, attempt: int, bodies: dict[str, bytes]) -> None:
-    """Keep this attempt's text (longer than what is kept; metric rows only appended) and
-    rebuild the joined files."""
+    """Keep this attempt's text (where longer than what is kept; metric rows only appended) and
+    add what it adds to the joined files."""
     d = local_dir / "mirror"
     d.mkdir(parents=True, exist_ok=True)
     for name, body in bodies.items():
-        (_extend if name == "metrics" else _grow)(d / f"{attempt}.{name}", body)
+        path = d / f"{attempt}.{name}"
+        new = _newer(path, body, rows=name == "metrics")
+        if new is None:
+            continue
+        if new[1]:
+            tmp = path.with_name(path.name + ".part")
+            tmp.write_bytes(new[0])
+            os.replace(tmp, path)
+            rejoin(local_dir, attempt)
+        else:
+            append(local_dir, attempt, {name: new[0]})
+
+
+def append(local_dir: Path, attempt: int, added: dict[str, bytes]) -> None:
+    """Text new at the end of an attempt's output, appended to its file and the joined one (made
+    whole first where a write was cut off between the two)."""
+    d = local_dir / "mirror"
+    d.mkdir(parents=True, exist_ok=True)
+    for name, body in added.items():
+        if not body:
+            continue
+        path, joined = d / f"{attempt}.{name}", local_dir / NAMES[name]
+        behind = _sizes(local_dir, attempt, name) - _size(joined)
+        with open(path, "ab") as f:
+            f.write(body)
+        if behind > 0:
+            rejoin(local_dir, attempt)
+        else:
+            with open(joined, "ab") as f:
+                f.write(body)
+
+
+def rejoin(local_dir: Path, attempt: int) -> None:
+    """The joined files made whole again where they are shorter than the attempts' files end
+    to end (a write cut off between its two appends); a longer one is kept."""
+    d = local_dir / "mirror"
     for name, out in NAMES.items():
-        whole = b"".join((d / f"{a}.{name}").read_bytes() for a in range(1, attempt + 1)
-                         if (d / f"{a}.{name}").exists())
-        _grow(local_dir / out, whole)
+        joined = local_dir / out
+        if _size(joined) >= _sizes(local_dir, attempt, name):
+            continue
+        tmp = joined.with_name(joined.name + ".part")
+        with open(tmp, "wb") as f:
+            for a in range(1, attempt + 1):
+                if (d / f"{a}.{name}").exists():
+                    with open(d / f"{a}.{name}", "rb") as src:
+                        shutil.copyfileobj(src, f)
+        os.replace(tmp, joined)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _sizes(local_dir: Path, attempt: int, name: str) -> int:
+    return sum(_size(local_dir / "mirror" / f"{a}.{name}") for a in range(1, attempt + 1))
 
 
 def add_missing(local_dir: Path, rows: bytes) -> int:

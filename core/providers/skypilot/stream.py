@@ -54,14 +54,12 @@ class AttemptStream:
         self.attempt = attempt
         self.folder = local_dir / "sky" / f"a{attempt}"
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.mirror = local_dir / "mirror"
-        self.mirror.mkdir(exist_ok=True)
         # per kind ("log", "metrics"): lines this follow read, lines the attempt's file holds,
         # and those come since the last store
         self.seen = {"log": 0, "metrics": 0}
-        self.kept = {name: _lines_in(self.mirror / f"{attempt}.{name}") for name in logmirror.NAMES}
+        self.kept = {name: _lines_in(local_dir / "mirror" / f"{attempt}.{name}") for name in logmirror.NAMES}
         self.pending: dict[str, list[str]] = {"log": [], "metrics": []}
-        _join(local_dir, attempt)
+        logmirror.rejoin(local_dir, attempt)  # a store cut off between its appends
         self.sky_lines: list[str] = []  # SkyPilot's own, the last few: what a poll may say
         self.errors: list[str] = []
         self.reader = FrameReader(str(self.folder / "incoming"), max_bytes + TAR_ALLOWANCE, self._on_file,
@@ -99,15 +97,11 @@ class AttemptStream:
         """The lines and rows come since the last store, appended to the attempt's mirrored
         files and the job's joined ones (which only grow: the supervisor reads the rows from a
         byte offset). Runs every supervisor tick: nothing is written where nothing came."""
-        for name, out in logmirror.NAMES.items():
+        for name in logmirror.NAMES:
             rows, self.pending[name] = self.pending[name], []
-            if not rows:
-                continue
-            body = ("\n".join(rows) + "\n").encode()
-            for path in (self.mirror / f"{self.attempt}.{name}", self.local_dir / out):
-                with open(path, "ab") as f:
-                    f.write(body)
-            self.kept[name] += len(rows)
+            if rows:
+                logmirror.append(self.local_dir, self.attempt, {name: ("\n".join(rows) + "\n").encode()})
+                self.kept[name] += len(rows)
 
     def end(self, exit_code: Any = None, broken: str | None = None) -> None:
         self.reader.close()
@@ -202,26 +196,6 @@ def _lines_in(path: Path) -> int:
             return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
     except OSError:
         return 0
-
-
-def _join(local_dir: Path, attempt: int) -> None:
-    """The joined files made whole again where they are shorter than the attempts' files end
-    to end (a store cut off between its two appends): once, when an attempt's stream starts,
-    so every store after only appends. A longer one is kept (what an attempt on another
-    target wrote there): they only grow, the supervisor reads the rows by byte offset."""
-    d = local_dir / "mirror"
-    for name, out in logmirror.NAMES.items():
-        parts = [d / f"{a}.{name}" for a in range(1, attempt + 1) if (d / f"{a}.{name}").exists()]
-        joined = local_dir / out
-        size = joined.stat().st_size if joined.exists() else 0
-        if size >= sum(p.stat().st_size for p in parts):
-            continue
-        tmp = joined.with_name(joined.name + ".part")
-        with open(tmp, "wb") as f:
-            for p in parts:
-                with open(p, "rb") as src:
-                    shutil.copyfileobj(src, f)
-        os.replace(tmp, joined)
 
 
 def _times_from_marker(folder: Path) -> None:
