@@ -130,6 +130,38 @@ class Poll:
     checkpoint: int | None = None
     started_at: float | None = None  # where the target bills from before a poll saw it run (a cluster's launch)
 
+    def __post_init__(self) -> None:
+        # an exit record is the job's to write (its folder on a host, its stream): whatever it
+        # holds, the supervisor gets a number or None and a bounded text, never a crash a tick
+        code = exit_code_of(self.exit_code)
+        if code is None and self.exit_code is not None:
+            self.detail = f"its exit record's code is not a number ({str(self.exit_code)[:40]!r}); {self.detail}"
+        self.exit_code = code
+        self.detail = (self.detail if isinstance(self.detail, str) else str(self.detail))[:MAX_DETAIL]
+
+
+MAX_DETAIL = 2000  # characters of a poll's detail: it goes into events and messages
+
+
+def exit_code_of(value: object) -> int | None:
+    """An exit record's code as the supervisor may use it: an int an exit status can be (a
+    negative one is the signal that killed it), else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not -256 < value < 256:
+        return None
+    return value
+
+
+def exited_poll(doc: object) -> Poll:
+    """The Poll an exit record (the launcher's exit.json, read from wherever the target keeps
+    it) stands for: checked here, whatever the job wrote into it."""
+    doc = doc if isinstance(doc, dict) else {}
+    code, detail = exit_code_of(doc.get("code")), doc.get("error") or ""
+    if doc.get("code") is not None and code is None:
+        detail = f"its exit record's code is not a number ({str(doc.get('code'))[:40]!r}); {detail}"
+    if code is not None and code < 0:
+        detail = detail or f"killed by signal {-code}"
+    return Poll("exited", exit_code=code, detail=detail if isinstance(detail, str) else str(detail))
+
 
 class Provider(Protocol):
     name: str

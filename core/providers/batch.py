@@ -35,9 +35,8 @@ from typing import Any, Awaitable, Callable
 
 from core.config.schema import SAFE_VALUE_RE
 from core.jobs.store import Job
-from core.providers.base import Poll
+from core.providers.base import Poll, exited_poll
 from core.providers.remote import RemoteProvider
-from core.providers.ssh import exited_poll
 from core.transport.base import TransportError, check_name, quote, safe_name
 
 TIME_MARGIN = 1.25

@@ -29,7 +29,7 @@ from core.runtime import workdir as workdir_files
 from core.runtime import files as runtime_files
 from core.packaging import checkpoints
 from core.jobs.store import Job
-from core.providers.base import Poll, TargetInfo
+from core.providers.base import Poll, TargetInfo, exited_poll
 from core.providers.spec import launch_spec, local_data
 
 START_GRACE_S = 30.0
@@ -206,7 +206,7 @@ class LocalProvider:
         if exit_doc is not None:
             self._pids.pop(adir, None)
             self._running.discard(adir)
-            return _exited(exit_doc)
+            return exited_poll(exit_doc)
         pid = self._pid(adir)
         if pid is None:
             launched = job.handle.get("launched_at", 0)
@@ -223,7 +223,7 @@ class LocalProvider:
             return Poll("provisioning", detail=uvenv.phase_detail(phase))
         exit_doc = _read_json(adir / "exit.json")  # it may have ended between the two reads
         if exit_doc is not None:
-            return _exited(exit_doc)
+            return exited_poll(exit_doc)
         if diskspace.is_low(self.job_dir(job)):  # it could not even write its exit status
             return Poll("lost", detail=diskspace.disk_full_text(self.job_dir(job)))
         return Poll("lost", vanished=True, detail=f"the launcher on {self.name} is gone and left no "
@@ -322,12 +322,6 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def _exited(doc: dict) -> Poll:
-    code = doc.get("code")
-    detail = doc.get("error") or ""
-    if code is not None and code < 0:
-        detail = detail or f"killed by signal {-code}"
-    return Poll("exited", exit_code=code, detail=detail)
 
 
 

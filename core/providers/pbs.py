@@ -21,9 +21,8 @@ import json
 
 from core.jobs.store import Job
 from core.transport.base import Transport, TransportError, quote
-from core.providers.base import Poll, TargetInfo
+from core.providers.base import Poll, TargetInfo, exited_poll
 from core.providers.batch import SchedulerProvider, job_name
-from core.providers.ssh import exited_poll
 
 WALLTIME_CODES = {-29, -11}  # JOB_EXEC_KILL_WALLTIME (PBS Pro), Torque's walltime kill
 NODE_FAIL_CODES = {-3, -8}   # JOB_EXEC_RETRY, JOB_EXEC_NODE_FAIL style codes: run it again

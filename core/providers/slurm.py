@@ -33,9 +33,8 @@ from __future__ import annotations
 
 from core.jobs.store import Job
 from core.transport.base import Transport, TransportError, quote
-from core.providers.base import Poll, TargetInfo
+from core.providers.base import Poll, TargetInfo, exited_poll
 from core.providers.batch import SchedulerProvider, job_name, signal_lead_s
-from core.providers.ssh import exited_poll
 
 PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
            "SPECIAL_EXIT", "STAGE_OUT", "SIGNALING"}

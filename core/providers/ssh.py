@@ -25,7 +25,7 @@ import time
 
 from core.jobs.store import Job
 from core.transport.base import Transport, TransportError, quote
-from core.providers.base import Poll, TargetInfo
+from core.providers.base import Poll, TargetInfo, exited_poll
 from core.providers.lookbatch import LookBatch
 from core.providers.remote import PGID_OF, START_GRACE_S, RemoteProvider
 from core.runtime import uvenv
@@ -150,9 +150,3 @@ class SSHProvider(RemoteProvider):
         await self._signal(job, "USR1")
 
 
-def exited_poll(doc: dict) -> Poll:
-    code = doc.get("code")
-    detail = doc.get("error") or ""
-    if code is not None and code < 0:
-        detail = detail or f"killed by signal {-code}"
-    return Poll("exited", exit_code=code, detail=detail)

@@ -9,8 +9,9 @@ travel as lines of that log, each framed and base64'd:
     @@gpu-router-frame@@ ckpt 0000000007 end <sha256 of the whole>
 
 The job's own log lines share the stream: one that begins with the frame's prefix (or with the
-escape itself) goes out behind LOG_ESCAPE, so nothing a job prints is ever read as a frame,
-and home takes the escape off again (`unescape`). A frame a job forged some other way (it can
+escape itself), or holds what the way home takes out of a line (ESC, CR), goes out behind
+LOG_ESCAPE, so nothing a job prints is ever read as a frame, and home takes the escape off
+again (`unescape`). A frame a job forged some other way (it can
 write the log file the relay reads) could only carry bytes the job could have written as its
 outputs anyway: home checks each file's size and hash, and unpacks it by the same rules as
 every job's outputs.
@@ -32,12 +33,17 @@ LOG_ESCAPE = "@@gpu-router-log@@ "
 _RESERVED = "@@gpu-router-"  # a job line that begins so is escaped: never a frame, never a metric row
 CHUNK = 48 * 1024  # bytes a line carries (64 KiB of base64): well inside any log's line limit
 KINDS = ("ckpt", "out", "exit", "live")
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
+# what each kind's file may be named: a generation's ten digits, or the one name the runtime
+# sends (core/runtime/skypilot_task.py); a frame is the job's to forge, so home takes no other
+NAMES = {"ckpt": re.compile(r"^[0-9]{10}\Z"), "out": re.compile(r"^outputs\Z"),
+         "exit": re.compile(r"^record\Z"), "live": re.compile(r"^ckpt\Z")}
 
 
 def escape_log(line: str) -> str:
-    """A job's log line as it goes into the stream: never mistaken for a frame or a row."""
-    return LOG_ESCAPE + line if line.startswith(_RESERVED) else line
+    """A job's log line as it goes into the stream: never mistaken for a frame or a row. One
+    that holds an ESC or a CR is escaped too: SkyPilot's adapter takes colour codes and carriage
+    returns out of each line, so `\\x1b[0m@@gpu-router-frame@@ ...` reached home as a frame."""
+    return LOG_ESCAPE + line if line.startswith(_RESERVED) or "\x1b" in line or "\r" in line else line
 
 
 def unescape(line: str) -> str:
@@ -46,7 +52,7 @@ def unescape(line: str) -> str:
 
 def send_file(emit: Callable[[str], None], kind: str, name: str, path: str) -> int:
     """`path` as frames through `emit` (one whole line a call); returns the bytes sent."""
-    if kind not in KINDS or not _NAME.match(name):
+    if kind not in KINDS or not NAMES[kind].match(name):
         raise ValueError(f"not a frame name: {kind} {name}")
     size = os.path.getsize(path)
     h = hashlib.sha256()
@@ -89,7 +95,7 @@ class FrameReader:
         if not line.startswith(FRAME_MARK):
             return unescape(line)
         parts = line[len(FRAME_MARK):].split(" ", 3)
-        if len(parts) < 3 or parts[0] not in KINDS or not _NAME.match(parts[1]):
+        if len(parts) < 3 or parts[0] not in KINDS or not NAMES[parts[0]].match(parts[1]):
             return None  # not ours to show, not a file: dropped
         kind, name, what = parts[0], parts[1], parts[2]
         arg = parts[3] if len(parts) > 3 else ""
@@ -103,7 +109,8 @@ class FrameReader:
     def _frame(self, kind: str, name: str, what: str, arg: str) -> None:
         key = (kind, name)
         if what == "begin":
-            self._drop(kind, name)  # a file sent again from its start
+            for other in [k for k in self.open if k[0] == kind]:
+                self._drop(*other)  # one file of a kind at a time (the runtime sends them so)
             size = int(arg)
             if size < 0 or size > self.max_bytes:
                 raise FrameError(f"{size} bytes, over the {self.max_bytes} byte cap")

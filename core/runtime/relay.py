@@ -57,6 +57,10 @@ def relayed(progress: str) -> int | None:
         return None
 
 
+MAX_LINE = 64 * 1024  # characters a relayed line carries at most: a longer one goes in pieces
+READ = 1 << 20  # bytes read at once: a job that wrote gigabytes is copied a megabyte at a time
+
+
 def follow(path: str, stop: threading.Event, mark: str = "", progress: str | None = None,
            escape=None) -> None:
     """Copy the lines `path` gains from now on to standard output until `stop`, then the rest
@@ -65,7 +69,11 @@ def follow(path: str, stop: threading.Event, mark: str = "", progress: str | Non
     process killed between the two has lost at most that copy from its stream, never sent a
     line twice), so a container that runs the same input again can copy what this one could
     not (modal_function.py). `escape`: what each line goes through first (frames.escape_log
-    where files travel in the same stream, so no line of the job's reads as one)."""
+    where files travel in the same stream, so no line of the job's reads as one).
+
+    A line over MAX_LINE goes out in pieces, and one the job never ends (dots printed for hours)
+    as soon as it is that long: a 20 MB line once broke SkyPilot's adapter, whose protocol
+    carries each line as one message, and with it every job's stream on that target."""
     offset = size(path)
     _record(progress, offset)
     while True:
@@ -73,18 +81,35 @@ def follow(path: str, stop: threading.Event, mark: str = "", progress: str | Non
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
-                chunk = f.read()
+                chunk = f.read(READ)
         except OSError:
             chunk = b""
+        full = len(chunk) == READ
         if chunk:
-            whole = chunk[: chunk.rfind(b"\n") + 1] if not done else chunk
+            cut = chunk.rfind(b"\n") + 1
+            if done and not full:
+                cut = len(chunk)
+            elif cut == 0 and len(chunk) >= MAX_LINE:
+                cut = _utf8_cut(chunk, MAX_LINE)
+            whole = chunk[:cut]
             offset += len(whole)
             _record(progress, offset)
             for line in whole.decode("utf-8", "replace").splitlines():
-                emit(mark + (escape(line) if escape else line))
-        if done:
+                for at in range(0, max(len(line), 1), MAX_LINE):
+                    piece = line[at:at + MAX_LINE]
+                    emit(mark + (escape(piece) if escape else piece))
+        if done and not full:
             return
-        stop.wait(0.5)
+        if not full:
+            stop.wait(0.5)
+
+
+def _utf8_cut(data: bytes, n: int) -> int:
+    """`n`, or a little less so the cut does not fall inside a character's bytes."""
+    at = n
+    while at > n - 4 and at > 0 and (data[at] & 0xC0) == 0x80:
+        at -= 1
+    return at if at > 0 else n
 
 
 def _ask_checkpoint(spec: dict, launcher: subprocess.Popen, text: str) -> None:

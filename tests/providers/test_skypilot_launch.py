@@ -64,12 +64,32 @@ def test_any_file_comes_through_whole_and_every_job_line_reads_as_itself(data: b
     assert shown == job and got == {"out/outputs": data} and errors == []
 
 
-@settings(max_examples=200, deadline=None)
-@given(LINE)
+RESERVED = st.sampled_from(["@@gpu-router-frame@@ ", "@@gpu-router-metric@@ ", "@@gpu-router-log@@ ",
+                            frames.FRAME_MARK + "exit exit begin 3"])
+ANSI_BITS = st.sampled_from(["\x1b[0m", "\x1b[1;31m", "\x1b]0;title\x07", "\r", "\x1b", "\x1b[", "["])
+NASTY = st.lists(st.one_of(LINE, RESERVED, ANSI_BITS), max_size=6).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(LINE, NASTY))
 def test_no_line_a_job_prints_is_ever_read_as_a_frame(line: str) -> None:
+    """Whatever a job prints, as it reaches home: escaped on the cluster, then through SkyPilot's
+    adapter, which takes colour codes and carriage returns out of every line (a line that began
+    `\\x1b[0m@@gpu-router-frame@@` was read as a frame), then the stream at home."""
+    from core.providers.skypilot import adapter
+    from core.providers.skypilot.stream import AttemptStream
+    from core.runtime.relay import METRIC_MARK
+
+    arrived = adapter.plain(frames.escape_log(line))
     with tempfile.TemporaryDirectory() as tmp:
-        shown, got, errors = _read_back([frames.escape_log(line)], tmp)
-    assert shown == [line] and got == {} and errors == []
+        shown, got, errors = _read_back([arrived], tmp)
+        stream = AttemptStream(Path(tmp, "job"), 1, 1 << 20, task="gr-1-a1")
+        stream.line(f"(gr-1-a1, pid=7) {arrived}")
+        stream.store()
+        rows = Path(tmp, "job", "metrics.jsonl")
+        assert not rows.exists() or rows.read_text() == ""
+    assert shown == [adapter.plain(line)] and got == {} and errors == []
+    assert not arrived.startswith((frames.FRAME_MARK, METRIC_MARK))
 
 
 def test_a_forged_or_broken_frame_brings_no_file(tmp_path: Path) -> None:
@@ -88,6 +108,27 @@ def test_a_forged_or_broken_frame_brings_no_file(tmp_path: Path) -> None:
     assert not list((tmp_path / "in").glob("*.part"))  # nothing half written is left
     with pytest.raises(ValueError):
         frames.send_file(good.append, "ckpt", "../x", str(src))
+
+
+def test_frames_a_job_forges_by_the_thousand_hold_one_file_a_kind_at_most(tmp_path: Path) -> None:
+    """A frame is the job's to forge (it can write to the stream another way than its log):
+    home takes only the names the runtime sends, one file of a kind at a time, and keeps a few
+    of the errors, so a flood of beginnings never fills home's disk, its open files or memory."""
+    mark = frames.FRAME_MARK
+    flood = [f"{mark}ckpt {g:010d} begin 1000000" for g in range(1000)]
+    flood += [f"{mark}out outputs-{i} begin 10" for i in range(100)]  # not a name the runtime sends
+    flood += [f"{mark}exit ../../x begin 10", f"{mark}live ckpt begin {1 << 40}"] * 100
+    folder = tmp_path / "in"
+    reader = FrameReader(str(folder), 1 << 20, lambda *a: None, lambda *a: None)
+    for line in flood:
+        assert reader.feed(line) is None
+    assert len(reader.open) == 1 and len(list(folder.glob("*.part"))) == 1
+    from core.providers.skypilot.stream import MAX_ERRORS, AttemptStream
+
+    stream = AttemptStream(tmp_path / "job", 1, 1000, task="gr-1-a1")
+    for i in range(500):
+        stream.line(f"(gr-1-a1, pid=7) {mark}exit record begin {10 ** 9}")
+    assert len(stream.errors) == MAX_ERRORS
 
 
 # -- the cluster's runtime, run here on a real job's workdir ----------------------------------------

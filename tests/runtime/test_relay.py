@@ -60,3 +60,41 @@ def test_every_metric_row_and_log_line_comes_through_on_its_own_line(tmp_path: P
         assert bodies["log"].decode().splitlines() == [f"log line {i}" for i in range(n)]
         for p in (tmp_path / "job.log", tmp_path / "metrics.jsonl"):
             p.unlink()
+
+
+LONG_LINES = '''
+import json, sys, time
+spec = json.load(open(sys.argv[2]))
+with open(spec["log"], "a") as log:
+    log.write("é" * 150_000 + "\\n")  # one 300 KB line (two bytes a character)
+    log.flush()
+    log.write("." * 100_000)  # dots for hours, no newline yet
+    log.flush()
+    time.sleep(1.5)
+    log.write("done\\n")
+'''
+
+
+def test_a_long_line_goes_out_in_pieces_each_within_the_limit(tmp_path: Path) -> None:
+    """A 20 MB line once went out as one, past the line limit of SkyPilot's adapter protocol,
+    which broke every job's stream on that target; and dots printed without a newline were held
+    until the line ended. Each piece now is at most MAX_LINE characters, and the text is whole."""
+    sys.path.insert(0, str(RUNTIME))
+    try:
+        from relay import MAX_LINE
+    finally:
+        sys.path.remove(str(RUNTIME))
+    spec = {"log": str(tmp_path / "job.log"), "attempt_dir": str(tmp_path),
+            "env": {"GPU_ROUTER_METRICS_FILE": str(tmp_path / "metrics.jsonl"),
+                    "GPU_ROUTER_CONTROL_DIR": str(tmp_path)}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    (tmp_path / "launch.py").write_text(LONG_LINES)
+    (tmp_path / "kernel.py").write_text(KERNEL)
+    proc = subprocess.run([sys.executable, str(tmp_path / "kernel.py"), str(RUNTIME),
+                           str(tmp_path / "spec.json"), str(tmp_path / "launch.py")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = logmirror.split(proc.stdout)["log"].decode().splitlines()
+    assert max(map(len, lines)) <= MAX_LINE
+    assert "".join(line for line in lines if line.startswith("é")) == "é" * 150_000
+    assert "".join(line for line in lines if line[:1] in ".d") == "." * 100_000 + "done"

@@ -188,7 +188,7 @@ class ModalProvider(ModalWire, ModalImage, ModalVolume, ServiceTarget, MirroredL
         code = exit_doc.get("code", value.get("code"))
         if value.get("time_signal") and code in (0, None):
             return Poll("session_ended", detail="saved its checkpoint and stopped before the function's timeout")
-        return Poll("exited", exit_code=0 if code is None else int(code), detail=exit_doc.get("error") or "")
+        return Poll("exited", exit_code=0 if code is None else code, detail=exit_doc.get("error") or "")
 
     async def poll(self, job: Job) -> Poll:
         return await asyncio.to_thread(self._poll, job)

@@ -38,8 +38,11 @@ import threading
 import traceback
 from typing import Any, Callable
 
+# Every match begins with ESC or is CR: core/runtime/frames.py escapes any job line that holds
+# either, so what this takes out never makes a job's line begin as a frame does.
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\r")
 MAX_MESSAGE = 4000  # an error's message is one readable paragraph, not a whole log
+MAX_LINE = 256 * 1024  # characters a streamed line's message carries: a longer one goes in pieces
 
 
 def plain(text: str) -> str:
@@ -72,9 +75,15 @@ class LineStream(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
+        """Whole lines out, each in pieces of at most MAX_LINE (gpu-router reads the protocol a
+        line at a time, within a limit); text that never ends a line, once that long."""
         self.buf += text
-        while "\n" in self.buf:
-            line, self.buf = self.buf.split("\n", 1)
+        while "\n" in self.buf or len(self.buf) >= MAX_LINE:
+            at = self.buf.find("\n")
+            if at < 0 or at > MAX_LINE:
+                line, self.buf = self.buf[:MAX_LINE], self.buf[MAX_LINE:]
+            else:
+                line, self.buf = self.buf[:at], self.buf[at + 1:]
             self.emit(plain(line))
         return len(text)
 

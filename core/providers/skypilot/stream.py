@@ -42,6 +42,7 @@ def task_prefix(name: str) -> re.Pattern:
     return re.compile(rf"^\({re.escape(name)}(?:, rank=\d+)?, pid=\d+\) ")
 KEEP_GENERATIONS = 3
 EXIT_MAX = 1 << 20
+MAX_ERRORS = 20  # what the stream keeps of the files it dropped, for the job's notes
 TAR_ALLOWANCE = 16 << 20  # a tar's headers and gzip's worst case over the files it holds
 
 
@@ -118,7 +119,8 @@ class AttemptStream:
                 "exit": lambda: (self.folder / "exit.json").exists()}[kind]()
 
     def _on_error(self, kind: str, name: str, why: str) -> None:
-        self.errors.append(f"{kind} {name}: {why}")
+        if len(self.errors) < MAX_ERRORS:  # a job that forges frames by the thousand
+            self.errors.append(f"{kind} {name}: {why}"[:500])
 
     def _on_file(self, kind: str, name: str, path: str) -> None:
         try:
@@ -137,8 +139,8 @@ class AttemptStream:
                 tmp = self.folder / "exit.json.part"
                 tmp.write_text(json.dumps(doc))
                 os.replace(tmp, self.folder / "exit.json")
-        except (OSError, ValueError, tarfile.TarError) as exc:
-            self._on_error(kind, name, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the file is the job's: any way it is bad, it is dropped
+            self._on_error(kind, name, f"{type(exc).__name__}: {exc}")
         finally:
             try:
                 os.unlink(path)

@@ -385,7 +385,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         checkpoint, here or elsewhere."""
         import dataclasses
 
-        from core.providers.ssh import exited_poll
+        from core.providers.base import exited_poll
 
         if not job.handle.get("cluster"):
             return Poll("provisioning", detail="launching on SkyPilot")
