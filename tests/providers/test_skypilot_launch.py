@@ -428,3 +428,68 @@ async def test_the_cluster_goes_down_as_soon_as_the_exit_record_is_home(sky_job,
     finally:
         await provider.close()
     assert Path(state + ".ops").read_text().split() == ["down"]
+
+
+# -- a follow that breaks -------------------------------------------------------------------------------
+
+BREAKING = '''#!{python}
+# a stand-in for SkyPilot's venv python whose `logs` streams LINES; the first adapter dies half
+# way through them (as one does when its API server goes away), the next sends them all
+import json, os, sys
+lines = json.load(open({lines!r}))
+runs = {state!r} + ".runs"
+first = not os.path.exists(runs)
+open(runs, "a").write("run\\n")
+for raw in sys.stdin:
+    req = json.loads(raw)
+    if req["op"] != "logs":
+        sys.stdout.write(json.dumps({{"id": req["id"], "ok": False, "error": {{"type": "X", "message": req["op"]}}}}) + "\\n")
+        continue
+    for i, line in enumerate(lines):
+        if first and i == len(lines) // 2:
+            sys.stdout.flush()
+            os._exit(1)
+        sys.stdout.write(json.dumps({{"id": req["id"], "line": line}}) + "\\n")
+    sys.stdout.write(json.dumps({{"id": req["id"], "ok": True, "result": {{"exit_code": 0}}}}) + "\\n")
+    sys.stdout.flush()
+'''
+
+
+async def test_a_follow_that_broke_is_begun_again_and_brings_each_line_once(sky_job, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    """The adapter died half way through the task's output (its API server went away): the
+    stream was marked ended for good, the outputs and exit record never came, and a follower
+    begun again (a restart, a cancelled one) appended every line a second time. Now a broken
+    follow is begun again from the start, a while later, and reads past what came."""
+    import asyncio
+
+    from core.providers.registry import build
+    from core.providers.skypilot import target
+
+    lines = _run_cluster(sky_job, tmp_path)
+    (tmp_path / "lines.json").write_text(json.dumps(lines))
+    venv = tmp_path / "brk-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(BREAKING.format(python=sys.executable, lines=str(tmp_path / "lines.json"),
+                                                         state=str(tmp_path / "brk")))
+    (venv / "bin" / "python").chmod(0o755)
+    write_config(f"targets:\n  sky: {{kind: skypilot, venv: {venv}}}\n")
+    monkeypatch.setattr(target, "REFOLLOW_S", 0.1)
+    provider = build()["sky"]
+    sky_job.handle = {"cluster": "gr-1a2b3c4d-a1", "sky_job_id": 1, "launched_at": 1.0}
+    try:
+        for _ in range(200):
+            stream = provider._follow(sky_job)
+            await asyncio.sleep(0.05)
+            stream.store()
+            if stream.ended:
+                break
+        assert stream.ended and stream.follows == 2 and stream.exit_code == 0  # it broke once, then ended
+        assert (tmp_path / "brk.runs").read_text().count("run") == 2
+    finally:
+        await provider.close()
+    log = (stream.local_dir / "job.log").read_text()
+    assert log.count("step 1\n") == 1 and log.count("[gpu-router] attempt 1: exited with status 0") == 1
+    rows = (stream.local_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["step"] for r in rows] == [0, 1, 2]
+    assert stream.exit_doc()["code"] == 0 and (stream.folder / "outputs.tar.gz").is_file()

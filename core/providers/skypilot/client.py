@@ -189,8 +189,9 @@ class SkyPilotClient:
         try:
             return await asyncio.wait_for(asyncio.shield(waiting.future), timeout)
         except asyncio.TimeoutError:
-            self.pending.pop(rid, None)
             raise AdapterTimeout(f"SkyPilot {op}: no answer in {timeout:g} s") from None
+        finally:  # answered, timed out or cancelled: lines still coming for it go nowhere
+            self.pending.pop(rid, None)
 
     async def close(self, grace: float = 10.0) -> None:
         """Close stdin (the adapter finishes what it was asked, then ends), wait `grace`, kill."""

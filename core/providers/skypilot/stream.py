@@ -55,23 +55,51 @@ class AttemptStream:
         self.attempt = attempt
         self.folder = local_dir / "sky" / f"a{attempt}"
         self.folder.mkdir(parents=True, exist_ok=True)
-        # per kind ("log", "metrics"): lines this follow read, lines the attempt's file holds,
-        # and those come since the last store
+        # per kind ("log", "metrics"): lines this follow read, lines held (the attempt's file's
+        # and those come since the last store), and those come since the last store
         self.seen = {"log": 0, "metrics": 0}
-        self.kept = {name: _lines_in(local_dir / "mirror" / f"{attempt}.{name}") for name in logmirror.NAMES}
+        self.held = {name: _lines_in(local_dir / "mirror" / f"{attempt}.{name}") for name in logmirror.NAMES}
         self.pending: dict[str, list[str]] = {"log": [], "metrics": []}
         logmirror.rejoin(local_dir, attempt)  # a store cut off between its appends
         self.sky_lines: list[str] = []  # SkyPilot's own, the last few: what a poll may say
         self.errors: list[str] = []
-        self.reader = FrameReader(str(self.folder / "incoming"), max_bytes + TAR_ALLOWANCE, self._on_file,
-                                  self._on_error, self._have)
-        self.ended = False  # the stream reached its end (the job ended there, or the follow broke)
+        self.max_bytes = max_bytes
+        self.reader = self._reader()
+        self.follows = 0  # follows begun: a line from an earlier one is read past (`line`'s `follow`)
+        self.ended = False  # the stream reached its end (the job ended there, or it broke too often)
         self.exit_code: int | None = None  # SkyPilot's, where the stream ended with one
-        self.broken: str | None = None
+        self.broken: str | None = None  # why the last follow broke, where it did
+        self.breaks = 0
+        self.broke_at = 0.0  # time.monotonic() of the last break
+
+    def _reader(self) -> FrameReader:
+        return FrameReader(str(self.folder / "incoming"), self.max_bytes + TAR_ALLOWANCE, self._on_file,
+                           self._on_error, self._have)
+
+    def begin(self) -> int:
+        """A follow from the stream's beginning (the first, or one after a break or a restart):
+        its lines are counted from the start again, so those held are read past, and a file
+        half received is dropped (it is sent again whole). Returns the follow's number."""
+        self.reader.close()
+        self.reader = self._reader()
+        self.seen = {"log": 0, "metrics": 0}
+        self.follows += 1
+        return self.follows
+
+    def broke(self, why: str, max_breaks: int) -> None:
+        """A follow that ended without the stream's end (the adapter restarted, the API server
+        was away): followed again later, from the start; after `max_breaks` in a row, ended."""
+        import time
+
+        self.broken, self.breaks, self.broke_at = why, self.breaks + 1, time.monotonic()
+        if self.breaks >= max_breaks:
+            self.end(broken=why)
 
     # -- lines --------------------------------------------------------------------------------
 
-    def line(self, raw: str) -> None:
+    def line(self, raw: str, follow: int | None = None) -> None:
+        if follow is not None and follow != self.follows:
+            return  # an earlier follow's, still coming: the newest reads the stream whole
         m = self.prefix.match(raw)
         if m is None:
             self.sky_lines = [*self.sky_lines[-19:], raw]
@@ -86,13 +114,15 @@ class AttemptStream:
 
     def _take(self, name: str, text: str) -> None:
         self.seen[name] += 1
-        if self.seen[name] > self.kept[name]:  # past what an earlier follow stored
+        if self.seen[name] > self.held[name]:  # past what an earlier follow brought
             self.pending[name].append(text)
+            self.held[name] += 1
+            self.breaks = 0  # the follow brings what was not here: a later break starts the count again
 
     @property
     def printed(self) -> bool:
         """Whether the job has printed a line yet (its task is running, past SkyPilot's setup)."""
-        return self.seen["log"] > 0 or self.kept["log"] > 0
+        return self.held["log"] > 0
 
     def store(self) -> None:
         """The lines and rows come since the last store, appended to the attempt's mirrored
@@ -102,7 +132,6 @@ class AttemptStream:
             rows, self.pending[name] = self.pending[name], []
             if rows:
                 logmirror.append(self.local_dir, self.attempt, {name: ("\n".join(rows) + "\n").encode()})
-                self.kept[name] += len(rows)
 
     def end(self, exit_code: Any = None, broken: str | None = None) -> None:
         self.reader.close()

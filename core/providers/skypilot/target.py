@@ -56,6 +56,8 @@ FOLLOW_TIMEOUT_S = 10.0 ** 9  # a follow lasts as long as the job
 POLL_INTERVAL_S = 15.0  # SkyPilot's status of a cluster asks the cloud: not every tick
 GONE_GRACE_S = 120.0  # a cluster not listed this soon after its launch may be on its way
 OUTPUTS_WAIT_S = 120.0  # the end of the stream, after SkyPilot says the task ended
+REFOLLOW_S = 10.0  # a broken follow is begun again after this, times the breaks in a row
+MAX_BREAKS = 6  # follows broken in a row before the stream counts as ended
 ADOPT_SETTLE_S = 30.0  # an attempt's cluster UP this long without its task: its launch died
 ADOPT_POLL_S = 5.0
 
@@ -339,32 +341,41 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         return stream
 
     def _follow(self, job: Job):
-        """The attempt's stream, followed by a task of its own from the first look on (again
-        from its beginning after a restart: what is here already is read past)."""
+        """The attempt's stream, followed by a task of its own from the first look on; again
+        from its beginning after a restart, or a while after a follow broke (what is here
+        already is read past)."""
         import asyncio
+        import time
 
         stream = self._stream(job)
         key = (job.id, job.attempt)
         running = self._followers.get(key)
-        if running is None and not stream.ended and job.handle.get("cluster"):
-            task = asyncio.get_running_loop().create_task(self._read(job, stream))
+        if running is None and not stream.ended and job.handle.get("cluster") \
+                and time.monotonic() - stream.broke_at >= REFOLLOW_S * stream.breaks:
+            task = asyncio.get_running_loop().create_task(self._read(job, stream, stream.begin()))
             self._followers[key] = (stream, task)
         return stream
 
-    async def _read(self, job: Job, stream) -> None:
+    async def _read(self, job: Job, stream, follow: int) -> None:
+        import asyncio
+
         from core.providers.skypilot.client import AdapterError
 
         try:
             client = await self.client()
             answer = await client.request("logs", {"cluster": job.handle["cluster"],
                                                    "job_id": job.handle.get("sky_job_id"), "follow": True},
-                                          timeout=FOLLOW_TIMEOUT_S, on_line=stream.line)
-            stream.end(answer.get("exit_code"))
+                                          timeout=FOLLOW_TIMEOUT_S,
+                                          on_line=lambda raw: stream.line(raw, follow))
+            if follow == stream.follows:
+                stream.end(answer.get("exit_code"))
         except AdapterError as exc:
             log.info("job %s: SkyPilot's stream of %s broke: %s", job.short_id, job.handle["cluster"], exc)
-            stream.end(broken=str(exc))
+            if follow == stream.follows:
+                stream.broke(str(exc), MAX_BREAKS)
         finally:
-            self._followers.pop((job.id, job.attempt), None)
+            if self._followers.get((job.id, job.attempt), (None, None))[1] is asyncio.current_task():
+                self._followers.pop((job.id, job.attempt), None)
 
     async def sync_log(self, job: Job) -> None:
         import asyncio
