@@ -307,6 +307,25 @@ def test_a_price_that_rose_past_the_approved_ceiling_is_never_launched() -> None
                                   SLURM_PRICES) == "no enabled cloud offers 4 FAKE per machine now"
 
 
+def test_a_launch_held_to_one_cloud_is_judged_by_that_clouds_price() -> None:
+    """Slurm's price rose past the ceiling while another cloud lists the GPU cheaply: the
+    launch, held to slurm (its plan's one cloud), would run there at the higher price (Slurm
+    ignores max_hourly_cost), so it is refused; the cheap cloud's row does not excuse it."""
+    from core.providers.skypilot import catalog, launching
+
+    job = _job("FAKE", catalog.binding(catalog.offers(SLURM_PRICES)["FAKE"]))
+    dearer = json.loads(json.dumps(SLURM_PRICES).replace('"price": 2.0', '"price": 2.5'))
+    cheap = {"cloud": "aws", "instance_type": "p9", "accelerator_name": "FAKE", "accelerator_count": 1,
+             "cpu_count": 8, "device_memory": 0.0, "memory": 64.0, "price": 1.0, "spot_price": None,
+             "region": "us-east-1"}
+    dearer["gpus"]["FAKE"] = [*dearer["gpus"]["FAKE"], cheap]
+    assert launching.resources(job)["infra"] == "slurm"
+    assert launching.over_ceiling(job, dearer) is None  # any cloud: aws's would do
+    assert launching.over_ceiling(job, dearer, "slurm") == \
+        "FAKE x1 costs $2.50/h now, over the $2.20/h its plan was approved for"
+    assert launching.over_ceiling(job, dearer, "lambda") == "lambda does not list FAKE now"
+
+
 # -- where an attempt stands ---------------------------------------------------------------------------
 
 
@@ -400,6 +419,26 @@ async def test_a_launch_after_a_restart_waits_for_the_one_under_way_and_never_ru
     assert "launch" not in ops and ops[:2] == ["status", "queue"]
     assert ops.count("status") >= 3  # it waited through the INIT looks
     assert ("prices" in ops) is (not task_there)
+
+
+async def test_a_launch_that_cannot_learn_whether_its_cluster_runs_the_task_does_not_launch(
+        sky_job, tmp_path: Path) -> None:
+    """SkyPilot could not answer whether the attempt's cluster exists (its API server away):
+    that once read as "no cluster" and launched, which after a restart mid-launch ran the job a
+    second time on the same cluster. Now the launch stops and says how to go on."""
+    from core.providers.registry import build
+
+    venv = stand_in(tmp_path, {**answered(), "status": {"ok": False, "error": {
+        "type": "ApiServerConnectionError", "message": "could not reach the API server"}}})
+    write_config(f"targets:\n  sky: {{kind: skypilot, venv: {venv}}}\n")
+    provider = build()["sky"]
+    try:
+        with pytest.raises(RuntimeError) as err:
+            await provider.launch(sky_job, {})
+    finally:
+        await provider.close()
+    assert "could not reach the API server" in str(err.value) and "never runs twice" in str(err.value)
+    assert f"gpu resume {sky_job.short_id}" in str(err.value)
 
 
 async def test_the_cluster_goes_down_as_soon_as_the_exit_record_is_home(sky_job, tmp_path: Path) -> None:

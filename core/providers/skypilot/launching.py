@@ -134,16 +134,20 @@ def resources(job: Job, clouds: list[str] | None = None) -> dict:
     return res
 
 
-def over_ceiling(job: Job, prices: dict) -> str | None:
+def over_ceiling(job: Job, prices: dict, infra: str | None = None) -> str | None:
     """Why the attempt may not launch at today's prices: its GPU type's cheapest row now costs
-    more than the approved ceiling, or no cloud lists it any more; None when it may."""
+    more than the approved ceiling, or no cloud lists it any more; None when it may. A launch
+    held to one cloud (`infra`) is judged by that cloud's rows only: Slurm's price rose past the
+    ceiling while another cloud listed the GPU cheaply, and the launch went to Slurm (which
+    ignores `max_hourly_cost`) at the higher price."""
     bound = binding_of(job)
     gpu, count = offer_of(job)
     spot = bool(bound.get("use_spot"))
     offer = catalog.offers(prices, spot=spot).get(gpu.upper())
-    if offer is None:
-        return f"no enabled cloud lists {gpu} now"
-    now = catalog.cheapest(offer["candidates"], count, spot)
+    rows = [r for r in (offer or {}).get("candidates") or [] if infra is None or r.get("cloud") == infra]
+    if not rows:
+        return f"no enabled cloud lists {gpu} now" if infra is None else f"{infra} does not list {gpu} now"
+    now = catalog.cheapest(rows, count, spot)
     if now is None:
         return f"no enabled cloud offers {count} {gpu} per machine now"
     ceiling = float(bound.get("max_hourly_cost") or 0)

@@ -247,7 +247,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         except ValueError as exc:
             raise UserError(f"{self.name}: {exc}") from None
         prices = await client.request("prices", {"clouds": clouds} if clouds else {}, timeout=self._timeout())
-        why = launching.over_ceiling(job, prices)
+        why = launching.over_ceiling(job, prices, resources.get("infra"))
         if why:
             raise UserError(f"not launched on {self.name}: {why}",
                             fix="submit it again: the new plan shows today's price for a person to approve")
@@ -304,8 +304,12 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
                     queue = await client.request("queue", {"cluster": cluster}, timeout=self._timeout())
                 except SkyPilotError:  # not up yet: no queue to read
                     queue = {}
-            except AdapterError:
-                return None
+            except AdapterError as exc:  # unsure is not "no cluster": launching now could run it twice
+                what = exc.text if isinstance(exc, SkyPilotError) else str(exc)
+                raise RuntimeError(f"SkyPilot could not say whether {cluster} already runs this attempt "
+                                   f"({what}); not launched, so the job never runs twice there: "
+                                   f"`gpu resume {job.short_id}` once `gpu targets` shows {self.name} "
+                                   "available"[:1500]) from None
             mine = [j for j in queue.get("jobs") or [] if j.get("name") == launching.task_name(job)]
             if mine:
                 return {"attempt": job.attempt, "cluster": cluster, "sky_job_id": mine[-1]["job_id"],
