@@ -96,6 +96,10 @@ def test_a_job_runs_on_its_own_cluster_and_everything_comes_home(skypilot_server
     assert json.loads((project / "runs" / job / "checkpoint" / "state.json").read_text()) == {"done": [0, 1, 2, 3]}
     events = _events(job, project)
     assert f"SkyPilot launched cluster gr-{job}-a1" in events and "at most $2.20/h" in events
+    from core import paths
+
+    attempt = list(paths.jobs_dir().glob(f"{job}*/sky/a1"))
+    assert attempt and not (attempt[0] / "work").exists()  # the workdir staged, launched, then removed
     # the cluster went down with the job: SkyPilot lists it no more, Slurm holds no allocation
     assert f"gr-{job}-a1" not in _clusters(skypilot_server)
     assert not [a for a in skypilot_server.allocations() if f"gr-{job}" in a]

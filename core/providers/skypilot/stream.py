@@ -63,6 +63,9 @@ class AttemptStream:
         logmirror.rejoin(local_dir, attempt)  # a store cut off between its appends
         self.sky_lines: list[str] = []  # SkyPilot's own, the last few: what a poll may say
         self.errors: list[str] = []
+        self.received: list[tuple[str, str, str]] = []  # checkpoints whole, for `store` to unpack
+        self.set_aside = 0
+        shutil.rmtree(self.folder / "received", ignore_errors=True)  # a restart's: sent again
         self.max_bytes = max_bytes
         self.reader = self._reader()
         self.follows = 0  # follows begun: a line from an earlier one is read past (`line`'s `follow`)
@@ -132,6 +135,9 @@ class AttemptStream:
             rows, self.pending[name] = self.pending[name], []
             if rows:
                 logmirror.append(self.local_dir, self.attempt, {name: ("\n".join(rows) + "\n").encode()})
+        while self.received:  # checkpoints unpacked here, in the tick's thread, not on the loop
+            kind, name, path = self.received.pop(0)
+            self._file(kind, name, path)
 
     def end(self, exit_code: Any = None, broken: str | None = None) -> None:
         self.reader.close()
@@ -152,6 +158,23 @@ class AttemptStream:
             self.errors.append(f"{kind} {name}: {why}"[:500])
 
     def _on_file(self, kind: str, name: str, path: str) -> None:
+        """A file whole and checked (called on the supervisor's loop, as its last line comes): a
+        checkpoint is set aside for `store` to unpack in its thread (gigabytes to extract held
+        every job's supervision up); the outputs and the exit record are taken at once."""
+        if kind in ("ckpt", "live"):
+            self.set_aside += 1  # a name of its own: the tick's thread may be unpacking another
+            aside = self.folder / "received" / f"{kind}-{name}-{self.set_aside}"
+            try:
+                aside.parent.mkdir(exist_ok=True)
+                os.replace(path, aside)
+            except OSError as exc:
+                self._on_error(kind, name, str(exc))
+                return
+            self.received.append((kind, name, str(aside)))
+            return
+        self._file(kind, name, path)
+
+    def _file(self, kind: str, name: str, path: str) -> None:
         try:
             if kind == "ckpt":
                 self._generation(name, path)

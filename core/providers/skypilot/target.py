@@ -226,6 +226,7 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
         the task. A cluster of this attempt that already runs it (a supervisor that died in a
         launch) is adopted, never launched twice."""
         import asyncio
+        import shutil
         import time
 
         from core.errors import UserError
@@ -268,7 +269,10 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
             except AdapterError as exc:
                 await self._down_quietly(cluster)  # a cluster half made is not left paying
                 what = exc.text if isinstance(exc, SkyPilotError) else str(exc)
-                raise RuntimeError(f"SkyPilot could not launch {cluster}: {what}"[:1500]) from None
+                raise RuntimeError(f"SkyPilot could not launch {cluster}: {what} (SkyPilot's own words "
+                                   f"on it: {lines})"[:1500]) from None
+            finally:  # uploaded by now, or not launched: each attempt stages its own again
+                await asyncio.to_thread(shutil.rmtree, work, True)
         return {"attempt": job.attempt, "cluster": cluster, "sky_job_id": answer.get("job_id"),
                 "resources": answer.get("resources"), "launched_at": time.time(), "billed_from": billed_from,
                 "uploaded_bytes": size,
