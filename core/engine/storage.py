@@ -81,7 +81,9 @@ def needed(store: Store, target: str | None = None) -> set[str]:
     for job in store.jobs(states=ACTIVE):
         if target is None or job.provider == target:
             keys.add(job.id)
-            keys.add(job.short_id)  # a SkyPilot cluster is named by its job's short id
+            # a SkyPilot cluster is named by its job's short id and attempt: an earlier
+            # attempt's left up is not needed (it kept paying beside the live one)
+            keys.add(f"{job.short_id}-a{job.attempt}")
             if job.bundle_hash:
                 keys.add(job.bundle_hash)
             keys.update(str(h) for h in (job.plan.get("data") or {}).values())

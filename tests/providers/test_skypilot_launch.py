@@ -345,8 +345,9 @@ async def test_a_cluster_skypilot_no_longer_lists_is_a_session_that_ended(sky_jo
     stream.end(broken="the cluster went away")
     poll = await provider._ask(sky_job, stream)  # asked again at once: the stream has ended
     assert poll.phase == "lost" and poll.vanished
-    assert poll.detail == ("SkyPilot's cluster gr-1a2b3c4d-a1 is gone and the job sent no exit record: "
-                           "the session ended")
+    assert poll.detail.startswith("SkyPilot's cluster gr-1a2b3c4d-a1 is gone and the job sent no exit record: "
+                                  "the session ended (preempted")
+    assert "went down by itself 10 min after the task ended" in poll.detail and "autodown_minutes" in poll.detail
     await provider.close()
 
 

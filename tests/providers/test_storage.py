@@ -321,3 +321,18 @@ def test_a_host_that_held_the_bundle_as_an_archive_gets_its_manifest(home: Path,
     sp.run([sys.executable, codetree.__file__, "build", manifest, str(root / "objects"), str(tmp_path / "code")],
            check=True, capture_output=True)
     assert (tmp_path / "code" / "a.py").read_text() == "print('hi')\n"
+
+
+def test_a_live_jobs_earlier_attempts_cluster_is_not_needed(home: Path) -> None:
+    """SkyPilot clusters are named by their job's short id and attempt (`gr-<job>-a<N>`): a live
+    job needs its current attempt's cluster only. One left up by an earlier attempt (its take
+    down failed) was kept by `gpu gc` as long as the job lived, paying beside the live one."""
+    store = Store()
+    _job(store, 7, "b", provider="sky")
+    for state in (State.ROUTING, State.PROVISIONING, State.RUNNING):
+        store.transition(f"{7:032x}", state, "test", actor="test")
+    store.update(f"{7:032x}", attempt=2)
+    rows = [{"kind": "cluster", "key": f"{7:08x}-a{n}", "path": f"gr-{7:08x}-a{n}", "bytes": 0,
+             "used_at": time.time()} for n in (1, 2)]
+    why = {e.key: e.keep for e in storage.judge(rows, storage.needed(Store(), "sky"), {}, time.time())}
+    assert why == {f"{7:08x}-a1": None, f"{7:08x}-a2": "a live job needs it"}

@@ -48,7 +48,7 @@ from core.providers.skypilot import catalog
 from core.providers.skypilot import venv as skyvenv
 
 log = logging.getLogger("gpu_router.skypilot")
-OURS = re.compile(r"^gr-([0-9a-f]{8})-a[0-9]+\Z")  # launching.cluster_name
+OURS = re.compile(r"^gr-([0-9a-f]{8}-a[0-9]+)\Z")  # launching.cluster_name: its job's short id and attempt
 PROBE_TTL_S = 600.0  # `sky check` takes seconds to minutes with real clouds; prices move slowly
 LAUNCH_TIMEOUT_S = 1800.0  # provisioning, the workdir's sync, the runtime's setup
 DOWN_TIMEOUT_S = 900.0
@@ -477,9 +477,14 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
             await self._take_down(job)
         else:
             await self._record_cost(job)
+        from core.providers.skypilot.launching import AUTODOWN_MINUTES
+
+        idle = int(self.options.get("autodown_minutes", AUTODOWN_MINUTES))
         return Poll("lost", vanished=True,
                     detail=f"SkyPilot's cluster {cluster} is {'gone' if state is None else state} and the "
-                           "job sent no exit record: the session ended")
+                           "job sent no exit record: the session ended (preempted, or its allocation "
+                           f"ended; or it went down by itself {idle} min after the task ended while "
+                           "gpu-router was not following it: if so, raise the target's autodown_minutes)")
 
     # -- ending -------------------------------------------------------------------------------------
 
@@ -611,9 +616,8 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
 
     async def cache_scan(self) -> dict:
         """The clusters gpu-router started (`gr-<job>-a<N>`) that SkyPilot lists, as `gpu gc`
-        entries keyed by their job's short id: one no live job needs is taken down, whatever
-        the cap and however new (core/engine/storage: a job that still needs its cluster is a
-        live job)."""
+        entries keyed by their job's short id and attempt: one no live job's current attempt
+        needs is taken down, whatever the cap and however new (core/engine/storage)."""
         import time
 
         client = await self.client()
