@@ -125,13 +125,16 @@ def _ask_checkpoint(spec: dict, launcher: subprocess.Popen, text: str) -> None:
 def run(spec: dict, spec_path: str, launcher_py: str, checkpoint_after_s: float | None,
         limit_text: str, interrupt: "threading.Event | None" = None,
         interrupt_text: str = "interrupted", progress: dict | None = None,
-        log_escape=None) -> tuple[int, bool]:
+        log_escape=None, join_s: float | None = 10.0) -> tuple[int, bool]:
     """Run the launcher on `spec_path`, relaying; (its exit status, whether the job was asked
     to checkpoint for the time limit). Once `interrupt` is set (the container is going away:
     a Modal preemption's grace period) the job is asked to checkpoint too, and the relay goes
     on until the launcher ends or the process is killed: what the job writes meanwhile still
     reaches standard output. `progress` ({"log": file, "metrics": file}): where each copy
-    records how far it has got (`follow`). `log_escape`: applied to each log line (`follow`)."""
+    records how far it has got (`follow`). `log_escape`: applied to each log line (`follow`).
+    `join_s`: how long the copies may take to finish once the launcher ended (None: as long as
+    they need, where what comes after them, a SkyPilot task's files and exit record, must come
+    after every line; a container about to be killed gives them a bound)."""
     stop = threading.Event()
     progress = progress or {}
     followers = [threading.Thread(target=follow, args=(spec["log"], stop, "", progress.get("log"), log_escape),
@@ -154,5 +157,5 @@ def run(spec: dict, spec_path: str, launcher_py: str, checkpoint_after_s: float 
         time.sleep(0.25)
     stop.set()
     for t in followers:
-        t.join(timeout=10)
+        t.join(timeout=join_s)
     return launcher.returncode, asked

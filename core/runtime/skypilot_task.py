@@ -209,7 +209,7 @@ def main() -> int:
                                   float(sky.get("checkpoint_poll_s") or 2.0))
         sender.thread.start()
         code, _ = relay.run(spec, spec_path, os.path.join(runtime, "launch.py"), None, "",
-                            log_escape=frames.escape_log)
+                            log_escape=frames.escape_log, join_s=None)  # every line before the exit record
     finally:
         if sender is not None:
             sender.stop.set()
