@@ -535,7 +535,8 @@ class SkyPilotProvider(ServiceTarget, MirroredLog):
             follower[1].cancel()
         why = await self._take_down(job)
         if why:
-            raise RuntimeError(f"SkyPilot could not take cluster {cluster} down: {why}")
+            raise RuntimeError(f"SkyPilot could not take cluster {cluster} down: {why}; `gpu gc` tries "
+                               "again (it takes down every gpu-router cluster no live job needs)")
 
     async def request_checkpoint(self, job: Job) -> None:
         return None  # no signal reaches a task but through SkyPilot: the job saves on its own clock
