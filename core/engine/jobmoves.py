@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from core.engine import agentday, strays
-from core.engine.jobsteps import carried_over, log_mark
+from core.engine.jobsteps import carried_over, log_mark, metrics_offset_for
 from core.engine import doors
 from core.engine.doors import replan
 from core.engine.service import hold
@@ -148,11 +148,13 @@ class JobMoves:
         start = ("from " + checkpoints.describe(ckpt) if ckpt else
                  "from the beginning (it had not started)" if fresh else "from the beginning (restart: allow)")
         text = f"migrating from {src} to {provider.name}: {why}, {start}"
+        carried = carried_over(job.handle)
+        offset = metrics_offset_for(job, self.providers.get(src or ""), provider, carried)
         job = await self.db(self.store.transition,
             job.id, State.PROVISIONING, text, expect=[State.MIGRATING], attempt=job.attempt + 1,
-            exit_code=None, metrics_offset=0,  # the new target's metrics file starts empty
+            exit_code=None, metrics_offset=offset,
             data={"from": src, "to": provider.name, "why": why, "checkpoint": ckpt},
-            handle={**carried_over(job.handle), "migrations": moves + 1, "migrated_from": src,
+            handle={**carried, "migrations": moves + 1, "migrated_from": src,
                     "restore_checkpoint": ckpt is not None, "resumes": 0,
                     "log_base": log_mark(job, f"moved from {src} to {provider.name}: {why}")})
         await self._start_attempt(job, provider)

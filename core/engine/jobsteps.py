@@ -43,7 +43,7 @@ UNREACHABLE_GRACE_S = 600.0  # a host away longer than this has lost the job's s
 MAX_RESUMES = 3  # session ends (time limits, preemption) resumed on the same target
 # what a job's handle keeps from one attempt to the next (counters, and where it came from)
 CARRIED = ("resumes", "retries", "migrations", "migrated_from", "restore_checkpoint", "log_base",
-           "queue_excluded", "queue_note")
+           "queue_excluded", "queue_note", "metrics_offsets")
 # what a handle says while an attempt waits in a queue (core/engine/queuewait.py), dropped once it runs
 QUEUE_WAIT = ("queued_since", "queue_stuck", "queue_retry_at")
 
@@ -198,7 +198,8 @@ class JobSteps:
                     + (checkpoints.describe(ckpt) if ckpt else "the beginning"))
         moved = {}
         if job.handle.get("moving"):  # held while it moved, now approved: it starts afresh there
-            moved = {"metrics_offset": 0}
+            moved = {"metrics_offset": metrics_offset_for(
+                job, self.providers.get(carried["migrated_from"] or ""), provider, carried)}
             carried["log_base"] = log_mark(job, f"moved from {carried['migrated_from']} to {provider.name}")
         data = None
         if job.handle.get("resuming"):  # gpu resume: its checkpoint comes back home first
@@ -231,9 +232,10 @@ class JobSteps:
         fields: dict = {}
         if res.get("from_target") == provider.name:  # the target's own log goes on after the mark
             carried["log_base"] = int(carried.get("log_base") or 0) + (mark - before)
-        else:  # a new target's log and metrics file start empty
+        else:  # a new target's log starts empty; its metrics file may not (metrics_offset_for)
             carried["log_base"] = mark
-            fields["metrics_offset"] = 0
+            fields["metrics_offset"] = metrics_offset_for(
+                job, self.providers.get(res.get("from_target") or ""), provider, carried)
         return text, {"by": res.get("by"), "checkpoint": ckpt, "to": provider.name}, fields
 
     async def _start_attempt(self, job: Job, provider: Any) -> None:
@@ -477,6 +479,46 @@ def silent_since(provider: Any) -> float | None:
 def carried_over(handle: dict) -> dict:
     """What a job's handle keeps from one attempt to the next (CARRIED)."""
     return {k: handle[k] for k in CARRIED if k in handle}
+
+
+HOME_METRICS = "home"  # the job's own jobs/<id>/metrics.jsonl, read where a target says metrics_at_home
+
+
+def metrics_stream(provider: Any) -> str | None:
+    """Which file a target's `read_metrics` reads for a job: HOME_METRICS for the job's own
+    metrics.jsonl at home (the local target's job appends to it; Kaggle, Modal and SkyPilot
+    join their attempts' rows into it: core/providers/logmirror.py), else the target's name
+    (a remote host's own file in its root). None for a target no longer configured."""
+    if provider is None:
+        return None
+    return HOME_METRICS if getattr(provider, "metrics_at_home", False) else provider.name
+
+
+def metrics_offset_for(job: Job, src: Any, dst: Any, carried: dict) -> int:
+    """Where the read of the job's metrics begins on `dst`, its new target, after an attempt
+    on `src` (providers; None for one no longer configured). The offset is a byte offset into
+    the one file `dst` reads, which only grows, so it may not start at 0 after a move: home's
+    file holds the rows of every attempt at home (the local target's, a mirrored target's), a
+    host's file those of its own earlier attempts, and a read from the top stored them all
+    again. So the offset each file was read to is kept in `carried["metrics_offsets"]` (saved
+    in the same write as the move: a supervisor restarted after it reads on from there), and
+    the read goes on where that file's read stopped (rows written there after the last read
+    are not lost); a home file never read under this rule (a job moved before it, or from a
+    target since removed) at its end now, where every row came from an attempt already read;
+    a host's file never read at 0 (it starts empty)."""
+    offsets = dict(carried.get("metrics_offsets") or {})
+    old, new = metrics_stream(src), metrics_stream(dst)
+    if old is not None:
+        offsets[old] = job.metrics_offset
+    carried["metrics_offsets"] = offsets
+    if new in offsets:  # the file it was read from last (the same one, where `new` is `old`)
+        return int(offsets[new])
+    if new == HOME_METRICS:
+        try:
+            return (paths.jobs_dir() / job.id / "metrics.jsonl").stat().st_size
+        except OSError:
+            return 0
+    return 0
 
 
 def log_mark(job: Job, text: str) -> int:

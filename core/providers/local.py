@@ -74,6 +74,9 @@ def _withheld(items: list[dict]) -> dict[str, list[str]]:
 
 class LocalProvider:
     kind = "local"
+    # read_metrics reads the job's own jobs/<id>/metrics.jsonl, which every attempt at home
+    # appends to (core/engine/jobsteps.py: metrics_offset_for)
+    metrics_at_home = True
 
     def __init__(self, name: str = "local", max_jobs: int = 1, python: str | None = None,
                  gpus: list[dict] | None = None, caps: OutputCaps | None = None,

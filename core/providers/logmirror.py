@@ -150,7 +150,14 @@ def add_missing(local_dir: Path, rows: bytes) -> int:
 
 class MirroredLog:
     """`log_path`, `sync_log` and `read_metrics` for a provider whose `_sync(job)` (run in a
-    thread) reads the attempt's output and calls `store`."""
+    thread) reads the attempt's output and calls `store`.
+
+    `read_metrics` reads the joined metrics.jsonl, which holds every earlier attempt's rows
+    (and those a local attempt appended there): a move onto such a target goes on reading
+    where the job's read of that file stopped, never from 0 (`metrics_at_home`, read by
+    core/engine/jobsteps.py: metrics_offset_for)."""
+
+    metrics_at_home = True
 
     def local_dir(self, job: Job) -> Path:
         return paths.jobs_dir() / job.id

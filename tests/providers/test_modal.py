@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import copy_example, gpu_json, make_git_project, resumable_script, run_gpu, wait_state
+from tests.conftest import (copy_example, gpu_exe, gpu_json, make_git_project, resumable_script, run_gpu,
+                            run_in_terminal, wait_state)
 from tests.fake_modal import FakeModal
 
 pytestmark = pytest.mark.slow
@@ -401,6 +402,10 @@ def test_a_job_leaving_modal_after_a_timeout_resumes_elsewhere_from_the_volume_c
     assert "from checkpoint" in move["reason"] and move["data"]["checkpoint"]["files"] == 1
     assert json.loads((Path(doc["outputs_dir"]) / "steps.json").read_text()) == list(range(6))
     assert "attempt 2 starts after 3 steps" in run_gpu("logs", short).stdout
+    # md's rows (steps 0-2, mirrored home into the job's metrics.jsonl, where this machine's
+    # attempt goes on writing) are each in the store once, never read again after the move
+    series = gpu_json("metrics", short)["metrics"]["loss"]["series"]
+    assert [p["step"] for p in series] == list(range(6)), series
 
     # the hostile names were refused: never asked for, nothing written anywhere for them
     asked = [r.path for r in modal_fake.requests("VolumeGetFile2")]
@@ -409,6 +414,87 @@ def test_a_job_leaving_modal_after_a_timeout_resumes_elsewhere_from_the_volume_c
     for name in hostile:
         assert not (cache / name).exists() and not Path(name).exists(), name
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.read_bytes() == b"evil"]
+
+
+def test_a_job_moved_from_one_modal_target_to_another_stores_each_metric_row_once(
+        modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
+    """Attempt 1 on md logs steps 0-2 and its call ends at Modal's timeout; the job moves to
+    md2, another Modal target, dearer than an agent's per-job budget, so the move waits for a
+    person's approval. md2's rows are mirrored home into the same metrics.jsonl that already
+    holds md's, and `gpu metrics` shows steps 0-5 once each: md2's read goes on where md's
+    stopped, never again from the top of the file."""
+    add_modal()
+    proc = run_gpu("targets", "add", "modal", "md2", "--gpu", "L40S", "--token-stdin", "--json",
+                   input=f"{TOKEN_ID} {TOKEN_SECRET}\n")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    # md goes first (cheaper); no resume on md: the job moves to md2 (0.5 h of an L40S is over
+    # the 0.5 USD budget: held)
+    _short_calls(home, {"local": {"kind": "local", "enabled": False}}, max_resumes=0)
+    cfg = Path(home).parent / "user-config.yaml"
+    doc = yaml.safe_load(cfg.read_text())
+    doc.setdefault("budget", {})["per_job"] = 0.5
+    cfg.write_text(yaml.safe_dump(doc))
+    go = tmp_path / "go"
+    go.mkdir()
+    project = make_git_project(tmp_path / "m", {"train.py": _held_script(6, (3,), marked=False)})
+    sub = gpu_json("submit", "train.py", "--hours", "0.5", "--env", f"GO_DIR={go}", "--wait-s", "0",
+                   cwd=project)
+    short = sub["job"]["short_id"]
+    assert sub["job"]["provider"] == "md", sub
+    held = wait_state(short, {"awaiting_approval", "done", "failed"}, timeout=120)
+    assert held["state"] == "awaiting_approval" and held["provider"] == "md2", held
+    (go / "go-3").touch()
+    code, out = run_in_terminal([gpu_exe(), "approve", short], short)
+    assert code == 0, out
+    done = wait_state(short, {"done", "failed"}, timeout=180)
+    doc = gpu_json("status", short, "--verbose")
+    assert done["state"] == "done", (doc["reason"], run_gpu("logs", short).stdout)
+    assert doc["provider"] == "md2" and doc["attempt"] == 2, doc
+    assert any(e["reason"].startswith("migrating from md to md2 (approved)") for e in doc["events"]), \
+        [e["reason"] for e in doc["events"]]
+    assert "attempt 2 starts after 3 steps" in run_gpu("logs", short).stdout
+    series = gpu_json("metrics", short)["metrics"]["loss"]["series"]
+    assert [p["step"] for p in series] == list(range(6)), series
+
+
+FAIL_THEN_GO_ON = """
+import sys
+import gpu
+first = gpu.attempt() == 1
+(gpu.checkpoint_dir() / "attempt").write_text(str(gpu.attempt()))
+gpu.checkpoint_saved()  # something to resume from
+print(f"attempt {gpu.attempt()} logs steps {'0-2' if first else '3-5'}", flush=True)
+for step in range(0, 3) if first else range(3, 6):
+    gpu.log(step=step, loss=1.0 / (step + 1))
+if first:
+    sys.exit(3)
+"""
+
+
+def test_a_job_failed_here_and_resumed_on_modal_stores_each_metric_row_once(
+        modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
+    """Attempt 1 runs on this machine, logs steps 0-2 into the job's metrics.jsonl and fails;
+    `gpu resume` places attempt 2 on Modal (this machine is off now), which logs steps 3-5,
+    mirrored home into that same file. `gpu metrics` shows steps 0-5 once each."""
+    add_modal()
+    project = make_git_project(tmp_path / "r", {"train.py": FAIL_THEN_GO_ON})
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    assert sub["job"]["provider"] == "local", sub
+    failed = wait_state(short, {"done", "failed"}, timeout=120)
+    assert failed["state"] == "failed" and "status 3" in failed["reason"], failed
+    cfg = Path(home).parent / "user-config.yaml"
+    doc = yaml.safe_load(cfg.read_text())
+    doc["targets"]["local"] = {"kind": "local", "enabled": False}
+    cfg.write_text(yaml.safe_dump(doc))
+    assert gpu_json("resume", short)["job"]["provider"] == "md"
+    done = wait_state(short, {"done", "failed"}, timeout=180)
+    doc = gpu_json("status", short, "--verbose")
+    assert done["state"] == "done", (doc["reason"], run_gpu("logs", short).stdout)
+    assert doc["provider"] == "md" and doc["attempt"] == 2, doc
+    assert "attempt 2 logs steps 3-5" in run_gpu("logs", short).stdout
+    series = gpu_json("metrics", short)["metrics"]["loss"]["series"]
+    assert [p["step"] for p in series] == list(range(6)), series
 
 
 def test_a_volume_read_that_fails_is_logged_and_the_job_goes_on(modal_fake: FakeModal, home: Path,
