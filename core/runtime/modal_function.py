@@ -120,6 +120,7 @@ def run(spec: dict) -> dict:
     _build_code(base, modal["bundle"], os.path.join(work, "code"))
     for name, key in modal.get("data", {}).items():
         _unpack(os.path.join(base, "data", key), os.path.join(work, "data", name))
+    moved_in = _restore_from_home(base, modal.get("restore"), job, spec["attempt_dir"])
     restored = _restore_complete_checkpoint(os.path.join(job, "ckpt"), os.path.join(job, "ckpt-gens"))
     if set_aside:  # first what the preempted container wrote and could not relay, in order
         for key, path in files:
@@ -128,6 +129,8 @@ def run(spec: dict) -> dict:
                            f"preempted): attempt {spec['attempt']} goes on from the checkpoint on the job's volume")
     elif spec["attempt"] > 1 and os.listdir(os.path.join(job, "ckpt")):
         _note(spec["log"], "[gpu-router] resuming from the last checkpoint on the job's volume")
+    if moved_in:
+        _note(spec["log"], f"[gpu-router] {moved_in}")
     if restored:
         _note(spec["log"], f"[gpu-router] {restored}")
     spec_path = os.path.join(spec["attempt_dir"], "spec.json")
@@ -234,6 +237,33 @@ def _write_json(path: str, doc: Any) -> None:
     with open(tmp, "w") as f:
         json.dump(doc, f)
     os.replace(tmp, path)
+
+
+HOME_RESTORED = "restored-from-home"  # in the attempt folder: its checkpoint from home is in place
+
+
+def _restore_from_home(base: str, name: str | None, job: str, attempt_dir: str) -> str | None:
+    """A job moved or resumed here: the checkpoint home held, shipped with this attempt's
+    function (restore/<name>), replaces the volume's ckpt/ and its generations (an earlier
+    attempt here left older ones), once per attempt: Modal running the input again after a
+    preemption goes on from what this attempt saved since. A line for the log, or None."""
+    if not name or os.path.exists(os.path.join(attempt_dir, HOME_RESTORED)):
+        return None
+    archive = os.path.join(base, "restore", name)
+    if not os.path.isfile(archive):
+        return None
+    ckpt, gens = os.path.join(job, "ckpt"), os.path.join(job, "ckpt-gens")
+    staging, old = f"{ckpt}.home-{os.getpid()}", f"{ckpt}.old-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    _unpack(archive, staging)
+    shutil.rmtree(gens, ignore_errors=True)
+    os.makedirs(gens)
+    if os.path.exists(ckpt):
+        os.replace(ckpt, old)
+    os.replace(staging, ckpt)
+    shutil.rmtree(old, ignore_errors=True)
+    open(os.path.join(attempt_dir, HOME_RESTORED), "w").close()
+    return "restored the checkpoint it came with from home"
 
 
 def _restore_complete_checkpoint(ckpt: str, gens: str) -> str | None:

@@ -461,7 +461,10 @@ FAIL_THEN_GO_ON = """
 import sys
 import gpu
 first = gpu.attempt() == 1
-(gpu.checkpoint_dir() / "attempt").write_text(str(gpu.attempt()))
+ck = gpu.checkpoint_dir() / "attempt"
+print(f"attempt {gpu.attempt()} finds {'the checkpoint of attempt ' + ck.read_text() if ck.exists() else 'no checkpoint'}",
+      flush=True)
+ck.write_text(str(gpu.attempt()))
 gpu.checkpoint_saved()  # something to resume from
 print(f"attempt {gpu.attempt()} logs steps {'0-2' if first else '3-5'}", flush=True)
 for step in range(0, 3) if first else range(3, 6):
@@ -475,7 +478,9 @@ def test_a_job_failed_here_and_resumed_on_modal_stores_each_metric_row_once(
         modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
     """Attempt 1 runs on this machine, logs steps 0-2 into the job's metrics.jsonl and fails;
     `gpu resume` places attempt 2 on Modal (this machine is off now), which logs steps 3-5,
-    mirrored home into that same file. `gpu metrics` shows steps 0-5 once each."""
+    mirrored home into that same file. `gpu metrics` shows steps 0-5 once each. And attempt 2
+    starts from the checkpoint attempt 1 saved here (a job moved onto Modal once started from
+    nothing: only the job's volume was looked at)."""
     add_modal()
     project = make_git_project(tmp_path / "r", {"train.py": FAIL_THEN_GO_ON})
     sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
@@ -493,6 +498,9 @@ def test_a_job_failed_here_and_resumed_on_modal_stores_each_metric_row_once(
     assert done["state"] == "done", (doc["reason"], run_gpu("logs", short).stdout)
     assert doc["provider"] == "md" and doc["attempt"] == 2, doc
     assert "attempt 2 logs steps 3-5" in run_gpu("logs", short).stdout
+    assert "attempt 1 finds no checkpoint" in run_gpu("logs", short).stdout
+    assert "attempt 2 finds the checkpoint of attempt 1" in run_gpu("logs", short).stdout
+    assert "restored the checkpoint it came with from home" in run_gpu("logs", short).stdout
     series = gpu_json("metrics", short)["metrics"]["loss"]["series"]
     assert [p["step"] for p in series] == list(range(6)), series
 

@@ -17,6 +17,7 @@ from typing import Any
 from core import paths
 from core.errors import UserError
 from core.jobs.store import Job
+from core.packaging import checkpoints
 from core.packaging.safe_extract import OutputCaps, safe_extract
 from core.providers import logmirror, probing
 from core.providers.base import Poll, TargetInfo
@@ -123,15 +124,27 @@ class ModalProvider(ModalWire, ModalImage, ModalVolume, ServiceTarget, MirroredL
                                "secrets on another target")
         data = self._data_files(job)
         spec = self._spec(job, data)
-        app = modal.App(f"gr-{job.short_id}-a{job.attempt}")
-        volume = modal.Volume.from_name(self.volume_name(job), create_if_missing=True)
-        fn = app.function(image=self.image(job, data), gpu=self.gpu_for(job), timeout=self.session_timeout(job),
-                          block_network=not bool(self.options.get("internet", False)),
-                          volumes={f"{REMOTE}/state": volume}, include_source=False, retries=0,
-                          name="run", serialized=False)(self._function_module().run)
-        _objects_never_change()
-        with app.run(client=self.client(), detach=True):
-            call = fn.spawn(spec)
+        # a job moved or resumed here: home's checkpoint goes with the function (a volume of
+        # its own holds only what earlier attempts here saved), put in place by modal_function
+        restore = checkpoints.restore_archive(job.id, {}) if job.handle.get("restore_checkpoint") else None
+        try:
+            if restore is not None:
+                spec["modal"]["restore"] = f"a{job.attempt}.tar.gz"
+            app = modal.App(f"gr-{job.short_id}-a{job.attempt}")
+            volume = modal.Volume.from_name(self.volume_name(job), create_if_missing=True)
+            image = self.image(job, data)
+            if restore is not None:
+                image = image.add_local_file(restore, f"{REMOTE}/restore/a{job.attempt}.tar.gz", copy=False)
+            fn = app.function(image=image, gpu=self.gpu_for(job), timeout=self.session_timeout(job),
+                              block_network=not bool(self.options.get("internet", False)),
+                              volumes={f"{REMOTE}/state": volume}, include_source=False, retries=0,
+                              name="run", serialized=False)(self._function_module().run)
+            _objects_never_change()
+            with app.run(client=self.client(), detach=True):
+                call = fn.spawn(spec)
+        finally:
+            if restore is not None:
+                restore.unlink(missing_ok=True)
         return {"attempt": job.attempt, "app_id": app.app_id, "call_id": call.object_id,
                 "gpu": self.gpu_for(job), "timeout_s": self.session_timeout(job),
                 "volume": self.volume_name(job), "launched_at": time.time()}
