@@ -126,7 +126,14 @@ def main() -> int:
             print(f"[gpu-router] data set {name} ({key}) is not among this kernel's inputs", flush=True)
             return 97
         _unpack(found, os.path.join(job, "data", name))
-    if spec["attempt"] > 1:
+    if kaggle.get("restore"):  # a job moved or resumed here: the checkpoint home held
+        found = _find(inputs, kaggle["restore"])
+        if not found:
+            print(f"[gpu-router] its checkpoint {kaggle['restore']} is not among this kernel's inputs", flush=True)
+            return 97
+        _unpack(found, os.path.join(job, "ckpt"))
+        print("[gpu-router] restored the checkpoint it came with from home", flush=True)
+    elif spec["attempt"] > 1:
         previous = _find_dir(inputs, "gpu-router/job/ckpt")
         if previous:
             shutil.copytree(previous, os.path.join(job, "ckpt"), dirs_exist_ok=True, symlinks=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from core.errors import UserError
 from core.jobs.store import Job
-from core.packaging import objects, requirements
+from core.packaging import checkpoints, objects, requirements
 from core.packaging.safe_extract import OutputCaps
 from core.providers import logmirror, probing
 from core.providers.base import Poll, TargetInfo
@@ -174,14 +174,26 @@ class KaggleProvider(KaggleWire, KaggleDataSets, KaggleOutputs, ServiceTarget, M
         sent = self._dataset(f"gr-rt-{rt_hash}", {keys["runtime"]: rt_bytes})
         # the code's data sets share the cap with the runtime, the data sets, a wheelhouse and
         # (resuming) the previous session's output
+        # a job moved or resumed here: home's checkpoint ships as a data set of its own, and
+        # the kernel starts from it; else a later session reads the one before's output
+        restore = checkpoints.restore_archive(job.id, {}) if job.handle.get("restore_checkpoint") else None
         room = (kaggle_code.SOURCES_CAP - 1 - len(job.request.get("data", [])) - (1 if found else 0)
-                - (1 if job.attempt > 1 else 0))
+                - (1 if job.attempt > 1 or restore is not None else 0))
         code_slugs, keys["manifest"], keys["objects"], sent_c = self._code_sets(job, room, say)
         data_keys, data_slugs, sent_d = self._data_sets(job)
         sent_d += sent_c
         keys["data"] = data_keys
         user = self.user()
         sources = [*(f"{user}/{s}" for s in code_slugs), f"{user}/gr-rt-{rt_hash}", *data_slugs]
+        if restore is not None:
+            try:
+                keys["restore"] = f"ck-{job.short_id}-a{job.attempt}.gr"
+                slug = f"gr-ck-{job.short_id}-a{job.attempt}"
+                sent_d += self._dataset(slug, {keys["restore"]: restore})
+                sources.append(f"{user}/{slug}")
+                say(f"its checkpoint from home goes with it (data set {slug})")
+            finally:
+                restore.unlink(missing_ok=True)
 
         def ship_wheelhouse() -> int:
             assert wh is not None
@@ -213,7 +225,7 @@ class KaggleProvider(KaggleWire, KaggleDataSets, KaggleOutputs, ServiceTarget, M
             offer = job.plan.get("offer")
             req.machine_shape = ACCELERATORS[offer][0] if offer in ACCELERATORS else self.machine_shape
             req.dataset_data_sources = list(sources)
-            if job.attempt > 1:
+            if job.attempt > 1 and "restore" not in keys:
                 req.kernel_data_sources = [f"{user}/{self.kernel_slug(job, job.attempt - 1)}"]
             req.session_timeout_seconds = self.session_timeout(float(job.plan.get("hours") or self.session_limit_h))
             return self._call("kernels", "save_kernel", req), text
