@@ -655,6 +655,45 @@ def write_user_config(text: str) -> Path:
     return path
 
 
+FAIL_THEN_GO_ON = """
+import sys
+import gpu
+first = gpu.attempt() == 1
+ck = gpu.checkpoint_dir() / "attempt"
+print(f"attempt {gpu.attempt()} finds {'the checkpoint of attempt ' + ck.read_text() if ck.exists() else 'no checkpoint'}",
+      flush=True)
+ck.write_text(str(gpu.attempt()))
+gpu.checkpoint_saved()  # something to resume from
+print(f"attempt {gpu.attempt()} logs steps {'0-2' if first else '3-5'}", flush=True)
+for step in range(0, 3) if first else range(3, 6):
+    gpu.log(step=step, loss=1.0 / (step + 1))
+if first:
+    sys.exit(3)
+"""
+
+
+def failed_here(project_root: Path) -> str:
+    """A job (FAIL_THEN_GO_ON) that ran on this machine, saved a checkpoint, logged steps 0-2
+    and failed: its short id, for a test that resumes it elsewhere (`only_elsewhere` first)."""
+    project = make_git_project(project_root, {"train.py": FAIL_THEN_GO_ON})
+    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
+    short = sub["job"]["short_id"]
+    assert sub["job"]["provider"] == "local", sub
+    failed = wait_state(short, {"done", "failed"}, timeout=120)
+    assert failed["state"] == "failed" and "status 3" in failed["reason"], failed
+    return short
+
+
+def only_elsewhere(home: Path) -> None:
+    """This machine's target switched off in the user's config: a resume goes elsewhere."""
+    import yaml
+
+    cfg = Path(home).parent / "user-config.yaml"
+    doc = yaml.safe_load(cfg.read_text())
+    doc["targets"]["local"] = {"kind": "local", "enabled": False}
+    cfg.write_text(yaml.safe_dump(doc))
+
+
 def resumable_script(steps: int) -> str:
     """A job of `steps` half-second steps that saves every step to gpu.checkpoint_dir(), stops
     when asked to checkpoint, resumes from what it saved, and at the end writes the steps it

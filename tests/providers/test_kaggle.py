@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import copy_example, gpu_json, make_git_project, resumable_script, run_gpu, wait_state
+from tests.conftest import (copy_example, failed_here, gpu_json, make_git_project, only_elsewhere, resumable_script,
+                            run_gpu, wait_state)
 from tests.fake_kaggle import FakeKaggle
 
 pytestmark = pytest.mark.slow
@@ -404,36 +405,15 @@ def test_a_tampered_object_is_refused_and_a_lost_base_is_uploaded_again(kaggle: 
                for e in gpu_json("status", short, "--verbose")["events"])
 
 
-FAIL_THEN_GO_ON = """
-import sys
-import gpu
-ck = gpu.checkpoint_dir() / "attempt"
-print(f"attempt {gpu.attempt()} finds {'the checkpoint of attempt ' + ck.read_text() if ck.exists() else 'no checkpoint'}",
-      flush=True)
-ck.write_text(str(gpu.attempt()))
-gpu.checkpoint_saved()
-if gpu.attempt() == 1:
-    sys.exit(3)
-"""
-
-
 def test_a_job_failed_here_and_resumed_on_kaggle_starts_from_its_checkpoint(kaggle: FakeKaggle, home: Path,
                                                                            tmp_path: Path) -> None:
     """Attempt 1 ran on this machine, saved a checkpoint and failed; `gpu resume` places attempt
     2 on Kaggle (this machine is off now). Its checkpoint goes with it as a data set, and the
     kernel starts from it: a kernel only ever read the previous Kaggle session's output, so a
     job moved onto Kaggle started from nothing (and named a kernel that never ran as its input)."""
-    project = make_git_project(tmp_path / "r", {"train.py": FAIL_THEN_GO_ON})
-    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
-    short = sub["job"]["short_id"]
-    assert sub["job"]["provider"] == "local", sub
-    failed = wait_state(short, {"done", "failed"}, timeout=120)
-    assert failed["state"] == "failed" and "status 3" in failed["reason"], failed
+    short = failed_here(tmp_path / "r")  # Kaggle is added after: it would have taken the job
     add_kaggle(tmp_path)
-    cfg = Path(home).parent / "user-config.yaml"
-    doc = yaml.safe_load(cfg.read_text())
-    doc["targets"]["local"] = {"kind": "local", "enabled": False}
-    cfg.write_text(yaml.safe_dump(doc))
+    only_elsewhere(home)
     assert gpu_json("resume", short)["job"]["provider"] == "kg"
     done = wait_state(short, {"done", "failed"}, timeout=240)
     log = run_gpu("logs", short).stdout

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import (copy_example, gpu_exe, gpu_json, make_git_project, resumable_script, run_gpu,
-                            run_in_terminal, wait_state)
+from tests.conftest import (copy_example, failed_here, gpu_exe, gpu_json, make_git_project, only_elsewhere,
+                            resumable_script, run_gpu, run_in_terminal, wait_state)
 from tests.fake_modal import FakeModal
 
 pytestmark = pytest.mark.slow
@@ -457,23 +457,6 @@ def test_a_job_moved_from_one_modal_target_to_another_stores_each_metric_row_onc
     assert [p["step"] for p in series] == list(range(6)), series
 
 
-FAIL_THEN_GO_ON = """
-import sys
-import gpu
-first = gpu.attempt() == 1
-ck = gpu.checkpoint_dir() / "attempt"
-print(f"attempt {gpu.attempt()} finds {'the checkpoint of attempt ' + ck.read_text() if ck.exists() else 'no checkpoint'}",
-      flush=True)
-ck.write_text(str(gpu.attempt()))
-gpu.checkpoint_saved()  # something to resume from
-print(f"attempt {gpu.attempt()} logs steps {'0-2' if first else '3-5'}", flush=True)
-for step in range(0, 3) if first else range(3, 6):
-    gpu.log(step=step, loss=1.0 / (step + 1))
-if first:
-    sys.exit(3)
-"""
-
-
 def test_a_job_failed_here_and_resumed_on_modal_stores_each_metric_row_once(
         modal_fake: FakeModal, home: Path, tmp_path: Path) -> None:
     """Attempt 1 runs on this machine, logs steps 0-2 into the job's metrics.jsonl and fails;
@@ -482,16 +465,8 @@ def test_a_job_failed_here_and_resumed_on_modal_stores_each_metric_row_once(
     starts from the checkpoint attempt 1 saved here (a job moved onto Modal once started from
     nothing: only the job's volume was looked at)."""
     add_modal()
-    project = make_git_project(tmp_path / "r", {"train.py": FAIL_THEN_GO_ON})
-    sub = gpu_json("submit", "train.py", "--hours", "0.1", "--wait-s", "0", cwd=project)
-    short = sub["job"]["short_id"]
-    assert sub["job"]["provider"] == "local", sub
-    failed = wait_state(short, {"done", "failed"}, timeout=120)
-    assert failed["state"] == "failed" and "status 3" in failed["reason"], failed
-    cfg = Path(home).parent / "user-config.yaml"
-    doc = yaml.safe_load(cfg.read_text())
-    doc["targets"]["local"] = {"kind": "local", "enabled": False}
-    cfg.write_text(yaml.safe_dump(doc))
+    short = failed_here(tmp_path / "r")
+    only_elsewhere(home)
     assert gpu_json("resume", short)["job"]["provider"] == "md"
     done = wait_state(short, {"done", "failed"}, timeout=180)
     doc = gpu_json("status", short, "--verbose")
