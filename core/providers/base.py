@@ -135,7 +135,8 @@ class Poll:
         # holds, the supervisor gets a number or None and a bounded text, never a crash a tick
         code = exit_code_of(self.exit_code)
         if code is None and self.exit_code is not None:
-            self.detail = f"its exit record's code is not a number ({str(self.exit_code)[:40]!r}); {self.detail}"
+            self.detail = "; ".join(t for t in (f"its exit record's code is not a number "
+                                                 f"({str(self.exit_code)[:40]!r})", str(self.detail)) if t)
         self.exit_code = code
         self.detail = (self.detail if isinstance(self.detail, str) else str(self.detail))[:MAX_DETAIL]
 
@@ -155,12 +156,10 @@ def exited_poll(doc: object) -> Poll:
     """The Poll an exit record (the launcher's exit.json, read from wherever the target keeps
     it) stands for: checked here, whatever the job wrote into it."""
     doc = doc if isinstance(doc, dict) else {}
-    code, detail = exit_code_of(doc.get("code")), doc.get("error") or ""
-    if doc.get("code") is not None and code is None:
-        detail = f"its exit record's code is not a number ({str(doc.get('code'))[:40]!r}); {detail}"
-    if code is not None and code < 0:
-        detail = detail or f"killed by signal {-code}"
-    return Poll("exited", exit_code=code, detail=detail if isinstance(detail, str) else str(detail))
+    poll = Poll("exited", exit_code=doc.get("code"), detail=doc.get("error") or "")  # checked there
+    if poll.exit_code is not None and poll.exit_code < 0 and not poll.detail:
+        poll.detail = f"killed by signal {-poll.exit_code}"
+    return poll
 
 
 class Provider(Protocol):

@@ -325,10 +325,6 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-
-
-
-
 def _read_from(path: Path, offset: int) -> tuple[bytes, int]:
     try:
         with open(path, "rb") as f:

@@ -148,5 +148,3 @@ class SSHProvider(RemoteProvider):
         await self.remote()
         await self.transport.run(f": > {quote(self.job_dir(job) + '/ctl/checkpoint')}", timeout=60)
         await self._signal(job, "USR1")
-
-

@@ -173,9 +173,8 @@ class KaggleProvider(KaggleWire, KaggleDataSets, KaggleOutputs, ServiceTarget, M
         keys: dict[str, Any] = {"runtime": f"{rt_hash}.gr"}
         sent = self._dataset(f"gr-rt-{rt_hash}", {keys["runtime"]: rt_bytes})
         # the code's data sets share the cap with the runtime, the data sets, a wheelhouse and
-        # (resuming) the previous session's output
-        # a job moved or resumed here: home's checkpoint ships as a data set of its own, and
-        # the kernel starts from it; else a later session reads the one before's output
+        # (resuming) the previous session's output, or for a job moved or resumed here home's
+        # checkpoint, a data set of its own that the kernel starts from
         restore = checkpoints.restore_archive(job.id, {}) if job.handle.get("restore_checkpoint") else None
         room = (kaggle_code.SOURCES_CAP - 1 - len(job.request.get("data", [])) - (1 if found else 0)
                 - (1 if job.attempt > 1 or restore is not None else 0))
